@@ -1,0 +1,34 @@
+# The README's two commands: `make demo` (the main job) and `make test` (the whole suite).
+# Both create .venv on first use and install the package with its extras; torch is pinned to the
+# CPU build for development (users bring their own torch; the package only asks for a range).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml requirements-dev.txt
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements-dev.txt
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python -m arrow_split demo $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m ruff check arrow_split tests benchmarks
+	$(BIN)/python -m ruff format --check arrow_split tests benchmarks
+	$(BIN)/python -m mypy
+	ARROW_SPLIT_HYPOTHESIS_PROFILE=$${ARROW_SPLIT_HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/python -m ruff check arrow_split tests benchmarks
+	$(BIN)/python -m mypy
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks.harness $(ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

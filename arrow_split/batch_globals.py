@@ -1,0 +1,114 @@
+"""Batch-global values: checked against their documented shape, kept whole beside the record batch.
+
+A batch-global value is never split: every shard carries it as it is. The values are small (one
+number, a few lists, or one float per sample of the whole batch for ``raw_reward``), so they are
+kept as Python values and numpy arrays next to the record batch rather than in the Arrow schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+
+from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["check_batch_global", "global_to_python"]
+
+_SHAPE_TEXT = {
+    "int": "one int",
+    "int_list": "a list of ints",
+    "str_list": "a list of str",
+    "float_per_sample": "one number per sample of the whole batch",
+}
+
+
+def _shape_error(spec: ColumnSpec, value: object, detail: str) -> SchemaError:
+    expected = _SHAPE_TEXT[spec.global_shape or "int"]
+    msg = (
+        f"batch-global key `{spec.name}` must be {expected}, got {type(value).__name__} "
+        f"{value!r:.60}: {detail}"
+    )
+    return SchemaError(msg)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _as_list(spec: ColumnSpec, value: object) -> list[object]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise _shape_error(spec, value, f"an array of shape {value.shape}")
+        return list(value.tolist())
+    if not isinstance(value, (list, tuple)):
+        raise _shape_error(spec, value, "not a list")
+    return list(value)
+
+
+def _check_per_sample(
+    spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
+) -> np.ndarray:
+    items = _as_list(spec, value)
+    if len(items) != num_samples:
+        msg = (
+            f"batch-global key `{spec.name}` has {len(items)} values but the batch has "
+            f"{num_samples} samples; it holds one value per sample of the WHOLE batch"
+        )
+        raise SchemaError(msg)
+    for sample, item in enumerate(items):
+        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.number)):
+            msg = f"sample {sample}: `{spec.name}` must hold numbers, got {item!r:.40}"
+            raise ColumnTypeError(msg)
+    floats = np.asarray(items, dtype=np.float64)
+    if not allow_nonfinite and not np.isfinite(floats).all():
+        sample = int(np.argmin(np.isfinite(floats)))
+        msg = (
+            f"sample {sample}: `{spec.name}` holds {items[sample]!r}; NaN and infinity are "
+            "rejected by default; pass `allow_nonfinite=True` to keep them"
+        )
+        raise ValueRangeError(msg)
+    floats.flags.writeable = False
+    return floats
+
+
+def check_batch_global(
+    spec: ColumnSpec, value: object, num_samples: int, *, allow_nonfinite: bool
+) -> object:
+    """Check a batch-global value against ``spec.global_shape``; return a private copy.
+
+    Raises
+    ------
+    SchemaError
+        The value does not have the documented shape.
+    ColumnTypeError, ValueRangeError
+        A per-sample global holds a non-number, or NaN/inf without ``allow_nonfinite``.
+    """
+    shape = spec.global_shape
+    if shape == "float_per_sample":
+        return _check_per_sample(spec, value, num_samples, allow_nonfinite)
+    if shape == "int":
+        if not _is_int(value):
+            raise _shape_error(spec, value, "not an int")
+        if int(value) < 0:  # type: ignore[call-overload]
+            raise _shape_error(spec, value, "a negative count")
+        return int(value)  # type: ignore[call-overload]
+    items = _as_list(spec, value)
+    wanted = _is_int if shape == "int_list" else (lambda item: isinstance(item, str))
+    for position, item in enumerate(items):
+        if not wanted(item):
+            raise _shape_error(spec, value, f"item {position} is {item!r:.40}")
+    return [int(item) for item in items] if shape == "int_list" else items  # type: ignore[call-overload]
+
+
+def global_to_python(values: Mapping[str, object]) -> dict[str, object]:
+    """Return the batch-global values in the classic layout (lists, ints), as fresh objects."""
+    return {
+        key: value.tolist() if isinstance(value, np.ndarray) else _copy(value)
+        for key, value in values.items()
+    }
+
+
+def _copy(value: object) -> object:
+    return list(value) if isinstance(value, list) else value

@@ -1,0 +1,157 @@
+"""Value checks on flat numpy columns, and the errors that point at the offending sample.
+
+The converters in :mod:`arrow_split.encode` turn a column into one flat numpy array of values (plus
+offsets for ragged columns) and hand it here: every check is one vectorised pass, and only when a
+check fails is the first bad value located and reported by sample index, position and value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from typing import NoReturn
+
+import numpy as np
+
+from arrow_split.errors import ColumnTypeError, ValueRangeError
+
+__all__ = [
+    "check_finite",
+    "check_flag",
+    "check_float32_exact",
+    "check_int_range",
+    "locate_python_value",
+    "where",
+]
+
+
+def where(offsets: np.ndarray | None, flat_index: int) -> str:
+    """Describe a flat value index as ``sample i`` or ``sample i, position j``."""
+    if offsets is None:
+        return f"sample {flat_index}"
+    sample = int(np.searchsorted(offsets, flat_index, side="right")) - 1
+    return f"sample {sample}, position {flat_index - int(offsets[sample])}"
+
+
+def check_int_range(
+    name: str, values: np.ndarray, target: np.dtype, offsets: np.ndarray | None
+) -> None:
+    """Raise :class:`ValueRangeError` if an integer value does not fit ``target``."""
+    if values.size == 0 or np.can_cast(values.dtype, target, casting="safe"):
+        return
+    info = np.iinfo(target)
+    bad = (values < info.min) | (values > info.max)
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is out of range for "
+            f"{target} [{info.min}, {info.max}]; fix the value, or declare the column with a wider "
+            "`value_type` in a ColumnSpec"
+        )
+        raise ValueRangeError(msg)
+
+
+def check_finite(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
+    """Raise :class:`ValueRangeError` on the first NaN or infinity."""
+    if values.size == 0 or values.dtype.kind != "f":
+        return
+    finite = np.isfinite(values)
+    if not finite.all():
+        index = int(np.argmin(finite))
+        msg = (
+            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r}; NaN and infinity "
+            "are rejected by default; fix the producer, or pass `allow_nonfinite=True` to "
+            "`from_train_data` to keep them"
+        )
+        raise ValueRangeError(msg)
+
+
+def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
+    """Raise :class:`ValueRangeError` on the first value that is not 0 or 1."""
+    if values.size == 0 or values.dtype.kind == "b":
+        return
+    bad = (values != 0) & (values != 1)
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` must hold 0/1 (or bool) values, got "
+            f"{values[index].item()!r}"
+        )
+        raise ValueRangeError(msg)
+
+
+def check_float32_exact(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
+    """Raise :class:`ValueRangeError` if a wider float is not exactly a float32 value."""
+    if values.size == 0 or values.dtype.itemsize <= 4:
+        return
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = values.astype(np.float32).astype(values.dtype)
+    bad = (rounded != values) & ~(np.isnan(values) & np.isnan(rounded))
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
+            "float32 and the column is float32; pass `round_floats=True` to `from_train_data` to "
+            "round to the nearest float32 (what `torch.tensor(..., dtype=torch.float32)` does), "
+            "or declare the column float64 with a ColumnSpec to keep every bit"
+        )
+        raise ValueRangeError(msg)
+
+
+def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None:
+    """Say what is wrong with one Python value of a numeric column, or ``None``."""
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, np.bool_)):
+        return None if flag else "a bool"
+    if isinstance(value, (int, np.integer)):
+        return None
+    if isinstance(value, (float, np.floating)):
+        return "a float" if integer else None
+    return f"a {type(value).__name__}"
+
+
+def _numbered(samples: Sequence[object], *, ragged: bool, name: str) -> Iterator[tuple[str, object]]:
+    """Yield ``(where, value)`` for every value of a Python column, checking ragged samples."""
+    for sample, values in enumerate(samples):
+        if not ragged:
+            yield f"sample {sample}", values
+            continue
+        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
+            msg = (
+                f"sample {sample}: `{name}` must be a list of numbers per sample, got "
+                f"{type(values).__name__} {values!r:.40}"
+            )
+            raise ColumnTypeError(msg)
+        for position, value in enumerate(values):
+            yield f"sample {sample}, position {position}", value
+
+
+def locate_python_value(
+    name: str,
+    samples: Sequence[object],
+    *,
+    integer: bool,
+    flag: bool,
+    ragged: bool,
+    cause: str,
+) -> NoReturn:
+    """Find the first value of a Python column that its numeric column cannot hold, and raise.
+
+    ``cause`` is what the fast conversion reported; it is shown if the scan finds nothing more
+    precise.
+    """
+    kind = "flag (0/1)" if flag else "integer" if integer else "float"
+    for location, value in _numbered(samples, ragged=ragged, name=name):
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            msg = f"{location}: `{name}` value {value!r} is out of range for int64"
+            raise ValueRangeError(msg)
+        problem = _bad_python_value(value, integer=integer, flag=flag)
+        if problem is not None:
+            msg = (
+                f"{location}: `{name}` is a {kind} column but holds {problem} ({value!r:.40}); "
+                f"pass {kind} values (convert in the producer, e.g. `int(v)` or "
+                "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
+            )
+            raise ColumnTypeError(msg)
+    msg = f"`{name}` could not be converted to a {kind} column: {cause}"
+    raise ColumnTypeError(msg)

@@ -1,0 +1,374 @@
+"""Partition plans: which rows of a batch go to which data-parallel rank.
+
+Pure numpy (plus :mod:`heapq` and :mod:`hashlib`), so that property tests can run it thousands of
+times. Two plans exist, named by :data:`SplitMethod`; both place every sample exactly where the
+frameworks in use today place it.
+
+``"strided"`` (``balance_data=False``)
+    Rank ``r`` gets rows ``r, r + dp_size, r + 2 * dp_size, ...``.
+
+``"balanced"`` (``balance_data=True``)
+    Karmarkar-Karp largest differencing into ``dp_size`` parts of equal size, so that every rank
+    gets ``n / dp_size`` samples and the token totals of the ranks are close. Rows are sorted
+    ascending by ``(length, row)``; each run of ``dp_size`` consecutive rows seeds a *state* of
+    ``dp_size`` one-row *sets*. A state keeps its sets in descending order and a priority queue
+    hands out first the state with the largest *spread* (largest set sum minus smallest). The two
+    states popped first, A then B, are merged: A's set ``i`` absorbs B's set ``dp_size - 1 - i``
+    (the heaviest set takes the lightest), A's sets are re-sorted and A goes back into the queue.
+    When one state is left, its sets in order are ranks ``0 .. dp_size - 1``.
+
+How this module computes it fast. Sets are compared by their sum, then their number of rows,
+then their ``(row, length)`` lists in insertion order. Row numbers are distinct and every set
+starts with exactly one row, which a merged set keeps in front; so the list comparison is decided
+by the first row alone, and a set is ordered by the exact integer key ``(sum, count, first_row)``.
+All sets of a state have the same count, so inside a state ``(sum, first_row)`` suffices, and a
+state is ordered by ``(spread, key of its first set)``. A set is therefore never stored as a list
+of rows: a state holds only its set sums and first rows, each merge records which first row was
+absorbed by which, and the rank of every row is resolved at the end by following these parent
+links with vectorised pointer jumping. Small ``dp_size`` (many states, a few sets each) merges
+with Python tuples; large ``dp_size`` merges with numpy arrays. Both give the same plan, equal to
+the plain-Python reference in ``tests/reference_plan.py``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import struct
+from collections.abc import Sequence
+from operator import add
+from typing import Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from arrow_split.errors import PlanError, PlanTypeError
+
+__all__ = [
+    "SplitMethod",
+    "check_dp_rank",
+    "check_dp_size",
+    "check_lengths",
+    "partition_for_rank",
+    "plan_fingerprint",
+    "plan_partitions",
+]
+
+SplitMethod = Literal["balanced", "strided"]
+
+Int64Array = npt.NDArray[np.int64]
+
+# (-spread, -sum of first set, -count, -first row of first set, state index): heapq pops the
+# smallest tuple, i.e. the largest spread, then the state whose first set compares larger.
+# First rows are distinct, so the state index is never reached by a comparison.
+_Key = tuple[int, int, int, int, int]
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+# At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
+_ARRAY_MERGE_MIN_SETS = 10
+_FINGERPRINT_PERSON = b"arrow_split.plan"
+
+
+def check_dp_size(dp_size: object) -> int:
+    """Return `dp_size` as an int, or raise if it is not a positive int (``bool`` is refused)."""
+    if isinstance(dp_size, bool) or not isinstance(dp_size, (int, np.integer)):
+        kind = type(dp_size).__name__
+        msg = f"`dp_size` must be a positive int, got {dp_size!r} of type {kind}"
+        raise PlanTypeError(msg)
+    if dp_size < 1:
+        msg = f"`dp_size` must be a positive int, got {dp_size!r}"
+        raise PlanError(msg)
+    return int(dp_size)
+
+
+def check_dp_rank(dp_rank: object, dp_size: object) -> int:
+    """Return `dp_rank` as an int, or raise if it is not an int in ``[0, dp_size)``."""
+    size = check_dp_size(dp_size)
+    if isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer)):
+        kind = type(dp_rank).__name__
+        msg = f"`dp_rank` must be an int in [0, {size}), got {dp_rank!r} of type {kind}"
+        raise PlanTypeError(msg)
+    if not 0 <= dp_rank < size:
+        msg = f"`dp_rank` must be in [0, {size}), got {dp_rank!r}; `dp_size` is {size}"
+        raise PlanError(msg)
+    return int(dp_rank)
+
+
+def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
+    """Return the per-sample token counts as a 1-D, C-contiguous int64 array.
+
+    Parameters
+    ----------
+    total_lengths
+        One non-negative integer per sample: a list, a tuple or a 1-D integer ndarray. An empty
+        input is accepted whatever its dtype. The result may share memory with an int64 input;
+        nothing in this module writes to it.
+
+    Raises
+    ------
+    PlanTypeError
+        If the values are not integers (floats, ``bool``, strings, objects).
+    PlanError
+        If the input is not 1-D, holds a negative value, or its total overflows int64.
+    """
+    try:
+        array = np.asarray(total_lengths)
+    except (ValueError, TypeError) as exc:
+        msg = f"`total_lengths` must be a 1-D sequence of non-negative ints; numpy says: {exc}"
+        raise PlanError(msg) from exc
+    if array.ndim != 1:
+        msg = f"`total_lengths` must be 1-D (one length per sample), got shape {array.shape}"
+        raise PlanError(msg)
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+        msg = (
+            f"`total_lengths` must hold integers, got dtype {array.dtype}; "
+            "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
+        )
+        raise PlanTypeError(msg)
+    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
+        msg = f"`total_lengths` holds {int(array.max())}, more than int64 can hold"
+        raise PlanError(msg)
+    lengths = np.ascontiguousarray(array, dtype=np.int64)
+    _check_non_negative_total(lengths)
+    return lengths
+
+
+def _check_non_negative_total(lengths: Int64Array) -> None:
+    """Raise unless every length is >= 0 and their total fits int64."""
+    negative = np.flatnonzero(lengths < 0)
+    if negative.size:
+        row = int(negative[0])
+        msg = (
+            f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
+            f"({negative.size} negative in all)"
+        )
+        raise PlanError(msg)
+    if int(lengths.max()) > _INT64_MAX // lengths.size:
+        total = sum(lengths.tolist())
+        if total > _INT64_MAX:
+            msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
+            raise PlanError(msg)
+
+
+def _method(balance_data: bool) -> SplitMethod:
+    return "balanced" if balance_data else "strided"
+
+
+def _check_balanced(n: int, dp_size: int) -> None:
+    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
+    if n < dp_size:
+        msg = (
+            f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
+            f"pad the batch with {dp_size - n} samples or use `balance_data=False`"
+        )
+        raise PlanError(msg)
+    if n % dp_size:
+        drop, pad = n % dp_size, dp_size - n % dp_size
+        msg = (
+            f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
+            f"drop {drop} samples or pad with {pad}, or use `balance_data=False`"
+        )
+        raise PlanError(msg)
+
+
+def plan_partitions(
+    total_lengths: npt.ArrayLike, dp_size: int, *, balance_data: bool
+) -> list[Int64Array]:
+    """Return the rows of each rank: `dp_size` int64 arrays, each sorted ascending.
+
+    Parameters
+    ----------
+    total_lengths
+        Token count of every sample (see :func:`check_lengths`).
+    dp_size
+        Number of data-parallel ranks, a positive int.
+    balance_data
+        ``True`` for the balanced plan (equal sample counts, close token totals), ``False`` for
+        the strided plan.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        Entry ``r`` holds the rows of rank ``r``; every row is in exactly one entry. Each array is
+        C-contiguous and owns its memory.
+
+    Raises
+    ------
+    PlanError
+        For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is smaller
+        than `dp_size` or not a multiple of it.
+    """
+    lengths = check_lengths(total_lengths)
+    size = check_dp_size(dp_size)
+    n = lengths.size
+    if not balance_data:
+        return [np.arange(rank, n, size, dtype=np.int64) for rank in range(size)]
+    _check_balanced(n, size)
+    if size == 1:
+        return [np.arange(n, dtype=np.int64)]
+    return _balanced_plan(lengths, size)
+
+
+def partition_for_rank(
+    total_lengths: npt.ArrayLike, dp_rank: int, dp_size: int, *, balance_data: bool
+) -> Int64Array:
+    """Return the rows of rank `dp_rank` alone, equal to ``plan_partitions(...)[dp_rank]``.
+
+    The strided rows are computed directly; the balanced plan needs the whole planner.
+    """
+    rank = check_dp_rank(dp_rank, dp_size)
+    if balance_data:
+        return plan_partitions(total_lengths, dp_size, balance_data=True)[rank]
+    lengths = check_lengths(total_lengths)
+    return np.arange(rank, lengths.size, int(dp_size), dtype=np.int64)
+
+
+def plan_fingerprint(total_lengths: npt.ArrayLike, dp_size: int, *, balance_data: bool) -> str:
+    """Return 16 hex digits that identify the plan's inputs, for ranks to cross-check cheaply.
+
+    The digest (BLAKE2b) covers the sample count, `dp_size`, the method name and the lengths as
+    little-endian int64 bytes, so it is the same on every platform and in every process. It
+    raises what :func:`plan_partitions` raises for the same arguments.
+    """
+    lengths = check_lengths(total_lengths)
+    size = check_dp_size(dp_size)
+    if balance_data:
+        _check_balanced(lengths.size, size)
+    method = _method(balance_data).encode("ascii")
+    digest = hashlib.blake2b(digest_size=8, person=_FINGERPRINT_PERSON)
+    digest.update(struct.pack("<qqB", lengths.size, size, len(method)))
+    digest.update(method)
+    digest.update(np.ascontiguousarray(lengths, dtype="<i8").tobytes())
+    return digest.hexdigest()
+
+
+def _rows_ordered_by(keys: Int64Array) -> Int64Array:
+    """Return the rows sorted ascending by ``(keys[row], row)``."""
+    n = keys.size
+    rows = np.arange(n, dtype=np.int64)
+    if n and int(keys.max()) <= (_INT64_MAX - n) // n:
+        # One packed int64 per row sorts faster than a stable argsort and gives the same order.
+        packed = np.sort(keys * n + rows)
+        return np.asarray(packed % n, dtype=np.int64)
+    return np.asarray(np.argsort(keys, kind="stable"), dtype=np.int64)
+
+
+class _States(Protocol):
+    def merge(self, first: int, second: int) -> _Key: ...
+
+    def first_rows(self, state: int) -> Int64Array: ...
+
+    def parents(self) -> Int64Array: ...
+
+
+class _TupleStates:
+    """States as Python tuples: cheapest per merge when each state has only a few sets."""
+
+    def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
+        self.n = sums.size
+        self.sums: list[Sequence[int]] = sums.tolist()
+        self.rows: list[Sequence[int]] = rows.tolist()
+        self.counts = [1] * len(self.sums)
+        self.children: list[int] = []
+        self.adopters: list[int] = []
+
+    def merge(self, first: int, second: int) -> _Key:
+        rows_first = self.rows[first]
+        self.children.extend(self.rows[second])
+        self.adopters.extend(rows_first[::-1])
+        merged = zip(map(add, self.sums[first], self.sums[second][::-1]), rows_first, strict=True)
+        sums, rows = zip(*sorted(merged, reverse=True), strict=True)
+        self.sums[first], self.rows[first] = sums, rows
+        count = self.counts[first] + self.counts[second]
+        self.counts[first] = count
+        return (sums[-1] - sums[0], -sums[0], -count, -rows[0], first)
+
+    def first_rows(self, state: int) -> Int64Array:
+        return np.array(self.rows[state], dtype=np.int64)
+
+    def parents(self) -> Int64Array:
+        parents = np.arange(self.n, dtype=np.int64)
+        parents[np.array(self.children, dtype=np.int64)] = self.adopters
+        return parents
+
+
+class _ArrayStates:
+    """States as rows of two int64 matrices: cheapest per merge when each state has many sets."""
+
+    def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
+        self.sums = sums.copy()
+        self.rows = rows.copy()
+        self.counts = [1] * sums.shape[0]
+        self.parent_rows = np.arange(sums.size, dtype=np.int64)
+
+    def merge(self, first: int, second: int) -> _Key:
+        rows_first = self.rows[first]
+        self.parent_rows[self.rows[second]] = rows_first[::-1]
+        sums = self.sums[first] + self.sums[second, ::-1]
+        order = np.lexsort((rows_first, sums))[::-1]
+        sums, rows = sums[order], rows_first[order]
+        self.sums[first], self.rows[first] = sums, rows
+        count = self.counts[first] + self.counts[second]
+        self.counts[first] = count
+        top = int(sums[0])
+        return (int(sums[-1]) - top, -top, -count, -int(rows[0]), first)
+
+    def first_rows(self, state: int) -> Int64Array:
+        return np.array(self.rows[state], dtype=np.int64)
+
+    def parents(self) -> Int64Array:
+        return self.parent_rows
+
+
+def _merge_all(keys: list[_Key], states: _States) -> int:
+    """Run the largest-differencing loop over the queue `keys`; return the last state's index.
+
+    The state made by the latest merge is held outside the heap, because it is often the next
+    one popped; it is pushed only when a heap state comes before it.
+    """
+    heapq.heapify(keys)
+    held = heapq.heappop(keys)
+    while keys:
+        if held < keys[0]:
+            first, second = held, heapq.heappop(keys)
+        else:
+            first = heapq.heappop(keys)
+            second = heapq.heapreplace(keys, held) if keys and keys[0] < held else held
+        held = states.merge(first[-1], second[-1])
+    return held[-1]
+
+
+def _resolve_roots(parents: Int64Array) -> Int64Array:
+    """Follow parent links until every row points at its root (vectorised pointer jumping)."""
+    while True:
+        grandparents = parents[parents]
+        if np.array_equal(grandparents, parents):
+            return parents
+        parents = grandparents
+
+
+def _balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
+    """Return the balanced plan of `lengths` (validated; a positive multiple of `dp_size`)."""
+    n = lengths.size
+    # State s holds sorted rows s*k .. s*k+k-1, its sets in descending order.
+    rows = _rows_ordered_by(lengths).reshape(-1, dp_size)[:, ::-1].copy()
+    sums = lengths[rows]
+    spreads, tops = (sums[:, 0] - sums[:, -1]).tolist(), sums[:, 0].tolist()
+    firsts = rows[:, 0].tolist()
+    keys = [
+        (-spread, -top, -1, -first, state)
+        for state, (spread, top, first) in enumerate(zip(spreads, tops, firsts, strict=True))
+    ]
+    states: _States
+    if dp_size >= _ARRAY_MERGE_MIN_SETS:
+        states = _ArrayStates(sums, rows)
+    else:
+        states = _TupleStates(sums, rows)
+    last = _merge_all(keys, states)
+    rank_of_root = np.zeros(n, dtype=np.int64)
+    rank_of_root[states.first_rows(last)] = np.arange(dp_size, dtype=np.int64)
+    ranks = rank_of_root[_resolve_roots(states.parents())]
+    grouped = _rows_ordered_by(ranks).reshape(dp_size, n // dp_size)
+    return [part.copy() for part in grouped]

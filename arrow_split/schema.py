@@ -1,0 +1,250 @@
+"""Which rollout field is which kind of column, and the Arrow type it becomes.
+
+A rollout batch holds five kinds of values (:data:`ColumnKind`):
+
+``per_token``
+    One ragged list per sample: ``tokens`` (prompt + response ids) and the columns aligned to the
+    response (``loss_masks``, ``rollout_log_probs``, ...). Arrow type ``large_list<value_type>``.
+``per_sample_tensor``
+    One array per sample of shape ``[rows, *trailing]``, with the same trailing shape across
+    samples (``rollout_routed_experts``: ``[len(tokens) - 1, layers, top_k]``). Arrow type
+    ``large_list<fixed_size_list<fixed_size_list<value_type, top_k>, layers>>``: the trailing shape
+    lives in the type itself.
+``per_sample_scalar``
+    One number per sample (``response_lengths``, ``rewards``, ...). A primitive Arrow column.
+``per_sample_object``
+    One Python object per sample (``prompt``, ``metadata``, ...), stored by a :data:`ObjectCodec`.
+``batch_global``
+    One value for the whole batch (``raw_reward``, ``dynamic_global_batch_size``, ...), kept beside
+    the record batch and shipped whole with every shard.
+
+Every list column uses 64-bit offsets (``large_list``): offsets cost 8 bytes per sample, and no
+column can pass the 2**31 values at which 32-bit list offsets overflow in ``take``.
+
+A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Literal, get_args
+
+import pyarrow as pa
+
+from arrow_split.errors import SchemaError
+
+__all__ = [
+    "KNOWN_COLUMNS",
+    "ColumnKind",
+    "ColumnSpec",
+    "GlobalShape",
+    "LengthRule",
+    "ObjectCodec",
+    "resolve_specs",
+]
+
+ColumnKind = Literal[
+    "per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object", "batch_global"
+]
+"""The five kinds of values in a rollout batch."""
+
+LengthRule = Literal["tokens", "response", "tokens_minus_one"]
+"""How long a sample's value must be.
+
+``tokens``: ``len(tokens[i])``. ``response``: ``response_lengths[i]``. ``tokens_minus_one``:
+``len(tokens[i]) - 1`` rows (more are allowed for a sample whose ``multimodal_train_inputs`` is
+set, since expanded media tokens add rows).
+"""
+
+ObjectCodec = Literal["string", "string_list", "pickle"]
+"""How a per-sample object is stored.
+
+``string``: ``large_string``; a sample that is not a ``str`` makes the whole column fall back to
+``pickle``. ``string_list``: ``large_list<large_string>``. ``pickle``: ``large_binary`` holding one
+pickle (protocol 5) per sample, ``None`` as null; objects round-trip exactly and are decoded only on
+the rank that owns the row.
+"""
+
+GlobalShape = Literal["int", "int_list", "str_list", "float_per_sample"]
+"""The documented shape of a batch-global value.
+
+``int``: one int. ``int_list``: a list of ints. ``str_list``: a list of strings.
+``float_per_sample``: one number per sample of the whole batch.
+"""
+
+_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ColumnSpec:
+    """How one key of the train data is validated and stored.
+
+    Parameters
+    ----------
+    name
+        The key in the train-data dict.
+    kind
+        Which kind of value the key holds (:data:`ColumnKind`).
+    value_type
+        The Arrow type of one value: the list items of a ``per_token`` column, the tensor
+        elements of a ``per_sample_tensor`` column, the column type of a ``per_sample_scalar``.
+        Unused (``None``) for objects and batch-global values.
+    length
+        For ``per_token`` and ``per_sample_tensor``: the :data:`LengthRule` a sample's value must
+        follow, or ``None`` for no rule (the sample's own length is kept as it is).
+    flag
+        Values are 0/1 (``bool`` accepted); anything else is rejected.
+    finite
+        Reject NaN and infinity in a float column (the default). ``from_train_data`` has a switch
+        that lifts this check for all columns.
+    codec
+        For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
+    global_shape
+        For ``batch_global``: the documented shape of the value (:data:`GlobalShape`).
+
+    Examples
+    --------
+    Declare a per-token advantage column aligned to the response, and a per-sample score:
+
+    >>> import pyarrow as pa
+    >>> from arrow_split import ColumnSpec
+    >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
+    >>> score = ColumnSpec("score", "per_sample_scalar", pa.float64())
+    """
+
+    name: str
+    kind: ColumnKind
+    value_type: pa.DataType | None = None
+    length: LengthRule | None = None
+    flag: bool = False
+    finite: bool = True
+    codec: ObjectCodec = "pickle"
+    global_shape: GlobalShape | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            msg = f"`name` must be a non-empty str, got {self.name!r}"
+            raise SchemaError(msg)
+        _check_choice("kind", self.kind, ColumnKind)
+        if self.length is not None:
+            _check_choice("length", self.length, LengthRule)
+        _check_choice("codec", self.codec, ObjectCodec)
+        if self.kind in ("per_token", "per_sample_tensor", "per_sample_scalar"):
+            self._check_value_type()
+        if self.kind == "batch_global":
+            _check_choice("global_shape", self.global_shape, GlobalShape)
+
+    def _check_value_type(self) -> None:
+        value_type = self.value_type
+        if not isinstance(value_type, pa.DataType):
+            msg = (
+                f"column `{self.name}`: a {self.kind} column needs `value_type`, an Arrow type "
+                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r}"
+            )
+            raise SchemaError(msg)
+        numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
+        if not (numeric or pa.types.is_boolean(value_type)):
+            msg = (
+                f"column `{self.name}`: unsupported `value_type` {value_type}; expected a signed "
+                "integer, uint8, uint16, a float or bool type (store other values as a "
+                "per_sample_object column)"
+            )
+            raise SchemaError(msg)
+        if self.kind == "per_sample_tensor" and not pa.types.is_integer(value_type):
+            if not pa.types.is_floating(value_type):
+                msg = f"column `{self.name}`: tensor columns hold numbers, got {value_type}"
+                raise SchemaError(msg)
+
+    @property
+    def is_per_sample(self) -> bool:
+        """Whether the key holds one value per sample (every kind but ``batch_global``)."""
+        return self.kind != "batch_global"
+
+
+def _check_choice(name: str, value: object, allowed: object) -> None:
+    choices = get_args(allowed)
+    if value not in choices:
+        msg = f"invalid `{name}`: {value!r}; expected one of: {', '.join(map(repr, choices))}"
+        raise SchemaError(msg)
+
+
+def _known() -> dict[str, ColumnSpec]:
+    int32, float32 = pa.int32(), pa.float32()
+    specs = [
+        ColumnSpec("tokens", "per_token", int32),
+        ColumnSpec("loss_masks", "per_token", pa.uint8(), length="response", flag=True),
+        ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
+        ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
+        ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
+        ColumnSpec("rollout_routed_experts", "per_sample_tensor", int32, length="tokens_minus_one"),
+        ColumnSpec("rollout_indexer_topk", "per_sample_tensor", int32, length="tokens_minus_one"),
+        ColumnSpec("response_lengths", "per_sample_scalar", pa.int64()),
+        ColumnSpec("rewards", "per_sample_scalar", pa.float64()),
+        ColumnSpec("truncated", "per_sample_scalar", pa.bool_(), flag=True),
+        ColumnSpec("round_number", "per_sample_scalar", pa.int64()),
+        ColumnSpec("sample_indices", "per_sample_scalar", pa.int64()),
+        ColumnSpec("rollout_ids", "per_sample_scalar", pa.int64()),
+        ColumnSpec("rollout_mask_sums", "per_sample_scalar", pa.int64()),
+        ColumnSpec("seq_witness_ids", "per_sample_scalar", pa.int64()),
+        ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64()),
+        ColumnSpec("prompt", "per_sample_object", codec="string"),
+        ColumnSpec("metadata", "per_sample_object", codec="pickle"),
+        ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
+        ColumnSpec("multimodal_train_inputs", "per_sample_object", codec="pickle"),
+        ColumnSpec("raw_reward", "batch_global", global_shape="float_per_sample"),
+        ColumnSpec("dynamic_global_batch_size", "batch_global", global_shape="int"),
+        ColumnSpec("step_slots", "batch_global", global_shape="int_list"),
+        ColumnSpec("step_adapter_names", "batch_global", global_shape="str_list"),
+        ColumnSpec("step_adapter_batch_sizes", "batch_global", global_shape="int_list"),
+        ColumnSpec("prompt_group_sizes", "batch_global", global_shape="int_list"),
+    ]
+    return {spec.name: spec for spec in specs}
+
+
+KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
+"""The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
+
+_DERIVED = ("total_lengths", "partition", "global_total_lengths")
+
+
+def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:
+    """Return the spec of every key, in the order given; declared specs override known ones.
+
+    Parameters
+    ----------
+    keys
+        The keys of the train data (``total_lengths`` and ``partition`` are skipped: the library
+        derives them).
+    specs
+        Column specs declared by the caller, for keys the library does not know or to override
+        a known key's spec.
+
+    Raises
+    ------
+    SchemaError
+        A key is neither known nor declared, or a spec is declared twice.
+    """
+    declared: dict[str, ColumnSpec] = {}
+    for spec in specs:
+        if not isinstance(spec, ColumnSpec):
+            msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
+            raise SchemaError(msg)
+        if spec.name in declared:
+            msg = f"column `{spec.name}` is declared twice in `specs`; keep one ColumnSpec per key"
+            raise SchemaError(msg)
+        declared[spec.name] = spec
+    resolved: dict[str, ColumnSpec] = {}
+    for key in keys:
+        if key in _DERIVED:
+            continue
+        spec = declared.get(key) or KNOWN_COLUMNS.get(key)
+        if spec is None:
+            msg = (
+                f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, "
+                f'e.g. `specs=[ColumnSpec("{key}", "per_sample_scalar", pa.float64())]` for one '
+                f'number per sample, or `ColumnSpec("{key}", "per_sample_object")` for any object'
+            )
+            raise SchemaError(msg)
+        resolved[key] = spec
+    return resolved
