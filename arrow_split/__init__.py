@@ -28,11 +28,11 @@ from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec
 from arrow_split.split import shard_for_rank, split_train_data_by_dp_raw, take_rows
 
 __all__ = [
-    "KNOWN_COLUMNS",
     "ArrowSplitError",
     "ColumnKind",
     "ColumnSpec",
     "ColumnTypeError",
+    "KNOWN_COLUMNS",
     "NotARolloutBatchError",
     "PlanError",
     "PlanTypeError",

@@ -17,9 +17,9 @@ import pyarrow as pa
 
 from arrow_split.batch_globals import check_batch_global, global_to_python
 from arrow_split.decode import column_to_python
+from arrow_split.encode import EncodeOptions, encode_scalar
 from arrow_split.errors import ArrowSplitError, SchemaError
 from arrow_split.schema import ColumnSpec, resolve_specs
-from arrow_split.encode import EncodeOptions, encode_scalar
 from arrow_split.train_data import encode_train_data, per_sample_values
 
 __all__ = ["RolloutBatch", "TrainDataLayout"]
@@ -37,8 +37,9 @@ batch's as ``global_total_lengths``.
 class RolloutBatch:
     """A rollout batch (or one rank's shard of it) as an Arrow RecordBatch.
 
-    Build one with :meth:`from_train_data`; split it with :func:`arrow_split.split_train_data_by_dp_raw`
-    or :func:`arrow_split.shard_for_rank`. Instances are immutable.
+    Build one with :meth:`from_train_data`; split it with
+    :func:`arrow_split.split_train_data_by_dp_raw` or :func:`arrow_split.shard_for_rank`.
+    Instances are immutable.
 
     Parameters
     ----------
@@ -324,7 +325,9 @@ def _rebuild(
 
 
 def _check_parts(
-    record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec], batch_globals: Mapping[str, object]
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
 ) -> None:
     if not isinstance(record_batch, pa.RecordBatch):
         msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"

@@ -110,7 +110,13 @@ def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None
     return f"a {type(value).__name__}"
 
 
-def _numbered(samples: Sequence[object], *, ragged: bool, name: str) -> Iterator[tuple[str, object]]:
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _numbered(
+    samples: Sequence[object], *, ragged: bool, name: str
+) -> Iterator[tuple[str, object]]:
     """Yield ``(where, value)`` for every value of a Python column, checking ragged samples."""
     for sample, values in enumerate(samples):
         if not ragged:
@@ -148,7 +154,8 @@ def locate_python_value(
         problem = _bad_python_value(value, integer=integer, flag=flag)
         if problem is not None:
             msg = (
-                f"{location}: `{name}` is a {kind} column but holds {problem} ({value!r:.40}); "
+                f"{location}: `{name}` is {_article(kind)} {kind} column but holds {problem} "
+                f"({value!r:.40}); "
                 f"pass {kind} values (convert in the producer, e.g. `int(v)` or "
                 "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
             )

@@ -8,6 +8,7 @@ allocated is writable.
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from collections.abc import Iterator
 
@@ -46,16 +47,14 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.ndarray]:
     """Yield one view of ``values`` per sample."""
-    bounds = offsets.tolist()
-    for begin, end in zip(bounds[:-1], bounds[1:]):
+    for begin, end in itertools.pairwise(offsets.tolist()):
         yield values[begin:end]
 
 
 def _ragged_to_python(array: pa.Array) -> list[object]:
     values, offsets = ragged_values(array)
     flat = values.tolist()
-    bounds = offsets.tolist()
-    return [flat[begin:end] for begin, end in zip(bounds[:-1], bounds[1:])]
+    return [flat[begin:end] for begin, end in itertools.pairwise(offsets.tolist())]
 
 
 def column_to_python(spec: ColumnSpec, array: pa.Array) -> list[object]:

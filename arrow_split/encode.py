@@ -62,7 +62,8 @@ def _target_dtype(spec: ColumnSpec) -> np.dtype:
     if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
         msg = f"column `{spec.name}` has no value type"
         raise ColumnTypeError(msg)
-    return np.dtype(value_type.to_pandas_dtype())
+    dtype: np.dtype = np.dtype(value_type.to_pandas_dtype())
+    return dtype
 
 
 def _allowed_kinds(spec: ColumnSpec) -> str:
@@ -113,13 +114,14 @@ def _flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.n
     arrays = [np.asarray(sample) for sample in samples]
     for sample, array in enumerate(arrays):
         if array.ndim != 1:
-            msg = (
-                f"sample {sample}: `{spec.name}` must be 1-D per sample, got shape {array.shape}"
-            )
+            msg = f"sample {sample}: `{spec.name}` must be 1-D per sample, got shape {array.shape}"
             raise ColumnTypeError(msg)
-        _check_array_dtype(spec, array.dtype, f"sample {sample}")
+        if array.size:
+            _check_array_dtype(spec, array.dtype, f"sample {sample}")
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
-    return np.concatenate(arrays), _offsets_from_lengths(lengths)
+    filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
+    values = np.concatenate(filled) if filled else np.empty(0, dtype=_target_dtype(spec))
+    return values, _offsets_from_lengths(lengths)
 
 
 def _flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
@@ -214,8 +216,7 @@ def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarr
             raise RaggedLengthError(msg)
     target = _target_dtype(spec)
     return [
-        array if array.size else np.empty((len(array), *trailing), dtype=target)
-        for array in arrays
+        array if array.size else np.empty((len(array), *trailing), dtype=target) for array in arrays
     ]
 
 
@@ -239,9 +240,7 @@ def encode_tensor(
     return pa.LargeListArray.from_arrays(pa.array(offsets), child)
 
 
-def encode_scalar(
-    spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
-) -> pa.Array:
+def encode_scalar(spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions) -> pa.Array:
     """Encode a ``per_sample_scalar`` column: one number per sample."""
     integer = _target_dtype(spec).kind != "f"
     if is_array(samples):
@@ -249,20 +248,23 @@ def encode_scalar(
         if values.ndim != 1:
             msg = f"`{spec.name}` must be 1-D (one number per sample), got shape {values.shape}"
             raise ColumnTypeError(msg)
-        _check_array_dtype(spec, values.dtype, "the array")
+        if values.size:
+            _check_array_dtype(spec, values.dtype, "the array")
     else:
         values = _scalars_from_python(spec, samples, integer=integer)
     return pa.array(_finish(spec, values, None, options))
 
 
-def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object], *, integer: bool) -> np.ndarray:
+def _scalars_from_python(
+    spec: ColumnSpec, samples: Sequence[object], *, integer: bool
+) -> np.ndarray:
     def locate(cause: str) -> None:
         locate_python_value(
             spec.name, samples, integer=integer, flag=spec.flag, ragged=False, cause=cause
         )
 
     if spec.flag:  # bools, 0/1 ints, or both mixed
-        flags = np.asarray(samples)
+        flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
         if flags.ndim != 1 or flags.dtype.kind not in "biu":
             locate("values that are neither bool nor int")
         return flags
@@ -277,7 +279,7 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object], *, integer
         total = sum(samples)  # type: ignore[arg-type]
         if not isinstance(total, (int, np.integer)):
             locate("a float among integer values")
-    return array.to_numpy(zero_copy_only=False)
+    return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
 def encode_object(spec: ColumnSpec, samples: Sequence[object]) -> tuple[pa.Array, ColumnSpec]:

@@ -5,9 +5,11 @@ built-in exception a Python user would expect (``ValueError`` for a bad value, `
 value of the wrong type, ``RuntimeError`` for a failure of the transport)::
 
     ArrowSplitError
-    ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global value
-    ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer column,
-    │                                         None in a token list, a scalar where a list is required
+    ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global
+    │                                         value
+    ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer
+    │                                         column, None in a token list, a scalar where a
+    │                                         list is required
     ├── RaggedLengthError      (ValueError)   lengths that disagree: a per-sample key vs `tokens`,
     │                                         a per-token column vs its sample's length
     ├── ValueRangeError        (ValueError)   a value outside its type or domain: int32 overflow,

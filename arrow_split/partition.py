@@ -200,8 +200,8 @@ def plan_partitions(
         For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is smaller
         than `dp_size` or not a multiple of it.
     """
-    lengths = check_lengths(total_lengths)
     size = check_dp_size(dp_size)
+    lengths = check_lengths(total_lengths)
     n = lengths.size
     if not balance_data:
         return [np.arange(rank, n, size, dtype=np.int64) for rank in range(size)]
@@ -214,9 +214,29 @@ def plan_partitions(
 def partition_for_rank(
     total_lengths: npt.ArrayLike, dp_rank: int, dp_size: int, *, balance_data: bool
 ) -> Int64Array:
-    """Return the rows of rank `dp_rank` alone, equal to ``plan_partitions(...)[dp_rank]``.
+    """Return the rows of one rank, equal to ``plan_partitions(...)[dp_rank]``.
 
-    The strided rows are computed directly; the balanced plan needs the whole planner.
+    Parameters
+    ----------
+    total_lengths
+        Token count of every sample (see :func:`check_lengths`).
+    dp_rank
+        The rank whose rows to return, an int in ``[0, dp_size)``.
+    dp_size
+        Number of data-parallel ranks, a positive int.
+    balance_data
+        ``True`` for the balanced plan, ``False`` for the strided plan.
+
+    Returns
+    -------
+    numpy.ndarray
+        The rows of `dp_rank`, int64, sorted ascending. Strided rows are computed directly,
+        without the other ranks; the balanced plan needs the whole planner.
+
+    Raises
+    ------
+    PlanError
+        As :func:`plan_partitions`, and for a `dp_rank` outside ``[0, dp_size)``.
     """
     rank = check_dp_rank(dp_rank, dp_size)
     if balance_data:
@@ -226,21 +246,38 @@ def partition_for_rank(
 
 
 def plan_fingerprint(total_lengths: npt.ArrayLike, dp_size: int, *, balance_data: bool) -> str:
-    """Return 16 hex digits that identify the plan's inputs, for ranks to cross-check cheaply.
+    """Return 16 hex digits that identify a plan's inputs, for ranks to cross-check cheaply.
 
-    The digest (BLAKE2b) covers the sample count, `dp_size`, the method name and the lengths as
-    little-endian int64 bytes, so it is the same on every platform and in every process. It
-    raises what :func:`plan_partitions` raises for the same arguments.
+    Parameters
+    ----------
+    total_lengths
+        Token count of every sample (see :func:`check_lengths`).
+    dp_size
+        Number of data-parallel ranks, a positive int.
+    balance_data
+        ``True`` for the balanced plan, ``False`` for the strided plan.
+
+    Returns
+    -------
+    str
+        A BLAKE2b digest of the sample count, `dp_size`, the method name and the lengths as
+        little-endian int64 bytes: equal inputs give equal digests on every platform, in every
+        process, whatever the container or integer dtype of `total_lengths`.
+
+    Raises
+    ------
+    PlanError
+        What :func:`plan_partitions` raises for the same arguments.
     """
-    lengths = check_lengths(total_lengths)
     size = check_dp_size(dp_size)
+    lengths = check_lengths(total_lengths)
     if balance_data:
         _check_balanced(lengths.size, size)
     method = _method(balance_data).encode("ascii")
     digest = hashlib.blake2b(digest_size=8, person=_FINGERPRINT_PERSON)
     digest.update(struct.pack("<qqB", lengths.size, size, len(method)))
     digest.update(method)
-    digest.update(np.ascontiguousarray(lengths, dtype="<i8").tobytes())
+    digest.update(np.ascontiguousarray(lengths, dtype="<i8").data)
     return digest.hexdigest()
 
 
@@ -256,11 +293,16 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
 
 
 class _States(Protocol):
-    def merge(self, first: int, second: int) -> _Key: ...
+    """The sets of every state, known by their sums and first rows, and who absorbed whom."""
 
-    def first_rows(self, state: int) -> Int64Array: ...
+    def merge(self, first: int, second: int) -> _Key:
+        """Merge state `second` into state `first`; return the queue key of the result."""
 
-    def parents(self) -> Int64Array: ...
+    def first_rows(self, state: int) -> Int64Array:
+        """Return the first row of each set of `state`, largest set first."""
+
+    def parents(self) -> Int64Array:
+        """Return, for each row, the first row of the set that absorbed its set (or itself)."""
 
 
 class _TupleStates:
@@ -352,7 +394,7 @@ def _resolve_roots(parents: Int64Array) -> Int64Array:
 def _balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
     """Return the balanced plan of `lengths` (validated; a positive multiple of `dp_size`)."""
     n = lengths.size
-    # State s holds sorted rows s*k .. s*k+k-1, its sets in descending order.
+    # State s starts with the rows at sorted positions s*k .. s*k+k-1, heaviest set first.
     rows = _rows_ordered_by(lengths).reshape(-1, dp_size)[:, ::-1].copy()
     sums = lengths[rows]
     spreads, tops = (sums[:, 0] - sums[:, -1]).tolist(), sums[:, 0].tolist()

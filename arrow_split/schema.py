@@ -35,10 +35,10 @@ import pyarrow as pa
 from arrow_split.errors import SchemaError
 
 __all__ = [
-    "KNOWN_COLUMNS",
     "ColumnKind",
     "ColumnSpec",
     "GlobalShape",
+    "KNOWN_COLUMNS",
     "LengthRule",
     "ObjectCodec",
     "resolve_specs",
@@ -151,10 +151,9 @@ class ColumnSpec:
                 "per_sample_object column)"
             )
             raise SchemaError(msg)
-        if self.kind == "per_sample_tensor" and not pa.types.is_integer(value_type):
-            if not pa.types.is_floating(value_type):
-                msg = f"column `{self.name}`: tensor columns hold numbers, got {value_type}"
-                raise SchemaError(msg)
+        if self.kind == "per_sample_tensor" and pa.types.is_boolean(value_type):
+            msg = f"column `{self.name}`: tensor columns hold integers or floats, got bool"
+            raise SchemaError(msg)
 
     @property
     def is_per_sample(self) -> bool:
@@ -205,7 +204,7 @@ def _known() -> dict[str, ColumnSpec]:
 KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 """The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
 
-_DERIVED = ("total_lengths", "partition", "global_total_lengths")
+_DERIVED = ("total_lengths",)
 
 
 def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:
@@ -214,8 +213,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
     Parameters
     ----------
     keys
-        The keys of the train data (``total_lengths`` and ``partition`` are skipped: the library
-        derives them).
+        The keys of the train data (``total_lengths`` is skipped: the library derives it).
     specs
         Column specs declared by the caller, for keys the library does not know or to override
         a known key's spec.
@@ -238,13 +236,13 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
     for key in keys:
         if key in _DERIVED:
             continue
-        spec = declared.get(key) or KNOWN_COLUMNS.get(key)
-        if spec is None:
+        found = declared.get(key) or KNOWN_COLUMNS.get(key)
+        if found is None:
             msg = (
                 f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, "
                 f'e.g. `specs=[ColumnSpec("{key}", "per_sample_scalar", pa.float64())]` for one '
                 f'number per sample, or `ColumnSpec("{key}", "per_sample_object")` for any object'
             )
             raise SchemaError(msg)
-        resolved[key] = spec
+        resolved[key] = found
     return resolved

@@ -66,7 +66,7 @@ def split_train_data_by_dp_raw(
     dp_size
         The number of data-parallel ranks.
     balance_data
-        ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``. ``True``: Karmarkar–Karp
+        ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``. ``True``: Karmarkar-Karp
         partitions of equal size balanced by total length (see :func:`plan_partitions`).
 
     Returns
@@ -87,7 +87,7 @@ def shard_for_rank(
     *,
     balance_data: bool,
 ) -> RolloutBatch:
-    """Rank ``dp_rank``'s shard: ``split_train_data_by_dp_raw(...)[dp_rank]``, gathering only its rows.
+    """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
     The plan is computed from the ``tokens`` offsets alone; no other rank's rows are gathered,
     converted or copied.

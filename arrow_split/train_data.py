@@ -28,7 +28,6 @@ from arrow_split.schema import ColumnSpec
 __all__ = ["encode_train_data", "per_sample_values"]
 
 
-
 def per_sample_values(data: Mapping[str, Any], key: str, num_samples: int | None) -> Sequence[Any]:
     """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise."""
     value = data[key]

@@ -1,6 +1,7 @@
-"""Shared test configuration: hypothesis profiles chosen by ``ARROW_SPLIT_HYPOTHESIS_PROFILE``.
+"""Shared test configuration: hypothesis profiles chosen by an environment variable.
 
-``dev`` (default) is quick, ``ci`` runs more examples without deadlines, ``debug`` prints every example.
+``ARROW_SPLIT_HYPOTHESIS_PROFILE`` picks it: ``dev`` (the default) is quick, ``ci`` runs more
+examples, derandomized, ``debug`` prints every example.
 """
 
 from __future__ import annotations

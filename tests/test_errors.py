@@ -1,0 +1,370 @@
+"""Every bad input gets a typed error whose message names the key, the sample and the fix."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from arrow_split import (
+    ArrowSplitError,
+    ColumnSpec,
+    ColumnTypeError,
+    PlanError,
+    PlanTypeError,
+    RaggedLengthError,
+    RolloutBatch,
+    SchemaError,
+    ValueRangeError,
+    shard_for_rank,
+    split_train_data_by_dp_raw,
+)
+
+
+def _data(**changes: Any) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9]],
+        "response_lengths": [2, 1, 1],
+        "loss_masks": [[1, 0], [1], [1]],
+        "rollout_log_probs": [[-0.5, -0.25], [-1.0], [0.0]],
+        "rewards": [1.0, 0.5, 0.0],
+        "raw_reward": [1.0, 0.5, 0.0],
+    }
+    data.update(changes)
+    return data
+
+
+BAD_TRAIN_DATA = [
+    pytest.param(
+        _data(rewards=[1.0, 0.5]),
+        RaggedLengthError,
+        r"`rewards` has 2 values but `tokens` has 3 samples",
+        id="per-sample-key-shorter-than-tokens",
+    ),
+    pytest.param(
+        _data(loss_masks=[[1, 0], [1, 1], [1]]),
+        RaggedLengthError,
+        r"sample 1: `loss_masks` has 2 values but `response_lengths` says 1",
+        id="loss-masks-vs-response-lengths",
+    ),
+    pytest.param(
+        _data(rollout_log_probs=[[-0.5, -0.25], [-1.0], []]),
+        RaggedLengthError,
+        r"sample 2: `rollout_log_probs` has 0 values but `response_lengths` says 1",
+        id="log-probs-vs-response-lengths",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, 4, 1]),
+        RaggedLengthError,
+        r"sample 1: `response_lengths` is 4 but the sample has only 3 tokens",
+        id="response-longer-than-tokens",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, -1, 1]),
+        ValueRangeError,
+        r"sample 1: `response_lengths` must be >= 0, got -1",
+        id="negative-response-length",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 2, 2), np.int32)] * 3),
+        RaggedLengthError,
+        r"sample 1: `rollout_routed_experts` has 3 values but `len\(tokens\) - 1` says 2",
+        id="routed-experts-rows",
+    ),
+    pytest.param(
+        _data(rollout_indexer_topk=[np.zeros((3, 4), np.int32), np.zeros((2, 5), np.int32), []]),
+        RaggedLengthError,
+        r"sample 1: `rollout_indexer_topk` has trailing shape \(5,\) but sample 0 has \(4,\)",
+        id="trailing-shapes-differ",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], [5, 1.5, 7], [8, 9]]),
+        ColumnTypeError,
+        r"sample 1, position 1: `tokens` is an integer column but holds a float \(1.5\)",
+        id="float-in-int-column",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], [5, 6, 7], [8, True]]),
+        ColumnTypeError,
+        r"sample 2, position 1: `tokens` is an integer column but holds a bool",
+        id="bool-in-int-column",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.arange(3.0), np.arange(2)]),
+        ColumnTypeError,
+        r"sample 1: `tokens` is an integer column \(int32\) but the array has dtype float64",
+        id="float-array-in-int-column",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], [5, 6, 2**31], [8, 9]]),
+        ValueRangeError,
+        r"sample 1, position 2: `tokens` value 2147483648 is out of range for int32",
+        id="token-out-of-int32-range",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 2**70], [5, 6, 7], [8, 9]]),
+        ValueRangeError,
+        r"sample 0, position 3: `tokens` value 1180591620717411303424 is out of range for int64",
+        id="value-beyond-int64",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], [5, None, 7], [8, 9]]),
+        ColumnTypeError,
+        r"sample 1, position 1: `tokens` is an integer column but holds None",
+        id="none-in-token-list",
+    ),
+    pytest.param(
+        _data(rewards=[1.0, float("nan"), 0.0]),
+        ValueRangeError,
+        r"sample 1: `rewards` holds nan; NaN and infinity are rejected by default.*"
+        r"`allow_nonfinite=True`",
+        id="nan-reward",
+    ),
+    pytest.param(
+        _data(rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` holds -inf",
+        id="inf-log-prob",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, float("nan"), 0.0]),
+        ValueRangeError,
+        r"sample 1: `raw_reward` holds nan",
+        id="nan-raw-reward",
+    ),
+    pytest.param(
+        _data(rollout_log_probs=[[-0.5, -0.1], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` value -0.1 is not exactly a float32.*"
+        r"`round_floats=True`",
+        id="float64-not-float32",
+    ),
+    pytest.param(
+        _data(loss_masks=[[1, 2], [1], [1]]),
+        ValueRangeError,
+        r"sample 0, position 1: `loss_masks` must hold 0/1 \(or bool\) values, got 2",
+        id="mask-not-0-1",
+    ),
+    pytest.param(
+        _data(rewards=1.0),
+        ColumnTypeError,
+        r"`rewards` must be a list with one value per sample, got float 1.0",
+        id="scalar-where-list-required",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], 5, [8, 9]]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be a list of numbers per sample, got int 5",
+        id="scalar-sample-in-token-column",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, 2.0]),
+        SchemaError,
+        r"batch-global key `raw_reward` has 2 values but the batch has 3 samples",
+        id="raw-reward-wrong-length",
+    ),
+    pytest.param(
+        _data(dynamic_global_batch_size="64"),
+        SchemaError,
+        r"batch-global key `dynamic_global_batch_size` must be one int, got str",
+        id="global-int-wrong-type",
+    ),
+    pytest.param(
+        _data(step_adapter_names=["a", 3]),
+        SchemaError,
+        r"`step_adapter_names` must be a list of str, got list.*item 1 is 3",
+        id="global-str-list-wrong-item",
+    ),
+    pytest.param(
+        _data(prompt_group_sizes=4),
+        SchemaError,
+        r"`prompt_group_sizes` must be a list of ints, got int 4: not a list",
+        id="global-list-given-a-scalar",
+    ),
+    pytest.param(
+        _data(advantages=[[0.1], [0.2], [0.3]]),
+        SchemaError,
+        r"unknown key `advantages`: arrow_split does not guess a column's kind; declare it",
+        id="undeclared-key",
+    ),
+    pytest.param(
+        {"response_lengths": [1]},
+        SchemaError,
+        r"`tokens` is required",
+        id="missing-tokens",
+    ),
+    pytest.param(
+        {"tokens": [[1, 2]], "loss_masks": [[1]]},
+        SchemaError,
+        r"`loss_masks` is aligned to the response, so `response_lengths` is required",
+        id="response-column-without-response-lengths",
+    ),
+    pytest.param(
+        _data(weight_versions=[["v1"], "v2", []]),
+        ColumnTypeError,
+        r"sample 1: `weight_versions` must be a list of str per sample",
+        id="string-list-with-a-string",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 2), int), np.zeros((2, 2), int), [[1, None]]]),
+        ColumnTypeError,
+        r"sample 2: `rollout_routed_experts` must hold numbers, got an array of dtype object",
+        id="tensor-with-none",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 2), np.float64)] * 3),
+        ColumnTypeError,
+        r"sample 0: `rollout_routed_experts` is an integer column \(int32\) but the array has "
+        r"dtype float64",
+        id="float-tensor-in-int-column",
+    ),
+    pytest.param(
+        _data(total_lengths=[4, 3, 3]),
+        RaggedLengthError,
+        r"sample 2: `total_lengths` has 3 values but `tokens` says 2",
+        id="total-lengths-disagree",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "error", "match"), BAD_TRAIN_DATA)
+def test_bad_train_data_is_rejected_and_left_untouched(
+    data: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    before = copy.deepcopy(data)
+    with pytest.raises(error, match=match):
+        RolloutBatch.from_train_data(data)
+    assert repr(data) == repr(before)
+
+
+@pytest.mark.parametrize(("data", "error", "match"), BAD_TRAIN_DATA)
+def test_split_raises_the_same_error_before_splitting(
+    data: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        split_train_data_by_dp_raw(data, 1, balance_data=False)
+
+
+def test_every_error_is_an_arrow_split_error_and_a_builtin() -> None:
+    for param in BAD_TRAIN_DATA:
+        error = param.values[1]
+        assert issubclass(error, ArrowSplitError)
+        assert issubclass(error, (ValueError, TypeError))
+
+
+def test_data_must_be_a_mapping() -> None:
+    with pytest.raises(SchemaError, match=r"`data` must be a dict of per-sample lists, got list"):
+        RolloutBatch.from_train_data([[1, 2]])  # type: ignore[arg-type]
+
+
+def test_split_needs_a_dict_or_a_batch() -> None:
+    with pytest.raises(SchemaError, match=r"expected a train-data dict or a RolloutBatch, got str"):
+        split_train_data_by_dp_raw("tokens", 2, balance_data=False)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("dp_size", "error", "match"),
+    [
+        (0, PlanError, r"`dp_size` must be a positive int, got 0"),
+        (-2, PlanError, r"`dp_size` must be a positive int, got -2"),
+        (True, PlanTypeError, r"`dp_size` must be a positive int, got True of type bool"),
+        (2.0, PlanTypeError, r"`dp_size` must be a positive int, got 2.0 of type float"),
+    ],
+)
+def test_bad_dp_size_is_rejected_before_conversion(
+    dp_size: Any, error: type[Exception], match: str
+) -> None:
+    bad_data = _data(rewards=[1.0])  # would fail conversion: the dp_size check comes first
+    with pytest.raises(error, match=match):
+        split_train_data_by_dp_raw(bad_data, dp_size, balance_data=False)
+
+
+@pytest.mark.parametrize("dp_rank", [-1, 4])
+def test_dp_rank_out_of_range(dp_rank: int) -> None:
+    with pytest.raises(PlanError, match=rf"`dp_rank` must be in \[0, 4\), got {dp_rank}"):
+        shard_for_rank(_data(), dp_rank, 4, balance_data=False)
+
+
+def test_dp_rank_of_the_wrong_type() -> None:
+    with pytest.raises(
+        PlanTypeError, match=r"`dp_rank` must be an int in \[0, 4\), got 1.0 of type float"
+    ):
+        shard_for_rank(_data(), 1.0, 4, balance_data=False)  # type: ignore[arg-type]
+
+
+def test_balanced_split_needs_a_multiple_of_dp_size() -> None:
+    with pytest.raises(
+        PlanError,
+        match=r"needs a multiple of `dp_size` \(2\) samples, got 3; drop 1 samples or pad with 1",
+    ):
+        split_train_data_by_dp_raw(_data(), 2, balance_data=True)
+
+
+def test_balanced_split_needs_at_least_one_sample_per_rank() -> None:
+    with pytest.raises(
+        PlanError,
+        match=r"needs at least `dp_size` \(4\) samples, got 3; pad the batch with 1 samples",
+    ):
+        split_train_data_by_dp_raw(_data(), 4, balance_data=True)
+
+
+def test_empty_batch_splits_into_empty_strided_shards_and_refuses_balance() -> None:
+    empty = RolloutBatch.from_train_data({"tokens": []})
+    shards = split_train_data_by_dp_raw(empty, 3, balance_data=False)
+    assert [shard.num_samples for shard in shards] == [0, 0, 0]
+    with pytest.raises(PlanError, match=r"needs at least `dp_size` \(3\) samples, got 0"):
+        split_train_data_by_dp_raw(empty, 3, balance_data=True)
+
+
+@pytest.mark.parametrize(
+    ("make_spec", "match"),
+    [
+        (lambda: ColumnSpec("x", "per_row"), r"invalid `kind`: 'per_row'; expected one of:"),
+        (
+            lambda: ColumnSpec("x", "per_token"),
+            r"column `x`: a per_token column needs `value_type`",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.string()),
+            r"column `x`: unsupported `value_type` string",
+        ),
+        (lambda: ColumnSpec("", "per_sample_object"), r"`name` must be a non-empty str"),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), length="prompt"),
+            r"invalid `length`: 'prompt'",
+        ),
+        (lambda: ColumnSpec("x", "batch_global"), r"invalid `global_shape`: None"),
+    ],
+)
+def test_bad_column_specs(make_spec: Any, match: str) -> None:
+    with pytest.raises(SchemaError, match=match):
+        make_spec()
+
+
+def test_a_spec_declared_twice() -> None:
+    spec = ColumnSpec("x", "per_sample_object")
+    with pytest.raises(SchemaError, match=r"column `x` is declared twice in `specs`"):
+        RolloutBatch.from_train_data({"tokens": [[1]], "x": [1]}, specs=[spec, spec])
+
+
+def test_add_train_data_refuses_existing_keys() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(SchemaError, match=r"keys already in the batch: 'rewards'"):
+        batch.add_train_data({"rewards": [1.0, 2.0, 3.0]})
+
+
+def test_add_train_data_checks_lengths() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(
+        RaggedLengthError, match=r"`seq_witness_ids` has 2 values but `tokens` has 3"
+    ):
+        batch.add_train_data({"seq_witness_ids": [1, 2]})
+
+
+def test_missing_column_lookup_lists_the_columns() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(KeyError, match=r"no per-sample column `prompt`; the batch has: tokens"):
+        batch.column("prompt")

@@ -1,0 +1,53 @@
+"""The public names: sorted, complete, importable, and every public module keeps an ``__all__``."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+import arrow_split
+
+CORE_MODULES = [
+    name
+    for module in pkgutil.iter_modules(arrow_split.__path__)
+    if (name := module.name) not in {"ray", "torch", "cli", "__main__"}
+]
+
+
+def test_all_is_sorted_and_unique() -> None:
+    assert arrow_split.__all__ == sorted(arrow_split.__all__)
+    assert len(set(arrow_split.__all__)) == len(arrow_split.__all__)
+
+
+def test_every_public_name_exists() -> None:
+    for name in arrow_split.__all__:
+        assert hasattr(arrow_split, name), name
+
+
+def test_every_public_top_level_object_is_exported() -> None:
+    public = {name for name in vars(arrow_split) if not name.startswith("_")}
+    modules = {name for name in public if type(getattr(arrow_split, name)).__name__ == "module"}
+    assert public - modules - {"annotations"} <= set(arrow_split.__all__)
+
+
+@pytest.mark.parametrize("module_name", CORE_MODULES)
+def test_core_modules_declare_a_sorted_all(module_name: str) -> None:
+    module = importlib.import_module(f"arrow_split.{module_name}")
+    assert module.__all__ == sorted(module.__all__), module_name
+    for name in module.__all__:
+        assert hasattr(module, name), f"{module_name}.{name}"
+
+
+def test_the_fixed_names_of_the_api() -> None:
+    for name in (
+        "RolloutBatch",
+        "plan_partitions",
+        "split_train_data_by_dp_raw",
+        "shard_for_rank",
+        "plan_fingerprint",
+    ):
+        assert name in arrow_split.__all__
+    assert callable(arrow_split.RolloutBatch.from_train_data)
+    assert callable(arrow_split.RolloutBatch.to_train_data)

@@ -1,0 +1,140 @@
+"""The split: exact cover, aligned columns, the classic layout, one rank alone."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from arrow_split import (
+    RolloutBatch,
+    partition_for_rank,
+    shard_for_rank,
+    split_train_data_by_dp_raw,
+)
+from tests.reference_split import normalize, reference_split
+from tests.strategies import train_data
+
+
+@st.composite
+def split_cases(draw: st.DrawFn) -> tuple[dict[str, Any], int, bool]:
+    data = draw(train_data())
+    num_samples = len(data["tokens"])
+    balance_data = draw(st.booleans()) and num_samples > 0
+    if balance_data:
+        divisors = [d for d in range(1, num_samples + 1) if num_samples % d == 0]
+        dp_size = draw(st.sampled_from(divisors))
+    else:
+        dp_size = draw(st.integers(1, num_samples + 3))
+    return data, dp_size, balance_data
+
+
+def _concat(shards: list[RolloutBatch]) -> pa.Table:
+    return pa.Table.from_batches([shard.record_batch for shard in shards])
+
+
+@given(split_cases())
+@example(({"tokens": []}, 3, False))
+@example(({"tokens": [[1]] * 4}, 4, True))
+def test_every_row_lands_in_exactly_one_shard(case: tuple[dict[str, Any], int, bool]) -> None:
+    data, dp_size, balance_data = case
+    shards = split_train_data_by_dp_raw(data, dp_size, balance_data=balance_data)
+    assert len(shards) == dp_size
+    rows = np.concatenate([shard.partition for shard in shards]).astype(np.int64)
+    counts = np.bincount(rows, minlength=len(data["tokens"]))
+    assert counts.tolist() == [1] * len(data["tokens"])
+
+
+@given(split_cases())
+def test_shards_put_back_together_give_the_original_bit_for_bit(
+    case: tuple[dict[str, Any], int, bool],
+) -> None:
+    data, dp_size, balance_data = case
+    batch = RolloutBatch.from_train_data(data)
+    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
+    rows = np.concatenate([shard.partition for shard in shards])
+    table = _concat(shards).take(pa.array(np.argsort(rows), type=pa.int64()))
+    assert table.equals(pa.Table.from_batches([batch.record_batch]))
+
+
+@given(split_cases())
+def test_split_matches_the_plain_python_reference(case: tuple[dict[str, Any], int, bool]) -> None:
+    data, dp_size, balance_data = case
+    shards = split_train_data_by_dp_raw(data, dp_size, balance_data=balance_data)
+    expected = reference_split(data, dp_size, balance_data)
+    for shard, reference in zip(shards, expected, strict=True):
+        actual = shard.to_train_data()
+        assert actual.keys() == reference.keys()
+        for key, values in reference.items():
+            assert normalize(actual[key]) == values, key
+
+
+@given(split_cases())
+def test_layouts(case: tuple[dict[str, Any], int, bool]) -> None:
+    data, dp_size, balance_data = case
+    shards = split_train_data_by_dp_raw(data, dp_size, balance_data=balance_data)
+    num_samples = len(data["tokens"])
+    sizes = [shard.num_samples for shard in shards]
+    if balance_data:
+        assert sizes == [num_samples // dp_size] * dp_size
+    else:
+        for rank, shard in enumerate(shards):
+            assert shard.partition.tolist() == list(range(rank, num_samples, dp_size))
+        assert max(sizes) - min(sizes) <= 1
+
+
+@given(split_cases(), st.data())
+def test_one_rank_alone_equals_that_rank_of_the_full_split(
+    case: tuple[dict[str, Any], int, bool], draw: st.DataObject
+) -> None:
+    data, dp_size, balance_data = case
+    batch = RolloutBatch.from_train_data(data)
+    rank = draw.draw(st.integers(0, dp_size - 1))
+    alone = shard_for_rank(batch, rank, dp_size, balance_data=balance_data)
+    assert alone.equals(split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)[rank])
+    from_dict = shard_for_rank(data, rank, dp_size, balance_data=balance_data)
+    assert from_dict.equals(alone)
+
+
+@given(split_cases())
+def test_actor_layout_reorders_total_lengths(case: tuple[dict[str, Any], int, bool]) -> None:
+    data, dp_size, balance_data = case
+    for shard in split_train_data_by_dp_raw(data, dp_size, balance_data=balance_data):
+        actor = shard.to_train_data(layout="actor")
+        assert "partition" not in actor
+        assert actor["total_lengths"] == [len(data["tokens"][row]) for row in shard.partition]
+        assert actor["global_total_lengths"] == [len(tokens) for tokens in data["tokens"]]
+        assert normalize(shard.with_layout("actor").to_train_data()) == normalize(actor)
+
+
+def test_a_shard_is_compact_and_ships_only_its_own_bytes() -> None:
+    rng = np.random.default_rng(1)
+    data = {"tokens": [rng.integers(0, 50_000, 2_000) for _ in range(64)]}
+    batch = RolloutBatch.from_train_data(data)
+    shard = shard_for_rank(batch, 3, 8, balance_data=False)
+    buffers: list[pickle.PickleBuffer] = []
+    pickle.dumps(shard, protocol=5, buffer_callback=buffers.append)
+    shipped = sum(memoryview(buffer).nbytes for buffer in buffers)
+    assert shipped <= shard.nbytes + 1024
+    assert shipped < batch.nbytes / 4
+    tokens = shard.record_batch.column("tokens")
+    assert tokens.offset == 0
+    assert tokens.offsets[0].as_py() == 0
+
+
+def test_a_shard_of_a_shard_maps_back_to_the_whole_batch() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[i] * (i + 1) for i in range(12)]})
+    shard = shard_for_rank(batch, 1, 2, balance_data=False)  # rows 1, 3, ..., 11
+    inner = shard_for_rank(shard, 2, 3, balance_data=False)  # its rows 2, 5
+    assert inner.partition.tolist() == [5, 11]
+    assert inner.to_train_data()["tokens"] == [[5] * 6, [11] * 12]
+    assert inner.batch_total_lengths.tolist() == list(range(1, 13))
+
+
+def test_rank_indices_for_strided_plans_need_no_full_plan() -> None:
+    lengths = np.arange(10)
+    assert partition_for_rank(lengths, 2, 4, balance_data=False).tolist() == [2, 6]
