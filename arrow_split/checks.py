@@ -79,13 +79,15 @@ def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> Non
         raise ValueRangeError(msg)
 
 
-def check_float32_exact(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
-    """Raise :class:`ValueRangeError` if a wider float is not exactly a float32 value."""
-    if values.size == 0 or values.dtype.itemsize <= 4:
+def check_float32_exact(
+    name: str, values: np.ndarray, rounded: np.ndarray, offsets: np.ndarray | None
+) -> None:
+    """Raise :class:`ValueRangeError` if ``rounded`` (float32) lost bits of wider ``values``."""
+    if values.size == 0 or values.dtype == rounded.dtype:
         return
-    with np.errstate(over="ignore", invalid="ignore"):
-        rounded = values.astype(np.float32).astype(values.dtype)
-    bad = (rounded != values) & ~(np.isnan(values) & np.isnan(rounded))
+    bad = values != rounded  # compared in float64, chunk by chunk: no full temporary copy
+    if bad.any():
+        bad &= ~np.isnan(values)  # NaN is judged by the finiteness check
     if bad.any():
         index = int(np.argmax(bad))
         msg = (
@@ -136,7 +138,7 @@ def locate_python_value(
     name: str,
     samples: Sequence[object],
     *,
-    integer: bool,
+    target: np.dtype,
     flag: bool,
     ragged: bool,
     cause: str,
@@ -146,10 +148,16 @@ def locate_python_value(
     ``cause`` is what the fast conversion reported; it is shown if the scan finds nothing more
     precise.
     """
+    integer = target.kind in "iub"
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
+    bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
     for location, value in _numbered(samples, ragged=ragged, name=name):
-        if isinstance(value, int) and not -(2**63) <= value < 2**63:
-            msg = f"{location}: `{name}` value {value!r} is out of range for int64"
+        if isinstance(value, (int, np.integer)) and not bounds.min <= value <= bounds.max:
+            msg = (
+                f"{location}: `{name}` value {value!r} is out of range for "
+                f"{bounds.dtype} [{bounds.min}, {bounds.max}]; fix the value, or declare the "
+                "column with a wider `value_type` in a ColumnSpec"
+            )
             raise ValueRangeError(msg)
         problem = _bad_python_value(value, integer=integer, flag=flag)
         if problem is not None:

@@ -93,12 +93,11 @@ def _finish(
     elif target.kind in "iu":
         check_int_range(spec.name, values, target, offsets)
     elif target.kind == "f":
-        if values.dtype.kind != "f":
-            values = values.astype(np.float64)
-        if values.dtype.itemsize > target.itemsize and not options.round_floats:
-            check_float32_exact(spec.name, values, offsets)
+        wide = values if values.dtype.kind == "f" else values.astype(np.float64)
         with np.errstate(over="ignore"):
-            values = values.astype(target, copy=False)
+            values = wide.astype(target, copy=False)
+        if not options.round_floats:
+            check_float32_exact(spec.name, wide, values, offsets)
         if spec.finite and not options.allow_nonfinite:
             check_finite(spec.name, values, offsets)
     return values.astype(target, copy=False)
@@ -125,12 +124,15 @@ def _flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.n
 
 
 def _flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
-    integer = _target_dtype(spec).kind != "f"
-    wide = pa.int64() if integer else pa.float64()
+    target = _target_dtype(spec)
+    integer = target.kind != "f"
+    # Integers convert straight to the column's type (Arrow checks the range); floats go through
+    # float64, so that a value which is not exactly a float32 can be caught.
+    wide = spec.value_type if target.kind in "iu" else pa.float64()
 
     def locate(cause: str) -> None:
         locate_python_value(
-            spec.name, samples, integer=integer, flag=spec.flag, ragged=True, cause=cause
+            spec.name, samples, target=target, flag=spec.flag, ragged=True, cause=cause
         )
 
     try:
@@ -144,7 +146,7 @@ def _flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.n
             return _flat_from_mixed_flags(spec, samples, locate)
     if array.null_count or array.values.null_count:
         locate("null values")
-    if integer and pa.types.is_int64(array.type.value_type):
+    if integer and pa.types.is_integer(array.type.value_type):
         total = sum(map(sum, samples))  # type: ignore[arg-type]
         if not isinstance(total, (int, np.integer)):
             locate("a float among integer values")
@@ -259,8 +261,9 @@ def _scalars_from_python(
     spec: ColumnSpec, samples: Sequence[object], *, integer: bool
 ) -> np.ndarray:
     def locate(cause: str) -> None:
+        target = _target_dtype(spec)
         locate_python_value(
-            spec.name, samples, integer=integer, flag=spec.flag, ragged=False, cause=cause
+            spec.name, samples, target=target, flag=spec.flag, ragged=False, cause=cause
         )
 
     if spec.flag:  # bools, 0/1 ints, or both mixed

@@ -1,8 +1,7 @@
 """Partition plans: which rows of a batch go to which data-parallel rank.
 
-Pure numpy (plus :mod:`heapq` and :mod:`hashlib`), so that property tests can run it thousands of
-times. Two plans exist, named by :data:`SplitMethod`; both place every sample exactly where the
-frameworks in use today place it.
+Pure numpy, :mod:`heapq` and :mod:`hashlib`. Two plans, named by :data:`SplitMethod`, each
+placing every sample exactly where the frameworks in use today place it:
 
 ``"strided"`` (``balance_data=False``)
     Rank ``r`` gets rows ``r, r + dp_size, r + 2 * dp_size, ...``.
@@ -15,7 +14,8 @@ frameworks in use today place it.
     hands out first the state with the largest *spread* (largest set sum minus smallest). The two
     states popped first, A then B, are merged: A's set ``i`` absorbs B's set ``dp_size - 1 - i``
     (the heaviest set takes the lightest), A's sets are re-sorted and A goes back into the queue.
-    When one state is left, its sets in order are ranks ``0 .. dp_size - 1``.
+    When one state is left, its sets in order are ranks ``0 .. dp_size - 1``, each rank's rows
+    in ascending order.
 
 How this module computes it fast. Sets are compared by their sum, then their number of rows,
 then their ``(row, length)`` lists in insertion order. Row numbers are distinct and every set
@@ -25,9 +25,8 @@ All sets of a state have the same count, so inside a state ``(sum, first_row)`` 
 state is ordered by ``(spread, key of its first set)``. A set is therefore never stored as a list
 of rows: a state holds only its set sums and first rows, each merge records which first row was
 absorbed by which, and the rank of every row is resolved at the end by following these parent
-links with vectorised pointer jumping. Small ``dp_size`` (many states, a few sets each) merges
-with Python tuples; large ``dp_size`` merges with numpy arrays. Both give the same plan, equal to
-the plain-Python reference in ``tests/reference_plan.py``.
+links with vectorised pointer jumping. Small ``dp_size`` (many states of few sets) merges with
+Python tuples, large ``dp_size`` with numpy arrays; both equal ``tests/reference_plan.py``.
 """
 
 from __future__ import annotations
@@ -218,14 +217,10 @@ def partition_for_rank(
 
     Parameters
     ----------
-    total_lengths
-        Token count of every sample (see :func:`check_lengths`).
+    total_lengths, dp_size, balance_data
+        As for :func:`plan_partitions`.
     dp_rank
         The rank whose rows to return, an int in ``[0, dp_size)``.
-    dp_size
-        Number of data-parallel ranks, a positive int.
-    balance_data
-        ``True`` for the balanced plan, ``False`` for the strided plan.
 
     Returns
     -------
@@ -250,12 +245,8 @@ def plan_fingerprint(total_lengths: npt.ArrayLike, dp_size: int, *, balance_data
 
     Parameters
     ----------
-    total_lengths
-        Token count of every sample (see :func:`check_lengths`).
-    dp_size
-        Number of data-parallel ranks, a positive int.
-    balance_data
-        ``True`` for the balanced plan, ``False`` for the strided plan.
+    total_lengths, dp_size, balance_data
+        As for :func:`plan_partitions`.
 
     Returns
     -------
@@ -340,8 +331,8 @@ class _ArrayStates:
     """States as rows of two int64 matrices: cheapest per merge when each state has many sets."""
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
-        self.sums = sums.copy()
-        self.rows = rows.copy()
+        self.sums = sums  # taken over, not copied: the caller passes fresh arrays
+        self.rows = rows
         self.counts = [1] * sums.shape[0]
         self.parent_rows = np.arange(sums.size, dtype=np.int64)
 

@@ -7,8 +7,10 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
@@ -74,6 +76,22 @@ def _assert_same_as_reference(parts: list[np.ndarray], expected: list[list[int]]
     assert len(parts) == len(expected)
     for part, rows in zip(parts, expected, strict=True):
         np.testing.assert_array_equal(part, np.asarray(rows, dtype=np.int64))
+
+
+@pytest.mark.parametrize(
+    ("lengths", "expected"),
+    [
+        # States {2: 9, 0: 5} (spread 4) and {1: 3, 3: 1} (spread 2): the first pops first, its
+        # heavier set takes row 3 (10 tokens), its lighter set row 1 (8 tokens).
+        ([5, 3, 9, 1], [[2, 3], [0, 1]]),
+        # All spreads 0: the state whose first set holds the larger row (3) pops first; both
+        # merged sets weigh 8 and the one that starts with row 3 comes first.
+        ([4, 4, 4, 4], [[0, 3], [1, 2]]),
+    ],
+)
+def test_balanced_hand_worked_examples(lengths: list[int], expected: list[list[int]]) -> None:
+    assert reference_partitions(lengths, 2, True) == expected
+    _assert_same_as_reference(plan_partitions(lengths, 2, balance_data=True), expected)
 
 
 # The explicit edge cases: n == dp_size, ties, capped lengths, dp_size 1, dp_size == n == 512,
@@ -153,8 +171,9 @@ def test_inputs_of_any_integer_container_give_the_same_plan() -> None:
         np.asarray(lengths, dtype=np.int32),
         np.asarray(lengths, np.uint16),
     ):
+        numpy_dp_size: Any = np.int64(4)
         _assert_same_as_reference(
-            plan_partitions(same, np.int64(4), balance_data=True), [p.tolist() for p in expected]
+            plan_partitions(same, numpy_dp_size, balance_data=True), [p.tolist() for p in expected]
         )
         assert plan_fingerprint(same, 4, balance_data=True) == plan_fingerprint(
             lengths, 4, balance_data=True
@@ -192,7 +211,8 @@ def test_validators_return_plain_values() -> None:
     assert check_dp_size(np.int32(8)) == 8
     assert type(check_dp_size(np.int32(8))) is int
     assert check_dp_rank(np.uint8(3), 4) == 3
-    for empty in ([], (), np.zeros(0), np.zeros(0, dtype=bool)):
+    empties: list[npt.ArrayLike] = [[], (), np.zeros(0), np.zeros(0, dtype=bool)]
+    for empty in empties:
         converted = check_lengths(empty)
         assert converted.dtype == np.int64
         assert converted.shape == (0,)

@@ -1,0 +1,471 @@
+"""One rank's shard -> torch tensors, in the layout a training step wants.
+
+:func:`to_tensors` turns the numeric columns of a shard into tensors; this leaf is the only part of
+arrow_split that imports torch, and nothing in the core imports it.
+
+Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sample_tensor``):
+
+``per_sample`` (default)
+    One ``list[torch.Tensor]`` per column, one tensor per sample (``[len]``, or
+    ``[rows, *trailing]`` for a tensor column). The tensors are views of one flat tensor per column
+    (``torch.split``), so they share one storage: there is never one allocation per sample.
+``packed``
+    One flat tensor per column (``[sum_len]``, or ``[sum_rows, *trailing]``) plus int32 cumulative
+    lengths starting at 0 (``n + 1`` values), ready for packed-sequence (THD) attention. Their keys
+    follow the schema, never the data: ``cu_seqlens`` for ``tokens`` and the columns whose length
+    rule is ``"tokens"``, ``response_cu_seqlens`` for rule ``"response"``, ``<name>_cu_seqlens``
+    for any other ragged column.
+``padded``
+    ``[n, max_len]`` per column (``[n, max_rows, *trailing]`` for a tensor column) filled with
+    ``pad_value``; ``max_len`` is the longest sample of the column's length group, rounded up to
+    ``pad_to_multiple_of`` when given. Flag columns (``loss_masks``) are padded with 0 whatever
+    ``pad_value`` is, so that padding never counts in a loss. Adds ``attention_mask`` (bool, the
+    shape of ``tokens``) and, when the shard has response columns, ``response_mask``.
+``nested``
+    One jagged nested tensor per column, ``torch.nested.nested_tensor_from_jagged(values,
+    offsets)`` of shape ``[n, j, *trailing]``: torch accepts trailing dimensions, so tensor columns
+    are supported too. The nested tensor is a view of the same values as ``packed``.
+
+Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
+and batch-global values are not tensors and are not in the result: read them from
+``shard.to_train_data()`` and ``shard.batch_globals``.
+
+dtypes: ``tokens`` is ``token_dtype`` (int64 by default, int32 allowed); per-token flag columns
+(``loss_masks``) are ``mask_dtype`` (int64 by default; bool, uint8, int32 and float32 allowed);
+every other column keeps its Arrow type (log-probs float32, routed experts int32, scalars int64,
+float64 or bool). Cumulative lengths are int32; ``attention_mask`` and ``response_mask`` are bool.
+
+Memory rule: a tensor shares the Arrow buffer only when that buffer is private to this process.
+Arrow marks a buffer it allocated (what ``take``, and so every split, returns) as mutable: such a
+column is wrapped without a copy, and a write into the tensor is a write into the shard. A buffer
+read zero-copy from shared, read-only memory (Ray's object store, an IPC stream over read-only
+bytes) is immutable: the column is copied once, so nothing returned lets a write reach the shared
+copy. A dtype conversion (int32 tokens -> int64) is a copy anyway; padding always allocates; the
+cumulative lengths, the masks and the nested offsets are always fresh. ``device=`` moves every
+tensor (on the CPU nothing moves, so the rule above holds there).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Literal, TypeAlias, get_args
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    import torch
+except ImportError:
+    msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
+    raise ImportError(msg) from None
+
+from arrow_split.batch import RolloutBatch
+from arrow_split.decode import numpy_view, ragged_values
+from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["TensorLayout", "to_tensors"]
+
+TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
+"""How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
+
+_Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
+_Device: TypeAlias = "torch.device | str | None"
+_Columns: TypeAlias = "dict[str, _Ragged | torch.Tensor]"
+
+_TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
+_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
+    torch.bool: np.bool_,
+    torch.uint8: np.uint8,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float32: np.float32,
+}
+_INT32_MAX = int(np.iinfo(np.int32).max)
+_SEQLENS_KEYS = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
+_MASK_KEYS = {"tokens": "attention_mask", "response": "response_mask"}
+# Known noise of torch's nested tensors, silenced only around their construction: a log line
+# (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
+# warning some torch versions give.
+_FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
+_FX_TRACING_MESSAGE = "is_fx_tracing will return true"
+_NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ragged:
+    """One ragged column: flat values (on the target device) and its offsets (numpy int64)."""
+
+    spec: ColumnSpec
+    values: torch.Tensor
+    offsets: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """Columns with equal lengths by the schema share a group (and its extra keys)."""
+        if self.spec.name == "tokens" or self.spec.length == "tokens":
+            return ("rule", "tokens")
+        if self.spec.length == "response":
+            return ("rule", "response")
+        return ("column", self.spec.name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Options:
+    token_dtype: torch.dtype
+    mask_dtype: torch.dtype
+    device: torch.device | None
+    pad_value: int | float
+    pad_to_multiple_of: int | None
+
+
+def to_tensors(
+    shard: RolloutBatch,
+    *,
+    layout: TensorLayout = "per_sample",
+    device: _Device = None,
+    token_dtype: torch.dtype = torch.int64,
+    mask_dtype: torch.dtype = torch.int64,
+    pad_value: int | float = 0,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, _Tensors]:
+    """Convert the numeric columns of a shard (or a whole batch) into torch tensors.
+
+    Parameters
+    ----------
+    shard
+        What a split returns (or a whole :class:`~arrow_split.RolloutBatch`).
+    layout
+        How the ragged columns are laid out (:data:`TensorLayout`): ``"per_sample"`` (a list of
+        views per column), ``"packed"`` (flat + cumulative lengths), ``"padded"`` or ``"nested"``.
+    device
+        Move every tensor to this device (``torch.device`` or str); ``None`` keeps them on the CPU.
+    token_dtype
+        dtype of ``tokens``: ``torch.int64`` (a copy) or ``torch.int32`` (zero-copy when allowed).
+    mask_dtype
+        dtype of per-token flag columns (``loss_masks``): ``torch.int64``, ``torch.int32``,
+        ``torch.uint8`` (the stored type), ``torch.bool`` or ``torch.float32``.
+    pad_value
+        ``"padded"`` only: the value of padding positions (flag columns are padded with 0).
+    pad_to_multiple_of
+        ``"padded"`` only: round each padded length up to a multiple of this (``>= 1``).
+
+    Returns
+    -------
+    dict of str to torch.Tensor or list of torch.Tensor
+        The ragged and scalar columns in the shard's column order, then the extra keys of the
+        layout (``cu_seqlens``..., ``attention_mask``...). Objects and batch-global values are
+        left out. The module docstring says when a tensor shares the Arrow buffers.
+
+    Raises
+    ------
+    SchemaError
+        ``shard`` is not a RolloutBatch, an unknown ``layout`` or ``device``, or a column whose name
+        clashes with an extra key of the layout.
+    ColumnTypeError
+        A ``token_dtype``/``mask_dtype`` not listed above, or a ``pad_value`` that is not a number.
+    ValueRangeError
+        ``pad_to_multiple_of`` < 1, a ``pad_value`` that does not fit a column's dtype, or more
+        than 2**31 - 1 values in a column (int32 cumulative lengths).
+
+    Examples
+    --------
+    >>> import arrow_split as A
+    >>> from arrow_split.torch import to_tensors
+    >>> batch = A.RolloutBatch.from_train_data({"tokens": [[1, 2, 3], [4, 5]]})
+    >>> to_tensors(batch, layout="packed")["cu_seqlens"]
+    tensor([0, 3, 5], dtype=torch.int32)
+    """
+    options = _check_options(
+        shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
+    )
+    columns: dict[str, _Ragged | torch.Tensor] = {}
+    for name in shard.record_batch.schema.names:
+        spec = shard.specs[name]
+        array = shard.record_batch.column(name)
+        if spec.kind in ("per_token", "per_sample_tensor"):
+            columns[name] = _ragged_column(spec, array, options)
+        elif spec.kind == "per_sample_scalar":
+            columns[name] = _move(_tensor_of(numpy_view(array), _data_buffer(array)), options)
+    return _LAYOUTS[layout](columns, options)
+
+
+def _check_options(
+    shard: object,
+    layout: object,
+    device: object,
+    token_dtype: object,
+    mask_dtype: object,
+    pad_value: object,
+    pad_to_multiple_of: object,
+) -> _Options:
+    if not isinstance(shard, RolloutBatch):
+        msg = (
+            f"`shard` must be a RolloutBatch, got {type(shard).__name__}; build one with "
+            "`RolloutBatch.from_train_data(data)` or take one from a split"
+        )
+        raise SchemaError(msg)
+    if layout not in get_args(TensorLayout):
+        choices = ", ".join(map(repr, get_args(TensorLayout)))
+        msg = f"invalid `layout`: {layout!r}; expected one of: {choices}"
+        raise SchemaError(msg)
+    if isinstance(pad_value, bool) or not isinstance(pad_value, (int, float)):
+        msg = f"`pad_value` must be an int or a float, got {type(pad_value).__name__}"
+        raise ColumnTypeError(msg)
+    if pad_to_multiple_of is not None and (
+        isinstance(pad_to_multiple_of, bool)
+        or not isinstance(pad_to_multiple_of, int)
+        or pad_to_multiple_of < 1
+    ):
+        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
+        raise ValueRangeError(msg)
+    return _Options(
+        _check_dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
+        _check_dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
+        _check_device(device),
+        pad_value,
+        pad_to_multiple_of,
+    )
+
+
+def _check_dtype(
+    name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]
+) -> torch.dtype:
+    for choice in allowed:
+        if dtype == choice:
+            return choice
+    msg = f"invalid `{name}`: {dtype!r}; expected one of: {', '.join(map(str, allowed))}"
+    raise ColumnTypeError(msg)
+
+
+def _check_device(device: object) -> torch.device | None:
+    if device is None or isinstance(device, torch.device):
+        return device
+    if not isinstance(device, str):
+        msg = f"`device` must be a torch.device, a str or None, got {type(device).__name__}"
+        raise SchemaError(msg)
+    try:
+        return torch.device(device)
+    except RuntimeError:
+        msg = f"invalid `device`: {device!r}; expected a torch device such as 'cpu' or 'cuda:0'"
+        raise SchemaError(msg) from None
+
+
+# --- Arrow -> torch, and the memory rule -------------------------------------------------------
+
+
+def _data_buffer(array: pa.Array) -> pa.Buffer | None:
+    """The buffer that holds a column's numbers (the innermost child's data buffer)."""
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+    return array.buffers()[1]
+
+
+def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
+    """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
+
+    ``values`` is what :mod:`arrow_split.decode` returned: a read-only view into ``buffer``, or
+    (booleans) an array it already unpacked into fresh memory. A mutable buffer is one Arrow
+    allocated in this process: the result is a writable view of it. An immutable buffer may be
+    shared (an object store's read-only memory): the result is a copy.
+    """
+    if buffer is None or not _is_view_of(values, buffer):
+        return values if values.flags.writeable else values.copy()
+    if not buffer.is_mutable:
+        return values.copy()
+    start = values.ctypes.data - buffer.address
+    return np.frombuffer(buffer, values.dtype, values.size, start).reshape(values.shape)
+
+
+def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
+    start = values.ctypes.data
+    return bool(
+        values.size > 0
+        and values.flags.c_contiguous
+        and buffer.address <= start
+        and start + values.nbytes <= buffer.address + buffer.size
+    )
+
+
+def _tensor_of(
+    values: np.ndarray, buffer: pa.Buffer | None, dtype: type[np.generic] | None = None
+) -> torch.Tensor:
+    """A CPU tensor of ``values``; a dtype conversion is a copy, else :func:`_private_or_copy`."""
+    if dtype is not None and values.dtype != dtype:
+        return torch.from_numpy(values.astype(dtype))
+    return torch.from_numpy(_private_or_copy(values, buffer))
+
+
+def _move(tensor: torch.Tensor, options: _Options) -> torch.Tensor:
+    return tensor if options.device is None else tensor.to(options.device)
+
+
+def _ragged_column(spec: ColumnSpec, array: pa.Array, options: _Options) -> _Ragged:
+    values, offsets = ragged_values(array)
+    dtype: type[np.generic] | None = None
+    if spec.name == "tokens":
+        dtype = _TOKEN_DTYPES[options.token_dtype]
+    elif spec.kind == "per_token" and spec.flag:
+        dtype = _MASK_DTYPES[options.mask_dtype]
+    tensor = _tensor_of(values, _data_buffer(array), dtype)
+    return _Ragged(spec, _move(tensor, options), np.asarray(offsets, dtype=np.int64))
+
+
+# --- layouts -----------------------------------------------------------------------------------
+
+
+def _per_sample(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
+    tensors: dict[str, _Tensors] = {}
+    for name, column in columns.items():
+        if isinstance(column, _Ragged):
+            tensors[name] = list(torch.split(column.values, column.lengths.tolist()))
+        else:
+            tensors[name] = column
+    return tensors
+
+
+def _packed(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
+    tensors: dict[str, _Tensors] = {}
+    extras: dict[str, torch.Tensor] = {}
+    for name, column in columns.items():
+        if not isinstance(column, _Ragged):
+            tensors[name] = column
+            continue
+        tensors[name] = column.values
+        kind, group = column.group
+        key = _SEQLENS_KEYS[group] if kind == "rule" else f"{group}_cu_seqlens"
+        if key not in extras:
+            extras[key] = _move(_cu_seqlens(column), options)
+    return _merge(tensors, extras, "packed")
+
+
+def _cu_seqlens(column: _Ragged) -> torch.Tensor:
+    total = int(column.offsets[-1])
+    if total > _INT32_MAX:
+        msg = (
+            f"column `{column.spec.name}` holds {total} rows, more than int32 cumulative lengths "
+            f"can index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
+        )
+        raise ValueRangeError(msg)
+    return torch.from_numpy(column.offsets.astype(np.int32))
+
+
+def _padded(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
+    masks: dict[tuple[str, str], torch.Tensor] = {}
+    for column in columns.values():
+        if isinstance(column, _Ragged) and column.group not in masks:
+            masks[column.group] = _length_mask(column, columns, options)
+    tensors: dict[str, _Tensors] = {}
+    for name, column in columns.items():
+        if isinstance(column, _Ragged):
+            tensors[name] = _pad(column, masks[column.group], options)
+        else:
+            tensors[name] = column
+    extras = {_MASK_KEYS[group]: mask for (kind, group), mask in masks.items() if kind == "rule"}
+    return _merge(tensors, extras, "padded")
+
+
+def _length_mask(column: _Ragged, columns: _Columns, options: _Options) -> torch.Tensor:
+    """``[n, width]`` bool, True at a sample's real positions; width shared by the group."""
+    width = max(
+        (
+            int(other.lengths.max(initial=0))
+            for other in columns.values()
+            if isinstance(other, _Ragged) and other.group == column.group
+        ),
+        default=0,
+    )
+    multiple = options.pad_to_multiple_of
+    if multiple is not None:
+        width = -(-width // multiple) * multiple
+    lengths = _move(torch.from_numpy(column.lengths), options)
+    positions = torch.arange(width, device=lengths.device)
+    return positions[None, :] < lengths[:, None]
+
+
+def _pad(column: _Ragged, mask: torch.Tensor, options: _Options) -> torch.Tensor:
+    values = column.values
+    fill = 0 if column.spec.flag else _fill_value(options.pad_value, values.dtype, column.spec)
+    shape = (*mask.shape, *values.shape[1:])
+    padded = torch.full(shape, fill, dtype=values.dtype, device=values.device)
+    if values.dtype == torch.uint16:  # index_put has no uint16 kernel: write the same bits
+        padded.view(torch.int16)[mask] = values.view(torch.int16)
+    else:
+        padded[mask] = values
+    return padded
+
+
+def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) -> int | float:
+    if dtype.is_floating_point:
+        return pad_value
+    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    if not float(pad_value).is_integer() or not low <= pad_value <= high:
+        msg = (
+            f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "
+            f"integer between {low} and {high}"
+        )
+        raise ValueRangeError(msg)
+    return int(pad_value)
+
+
+def _nested(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
+    tensors: dict[str, _Tensors] = {}
+    for name, column in columns.items():
+        tensors[name] = _jagged(column) if isinstance(column, _Ragged) else column
+    return tensors
+
+
+def _jagged(column: _Ragged) -> torch.Tensor:
+    lengths = column.lengths
+    offsets = torch.from_numpy(column.offsets.copy()).to(column.values.device)
+    low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
+    with _quiet_nested():
+        return torch.nested.nested_tensor_from_jagged(
+            column.values, offsets, min_seqlen=low, max_seqlen=high
+        )
+
+
+@contextlib.contextmanager
+def _quiet_nested() -> Iterator[None]:
+    """Silence exactly the known warnings of torch's nested tensors, nothing else."""
+    logger = logging.getLogger(_FX_TRACING_LOGGER)
+    logger.addFilter(_drop_fx_tracing_log)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _NESTED_PROTOTYPE_WARNING, UserWarning)
+            yield
+    finally:
+        logger.removeFilter(_drop_fx_tracing_log)
+
+
+def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(_FX_TRACING_MESSAGE)
+
+
+def _merge(
+    tensors: dict[str, _Tensors], extras: dict[str, torch.Tensor], layout: str
+) -> dict[str, _Tensors]:
+    clash = sorted(set(tensors) & set(extras))
+    if clash:
+        msg = (
+            f"column(s) {', '.join(f'`{name}`' for name in clash)} clash with the keys that "
+            f"layout {layout!r} adds; rename the column(s) or use layout='per_sample'"
+        )
+        raise SchemaError(msg)
+    return {**tensors, **extras}
+
+
+_LAYOUTS: dict[str, Callable[[_Columns, _Options], dict[str, _Tensors]]] = {
+    "per_sample": _per_sample,
+    "packed": _packed,
+    "padded": _padded,
+    "nested": _nested,
+}
