@@ -53,8 +53,7 @@ def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.nda
 
 def _ragged_to_python(array: pa.Array) -> list[object]:
     values, offsets = ragged_values(array)
-    flat = values.tolist()
-    return [flat[begin:end] for begin, end in itertools.pairwise(offsets.tolist())]
+    return [part.tolist() for part in split_by_offsets(values, offsets)]
 
 
 def column_to_python(spec: ColumnSpec, array: pa.Array) -> list[object]:

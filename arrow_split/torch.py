@@ -417,15 +417,24 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
 
 
 def _nested(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
+    """Columns of one length group share one offsets tensor, hence one jagged dimension."""
     tensors: dict[str, _Tensors] = {}
+    shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
     for name, column in columns.items():
-        tensors[name] = _jagged(column) if isinstance(column, _Ragged) else column
+        if not isinstance(column, _Ragged):
+            tensors[name] = column
+            continue
+        offsets = shared.get(column.group)
+        if offsets is None or not np.array_equal(offsets[0], column.offsets):
+            fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
+            offsets = (column.offsets, fresh)
+            shared.setdefault(column.group, offsets)
+        tensors[name] = _jagged(column, offsets[1])
     return tensors
 
 
-def _jagged(column: _Ragged) -> torch.Tensor:
+def _jagged(column: _Ragged, offsets: torch.Tensor) -> torch.Tensor:
     lengths = column.lengths
-    offsets = torch.from_numpy(column.offsets.copy()).to(column.values.device)
     low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
     with _quiet_nested():
         return torch.nested.nested_tensor_from_jagged(
