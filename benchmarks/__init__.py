@@ -1,0 +1,5 @@
+"""Benchmarks of arrow_split against the classic dict-of-lists path (run, never collected by pytest).
+
+``python -m benchmarks.harness --workload medium`` runs the whole comparison; see
+:mod:`benchmarks.harness`.
+"""

@@ -1,0 +1,458 @@
+"""The Ray hand-off: a driver puts, DP actors take their own rows, in a real local cluster.
+
+Every shard an actor gets must equal the core's split; the delayed get must be zero-copy; an actor
+must pay for its shard only; writes must stay private; a step's objects must be freed once the
+driver drops its references; and bad input must fail fast, naming the rank.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import arrow_split
+from arrow_split import (
+    ArrowSplitError,
+    NotARolloutBatchError,
+    PlanError,
+    RaggedLengthError,
+    RolloutBatch,
+    TransportError,
+    split_train_data_by_dp_raw,
+)
+
+ray = pytest.importorskip("ray")
+
+from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
+
+pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
+
+NUM_WORKERS = 6
+CALL_TIMEOUT_S = 60
+
+
+def make_train_data(num_samples: int, seed: int, *, experts: bool = False) -> dict[str, Any]:
+    """A rollout batch as the rollout side builds it: ragged tokens of a few hundred ids."""
+    rng = np.random.default_rng(seed)
+    total = rng.integers(64, 400, size=num_samples)
+    response = total - rng.integers(8, 48, size=num_samples)
+    data: dict[str, Any] = {
+        "tokens": [rng.integers(0, 32000, size=int(n), dtype=np.int32) for n in total],
+        "response_lengths": response.tolist(),
+        "loss_masks": [rng.integers(0, 2, size=int(r), dtype=np.uint8) for r in response],
+        "rollout_log_probs": [-rng.random(int(r), dtype=np.float32) for r in response],
+        "rewards": rng.random(num_samples).tolist(),
+        "prompt": [f"prompt {seed}-{i}" for i in range(num_samples)],
+        "raw_reward": rng.random(num_samples).tolist(),
+    }
+    if experts:
+        data["rollout_routed_experts"] = [
+            rng.integers(0, 8, size=(int(n) - 1, 2, 2), dtype=np.int32) for n in total
+        ]
+    return data
+
+
+def make_batch(num_samples: int, seed: int, *, experts: bool = False) -> RolloutBatch:
+    return RolloutBatch.from_train_data(make_train_data(num_samples, seed, experts=experts))
+
+
+def box(refs_or_ref: Any) -> dict[str, Any]:
+    """Wrap a reference so that Ray hands it to the actor as it is, not resolved."""
+    return {"refs": refs_or_ref}
+
+
+def buffers_of(record_batch: pa.RecordBatch) -> list[pa.Buffer]:
+    """Every Arrow buffer of a record batch, children included."""
+    found: list[pa.Buffer] = []
+
+    def walk(array: pa.Array) -> None:
+        found.extend(buffer for buffer in array.buffers() if buffer is not None)
+
+    for column in record_batch.columns:
+        walk(column)
+    return found
+
+
+@ray.remote(num_cpus=0)
+class DPWorker:
+    """A train actor of one DP rank (the rank is an argument, so one actor can play several)."""
+
+    def __init__(self) -> None:
+        self.kept: list[RolloutBatch] = []
+
+    def process(self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any) -> Any:
+        return process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+
+    def process_resolved(self, batch: Any, dp_rank: int, dp_size: int, **kwargs: Any) -> Any:
+        # Ray resolved the top-level reference: `batch` is the RolloutBatch itself.
+        return process_rollout_data(batch, dp_rank, dp_size, **kwargs)
+
+    def failure(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
+    ) -> tuple[str, str]:
+        try:
+            process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        except ArrowSplitError as exc:
+            return type(exc).__name__, str(exc)
+        return "", ""
+
+    def get_twice(self, boxed: dict[str, Any]) -> dict[str, Any]:
+        before = pa.total_allocated_bytes()
+        first = ray.get(boxed["refs"])
+        second = ray.get(boxed["refs"])
+        grown = pa.total_allocated_bytes() - before
+        first_buffers = buffers_of(first.record_batch)
+        second_buffers = buffers_of(second.record_batch)
+        return {
+            "grown": grown,
+            "first": [buffer.address for buffer in first_buffers],
+            "second": [buffer.address for buffer in second_buffers],
+            "mutable": [buffer.is_mutable for buffer in first_buffers + second_buffers],
+            "nbytes": first.nbytes,
+        }
+
+    def allocation_of(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
+    ) -> dict[str, Any]:
+        before = pa.total_allocated_bytes()
+        shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        grown = pa.total_allocated_bytes() - before
+        return {
+            "grown": grown,
+            "shard_nbytes": shard.nbytes,
+            "mutable": [buffer.is_mutable for buffer in buffers_of(shard.record_batch)],
+            "globals_own_memory": [
+                value.base is None
+                for value in shard.batch_globals.values()
+                if isinstance(value, np.ndarray)
+            ],
+        }
+
+    def write_into_tensors(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
+    ) -> dict[str, Any]:
+        import torch
+
+        from arrow_split.torch import to_tensors
+
+        shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        tensors = to_tensors(shard, layout="packed", token_dtype=torch.int32)
+        tokens, log_probs = tensors["tokens"], tensors["rollout_log_probs"]
+        assert isinstance(tokens, torch.Tensor)
+        assert isinstance(log_probs, torch.Tensor)
+        tokens.fill_(-7)
+        log_probs.fill_(99.0)
+        return {
+            "tokens": tokens.tolist(),
+            "log_probs": log_probs.tolist(),
+            "shard_tokens": shard.column("tokens").values.to_pylist(),
+        }
+
+    def keep(self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any) -> int:
+        shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        self.kept.append(shard)
+        return len(shard)
+
+    def drop(self) -> int:
+        dropped = len(self.kept)
+        self.kept.clear()
+        return dropped
+
+
+@ray.remote(num_cpus=0)
+class Owner:
+    """An actor that puts a batch itself (and so owns it): killing it loses the object."""
+
+    def put(self, batch: RolloutBatch) -> list[Any]:
+        return [ray.put(batch)]
+
+
+@pytest.fixture(scope="module")
+def workers(ray_cluster: None) -> Iterator[list[Any]]:
+    handles = [DPWorker.remote() for _ in range(NUM_WORKERS)]  # type: ignore[attr-defined]
+    ray.get([handle.drop.remote() for handle in handles], timeout=CALL_TIMEOUT_S)
+    yield handles
+    for handle in handles:
+        ray.kill(handle)
+
+
+def gather(calls: list[Any]) -> list[Any]:
+    return ray.get(calls, timeout=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
+
+
+def expected_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[RolloutBatch]:
+    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
+    return [shard.with_layout("actor") for shard in shards]
+
+
+def assert_actor_train_data(shard: RolloutBatch, expected: RolloutBatch) -> None:
+    train_data = shard.to_train_data()
+    assert "partition" not in train_data
+    assert train_data["total_lengths"] == expected.total_lengths.tolist()
+    assert train_data["global_total_lengths"] == expected.batch_total_lengths.tolist()
+    assert train_data["tokens"] == expected.to_train_data(layout="actor")["tokens"]
+    assert train_data["raw_reward"] == expected.batch_globals["raw_reward"].tolist()  # type: ignore[attr-defined]
+
+
+# --- shards equal the core's split, in both modes --------------------------------------------
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_eager_and_delayed_give_the_core_split(workers: list[Any], balance_data: bool) -> None:
+    batch = make_batch(96, seed=1, experts=True)
+    dp_size = NUM_WORKERS
+    expected = expected_shards(batch, dp_size, balance_data)
+    refs = split_train_data_by_dp(batch, dp_size, balance_data=balance_data)
+    ref = split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True)
+    assert isinstance(refs, list)
+    assert len(refs) == dp_size
+    assert isinstance(ref, ray.ObjectRef)
+    options = {"balance_data": balance_data}
+    eager = gather(
+        [w.process.remote(box(refs), r, dp_size, **options) for r, w in enumerate(workers)]
+    )
+    delayed = gather(
+        [w.process.remote(box(ref), r, dp_size, **options) for r, w in enumerate(workers)]
+    )
+    resolved = gather(
+        [w.process_resolved.remote(ref, r, dp_size, **options) for r, w in enumerate(workers)]
+    )
+    for rank in range(dp_size):
+        for shard in (eager[rank], delayed[rank], resolved[rank]):
+            assert shard.layout == "actor"
+            assert shard.equals(expected[rank]), rank
+            assert_actor_train_data(shard, expected[rank])
+
+
+def test_eager_objects_hold_only_their_rows() -> None:
+    batch = make_batch(256, seed=2, experts=True)
+    refs = split_train_data_by_dp(batch, 4, balance_data=False)
+    for ref in refs:
+        shard = ray.get(ref, timeout=CALL_TIMEOUT_S)
+        # A slice view would carry the whole parent: each object's buffers are its own rows only.
+        assert shard.record_batch.get_total_buffer_size() < batch.nbytes / 3
+        assert sum(buffer.size for buffer in buffers_of(shard.record_batch)) < batch.nbytes / 3
+
+
+def test_the_delayed_ref_splits_again_for_a_smaller_dp_size(workers: list[Any]) -> None:
+    batch = make_batch(96, seed=3)
+    ref = split_train_data_by_dp(batch, 6, balance_data=True, delay=True)
+    first = gather(
+        [w.process.remote(box(ref), r, 6, balance_data=True) for r, w in enumerate(workers)]
+    )
+    # A rank died: the four survivors split the same object again, without a new put.
+    survivors = workers[:4]
+    again = gather(
+        [w.process.remote(box(ref), r, 4, balance_data=True) for r, w in enumerate(survivors)]
+    )
+    for shards, dp_size in ((first, 6), (again, 4)):
+        partitions = np.concatenate(
+            [shard.to_train_data(layout="rollout")["partition"] for shard in shards]
+        )
+        assert np.bincount(partitions, minlength=len(batch)).tolist() == [1] * len(batch)
+        for shard, expected in zip(shards, expected_shards(batch, dp_size, True), strict=True):
+            assert shard.equals(expected)
+
+
+@pytest.mark.parametrize("delay", [False, True])
+def test_witness_ids_follow_their_rows(workers: list[Any], delay: bool) -> None:
+    batch = make_batch(64, seed=4)
+    witness_ids = np.arange(1000, 1000 + len(batch), dtype=np.int64)[::-1].copy()
+    refs_or_ref = split_train_data_by_dp(batch, 4, balance_data=True, delay=delay)
+    shards = gather(
+        [
+            w.process.remote(box(refs_or_ref), r, 4, balance_data=True, witness_ids=witness_ids)
+            for r, w in enumerate(workers[:4])
+        ]
+    )
+    for shard in shards:
+        train_data = shard.to_train_data(layout="rollout")
+        assert train_data["seq_witness_ids"] == witness_ids[train_data["partition"]].tolist()
+
+
+# --- zero copy and per-rank memory ------------------------------------------------------------
+
+
+def test_the_delayed_get_maps_the_store_without_a_copy(workers: list[Any]) -> None:
+    batch = make_batch(256, seed=5, experts=True)
+    ref = split_train_data_by_dp(batch, 4, balance_data=False, delay=True)
+    probe = gather([workers[0].get_twice.remote(box(ref))])[0]
+    assert probe["nbytes"] == batch.nbytes
+    # Read-only buffers, the same addresses on both gets: both views map the store's memory.
+    assert probe["mutable"]
+    assert not any(probe["mutable"])
+    assert probe["first"] == probe["second"]
+    # pyarrow allocated nothing for the batch on either get.
+    assert probe["grown"] < batch.nbytes / 100
+    original = {buffer.address for buffer in buffers_of(batch.record_batch)}
+    driver_views = buffers_of(ray.get(ref, timeout=CALL_TIMEOUT_S).record_batch)
+    assert not original & {buffer.address for buffer in driver_views}
+    assert not any(buffer.is_mutable for buffer in driver_views)
+
+
+def test_an_actor_pays_for_its_shard_not_the_batch(workers: list[Any]) -> None:
+    batch = make_batch(512, seed=6, experts=True)
+    assert batch.nbytes > 2_000_000
+    ref = split_train_data_by_dp(batch, 4, balance_data=True, delay=True)
+    probes = gather(
+        [
+            w.allocation_of.remote(box(ref), r, 4, balance_data=True)
+            for r, w in enumerate(workers[:4])
+        ]
+    )
+    for probe in probes:
+        assert probe["grown"] < batch.nbytes / 2
+        assert 0.9 * probe["shard_nbytes"] <= probe["grown"] <= 1.2 * probe["shard_nbytes"] + 65536
+        # The shard owns fresh buffers and no view of the store (so it pins nothing).
+        assert probe["mutable"]
+        assert all(probe["mutable"])
+        assert probe["globals_own_memory"] == [True]
+
+
+@pytest.mark.parametrize("delay", [False, True])
+def test_writes_stay_in_the_writing_actor(workers: list[Any], delay: bool) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("arrow_split.torch")
+    batch = make_batch(64, seed=7)
+    refs_or_ref = split_train_data_by_dp(batch, 2, balance_data=False, delay=delay)
+    written = gather(
+        [workers[0].write_into_tensors.remote(box(refs_or_ref), 0, 2, balance_data=False)]
+    )[0]
+    assert set(written["tokens"]) == {-7}
+    assert set(written["log_probs"]) == {99.0}
+    # Delayed: the tensors wrap the actor's own fresh shard. Eager: the shard maps the store
+    # read-only, so the tensors are copies and the shard keeps its values.
+    assert (set(written["shard_tokens"]) == {-7}) is delay
+    # Another actor, and the driver, still read the original values from the same object.
+    expected = expected_shards(batch, 2, False)[0]
+    other = gather([workers[1].process.remote(box(refs_or_ref), 0, 2, balance_data=False)])[0]
+    assert other.equals(expected)
+    if delay:
+        assert ray.get(refs_or_ref, timeout=CALL_TIMEOUT_S).equals(batch)
+    else:
+        stored = ray.get(refs_or_ref[0], timeout=CALL_TIMEOUT_S)
+        assert stored.equals(expected.with_layout("rollout"))
+
+
+# --- lifetimes --------------------------------------------------------------------------------
+
+
+def store_bytes_free() -> float:
+    return float(ray.available_resources().get("object_store_memory", 0.0))
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def test_dropping_a_steps_refs_frees_the_store(workers: list[Any]) -> None:
+    batch = make_batch(512, seed=8, experts=True)
+    ranks = list(enumerate(workers[:4]))
+    gather([w.drop.remote() for w in workers])
+    assert wait_until(lambda: store_bytes_free() > 0)
+    baseline = store_bytes_free()
+    tolerance = batch.nbytes / 20
+    for _ in range(3):
+        ref = split_train_data_by_dp(batch, 4, balance_data=True, delay=True)
+        refs = split_train_data_by_dp(batch, 4, balance_data=True)
+        # The store reports both puts (the whole batch once, plus its shards).
+        assert wait_until(lambda: baseline - store_bytes_free() >= 1.9 * batch.nbytes)
+        # The actors keep their delayed shards alive: these must not pin the batch.
+        gather([w.keep.remote(box(ref), r, 4, balance_data=True) for r, w in ranks])
+        gather([w.process.remote(box(refs), r, 4, balance_data=True) for r, w in ranks])
+        del ref, refs
+        assert wait_until(lambda: abs(store_bytes_free() - baseline) <= tolerance), (
+            f"the store holds {baseline - store_bytes_free():.0f} bytes more than at the start"
+        )
+    assert sum(gather([w.drop.remote() for w in workers])) == 3 * len(ranks)
+
+
+# --- bad input --------------------------------------------------------------------------------
+
+
+def test_a_list_of_the_wrong_length_is_a_plan_error() -> None:
+    refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
+    with pytest.raises(PlanError, match=r"got 3 references but `dp_size` is 4"):
+        process_rollout_data(refs[:3], 0, 4, balance_data=False)
+
+
+def test_refs_out_of_order_are_a_plan_error() -> None:
+    refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
+    with pytest.raises(PlanError, match=r"dp_rank 1: `refs\[1\]` does not hold rank 1's rows"):
+        process_rollout_data(refs[::-1], 1, 4, balance_data=False)
+
+
+def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
+
+    def no_get(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.get was called")
+
+    monkeypatch.setattr(ray, "get", no_get)
+    with pytest.raises(PlanError, match=r"`dp_rank` must be in \[0, 4\), got 4"):
+        process_rollout_data(ref, 4, 4, balance_data=False)
+    with pytest.raises(PlanError, match=r"`dp_rank` must be in \[0, 4\), got -1"):
+        process_rollout_data([ref] * 4, -1, 4, balance_data=False)
+
+
+def test_bad_splits_fail_before_any_put(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_put(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.put was called")
+
+    monkeypatch.setattr(ray, "put", no_put)
+    batch = make_batch(10, seed=9)
+    for delay in (False, True):
+        with pytest.raises(PlanError, match=r"multiple of `dp_size` \(4\) samples, got 10"):
+            split_train_data_by_dp(batch, 4, balance_data=True, delay=delay)
+        with pytest.raises(PlanError, match=r"`dp_size` must be a positive int, got 0"):
+            split_train_data_by_dp(batch, 0, balance_data=False, delay=delay)
+
+
+def test_a_ref_to_something_else_names_the_rank_and_the_type() -> None:
+    ref = ray.put({"tokens": [[1, 2]]})
+    with pytest.raises(NotARolloutBatchError, match=r"dp_rank 2: .* holds a dict, not a Rollout"):
+        process_rollout_data(ref, 2, 4, balance_data=False)
+    with pytest.raises(NotARolloutBatchError, match=r"dp_rank 1: `refs\[1\]` holds a dict"):
+        process_rollout_data([ref, ref], 1, 2, balance_data=False)
+
+
+def test_witness_ids_of_the_wrong_length_name_both_counts() -> None:
+    ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
+    with pytest.raises(
+        RaggedLengthError, match=r"`witness_ids` has 4 values but the whole batch has 16"
+    ):
+        process_rollout_data(ref, 0, 4, balance_data=False, witness_ids=[1, 2, 3, 4])
+
+
+def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) -> None:
+    owner = Owner.remote()  # type: ignore[attr-defined]
+    refs = ray.get(owner.put.remote(make_batch(256, seed=10)), timeout=CALL_TIMEOUT_S)
+    ray.kill(owner)
+    with pytest.raises(ray.exceptions.RayActorError):  # wait until the cluster knows it died
+        ray.get(owner.put.remote(make_batch(1, seed=10)), timeout=CALL_TIMEOUT_S)
+    kind, message = gather([workers[0].failure.remote(box(refs), 0, 1, balance_data=False)])[0]
+    assert kind == "TransportError"
+    assert "dp_rank 0" in message
+    assert "OwnerDiedError" in message
+    assert "driver should own the batch" in message
+    with pytest.raises(TransportError, match=r"dp_rank 0: the object store lost the delayed"):
+        process_rollout_data(refs[0], 0, 1, balance_data=False)
+
+
+def test_the_leaf_is_exported_and_the_core_does_not_import_it() -> None:
+    import arrow_split.ray as leaf
+
+    assert (
+        leaf.__all__ == sorted(leaf.__all__) == ["process_rollout_data", "split_train_data_by_dp"]
+    )
+    assert "ray" not in arrow_split.__all__
