@@ -10,6 +10,7 @@ computed from the torch tensors; the driver checks them against CRC32s of the or
 from __future__ import annotations
 
 import dataclasses
+import logging
 import statistics
 import time
 import zlib
@@ -28,7 +29,7 @@ from arrow_split.torch import to_tensors
 __all__ = ["DemoConfig", "StepReport", "make_train_data", "run_demo"]
 
 # The dtype each checked column is compared in, on both sides.
-_CHECKED = {
+_CHECKED: dict[str, type[np.generic]] = {
     "tokens": np.int32,
     "loss_masks": np.uint8,
     "rollout_log_probs": np.float32,
@@ -74,7 +75,10 @@ def make_train_data(config: DemoConfig, step: int) -> dict[str, Any]:
     responses = rng.exponential(config.mean_response, config.samples).astype(np.int64) + 1
     responses = np.minimum(responses, config.max_response)
     data: dict[str, Any] = {
-        "tokens": [rng.integers(0, 151_000, p + r).tolist() for p, r in zip(prompts, responses)],
+        "tokens": [
+            rng.integers(0, 151_000, p + r).tolist()
+            for p, r in zip(prompts, responses, strict=True)
+        ],
         "response_lengths": responses.tolist(),
         "loss_masks": [(rng.random(r) < 0.95).astype(int).tolist() for r in responses],
         "rollout_log_probs": [
@@ -87,13 +91,19 @@ def make_train_data(config: DemoConfig, step: int) -> dict[str, Any]:
     if config.moe:
         data["rollout_routed_experts"] = [
             rng.integers(0, 64, (p + r - 1, 4, 2), dtype=np.int32)
-            for p, r in zip(prompts, responses)
+            for p, r in zip(prompts, responses, strict=True)
         ]
     return data
 
 
 def _checksums(values: Sequence[Any], dtype: type[np.generic]) -> list[int]:
     return [zlib.crc32(np.ascontiguousarray(value, dtype=dtype).tobytes()) for value in values]
+
+
+def _per_sample_arrays(tensors: torch.Tensor | list[torch.Tensor]) -> list[np.ndarray]:
+    if isinstance(tensors, list):
+        return [tensor.numpy() for tensor in tensors]
+    return list(tensors.numpy()[:, None])  # a scalar column: one value per sample
 
 
 def expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
@@ -110,19 +120,21 @@ class TrainActor:
     """A data-parallel train rank: takes its shard and makes tensors, as a trainer would."""
 
     def step(
-        self, handle: list[Any], dp_rank: int, dp_size: int, balance_data: bool
+        self, handle: list[Any], delayed: bool, dp_rank: int, dp_size: int, balance_data: bool
     ) -> dict[str, Any]:
-        """Process one step; return the rows, their CRC32s, the time and the Arrow bytes."""
+        """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
+
+        ``handle`` is the eager list of references, or the delayed reference in a list (so that
+        Ray hands the reference over instead of fetching the whole batch for the actor).
+        """
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()
-        refs_or_ref = handle[0] if len(handle) == 1 else handle
+        refs_or_ref = handle[0] if delayed else handle
         shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
         tensors = to_tensors(shard, token_dtype=torch.int32, mask_dtype=torch.uint8)
         seconds = time.perf_counter() - start
         checksums = {
-            key: _checksums([t.numpy() for t in tensors[key]], dtype)
-            if isinstance(tensors[key], list)
-            else _checksums(tensors[key].numpy()[:, None], dtype)
+            key: _checksums(_per_sample_arrays(tensors[key]), dtype)
             for key, dtype in _CHECKED.items()
             if key in tensors
         }
@@ -140,20 +152,20 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
     start = time.perf_counter()
     batch = RolloutBatch.from_train_data(data)
     built = time.perf_counter()
-    put = split_train_data_by_dp(
+    put: Any = split_train_data_by_dp(
         batch, config.dp_size, balance_data=config.balance_data, delay=mode == "delayed"
     )
     put_seconds = time.perf_counter() - built
     del batch
-    handle = [put] if mode == "delayed" else list(put)
+    handle: list[Any] = [put] if mode == "delayed" else list(put)
     results = ray.get(
         [
-            actor.step.remote(handle, rank, config.dp_size, config.balance_data)
+            actor.step.remote(handle, mode == "delayed", rank, config.dp_size, config.balance_data)
             for rank, actor in enumerate(actors)
         ]
     )
     checked = _verify(results, expected, config.samples, mode, step)
-    put_bytes = sum(int(batch.nbytes) for batch in ray.get(handle))  # zero-copy views
+    put_bytes = sum(shard.nbytes for shard in ray.get(handle))  # zero-copy views
     del put, handle
     return StepReport(
         mode=mode,
@@ -186,7 +198,7 @@ def _verify(
             if not np.array_equal(np.asarray(checksums), expected[key][partition]):
                 msg = f"{mode} step {step}: rank {rank} got altered values in `{key}`"
                 raise RuntimeError(msg)
-    return int(len(rows))
+    return len(rows)
 
 
 def _print_table(reports: Sequence[StepReport]) -> None:
@@ -209,12 +221,13 @@ def _print_table(reports: Sequence[StepReport]) -> None:
 
 def run_demo(config: DemoConfig) -> int:
     """Start a local Ray, run the steps of every mode, print the table, stop Ray; return 0."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
     try:
         actors = [TrainActor.remote() for _ in range(config.dp_size)]  # type: ignore[attr-defined]
         print(
             f"arrow_split demo: {config.samples} samples/step, dp_size {config.dp_size}, "
-            f"{'balanced' if config.balance_data else 'strided'} plan, {config.steps} steps per mode"
+            f"{'balanced' if config.balance_data else 'strided'} plan, "
+            f"{config.steps} steps per mode"
         )
         reports = [
             _run_step(config, actors, mode, step)

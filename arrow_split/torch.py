@@ -74,7 +74,6 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
 _Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
-_Device: TypeAlias = "torch.device | str | None"
 _Columns: TypeAlias = "dict[str, _Ragged | torch.Tensor]"
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
@@ -131,12 +130,12 @@ def to_tensors(
     shard: RolloutBatch,
     *,
     layout: TensorLayout = "per_sample",
-    device: _Device = None,
+    device: torch.device | str | None = None,
     token_dtype: torch.dtype = torch.int64,
     mask_dtype: torch.dtype = torch.int64,
     pad_value: int | float = 0,
     pad_to_multiple_of: int | None = None,
-) -> dict[str, _Tensors]:
+) -> dict[str, torch.Tensor | list[torch.Tensor]]:
     """Convert the numeric columns of a shard (or a whole batch) into torch tensors.
 
     Parameters
@@ -249,14 +248,14 @@ def _check_dtype(
 def _check_device(device: object) -> torch.device | None:
     if device is None or isinstance(device, torch.device):
         return device
-    if not isinstance(device, str):
-        msg = f"`device` must be a torch.device, a str or None, got {type(device).__name__}"
-        raise SchemaError(msg)
-    try:
-        return torch.device(device)
-    except RuntimeError:
-        msg = f"invalid `device`: {device!r}; expected a torch device such as 'cpu' or 'cuda:0'"
-        raise SchemaError(msg) from None
+    with contextlib.suppress(RuntimeError):
+        if isinstance(device, str):
+            return torch.device(device)
+    msg = (
+        f"invalid `device`: {device!r}; expected None, a torch.device or a str such as 'cpu' or "
+        "'cuda:0'"
+    )
+    raise SchemaError(msg)
 
 
 # --- Arrow -> torch, and the memory rule -------------------------------------------------------
