@@ -246,7 +246,7 @@ def encode_scalar(spec: ColumnSpec, samples: Sequence[object], options: EncodeOp
     """Encode a ``per_sample_scalar`` column: one number per sample."""
     integer = _target_dtype(spec).kind != "f"
     if is_array(samples):
-        values = np.asarray(samples)
+        values = np.array(samples, copy=True)  # the batch must not share the caller's memory
         if values.ndim != 1:
             msg = f"`{spec.name}` must be 1-D (one number per sample), got shape {values.shape}"
             raise ColumnTypeError(msg)

@@ -212,7 +212,7 @@ def process_rollout_data(
         batch = _resolve(refs_or_ref, rank, "the delayed reference")
         shard = shard_for_rank(batch, rank, size, balance_data=balance_data)
         del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
-        pass
+        shard = _detach_globals(shard)
     if witness_ids is not None:
         shard = _add_witness_ids(shard, witness_ids, rank)
     return shard.with_layout("actor")

@@ -18,13 +18,17 @@ Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sa
 ``padded``
     ``[n, max_len]`` per column (``[n, max_rows, *trailing]`` for a tensor column) filled with
     ``pad_value``; ``max_len`` is the longest sample of the column's length group, rounded up to
-    ``pad_to_multiple_of`` when given. Flag columns (``loss_masks``) are padded with 0 whatever
-    ``pad_value`` is, so that padding never counts in a loss. Adds ``attention_mask`` (bool, the
-    shape of ``tokens``) and, when the shard has response columns, ``response_mask``.
+    ``pad_to_multiple_of`` when given. Flag columns (``loss_masks``) and bool columns are padded
+    with 0 (False) whatever ``pad_value`` is, so that padding never counts in a loss. Adds
+    ``attention_mask`` (bool, the shape of ``tokens``) and, when the shard has response columns,
+    ``response_mask``.
 ``nested``
     One jagged nested tensor per column, ``torch.nested.nested_tensor_from_jagged(values,
     offsets)`` of shape ``[n, j, *trailing]``: torch accepts trailing dimensions, so tensor columns
-    are supported too. The nested tensor is a view of the same values as ``packed``.
+    are supported too. The nested tensor is a view of the same values as ``packed``; columns of
+    one length group share one offsets tensor, so ``loss_masks * rollout_log_probs`` works. The
+    known noise of torch's nested tensors (a log line of torch 2.13, the prototype warning of older
+    versions) is silenced around these calls only.
 
 Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
 and batch-global values are not tensors and are not in the result: read them from
@@ -40,8 +44,10 @@ Arrow marks a buffer it allocated (what ``take``, and so every split, returns) a
 column is wrapped without a copy, and a write into the tensor is a write into the shard. A buffer
 read zero-copy from shared, read-only memory (Ray's object store, an IPC stream over read-only
 bytes) is immutable: the column is copied once, so nothing returned lets a write reach the shared
-copy. A dtype conversion (int32 tokens -> int64) is a copy anyway; padding always allocates; the
-cumulative lengths, the masks and the nested offsets are always fresh. ``device=`` moves every
+copy. A dtype conversion (int32 tokens -> int64) is a copy anyway; bool columns are unpacked
+from bits (a copy); padding always allocates; the cumulative lengths, the masks and the nested
+offsets are always fresh. A whole batch built from writable numpy arrays may hold them as mutable
+buffers: its tensors then share memory with those arrays. ``device=`` moves every
 tensor (on the CPU nothing moves, so the rule above holds there).
 """
 
@@ -153,7 +159,7 @@ def to_tensors(
         dtype of per-token flag columns (``loss_masks``): ``torch.int64``, ``torch.int32``,
         ``torch.uint8`` (the stored type), ``torch.bool`` or ``torch.float32``.
     pad_value
-        ``"padded"`` only: the value of padding positions (flag columns are padded with 0).
+        ``"padded"`` only: the value of padding positions (flag and bool columns: 0).
     pad_to_multiple_of
         ``"padded"`` only: round each padded length up to a multiple of this (``>= 1``).
 
@@ -392,7 +398,8 @@ def _length_mask(column: _Ragged, columns: _Columns, options: _Options) -> torch
 
 def _pad(column: _Ragged, mask: torch.Tensor, options: _Options) -> torch.Tensor:
     values = column.values
-    fill = 0 if column.spec.flag else _fill_value(options.pad_value, values.dtype, column.spec)
+    masklike = column.spec.flag or values.dtype == torch.bool
+    fill = 0 if masklike else _fill_value(options.pad_value, values.dtype, column.spec)
     shape = (*mask.shape, *values.shape[1:])
     padded = torch.full(shape, fill, dtype=values.dtype, device=values.device)
     if values.dtype == torch.uint16:  # index_put has no uint16 kernel: write the same bits
@@ -405,7 +412,7 @@ def _pad(column: _Ragged, mask: torch.Tensor, options: _Options) -> torch.Tensor
 def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) -> int | float:
     if dtype.is_floating_point:
         return pad_value
-    low, high = (0, 1) if dtype == torch.bool else (torch.iinfo(dtype).min, torch.iinfo(dtype).max)
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
     if not float(pad_value).is_integer() or not low <= pad_value <= high:
         msg = (
             f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "

@@ -6,8 +6,8 @@ Eager (driver): plan, build every rank's dict by list indexing with its partitio
 in partition order, batch-global keys copied whole, ``partition`` and the WHOLE batch's
 ``total_lengths``), and ``ray.put`` each dict.
 
-Delayed: the driver ``ray.put``\\ s the whole dict once; every rank ``ray.get``\\ s it, plans, builds
-ALL ``dp_size`` shards and keeps its own.
+Delayed: the driver puts the whole dict once (``ray.put``); every rank gets it (``ray.get``),
+plans, builds ALL ``dp_size`` shards and keeps its own.
 
 Actor side: every per-sample value becomes a tensor with ``torch.tensor(...)``.
 

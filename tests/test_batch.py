@@ -167,6 +167,16 @@ def test_add_train_data_appends_a_validated_scalar_column() -> None:
     assert "seq_witness_ids" not in batch.column_names
 
 
+def test_the_batch_does_not_share_memory_with_the_callers_arrays() -> None:
+    rewards = np.array([1.0, 2.0])
+    tokens = [np.array([1, 2], dtype=np.int32), np.array([3], dtype=np.int32)]
+    batch = RolloutBatch.from_train_data({"tokens": tokens, "rewards": rewards})
+    rewards[0] = 99.0
+    tokens[0][0] = 99
+    assert batch.to_train_data()["rewards"] == [1.0, 2.0]
+    assert batch.to_train_data()["tokens"] == [[1, 2], [3]]
+
+
 def test_partition_and_lengths_are_read_only() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1, 2], [3], [4, 5, 6]]})
     shard = arrow_split.shard_for_rank(batch, 0, 2, balance_data=False)

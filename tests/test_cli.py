@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -72,4 +73,7 @@ def test_the_demo_runs_both_modes_and_checks_every_sample() -> None:
     assert sum(line.startswith(("eager ", "delayed ")) for line in lines) == 4
     assert all(line.split()[-1] == "48" for line in lines if line.startswith(("eager", "delayed")))
     assert "every sample reached exactly one rank with its values intact" in result.stdout
+    deadline = time.monotonic() + 20  # raylets exit shortly after ray.shutdown() returns
+    while _raylets() > before and time.monotonic() < deadline:
+        time.sleep(0.5)
     assert _raylets() <= before  # the demo stopped the Ray it started

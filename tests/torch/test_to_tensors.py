@@ -557,3 +557,38 @@ def test_column_clashing_with_an_extra_key() -> None:
         match=r"column\(s\) `cu_seqlens` clash with the keys that layout 'packed' adds",
     ):
         to_tensors(batch, layout="packed")
+
+
+def test_declared_columns_get_keys_from_their_length_rule() -> None:
+    specs = [
+        ColumnSpec("position_ids", "per_token", pa.uint16(), length="tokens"),
+        ColumnSpec("advantages", "per_token", pa.float32(), length="response"),
+        ColumnSpec("is_tool", "per_token", pa.bool_()),
+        ColumnSpec("hidden", "per_sample_tensor", pa.float32()),
+    ]
+    data = {
+        "tokens": [[1, 2, 3], [4]],
+        "response_lengths": [2, 1],
+        "position_ids": [[0, 1, 2], [0]],
+        "advantages": [[0.5, 0.25], [1.0]],
+        "is_tool": [[True], [False, True]],
+        "hidden": [np.ones((2, 4), np.float32), np.zeros((0, 4), np.float32)],
+    }
+    batch = RolloutBatch.from_train_data(data, specs=specs)
+    packed = to_tensors(batch, layout="packed")
+    assert list(packed)[-4:] == [
+        "cu_seqlens",
+        "response_cu_seqlens",
+        "is_tool_cu_seqlens",
+        "hidden_cu_seqlens",
+    ]
+    assert packed["is_tool_cu_seqlens"].tolist() == [0, 1, 3]
+    assert packed["hidden_cu_seqlens"].tolist() == [0, 2, 2]
+    padded = to_tensors(batch, layout="padded", pad_value=9)
+    assert padded["position_ids"].dtype == torch.uint16
+    assert padded["position_ids"].to(torch.int32).tolist() == [[0, 1, 2], [0, 9, 9]]
+    assert padded["is_tool"].tolist() == [[True, False], [False, True]]  # bool pads False
+    assert padded["hidden"].shape == (2, 2, 4)
+    assert set(padded) - set(data) == {"attention_mask", "response_mask"}
+    for layout in LAYOUTS:
+        assert_matches_reference(batch, to_tensors(batch, layout=layout), layout)

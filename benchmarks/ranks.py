@@ -1,0 +1,132 @@
+"""Per-rank costs, measured where a rank's work happens: inside a Ray actor process.
+
+A :class:`RankActor` (``num_cpus=0``, like a train actor that leaves the CPUs to its model) runs
+one rank's steps itself and times them with :func:`time.perf_counter`; references are handed to
+it inside a list, so that Ray does not resolve them before the clock starts. Each repeat also
+records, in the actor:
+
+- ``rss_increase_bytes``: the peak resident set size during the repeat minus the RSS before it
+  (the high-water mark is reset first, see :mod:`benchmarks.timing`); pages of the object store
+  that the rank touches count, since they are mapped into the process;
+- ``arrow_allocated_bytes``: what ``pyarrow.total_allocated_bytes()`` grew by while the rank
+  held its shard and tensors (Arrow's memory pool only: the baseline's Python objects and torch's
+  tensors are not in it);
+- ``peak_rss_bytes``: the absolute high-water mark.
+
+The harness starts one fresh actor per (path, mode, dp_size), so that no allocator state carries
+over from one configuration to the next.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import ray
+
+from benchmarks import arrow_path, baseline
+from benchmarks.config import STEPS, Mode, PathName
+from benchmarks.timing import Laps, current_rss, peak_rss, reset_peak_rss, summarize
+
+__all__ = ["RankActor"]
+
+
+def _steps(
+    path: PathName, mode: Mode, box: list[Any], rank: int, dp_size: int, balance: bool
+) -> Any:
+    """The step function of one configuration, bound to its arguments."""
+    if path == "baseline" and mode == "eager":
+        return lambda: baseline.eager_rank_steps(box[0], rank)
+    if path == "baseline":
+        return lambda: baseline.delayed_rank_steps(box[0], rank, dp_size, balance)
+    if mode == "eager":
+        return lambda: arrow_path.eager_rank_steps(box[0], rank, dp_size, balance)
+    return lambda: arrow_path.delayed_rank_steps(box[0], rank, dp_size, balance)
+
+
+def _one_repeat(run: Callable[[], tuple[Any, ...]]) -> tuple[Laps, dict[str, int], int | None]:
+    """Run one rank's steps; return its laps, memory figures and the shard's Arrow bytes."""
+    gc.collect()
+    reset_peak_rss()
+    rss_before = current_rss()
+    arrow_before = pa.total_allocated_bytes()
+    laps, *held = run()
+    memory = {
+        "peak_rss_bytes": peak_rss(),
+        "rss_increase_bytes": max(peak_rss() - rss_before, 0),
+        "arrow_allocated_bytes": pa.total_allocated_bytes() - arrow_before,
+    }
+    shard = held[0]
+    rank_bytes = int(shard.nbytes) if hasattr(shard, "nbytes") else None
+    del held, shard
+    return laps, memory, rank_bytes
+
+
+def _report(laps: list[Laps], memory: list[dict[str, int]]) -> dict[str, Any]:
+    names = [name for name in STEPS if name in laps[0].seconds]
+    names += [name for name in laps[0].seconds if name not in names]
+    return {
+        "steps": {name: summarize(lap.seconds[name] for lap in laps) for name in names},
+        "sum": summarize(lap.total for lap in laps),
+        "memory": {key: max(entry[key] for entry in memory) for key in memory[0]},
+    }
+
+
+@ray.remote(num_cpus=0)
+class RankActor:
+    """One train rank's process: runs and times a rank's steps (see the module docstring)."""
+
+    def __init__(self) -> None:
+        import torch  # loaded before any clock starts
+
+        torch.tensor([0])
+        self.exact_peak = reset_peak_rss()
+
+    def ready(self) -> bool:
+        """Whether the actor is up (its imports done)."""
+        return True
+
+    def run(
+        self,
+        path: PathName,
+        mode: Mode,
+        box: list[Any],
+        rank: int,
+        dp_size: int,
+        balance_data: bool,
+        repeats: int,
+    ) -> dict[str, Any]:
+        """Time ``repeats`` runs of one rank; ``box[0]`` is the ref (delayed) or refs (eager)."""
+        run = _steps(path, mode, box, rank, dp_size, balance_data)
+        results = [_one_repeat(run) for _ in range(repeats)]
+        report = _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
+        report["rank_bytes"] = results[0][2]
+        report["exact_peak"] = self.exact_peak
+        return report
+
+    def run_leaf(
+        self, box: list[Any], rank: int, dp_size: int, balance_data: bool, repeats: int
+    ) -> dict[str, Any]:
+        """Time arrow_split's public calls for one rank, end to end."""
+        results = [
+            _one_repeat(lambda: arrow_path.leaf_rank(box[0], rank, dp_size, balance_data))
+            for _ in range(repeats)
+        ]
+        return _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
+
+    def memcpy(self, nbytes: int, repeats: int) -> dict[str, Any]:
+        """The copy of ``nbytes`` into fresh memory (``np.empty`` + ``np.copyto``), timed."""
+        source = np.ones(max(nbytes, 1), dtype=np.uint8)
+        seconds = []
+        for _ in range(repeats):
+            gc.collect()
+            start = time.perf_counter()
+            target = np.empty_like(source)
+            np.copyto(target, source)
+            seconds.append(time.perf_counter() - start)
+            del target
+        return {"bytes": nbytes, "seconds": summarize(seconds)}

@@ -1,0 +1,202 @@
+"""The markdown report (``results.md``) the README embeds, from the figures and ratios."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.config import STEPS
+from benchmarks.report import memcpy_by_dp, per_rank_table
+
+__all__ = ["format_bytes", "format_seconds", "markdown"]
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``1.23 s``, ``12.3 ms`` or ``456 us``."""
+    if seconds is None:
+        return "—"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def format_bytes(count: float | None) -> str:
+    """``1.2 GiB``, ``3.4 MiB``, ``5.6 KiB`` or ``78 B``."""
+    if count is None:
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            return f"{count / size:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
+
+
+def _timing(figures: dict[str, Any]) -> str:
+    seconds = figures["seconds"]
+    return f"{format_seconds(seconds['median'])} ({format_seconds(seconds['min'])})"
+
+
+def _put(figures: dict[str, Any]) -> str:
+    spilled = ", SPILLED" if figures.get("spilled") else ""
+    return f"{_timing(figures)}, {format_bytes(figures['store_bytes'])}{spilled}"
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    workload, meta = results["workload"], results["meta"]
+    machine, versions = meta["machine"], meta["versions"]
+    moe = f", MoE routed experts {workload['moe_shape']}" if workload["moe"] else ""
+    return [
+        f"## arrow_split benchmark: `{workload['name']}` workload{moe}",
+        "",
+        f"{workload['num_samples']:,} samples, {workload['num_tokens'] / 1e6:.1f}M tokens "
+        f"({workload['samples_at_cap']:,} responses at the {workload['response_cap']}-token cap), "
+        f"{format_bytes(workload['batch_nbytes'])} as Arrow; {results['plan']} plan; "
+        f"{results['repeats']} repeats, times are median (min).",
+        "",
+        f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
+        f"{format_bytes(machine['ram_bytes'])} RAM. Python {versions['python']}, "
+        f"arrow_split {versions['arrow_split']}, pyarrow {versions['pyarrow']}, "
+        f"numpy {versions['numpy']}, ray {versions['ray']}, torch {versions['torch']}"
+        f"{', commit ' + meta['git_commit'] if meta.get('git_commit') else ''}. "
+        f"Run took {meta['wall_s']:.0f} s.",
+        "",
+    ]
+
+
+def _driver(results: dict[str, Any]) -> list[str]:
+    build, put, ratio = results["build"], results["put"], results["ratios"]
+    lines = [
+        "### Driver: build and put (time, bytes in the object store)",
+        "",
+        "| step | baseline (dict of lists) | arrow_split | baseline / arrow_split |",
+        "|---|---|---|---|",
+        f"| build from Python lists | — | {_timing(build['from_lists'])} | |",
+        f"| build from numpy arrays | — | {_timing(build['from_numpy'])} | |",
+        f"| put, delayed (the whole batch once) | {_put(put['baseline_delayed'])} | "
+        f"{_put(put['arrow_delayed'])} | {_ratio(ratio['delayed_put'])} "
+        f"({_ratio(ratio['delayed_build_put'])} with the build from lists) |",
+    ]
+    for dp, figures in put["arrow_eager"].items():
+        lines.append(
+            f"| put, eager, dp_size {dp} (plan, split, one put per rank) | "
+            f"{_put(put['baseline_eager'][dp])} | {_put(figures)} | "
+            f"{_ratio(ratio['eager_put'][dp])} ({_ratio(ratio['eager_build_put'][dp])} with the "
+            "build from lists) |"
+        )
+    lines += [
+        f"| **limit**: `ray.put` of one contiguous buffer of the batch's size | | "
+        f"{_put(put['single_buffer'])} | |",
+        "",
+    ]
+    return lines
+
+
+def _rank_rows(results: dict[str, Any]) -> list[str]:
+    table = per_rank_table(results)
+    memcpy = memcpy_by_dp(results)
+    rows = []
+    for dp in [str(dp) for dp in results["dp_sizes"]]:
+        for mode in ("delayed", "eager"):
+            for path in ("baseline", "arrow"):
+                figures = table.get(f"{path}/{mode}", {}).get(dp)
+                if figures is None:
+                    continue
+                steps = [format_seconds(figures["steps"].get(name)) for name in STEPS]
+                memory = figures["memory"]
+                name = "arrow_split" if path == "arrow" else "baseline"
+                rows.append(
+                    f"| {dp} | {mode} | {name} | {' | '.join(steps)} | "
+                    f"**{format_seconds(figures['median'])}** ({format_seconds(figures['min'])}) "
+                    f"| {format_seconds(figures['leaf'])} | "
+                    f"{format_bytes(memory['rss_increase_bytes'])} | "
+                    f"{format_bytes(memory['arrow_allocated_bytes'])} |"
+                )
+        if dp in memcpy:
+            entry = memcpy[dp]
+            rows.append(
+                f"| {dp} | **limit** | memcpy of a rank's {format_bytes(entry['bytes'])} | | | | | "
+                f"{format_seconds(entry['seconds'])} | | | |"
+            )
+    return rows
+
+
+def _ranks(results: dict[str, Any]) -> list[str]:
+    measured = sorted({len(entry["ranks"]) for entry in results["agreement"]})
+    return [
+        "### Per rank, measured inside a Ray actor",
+        "",
+        f"A few ranks per configuration ({', '.join(map(str, measured))} per dp_size: the first "
+        "and the last), each in a fresh `num_cpus=0` actor that times its own steps; the "
+        "figure is the median over those ranks. *public calls*: `process_rollout_data` + "
+        "`to_tensors` end to end. *RSS +*: peak RSS increase of the rank's process. *Arrow "
+        "alloc*: growth of `pyarrow.total_allocated_bytes()` while the rank holds its shard.",
+        "",
+        "| dp_size | mode | path | get | plan | take | to_tensors | sum | public calls | "
+        "RSS + | Arrow alloc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+        *_rank_rows(results),
+        "",
+    ]
+
+
+def _targets(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Targets",
+        "",
+        "| target | where | goal | measured | reached |",
+        "|---|---|---|---|---|",
+    ]
+    for target in results["targets"]:
+        reached = {True: "yes", False: "**no**", None: "not measured"}[target["reached"]]
+        lines.append(
+            f"| {target['target']} | {target['where']} | {target['goal']} | "
+            f"{_ratio(target['value'])} | {reached} |"
+        )
+    return [*lines, ""]
+
+
+def _scaling(results: dict[str, Any]) -> list[str]:
+    scaling = results["ratios"]["per_rank_vs_dp_size"]
+    sizes = [str(dp) for dp in results["dp_sizes"]]
+    lines = [
+        "### Per-rank time as dp_size grows (relative to the smallest dp_size)",
+        "",
+        f"| configuration | {' | '.join(sizes)} |",
+        f"|---|{'---|' * len(sizes)}",
+    ]
+    for key, by_dp in scaling.items():
+        cells = [f"{by_dp[dp]:.3g}" if by_dp.get(dp) is not None else "—" for dp in sizes]
+        lines.append(f"| {key} | {' | '.join(cells)} |")
+    return [*lines, ""]
+
+
+def _planner(results: dict[str, Any]) -> list[str]:
+    lines = [
+        "### Planner (balanced Karmarkar-Karp): arrow_split against the plain-Python reference",
+        "",
+        "| samples | dp_size | arrow_split | reference | reference / arrow_split |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {entry['n']:,} | {entry['dp_size']} | {format_seconds(entry['planner_s']['median'])} "
+        f"| {format_seconds(entry['reference_s']['median'])} | {_ratio(entry['speedup_median'])} |"
+        for entry in results["planner"]
+    ]
+    return [*lines, ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The whole report as markdown."""
+    sections = [
+        _header(results),
+        _targets(results),
+        _driver(results),
+        _ranks(results),
+        _scaling(results),
+        _planner(results),
+    ]
+    return "\n".join(line for section in sections for line in section)
