@@ -71,10 +71,10 @@ __all__ = ["process_rollout_data", "split_train_data_by_dp"]
 
 _WITNESS_KEY = "seq_witness_ids"
 
-# Every way Ray 2.60 reports that an object is gone: OwnerDiedError, ObjectFetchTimedOutError,
-# ReferenceCountingAssertionError, ObjectFreedError, ObjectReconstructionFailedError, ... all
-# derive from ObjectLostError.
-_LOST_ERRORS = (ray_exceptions.ObjectLostError,)
+# Every way Ray 2.60 reports that an object is gone (OwnerDiedError, ObjectFetchTimedOutError,
+# ReferenceCountingAssertionError, ObjectFreedError, ObjectReconstructionFailedError...) derives
+# from ObjectLostError.
+_ObjectLostError = ray_exceptions.ObjectLostError
 
 
 @overload
@@ -196,7 +196,9 @@ def process_rollout_data(
     ------
     PlanError
         A bad ``dp_rank`` or ``dp_size`` (raised before any fetch); an eager list whose length is
-        not ``dp_size``; an eager shard that is not this rank's part of the plan.
+        not ``dp_size``; an eager shard that is not this rank's part of the plan; a shard where
+        the delayed mode expects the whole batch (an eager reference passed as a top-level
+        argument, which Ray resolves).
     NotARolloutBatchError
         The reference holds something other than a RolloutBatch.
     TransportError
@@ -209,7 +211,7 @@ def process_rollout_data(
     if isinstance(refs_or_ref, (list, tuple)):
         shard = _eager_shard(refs_or_ref, rank, size, balance_data=balance_data)
     else:
-        batch = _resolve(refs_or_ref, rank, "the delayed reference")
+        batch = _whole_batch(_resolve(refs_or_ref, rank, "the delayed reference"), rank)
         shard = shard_for_rank(batch, rank, size, balance_data=balance_data)
         del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
         shard = _detach_globals(shard)
@@ -243,12 +245,26 @@ def _eager_shard(
     return shard
 
 
+def _whole_batch(batch: RolloutBatch, dp_rank: int) -> RolloutBatch:
+    """Refuse a shard where the delayed mode expects the whole batch (a top-level eager ref)."""
+    if batch.partition is not None:
+        msg = (
+            f"dp_rank {dp_rank}: got a shard ({batch.num_samples} of "
+            f"{len(batch.batch_total_lengths)} samples) where the whole batch was expected; pass "
+            "the eager list of references inside a container (Ray resolves a reference passed "
+            "as a top-level argument), or the reference `split_train_data_by_dp(..., "
+            "delay=True)` returned"
+        )
+        raise PlanError(msg)
+    return batch
+
+
 def _resolve(ref_or_batch: object, dp_rank: int, what: str) -> RolloutBatch:
     """Return the RolloutBatch a reference holds (read-only views of the store), or raise."""
     if isinstance(ref_or_batch, ray.ObjectRef):
         try:
             value = ray.get(ref_or_batch)
-        except _LOST_ERRORS as exc:
+        except _ObjectLostError as exc:
             msg = (
                 f"dp_rank {dp_rank}: the object store lost {what} ({type(exc).__name__}); the "
                 "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
@@ -297,6 +313,5 @@ def _add_witness_ids(
         )
         raise RaggedLengthError(msg)
     column = encode_scalar(KNOWN_COLUMNS[_WITNESS_KEY], values, EncodeOptions())
-    assert shard.partition is not None  # every shard of a split has one
-    mine = column.to_numpy()[shard.partition]
-    return shard.add_train_data({_WITNESS_KEY: mine})
+    rows = shard.partition if shard.partition is not None else np.arange(num_samples)
+    return shard.add_train_data({_WITNESS_KEY: column.to_numpy()[rows]})

@@ -11,6 +11,7 @@ of the store), the plan (:func:`arrow_split.partition_for_rank`), the gather
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import ray
 
@@ -22,18 +23,18 @@ from benchmarks.timing import Laps
 __all__ = ["delayed_rank_steps", "eager_rank_steps", "leaf_rank", "put_delayed", "put_eager"]
 
 
-def put_eager(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[ray.ObjectRef]:
+def put_eager(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[ray.ObjectRef[Any]]:
     """Eager driver side: one shard per rank, put."""
     return split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=False)
 
 
-def put_delayed(batch: RolloutBatch, dp_size: int, balance_data: bool) -> ray.ObjectRef:
+def put_delayed(batch: RolloutBatch, dp_size: int, balance_data: bool) -> ray.ObjectRef[Any]:
     """Delayed driver side: the whole batch, put once."""
     return split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True)
 
 
 def eager_rank_steps(
-    refs: Sequence[ray.ObjectRef],
+    refs: Sequence[ray.ObjectRef[Any]],
     dp_rank: int,
     dp_size: int,
     balance_data: bool,
@@ -51,7 +52,7 @@ def eager_rank_steps(
 
 
 def delayed_rank_steps(
-    ref: ray.ObjectRef,
+    ref: ray.ObjectRef[Any],
     dp_rank: int,
     dp_size: int,
     balance_data: bool,
@@ -72,7 +73,7 @@ def delayed_rank_steps(
 
 
 def leaf_rank(
-    refs_or_ref: ray.ObjectRef | Sequence[ray.ObjectRef],
+    refs_or_ref: ray.ObjectRef[Any] | Sequence[ray.ObjectRef[Any]],
     dp_rank: int,
     dp_size: int,
     balance_data: bool,

@@ -76,12 +76,14 @@ def classic_split(
     return [classic_shard(data, partition, total_lengths) for partition in plan]
 
 
-def put_eager(data: Mapping[str, Any], dp_size: int, balance_data: bool) -> list[ray.ObjectRef]:
+def put_eager(
+    data: Mapping[str, Any], dp_size: int, balance_data: bool
+) -> list[ray.ObjectRef[Any]]:
     """Eager driver side: plan, split and ``ray.put`` one dict per rank."""
     return [ray.put(shard) for shard in classic_split(data, dp_size, balance_data)]
 
 
-def put_delayed(data: Mapping[str, Any]) -> ray.ObjectRef:
+def put_delayed(data: Mapping[str, Any]) -> ray.ObjectRef[Any]:
     """Delayed driver side: ``ray.put`` the whole dict once."""
     return ray.put(dict(data))
 
@@ -104,7 +106,7 @@ def shard_to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:
     return tensors
 
 
-def eager_rank_steps(refs: Sequence[ray.ObjectRef], dp_rank: int) -> tuple[Laps, object]:
+def eager_rank_steps(refs: Sequence[ray.ObjectRef[Any]], dp_rank: int) -> tuple[Laps, object]:
     """One rank of the eager path, step by step: ``get`` its dict, ``to_tensors``."""
     laps = Laps()
     shard = ray.get(refs[dp_rank])
@@ -115,7 +117,7 @@ def eager_rank_steps(refs: Sequence[ray.ObjectRef], dp_rank: int) -> tuple[Laps,
 
 
 def delayed_rank_steps(
-    ref: ray.ObjectRef, dp_rank: int, dp_size: int, balance_data: bool
+    ref: ray.ObjectRef[Any], dp_rank: int, dp_size: int, balance_data: bool
 ) -> tuple[Laps, object]:
     """One rank of the delayed path: ``get`` the whole dict, ``plan``, build all shards, tensors."""
     laps = Laps()

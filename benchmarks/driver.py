@@ -14,7 +14,7 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import ray
@@ -24,7 +24,7 @@ from benchmarks.timing import current_rss, peak_rss, reset_peak_rss, summarize
 
 __all__ = ["measure_build", "measure_put", "single_buffer_put", "store_figures"]
 
-Refs = ray.ObjectRef | list[ray.ObjectRef]
+Refs: TypeAlias = "ray.ObjectRef[Any] | list[ray.ObjectRef[Any]]"
 
 
 def _timed_with_rss(call: Callable[[], Any]) -> tuple[float, int, Any]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import logging
 import os
 import sys
 import time
@@ -115,7 +116,7 @@ def local_ray(object_store_bytes: int) -> Iterator[None]:
             include_dashboard=False,
             object_store_memory=object_store_bytes,
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level=logging.ERROR,
         )
     finally:
         if saved is None:
@@ -138,8 +139,10 @@ def object_store_bytes(num_tokens: int, response_tokens: int, moe_bytes: int) ->
 def run(options: Options) -> dict[str, Any]:
     """Run the whole benchmark; return every figure, JSON-ready (nothing is written)."""
     started = time.perf_counter()
+    load_before = os.getloadavg()
     stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     with Progress(enabled=options.progress) as progress:
+        progress.expect(1)
         with progress.task("generate workload"):
             workload = generate(options.workload, seed=options.seed, moe=options.moe)
         shape = workload.describe()
@@ -151,6 +154,7 @@ def run(options: Options) -> dict[str, Any]:
     results["meta"].update(
         started=stamp,
         wall_s=time.perf_counter() - started,
+        load_average={"before": list(load_before), "after": list(os.getloadavg())},
         object_store_bytes=store,
         options={key: str(value) for key, value in dataclasses.asdict(options).items()},
     )

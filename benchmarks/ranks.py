@@ -14,7 +14,8 @@ records, in the actor:
 - ``peak_rss_bytes``: the absolute high-water mark.
 
 The harness starts one fresh actor per (path, mode, dp_size), so that no allocator state carries
-over from one configuration to the next.
+over from one configuration to the next. Each actor first runs every step once on a tiny batch
+(untimed), as a train actor has done by its second step.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import numpy as np
 import pyarrow as pa
 import ray
 
+from arrow_split import RolloutBatch
 from benchmarks import arrow_path, baseline
 from benchmarks.config import STEPS, Mode, PathName
 from benchmarks.timing import Laps, current_rss, peak_rss, reset_peak_rss, summarize
+from benchmarks.workloads import generate
 
 __all__ = ["RankActor"]
 
@@ -76,14 +79,32 @@ def _report(laps: list[Laps], memory: list[dict[str, int]]) -> dict[str, Any]:
     }
 
 
+def _warm_up() -> None:
+    """Run every step once on a tiny batch, so that no clock counts a library's first call.
+
+    The first ``take``, the first tensor and the first get of a process load code and fill
+    caches once per process; a train actor pays that once, not per step.
+    """
+    workload = generate("tiny", moe=True)
+    batch = RolloutBatch.from_train_data(workload.arrays)
+    runs: list[Callable[[], object]] = [
+        lambda: baseline.eager_rank_steps([ray.put(workload.lists)], 0),
+        lambda: baseline.delayed_rank_steps(ray.put(workload.lists), 0, 2, True),
+        lambda: arrow_path.eager_rank_steps(arrow_path.put_eager(batch, 2, True), 0, 2, True),
+        lambda: arrow_path.delayed_rank_steps(ray.put(batch), 0, 2, True),
+        lambda: arrow_path.leaf_rank(ray.put(batch), 0, 2, True),
+    ]
+    for run in runs:
+        run()
+    np.copyto(np.empty(1 << 20, dtype=np.uint8), np.ones(1 << 20, dtype=np.uint8))
+
+
 @ray.remote(num_cpus=0)
 class RankActor:
     """One train rank's process: runs and times a rank's steps (see the module docstring)."""
 
     def __init__(self) -> None:
-        import torch  # loaded before any clock starts
-
-        torch.tensor([0])
+        _warm_up()
         self.exact_peak = reset_peak_rss()
 
     def ready(self) -> bool:

@@ -281,7 +281,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         f"{workload['num_tokens'] / 1e6:.1f}M tokens, {results['plan']} plan"
     )
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small")
+    axes.legend(fontsize="small", loc="best")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)

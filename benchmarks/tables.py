@@ -31,6 +31,10 @@ def format_bytes(count: float | None) -> str:
     return f"{count:.0f} B"
 
 
+def _tokens(count: int) -> str:
+    return f"{count / 1e6:.1f}M" if count >= 1e6 else f"{count:,}"
+
+
 def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
 
@@ -52,7 +56,7 @@ def _header(results: dict[str, Any]) -> list[str]:
     return [
         f"## arrow_split benchmark: `{workload['name']}` workload{moe}",
         "",
-        f"{workload['num_samples']:,} samples, {workload['num_tokens'] / 1e6:.1f}M tokens "
+        f"{workload['num_samples']:,} samples, {_tokens(workload['num_tokens'])} tokens "
         f"({workload['samples_at_cap']:,} responses at the {workload['response_cap']}-token cap), "
         f"{format_bytes(workload['batch_nbytes'])} as Arrow; {results['plan']} plan; "
         f"{results['repeats']} repeats, times are median (min).",
@@ -62,7 +66,8 @@ def _header(results: dict[str, Any]) -> list[str]:
         f"arrow_split {versions['arrow_split']}, pyarrow {versions['pyarrow']}, "
         f"numpy {versions['numpy']}, ray {versions['ray']}, torch {versions['torch']}"
         f"{', commit ' + meta['git_commit'] if meta.get('git_commit') else ''}. "
-        f"Run took {meta['wall_s']:.0f} s.",
+        f"Run took {meta['wall_s']:.0f} s; load average {meta['load_average']['before'][0]:.1f} "
+        f"before, {meta['load_average']['after'][0]:.1f} after.",
         "",
     ]
 

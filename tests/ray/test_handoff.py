@@ -8,6 +8,8 @@ driver drops its references; and bad input must fail fast, naming the rank.
 from __future__ import annotations
 
 import gc
+import importlib
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -68,15 +70,8 @@ def box(refs_or_ref: Any) -> dict[str, Any]:
 
 
 def buffers_of(record_batch: pa.RecordBatch) -> list[pa.Buffer]:
-    """Every Arrow buffer of a record batch, children included."""
-    found: list[pa.Buffer] = []
-
-    def walk(array: pa.Array) -> None:
-        found.extend(buffer for buffer in array.buffers() if buffer is not None)
-
-    for column in record_batch.columns:
-        walk(column)
-    return found
+    """Every Arrow buffer of a record batch (``Array.buffers`` includes the children's)."""
+    return [buffer for column in record_batch.columns for buffer in column.buffers() if buffer]
 
 
 @ray.remote(num_cpus=0)
@@ -231,8 +226,9 @@ def test_eager_and_delayed_give_the_core_split(workers: list[Any], balance_data:
 
 
 def test_eager_objects_hold_only_their_rows() -> None:
-    batch = make_batch(256, seed=2, experts=True)
-    refs = split_train_data_by_dp(batch, 4, balance_data=False)
+    train_data = make_train_data(256, seed=2, experts=True)
+    batch = RolloutBatch.from_train_data(train_data)
+    refs = split_train_data_by_dp(train_data, 4, balance_data=False)
     for ref in refs:
         shard = ray.get(ref, timeout=CALL_TIMEOUT_S)
         # A slice view would carry the whole parent: each object's buffers are its own rows only.
@@ -271,7 +267,10 @@ def test_witness_ids_follow_their_rows(workers: list[Any], delay: bool) -> None:
             for r, w in enumerate(workers[:4])
         ]
     )
-    for shard in shards:
+    # The same shards as the core gives for the whole batch with the ids added as a column.
+    with_ids = batch.add_train_data({"seq_witness_ids": witness_ids})
+    for shard, expected in zip(shards, expected_shards(with_ids, 4, True), strict=True):
+        assert shard.equals(expected)
         train_data = shard.to_train_data(layout="rollout")
         assert train_data["seq_witness_ids"] == witness_ids[train_data["partition"]].tolist()
 
@@ -398,6 +397,14 @@ def test_refs_out_of_order_are_a_plan_error() -> None:
         process_rollout_data(refs[::-1], 1, 4, balance_data=False)
 
 
+def test_an_eager_ref_passed_top_level_is_refused(workers: list[Any]) -> None:
+    refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
+    # Ray resolves a top-level reference: the actor gets rank 1's shard, not the whole batch.
+    call = workers[0].process_resolved.remote(refs[1], 1, 4, balance_data=False)
+    with pytest.raises(PlanError, match=r"dp_rank 1: got a shard \(4 of 16 samples\)"):
+        ray.get(call, timeout=CALL_TIMEOUT_S)
+
+
 def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
     ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
 
@@ -457,6 +464,15 @@ def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) 
     assert "the driver should own the batch" in message
     with pytest.raises(TransportError, match=r"dp_rank 0: the object store lost the delayed"):
         process_rollout_data(refs[0], 0, 1, balance_data=False)
+
+
+def test_the_leaf_fails_fast_without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ray", None)
+    monkeypatch.delitem(sys.modules, "arrow_split.ray")
+    with pytest.raises(
+        ImportError, match=r"needs Ray; install it with `pip install arrow-split\[ray\]`"
+    ):
+        importlib.import_module("arrow_split.ray")
 
 
 def test_the_leaf_is_exported_and_the_core_does_not_import_it() -> None:

@@ -1,0 +1,125 @@
+"""Smoke test of the benchmark harness on the tiny workload: figures, files, equal shards.
+
+Speed is never asserted here: only that every figure is produced and positive, that the JSON,
+markdown and plot files are written, and that the baseline and arrow_split hand each rank the same
+shard.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("ray")
+pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+pytest.importorskip("tqdm")
+pytest.importorskip("psutil")
+
+from arrow_split import split_train_data_by_dp_raw
+from benchmarks import baseline, harness
+from benchmarks.agreement import shard_differences
+from benchmarks.config import STEPS, Options
+from benchmarks.workloads import generate
+
+DP_SIZES = (2, 4)
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+
+
+@pytest.mark.parametrize("balance_data", [True, False])
+@pytest.mark.parametrize("moe", [False, True])
+def test_baseline_and_arrow_split_give_every_rank_the_same_shard(
+    balance_data: bool, moe: bool
+) -> None:
+    workload = generate("tiny", seed=3, moe=moe)
+    classic = baseline.classic_split(workload.lists, 4, balance_data)
+    shards = split_train_data_by_dp_raw(workload.lists, 4, balance_data=balance_data)
+    for expected, shard in zip(classic, shards, strict=True):
+        assert shard_differences(expected, shard.to_train_data(layout="rollout")) == []
+
+
+def test_the_agreement_check_sees_a_difference() -> None:
+    workload = generate("tiny")
+    classic = baseline.classic_split(workload.lists, 2, True)[0]
+    changed = {**classic, "rewards": [1.0 - reward for reward in classic["rewards"]]}
+    assert shard_differences(classic, changed) == ["rewards"]
+    assert shard_differences(classic, {**classic, "extra": []}) == ["extra"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Path]]:
+    out = tmp_path_factory.mktemp("bench")
+    options = Options(
+        workload="tiny", dp_sizes=DP_SIZES, repeats=1, ranks_per_config=1, out=out, progress=False
+    )
+    results = harness.run(options)
+    return results, harness.write_outputs(results, out, plot=True)
+
+
+@pytest.mark.ray
+def test_every_figure_is_produced(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
+    results, _ = tiny_run
+    assert [entry["dp_size"] for entry in results["agreement"]] == list(DP_SIZES)
+    for figures in (results["build"]["from_lists"], results["build"]["from_numpy"]):
+        assert _positive(figures["seconds"]["min"])
+    put = results["put"]
+    for figures in [put["single_buffer"], put["arrow_delayed"], put["baseline_delayed"]]:
+        assert _positive(figures["seconds"]["median"])
+        assert _positive(figures["store_bytes"])
+    for key in ("arrow_eager", "baseline_eager"):
+        assert sorted(put[key]) == sorted(str(dp) for dp in DP_SIZES)
+        assert all(_positive(figures["store_bytes"]) for figures in put[key].values())
+    configs = {(r["path"], r["mode"], r["dp_size"]) for r in results["per_rank"]}
+    assert len(configs) == 4 * len(DP_SIZES)
+    for record in results["per_rank"]:
+        assert _positive(record["sum"]["median"])
+        assert set(record["steps"]) <= set(STEPS)
+        assert record["memory"]["peak_rss_bytes"] > 0
+    assert all(_positive(entry["seconds"]["median"]) for entry in results["memcpy"])
+    assert [(e["n"], e["dp_size"]) for e in results["planner"]][-1] == (65_536, 256)
+
+
+@pytest.mark.ray
+def test_ratios_targets_and_metadata(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
+    results, _ = tiny_run
+    ratios = results["ratios"]
+    for key in ("delayed_per_rank", "eager_per_rank", "eager_put"):
+        assert sorted(ratios[key]) == sorted(str(dp) for dp in DP_SIZES)
+        assert all(_positive(value) for value in ratios[key].values())
+    assert _positive(ratios["arrow_put_over_single_buffer"]["delayed"])
+    assert len(results["targets"]) == 5
+    assert all(_positive(target["value"]) for target in results["targets"])
+    meta = results["meta"]
+    assert meta["machine"]["cpu_count"] >= 1
+    assert meta["machine"]["ram_bytes"] > 0
+    assert {"python", "pyarrow", "numpy", "ray", "torch", "arrow_split"} <= set(meta["versions"])
+
+
+@pytest.mark.ray
+def test_files_are_written(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
+    results, paths = tiny_run
+    assert json.loads(paths["json"].read_text())["ratios"] == json.loads(
+        json.dumps(results["ratios"])
+    )
+    table = paths["markdown"].read_text()
+    assert "### Targets" in table
+    assert "| 4 | delayed | arrow_split |" in table
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.ray
+def test_no_ray_is_left_behind(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
+    import psutil
+    import ray
+
+    assert not ray.is_initialized()
+    children = psutil.Process().children(recursive=True)
+    alive = [child for child in children if child.is_running() and child.status() != "zombie"]
+    assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]
