@@ -12,16 +12,16 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 
 from arrow_split.batch import RolloutBatch
-from arrow_split.errors import SchemaError
+from arrow_split.errors import PlanError, SchemaError
 from arrow_split.partition import (
     check_dp_rank,
     check_dp_size,
     partition_for_rank,
     plan_partitions,
 )
+from arrow_split.take import take_record_batch
 
 __all__ = ["as_rollout_batch", "shard_for_rank", "split_train_data_by_dp_raw", "take_rows"]
 
@@ -39,13 +39,27 @@ def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> Rollout
     raise SchemaError(msg)
 
 
+def _check_indices(indices: np.ndarray, num_samples: int) -> np.ndarray:
+    rows = np.asarray(indices)
+    if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+        msg = f"`indices` must be a 1-D array of row numbers, got shape {rows.shape} {rows.dtype}"
+        raise PlanError(msg)
+    rows = rows.astype(np.int64, copy=False)
+    if rows.size and (rows.min() < 0 or rows.max() >= num_samples):
+        bad = rows[(rows < 0) | (rows >= num_samples)][0]
+        msg = f"`indices` holds row {bad}, outside [0, {num_samples}) for this batch"
+        raise PlanError(msg)
+    return rows
+
+
 def take_rows(batch: RolloutBatch, indices: np.ndarray) -> RolloutBatch:
     """Gather ``indices`` (rows of ``batch``) into a shard with fresh, compact buffers.
 
     The shard's ``partition`` maps each row to the row of the original whole batch, and it keeps
     the whole batch's total lengths.
     """
-    record_batch = batch.record_batch.take(pa.array(indices, type=pa.int64()))
+    indices = _check_indices(indices, batch.num_samples)
+    record_batch = take_record_batch(batch.record_batch, indices)
     partition = indices if batch.partition is None else batch.partition[indices]
     return batch.replace(
         record_batch=record_batch,

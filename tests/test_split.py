@@ -7,15 +7,19 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arrow_split import (
+    PlanError,
     RolloutBatch,
     partition_for_rank,
     shard_for_rank,
     split_train_data_by_dp_raw,
+    take_rows,
 )
+from arrow_split.take import take_record_batch
 from tests.reference_split import normalize, reference_split
 from tests.strategies import train_data
 
@@ -138,3 +142,23 @@ def test_a_shard_of_a_shard_maps_back_to_the_whole_batch() -> None:
 def test_rank_indices_for_strided_plans_need_no_full_plan() -> None:
     lengths = np.arange(10)
     assert partition_for_rank(lengths, 2, 4, balance_data=False).tolist() == [2, 6]
+
+
+@given(train_data(tensors=True), st.data())
+def test_the_run_copying_take_equals_arrows_take(data: dict[str, Any], draw: st.DataObject) -> None:
+    batch = RolloutBatch.from_train_data(data)
+    rows = draw.draw(st.lists(st.integers(0, max(batch.num_samples - 1, 0)), max_size=30))
+    indices = np.asarray(rows if batch.num_samples else [], dtype=np.int64)
+    taken = take_record_batch(batch.record_batch, indices)
+    assert taken.equals(batch.record_batch.take(pa.array(indices, type=pa.int64())))
+    for column in taken.columns:
+        for buffer in column.buffers():
+            assert buffer is None or buffer.is_mutable  # fresh, private buffers
+
+
+def test_take_rows_rejects_rows_outside_the_batch() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3]]})
+    with pytest.raises(PlanError, match=r"`indices` holds row -1, outside \[0, 3\)"):
+        take_rows(batch, np.array([0, -1]))
+    with pytest.raises(PlanError, match=r"`indices` must be a 1-D array of row numbers"):
+        take_rows(batch, np.array([[0]]))
