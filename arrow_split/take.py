@@ -2,7 +2,9 @@
 
 Arrow's ``take`` on a list column gathers the child values one by one; a rollout sample is one
 contiguous run of thousands of values, so this module copies each selected row's run whole
-(``np.concatenate`` of views), which is several times faster on token-sized rows. It handles the
+(``np.concatenate`` of views into a buffer of Arrow's memory pool, so that
+``pyarrow.total_allocated_bytes()`` still counts it), which is several times faster on token-sized
+rows. It handles the
 columns the library builds for numbers: ``large_list`` of a primitive type, possibly nested in
 ``fixed_size_list`` (per-sample tensors), without nulls. Every other column (strings, pickled
 objects, scalars) goes through Arrow's own ``take``. Either way the result owns new buffers:
@@ -34,9 +36,15 @@ def _copies_runs(array: pa.Array) -> bool:
     return (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)) and not leaf.bit_width % 8
 
 
-def _rebuild(list_type: pa.DataType, offsets: np.ndarray, values: np.ndarray) -> pa.Array:
-    """Wrap gathered values (``[rows, *trailing]``) and offsets as a column of ``list_type``."""
-    child: pa.Array = pa.array(values.reshape(-1), type=_leaf_type(list_type))
+def _pool_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
+    """A writable numpy view of a new buffer from Arrow's memory pool (counted and aligned)."""
+    buffer = pa.allocate_buffer(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    return buffer, np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _rebuild(list_type: pa.DataType, offsets: pa.Array, values: pa.Buffer, count: int) -> pa.Array:
+    """Wrap gathered leaf values (``count`` of them) and offsets as a column of ``list_type``."""
+    child = pa.Array.from_buffers(_leaf_type(list_type), count, [None, values])
     sizes = []
     nested = list_type.value_type
     while pa.types.is_fixed_size_list(nested):
@@ -44,17 +52,22 @@ def _rebuild(list_type: pa.DataType, offsets: np.ndarray, values: np.ndarray) ->
         nested = nested.value_type
     for size in reversed(sizes):
         child = pa.FixedSizeListArray.from_arrays(child, size)
-    return pa.LargeListArray.from_arrays(pa.array(offsets), child)
+    return pa.LargeListArray.from_arrays(offsets, child)
 
 
 def _take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
     values, offsets = ragged_values(array)
     starts, ends = offsets[indices], offsets[indices + 1]
-    new_offsets = np.zeros(len(indices) + 1, dtype=np.int64)
+    offsets_buffer, new_offsets = _pool_array((len(indices) + 1,), np.dtype(np.int64))
+    new_offsets[0] = 0
     np.cumsum(ends - starts, out=new_offsets[1:])
+    rows = int(new_offsets[-1])
+    values_buffer, gathered = _pool_array((rows, *values.shape[1:]), values.dtype)
     runs = [values[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
-    gathered = np.concatenate(runs) if runs else values[:0].copy()
-    return _rebuild(array.type, new_offsets, gathered)
+    if runs:
+        np.concatenate(runs, out=gathered)
+    arrow_offsets = pa.Array.from_buffers(pa.int64(), len(indices) + 1, [None, offsets_buffer])
+    return _rebuild(array.type, arrow_offsets, values_buffer, gathered.size)
 
 
 def take_record_batch(record_batch: pa.RecordBatch, indices: np.ndarray) -> pa.RecordBatch:
