@@ -221,7 +221,13 @@ def _print_table(reports: Sequence[StepReport]) -> None:
 
 def run_demo(config: DemoConfig) -> int:
     """Start a local Ray, run the steps of every mode, print the table, stop Ray; return 0."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(
+        address="local",  # always a new local Ray, even if another one runs on this machine
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     try:
         actors = [TrainActor.remote() for _ in range(config.dp_size)]  # type: ignore[attr-defined]
         print(

@@ -26,6 +26,7 @@ def ray_cluster() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", python_path)
         ray.init(
+            address="local",  # a new instance, even if another Ray runs on this machine
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=OBJECT_STORE_BYTES,
