@@ -34,6 +34,12 @@ public call that frees an object still referenced, so this module offers none). 
 - the shard it returns in eager mode *is* the rank's object: its buffers are read-only views of
   the store and keep that one object (a shard, not the batch) alive until the shard is dropped.
   Copy before writing (converting to tensors does).
+
+Cluster scale. Ray moves an object between nodes whole: a delayed rank whose node does not hold
+the batch would pull all of it. By default (``locality="auto"``) such a rank has its rows taken on
+a node that holds the batch and fetches only its shard, so about as many bytes cross nodes as in
+eager mode; ``locality="local"`` is the plain delayed split. See :mod:`arrow_split.ray_locality`
+for the design, its failure handling and :func:`~arrow_split.ray_locality.cross_node_bytes`.
 """
 
 from __future__ import annotations
@@ -59,6 +65,13 @@ from arrow_split.partition import (
     partition_for_rank,
     plan_fingerprint,
     plan_partitions,
+)
+from arrow_split.ray_locality import (
+    Locality,
+    check_locality,
+    note_fetch,
+    pick_holder,
+    take_on_holder,
 )
 from arrow_split.schema import KNOWN_COLUMNS
 from arrow_split.split import as_rollout_batch, shard_for_rank, take_rows
@@ -163,6 +176,8 @@ def process_rollout_data(
     *,
     balance_data: bool,
     witness_ids: Sequence[int] | np.ndarray | None = None,
+    locality: Locality = "auto",
+    step: int | None = None,
 ) -> RolloutBatch:
     """Return this rank's shard, in the actor layout, from what :func:`split_train_data_by_dp` put.
 
@@ -185,6 +200,14 @@ def process_rollout_data(
     witness_ids
         Optional: one int per sample of the WHOLE batch, attached to this rank's rows as the
         per-sample key ``seq_witness_ids``.
+    locality
+        Where a delayed reference's rows are taken (see :mod:`arrow_split.ray_locality`):
+        ``"auto"`` here if this node holds the batch, else on a node that does (only the shard
+        crosses nodes); ``"local"`` always here (the whole batch comes to this node);
+        ``"holder"`` always on a node that holds it. Ignored for an eager list and a resolved
+        batch, which are already here.
+    step
+        Optional: the training step, named in error messages only.
 
     Returns
     -------
@@ -195,10 +218,10 @@ def process_rollout_data(
     Raises
     ------
     PlanError
-        A bad ``dp_rank`` or ``dp_size`` (raised before any fetch); an eager list whose length is
-        not ``dp_size``; an eager shard that is not this rank's part of the plan; a shard where
-        the delayed mode expects the whole batch (an eager reference passed as a top-level
-        argument, which Ray resolves).
+        A bad ``dp_rank``, ``dp_size`` or ``locality`` (raised before any fetch); an eager list
+        whose length is not ``dp_size``; an eager shard that is not this rank's part of the plan;
+        a shard where the delayed mode expects the whole batch (an eager reference passed as a
+        top-level argument, which Ray resolves).
     NotARolloutBatchError
         The reference holds something other than a RolloutBatch.
     TransportError
@@ -208,20 +231,19 @@ def process_rollout_data(
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
+    where = check_locality(locality)
+    who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
-        shard = _eager_shard(refs_or_ref, rank, size, balance_data=balance_data)
+        shard = _eager_shard(refs_or_ref, rank, size, balance_data=balance_data, who=who)
     else:
-        batch = _whole_batch(_resolve(refs_or_ref, rank, "the delayed reference"), rank)
-        shard = shard_for_rank(batch, rank, size, balance_data=balance_data)
-        del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
-        shard = _detach_globals(shard)
+        shard = _delayed_shard(refs_or_ref, rank, size, balance_data, where, who)
     if witness_ids is not None:
-        shard = _add_witness_ids(shard, witness_ids, rank)
+        shard = _add_witness_ids(shard, witness_ids, who)
     return shard.with_layout("actor")
 
 
 def _eager_shard(
-    refs: Sequence[Any], dp_rank: int, dp_size: int, *, balance_data: bool
+    refs: Sequence[Any], dp_rank: int, dp_size: int, *, balance_data: bool, who: str
 ) -> RolloutBatch:
     """Fetch ``refs[dp_rank]`` alone and check that it holds this rank's part of the plan."""
     if len(refs) != dp_size:
@@ -231,13 +253,13 @@ def _eager_shard(
             "delayed reference to split a batch for another `dp_size`"
         )
         raise PlanError(msg)
-    shard = _resolve(refs[dp_rank], dp_rank, f"`refs[{dp_rank}]`")
+    shard = _resolve(refs[dp_rank], who, f"`refs[{dp_rank}]`")
     expected = partition_for_rank(
         shard.batch_total_lengths, dp_rank, dp_size, balance_data=balance_data
     )
     if shard.partition is None or not np.array_equal(shard.partition, expected):
         msg = (
-            f"dp_rank {dp_rank}: `refs[{dp_rank}]` does not hold rank {dp_rank}'s rows of a "
+            f"{who}: `refs[{dp_rank}]` does not hold rank {dp_rank}'s rows of a "
             f"{dp_size}-rank plan with `balance_data={balance_data}`; pass the list in the order "
             "`split_train_data_by_dp` returned it, with the same `dp_size` and `balance_data`"
         )
@@ -245,11 +267,34 @@ def _eager_shard(
     return shard
 
 
-def _whole_batch(batch: RolloutBatch, dp_rank: int) -> RolloutBatch:
+def _delayed_shard(
+    ref_or_batch: object,
+    dp_rank: int,
+    dp_size: int,
+    balance_data: bool,
+    locality: Locality,
+    who: str,
+) -> RolloutBatch:
+    """Take this rank's rows of the whole batch, here or on a node that holds it."""
+    if isinstance(ref_or_batch, ray.ObjectRef):
+        node_id = pick_holder(ref_or_batch, dp_rank, locality)
+        if node_id is not None:
+            shard = take_on_holder(
+                ref_or_batch, node_id, dp_rank, dp_size, balance_data=balance_data
+            )
+            if shard is not None:
+                return _detach_globals(shard)
+    batch = _whole_batch(_resolve(ref_or_batch, who, "the delayed reference"), who)
+    shard = shard_for_rank(batch, dp_rank, dp_size, balance_data=balance_data)
+    del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
+    return _detach_globals(shard)
+
+
+def _whole_batch(batch: RolloutBatch, who: str) -> RolloutBatch:
     """Refuse a shard where the delayed mode expects the whole batch (a top-level eager ref)."""
     if batch.partition is not None:
         msg = (
-            f"dp_rank {dp_rank}: got a shard ({batch.num_samples} of "
+            f"{who}: got a shard ({batch.num_samples} of "
             f"{len(batch.batch_total_lengths)} samples) where the whole batch was expected; pass "
             "the eager list of references inside a container (Ray resolves a reference passed "
             "as a top-level argument), or the reference `split_train_data_by_dp(..., "
@@ -259,24 +304,25 @@ def _whole_batch(batch: RolloutBatch, dp_rank: int) -> RolloutBatch:
     return batch
 
 
-def _resolve(ref_or_batch: object, dp_rank: int, what: str) -> RolloutBatch:
+def _resolve(ref_or_batch: object, who: str, what: str) -> RolloutBatch:
     """Return the RolloutBatch a reference holds (read-only views of the store), or raise."""
     if isinstance(ref_or_batch, ray.ObjectRef):
         try:
             value = ray.get(ref_or_batch)
         except _ObjectLostError as exc:
             msg = (
-                f"dp_rank {dp_rank}: the object store lost {what} ({type(exc).__name__}); the "
+                f"{who}: the object store lost {what} ({type(exc).__name__}); the "
                 "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
                 "in an actor that may die) and keep its references until every rank has "
                 "processed the step"
             )
             raise TransportError(msg) from exc
+        note_fetch(ref_or_batch)
     else:
         value = ref_or_batch
     if not isinstance(value, RolloutBatch):
         msg = (
-            f"dp_rank {dp_rank}: {what} holds a {type(value).__name__}, not a RolloutBatch; "
+            f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch; "
             "put batches with `arrow_split.ray.split_train_data_by_dp`"
         )
         raise NotARolloutBatchError(msg)
@@ -300,14 +346,14 @@ def _owned(value: object) -> object:
 
 
 def _add_witness_ids(
-    shard: RolloutBatch, witness_ids: Sequence[int] | np.ndarray, dp_rank: int
+    shard: RolloutBatch, witness_ids: Sequence[int] | np.ndarray, who: str
 ) -> RolloutBatch:
     """Attach this rank's witness ids, after checking all of them against the whole batch."""
     values = per_sample_values({_WITNESS_KEY: witness_ids}, _WITNESS_KEY, None)
     num_samples = len(shard.batch_total_lengths)
     if len(values) != num_samples:
         msg = (
-            f"dp_rank {dp_rank}: `witness_ids` has {len(values)} values but the whole batch has "
+            f"{who}: `witness_ids` has {len(values)} values but the whole batch has "
             f"{num_samples} samples; pass one witness id per sample of the WHOLE batch, not of "
             "this rank's shard"
         )

@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
+from benchmarks.timing import Repeats
+
 __all__ = [
     "CONFIGS",
     "PLANNER_TARGET",
@@ -49,13 +51,19 @@ class Options:
     workload: str = "medium"
     moe: bool = False
     dp_sizes: tuple[int, ...] = (8, 64, 256)
-    repeats: int = 3
+    repeats: int = 5
+    min_seconds: float = 0.5
     ranks_per_config: int = 2
     balance_data: bool = True
     seed: int = 0
     out: Path = Path("benchmarks/results")
     plot: bool = True
     progress: bool = True
+
+    @property
+    def runs(self) -> Repeats:
+        """How often each measurement runs (see :class:`benchmarks.timing.Repeats`)."""
+        return Repeats(self.repeats, self.min_seconds)
 
 
 class Progress:

@@ -5,8 +5,9 @@ store). The bytes each put leaves in the store come from Ray itself:
 ``ray.experimental.get_object_locations(refs)[ref]["object_size"]`` (the size Ray records for
 the stored object: data plus metadata, out-of-band buffers included), summed over the put's
 references; ``did_spill`` from the same call says whether any object was spilled to disk (which
-would make the timing meaningless). ``driver_rss_increase_bytes`` is the driver's peak RSS during
-the operation minus its RSS before (see :mod:`benchmarks.timing`).
+would make the timing meaningless). ``driver`` holds the driver's memory figures of the operation
+(:class:`benchmarks.timing.MemoryGauge`, the worst repeat): its private peak RSS increase (a
+classic put pickles the dict into private memory first) and the store pages it touched.
 """
 
 from __future__ import annotations
@@ -20,40 +21,39 @@ import numpy as np
 import ray
 
 from arrow_split import RolloutBatch
-from benchmarks.timing import current_rss, peak_rss, reset_peak_rss, summarize
+from benchmarks.timing import MemoryGauge, Repeats, summarize
 
 __all__ = ["measure_build", "measure_put", "single_buffer_put", "store_figures"]
 
 Refs: TypeAlias = "ray.ObjectRef[Any] | list[ray.ObjectRef[Any]]"
 
 
-def _timed_with_rss(call: Callable[[], Any]) -> tuple[float, int, Any]:
-    """Seconds, driver RSS increase and result of one call, after a garbage collection."""
+def _timed_with_rss(call: Callable[[], Any]) -> tuple[float, dict[str, int], Any]:
+    """Seconds, driver memory figures and result of one call, after a garbage collection."""
     gc.collect()
-    reset_peak_rss()
-    before = current_rss()
-    start = time.perf_counter()
-    result = call()
-    seconds = time.perf_counter() - start
-    return seconds, max(peak_rss() - before, 0), result
+    with MemoryGauge() as gauge:
+        start = time.perf_counter()
+        result = call()
+        seconds = time.perf_counter() - start
+    return seconds, gauge.figures, result
 
 
-def measure_build(data: Mapping[str, Any], repeats: int) -> tuple[dict[str, Any], RolloutBatch]:
+def _worst(memory: list[dict[str, int]]) -> dict[str, int]:
+    """The largest value of every memory figure over the repeats."""
+    return {key: max(entry[key] for entry in memory) for key in memory[0]}
+
+
+def measure_build(data: Mapping[str, Any], repeats: Repeats) -> tuple[dict[str, Any], RolloutBatch]:
     """Time ``RolloutBatch.from_train_data(data)``; return the figures and the last batch."""
-    seconds, increases = [], []
+    seconds, memory = [], []
     batch: RolloutBatch | None = None
-    for _ in range(repeats):
+    for _ in repeats:
         batch = None
-        took, increase, batch = _timed_with_rss(lambda: RolloutBatch.from_train_data(data))
+        took, figures, batch = _timed_with_rss(lambda: RolloutBatch.from_train_data(data))
         seconds.append(took)
-        increases.append(increase)
+        memory.append(figures)
     assert batch is not None
-    figures = {
-        "seconds": summarize(seconds),
-        "driver_rss_increase_bytes": max(increases),
-        "batch_nbytes": batch.nbytes,
-    }
-    return figures, batch
+    return {"seconds": summarize(seconds), "driver": _worst(memory), "nbytes": batch.nbytes}, batch
 
 
 def store_figures(refs: Refs) -> dict[str, Any]:
@@ -67,21 +67,21 @@ def store_figures(refs: Refs) -> dict[str, Any]:
     }
 
 
-def measure_put(put: Callable[[], Refs], repeats: int) -> dict[str, Any]:
-    """Time ``repeats`` puts; the references of each are dropped before the next one."""
-    seconds, increases = [], []
+def measure_put(put: Callable[[], Refs], repeats: Repeats) -> dict[str, Any]:
+    """Time the puts; the references of each are dropped before the next one."""
+    seconds, memory = [], []
     store: dict[str, Any] = {}
-    for _ in range(repeats):
-        took, increase, refs = _timed_with_rss(put)
+    for _ in repeats:
+        took, figures, refs = _timed_with_rss(put)
         seconds.append(took)
-        increases.append(increase)
+        memory.append(figures)
         store = store_figures(refs)
         del refs
         gc.collect()
-    return {"seconds": summarize(seconds), "driver_rss_increase_bytes": max(increases), **store}
+    return {"seconds": summarize(seconds), "driver": _worst(memory), **store}
 
 
-def single_buffer_put(nbytes: int, repeats: int) -> dict[str, Any]:
+def single_buffer_put(nbytes: int, repeats: Repeats) -> dict[str, Any]:
     """The physical limit of a put: ``ray.put`` of ONE contiguous numpy buffer of ``nbytes``."""
     buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
     figures = measure_put(lambda: ray.put(buffer), repeats)

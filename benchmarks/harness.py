@@ -20,7 +20,9 @@ What one run does, in order (a progress bar follows it):
 8. shuts Ray down, derives the ratios and writes ``results.json``, ``results.md`` and
    ``per_rank.png`` (:mod:`benchmarks.report`) under ``--out``.
 
-Every figure is the minimum and the median over ``--repeats`` runs.
+Every figure is the minimum and the median over at least ``--repeats`` runs; a cheap one runs
+more often, until its runs add up to ``--min-seconds`` (at most ten times ``--repeats``), so that
+a burst of noise from other processes moves its median less.
 """
 
 from __future__ import annotations
@@ -78,7 +80,13 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.add_argument("--workload", choices=list(WORKLOADS), default="medium")
     parser.add_argument("--moe", action="store_true", help="add rollout_routed_experts")
     parser.add_argument("--dp-sizes", type=_int_list, default=None, help="e.g. 8,64,256")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="runs of each measurement, at least")
+    parser.add_argument(
+        "--min-seconds",
+        type=float,
+        default=0.5,
+        help="repeat a cheap measurement until its runs take this long (at most 10x --repeats)",
+    )
     parser.add_argument("--ranks-per-config", type=int, default=2, help="ranks timed per config")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--no-plot", action="store_true")
@@ -93,6 +101,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
         moe=args.moe,
         dp_sizes=args.dp_sizes or WORKLOADS[args.workload].dp_sizes,
         repeats=args.repeats,
+        min_seconds=args.min_seconds,
         ranks_per_config=args.ranks_per_config,
         balance_data=not args.strided,
         seed=args.seed,
@@ -112,6 +121,7 @@ def local_ray(object_store_bytes: int) -> Iterator[None]:
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), saved]))
     try:
         ray.init(
+            address="local",  # a new instance, even if another Ray runs on this machine
             num_cpus=2,
             include_dashboard=False,
             object_store_memory=object_store_bytes,

@@ -24,9 +24,9 @@ def _build_phase(
     workload: Workload, options: Options, progress: Progress
 ) -> tuple[dict[str, Any], RolloutBatch]:
     with progress.task("build from numpy arrays"):
-        from_numpy, _ = driver.measure_build(workload.arrays, options.repeats)
+        from_numpy, _ = driver.measure_build(workload.arrays, options.runs)
     with progress.task("build from Python lists"):
-        from_lists, batch = driver.measure_build(workload.lists, options.repeats)
+        from_lists, batch = driver.measure_build(workload.lists, options.runs)
     return {"from_lists": from_lists, "from_numpy": from_numpy}, batch
 
 
@@ -48,7 +48,7 @@ def _agreement_phase(
 def _put_phase(
     workload: Workload, batch: RolloutBatch, options: Options, progress: Progress
 ) -> dict[str, Any]:
-    repeats, balance = options.repeats, options.balance_data
+    repeats, balance = options.runs, options.balance_data
     first = options.dp_sizes[0]
     puts: dict[str, Any] = {"baseline_eager": {}, "arrow_eager": {}}
     with progress.task("put one contiguous buffer"):
@@ -101,6 +101,7 @@ def run_phases(workload: Workload, options: Options, progress: Progress) -> dict
         "plan": "balanced" if options.balance_data else "strided",
         "dp_sizes": list(options.dp_sizes),
         "repeats": options.repeats,
+        "min_seconds": options.min_seconds,
         "build": build,
         "agreement": _agreement_phase(workload, batch, options, progress),
     }

@@ -2,9 +2,10 @@
 
 The objects a configuration needs are put first (untimed: the put is a driver figure), then a new
 :class:`benchmarks.ranks.RankActor` is started and waited for, then each chosen rank is timed
-``repeats`` times. The arrow_split configurations are also timed through the public calls end to
-end (``leaf``); the delayed arrow_split actor finally times a memcpy of each rank's bytes. The
-actor is killed and the objects dropped before the next configuration.
+``repeats`` times or more (:class:`benchmarks.timing.Repeats`). The arrow_split
+configurations are also timed through the public calls end to end (``leaf``); the delayed
+arrow_split actor finally times a memcpy of each rank's bytes. The actor is killed and the
+objects dropped before the next configuration.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from arrow_split import RolloutBatch
 from benchmarks import arrow_path, baseline
 from benchmarks.config import CONFIGS, Mode, Options, PathName, Progress, pick_ranks
 from benchmarks.ranks import RankActor
+from benchmarks.timing import Repeats
 from benchmarks.workloads import Workload
 
 __all__ = ["rank_phase"]
@@ -41,7 +43,7 @@ def _time_config(
     """Time every chosen rank of one configuration in ``actor``."""
     records = []
     for rank in pick_ranks(dp_size, options.ranks_per_config):
-        arguments = ([refs], rank, dp_size, options.balance_data, options.repeats)
+        arguments = ([refs], rank, dp_size, options.balance_data, options.runs)
         record = ray.get(actor.run.remote(path, mode, *arguments))
         record.update(path=path, mode=mode, dp_size=dp_size, rank=rank, leaf=None)
         if path == "arrow":
@@ -50,7 +52,7 @@ def _time_config(
     return records
 
 
-def _memcpy(actor: Any, records: list[dict[str, Any]], repeats: int) -> list[dict[str, Any]]:
+def _memcpy(actor: Any, records: list[dict[str, Any]], repeats: Repeats) -> list[dict[str, Any]]:
     """A memcpy of each measured rank's bytes, timed in the same actor."""
     references = []
     for record in records:
@@ -73,7 +75,7 @@ def rank_phase(
                 ray.get(actor.ready.remote())
                 records = _time_config(actor, refs, path, mode, dp_size, options)
                 if (path, mode) == ("arrow", "delayed"):
-                    memcpy += _memcpy(actor, records, options.repeats)
+                    memcpy += _memcpy(actor, records, options.runs)
                 ray.kill(actor)
                 del refs, actor
                 gc.collect()

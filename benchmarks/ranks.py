@@ -5,13 +5,16 @@ one rank's steps itself and times them with :func:`time.perf_counter`; reference
 it inside a list, so that Ray does not resolve them before the clock starts. Each repeat also
 records, in the actor:
 
-- ``rss_increase_bytes``: the peak resident set size during the repeat minus the RSS before it
-  (the high-water mark is reset first, see :mod:`benchmarks.timing`); pages of the object store
-  that the rank touches count, since they are mapped into the process;
+- ``private_increase_bytes``: the peak of the process's private memory during the repeat minus
+  its private memory before (:class:`benchmarks.timing.MemoryGauge`);
+- ``shared_touched_bytes``: pages of the object store the rank touched for the first time (a
+  fresh actor touches its objects' pages in its first repeat);
 - ``arrow_allocated_bytes``: what ``pyarrow.total_allocated_bytes()`` grew by while the rank
-  held its shard and tensors (Arrow's memory pool only: the baseline's Python objects and torch's
-  tensors are not in it);
-- ``peak_rss_bytes``: the absolute high-water mark.
+  held its shard and tensors (Arrow's memory pool only: the baseline's Python objects, torch's
+  tensors and buffers arrow_split gathers with numpy are not in it);
+- ``peak_rss_bytes``: the absolute high-water mark;
+- ``gc``: the seconds CPython's garbage collector ran during the repeat (already inside the
+  steps' times; ``sum_excluding_gc`` takes it out).
 
 The harness starts one fresh actor per (path, mode, dp_size), so that no allocator state carries
 over from one configuration to the next. Each actor first runs every step once on a tiny batch
@@ -32,7 +35,14 @@ import ray
 from arrow_split import RolloutBatch
 from benchmarks import arrow_path, baseline
 from benchmarks.config import STEPS, Mode, PathName
-from benchmarks.timing import Laps, current_rss, peak_rss, reset_peak_rss, summarize
+from benchmarks.timing import (
+    GcClock,
+    Laps,
+    MemoryGauge,
+    Repeats,
+    reset_peak_rss,
+    summarize,
+)
 from benchmarks.workloads import generate
 
 __all__ = ["RankActor"]
@@ -40,7 +50,7 @@ __all__ = ["RankActor"]
 
 def _steps(
     path: PathName, mode: Mode, box: list[Any], rank: int, dp_size: int, balance: bool
-) -> Any:
+) -> Callable[[], tuple[Any, ...]]:
     """The step function of one configuration, bound to its arguments."""
     if path == "baseline" and mode == "eager":
         return lambda: baseline.eager_rank_steps(box[0], rank)
@@ -51,16 +61,15 @@ def _steps(
     return lambda: arrow_path.delayed_rank_steps(box[0], rank, dp_size, balance)
 
 
-def _one_repeat(run: Callable[[], tuple[Any, ...]]) -> tuple[Laps, dict[str, int], int | None]:
-    """Run one rank's steps; return its laps, memory figures and the shard's Arrow bytes."""
+def _one_repeat(run: Callable[[], tuple[Any, ...]]) -> tuple[Laps, dict[str, Any], int | None]:
+    """Run one rank's steps; return its laps, memory (and GC) figures and the shard's bytes."""
     gc.collect()
-    reset_peak_rss()
-    rss_before = current_rss()
     arrow_before = pa.total_allocated_bytes()
-    laps, *held = run()
+    with MemoryGauge() as gauge, GcClock() as gc_clock:
+        laps, *held = run()
     memory = {
-        "peak_rss_bytes": peak_rss(),
-        "rss_increase_bytes": max(peak_rss() - rss_before, 0),
+        "gc_seconds": gc_clock.seconds,
+        **gauge.figures,
         "arrow_allocated_bytes": pa.total_allocated_bytes() - arrow_before,
     }
     shard = held[0]
@@ -69,12 +78,17 @@ def _one_repeat(run: Callable[[], tuple[Any, ...]]) -> tuple[Laps, dict[str, int
     return laps, memory, rank_bytes
 
 
-def _report(laps: list[Laps], memory: list[dict[str, int]]) -> dict[str, Any]:
+def _report(laps: list[Laps], memory: list[dict[str, Any]]) -> dict[str, Any]:
     names = [name for name in STEPS if name in laps[0].seconds]
     names += [name for name in laps[0].seconds if name not in names]
+    gc_seconds = [entry.pop("gc_seconds") for entry in memory]
     return {
         "steps": {name: summarize(lap.seconds[name] for lap in laps) for name in names},
         "sum": summarize(lap.total for lap in laps),
+        "gc": summarize(gc_seconds),
+        "sum_excluding_gc": summarize(
+            lap.total - seconds for lap, seconds in zip(laps, gc_seconds, strict=True)
+        ),
         "memory": {key: max(entry[key] for entry in memory) for key in memory[0]},
     }
 
@@ -119,31 +133,31 @@ class RankActor:
         rank: int,
         dp_size: int,
         balance_data: bool,
-        repeats: int,
+        repeats: Repeats,
     ) -> dict[str, Any]:
-        """Time ``repeats`` runs of one rank; ``box[0]`` is the ref (delayed) or refs (eager)."""
+        """Time the runs of one rank; ``box[0]`` is the ref (delayed) or refs (eager)."""
         run = _steps(path, mode, box, rank, dp_size, balance_data)
-        results = [_one_repeat(run) for _ in range(repeats)]
+        results = [_one_repeat(run) for _ in repeats]
         report = _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
         report["rank_bytes"] = results[0][2]
         report["exact_peak"] = self.exact_peak
         return report
 
     def run_leaf(
-        self, box: list[Any], rank: int, dp_size: int, balance_data: bool, repeats: int
+        self, box: list[Any], rank: int, dp_size: int, balance_data: bool, repeats: Repeats
     ) -> dict[str, Any]:
         """Time arrow_split's public calls for one rank, end to end."""
         results = [
             _one_repeat(lambda: arrow_path.leaf_rank(box[0], rank, dp_size, balance_data))
-            for _ in range(repeats)
+            for _ in repeats
         ]
         return _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
 
-    def memcpy(self, nbytes: int, repeats: int) -> dict[str, Any]:
+    def memcpy(self, nbytes: int, repeats: Repeats) -> dict[str, Any]:
         """The copy of ``nbytes`` into fresh memory (``np.empty`` + ``np.copyto``), timed."""
         source = np.ones(max(nbytes, 1), dtype=np.uint8)
         seconds = []
-        for _ in range(repeats):
+        for _ in repeats:
             gc.collect()
             start = time.perf_counter()
             target = np.empty_like(source)

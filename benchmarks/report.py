@@ -94,6 +94,10 @@ def _combine(records: list[dict[str, Any]]) -> dict[str, Any]:
         "ranks": [record["rank"] for record in records],
         "median": statistics.median(record["sum"]["median"] for record in records),
         "min": min(record["sum"]["min"] for record in records),
+        "gc": statistics.median(record["gc"]["median"] for record in records),
+        "median_excluding_gc": statistics.median(
+            record["sum_excluding_gc"]["median"] for record in records
+        ),
         "steps": steps,
         "leaf": statistics.median(leaves) if leaves else None,
         "memory": {
@@ -125,6 +129,7 @@ def _divide(top: float | None, bottom: float | None) -> float | None:
 
 def _put_ratios(results: dict[str, Any]) -> dict[str, Any]:
     put, build = results["put"], results["build"]["from_lists"]["seconds"]["median"]
+    numpy_build = results["build"]["from_numpy"]["seconds"]["median"]
     single = put["single_buffer"]["seconds"]["median"]
     arrow_delayed = put["arrow_delayed"]["seconds"]["median"]
     baseline_delayed = put["baseline_delayed"]["seconds"]["median"]
@@ -135,9 +140,13 @@ def _put_ratios(results: dict[str, Any]) -> dict[str, Any]:
     return {
         "delayed_put": _divide(baseline_delayed, arrow_delayed),
         "delayed_build_put": _divide(baseline_delayed, build + arrow_delayed),
+        "delayed_numpy_build_put": _divide(baseline_delayed, numpy_build + arrow_delayed),
         "eager_put": {dp: _divide(base, arrow) for dp, (base, arrow) in eager.items()},
         "eager_build_put": {
             dp: _divide(base, build + arrow) for dp, (base, arrow) in eager.items()
+        },
+        "eager_numpy_build_put": {
+            dp: _divide(base, numpy_build + arrow) for dp, (base, arrow) in eager.items()
         },
         "arrow_put_over_single_buffer": {
             "delayed": _divide(arrow_delayed, single),
@@ -151,7 +160,9 @@ def _scaling(table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str,
     for key, by_dp in table.items():
         first = min(by_dp, key=int)
         scaling[key] = {dp: _divide(by_dp[dp]["median"], by_dp[first]["median"]) for dp in by_dp}
-        scaling["ideal 1/dp_size"] = {dp: int(first) / int(dp) for dp in by_dp}
+    sizes = sorted({dp for by_dp in table.values() for dp in by_dp}, key=int)
+    if sizes:
+        scaling["ideal 1/dp_size"] = {dp: int(sizes[0]) / int(dp) for dp in sizes}
     return scaling
 
 
@@ -160,12 +171,13 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     table = per_rank_table(results)
     memcpy = {dp: entry["seconds"] for dp, entry in memcpy_by_dp(results).items()}
 
-    def rank_ratio(mode: str) -> dict[str, float | None]:
+    def rank_ratio(mode: str, figure: str = "median") -> dict[str, float | None]:
         arrow, base = table.get(f"arrow/{mode}", {}), table.get(f"baseline/{mode}", {})
-        return {dp: _divide(base[dp]["median"], arrow[dp]["median"]) for dp in arrow if dp in base}
+        return {dp: _divide(base[dp][figure], arrow[dp][figure]) for dp in arrow if dp in base}
 
     return {
         "delayed_per_rank": rank_ratio("delayed"),
+        "delayed_per_rank_excluding_gc": rank_ratio("delayed", "median_excluding_gc"),
         "eager_per_rank": rank_ratio("eager"),
         **_put_ratios(results),
         "arrow_rank_over_memcpy": {
@@ -210,6 +222,13 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
             True,
             where,
         ),
+        _target(
+            "delayed per-rank, garbage-collector time taken out of both",
+            ratio["delayed_per_rank_excluding_gc"].get(dp),
+            100,
+            True,
+            where,
+        ),
         _target("eager put: baseline / arrow_split", ratio["eager_put"].get(dp), 10, True, where),
         _target(
             "arrow_split delayed put / one-buffer put",
@@ -241,6 +260,26 @@ def write_json(results: dict[str, Any], path: Path) -> None:
     path.write_text(json.dumps(results, indent=2, default=_plain) + "\n", encoding="utf-8")
 
 
+_STYLES = {"baseline": ("tab:red", "o", "baseline"), "arrow": ("tab:blue", "s", "arrow_split")}
+
+
+def _lines(results: dict[str, Any]) -> list[tuple[list[int], list[float], dict[str, Any]]]:
+    """``(dp_sizes, seconds, style)`` of every line of the plot: each path and mode, the memcpy."""
+    lines = []
+    for key, by_dp in sorted(per_rank_table(results).items()):
+        path_name, mode = key.split("/")
+        color, marker, label = _STYLES[path_name]
+        sizes = sorted(by_dp, key=int)
+        style = {"color": color, "marker": marker, "label": f"{label}, {mode}"}
+        style["linestyle"] = "-" if mode == "delayed" else ":"
+        lines.append(([int(dp) for dp in sizes], [by_dp[dp]["median"] for dp in sizes], style))
+    memcpy = memcpy_by_dp(results)
+    sizes = sorted(memcpy, key=int)
+    style = {"color": "gray", "linestyle": "--", "label": "memcpy of a rank's bytes"}
+    lines.append(([int(dp) for dp in sizes], [memcpy[dp]["seconds"] for dp in sizes], style))
+    return lines
+
+
 def plot(results: dict[str, Any], path: Path) -> None:
     """Per-rank time against dp_size, both paths and modes, log-log, with the memcpy limit."""
     import matplotlib
@@ -248,31 +287,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     from matplotlib import pyplot
 
-    table = per_rank_table(results)
-    figure, axes = pyplot.subplots(figsize=(7, 4.5))
-    styles = {"baseline": ("tab:red", "o"), "arrow": ("tab:blue", "s")}
-    for key, by_dp in sorted(table.items()):
-        path_name, mode = key.split("/")
-        color, marker = styles[path_name]
-        sizes = sorted(by_dp, key=int)
-        axes.plot(
-            [int(dp) for dp in sizes],
-            [by_dp[dp]["median"] for dp in sizes],
-            color=color,
-            marker=marker,
-            linestyle="-" if mode == "delayed" else ":",
-            label=f"{'arrow_split' if path_name == 'arrow' else 'baseline'}, {mode}",
-        )
-    memcpy = memcpy_by_dp(results)
-    if memcpy:
-        sizes = sorted(memcpy, key=int)
-        axes.plot(
-            [int(dp) for dp in sizes],
-            [memcpy[dp]["seconds"] for dp in sizes],
-            color="gray",
-            linestyle="--",
-            label="memcpy of a rank's bytes",
-        )
+    figure, axes = pyplot.subplots(figsize=(9, 4.5))
+    for sizes, seconds, style in _lines(results):
+        axes.plot(sizes, seconds, **style)
     axes.set(xscale="log", yscale="log", xlabel="dp_size", ylabel="per-rank time, s (median)")
     axes.set_xticks(results["dp_sizes"], [str(dp) for dp in results["dp_sizes"]])
     workload = results["workload"]
@@ -281,7 +298,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         f"{workload['num_tokens'] / 1e6:.1f}M tokens, {results['plan']} plan"
     )
     axes.grid(True, which="both", alpha=0.3)
-    axes.legend(fontsize="small", loc="best")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot.close(figure)

@@ -14,6 +14,8 @@ def format_seconds(seconds: float | None) -> str:
     """``1.23 s``, ``12.3 ms`` or ``456 us``."""
     if seconds is None:
         return "—"
+    if seconds == 0:
+        return "0"
     if seconds >= 1:
         return f"{seconds:.2f} s"
     if seconds >= 1e-3:
@@ -27,7 +29,8 @@ def format_bytes(count: float | None) -> str:
         return "—"
     for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
         if abs(count) >= size:
-            return f"{count / size:.3g} {unit}"
+            value = count / size
+            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
     return f"{count:.0f} B"
 
 
@@ -45,8 +48,13 @@ def _timing(figures: dict[str, Any]) -> str:
 
 
 def _put(figures: dict[str, Any]) -> str:
-    spilled = ", SPILLED" if figures.get("spilled") else ""
-    return f"{_timing(figures)}, {format_bytes(figures['store_bytes'])}{spilled}"
+    spilled = ", SPILLED to disk" if figures.get("spilled") else ""
+    private = format_bytes(figures["driver"]["private_increase_bytes"])
+    return f"{_timing(figures)}; {format_bytes(figures['store_bytes'])} stored{spilled}; +{private}"
+
+
+def _build(figures: dict[str, Any]) -> str:
+    return f"{_timing(figures)}; +{format_bytes(figures['driver']['private_increase_bytes'])}"
 
 
 def _header(results: dict[str, Any]) -> list[str]:
@@ -59,7 +67,9 @@ def _header(results: dict[str, Any]) -> list[str]:
         f"{workload['num_samples']:,} samples, {_tokens(workload['num_tokens'])} tokens "
         f"({workload['samples_at_cap']:,} responses at the {workload['response_cap']}-token cap), "
         f"{format_bytes(workload['batch_nbytes'])} as Arrow; {results['plan']} plan; "
-        f"{results['repeats']} repeats, times are median (min).",
+        f"at least {results['repeats']} runs of each measurement (more for cheap ones, until "
+        f"{results['min_seconds']:g} s of runs), "
+        "times are median (min).",
         "",
         f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
         f"{format_bytes(machine['ram_bytes'])} RAM. Python {versions['python']}, "
@@ -75,26 +85,29 @@ def _header(results: dict[str, Any]) -> list[str]:
 def _driver(results: dict[str, Any]) -> list[str]:
     build, put, ratio = results["build"], results["put"], results["ratios"]
     lines = [
-        "### Driver: build and put (time, bytes in the object store)",
+        "### Driver: build and put (time; bytes in the object store; driver's private peak RSS +)",
         "",
-        "| step | baseline (dict of lists) | arrow_split | baseline / arrow_split |",
-        "|---|---|---|---|",
-        f"| build from Python lists | — | {_timing(build['from_lists'])} | |",
-        f"| build from numpy arrays | — | {_timing(build['from_numpy'])} | |",
+        "The baseline puts its dict of lists as it is; arrow_split first builds a RolloutBatch. "
+        "The last two columns add arrow_split's build to its put.",
+        "",
+        "| step | baseline (dict of lists) | arrow_split | baseline / arrow_split | "
+        "with build from lists | with build from numpy |",
+        "|---|---|---|---|---|---|",
+        f"| build from Python lists | — | {_build(build['from_lists'])} | | | |",
+        f"| build from numpy arrays | — | {_build(build['from_numpy'])} | | | |",
         f"| put, delayed (the whole batch once) | {_put(put['baseline_delayed'])} | "
-        f"{_put(put['arrow_delayed'])} | {_ratio(ratio['delayed_put'])} "
-        f"({_ratio(ratio['delayed_build_put'])} with the build from lists) |",
+        f"{_put(put['arrow_delayed'])} | {_ratio(ratio['delayed_put'])} | "
+        f"{_ratio(ratio['delayed_build_put'])} | {_ratio(ratio['delayed_numpy_build_put'])} |",
     ]
-    for dp, figures in put["arrow_eager"].items():
-        lines.append(
-            f"| put, eager, dp_size {dp} (plan, split, one put per rank) | "
-            f"{_put(put['baseline_eager'][dp])} | {_put(figures)} | "
-            f"{_ratio(ratio['eager_put'][dp])} ({_ratio(ratio['eager_build_put'][dp])} with the "
-            "build from lists) |"
-        )
+    lines += [
+        f"| put, eager, dp_size {dp} (plan, split, one put per rank) | "
+        f"{_put(put['baseline_eager'][dp])} | {_put(figures)} | {_ratio(ratio['eager_put'][dp])} "
+        f"| {_ratio(ratio['eager_build_put'][dp])} | {_ratio(ratio['eager_numpy_build_put'][dp])} |"
+        for dp, figures in put["arrow_eager"].items()
+    ]
     lines += [
         f"| **limit**: `ray.put` of one contiguous buffer of the batch's size | | "
-        f"{_put(put['single_buffer'])} | |",
+        f"{_put(put['single_buffer'])} | | | |",
         "",
     ]
     return lines
@@ -116,33 +129,40 @@ def _rank_rows(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     f"| {dp} | {mode} | {name} | {' | '.join(steps)} | "
                     f"**{format_seconds(figures['median'])}** ({format_seconds(figures['min'])}) "
-                    f"| {format_seconds(figures['leaf'])} | "
-                    f"{format_bytes(memory['rss_increase_bytes'])} | "
+                    f"| {format_seconds(figures['gc'])} | {format_seconds(figures['leaf'])} | "
+                    f"{format_bytes(memory['private_increase_bytes'])} | "
+                    f"{format_bytes(memory['shared_touched_bytes'])} | "
                     f"{format_bytes(memory['arrow_allocated_bytes'])} |"
                 )
         if dp in memcpy:
             entry = memcpy[dp]
             rows.append(
                 f"| {dp} | **limit** | memcpy of a rank's {format_bytes(entry['bytes'])} | | | | | "
-                f"{format_seconds(entry['seconds'])} | | | |"
+                f"{format_seconds(entry['seconds'])} | | | | | |"
             )
     return rows
 
 
 def _ranks(results: dict[str, Any]) -> list[str]:
-    measured = sorted({len(entry["ranks"]) for entry in results["agreement"]})
+    measured = "; ".join(
+        f"dp_size {entry['dp_size']}: {', '.join(map(str, entry['ranks']))}"
+        for entry in results["agreement"]
+    )
     return [
         "### Per rank, measured inside a Ray actor",
         "",
-        f"A few ranks per configuration ({', '.join(map(str, measured))} per dp_size: the first "
-        "and the last), each in a fresh `num_cpus=0` actor that times its own steps; the "
-        "figure is the median over those ranks. *public calls*: `process_rollout_data` + "
-        "`to_tensors` end to end. *RSS +*: peak RSS increase of the rank's process. *Arrow "
-        "alloc*: growth of `pyarrow.total_allocated_bytes()` while the rank holds its shard.",
+        f"Only a few ranks per configuration are measured (ranks {measured}), each configuration "
+        "in a fresh `num_cpus=0` actor that times its own steps; the figure is the median over "
+        "those ranks. *public calls*: `process_rollout_data` + `to_tensors` end to end. *of "
+        "which GC*: time CPython's garbage collector ran inside the steps (left enabled, as in "
+        "a real process). *private +*: peak increase of the rank's private memory. *store "
+        "pages*: object-store pages the rank touched. *Arrow alloc*: growth of "
+        "`pyarrow.total_allocated_bytes()` while the rank holds its shard (Arrow's memory pool "
+        "only: buffers gathered with numpy are not in it; *private +* counts them).",
         "",
-        "| dp_size | mode | path | get | plan | take | to_tensors | sum | public calls | "
-        "RSS + | Arrow alloc |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| dp_size | mode | path | get | plan | take | to_tensors | sum | of which GC | "
+        "public calls | private + | store pages | Arrow alloc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         *_rank_rows(results),
         "",
     ]
@@ -179,6 +199,33 @@ def _scaling(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+_RATIO_ROWS = (
+    ("delayed per-rank: baseline / arrow_split", ("delayed_per_rank",)),
+    ("same, garbage-collector time taken out", ("delayed_per_rank_excluding_gc",)),
+    ("eager per-rank: baseline / arrow_split", ("eager_per_rank",)),
+    ("eager put: baseline / arrow_split", ("eager_put",)),
+    ("arrow_split eager put / one-buffer put", ("arrow_put_over_single_buffer", "eager")),
+    ("arrow_split delayed per-rank / memcpy of its bytes", ("arrow_rank_over_memcpy", "delayed")),
+    ("arrow_split eager per-rank / memcpy of its bytes", ("arrow_rank_over_memcpy", "eager")),
+)
+
+
+def _ratios(results: dict[str, Any]) -> list[str]:
+    sizes = [str(dp) for dp in results["dp_sizes"]]
+    lines = [
+        "### Ratios by dp_size (medians)",
+        "",
+        f"| ratio | {' | '.join(f'dp_size {dp}' for dp in sizes)} |",
+        f"|---|{'---|' * len(sizes)}",
+    ]
+    for name, keys in _RATIO_ROWS:
+        by_dp: Any = results["ratios"]
+        for key in keys:
+            by_dp = by_dp[key]
+        lines.append(f"| {name} | {' | '.join(_ratio(by_dp.get(dp)) for dp in sizes)} |")
+    return [*lines, ""]
+
+
 def _planner(results: dict[str, Any]) -> list[str]:
     lines = [
         "### Planner (balanced Karmarkar-Karp): arrow_split against the plain-Python reference",
@@ -194,6 +241,33 @@ def _planner(results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+_NOTES = [
+    "### How it is measured",
+    "",
+    "- **Baseline**: the classic path, rewritten from its description (`benchmarks/baseline.py`): "
+    "a dict of Python lists; eager puts one dict per rank built by list indexing, delayed puts "
+    "the whole dict and every rank gets it, builds all shards and keeps its own; "
+    "`torch.tensor(list)` per sample; the plain-Python Karmarkar-Karp of "
+    "`tests/reference_plan.py`. Before anything is timed, the baseline's shards are checked "
+    "equal to arrow_split's (`shard_for_rank`, eager and delayed `process_rollout_data`) for "
+    "every rank measured.",
+    "- **Bytes stored**: `ray.experimental.get_object_locations(refs)[ref]['object_size']` "
+    "summed over a put's references (Ray's own record of each object's size).",
+    "- **Memory**: from `/proc/self/status`: the peak RSS (VmHWM, reset through "
+    "`/proc/self/clear_refs` before each measurement) less the shared pages (RssShmem), minus "
+    "the private RSS before: the *private* increase; and the growth of RssShmem: the "
+    "object-store pages the process mapped (Linux maps shared pages around each touched one, so "
+    "scattered rows map more than their own bytes).",
+    "- **Limits**: one `ray.put` of a contiguous numpy buffer as large as the Arrow batch; a "
+    "`np.copyto` of a rank's Arrow bytes into freshly allocated memory, in the rank's actor.",
+    "- **Per-rank steps**: arrow_split's ranks are timed with the calls `process_rollout_data` "
+    "makes, one at a time (`ray.get`, `partition_for_rank`, `take_rows`; an eager rank's *plan* "
+    "is the leaf's check of its rows), then `to_tensors(layout='per_sample')`. Each actor first "
+    "runs every step once on a tiny batch, untimed.",
+    "",
+]
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The whole report as markdown."""
     sections = [
@@ -201,7 +275,9 @@ def markdown(results: dict[str, Any]) -> str:
         _targets(results),
         _driver(results),
         _ranks(results),
+        _ratios(results),
         _scaling(results),
         _planner(results),
+        _NOTES,
     ]
     return "\n".join(line for section in sections for line in section)

@@ -1,24 +1,36 @@
 """Clocks and memory gauges shared by the driver and the rank actors.
 
-Time: :func:`time.perf_counter`. Memory (Linux): the resident set size and its high-water mark
-from ``/proc/self/status``; writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark
-to the current RSS, so the peak of one step is measured on its own. Where that file cannot be
-written (not Linux, or not allowed) the peak is the process's lifetime peak
+Time: :func:`time.perf_counter`; :class:`GcClock` measures the share of the garbage collector.
+Memory (Linux): the resident set size, its shared part and its high-water mark from
+``/proc/self/status``; writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark to the
+current RSS, so the peak of one block is measured on its own (:class:`MemoryGauge`). Where that
+file cannot be written (not Linux, or not allowed) the peak is the process's lifetime peak
 (``resource.getrusage``) and :func:`reset_peak_rss` says so by returning ``False``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import re
 import resource
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = ["Laps", "current_rss", "peak_rss", "reset_peak_rss", "summarize", "time_calls"]
+__all__ = [
+    "GcClock",
+    "Laps",
+    "MemoryGauge",
+    "Repeats",
+    "current_rss",
+    "peak_rss",
+    "reset_peak_rss",
+    "shared_rss",
+    "summarize",
+]
 
 _STATUS = "/proc/self/status"
 
@@ -42,22 +54,62 @@ class Laps:
         return sum(self.seconds.values())
 
 
+class GcClock:
+    """Seconds CPython's cyclic garbage collector ran inside a ``with`` block (``gc.callbacks``).
+
+    The collector is left enabled, as in a real process: a collection runs when allocations
+    trigger it and walks every tracked container, so the baseline's freshly unpickled lists make
+    whichever step comes next pay for a pass over all of them. This clock says how much.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.collections = 0
+        self._started: float | None = None
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self.collections += 1
+            self._started = None
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Repeats:
+    """How often a measurement runs: at least ``count`` times, more while under ``min_seconds``.
+
+    Like ``timeit``'s autorange: a cheap measurement (a few ms) gets more runs, so that a burst
+    of noise from other processes moves its median less; never more than ``max_factor * count``
+    runs. Iterating yields the run numbers; the caller's own work between runs counts too.
+    """
+
+    count: int
+    min_seconds: float = 0.5
+    max_factor: int = 10
+
+    def __iter__(self) -> Iterator[int]:
+        start = time.perf_counter()
+        runs = 0
+        while runs < self.count or (
+            time.perf_counter() - start < self.min_seconds and runs < self.max_factor * self.count
+        ):
+            yield runs
+            runs += 1
+
+
 def summarize(seconds: Iterable[float]) -> dict[str, Any]:
     """``{"min", "median", "all"}`` of repeated measurements (as bench_planner reports them)."""
     values = list(seconds)
     return {"min": min(values), "median": statistics.median(values), "all": values}
-
-
-def time_calls(call: Callable[[], object], repeats: int) -> list[float]:
-    """Seconds of ``repeats`` calls, each after a garbage collection; results are dropped."""
-    seconds = []
-    for _ in range(repeats):
-        gc.collect()
-        start = time.perf_counter()
-        result = call()
-        seconds.append(time.perf_counter() - start)
-        del result
-    return seconds
 
 
 def _status_kib(field: str) -> int | None:
@@ -72,6 +124,11 @@ def _status_kib(field: str) -> int | None:
 def current_rss() -> int:
     """Resident set size of this process, in bytes (0 where unknown)."""
     return _status_kib("VmRSS") or 0
+
+
+def shared_rss() -> int:
+    """Resident pages of shared memory (the object store's included), in bytes (0 if unknown)."""
+    return _status_kib("RssShmem") or 0
 
 
 def peak_rss() -> int:
@@ -91,3 +148,33 @@ def reset_peak_rss() -> bool:
     except OSError:
         return False
     return True
+
+
+class MemoryGauge:
+    """Peak memory of a ``with`` block, split into private memory and shared pages touched.
+
+    Pages of Ray's object store count in a process's RSS once the process touches them, and stay
+    counted while mapped; whether a block pays for them depends on what the process touched
+    before. So the figures keep them apart (Linux; elsewhere the shared part reads 0):
+
+    - ``private_increase_bytes``: peak RSS during the block, less the shared pages resident at its
+      end, minus the private RSS before it (shared pages only grow inside a block that holds
+      its objects, so this is the peak of the private memory);
+    - ``shared_touched_bytes``: shared pages that became resident during the block;
+    - ``peak_rss_bytes``: the absolute high-water mark.
+    """
+
+    def __enter__(self) -> MemoryGauge:
+        self.exact = reset_peak_rss()
+        self._shared = shared_rss()
+        self._private = current_rss() - self._shared
+        self.figures: dict[str, int] = {}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        peak, shared = peak_rss(), shared_rss()
+        self.figures = {
+            "peak_rss_bytes": peak,
+            "private_increase_bytes": max(peak - shared - self._private, 0),
+            "shared_touched_bytes": max(shared - self._shared, 0),
+        }

@@ -24,7 +24,6 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DEFAULT_DP_SIZES",
     "MOE_LAYERS",
     "MOE_TOP_K",
     "WORKLOADS",
@@ -62,8 +61,6 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     )
 }
 """The named workloads: about 12k, 0.5M, 18M and 70M tokens."""
-
-DEFAULT_DP_SIZES = (8, 64, 256)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import arrow_split
 CORE_MODULES = [
     name
     for module in pkgutil.iter_modules(arrow_split.__path__)
-    if (name := module.name) not in {"ray", "torch", "cli", "__main__"}
+    if (name := module.name) not in {"ray", "ray_locality", "torch", "cli", "demo", "__main__"}
 ]
 
 

@@ -1,0 +1,382 @@
+"""Bytes that cross nodes, and per-rank time, for eager, plain delayed and node-aware delayed.
+
+Run from the repository root::
+
+    python -m benchmarks.cluster                         # 3 nodes x 4 ranks, a 40 MiB batch
+    python -m benchmarks.cluster --nodes 2 --ranks-per-node 2 --batch-mib 8 --steps 2
+    python -m benchmarks.cluster --compare-tasks         # also node-aware with one task per rank
+
+The cluster is simulated on this machine (``ray.cluster_utils.Cluster``): a head node, where the
+driver runs and puts (so the batch lives there), and ``--nodes`` worker nodes, each with its own
+raylet and object store, and ``--ranks-per-node`` DP rank actors pinned by a custom resource.
+With no rank on the head, the plain delayed split moves the whole batch once per worker node
+(``--nodes`` x the batch); eager and node-aware move each rank's shard once (about one batch).
+
+Per mode and step: the bytes that crossed nodes (for every object of the step, its size x (the
+number of nodes holding a copy - 1), read from Ray's object directory before the references are
+dropped: the driver's, and those each rank's call fetched, see
+:func:`arrow_split.ray_locality.record_fetches`), the driver's put time, each rank's
+``process_rollout_data`` time, and how many Ray worker processes were running. The first step of
+a mode pays one-off costs (the node-aware mode starts the head's helper actor); the table shows
+it apart. Output: a table on stdout and ``cluster.json`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psutil
+import ray
+from ray.cluster_utils import Cluster
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from arrow_split import RolloutBatch, shard_for_rank
+from arrow_split.ray import process_rollout_data, split_train_data_by_dp
+from arrow_split.ray_locality import cross_node_bytes, pick_holder, record_fetches
+from arrow_split.take import take_record_batch
+
+__all__ = [
+    "BenchRank",
+    "ClusterOptions",
+    "main",
+    "make_rollout_batch",
+    "parse_args",
+    "ray_worker_processes",
+    "run",
+    "start_cluster",
+    "start_ranks",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
+MIB = 2**20
+MODES = ("eager", "local", "auto", "holder")
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterOptions:
+    """What one run measures."""
+
+    nodes: int
+    ranks_per_node: int
+    batch_mib: float
+    steps: int
+    seed: int
+    balance_data: bool
+    compare_tasks: bool
+    out: Path
+
+    @property
+    def dp_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+
+def parse_args(argv: list[str] | None = None) -> ClusterOptions:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--nodes", type=int, default=3, help="worker nodes (besides the head)")
+    parser.add_argument("--ranks-per-node", type=int, default=4)
+    parser.add_argument("--batch-mib", type=float, default=40.0, help="about this many MiB")
+    parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--strided", action="store_true", help="strided plan (default balanced)")
+    parser.add_argument(
+        "--compare-tasks", action="store_true", help="also node-aware with a task per rank"
+    )
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.nodes < 1 or args.ranks_per_node < 1 or args.steps < 1 or args.batch_mib <= 0:
+        parser.error("--nodes, --ranks-per-node, --steps and --batch-mib must be positive")
+    return ClusterOptions(
+        args.nodes,
+        args.ranks_per_node,
+        args.batch_mib,
+        args.steps,
+        args.seed,
+        not args.strided,
+        args.compare_tasks,
+        args.out,
+    )
+
+
+# --- the data and the cluster -----------------------------------------------------------------
+
+
+def _seeded_batch(num_samples: int, seed: int) -> RolloutBatch:
+    rng = np.random.default_rng(seed)
+    total = rng.integers(500, 2000, size=num_samples)
+    response = total - rng.integers(16, 256, size=num_samples)
+    return RolloutBatch.from_train_data(
+        {
+            "tokens": [rng.integers(0, 151_936, size=int(n), dtype=np.int32) for n in total],
+            "response_lengths": response.tolist(),
+            "loss_masks": [np.ones(int(r), dtype=np.uint8) for r in response],
+            "rollout_log_probs": [-rng.random(int(r), dtype=np.float32) for r in response],
+            "rollout_routed_experts": [
+                rng.integers(0, 128, size=(int(n) - 1, 2, 2), dtype=np.int32) for n in total
+            ],
+            "rewards": rng.random(num_samples).tolist(),
+            "raw_reward": rng.random(num_samples).tolist(),
+        }
+    )
+
+
+def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
+    """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size."""
+    probe = _seeded_batch(64, seed)
+    wanted = batch_mib * MIB / (probe.nbytes / 64)
+    num_samples = max(dp_size, int(np.ceil(wanted / dp_size)) * dp_size)
+    return _seeded_batch(num_samples, seed)
+
+
+def start_cluster(nodes: int, store_bytes: int) -> tuple[Any, list[str]]:
+    """A head (node 0: the driver) and ``nodes`` worker nodes; returns the cluster and ids."""
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
+    )
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 1,
+            "object_store_memory": store_bytes,
+            "resources": {"node_0": 1.0},
+            "include_dashboard": False,
+        },
+    )
+    for index in range(1, nodes + 1):
+        cluster.add_node(
+            num_cpus=1, object_store_memory=store_bytes, resources={f"node_{index}": 1.0}
+        )
+    ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
+    cluster.wait_for_nodes()
+    by_resource = {
+        name: node["NodeID"] for node in ray.nodes() for name in node["Resources"] if node["Alive"]
+    }
+    return cluster, [by_resource[f"node_{index}"] for index in range(nodes + 1)]
+
+
+def ray_worker_processes() -> int:
+    """Ray worker processes running on this machine (every simulated node's)."""
+    count = 0
+    for process in psutil.process_iter(["cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        count += bool(cmdline) and cmdline[0].startswith("ray::")
+    return count
+
+
+# --- the ranks --------------------------------------------------------------------------------
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _take_in_task(
+    boxed: dict[str, Any], dp_rank: int, dp_size: int, balance_data: bool
+) -> tuple[RolloutBatch, int]:
+    """The alternative to the helper actor: one zero-CPU task per rank on the holding node."""
+    batch = ray.get(boxed["ref"])
+    return shard_for_rank(batch, dp_rank, dp_size, balance_data=balance_data), os.getpid()
+
+
+@ray.remote(num_cpus=0)
+class BenchRank:
+    """A DP rank: times its call and hands back the references it fetched (kept alive)."""
+
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+    def step(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, balance_data: bool, mode: str
+    ) -> tuple[float, list[list[Any]], int | None]:
+        """Time this rank's take; also the fetched refs and the pid of the task that took."""
+        start = time.perf_counter()
+        task_pid = None
+        with record_fetches() as fetched:
+            if mode == "tasks":
+                task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, balance_data, fetched)
+            else:
+                options = {} if mode == "eager" else {"locality": mode}
+                process_rollout_data(
+                    boxed["refs"], dp_rank, dp_size, balance_data=balance_data, **options
+                )
+        return time.perf_counter() - start, [fetched], task_pid
+
+    def _via_task(
+        self, ref: Any, dp_rank: int, dp_size: int, balance_data: bool, fetched: list[Any]
+    ) -> int:
+        node_id = pick_holder(ref, dp_rank, "holder")
+        strategy = NodeAffinitySchedulingStrategy(str(node_id), soft=False)
+        reply = _take_in_task.options(scheduling_strategy=strategy).remote(
+            {"ref": ref}, dp_rank, dp_size, balance_data
+        )
+        shard, pid = ray.get(reply)
+        indices = np.arange(len(shard), dtype=np.int64)
+        take_record_batch(shard.record_batch, indices)  # the copy the library makes
+        fetched.append(reply)
+        return int(pid)
+
+
+def start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
+    """``ranks_per_node`` rank actors on each worker node (none on the head); rank-major."""
+    ranks = [
+        BenchRank.options(resources={f"node_{1 + r // ranks_per_node}": 0.01}).remote()
+        for r in range(nodes * ranks_per_node)
+    ]
+    placed = ray.get([rank.node_id.remote() for rank in ranks], timeout=120)
+    if node_ids[0] in placed:
+        msg = "a rank landed on the head node; the layout needs every rank on a worker node"
+        raise RuntimeError(msg)
+    return ranks
+
+
+# --- one mode, step by step -------------------------------------------------------------------
+
+
+def _store_free() -> float:
+    return float(ray.available_resources().get("object_store_memory", 0.0))
+
+
+def _wait_for_free_store(capacity: float, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _store_free() < capacity and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _one_step(
+    ranks: list[Any], batch: RolloutBatch, mode: str, options: ClusterOptions
+) -> dict[str, Any]:
+    start = time.perf_counter()
+    refs_or_ref: Any = split_train_data_by_dp(
+        batch, options.dp_size, balance_data=options.balance_data, delay=mode != "eager"
+    )
+    put_s = time.perf_counter() - start
+    boxed = {"refs": refs_or_ref}
+    calls = [
+        rank.step.remote(boxed, r, options.dp_size, options.balance_data, mode)
+        for r, rank in enumerate(ranks)
+    ]
+    results = ray.get(calls, timeout=600)
+    step_s = time.perf_counter() - start
+    driver_refs = list(refs_or_ref) if mode == "eager" else [refs_or_ref]
+    fetched = [ref for _, nested, _ in results for ref in nested[0]]
+    return {
+        "cross_node_bytes": cross_node_bytes(driver_refs + fetched),
+        "task_pids": sorted({pid for _, _, pid in results if pid is not None}),
+        "put_s": put_s,
+        "step_s": step_s,
+        "rank_s": [seconds for seconds, _, _ in results],
+        "worker_processes": ray_worker_processes(),
+    }
+
+
+def _run_mode(
+    ranks: list[Any], batch: RolloutBatch, mode: str, options: ClusterOptions
+) -> dict[str, Any]:
+    capacity = float(ray.cluster_resources()["object_store_memory"])
+    processes_before = ray_worker_processes()
+    steps = []
+    for _ in range(options.steps):
+        steps.append(_one_step(ranks, batch, mode, options))
+        _wait_for_free_store(capacity)  # the next step starts from an empty store
+    return {"worker_processes_before": processes_before, "steps": steps}
+
+
+# --- the report -------------------------------------------------------------------------------
+
+
+def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> dict[str, Any]:
+    steps = result["steps"]
+    steady = steps[1:] or steps
+    crossed = statistics.median(step["cross_node_bytes"] for step in steps)
+    steady_rank_s = [seconds for step in steady for seconds in step["rank_s"]]
+    return {
+        "cross_node_mib": crossed / MIB,
+        "x_batch": crossed / batch_bytes,
+        "x_eager": crossed / eager_bytes if eager_bytes else float("nan"),
+        "put_ms": 1000 * statistics.median(step["put_s"] for step in steady),
+        "step_ms": 1000 * statistics.median(step["step_s"] for step in steady),
+        "rank_ms_median": 1000 * statistics.median(steady_rank_s),
+        "rank_ms_max": 1000 * max(steady_rank_s),
+        "first_step_rank_ms_max": 1000 * max(steps[0]["rank_s"]),
+        "new_worker_processes": max(step["worker_processes"] for step in steps)
+        - result["worker_processes_before"],
+        "task_workers": len({pid for step in steps for pid in step["task_pids"]}),
+    }
+
+
+def _table(summaries: dict[str, dict[str, Any]], batch_mib: float) -> str:
+    header = (
+        f"{'mode':<8} {'cross MiB/step':>14} {'x batch':>8} {'x eager':>8} {'put ms':>7} "
+        f"{'step ms':>8} {'rank ms med':>11} {'rank ms max':>11} {'1st step max':>12} "
+        f"{'new procs':>9} {'task procs':>10}"
+    )
+    lines = [
+        f"batch: {batch_mib:.1f} MiB (the delayed object). put: the driver's split and puts; "
+        "step: put to the last rank's shard; rank: process_rollout_data on the rank; steady "
+        "steps (the first one apart); new procs: Ray worker processes started during the mode; "
+        "task procs: distinct worker processes that ran the per-rank take tasks",
+        header,
+        "-" * len(header),
+    ]
+    for mode, row in summaries.items():
+        lines.append(
+            f"{mode:<8} {row['cross_node_mib']:>14.1f} {row['x_batch']:>8.2f} "
+            f"{row['x_eager']:>8.2f} {row['put_ms']:>7.1f} {row['step_ms']:>8.1f} "
+            f"{row['rank_ms_median']:>11.1f} "
+            f"{row['rank_ms_max']:>11.1f} {row['first_step_rank_ms_max']:>12.1f} "
+            f"{row['new_worker_processes']:>9d} {row['task_workers'] or '-':>10}"
+        )
+    return "\n".join(lines)
+
+
+def _object_bytes(batch: RolloutBatch) -> int:
+    ref = ray.put(batch)
+    return int(ray.experimental.get_object_locations([ref])[ref]["object_size"])
+
+
+def run(options: ClusterOptions) -> dict[str, Any]:
+    """Start the cluster, run every mode, shut down; return the figures."""
+    batch = make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
+    store_bytes = max(256 * MIB, int(4 * batch.nbytes))
+    cluster, node_ids = start_cluster(options.nodes, store_bytes)
+    try:
+        ranks = start_ranks(options.nodes, options.ranks_per_node, node_ids)
+        batch_bytes = _object_bytes(batch)
+        modes = MODES + (("tasks",) if options.compare_tasks else ())
+        results = {mode: _run_mode(ranks, batch, mode, options) for mode in modes}
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
+    summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
+    return {
+        "options": {**dataclasses.asdict(options), "out": str(options.out)},
+        "layout": f"head: driver + batch; {options.nodes} worker nodes x "
+        f"{options.ranks_per_node} ranks",
+        "batch": {"num_samples": len(batch), "nbytes": batch.nbytes, "object_bytes": batch_bytes},
+        "store_bytes_per_node": store_bytes,
+        "summary": summaries,
+        "modes": results,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = parse_args(argv)
+    report = run(options)
+    print(report["layout"])
+    print(_table(report["summary"], report["batch"]["object_bytes"] / MIB))
+    options.out.mkdir(parents=True, exist_ok=True)
+    path = options.out / "cluster.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

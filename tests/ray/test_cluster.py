@@ -1,0 +1,181 @@
+"""The delayed split at cluster scale, on a simulated 3-node cluster (one object store per node).
+
+The driver puts on the head (node 0); two ranks run on each of the three nodes. Ray moves an
+object between nodes whole, so the plain delayed split (``locality="local"``) brings the whole
+batch to each of the two other nodes: (nodes - 1) x the batch crosses. The node-aware modes take
+the off-head ranks' rows on the head and move only their shards, as eager mode does. Every mode
+must give every rank the core's shard, bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arrow_split import PlanError, RolloutBatch, split_train_data_by_dp_raw
+from tests.ray.simulated_cluster import (
+    MIB,
+    SimulatedCluster,
+    box,
+    gather,
+    make_batch,
+    on_node,
+    start_cluster,
+    stop_cluster,
+)
+
+ray = pytest.importorskip("ray")
+
+from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
+from arrow_split.ray_locality import (  # noqa: E402
+    HELPER_NAME_PREFIX,
+    cross_node_bytes,
+    record_fetches,
+)
+
+pytestmark = pytest.mark.ray
+
+NUM_NODES = 3
+RANKS_PER_NODE = 2
+DP_SIZE = NUM_NODES * RANKS_PER_NODE
+MODES = ["eager", "local", "auto", "holder"]
+
+
+@ray.remote(num_cpus=0)
+class Rank:
+    """A train actor; returns its shard and the references its call fetched (kept alive)."""
+
+    def step(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
+    ) -> tuple[RolloutBatch, list[list[Any]]]:
+        with record_fetches() as fetched:
+            shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        # Nested in a list, the references travel as references: the driver measures them.
+        return shard, [fetched]
+
+    def node_id(self) -> str:
+        return str(ray.get_runtime_context().get_node_id())
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimulatedCluster]:
+    spill_root = Path(tmp_path_factory.mktemp("spill"))
+    simulated = start_cluster(NUM_NODES, object_store_bytes=100 * MIB, spill_root=spill_root)
+    try:
+        yield simulated
+    finally:
+        stop_cluster(simulated)
+
+
+@pytest.fixture(scope="module")
+def ranks(cluster: SimulatedCluster) -> list[Any]:
+    """Rank ``r`` runs on node ``r // RANKS_PER_NODE``."""
+    handles = [on_node(Rank, rank // RANKS_PER_NODE) for rank in range(DP_SIZE)]
+    placed = gather([handle.node_id.remote() for handle in handles])
+    assert placed == [cluster.node_ids[rank // RANKS_PER_NODE] for rank in range(DP_SIZE)]
+    return handles
+
+
+@pytest.fixture(scope="module")
+def batch() -> RolloutBatch:
+    return make_batch(600, seed=11)
+
+
+def put_step(batch: RolloutBatch, mode: str, *, balance_data: bool = True) -> Any:
+    """What the driver puts for ``mode``: a reference per rank (eager), or the batch once."""
+    delay = mode != "eager"
+    return split_train_data_by_dp(batch, DP_SIZE, balance_data=balance_data, delay=delay)
+
+
+def run_step(
+    ranks: list[Any], refs_or_ref: Any, mode: str, *, balance_data: bool = True
+) -> tuple[list[RolloutBatch], int, list[list[Any]]]:
+    """One step in ``mode``: the shards, the bytes that crossed nodes, each rank's fetches."""
+    options = {} if mode == "eager" else {"locality": mode}
+    results = gather(
+        [
+            rank.step.remote(box(refs_or_ref), r, DP_SIZE, balance_data=balance_data, **options)
+            for r, rank in enumerate(ranks)
+        ]
+    )
+    fetched = [nested[0] for _, nested in results]
+    driver_refs = list(refs_or_ref) if mode == "eager" else [refs_or_ref]
+    crossed = cross_node_bytes(driver_refs + [ref for refs in fetched for ref in refs])
+    return [shard for shard, _ in results], crossed, fetched
+
+
+def object_size(ref: Any) -> int:
+    return int(ray.experimental.get_object_locations([ref])[ref]["object_size"])
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_every_mode_gives_every_rank_the_core_shard(
+    ranks: list[Any], batch: RolloutBatch, balance_data: bool
+) -> None:
+    expected = split_train_data_by_dp_raw(batch, DP_SIZE, balance_data=balance_data)
+    for mode in MODES:
+        refs_or_ref = put_step(batch, mode, balance_data=balance_data)
+        shards, _, _ = run_step(ranks, refs_or_ref, mode, balance_data=balance_data)
+        for rank, shard in enumerate(shards):
+            assert shard.equals(expected[rank].with_layout("actor")), (mode, rank)
+
+
+def test_node_aware_moves_what_eager_moves_and_local_moves_the_batch_per_node(
+    ranks: list[Any], batch: RolloutBatch
+) -> None:
+    crossed = {mode: run_step(ranks, put_step(batch, mode), mode)[1] for mode in MODES}
+    batch_object_bytes = object_size(put_step(batch, "local"))
+    # The two off-head nodes hold 4 of the 6 ranks: 2/3 of the rows cross, in eager mode.
+    assert 0.6 * batch.nbytes < crossed["eager"] < 0.8 * batch.nbytes
+    assert crossed["local"] == (NUM_NODES - 1) * batch_object_bytes
+    assert crossed["auto"] <= 1.25 * crossed["eager"]
+    assert crossed["holder"] <= 1.25 * crossed["eager"]
+    summary = {mode: round(value / MIB, 2) for mode, value in crossed.items()}
+    print(f"cross-node MiB per step, batch {batch.nbytes / MIB:.2f} MiB: {summary}")
+
+
+def test_auto_takes_here_where_the_node_holds_the_batch(
+    cluster: SimulatedCluster, ranks: list[Any], batch: RolloutBatch
+) -> None:
+    ref = split_train_data_by_dp(batch, DP_SIZE, balance_data=True, delay=True)
+    results = gather(
+        [rank.step.remote(box(ref), r, DP_SIZE, balance_data=True) for r, rank in enumerate(ranks)]
+    )
+    for rank, (shard, nested) in enumerate(results):
+        (fetched,) = nested[0]
+        if rank < RANKS_PER_NODE:  # on the head, which holds the batch: a zero-copy local take
+            assert fetched == ref
+        else:  # elsewhere: only the shard the head's helper took came here
+            assert fetched != ref
+            assert object_size(fetched) < 1.2 * shard.nbytes + 64 * 1024
+    # One helper, on the head; none on a node that never held the batch.
+    assert ray.get_actor(HELPER_NAME_PREFIX + cluster.node_ids[0])
+    for node_id in cluster.node_ids[1:]:
+        with pytest.raises(ValueError, match="Failed to look up actor"):
+            ray.get_actor(HELPER_NAME_PREFIX + node_id)
+    # Once every node holds a copy (a plain delayed step pulled it), auto takes everywhere
+    # locally: no new object, nothing more crosses.
+    _, crossed_local, _ = run_step(ranks, ref, "local")
+    assert crossed_local == (NUM_NODES - 1) * object_size(ref)
+    _, crossed_auto, fetched = run_step(ranks, ref, "auto")
+    assert fetched == [[ref]] * DP_SIZE
+    assert crossed_auto == crossed_local
+
+
+def test_a_bad_locality_lists_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:
+    ref = split_train_data_by_dp(make_batch(8, seed=12), 2, balance_data=False, delay=True)
+
+    def no_get(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.get was called")
+
+    monkeypatch.setattr(ray, "get", no_get)
+    with pytest.raises(
+        PlanError,
+        match=r"invalid `locality`: 'remote'; expected one of: 'auto', 'local', 'holder'",
+    ):
+        process_rollout_data(ref, 0, 2, balance_data=False, locality="remote")  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=r"invalid `locality`: None"):
+        process_rollout_data([ref, ref], 0, 2, balance_data=False, locality=None)  # type: ignore[arg-type]
