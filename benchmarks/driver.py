@@ -23,7 +23,13 @@ import ray
 from arrow_split import RolloutBatch
 from benchmarks.timing import MemoryGauge, Repeats, summarize
 
-__all__ = ["measure_build", "measure_put", "single_buffer_put", "store_figures"]
+__all__ = [
+    "measure_build",
+    "measure_put",
+    "per_rank_buffers_put",
+    "single_buffer_put",
+    "store_figures",
+]
 
 Refs: TypeAlias = "ray.ObjectRef[Any] | list[ray.ObjectRef[Any]]"
 
@@ -86,4 +92,16 @@ def single_buffer_put(nbytes: int, repeats: Repeats) -> dict[str, Any]:
     buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
     figures = measure_put(lambda: ray.put(buffer), repeats)
     figures["bytes"] = nbytes
+    return figures
+
+
+def per_rank_buffers_put(sizes: list[int], repeats: Repeats) -> dict[str, Any]:
+    """The limit of an eager put: one ``ray.put`` per rank of a numpy buffer of its shard's size.
+
+    What Ray itself costs per object, whatever is in it: no build, no split, no pickling of
+    anything but a contiguous buffer.
+    """
+    buffers = [np.ones(max(size, 1), dtype=np.uint8) for size in sizes]
+    figures = measure_put(lambda: [ray.put(buffer) for buffer in buffers], repeats)
+    figures["bytes"] = sum(sizes)
     return figures

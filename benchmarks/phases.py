@@ -10,7 +10,7 @@ import functools
 import gc
 from typing import Any
 
-from arrow_split import RolloutBatch
+from arrow_split import RolloutBatch, split_train_data_by_dp_raw
 from benchmarks import agreement, arrow_path, baseline, driver
 from benchmarks.bench_planner import measure_planner
 from benchmarks.config import CONFIGS, PLANNER_TARGET, Options, Progress, pick_ranks
@@ -50,7 +50,7 @@ def _put_phase(
 ) -> dict[str, Any]:
     repeats, balance = options.runs, options.balance_data
     first = options.dp_sizes[0]
-    puts: dict[str, Any] = {"baseline_eager": {}, "arrow_eager": {}}
+    puts: dict[str, Any] = {"baseline_eager": {}, "arrow_eager": {}, "per_rank_buffers": {}}
     with progress.task("put one contiguous buffer"):
         puts["single_buffer"] = driver.single_buffer_put(batch.nbytes, repeats)
     with progress.task("put arrow delayed"):
@@ -62,6 +62,12 @@ def _put_phase(
             lambda: baseline.put_delayed(workload.lists), repeats
         )
     for dp_size in options.dp_sizes:
+        with progress.task(f"put {dp_size} plain buffers"):
+            sizes = [
+                shard.nbytes
+                for shard in split_train_data_by_dp_raw(batch, dp_size, balance_data=balance)
+            ]
+            puts["per_rank_buffers"][str(dp_size)] = driver.per_rank_buffers_put(sizes, repeats)
         with progress.task(f"put arrow eager dp={dp_size}"):
             puts["arrow_eager"][str(dp_size)] = driver.measure_put(
                 functools.partial(arrow_path.put_eager, batch, dp_size, balance), repeats

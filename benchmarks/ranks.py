@@ -11,7 +11,7 @@ records, in the actor:
   fresh actor touches its objects' pages in its first repeat);
 - ``arrow_allocated_bytes``: what ``pyarrow.total_allocated_bytes()`` grew by while the rank
   held its shard and tensors (Arrow's memory pool only: the baseline's Python objects, torch's
-  tensors and buffers arrow_split gathers with numpy are not in it);
+  tensors are not in it; arrow_split gathers a shard's rows into the pool);
 - ``peak_rss_bytes``: the absolute high-water mark;
 - ``gc``: the seconds CPython's garbage collector ran during the repeat (already inside the
   steps' times; ``sum_excluding_gc`` takes it out).

@@ -152,6 +152,11 @@ def _put_ratios(results: dict[str, Any]) -> dict[str, Any]:
             "delayed": _divide(arrow_delayed, single),
             "eager": {dp: _divide(arrow, single) for dp, (_, arrow) in eager.items()},
         },
+        "arrow_eager_put_over_per_rank_buffers": {
+            dp: _divide(arrow, put["per_rank_buffers"][dp]["seconds"]["median"])
+            for dp, (_, arrow) in eager.items()
+            if dp in put.get("per_rank_buffers", {})
+        },
     }
 
 

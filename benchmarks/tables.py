@@ -108,8 +108,13 @@ def _driver(results: dict[str, Any]) -> list[str]:
     lines += [
         f"| **limit**: `ray.put` of one contiguous buffer of the batch's size | | "
         f"{_put(put['single_buffer'])} | | | |",
-        "",
     ]
+    lines += [
+        f"| **limit**: {dp} `ray.put`s of plain buffers of the shards' sizes (Ray's cost per "
+        f"object) | | {_put(figures)} | | | |"
+        for dp, figures in put.get("per_rank_buffers", {}).items()
+    ]
+    lines.append("")
     return lines
 
 
@@ -157,8 +162,9 @@ def _ranks(results: dict[str, Any]) -> list[str]:
         "which GC*: time CPython's garbage collector ran inside the steps (left enabled, as in "
         "a real process). *private +*: peak increase of the rank's private memory. *store "
         "pages*: object-store pages the rank touched. *Arrow alloc*: growth of "
-        "`pyarrow.total_allocated_bytes()` while the rank holds its shard (Arrow's memory pool "
-        "only: buffers gathered with numpy are not in it; *private +* counts them).",
+        "`pyarrow.total_allocated_bytes()` while the rank holds its shard (Arrow's memory pool, "
+        "where arrow_split gathers a shard's rows; torch tensors and Python objects are not in "
+        "it).",
         "",
         "| dp_size | mode | path | get | plan | take | to_tensors | sum | of which GC | "
         "public calls | private + | store pages | Arrow alloc |",
