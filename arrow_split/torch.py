@@ -54,11 +54,7 @@ tensor (on the CPU nothing moves, so the rule above holds there).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import logging
-import warnings
-from collections.abc import Callable, Iterator
-from typing import Literal, TypeAlias, get_args
+from typing import Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -73,14 +69,13 @@ from arrow_split.batch import RolloutBatch
 from arrow_split.decode import numpy_view, ragged_values
 from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
 from arrow_split.schema import ColumnSpec
+from arrow_split.torch_layouts import LAYOUTS, RaggedColumn, TensorOptions, move
 
 __all__ = ["TensorLayout", "to_tensors"]
 
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
-_Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
-_Columns: TypeAlias = "dict[str, _Ragged | torch.Tensor]"
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
@@ -90,46 +85,6 @@ _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
     torch.int64: np.int64,
     torch.float32: np.float32,
 }
-_INT32_MAX = int(np.iinfo(np.int32).max)
-_SEQLENS_KEYS = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
-_MASK_KEYS = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of torch's nested tensors, silenced only around their construction: a log line
-# (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
-# warning some torch versions give.
-_FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
-_FX_TRACING_MESSAGE = "is_fx_tracing will return true"
-_NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Ragged:
-    """One ragged column: flat values (on the target device) and its offsets (numpy int64)."""
-
-    spec: ColumnSpec
-    values: torch.Tensor
-    offsets: np.ndarray
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @property
-    def group(self) -> tuple[str, str]:
-        """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        if self.spec.name == "tokens" or self.spec.length == "tokens":
-            return ("rule", "tokens")
-        if self.spec.length == "response":
-            return ("rule", "response")
-        return ("column", self.spec.name)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Options:
-    token_dtype: torch.dtype
-    mask_dtype: torch.dtype
-    device: torch.device | None
-    pad_value: int | float
-    pad_to_multiple_of: int | None
 
 
 def to_tensors(
@@ -192,15 +147,15 @@ def to_tensors(
     options = _check_options(
         shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
     )
-    columns: dict[str, _Ragged | torch.Tensor] = {}
+    columns: dict[str, RaggedColumn | torch.Tensor] = {}
     for name in shard.record_batch.schema.names:
         spec = shard.specs[name]
         array = shard.record_batch.column(name)
         if spec.kind in ("per_token", "per_sample_tensor"):
             columns[name] = _ragged_column(spec, array, options)
         elif spec.kind == "per_sample_scalar":
-            columns[name] = _move(_tensor_of(numpy_view(array), _data_buffer(array)), options)
-    return _LAYOUTS[layout](columns, options)
+            columns[name] = move(_tensor_of(numpy_view(array), _data_buffer(array)), options)
+    return LAYOUTS[layout](columns, options)
 
 
 def _check_options(
@@ -211,7 +166,7 @@ def _check_options(
     mask_dtype: object,
     pad_value: object,
     pad_to_multiple_of: object,
-) -> _Options:
+) -> TensorOptions:
     if not isinstance(shard, RolloutBatch):
         msg = (
             f"`shard` must be a RolloutBatch, got {type(shard).__name__}; build one with "
@@ -232,7 +187,7 @@ def _check_options(
     ):
         msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
         raise ValueRangeError(msg)
-    return _Options(
+    return TensorOptions(
         _check_dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
         _check_dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
         _check_device(device),
@@ -309,11 +264,7 @@ def _tensor_of(
     return torch.from_numpy(_private_or_copy(values, buffer))
 
 
-def _move(tensor: torch.Tensor, options: _Options) -> torch.Tensor:
-    return tensor if options.device is None else tensor.to(options.device)
-
-
-def _ragged_column(spec: ColumnSpec, array: pa.Array, options: _Options) -> _Ragged:
+def _ragged_column(spec: ColumnSpec, array: pa.Array, options: TensorOptions) -> RaggedColumn:
     values, offsets = ragged_values(array)
     dtype: type[np.generic] | None = None
     if spec.name == "tokens":
@@ -321,166 +272,4 @@ def _ragged_column(spec: ColumnSpec, array: pa.Array, options: _Options) -> _Rag
     elif spec.kind == "per_token" and spec.flag:
         dtype = _MASK_DTYPES[options.mask_dtype]
     tensor = _tensor_of(values, _data_buffer(array), dtype)
-    return _Ragged(spec, _move(tensor, options), np.asarray(offsets, dtype=np.int64))
-
-
-# --- layouts -----------------------------------------------------------------------------------
-
-
-def _per_sample(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
-    tensors: dict[str, _Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, _Ragged):
-            tensors[name] = list(torch.split(column.values, column.lengths.tolist()))
-        else:
-            tensors[name] = column
-    return tensors
-
-
-def _packed(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
-    tensors: dict[str, _Tensors] = {}
-    extras: dict[str, torch.Tensor] = {}
-    for name, column in columns.items():
-        if not isinstance(column, _Ragged):
-            tensors[name] = column
-            continue
-        tensors[name] = column.values
-        kind, group = column.group
-        key = _SEQLENS_KEYS[group] if kind == "rule" else f"{group}_cu_seqlens"
-        if key not in extras:
-            extras[key] = _move(_cu_seqlens(column), options)
-    return _merge(tensors, extras, "packed")
-
-
-def _cu_seqlens(column: _Ragged) -> torch.Tensor:
-    total = int(column.offsets[-1])
-    if total > _INT32_MAX:
-        msg = (
-            f"column `{column.spec.name}` holds {total} rows, more than int32 cumulative lengths "
-            f"can index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
-        )
-        raise ValueRangeError(msg)
-    return torch.from_numpy(column.offsets.astype(np.int32))
-
-
-def _padded(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
-    masks: dict[tuple[str, str], torch.Tensor] = {}
-    for column in columns.values():
-        if isinstance(column, _Ragged) and column.group not in masks:
-            masks[column.group] = _length_mask(column, columns, options)
-    tensors: dict[str, _Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, _Ragged):
-            tensors[name] = _pad(column, masks[column.group], options)
-        else:
-            tensors[name] = column
-    extras = {_MASK_KEYS[group]: mask for (kind, group), mask in masks.items() if kind == "rule"}
-    return _merge(tensors, extras, "padded")
-
-
-def _length_mask(column: _Ragged, columns: _Columns, options: _Options) -> torch.Tensor:
-    """``[n, width]`` bool, True at a sample's real positions; width shared by the group."""
-    width = max(
-        (
-            int(other.lengths.max(initial=0))
-            for other in columns.values()
-            if isinstance(other, _Ragged) and other.group == column.group
-        ),
-        default=0,
-    )
-    multiple = options.pad_to_multiple_of
-    if multiple is not None:
-        width = -(-width // multiple) * multiple
-    lengths = _move(torch.from_numpy(column.lengths), options)
-    positions = torch.arange(width, device=lengths.device)
-    return positions[None, :] < lengths[:, None]
-
-
-def _pad(column: _Ragged, mask: torch.Tensor, options: _Options) -> torch.Tensor:
-    values = column.values
-    masklike = column.spec.flag or values.dtype == torch.bool
-    fill = 0 if masklike else _fill_value(options.pad_value, values.dtype, column.spec)
-    shape = (*mask.shape, *values.shape[1:])
-    padded = torch.full(shape, fill, dtype=values.dtype, device=values.device)
-    if values.dtype == torch.uint16:  # index_put has no uint16 kernel: write the same bits
-        padded.view(torch.int16)[mask] = values.view(torch.int16)
-    else:
-        padded[mask] = values
-    return padded
-
-
-def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) -> int | float:
-    if dtype.is_floating_point:
-        return pad_value
-    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
-    if not float(pad_value).is_integer() or not low <= pad_value <= high:
-        msg = (
-            f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "
-            f"integer between {low} and {high}"
-        )
-        raise ValueRangeError(msg)
-    return int(pad_value)
-
-
-def _nested(columns: _Columns, options: _Options) -> dict[str, _Tensors]:
-    """Columns of one length group share one offsets tensor, hence one jagged dimension."""
-    tensors: dict[str, _Tensors] = {}
-    shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
-    for name, column in columns.items():
-        if not isinstance(column, _Ragged):
-            tensors[name] = column
-            continue
-        offsets = shared.get(column.group)
-        if offsets is None or not np.array_equal(offsets[0], column.offsets):
-            fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
-            offsets = (column.offsets, fresh)
-            shared.setdefault(column.group, offsets)
-        tensors[name] = _jagged(column, offsets[1])
-    return tensors
-
-
-def _jagged(column: _Ragged, offsets: torch.Tensor) -> torch.Tensor:
-    lengths = column.lengths
-    low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
-    with _quiet_nested():
-        return torch.nested.nested_tensor_from_jagged(
-            column.values, offsets, min_seqlen=low, max_seqlen=high
-        )
-
-
-@contextlib.contextmanager
-def _quiet_nested() -> Iterator[None]:
-    """Silence exactly the known warnings of torch's nested tensors, nothing else."""
-    logger = logging.getLogger(_FX_TRACING_LOGGER)
-    logger.addFilter(_drop_fx_tracing_log)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", _NESTED_PROTOTYPE_WARNING, UserWarning)
-            yield
-    finally:
-        logger.removeFilter(_drop_fx_tracing_log)
-
-
-def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(_FX_TRACING_MESSAGE)
-
-
-def _merge(
-    tensors: dict[str, _Tensors], extras: dict[str, torch.Tensor], layout: str
-) -> dict[str, _Tensors]:
-    clash = sorted(set(tensors) & set(extras))
-    if clash:
-        msg = (
-            f"column(s) {', '.join(f'`{name}`' for name in clash)} clash with the keys that "
-            f"layout {layout!r} adds; rename the column(s) or use layout='per_sample'"
-        )
-        raise SchemaError(msg)
-    return {**tensors, **extras}
-
-
-_LAYOUTS: dict[str, Callable[[_Columns, _Options], dict[str, _Tensors]]] = {
-    "per_sample": _per_sample,
-    "packed": _packed,
-    "padded": _padded,
-    "nested": _nested,
-}
+    return RaggedColumn(spec, move(tensor, options), np.asarray(offsets, dtype=np.int64))

@@ -1,0 +1,239 @@
+"""The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
+
+A leaf beside :mod:`arrow_split.torch`, which reads a shard's columns into :class:`RaggedColumn`
+values (flat tensor + offsets) under its memory rule; the functions here only arrange those
+tensors, and every tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import warnings
+from collections.abc import Callable, Iterator
+from typing import TypeAlias
+
+import numpy as np
+
+try:
+    import torch
+except ImportError:
+    msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
+    raise ImportError(msg) from None
+
+from arrow_split.errors import SchemaError, ValueRangeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["Columns", "LAYOUTS", "RaggedColumn", "TensorOptions", "Tensors", "move"]
+
+Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
+Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
+
+_INT32_MAX = int(np.iinfo(np.int32).max)
+_SEQLENS_KEYS = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
+_MASK_KEYS = {"tokens": "attention_mask", "response": "response_mask"}
+# Known noise of torch's nested tensors, silenced only around their construction: a log line
+# (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
+# warning some torch versions give.
+_FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
+_FX_TRACING_MESSAGE = "is_fx_tracing will return true"
+_NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RaggedColumn:
+    """One ragged column: flat values (on the target device) and its offsets (numpy int64)."""
+
+    spec: ColumnSpec
+    values: torch.Tensor
+    offsets: np.ndarray
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Values (or rows) per sample."""
+        return np.diff(self.offsets)
+
+    @property
+    def group(self) -> tuple[str, str]:
+        """Columns with equal lengths by the schema share a group (and its extra keys)."""
+        if self.spec.name == "tokens" or self.spec.length == "tokens":
+            return ("rule", "tokens")
+        if self.spec.length == "response":
+            return ("rule", "response")
+        return ("column", self.spec.name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TensorOptions:
+    """The options of one :func:`~arrow_split.torch.to_tensors` call, checked."""
+
+    token_dtype: torch.dtype
+    mask_dtype: torch.dtype
+    device: torch.device | None
+    pad_value: int | float
+    pad_to_multiple_of: int | None
+
+
+def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
+    """``tensor`` on the requested device (unchanged when none was requested)."""
+    return tensor if options.device is None else tensor.to(options.device)
+
+
+def _per_sample(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+    tensors: dict[str, Tensors] = {}
+    for name, column in columns.items():
+        if isinstance(column, RaggedColumn):
+            tensors[name] = list(torch.split(column.values, column.lengths.tolist()))
+        else:
+            tensors[name] = column
+    return tensors
+
+
+def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+    tensors: dict[str, Tensors] = {}
+    extras: dict[str, torch.Tensor] = {}
+    for name, column in columns.items():
+        if not isinstance(column, RaggedColumn):
+            tensors[name] = column
+            continue
+        tensors[name] = column.values
+        kind, group = column.group
+        key = _SEQLENS_KEYS[group] if kind == "rule" else f"{group}_cu_seqlens"
+        if key not in extras:
+            extras[key] = move(_cu_seqlens(column), options)
+    return _merge(tensors, extras, "packed")
+
+
+def _cu_seqlens(column: RaggedColumn) -> torch.Tensor:
+    total = int(column.offsets[-1])
+    if total > _INT32_MAX:
+        msg = (
+            f"column `{column.spec.name}` holds {total} rows, more than int32 cumulative lengths "
+            f"can index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
+        )
+        raise ValueRangeError(msg)
+    return torch.from_numpy(column.offsets.astype(np.int32))
+
+
+def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+    masks: dict[tuple[str, str], torch.Tensor] = {}
+    for column in columns.values():
+        if isinstance(column, RaggedColumn) and column.group not in masks:
+            masks[column.group] = _length_mask(column, columns, options)
+    tensors: dict[str, Tensors] = {}
+    for name, column in columns.items():
+        if isinstance(column, RaggedColumn):
+            tensors[name] = _pad(column, masks[column.group], options)
+        else:
+            tensors[name] = column
+    extras = {_MASK_KEYS[group]: mask for (kind, group), mask in masks.items() if kind == "rule"}
+    return _merge(tensors, extras, "padded")
+
+
+def _length_mask(column: RaggedColumn, columns: Columns, options: TensorOptions) -> torch.Tensor:
+    """``[n, width]`` bool, True at a sample's real positions; width shared by the group."""
+    width = max(
+        (
+            int(other.lengths.max(initial=0))
+            for other in columns.values()
+            if isinstance(other, RaggedColumn) and other.group == column.group
+        ),
+        default=0,
+    )
+    multiple = options.pad_to_multiple_of
+    if multiple is not None:
+        width = -(-width // multiple) * multiple
+    lengths = move(torch.from_numpy(column.lengths), options)
+    positions = torch.arange(width, device=lengths.device)
+    return positions[None, :] < lengths[:, None]
+
+
+def _pad(column: RaggedColumn, mask: torch.Tensor, options: TensorOptions) -> torch.Tensor:
+    values = column.values
+    masklike = column.spec.flag or values.dtype == torch.bool
+    fill = 0 if masklike else _fill_value(options.pad_value, values.dtype, column.spec)
+    shape = (*mask.shape, *values.shape[1:])
+    padded = torch.full(shape, fill, dtype=values.dtype, device=values.device)
+    if values.dtype == torch.uint16:  # index_put has no uint16 kernel: write the same bits
+        padded.view(torch.int16)[mask] = values.view(torch.int16)
+    else:
+        padded[mask] = values
+    return padded
+
+
+def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) -> int | float:
+    if dtype.is_floating_point:
+        return pad_value
+    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
+    if not float(pad_value).is_integer() or not low <= pad_value <= high:
+        msg = (
+            f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "
+            f"integer between {low} and {high}"
+        )
+        raise ValueRangeError(msg)
+    return int(pad_value)
+
+
+def _nested(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+    """Columns of one length group share one offsets tensor, hence one jagged dimension."""
+    tensors: dict[str, Tensors] = {}
+    shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
+    for name, column in columns.items():
+        if not isinstance(column, RaggedColumn):
+            tensors[name] = column
+            continue
+        offsets = shared.get(column.group)
+        if offsets is None or not np.array_equal(offsets[0], column.offsets):
+            fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
+            offsets = (column.offsets, fresh)
+            shared.setdefault(column.group, offsets)
+        tensors[name] = _jagged(column, offsets[1])
+    return tensors
+
+
+def _jagged(column: RaggedColumn, offsets: torch.Tensor) -> torch.Tensor:
+    lengths = column.lengths
+    low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
+    with _quiet_nested():
+        return torch.nested.nested_tensor_from_jagged(
+            column.values, offsets, min_seqlen=low, max_seqlen=high
+        )
+
+
+@contextlib.contextmanager
+def _quiet_nested() -> Iterator[None]:
+    """Silence exactly the known warnings of torch's nested tensors, nothing else."""
+    logger = logging.getLogger(_FX_TRACING_LOGGER)
+    logger.addFilter(_drop_fx_tracing_log)
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", _NESTED_PROTOTYPE_WARNING, UserWarning)
+            yield
+    finally:
+        logger.removeFilter(_drop_fx_tracing_log)
+
+
+def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith(_FX_TRACING_MESSAGE)
+
+
+def _merge(
+    tensors: dict[str, Tensors], extras: dict[str, torch.Tensor], layout: str
+) -> dict[str, Tensors]:
+    clash = sorted(set(tensors) & set(extras))
+    if clash:
+        msg = (
+            f"column(s) {', '.join(f'`{name}`' for name in clash)} clash with the keys that "
+            f"layout {layout!r} adds; rename the column(s) or use layout='per_sample'"
+        )
+        raise SchemaError(msg)
+    return {**tensors, **extras}
+
+
+LAYOUTS: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
+    "per_sample": _per_sample,
+    "packed": _packed,
+    "padded": _padded,
+    "nested": _nested,
+}
