@@ -23,6 +23,7 @@ import ray
 
 from benchmarks.timing import Laps
 from tests.reference_plan import reference_partitions
+from tests.reference_split import BATCH_GLOBAL_KEYS
 
 __all__ = [
     "GLOBAL_KEYS",
@@ -36,16 +37,7 @@ __all__ = [
     "shard_to_tensors",
 ]
 
-GLOBAL_KEYS = frozenset(
-    {
-        "raw_reward",
-        "dynamic_global_batch_size",
-        "step_slots",
-        "step_adapter_names",
-        "step_adapter_batch_sizes",
-        "prompt_group_sizes",
-    }
-)
+GLOBAL_KEYS = BATCH_GLOBAL_KEYS
 """Keys shipped whole with every shard (one value for the whole batch)."""
 
 PER_TOKEN_KEYS = frozenset({"tokens", "loss_masks", "rollout_log_probs"})
