@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -78,6 +79,7 @@ def measure_build(samples: int, repeats: int) -> dict[str, Any]:
     }
     batch = RolloutBatch.from_train_data(arrays)
     return {
+        "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "samples": samples,
         "tokens": int(batch.total_lengths.sum()),
         "arrow_bytes": batch.nbytes,
@@ -100,7 +102,10 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="write the figures to this file")
     arguments = parser.parse_args()
     result = measure_build(arguments.samples, arguments.repeats)
-    print(f"{result['samples']} samples, {result['tokens']:,} tokens, {result['arrow_bytes']:,} B")
+    print(
+        f"{result['samples']} samples, {result['tokens']:,} tokens, {result['arrow_bytes']:,} B "
+        f"as Arrow; peak RSS {result['peak_rss_bytes'] / 2**20:,.0f} MiB"
+    )
     for name, figure in result["seconds"].items():
         print(
             f"  {name:<24} min {figure['min'] * 1e3:9.1f} ms"

@@ -43,6 +43,7 @@ from arrow_split import RolloutBatch, shard_for_rank
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.ray_locality import cross_node_bytes, pick_holder, record_fetches
 from arrow_split.take import take_record_batch
+from benchmarks.plots import plot_cluster
 
 __all__ = [
     "BenchRank",
@@ -374,7 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     options.out.mkdir(parents=True, exist_ok=True)
     path = options.out / "cluster.json"
     path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    plot_cluster(report, path.with_suffix(".png"))
+    print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 
 

@@ -33,6 +33,7 @@ import ray
 from arrow_split import RolloutBatch
 from arrow_split.ray import split_train_data_by_dp
 from benchmarks.cluster import MIB, make_rollout_batch, start_cluster, start_ranks
+from benchmarks.plots import plot_soak
 
 __all__ = ["SoakOptions", "main", "parse_args", "run"]
 
@@ -181,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     options.out.mkdir(parents=True, exist_ok=True)
     path = options.out / "soak.json"
     path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    plot_soak(report, path.with_suffix(".png"))
+    print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
 
 

@@ -129,3 +129,20 @@ def test_no_ray_is_left_behind(tiny_run: tuple[dict[str, Any], dict[str, Path]])
     children = psutil.Process().children(recursive=True)
     alive = [child for child in children if child.is_running() and child.status() != "zombie"]
     assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]
+
+
+def test_the_cluster_and_soak_plots_are_drawn(tmp_path: Path) -> None:
+    from benchmarks.plots import plot_cluster, plot_soak
+
+    mode = {"cross_node_mib": 4.0, "rank_ms_median": 2.0, "rank_ms_max": 3.0}
+    cluster = {
+        "layout": "head + 2 nodes",
+        "batch": {"object_bytes": 4 * 2**20},
+        "summary": {"eager": mode, "local": {**mode, "cross_node_mib": 8.0}},
+    }
+    sample = {"store_used": 1.0, "driver_rss_private": 2.0, "driver_rss_shmem": 3.0}
+    soak = {"batch_nbytes": 2**20, "samples": [{"step": i, **sample} for i in range(3)]}
+    plot_cluster(cluster, tmp_path / "cluster.png")
+    plot_soak(soak, tmp_path / "soak.png")
+    assert (tmp_path / "cluster.png").stat().st_size > 1000
+    assert (tmp_path / "soak.png").stat().st_size > 1000
