@@ -17,7 +17,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,21 +159,8 @@ def crc32_of(shard: RolloutBatch) -> int:
     return crc
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
 def gather(calls: Sequence[Any], timeout_s: float = 60.0) -> list[Any]:
     return list(ray.get(list(calls), timeout=timeout_s))
-
-
-def store_bytes_free() -> float:
-    return float(ray.available_resources().get("object_store_memory", 0.0))
 
 
 def store_capacity() -> float:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from arrow_split import ArrowSplitError, RolloutBatch, split_train_data_by_dp_raw
+from arrow_split import RolloutBatch, split_train_data_by_dp_raw
 from tests.ray.simulated_cluster import (
     MIB,
     SimulatedCluster,
@@ -36,10 +36,9 @@ from tests.ray.simulated_cluster import (
     raylet_spill_stats,
     start_cluster,
     stop_cluster,
-    store_bytes_free,
     store_capacity,
-    wait_until,
 )
+from tests.ray.support import rollout_failure, store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")
 
@@ -86,11 +85,7 @@ class Rank:
     def failure(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
     ) -> tuple[str, str]:
-        try:
-            process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
-        except ArrowSplitError as exc:
-            return type(exc).__name__, str(exc)
-        return "", ""
+        return rollout_failure(boxed["refs"], dp_rank, dp_size, **kwargs)
 
     def pid(self) -> int:
         return os.getpid()

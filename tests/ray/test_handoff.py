@@ -11,7 +11,7 @@ import gc
 import importlib
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -20,7 +20,6 @@ import pytest
 
 import arrow_split
 from arrow_split import (
-    ArrowSplitError,
     NotARolloutBatchError,
     PlanError,
     RaggedLengthError,
@@ -32,6 +31,7 @@ from arrow_split import (
 ray = pytest.importorskip("ray")
 
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
+from tests.ray.support import rollout_failure, store_bytes_free, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -91,11 +91,7 @@ class DPWorker:
     def failure(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
     ) -> tuple[str, str]:
-        try:
-            process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
-        except ArrowSplitError as exc:
-            return type(exc).__name__, str(exc)
-        return "", ""
+        return rollout_failure(boxed["refs"], dp_rank, dp_size, **kwargs)
 
     def get_twice(self, boxed: dict[str, Any]) -> dict[str, Any]:
         before = pa.total_allocated_bytes()
@@ -340,19 +336,6 @@ def test_writes_stay_in_the_writing_actor(workers: list[Any], delay: bool) -> No
 
 
 # --- lifetimes --------------------------------------------------------------------------------
-
-
-def store_bytes_free() -> float:
-    return float(ray.available_resources().get("object_store_memory", 0.0))
-
-
-def wait_until(condition: Callable[[], bool], timeout_s: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def test_dropping_a_steps_refs_frees_the_store(workers: list[Any]) -> None:
