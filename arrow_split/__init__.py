@@ -1,44 +1,60 @@
 """arrow_split: move RL rollout batches to data-parallel ranks as Arrow record batches.
 
 The core (this package's top level) needs only numpy and pyarrow. Ray and torch live in the leaf
-modules :mod:`arrow_split.ray` and :mod:`arrow_split.torch`, imported only when used.
+subpackages :mod:`arrow_split.ray` and :mod:`arrow_split.torch`, imported only when used; test
+helpers in :mod:`arrow_split.testing`.
 """
 
 from __future__ import annotations
 
-from arrow_split.batch import RolloutBatch, TrainDataLayout
+from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
+from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
 from arrow_split.errors import (
     ArrowSplitError,
+    ColumnNotFoundError,
     ColumnTypeError,
     NotARolloutBatchError,
+    OptionError,
     PlanError,
+    PlanMismatchError,
     PlanTypeError,
     RaggedLengthError,
     SchemaError,
+    SchemaTypeError,
     TransportError,
     ValueRangeError,
 )
-from arrow_split.partition import (
+from arrow_split.plan import (
+    Plan,
+    PlanKey,
     SplitMethod,
     partition_for_rank,
     plan_fingerprint,
     plan_partitions,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec
-from arrow_split.split import shard_for_rank, split_train_data_by_dp_raw, take_rows
+from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
 
 __all__ = [
     "ArrowSplitError",
     "ColumnKind",
+    "ColumnNotFoundError",
     "ColumnSpec",
     "ColumnTypeError",
+    "ColumnValues",
     "KNOWN_COLUMNS",
     "NotARolloutBatchError",
+    "OptionError",
+    "Plan",
     "PlanError",
+    "PlanKey",
+    "PlanMismatchError",
     "PlanTypeError",
     "RaggedLengthError",
+    "Role",
     "RolloutBatch",
     "SchemaError",
+    "SchemaTypeError",
+    "Shard",
     "SplitMethod",
     "TrainDataLayout",
     "TransportError",
@@ -52,4 +68,4 @@ __all__ = [
     "take_rows",
 ]
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,13 +1,22 @@
-"""The rollout batch: a dict of per-sample lists <-> one Arrow RecordBatch plus batch-global values.
+"""The rollout batch and its shards: one Arrow RecordBatch plus batch-global values.
 
-:meth:`RolloutBatch.from_train_data` validates the whole dict before it returns anything and never
-mutates it. The record batch holds one row per sample; ``total_lengths`` is derived from the
-``tokens`` offsets, never trusted from input. A shard (what a split returns) is a RolloutBatch too,
-with ``partition`` (the original row of each of its rows) and the whole batch's total lengths.
+:class:`RolloutBatch` is a whole batch: :meth:`RolloutBatch.from_train_data` validates the dict
+before it returns anything and never mutates it; ``total_lengths`` is derived from the length
+source's offsets, never trusted from input. A :class:`Shard` is what a split returns: some rows of
+a batch, with ``partition`` (the original row of each of its rows), the whole batch's total
+lengths and, when a plan made it, the plan's key and the rank. The type tells them apart.
+
+Immutability. No attribute of a batch or a shard can be rebound, and the numpy arrays they hand
+out (``partition``, ``total_lengths``...) are read-only. The Arrow buffers are read-only too,
+with one documented exception: a shard made by a take in this process owns private buffers, and
+:func:`arrow_split.torch.to_tensors` may return tensors that share them (a write into such a
+tensor is a write into that shard, which nobody else can see). Buffers read from shared memory
+(Ray's object store, a memory-mapped file) are never handed out writable.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -15,14 +24,15 @@ from typing import Any, Literal, get_args
 import numpy as np
 import pyarrow as pa
 
-from arrow_split.batch_globals import check_batch_global, global_to_python
-from arrow_split.decode import column_to_python
-from arrow_split.encode import EncodeOptions, encode_scalar
-from arrow_split.errors import ArrowSplitError, SchemaError
-from arrow_split.schema import ColumnSpec, resolve_specs
-from arrow_split.train_data import encode_train_data, per_sample_values
+from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
+from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
+from arrow_split._codecs.globals import global_to_python
+from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
+from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
+from arrow_split.plan import Plan, PlanKey
+from arrow_split.schema import ColumnSpec, resolve_specs, role_column
 
-__all__ = ["RolloutBatch", "TrainDataLayout"]
+__all__ = ["ColumnValues", "RolloutBatch", "Shard", "TrainDataLayout"]
 
 TrainDataLayout = Literal["rollout", "actor"]
 """The classic layouts of a shard's train data.
@@ -34,37 +44,43 @@ batch's as ``global_total_lengths``.
 """
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class ColumnValues:
+    """A numeric column as numpy, for the leaves that turn columns into tensors.
+
+    ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
+    ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    ``buffer.is_mutable`` says whether the buffer is private to this process (see the module
+    docstring).
+    """
+
+    spec: ColumnSpec
+    role: TensorRole
+    values: np.ndarray
+    offsets: np.ndarray | None
+    buffer: pa.Buffer | None
+
+
 class RolloutBatch:
-    """A rollout batch (or one rank's shard of it) as an Arrow RecordBatch.
+    """A whole rollout batch as an Arrow RecordBatch plus batch-global values.
 
     Build one with :meth:`from_train_data`; split it with
     :func:`arrow_split.split_train_data_by_dp_raw` or :func:`arrow_split.shard_for_rank`.
-    Instances are immutable.
 
     Parameters
     ----------
     record_batch
-        One row per sample, one column per per-sample key (``tokens`` required).
+        One row per sample, one column per per-sample key (the length source required).
     specs
         The spec of every key, per-sample and batch-global, in the train data's key order.
     batch_globals
-        The batch-global values, already checked (see :func:`from_train_data`).
-    partition
-        For a shard, the original row index of each row (int64); ``None`` for a whole batch.
-    batch_total_lengths
-        For a shard, the whole batch's total lengths; ``None`` for a whole batch.
-    layout
-        The default layout of :meth:`to_train_data` for a shard.
+        The batch-global values, already checked (see :meth:`from_train_data`).
+    plan
+        Optional: the plan the driver chose for this batch, shipped with it so that ranks check
+        against it (and need not re-plan). Not part of equality.
     """
 
-    __slots__ = (
-        "_batch_globals",
-        "_batch_total_lengths",
-        "_layout",
-        "_partition",
-        "_record_batch",
-        "_specs",
-    )
+    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs")
 
     def __init__(
         self,
@@ -72,22 +88,22 @@ class RolloutBatch:
         specs: Mapping[str, ColumnSpec],
         batch_globals: Mapping[str, object] | None = None,
         *,
-        partition: np.ndarray | None = None,
-        batch_total_lengths: np.ndarray | None = None,
-        layout: TrainDataLayout = "rollout",
+        plan: Plan | None = None,
     ) -> None:
-        if layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise SchemaError(msg)
         _check_parts(record_batch, specs, batch_globals or {})
         self._record_batch = record_batch
         self._specs = MappingProxyType(dict(specs))
         self._batch_globals = MappingProxyType(dict(batch_globals or {}))
-        self._partition = _frozen(partition, record_batch.num_rows, "partition")
-        self._batch_total_lengths = (
-            None if batch_total_lengths is None else _frozen(batch_total_lengths, None, "lengths")
-        )
-        self._layout: TrainDataLayout = layout
+        if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != len(self)):
+            msg = f"`plan` must be a Plan of {len(self)} samples, got {plan!r}"
+            raise SchemaError(msg)
+        self._plan = plan
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            msg = f"{type(self).__name__} is immutable: `{name}` cannot be set"
+            raise AttributeError(msg)
+        object.__setattr__(self, name, value)
 
     @classmethod
     def from_train_data(
@@ -96,7 +112,7 @@ class RolloutBatch:
         *,
         specs: Iterable[ColumnSpec] = (),
         allow_nonfinite: bool = False,
-        round_floats: bool = False,
+        exact_floats: bool = False,
     ) -> RolloutBatch:
         """Validate a train-data dict and convert it; ``data`` is never mutated.
 
@@ -111,36 +127,23 @@ class RolloutBatch:
             key is an error), or overrides of known keys.
         allow_nonfinite
             Keep NaN and infinity in float columns instead of rejecting them.
-        round_floats
-            Round float64 input to float32 columns to the nearest float32 instead of rejecting
-            values that are not exactly float32.
+        exact_floats
+            Reject a wider float that a float32 column would round. By default it is rounded
+            to the nearest float32, as the trainer's ``torch.tensor(..., dtype=float32)`` would.
 
         Returns
         -------
         RolloutBatch
-            The whole batch (``partition`` is ``None``).
+            The whole batch.
 
         Raises
         ------
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
             The first problem found, naming the key, the sample and the fix.
         """
-        if not isinstance(data, Mapping):
-            msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
-            raise SchemaError(msg)
-        resolved = resolve_specs(data.keys(), specs)
-        columns, resolved = encode_train_data(
-            data, resolved, allow_nonfinite=allow_nonfinite, round_floats=round_floats
-        )
-        num_samples = len(columns["tokens"])
-        batch_globals = {
-            key: check_batch_global(spec, data[key], num_samples, allow_nonfinite=allow_nonfinite)
-            for key, spec in resolved.items()
-            if spec.kind == "batch_global"
-        }
-        record_batch = pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
-        record_batch.validate(full=True)
-        return cls(record_batch, resolved, batch_globals)
+        options = EncodeOptions(allow_nonfinite=allow_nonfinite, exact_floats=exact_floats)
+        record_batch, used, batch_globals = encode_train_data(data, specs, options)
+        return cls(record_batch, used, batch_globals)
 
     @property
     def record_batch(self) -> pa.RecordBatch:
@@ -158,14 +161,9 @@ class RolloutBatch:
         return self._batch_globals
 
     @property
-    def partition(self) -> np.ndarray | None:
-        """For a shard, the original row index of each row (int64, read-only); else ``None``."""
-        return self._partition
-
-    @property
-    def layout(self) -> TrainDataLayout:
-        """The default layout of :meth:`to_train_data` (see :data:`TrainDataLayout`)."""
-        return self._layout
+    def plan(self) -> Plan | None:
+        """The plan the driver attached (:meth:`with_plan`), or ``None``."""
+        return self._plan
 
     @property
     def num_samples(self) -> int:
@@ -182,22 +180,29 @@ class RolloutBatch:
 
     @property
     def total_lengths(self) -> np.ndarray:
-        """Token count of each of this batch's rows (int64), from the ``tokens`` offsets alone."""
-        offsets = self._record_batch.column("tokens").offsets.to_numpy()
-        return np.diff(offsets)
+        """Token count of each of this batch's rows (int64), from the length source's offsets."""
+        source = role_column(self._specs, "length_source")
+        lengths: np.ndarray = np.diff(self._record_batch.column(source).offsets.to_numpy())
+        lengths.flags.writeable = False
+        return lengths
 
     @property
     def batch_total_lengths(self) -> np.ndarray:
-        """Token count of every sample of the WHOLE batch this one was split from (int64)."""
-        if self._batch_total_lengths is None:
-            return self.total_lengths
-        return self._batch_total_lengths
+        """Token count of every sample of the WHOLE batch (for a whole batch, its own)."""
+        return self.total_lengths
+
+    def role_values(self, role: str) -> np.ndarray | None:
+        """The values of the per-sample scalar column that plays ``role``, or ``None``."""
+        name = role_column(self._specs, role)  # type: ignore[arg-type]
+        if name is None or name not in self._record_batch.schema.names:
+            return None
+        return numpy_view(self._record_batch.column(name))
 
     def column(self, name: str) -> pa.Array:
         """The Arrow array of one per-sample key."""
         if name not in self._record_batch.schema.names:
             msg = f"no per-sample column `{name}`; the batch has: {', '.join(self.column_names)}"
-            raise KeyError(msg)
+            raise ColumnNotFoundError(msg)
         return self._record_batch.column(name)
 
     @property
@@ -205,31 +210,48 @@ class RolloutBatch:
         """The per-sample keys, in order."""
         return list(self._record_batch.schema.names)
 
-    def with_layout(self, layout: TrainDataLayout) -> RolloutBatch:
-        """The same batch (same buffers) with another default :meth:`to_train_data` layout."""
-        return self.replace(layout=layout)
+    def numeric_columns(self) -> list[ColumnValues]:
+        """The columns a tensor can be made of, as numpy views (see :class:`ColumnValues`)."""
+        found = []
+        for name in self._record_batch.schema.names:
+            spec = self._specs[name]
+            role = type(codec_for(spec)).tensor_role
+            array = self._record_batch.column(name)
+            if role == "ragged":
+                values, offsets = ragged_values(array)
+                found.append(ColumnValues(spec, role, values, offsets, data_buffer(array)))
+            elif role == "scalar":
+                found.append(ColumnValues(spec, role, numpy_view(array), None, data_buffer(array)))
+        return found
 
-    def replace(self, **changes: Any) -> RolloutBatch:
-        """A new batch with some constructor arguments replaced; buffers are shared, not copied."""
-        arguments: dict[str, Any] = {
-            "record_batch": self._record_batch,
-            "specs": self._specs,
-            "batch_globals": self._batch_globals,
-            "partition": self._partition,
-            "batch_total_lengths": self._batch_total_lengths,
-            "layout": self._layout,
-        }
-        arguments.update(changes)
-        return RolloutBatch(**arguments)
+    def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
+        """The batch's plan for ``dp_size`` ranks (see :func:`arrow_split.plan_partitions`).
+
+        By the total lengths; each rank's rows stably sorted by adapter slot when the batch has
+        a column with the ``adapter_slot`` role.
+        """
+        return Plan.build(
+            self.total_lengths,
+            dp_size,
+            balance_data=balance_data,
+            order_by=self.role_values("adapter_slot"),
+        )
+
+    def with_plan(self, plan: Plan | None) -> RolloutBatch:
+        """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
+        return RolloutBatch(self._record_batch, self._specs, self._batch_globals, plan=plan)
 
     def add_train_data(
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
     ) -> RolloutBatch:
-        """A new batch with more per-sample keys (one value per row of this batch).
+        """A new batch (or shard) with more per-sample scalar keys, one value per row.
 
         The new keys are validated as :meth:`from_train_data` would; existing keys cannot be
         replaced.
         """
+        if not isinstance(data, Mapping):
+            msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
+            raise SchemaTypeError(msg)
         clash = sorted(set(data) & set(self._specs))
         if clash:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
@@ -238,88 +260,239 @@ class RolloutBatch:
         if any(spec.kind != "per_sample_scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
             raise SchemaError(msg)
+        resolve_specs([*self._specs, *resolved], [*self._specs.values(), *resolved.values()])
         record_batch = self._record_batch
         for key, spec in resolved.items():
             values = per_sample_values(data, key, self.num_samples)
-            array = encode_scalar(spec, values, EncodeOptions())
+            array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
             record_batch = record_batch.append_column(key, array)
-        return self.replace(record_batch=record_batch, specs={**self._specs, **resolved})
+        return self._replace(record_batch, {**self._specs, **resolved}, self._batch_globals)
 
-    def to_train_data(self, *, layout: TrainDataLayout | None = None) -> dict[str, object]:
-        """The batch (or shard) in the classic train-data layout, as fresh Python objects.
+    def _replace(
+        self,
+        record_batch: pa.RecordBatch,
+        specs: Mapping[str, ColumnSpec],
+        batch_globals: Mapping[str, object],
+    ) -> RolloutBatch:
+        return RolloutBatch(record_batch, specs, batch_globals, plan=self._plan)
+
+    def to_train_data(self) -> dict[str, object]:
+        """The batch in the classic train-data layout, as fresh Python objects.
 
         Per-token columns become lists of Python numbers, per-sample tensors one numpy array per
         sample, scalars lists, objects decoded; batch-global values are copied whole. A whole
-        batch compares equal to the dict it was built from. A shard adds the keys of ``layout``
-        (default: :attr:`layout`), see :data:`TrainDataLayout`.
+        batch compares equal to the dict it was built from.
         """
-        layout = layout or self._layout
-        train_data: dict[str, object] = {}
-        for key, spec in self._specs.items():
-            if spec.kind == "batch_global":
-                train_data.update(global_to_python({key: self._batch_globals[key]}))
-            else:
-                train_data[key] = column_to_python(spec, self._record_batch.column(key))
-        if self._partition is None:
-            return train_data
-        if layout == "rollout":
-            train_data["partition"] = self._partition.tolist()
-            train_data["total_lengths"] = self.batch_total_lengths.tolist()
-        else:
-            train_data["total_lengths"] = self.total_lengths.tolist()
-            train_data["global_total_lengths"] = self.batch_total_lengths.tolist()
-        return train_data
+        return decode_train_data(self._record_batch, self._specs, self._batch_globals)
 
     def equals(self, other: object) -> bool:
-        """Whether two batches hold the same values, specs, globals, partition and layout."""
-        if not isinstance(other, RolloutBatch):
+        """Whether two batches hold the same values, specs and batch-global values."""
+        if type(other) is not type(self):
             return False
+        assert isinstance(other, RolloutBatch)  # for the type checker: same type as self
         return (
             self._record_batch.equals(other._record_batch)
             and dict(self._specs) == dict(other._specs)
-            and _same_globals(self._batch_globals, other._batch_globals)
-            and _same_optional(self._partition, other._partition)
-            and np.array_equal(self.batch_total_lengths, other.batch_total_lengths)
-            and self._layout == other._layout
+            and global_to_python(self._batch_globals) == global_to_python(other._batch_globals)
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pyarrow pickles buffers out of band (protocol 5): Ray stores them without a copy.
         return (
-            _rebuild,
+            _rebuild_batch,
+            (self._record_batch, dict(self._specs), dict(self._batch_globals), self._plan),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.num_samples} samples, "
+            f"columns=[{', '.join(self.column_names)}], "
+            f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
+        )
+
+
+class Shard(RolloutBatch):
+    """One rank's rows of a batch: what a split returns.
+
+    Parameters
+    ----------
+    record_batch, specs, batch_globals
+        As for :class:`RolloutBatch`, for the shard's rows.
+    partition
+        The original row index of each row (int64).
+    batch_total_lengths
+        The whole batch's total lengths.
+    plan_key, dp_rank
+        The key of the plan that made the shard and its rank, or ``None`` for rows taken
+        without a plan (:func:`arrow_split.take_rows`).
+    layout
+        The default layout of :meth:`to_train_data`; a display choice, not part of equality.
+    """
+
+    __slots__ = ("_batch_total_lengths", "_dp_rank", "_layout", "_partition", "_plan_key")
+
+    def __init__(
+        self,
+        record_batch: pa.RecordBatch,
+        specs: Mapping[str, ColumnSpec],
+        batch_globals: Mapping[str, object] | None = None,
+        *,
+        partition: np.ndarray,
+        batch_total_lengths: np.ndarray,
+        plan_key: PlanKey | None = None,
+        dp_rank: int | None = None,
+        layout: TrainDataLayout = "rollout",
+    ) -> None:
+        super().__init__(record_batch, specs, batch_globals)
+        if layout not in get_args(TrainDataLayout):
+            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
+            raise OptionError(msg)
+        self._partition = _frozen(partition, record_batch.num_rows, "partition")
+        self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
+        self._plan_key = plan_key
+        self._dp_rank = dp_rank
+        self._layout: TrainDataLayout = layout
+
+    @property
+    def partition(self) -> np.ndarray:
+        """The original row index of each row (int64, read-only)."""
+        return self._partition
+
+    @property
+    def batch_total_lengths(self) -> np.ndarray:
+        """Token count of every sample of the WHOLE batch this shard was taken from."""
+        return self._batch_total_lengths
+
+    @property
+    def plan_key(self) -> PlanKey | None:
+        """The key of the plan that made this shard, or ``None`` for rows taken without one."""
+        return self._plan_key
+
+    @property
+    def plan_fingerprint(self) -> str | None:
+        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
+        return None if self._plan_key is None else self._plan_key.fingerprint
+
+    @property
+    def dp_rank(self) -> int | None:
+        """The rank this shard belongs to, or ``None`` for rows taken without a plan."""
+        return self._dp_rank
+
+    @property
+    def layout(self) -> TrainDataLayout:
+        """The default layout of :meth:`to_train_data` (see :data:`TrainDataLayout`)."""
+        return self._layout
+
+    def with_layout(self, layout: TrainDataLayout) -> Shard:
+        """The same shard (same buffers) with another default :meth:`to_train_data` layout."""
+        return self._replace_shard(layout=layout)
+
+    def _replace(
+        self,
+        record_batch: pa.RecordBatch,
+        specs: Mapping[str, ColumnSpec],
+        batch_globals: Mapping[str, object],
+    ) -> Shard:
+        return self._replace_shard(
+            record_batch=record_batch, specs=specs, batch_globals=batch_globals
+        )
+
+    def _replace_shard(self, **changes: Any) -> Shard:
+        arguments: dict[str, Any] = {
+            "record_batch": self._record_batch,
+            "specs": self._specs,
+            "batch_globals": self._batch_globals,
+            "partition": self._partition,
+            "batch_total_lengths": self._batch_total_lengths,
+            "plan_key": self._plan_key,
+            "dp_rank": self._dp_rank,
+            "layout": self._layout,
+        }
+        arguments.update(changes)
+        return Shard(**arguments)
+
+    def to_train_data(self, *, layout: TrainDataLayout | None = None) -> dict[str, object]:
+        """The shard in the classic train-data layout, as fresh Python objects.
+
+        The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
+        of ``layout`` (default: :attr:`layout`), see :data:`TrainDataLayout`.
+        """
+        layout = layout or self._layout
+        if layout not in get_args(TrainDataLayout):
+            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
+            raise OptionError(msg)
+        train_data = super().to_train_data()
+        if layout == "rollout":
+            train_data["partition"] = self._partition.tolist()
+            train_data["total_lengths"] = self._batch_total_lengths.tolist()
+        else:
+            train_data["total_lengths"] = self.total_lengths.tolist()
+            train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
+        return train_data
+
+    def equals(self, other: object) -> bool:
+        """Same values as :meth:`RolloutBatch.equals`, same partition, lengths, plan and rank."""
+        if not super().equals(other):
+            return False
+        assert isinstance(other, Shard)  # for the type checker: same type as self
+        return (
+            np.array_equal(self._partition, other._partition)
+            and np.array_equal(self._batch_total_lengths, other._batch_total_lengths)
+            and self._plan_key == other._plan_key
+            and self._dp_rank == other._dp_rank
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            _rebuild_shard,
             (
                 self._record_batch,
                 dict(self._specs),
                 dict(self._batch_globals),
                 self._partition,
                 self._batch_total_lengths,
+                self._plan_key,
+                self._dp_rank,
                 self._layout,
             ),
         )
 
     def __repr__(self) -> str:
-        kind = "whole batch" if self._partition is None else f"shard, layout={self._layout!r}"
+        rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
         return (
-            f"RolloutBatch({self.num_samples} samples, {kind}, "
+            f"Shard({rank}{self.num_samples} of {len(self._batch_total_lengths)} samples, "
             f"columns=[{', '.join(self.column_names)}], "
             f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
         )
 
 
-def _rebuild(
+def _rebuild_batch(
     record_batch: pa.RecordBatch,
     specs: dict[str, ColumnSpec],
     batch_globals: dict[str, object],
-    partition: np.ndarray | None,
-    batch_total_lengths: np.ndarray | None,
-    layout: TrainDataLayout,
+    plan: Plan | None,
 ) -> RolloutBatch:
-    return RolloutBatch(
+    return RolloutBatch(record_batch, specs, batch_globals, plan=plan)
+
+
+def _rebuild_shard(
+    record_batch: pa.RecordBatch,
+    specs: dict[str, ColumnSpec],
+    batch_globals: dict[str, object],
+    partition: np.ndarray,
+    batch_total_lengths: np.ndarray,
+    plan_key: PlanKey | None,
+    dp_rank: int | None,
+    layout: TrainDataLayout,
+) -> Shard:
+    return Shard(
         record_batch,
         specs,
         batch_globals,
         partition=partition,
         batch_total_lengths=batch_total_lengths,
+        plan_key=plan_key,
+        dp_rank=dp_rank,
         layout=layout,
     )
 
@@ -331,10 +504,11 @@ def _check_parts(
 ) -> None:
     if not isinstance(record_batch, pa.RecordBatch):
         msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
-        raise SchemaError(msg)
+        raise SchemaTypeError(msg)
     names = record_batch.schema.names
-    per_sample = [key for key, spec in specs.items() if spec.kind != "batch_global"]
-    if "tokens" not in names or sorted(names) != sorted(per_sample):
+    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
+    source = role_column(specs, "length_source")
+    if source not in names or sorted(names) != sorted(per_sample):
         msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
         raise SchemaError(msg)
     missing = sorted(set(specs) - set(names) - set(batch_globals))
@@ -343,22 +517,10 @@ def _check_parts(
         raise SchemaError(msg)
 
 
-def _frozen(values: np.ndarray | None, length: int | None, what: str) -> np.ndarray | None:
-    if values is None:
-        return None
+def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
     array = np.array(values, dtype=np.int64, copy=True)
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise ArrowSplitError(msg)
+        raise SchemaError(msg)
     array.flags.writeable = False
     return array
-
-
-def _same_optional(left: np.ndarray | None, right: np.ndarray | None) -> bool:
-    if left is None or right is None:
-        return left is right
-    return bool(np.array_equal(left, right))
-
-
-def _same_globals(left: Mapping[str, object], right: Mapping[str, object]) -> bool:
-    return global_to_python(left) == global_to_python(right)

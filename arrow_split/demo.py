@@ -22,7 +22,7 @@ import pyarrow as pa
 import ray
 import torch
 
-from arrow_split.batch import RolloutBatch
+from arrow_split import RolloutBatch
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.torch import to_tensors
 

@@ -1,12 +1,16 @@
 """The exception tree of arrow_split.
 
 Every error the library raises on purpose derives from :class:`ArrowSplitError`, and also from the
-built-in exception a Python user would expect (``ValueError`` for a bad value, ``TypeError`` for a
-value of the wrong type, ``RuntimeError`` for a failure of the transport)::
+built-in exception a Python user would expect: ``TypeError`` for a value of the wrong type,
+``ValueError`` for a wrong value, ``KeyError`` for a missing column, ``RuntimeError`` for a failure
+of the transport::
 
     ArrowSplitError
     ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global
-    │                                         value
+    │   │                                     value, a missing required key
+    │   ├── SchemaTypeError    (TypeError)    an argument of the wrong type: `data` that is not a
+    │   │                                     mapping, a spec that is not a ColumnSpec
+    │   └── ColumnNotFoundError (KeyError)    a column the batch does not have
     ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer
     │                                         column, None in a token list, a scalar where a
     │                                         list is required
@@ -14,26 +18,35 @@ value of the wrong type, ``RuntimeError`` for a failure of the transport)::
     │                                         a per-token column vs its sample's length
     ├── ValueRangeError        (ValueError)   a value outside its type or domain: int32 overflow,
     │                                         NaN/inf, a mask that is not 0/1
+    ├── OptionError            (ValueError)   a keyword argument outside its allowed values
+    │                                         (`layout`, `locality`, `method`, ...)
     ├── PlanError              (ValueError)   a partition request that cannot be met: `dp_size`,
     │   │                                     `dp_rank`, balanced mode on a batch it cannot split
-    │   └── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
+    │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
+    │   └── PlanMismatchError                 a rank asks for another plan than the one the data
+    │                                         was put with (method, `dp_size`, rank)
     └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
         └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
 
 Each message names the key, the sample, the expected and the actual values, and how to fix the call.
-All of them are raised before anything is converted, put or split.
+Input errors (schema, types, lengths, ranges, options, plans) are raised before anything is put or
+split; a :class:`TransportError` is raised on a rank, when what was put cannot be had.
 """
 
 from __future__ import annotations
 
 __all__ = [
     "ArrowSplitError",
+    "ColumnNotFoundError",
     "ColumnTypeError",
     "NotARolloutBatchError",
+    "OptionError",
     "PlanError",
+    "PlanMismatchError",
     "PlanTypeError",
     "RaggedLengthError",
     "SchemaError",
+    "SchemaTypeError",
     "TransportError",
     "ValueRangeError",
 ]
@@ -45,6 +58,17 @@ class ArrowSplitError(Exception):
 
 class SchemaError(ArrowSplitError, ValueError):
     """A key the library does not know, a bad column spec, or a malformed batch-global value."""
+
+
+class SchemaTypeError(SchemaError, TypeError):
+    """An argument of the wrong type where the schema expects a mapping, a spec or a batch."""
+
+
+class ColumnNotFoundError(SchemaError, KeyError):
+    """A column that the batch does not have."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
 
 
 class ColumnTypeError(ArrowSplitError, TypeError):
@@ -59,12 +83,20 @@ class ValueRangeError(ArrowSplitError, ValueError):
     """A value outside its type's range or its column's domain."""
 
 
+class OptionError(ArrowSplitError, ValueError):
+    """A keyword argument outside its allowed values; the message lists them."""
+
+
 class PlanError(ArrowSplitError, ValueError):
     """A partition request that cannot be satisfied."""
 
 
 class PlanTypeError(PlanError, TypeError):
     """`dp_size` or `dp_rank` of the wrong type."""
+
+
+class PlanMismatchError(PlanError):
+    """A rank asks for a plan other than the one its data was put with."""
 
 
 class TransportError(ArrowSplitError, RuntimeError):

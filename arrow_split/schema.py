@@ -22,6 +22,13 @@ Every list column uses 64-bit offsets (``large_list``): offsets cost 8 bytes per
 column can pass the 2**31 values at which 32-bit list offsets overflow in ``take``.
 
 A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`.
+
+Roles. A few columns play a part beyond their values (:data:`Role`): the length source (whose
+offsets are every sample's token count and drive the plan), the response lengths (the reference of
+response-aligned columns), the extra-rows marker (a sample with a value there may have more rows
+in its ``tokens_minus_one`` tensors), the witness ids, the adapter slots (rows of each rank are
+ordered by them) and the rollout ids. Roles are declared here, on the specs, and the rest of the
+library finds a column by its role (:func:`role_column`), never by its name.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
-from arrow_split.errors import SchemaError
+from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
     "ColumnKind",
@@ -41,7 +48,9 @@ __all__ = [
     "KNOWN_COLUMNS",
     "LengthRule",
     "ObjectCodec",
+    "Role",
     "resolve_specs",
+    "role_column",
 ]
 
 ColumnKind = Literal[
@@ -73,6 +82,29 @@ GlobalShape = Literal["int", "int_list", "str_list", "float_per_sample"]
 ``float_per_sample``: one number per sample of the whole batch.
 """
 
+Role = Literal[
+    "length_source", "response_length", "extra_rows", "witness", "adapter_slot", "rollout_id"
+]
+"""The part a column plays beyond its values (see the module docstring); one column per role.
+
+``length_source``: a ``per_token`` column whose lengths are the samples' token counts (``tokens``).
+``response_length``: a ``per_sample_scalar`` of response lengths (``response_lengths``).
+``extra_rows``: a per-sample column whose non-null values allow extra ``tokens_minus_one`` rows
+(``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
+(``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
+ordered by it (``adapter_slots``). ``rollout_id``: the rollout a sample belongs to
+(``rollout_ids``).
+"""
+
+_ROLE_KINDS: dict[str, tuple[str, ...]] = {
+    "length_source": ("per_token",),
+    "response_length": ("per_sample_scalar",),
+    "extra_rows": ("per_sample_object", "per_sample_scalar"),
+    "witness": ("per_sample_scalar",),
+    "adapter_slot": ("per_sample_scalar",),
+    "rollout_id": ("per_sample_scalar",),
+}
+
 _INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
 
 
@@ -102,6 +134,8 @@ class ColumnSpec:
         For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
     global_shape
         For ``batch_global``: the documented shape of the value (:data:`GlobalShape`).
+    role
+        The part the column plays (:data:`Role`), or ``None``.
 
     Examples
     --------
@@ -121,11 +155,12 @@ class ColumnSpec:
     finite: bool = True
     codec: ObjectCodec = "pickle"
     global_shape: GlobalShape | None = None
+    role: Role | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             msg = f"`name` must be a non-empty str, got {self.name!r}"
-            raise SchemaError(msg)
+            raise SchemaTypeError(msg)
         _check_choice("kind", self.kind, ColumnKind)
         if self.length is not None:
             _check_choice("length", self.length, LengthRule)
@@ -134,6 +169,22 @@ class ColumnSpec:
             self._check_value_type()
         if self.kind == "batch_global":
             _check_choice("global_shape", self.global_shape, GlobalShape)
+        if self.role is not None:
+            self._check_role()
+
+    def _check_role(self) -> None:
+        _check_choice("role", self.role, Role)
+        kinds = _ROLE_KINDS[str(self.role)]
+        if self.kind not in kinds:
+            msg = (
+                f"column `{self.name}`: role {self.role!r} needs a column of kind "
+                f"{' or '.join(map(repr, kinds))}, got {self.kind!r}"
+            )
+            raise SchemaError(msg)
+        integer = self.value_type is None or pa.types.is_integer(self.value_type)
+        if self.role != "extra_rows" and self.kind == "per_sample_scalar" and not integer:
+            msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
+            raise SchemaError(msg)
 
     def _check_value_type(self) -> None:
         value_type = self.value_type
@@ -171,26 +222,26 @@ def _check_choice(name: str, value: object, allowed: object) -> None:
 def _known() -> dict[str, ColumnSpec]:
     int32, float32 = pa.int32(), pa.float32()
     specs = [
-        ColumnSpec("tokens", "per_token", int32),
+        ColumnSpec("tokens", "per_token", int32, role="length_source"),
         ColumnSpec("loss_masks", "per_token", pa.uint8(), length="response", flag=True),
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
         ColumnSpec("rollout_routed_experts", "per_sample_tensor", int32, length="tokens_minus_one"),
         ColumnSpec("rollout_indexer_topk", "per_sample_tensor", int32, length="tokens_minus_one"),
-        ColumnSpec("response_lengths", "per_sample_scalar", pa.int64()),
+        ColumnSpec("response_lengths", "per_sample_scalar", pa.int64(), role="response_length"),
         ColumnSpec("rewards", "per_sample_scalar", pa.float64()),
         ColumnSpec("truncated", "per_sample_scalar", pa.bool_(), flag=True),
         ColumnSpec("round_number", "per_sample_scalar", pa.int64()),
         ColumnSpec("sample_indices", "per_sample_scalar", pa.int64()),
-        ColumnSpec("rollout_ids", "per_sample_scalar", pa.int64()),
+        ColumnSpec("rollout_ids", "per_sample_scalar", pa.int64(), role="rollout_id"),
         ColumnSpec("rollout_mask_sums", "per_sample_scalar", pa.int64()),
-        ColumnSpec("seq_witness_ids", "per_sample_scalar", pa.int64()),
-        ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64()),
+        ColumnSpec("seq_witness_ids", "per_sample_scalar", pa.int64(), role="witness"),
+        ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64(), role="adapter_slot"),
         ColumnSpec("prompt", "per_sample_object", codec="string"),
         ColumnSpec("metadata", "per_sample_object", codec="pickle"),
         ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
-        ColumnSpec("multimodal_train_inputs", "per_sample_object", codec="pickle"),
+        ColumnSpec("multimodal_train_inputs", "per_sample_object", role="extra_rows"),
         ColumnSpec("raw_reward", "batch_global", global_shape="float_per_sample"),
         ColumnSpec("dynamic_global_batch_size", "batch_global", global_shape="int"),
         ColumnSpec("step_slots", "batch_global", global_shape="int_list"),
@@ -227,7 +278,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
     for spec in specs:
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
-            raise SchemaError(msg)
+            raise SchemaTypeError(msg)
         if spec.name in declared:
             msg = f"column `{spec.name}` is declared twice in `specs`; keep one ColumnSpec per key"
             raise SchemaError(msg)
@@ -236,7 +287,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
     for key in keys:
         if key in _DERIVED:
             continue
-        found = declared.get(key) or KNOWN_COLUMNS.get(key)
+        found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
         if found is None:
             msg = (
                 f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, "
@@ -245,4 +296,37 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
             )
             raise SchemaError(msg)
         resolved[key] = found
+    _check_roles(resolved)
     return resolved
+
+
+def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> ColumnSpec | None:
+    """A declared override of a known key keeps the known key's role unless it sets its own."""
+    if declared is None:
+        return known
+    if known is not None and known.role is not None and declared.role is None:
+        return dataclasses.replace(declared, role=known.role)
+    return declared
+
+
+def _check_roles(specs: Mapping[str, ColumnSpec]) -> None:
+    """Raise unless every role is held by at most one column and the length source exists."""
+    holders: dict[str, str] = {}
+    for spec in specs.values():
+        if spec.role is None:
+            continue
+        if spec.role in holders:
+            msg = (
+                f"columns `{holders[spec.role]}` and `{spec.name}` both have role "
+                f"{spec.role!r}; give the role to one column only"
+            )
+            raise SchemaError(msg)
+        holders[spec.role] = spec.name
+
+
+def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
+    """The name of the column that plays ``role`` in ``specs``, or ``None`` if none does."""
+    for name, spec in specs.items():
+        if spec.role == role:
+            return name
+    return None

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import example, given
 
 import arrow_split
-from arrow_split import ColumnSpec, RolloutBatch
+from arrow_split import ColumnSpec, RolloutBatch, Shard
 from tests.reference_split import normalize
 from tests.strategies import train_data
 
@@ -30,7 +30,7 @@ def test_round_trip_gives_back_the_input(data: dict) -> None:
     batch = RolloutBatch.from_train_data(data)
     assert _same_train_data(batch.to_train_data(), data)
     assert _same_train_data(data, before)  # never mutated
-    assert batch.partition is None
+    assert not isinstance(batch, Shard)
     assert batch.num_samples == len(data["tokens"])
 
 
@@ -95,10 +95,9 @@ def test_float64_values_that_are_float32_round_trip_bit_exactly() -> None:
     assert batch.to_train_data()["rollout_log_probs"] == [values]
 
 
-def test_round_floats_rounds_to_nearest_float32() -> None:
+def test_floats_are_rounded_to_nearest_float32_by_default() -> None:
     batch = RolloutBatch.from_train_data(
-        {"tokens": [[1]], "response_lengths": [1], "rollout_log_probs": [[-0.1]]},
-        round_floats=True,
+        {"tokens": [[1]], "response_lengths": [1], "rollout_log_probs": [[-0.1]]}
     )
     assert batch.to_train_data()["rollout_log_probs"] == [[float(np.float32(-0.1))]]
 
@@ -187,5 +186,5 @@ def test_partition_and_lengths_are_read_only() -> None:
 
 def test_repr_names_the_kind_and_columns() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1, 2]], "raw_reward": [1.0]})
-    assert "1 samples, whole batch" in repr(batch)
+    assert repr(batch).startswith("RolloutBatch(1 samples, columns=[tokens]")
     assert "raw_reward" in repr(batch)

@@ -23,7 +23,7 @@ from arrow_split import (
     shard_for_rank,
     split_train_data_by_dp_raw,
 )
-from arrow_split.partition import (
+from arrow_split.plan import (
     check_lengths,
     partition_for_rank,
     plan_fingerprint,
@@ -143,13 +143,6 @@ BAD_TRAIN_DATA = [
         id="nan-raw-reward",
     ),
     pytest.param(
-        _data(rollout_log_probs=[[-0.5, -0.1], [-1.0], [0.0]]),
-        ValueRangeError,
-        r"sample 0, position 1: `rollout_log_probs` value -0.1 is not exactly a float32.*"
-        r"`round_floats=True`",
-        id="float64-not-float32",
-    ),
-    pytest.param(
         _data(loss_masks=[[1, 2], [1], [1]]),
         ValueRangeError,
         r"sample 0, position 1: `loss_masks` must hold 0/1 \(or bool\) values, got 2",
@@ -235,6 +228,17 @@ BAD_TRAIN_DATA = [
         id="total-lengths-disagree",
     ),
 ]
+
+
+def test_inexact_float32_is_rejected_with_exact_floats() -> None:
+    data = _data(rollout_log_probs=[[-0.5, -0.1], [-1.0], [0.0]])
+    with pytest.raises(
+        ValueRangeError,
+        match=r"sample 0, position 1: `rollout_log_probs` value -0.1 is not exactly a float32.*"
+        r"`exact_floats=True`; drop `exact_floats`",
+    ):
+        RolloutBatch.from_train_data(data, exact_floats=True)
+    assert RolloutBatch.from_train_data(data).num_samples == 3  # rounded by default
 
 
 @pytest.mark.parametrize(("data", "error", "match"), BAD_TRAIN_DATA)

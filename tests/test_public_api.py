@@ -9,11 +9,11 @@ import pytest
 
 import arrow_split
 
-# Every module, the leaves included (the test environment has Ray and torch).
+# Every module, private ones and the leaves included (the test environment has Ray and torch).
 MODULES = [
-    name
-    for module in pkgutil.iter_modules(arrow_split.__path__)
-    if (name := module.name) != "__main__"
+    name.removeprefix("arrow_split.")
+    for module in pkgutil.walk_packages(arrow_split.__path__, "arrow_split.")
+    if not (name := module.name).endswith("__main__")
 ]
 
 

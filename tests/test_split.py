@@ -19,7 +19,6 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
-from arrow_split.take import take_record_batch
 from tests.reference_split import normalize, reference_split
 from tests.strategies import train_data
 
@@ -149,7 +148,7 @@ def test_the_run_copying_take_equals_arrows_take(data: dict[str, Any], draw: st.
     batch = RolloutBatch.from_train_data(data)
     rows = draw.draw(st.lists(st.integers(0, max(batch.num_samples - 1, 0)), max_size=30))
     indices = np.asarray(rows if batch.num_samples else [], dtype=np.int64)
-    taken = take_record_batch(batch.record_batch, indices)
+    taken = take_rows(batch, indices).record_batch
     assert taken.equals(batch.record_batch.take(pa.array(indices, type=pa.int64())))
     for column in taken.columns:
         for buffer in column.buffers():

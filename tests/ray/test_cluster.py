@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from arrow_split import PlanError, RolloutBatch, split_train_data_by_dp_raw
+from arrow_split import OptionError, RolloutBatch, split_train_data_by_dp_raw
 from tests.ray.simulated_cluster import (
     MIB,
     SimulatedCluster,
@@ -29,12 +29,12 @@ from tests.ray.simulated_cluster import (
 
 ray = pytest.importorskip("ray")
 
-from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
-from arrow_split.ray_locality import (  # noqa: E402
+from arrow_split.ray import (  # noqa: E402
     HELPER_NAME_PREFIX,
-    cross_node_bytes,
-    record_fetches,
+    process_rollout_data,
+    split_train_data_by_dp,
 )
+from tests.ray.support import cross_node_bytes  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -51,8 +51,10 @@ class Rank:
     def step(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
     ) -> tuple[RolloutBatch, list[list[Any]]]:
-        with record_fetches() as fetched:
-            shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        fetched: list[Any] = []
+        shard = process_rollout_data(
+            boxed["refs"], dp_rank, dp_size, on_fetch=fetched.append, **kwargs
+        )
         # Nested in a list, the references travel as references: the driver measures them.
         return shard, [fetched]
 
@@ -173,9 +175,9 @@ def test_a_bad_locality_lists_the_choices(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(ray, "get", no_get)
     with pytest.raises(
-        PlanError,
+        OptionError,
         match=r"invalid `locality`: 'remote'; expected one of: 'auto', 'local', 'holder'",
     ):
         process_rollout_data(ref, 0, 2, balance_data=False, locality="remote")  # type: ignore[arg-type]
-    with pytest.raises(PlanError, match=r"invalid `locality`: None"):
+    with pytest.raises(OptionError, match=r"invalid `locality`: None"):
         process_rollout_data([ref, ref], 0, 2, balance_data=False, locality=None)  # type: ignore[arg-type]

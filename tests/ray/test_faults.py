@@ -42,8 +42,11 @@ from tests.ray.support import rollout_failure, store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")
 
-from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
-from arrow_split.ray_locality import HELPER_NAME_PREFIX, record_fetches  # noqa: E402
+from arrow_split.ray import (  # noqa: E402
+    HELPER_NAME_PREFIX,
+    process_rollout_data,
+    split_train_data_by_dp,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -63,8 +66,10 @@ class Rank:
     def step_and_fetches(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any
     ) -> tuple[int, list[list[Any]]]:
-        with record_fetches() as fetched:
-            shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
+        fetched: list[Any] = []
+        shard = process_rollout_data(
+            boxed["refs"], dp_rank, dp_size, on_fetch=fetched.append, **kwargs
+        )
         return crc32_of(shard), [fetched]
 
     def slow_step(
@@ -237,7 +242,7 @@ def test_a_rank_lost_for_good_is_split_again_without_a_new_put(
 
     monkeypatch.setattr(ray, "put", no_put)
     # The survivors split the same reference again, for one rank fewer.
-    again = gather(step_calls(ranks, ref, DP_SIZE), CALL_TIMEOUT_S)
+    again = gather(step_calls(ranks, ref, DP_SIZE, resplit=True), CALL_TIMEOUT_S)
     assert again == expected_crcs(batch, DP_SIZE)
     rows = np.concatenate([rows_of(batch, r, DP_SIZE) for r in range(DP_SIZE)])
     assert np.bincount(rows, minlength=len(batch)).tolist() == [1] * len(batch)
@@ -318,7 +323,8 @@ def test_a_node_removed_without_warning_leaves_the_survivors_to_finish(
         with pytest.raises(ray.exceptions.RayActorError):
             ray.get(call, timeout=CALL_TIMEOUT_S)
     # The step goes on with the survivors: the same reference, split for them.
-    assert gather(step_calls(ranks, ref, DP_SIZE), CALL_TIMEOUT_S) == expected_crcs(batch, DP_SIZE)
+    survivors = gather(step_calls(ranks, ref, DP_SIZE, resplit=True), CALL_TIMEOUT_S)
+    assert survivors == expected_crcs(batch, DP_SIZE)
 
 
 # --- many steps in a row ----------------------------------------------------------------------

@@ -22,9 +22,11 @@ import arrow_split
 from arrow_split import (
     NotARolloutBatchError,
     PlanError,
+    PlanMismatchError,
     RaggedLengthError,
     RolloutBatch,
     TransportError,
+    shard_for_rank,
     split_train_data_by_dp_raw,
 )
 
@@ -241,7 +243,10 @@ def test_the_delayed_ref_splits_again_for_a_smaller_dp_size(workers: list[Any]) 
     # A rank died: the four survivors split the same object again, without a new put.
     survivors = workers[:4]
     again = gather(
-        [w.process.remote(box(ref), r, 4, balance_data=True) for r, w in enumerate(survivors)]
+        [
+            w.process.remote(box(ref), r, 4, balance_data=True, resplit=True)
+            for r, w in enumerate(survivors)
+        ]
     )
     for shards, dp_size in ((first, 6), (again, 4)):
         partitions = np.concatenate(
@@ -374,10 +379,43 @@ def test_a_list_of_the_wrong_length_is_a_plan_error() -> None:
         process_rollout_data(refs[:3], 0, 4, balance_data=False)
 
 
-def test_refs_out_of_order_are_a_plan_error() -> None:
+def test_refs_out_of_order_are_a_plan_mismatch() -> None:
     refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
-    with pytest.raises(PlanError, match=r"dp_rank 1: `refs\[1\]` does not hold rank 1's rows"):
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"dp_rank 1: `refs\[1\]` holds rank 2's rows of a 4-rank strided plan, not rank "
+        r"1's rows of a 4-rank strided plan",
+    ):
         process_rollout_data(refs[::-1], 1, 4, balance_data=False)
+    with pytest.raises(PlanMismatchError, match=r"not rank 1's rows of a 4-rank balanced plan"):
+        process_rollout_data(refs, 1, 4, balance_data=True)
+
+
+@pytest.mark.parametrize("delay", [False, True])
+def test_ranks_asking_for_another_method_get_a_plan_mismatch(
+    workers: list[Any], delay: bool
+) -> None:
+    batch = make_batch(16, seed=4)
+    put = split_train_data_by_dp(batch, 2, balance_data=True, delay=delay)
+    good = gather([workers[0].process.remote(box(put), 0, 2, balance_data=True)])[0]
+    assert good.equals(shard_for_rank(batch, 0, 2, balance_data=True).with_layout("actor"))
+    kind, message = gather([workers[1].failure.remote(box(put), 1, 2, balance_data=False)])[0]
+    assert kind == "PlanMismatchError"
+    assert "strided" in message
+    assert "balanced" in message
+    followed = gather([workers[1].process.remote(box(put), 1, 2)])[0]  # no balance_data: follow
+    assert followed.plan_fingerprint == good.plan_fingerprint
+    assert followed.equals(shard_for_rank(batch, 1, 2, balance_data=True).with_layout("actor"))
+
+
+def test_a_delayed_rank_with_another_dp_size_must_ask_for_a_resplit(workers: list[Any]) -> None:
+    batch = make_batch(12, seed=5)
+    ref = split_train_data_by_dp(batch, 4, balance_data=False, delay=True)
+    kind, message = gather([workers[0].failure.remote(box(ref), 0, 3, balance_data=False)])[0]
+    assert kind == "PlanMismatchError"
+    assert "`dp_size=3` but the batch was put for `dp_size=4`" in message
+    shard = gather([workers[0].process.remote(box(ref), 0, 3, resplit=True)])[0]
+    assert shard.partition.tolist() == [0, 3, 6, 9]
 
 
 def test_an_eager_ref_passed_top_level_is_refused(workers: list[Any]) -> None:
@@ -451,7 +489,8 @@ def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) 
 
 def test_the_leaf_fails_fast_without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "ray", None)
-    monkeypatch.delitem(sys.modules, "arrow_split.ray")
+    for name in [name for name in sys.modules if name.startswith("arrow_split.ray")]:
+        monkeypatch.delitem(sys.modules, name)
     with pytest.raises(
         ImportError, match=r"needs Ray; install it with `pip install arrow-split\[ray\]`"
     ):
@@ -461,7 +500,6 @@ def test_the_leaf_fails_fast_without_ray(monkeypatch: pytest.MonkeyPatch) -> Non
 def test_the_leaf_is_exported_and_the_core_does_not_import_it() -> None:
     import arrow_split.ray as leaf
 
-    assert (
-        leaf.__all__ == sorted(leaf.__all__) == ["process_rollout_data", "split_train_data_by_dp"]
-    )
+    assert leaf.__all__ == sorted(leaf.__all__)
+    assert {"process_rollout_data", "split_train_data_by_dp"} <= set(leaf.__all__)
     assert "ray" not in arrow_split.__all__

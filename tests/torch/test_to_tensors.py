@@ -20,8 +20,10 @@ from hypothesis import strategies as st
 from arrow_split import (
     ColumnSpec,
     ColumnTypeError,
+    OptionError,
     RolloutBatch,
     SchemaError,
+    Shard,
     ValueRangeError,
     split_train_data_by_dp_raw,
     take_rows,
@@ -140,7 +142,13 @@ def read_only_copy(shard: RolloutBatch, how: str) -> RolloutBatch:
             writer.write_batch(shard.record_batch)
         frozen = memoryview(sink.getvalue().to_pybytes())
         record_batch = pa.ipc.open_stream(pa.py_buffer(frozen)).read_next_batch()
-        return shard.replace(record_batch=record_batch)
+        return Shard(
+            record_batch,
+            shard.specs,
+            shard.batch_globals,
+            partition=shard.partition,
+            batch_total_lengths=shard.batch_total_lengths,
+        )
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(shard, protocol=5, buffer_callback=buffers.append)
     loaded: RolloutBatch = pickle.loads(
@@ -484,7 +492,7 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
     [
         (
             {"layout": "flat"},
-            SchemaError,
+            OptionError,
             r"invalid `layout`: 'flat'; expected one of: 'per_sample'",
         ),
         (
@@ -510,12 +518,12 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
         ),
         (
             {"device": "gpu0"},
-            SchemaError,
+            OptionError,
             r"invalid `device`: 'gpu0'; expected None, a torch.device or a str",
         ),
         (
             {"device": 0.5},
-            SchemaError,
+            OptionError,
             r"invalid `device`: 0\.5; expected None",
         ),
     ],

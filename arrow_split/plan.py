@@ -1,7 +1,9 @@
 """Partition plans: which rows of a batch go to which data-parallel rank.
 
-Pure numpy, :mod:`heapq` and :mod:`hashlib`. Two plans, named by :data:`SplitMethod`, each
-placing every sample exactly where the frameworks in use today place it:
+Pure numpy, :mod:`heapq` and :mod:`hashlib`. A :class:`Plan` is a value: its method, ``dp_size``,
+sample count, one int64 index array per rank, and a fingerprint of its inputs, so that ranks can
+check in O(1) that they hold parts of the same plan. Two methods, named by :data:`SplitMethod`,
+each placing every sample exactly where the frameworks in use today place it:
 
 ``"strided"`` (``balance_data=False``)
     Rank ``r`` gets rows ``r, r + dp_size, r + 2 * dp_size, ...``.
@@ -27,10 +29,14 @@ of rows: a state holds only its set sums and first rows, each merge records whic
 absorbed by which, and the rank of every row is resolved at the end by following these parent
 links with vectorised pointer jumping. Small ``dp_size`` (many states of few sets) merges with
 Python tuples, large ``dp_size`` with numpy arrays; both equal ``tests/reference_plan.py``.
+
+Order within a rank. With ``order_by`` (the batch's adapter slots, for multi-LoRA training), each
+rank's rows are then sorted stably by that key: rows with equal keys keep the plan's order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import struct
@@ -44,6 +50,8 @@ import numpy.typing as npt
 from arrow_split.errors import PlanError, PlanTypeError
 
 __all__ = [
+    "Plan",
+    "PlanKey",
     "SplitMethod",
     "check_dp_rank",
     "check_dp_size",
@@ -155,6 +163,35 @@ def _method(balance_data: bool) -> SplitMethod:
     return "balanced" if balance_data else "strided"
 
 
+def method_of(balance_data: object) -> SplitMethod:
+    """The :data:`SplitMethod` of a ``balance_data`` flag (a bool; anything else is refused)."""
+    if not isinstance(balance_data, (bool, np.bool_)):
+        kind = type(balance_data).__name__
+        msg = f"`balance_data` must be a bool, got {balance_data!r} of type {kind}"
+        raise PlanTypeError(msg)
+    return _method(bool(balance_data))
+
+
+def _check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
+    if order_by is None:
+        return None
+    keys = np.asarray(order_by)
+    if keys.shape != (n,) or (keys.size and keys.dtype.kind not in "iu"):
+        msg = (
+            f"`order_by` must hold one integer per sample ({n}), got shape {keys.shape} and "
+            f"dtype {keys.dtype}"
+        )
+        raise PlanError(msg)
+    return np.ascontiguousarray(keys, dtype=np.int64)
+
+
+def _ordered(rows: Int64Array, keys: Int64Array | None) -> Int64Array:
+    """``rows`` sorted stably by ``keys[rows]`` (unchanged without keys)."""
+    if keys is None:
+        return rows
+    return np.ascontiguousarray(rows[np.argsort(keys[rows], kind="stable")])
+
+
 def _check_balanced(n: int, dp_size: int) -> None:
     """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
     if n < dp_size:
@@ -173,7 +210,11 @@ def _check_balanced(n: int, dp_size: int) -> None:
 
 
 def plan_partitions(
-    total_lengths: npt.ArrayLike, dp_size: int, *, balance_data: bool
+    total_lengths: npt.ArrayLike,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
 ) -> list[Int64Array]:
     """Return the rows of each rank: `dp_size` int64 arrays, each sorted ascending.
 
@@ -186,6 +227,9 @@ def plan_partitions(
     balance_data
         ``True`` for the balanced plan (equal sample counts, close token totals), ``False`` for
         the strided plan.
+    order_by
+        Optional: one integer per sample (adapter slots); each rank's rows are sorted stably by
+        it. Without it, each rank's rows are ascending.
 
     Returns
     -------
@@ -202,22 +246,28 @@ def plan_partitions(
     size = check_dp_size(dp_size)
     lengths = check_lengths(total_lengths)
     n = lengths.size
-    if not balance_data:
-        return [np.arange(rank, n, size, dtype=np.int64) for rank in range(size)]
+    keys = _check_order_by(order_by, n)
+    if method_of(balance_data) != "balanced":
+        return [_ordered(np.arange(rank, n, size, dtype=np.int64), keys) for rank in range(size)]
     _check_balanced(n, size)
     if size == 1:
-        return [np.arange(n, dtype=np.int64)]
-    return _balanced_plan(lengths, size)
+        return [_ordered(np.arange(n, dtype=np.int64), keys)]
+    return [_ordered(rows, keys) for rows in _balanced_plan(lengths, size)]
 
 
 def partition_for_rank(
-    total_lengths: npt.ArrayLike, dp_rank: int, dp_size: int, *, balance_data: bool
+    total_lengths: npt.ArrayLike,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
 ) -> Int64Array:
     """Return the rows of one rank, equal to ``plan_partitions(...)[dp_rank]``.
 
     Parameters
     ----------
-    total_lengths, dp_size, balance_data
+    total_lengths, dp_size, balance_data, order_by
         As for :func:`plan_partitions`.
     dp_rank
         The rank whose rows to return, an int in ``[0, dp_size)``.
@@ -234,26 +284,35 @@ def partition_for_rank(
         As :func:`plan_partitions`, and for a `dp_rank` outside ``[0, dp_size)``.
     """
     rank = check_dp_rank(dp_rank, dp_size)
-    if balance_data:
-        return plan_partitions(total_lengths, dp_size, balance_data=True)[rank]
+    if method_of(balance_data) == "balanced":
+        return plan_partitions(total_lengths, dp_size, balance_data=True, order_by=order_by)[rank]
     lengths = check_lengths(total_lengths)
-    return np.arange(rank, lengths.size, int(dp_size), dtype=np.int64)
+    keys = _check_order_by(order_by, lengths.size)
+    return _ordered(np.arange(rank, lengths.size, int(dp_size), dtype=np.int64), keys)
 
 
-def plan_fingerprint(total_lengths: npt.ArrayLike, dp_size: int, *, balance_data: bool) -> str:
+def plan_fingerprint(
+    total_lengths: npt.ArrayLike,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
+) -> str:
     """Return 16 hex digits that identify a plan's inputs, for ranks to cross-check cheaply.
 
     Parameters
     ----------
-    total_lengths, dp_size, balance_data
+    total_lengths, dp_size, balance_data, order_by
         As for :func:`plan_partitions`.
 
     Returns
     -------
     str
-        A BLAKE2b digest of the sample count, `dp_size`, the method name and the lengths as
-        little-endian int64 bytes: equal inputs give equal digests on every platform, in every
-        process, whatever the container or integer dtype of `total_lengths`.
+        A BLAKE2b digest of the sample count, `dp_size`, the method name, the lengths as
+        little-endian int64 bytes and, when given, the ``order_by`` keys the same way: equal
+        inputs give equal digests on every platform, in every process, whatever the container or
+        integer dtype of `total_lengths`. Without ``order_by`` the digest is the same as before
+        ``order_by`` existed.
 
     Raises
     ------
@@ -262,14 +321,97 @@ def plan_fingerprint(total_lengths: npt.ArrayLike, dp_size: int, *, balance_data
     """
     size = check_dp_size(dp_size)
     lengths = check_lengths(total_lengths)
-    if balance_data:
+    method = method_of(balance_data)
+    if method == "balanced":
         _check_balanced(lengths.size, size)
-    method = _method(balance_data).encode("ascii")
+    keys = _check_order_by(order_by, lengths.size)
+    name = method.encode("ascii")
     digest = hashlib.blake2b(digest_size=8, person=_FINGERPRINT_PERSON)
-    digest.update(struct.pack("<qqB", lengths.size, size, len(method)))
-    digest.update(method)
+    digest.update(struct.pack("<qqB", lengths.size, size, len(name)))
+    digest.update(name)
     digest.update(np.ascontiguousarray(lengths, dtype="<i8").data)
+    if keys is not None:
+        digest.update(b"order_by")
+        digest.update(np.ascontiguousarray(keys, dtype="<i8").data)
     return digest.hexdigest()
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlanKey:
+    """What identifies a plan without its rows: method, ``dp_size`` and fingerprint.
+
+    A shard carries its plan's key and its ``dp_rank``, so a rank checks in O(1) that it holds
+    its own part of the plan it asked for, and ranks can compare fingerprints across a job.
+    """
+
+    method: SplitMethod
+    dp_size: int
+    fingerprint: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class Plan:
+    """Which rows go to which rank: a value that can travel with the data.
+
+    Build one with :meth:`build`. ``partitions[r]`` holds rank ``r``'s rows (int64, read-only);
+    every row of the batch is in exactly one. Two plans are equal when their fingerprints and
+    rows are.
+    """
+
+    method: SplitMethod
+    dp_size: int
+    num_samples: int
+    fingerprint: str
+    partitions: tuple[Int64Array, ...]
+
+    @classmethod
+    def build(
+        cls,
+        total_lengths: npt.ArrayLike,
+        dp_size: int,
+        *,
+        balance_data: bool,
+        order_by: npt.ArrayLike | None = None,
+    ) -> Plan:
+        """Plan ``total_lengths`` for ``dp_size`` ranks (see :func:`plan_partitions`)."""
+        lengths = check_lengths(total_lengths)
+        fingerprint = plan_fingerprint(
+            lengths, dp_size, balance_data=balance_data, order_by=order_by
+        )
+        partitions = plan_partitions(lengths, dp_size, balance_data=balance_data, order_by=order_by)
+        for rows in partitions:
+            rows.flags.writeable = False
+        return cls(
+            method_of(balance_data), int(dp_size), lengths.size, fingerprint, tuple(partitions)
+        )
+
+    @property
+    def key(self) -> PlanKey:
+        """The plan's :class:`PlanKey`."""
+        return PlanKey(self.method, self.dp_size, self.fingerprint)
+
+    def rows(self, dp_rank: int) -> Int64Array:
+        """Rank ``dp_rank``'s rows (read-only)."""
+        return self.partitions[check_dp_rank(dp_rank, self.dp_size)]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return self.key == other.key and all(
+            np.array_equal(mine, theirs)
+            for mine, theirs in zip(self.partitions, other.partitions, strict=True)
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __repr__(self) -> str:
+        sizes = [len(rows) for rows in self.partitions]
+        shown = sizes if len(sizes) <= 8 else [*sizes[:8], "..."]
+        return (
+            f"Plan(method={self.method!r}, dp_size={self.dp_size}, "
+            f"num_samples={self.num_samples}, fingerprint={self.fingerprint!r}, rows={shown})"
+        )
 
 
 def _rows_ordered_by(keys: Int64Array) -> Int64Array:

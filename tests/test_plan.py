@@ -15,8 +15,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from arrow_split import partition
-from arrow_split.partition import (
+from arrow_split import plan as partition
+from arrow_split.plan import (
     check_dp_rank,
     check_dp_size,
     check_lengths,
@@ -232,7 +232,7 @@ def test_strided_plan_of_empty_batch_has_empty_ranks() -> None:
 _CHILD_SCRIPT = """
 import json, sys
 import numpy as np
-from arrow_split.partition import plan_fingerprint, plan_partitions
+from arrow_split.plan import plan_fingerprint, plan_partitions
 lengths = np.random.default_rng(20240611).integers(0, 9000, 4096)
 out = {}
 for balance_data in (True, False):

@@ -1,6 +1,6 @@
 """The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
-A leaf beside :mod:`arrow_split.torch`, which reads a shard's columns into :class:`RaggedColumn`
+Beside :mod:`arrow_split.torch._convert`, which reads a shard's columns into :class:`RaggedColumn`
 values (flat tensor + offsets) under its memory rule; the functions here only arrange those
 tensors, and every tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh.
 """
@@ -22,8 +22,7 @@ except ImportError:
     msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
     raise ImportError(msg) from None
 
-from arrow_split.errors import SchemaError, ValueRangeError
-from arrow_split.schema import ColumnSpec
+from arrow_split import ColumnSpec, SchemaError, ValueRangeError
 
 __all__ = ["Columns", "LAYOUTS", "RaggedColumn", "TensorOptions", "Tensors", "move"]
 
@@ -57,7 +56,7 @@ class RaggedColumn:
     @property
     def group(self) -> tuple[str, str]:
         """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        if self.spec.name == "tokens" or self.spec.length == "tokens":
+        if self.spec.role == "length_source" or self.spec.length == "tokens":
             return ("rule", "tokens")
         if self.spec.length == "response":
             return ("rule", "response")

@@ -74,7 +74,7 @@ def _check_per_sample(
 
 
 def check_batch_global(
-    spec: ColumnSpec, value: object, num_samples: int, *, allow_nonfinite: bool
+    spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
 ) -> object:
     """Check a batch-global value against ``spec.global_shape``; return a private copy.
 

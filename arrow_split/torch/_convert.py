@@ -65,11 +65,15 @@ except ImportError:
     msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
     raise ImportError(msg) from None
 
-from arrow_split.batch import RolloutBatch
-from arrow_split.decode import numpy_view, ragged_values
-from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
-from arrow_split.schema import ColumnSpec
-from arrow_split.torch_layouts import LAYOUTS, RaggedColumn, TensorOptions, move
+from arrow_split import (
+    ColumnTypeError,
+    ColumnValues,
+    OptionError,
+    RolloutBatch,
+    SchemaTypeError,
+    ValueRangeError,
+)
+from arrow_split.torch._layouts import LAYOUTS, RaggedColumn, TensorOptions, move
 
 __all__ = ["TensorLayout", "to_tensors"]
 
@@ -127,9 +131,12 @@ def to_tensors(
 
     Raises
     ------
+    SchemaTypeError
+        ``shard`` is not a RolloutBatch.
+    OptionError
+        An unknown ``layout`` or ``device``.
     SchemaError
-        ``shard`` is not a RolloutBatch, an unknown ``layout`` or ``device``, or a column whose name
-        clashes with an extra key of the layout.
+        A column whose name clashes with an extra key of the layout.
     ColumnTypeError
         A ``token_dtype``/``mask_dtype`` not listed above, or a ``pad_value`` that is not a number.
     ValueRangeError
@@ -148,13 +155,12 @@ def to_tensors(
         shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
     )
     columns: dict[str, RaggedColumn | torch.Tensor] = {}
-    for name in shard.record_batch.schema.names:
-        spec = shard.specs[name]
-        array = shard.record_batch.column(name)
-        if spec.kind in ("per_token", "per_sample_tensor"):
-            columns[name] = _ragged_column(spec, array, options)
-        elif spec.kind == "per_sample_scalar":
-            columns[name] = move(_tensor_of(numpy_view(array), _data_buffer(array)), options)
+    for column in shard.numeric_columns():
+        if column.offsets is None:
+            tensor = _tensor_of(column.values, column.buffer)
+            columns[column.spec.name] = move(tensor, options)
+        else:
+            columns[column.spec.name] = _ragged_column(column, options)
     return LAYOUTS[layout](columns, options)
 
 
@@ -172,11 +178,11 @@ def _check_options(
             f"`shard` must be a RolloutBatch, got {type(shard).__name__}; build one with "
             "`RolloutBatch.from_train_data(data)` or take one from a split"
         )
-        raise SchemaError(msg)
+        raise SchemaTypeError(msg)
     if layout not in get_args(TensorLayout):
         choices = ", ".join(map(repr, get_args(TensorLayout)))
         msg = f"invalid `layout`: {layout!r}; expected one of: {choices}"
-        raise SchemaError(msg)
+        raise OptionError(msg)
     if isinstance(pad_value, bool) or not isinstance(pad_value, (int, float)):
         msg = f"`pad_value` must be an int or a float, got {type(pad_value).__name__}"
         raise ColumnTypeError(msg)
@@ -216,23 +222,16 @@ def _check_device(device: object) -> torch.device | None:
         f"invalid `device`: {device!r}; expected None, a torch.device or a str such as 'cpu' or "
         "'cuda:0'"
     )
-    raise SchemaError(msg)
+    raise OptionError(msg)
 
 
 # --- Arrow -> torch, and the memory rule -------------------------------------------------------
 
 
-def _data_buffer(array: pa.Array) -> pa.Buffer | None:
-    """The buffer that holds a column's numbers (the innermost child's data buffer)."""
-    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
-        array = array.values
-    return array.buffers()[1]
-
-
 def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
     """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
 
-    ``values`` is what :mod:`arrow_split.decode` returned: a read-only view into ``buffer``, or
+    ``values`` is what :meth:`RolloutBatch.numeric_columns` returned: a view into ``buffer``, or
     (booleans) an array it already unpacked into fresh memory. A mutable buffer is one Arrow
     allocated in this process: the result is a writable view of it. An immutable buffer may be
     shared (an object store's read-only memory): the result is a copy.
@@ -264,12 +263,13 @@ def _tensor_of(
     return torch.from_numpy(_private_or_copy(values, buffer))
 
 
-def _ragged_column(spec: ColumnSpec, array: pa.Array, options: TensorOptions) -> RaggedColumn:
-    values, offsets = ragged_values(array)
+def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
+    spec = column.spec
     dtype: type[np.generic] | None = None
-    if spec.name == "tokens":
+    if spec.role == "length_source":
         dtype = _TOKEN_DTYPES[options.token_dtype]
-    elif spec.kind == "per_token" and spec.flag:
+    elif spec.flag and column.values.ndim == 1:
         dtype = _MASK_DTYPES[options.mask_dtype]
-    tensor = _tensor_of(values, _data_buffer(array), dtype)
-    return RaggedColumn(spec, move(tensor, options), np.asarray(offsets, dtype=np.int64))
+    tensor = _tensor_of(column.values, column.buffer, dtype)
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    return RaggedColumn(spec, move(tensor, options), offsets)

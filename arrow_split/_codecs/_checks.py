@@ -1,6 +1,6 @@
 """Value checks on flat numpy columns, and the errors that point at the offending sample.
 
-The converters in :mod:`arrow_split.encode` turn a column into one flat numpy array of values (plus
+The converters in the codecs turn a column into one flat numpy array of values (plus
 offsets for ragged columns) and hand it here: every check is one vectorised pass, and only when a
 check fails is the first bad value located and reported by sample index, position and value.
 """
@@ -92,7 +92,7 @@ def check_float32_exact(
         index = int(np.argmax(bad))
         msg = (
             f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
-            "float32 and the column is float32; pass `round_floats=True` to `from_train_data` to "
+            "float32 and the column is float32 while `exact_floats=True`; drop `exact_floats` to "
             "round to the nearest float32 (what `torch.tensor(..., dtype=torch.float32)` does), "
             "or declare the column float64 with a ColumnSpec to keep every bit"
         )

@@ -5,13 +5,25 @@ Two hand-offs, named by ``delay`` in :func:`split_train_data_by_dp`:
 eager (``delay=False``)
     The driver splits the batch with the core (one ``take`` per rank) and puts one object per
     rank. Each object holds only its rank's rows, in fresh compact buffers (never a slice view of
-    the batch, which would ship the whole parent buffer). A rank fetches ``refs[dp_rank]`` alone.
+    the batch, which would ship the whole parent buffer). A rank fetches ``refs[dp_rank]`` alone and
+    checks in O(1) that it is its part of the plan it asked for (the shard carries the plan's key
+    and its rank).
 delayed (``delay=True``)
     The driver puts the whole batch once. Each rank maps it read-only from its node's shared
     memory (no copy, no deserialization of the columns' values), computes the plan from the
     ``tokens`` offsets and gathers its own rows into fresh buffers. No rank gathers, converts or
-    copies another rank's rows. The same reference can be split again for another ``dp_size``
-    (a rank died, data parallelism shrank) without a new put.
+    copies another rank's rows. The batch carries the driver's :class:`~arrow_split.Plan`: a rank
+    at the driver's ``dp_size`` takes its rows from it without planning, a rank that asks for
+    another method gets a :class:`~arrow_split.PlanMismatchError`, and a rank that asks for
+    another ``dp_size`` must say so with ``resplit=True`` (a rank died, data parallelism
+    shrank): the same reference is then split again for the new size without a new put.
+
+Checking the plan across ranks. Every shard exposes ``shard.plan_fingerprint``; a trainer with
+``torch.distributed`` initialised can compare it across its data-parallel group::
+
+    seen = [None] * dp_size
+    torch.distributed.all_gather_object(seen, shard.plan_fingerprint, group=dp_group)
+    assert len(set(seen)) == 1, f"ranks hold parts of different plans: {seen}"
 
 Serialization. Ray 2.60 registers its own reducers for ``pyarrow.Table`` and ``pyarrow.Schema``
 only (``ray._private.arrow_serialization``); a ``RecordBatch`` goes through pyarrow's pickling,
@@ -38,8 +50,8 @@ public call that frees an object still referenced, so this module offers none). 
 Cluster scale. Ray moves an object between nodes whole: a delayed rank whose node does not hold
 the batch would pull all of it. By default (``locality="auto"``) such a rank has its rows taken on
 a node that holds the batch and fetches only its shard, so about as many bytes cross nodes as in
-eager mode; ``locality="local"`` is the plain delayed split. See :mod:`arrow_split.ray_locality`
-for the design, its failure handling and :func:`~arrow_split.ray_locality.cross_node_bytes`.
+eager mode; ``locality="local"`` is the plain delayed split. See :mod:`arrow_split.ray._locality`
+for the design and its failure handling.
 """
 
 from __future__ import annotations
@@ -56,33 +68,25 @@ except ImportError:
 
 import numpy as np
 
-from arrow_split.batch import RolloutBatch
-from arrow_split.encode import EncodeOptions, encode_scalar
-from arrow_split.errors import NotARolloutBatchError, PlanError, RaggedLengthError, TransportError
-from arrow_split.partition import (
-    check_dp_rank,
-    check_dp_size,
-    partition_for_rank,
-    plan_fingerprint,
-    plan_partitions,
+from arrow_split import (
+    KNOWN_COLUMNS,
+    NotARolloutBatchError,
+    PlanError,
+    PlanMismatchError,
+    RaggedLengthError,
+    RolloutBatch,
+    Shard,
+    TransportError,
+    shard_for_rank,
 )
-from arrow_split.ray_locality import (
-    Locality,
-    check_locality,
-    note_fetch,
-    pick_holder,
-    take_on_holder,
-)
-from arrow_split.schema import KNOWN_COLUMNS
-from arrow_split.split import as_rollout_batch, shard_for_rank, take_rows
-from arrow_split.train_data import per_sample_values
+from arrow_split.plan import check_dp_rank, check_dp_size, method_of
+from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
+from arrow_split.schema import role_column
 
 if TYPE_CHECKING:
     from ray import ObjectRef
 
 __all__ = ["process_rollout_data", "split_train_data_by_dp"]
-
-_WITNESS_KEY = "seq_witness_ids"
 
 # Every way Ray 2.60 reports that an object is gone (OwnerDiedError, ObjectFetchTimedOutError,
 # ReferenceCountingAssertionError, ObjectFreedError, ObjectReconstructionFailedError...) derives
@@ -97,7 +101,7 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: Literal[False] = False,
-) -> list[ObjectRef[RolloutBatch]]: ...
+) -> list[ObjectRef[Shard]]: ...
 
 
 @overload
@@ -117,7 +121,7 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: bool,
-) -> list[ObjectRef[RolloutBatch]] | ObjectRef[RolloutBatch]: ...
+) -> list[ObjectRef[Shard]] | ObjectRef[RolloutBatch]: ...
 
 
 def split_train_data_by_dp(
@@ -126,7 +130,7 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: bool = False,
-) -> list[ObjectRef[RolloutBatch]] | ObjectRef[RolloutBatch]:
+) -> list[ObjectRef[Shard]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
     Call it on the driver: the caller owns the objects (see the module docstring). Everything is
@@ -135,15 +139,15 @@ def split_train_data_by_dp(
     Parameters
     ----------
     data_or_batch
-        A train-data dict (converted with :meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
+        A train-data dict (converted with :meth:`RolloutBatch.from_train_data`) or a whole
+        RolloutBatch.
     dp_size
         The number of data-parallel ranks.
     balance_data
         The plan: ``False`` strided, ``True`` balanced (see :func:`arrow_split.plan_partitions`).
-        Pass the same value to :func:`process_rollout_data`.
     delay
-        ``False``: split now and put one shard per rank. ``True``: put the whole batch once and
-        let each rank take its own rows.
+        ``False``: split now and put one shard per rank. ``True``: put the whole batch once,
+        with its plan, and let each rank take its own rows.
 
     Returns
     -------
@@ -160,13 +164,22 @@ def split_train_data_by_dp(
         A bad ``dp_size``, or a balanced plan the batch's sample count cannot meet.
     """
     size = check_dp_size(dp_size)
-    batch = as_rollout_batch(data_or_batch)
+    method_of(balance_data)
+    if isinstance(data_or_batch, RolloutBatch):
+        batch = data_or_batch
+    else:
+        batch = RolloutBatch.from_train_data(data_or_batch)
+    if isinstance(batch, Shard):
+        msg = "`split_train_data_by_dp` puts a whole batch; got a shard"
+        raise PlanError(msg)
+    planned = batch.with_plan(batch.make_plan(size, balance_data=balance_data))
     if delay:
-        plan_fingerprint(batch.total_lengths, size, balance_data=balance_data)
-        return ray.put(batch)
-    plan = plan_partitions(batch.total_lengths, size, balance_data=balance_data)
+        return ray.put(planned)
     # One shard alive at a time: the driver's peak is the batch plus one rank's rows.
-    return [ray.put(take_rows(batch, indices)) for indices in plan]
+    return [
+        ray.put(shard_for_rank(planned, rank, size, balance_data=balance_data))
+        for rank in range(size)
+    ]
 
 
 def process_rollout_data(
@@ -174,11 +187,13 @@ def process_rollout_data(
     dp_rank: int,
     dp_size: int,
     *,
-    balance_data: bool,
+    balance_data: bool | None = None,
+    resplit: bool = False,
     witness_ids: Sequence[int] | np.ndarray | None = None,
     locality: Locality = "auto",
     step: int | None = None,
-) -> RolloutBatch:
+    on_fetch: OnFetch | None = None,
+) -> Shard:
     """Return this rank's shard, in the actor layout, from what :func:`split_train_data_by_dp` put.
 
     Call it in the train actor of rank ``dp_rank``. Only this rank's rows are fetched (eager) or
@@ -193,37 +208,42 @@ def process_rollout_data(
         delayed reference, or the batch itself (what Ray hands an actor method when the delayed
         reference is passed as a top-level argument).
     dp_rank, dp_size
-        This rank and the number of ranks. In delayed mode ``dp_size`` may differ from the
-        driver's: the same batch is split again for the new size.
+        This rank and the number of ranks.
     balance_data
-        The plan, as given to :func:`split_train_data_by_dp`.
+        The plan's method, checked against the one the data was put with
+        (:class:`PlanMismatchError` if it differs); ``None`` follows the driver's.
+    resplit
+        Delayed only: allow a ``dp_size`` other than the driver's; the same batch is split again
+        for the new size. Without it, another ``dp_size`` is a :class:`PlanMismatchError`.
     witness_ids
         Optional: one int per sample of the WHOLE batch, attached to this rank's rows as the
-        per-sample key ``seq_witness_ids``.
+        column with the ``witness`` role (``seq_witness_ids``).
     locality
-        Where a delayed reference's rows are taken (see :mod:`arrow_split.ray_locality`):
+        Where a delayed reference's rows are taken (see :mod:`arrow_split.ray._locality`):
         ``"auto"`` here if this node holds the batch, else on a node that does (only the shard
-        crosses nodes); ``"local"`` always here (the whole batch comes to this node);
-        ``"holder"`` always on a node that holds it. Ignored for an eager list and a resolved
-        batch, which are already here.
+        crosses nodes); ``"local"`` always here; ``"holder"`` always on a node that holds it.
+        Ignored for an eager list and a resolved batch, which are already here.
     step
         Optional: the training step, named in error messages only.
+    on_fetch
+        Optional, for measuring: called with each reference this call fetched to this process.
 
     Returns
     -------
-    RolloutBatch
+    Shard
         This rank's shard with layout ``"actor"``. Delayed: fresh buffers, writable by this rank,
         no view of the store. Eager: read-only views of this rank's object in the store.
 
     Raises
     ------
-    PlanError
+    PlanError, OptionError
         A bad ``dp_rank``, ``dp_size`` or ``locality`` (raised before any fetch); an eager list
-        whose length is not ``dp_size``; an eager shard that is not this rank's part of the plan;
-        a shard where the delayed mode expects the whole batch (an eager reference passed as a
-        top-level argument, which Ray resolves).
+        whose length is not ``dp_size``; a shard where the delayed mode expects the whole batch.
+    PlanMismatchError
+        What was put is another plan's data: another method, another ``dp_size`` (eager, or
+        delayed without ``resplit``), or another rank's shard.
     NotARolloutBatchError
-        The reference holds something other than a RolloutBatch.
+        The reference holds something other than a rollout batch.
     TransportError
         The object was lost from the store (its owner died, or it was freed).
     RaggedLengthError, ColumnTypeError, ValueRangeError, SchemaError
@@ -231,21 +251,34 @@ def process_rollout_data(
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
+    if balance_data is not None:
+        method_of(balance_data)
     where = check_locality(locality)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
-        shard = _eager_shard(refs_or_ref, rank, size, balance_data=balance_data, who=who)
+        shard = _eager_shard(refs_or_ref, rank, size, balance_data, who, on_fetch)
     else:
-        shard = _delayed_shard(refs_or_ref, rank, size, balance_data, where, who)
+        request = {
+            "dp_rank": rank,
+            "dp_size": size,
+            "balance_data": balance_data,
+            "resplit": resplit,
+        }
+        shard = _delayed_shard(refs_or_ref, request, where, who, on_fetch)
     if witness_ids is not None:
         shard = _add_witness_ids(shard, witness_ids, who)
     return shard.with_layout("actor")
 
 
 def _eager_shard(
-    refs: Sequence[Any], dp_rank: int, dp_size: int, *, balance_data: bool, who: str
-) -> RolloutBatch:
-    """Fetch ``refs[dp_rank]`` alone and check that it holds this rank's part of the plan."""
+    refs: Sequence[Any],
+    dp_rank: int,
+    dp_size: int,
+    balance_data: bool | None,
+    who: str,
+    on_fetch: OnFetch | None,
+) -> Shard:
+    """Fetch ``refs[dp_rank]`` alone and check, in O(1), that it is this rank's part."""
     if len(refs) != dp_size:
         msg = (
             f"got {len(refs)} references but `dp_size` is {dp_size}; pass the whole list that "
@@ -253,46 +286,53 @@ def _eager_shard(
             "delayed reference to split a batch for another `dp_size`"
         )
         raise PlanError(msg)
-    shard = _resolve(refs[dp_rank], who, f"`refs[{dp_rank}]`")
-    expected = partition_for_rank(
-        shard.batch_total_lengths, dp_rank, dp_size, balance_data=balance_data
-    )
-    if shard.partition is None or not np.array_equal(shard.partition, expected):
+    resolved = _resolve(refs[dp_rank], who, f"`refs[{dp_rank}]`", on_fetch)
+    shard = resolved if isinstance(resolved, Shard) else None
+    key = None if shard is None else shard.plan_key
+    method = None if balance_data is None else method_of(balance_data)
+    if (
+        shard is None
+        or key is None
+        or shard.dp_rank != dp_rank
+        or key.dp_size != dp_size
+        or (method is not None and key.method != method)
+    ):
+        got = "rows taken without a plan" if shard is not None else "a whole batch"
+        if shard is not None and key is not None:
+            got = f"rank {shard.dp_rank}'s rows of a {key.dp_size}-rank {key.method} plan"
+        asked = "" if method is None else f" {method}"
         msg = (
-            f"{who}: `refs[{dp_rank}]` does not hold rank {dp_rank}'s rows of a "
-            f"{dp_size}-rank plan with `balance_data={balance_data}`; pass the list in the order "
-            "`split_train_data_by_dp` returned it, with the same `dp_size` and `balance_data`"
+            f"{who}: `refs[{dp_rank}]` holds {got}, not rank {dp_rank}'s rows of a "
+            f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
+            "returned it, with the same `dp_size` and `balance_data`"
         )
-        raise PlanError(msg)
+        raise PlanMismatchError(msg)
     return shard
 
 
 def _delayed_shard(
     ref_or_batch: object,
-    dp_rank: int,
-    dp_size: int,
-    balance_data: bool,
+    request: dict[str, Any],
     locality: Locality,
     who: str,
-) -> RolloutBatch:
+    on_fetch: OnFetch | None,
+) -> Shard:
     """Take this rank's rows of the whole batch, here or on a node that holds it."""
     if isinstance(ref_or_batch, ray.ObjectRef):
-        node_id = pick_holder(ref_or_batch, dp_rank, locality)
+        node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
-            shard = take_on_holder(
-                ref_or_batch, node_id, dp_rank, dp_size, balance_data=balance_data
-            )
+            shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
                 return _detach_globals(shard)
-    batch = _whole_batch(_resolve(ref_or_batch, who, "the delayed reference"), who)
-    shard = shard_for_rank(batch, dp_rank, dp_size, balance_data=balance_data)
+    batch = _whole_batch(_resolve(ref_or_batch, who, "the delayed reference", on_fetch), who)
+    shard = shard_for_rank(batch, **request)
     del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
     return _detach_globals(shard)
 
 
 def _whole_batch(batch: RolloutBatch, who: str) -> RolloutBatch:
     """Refuse a shard where the delayed mode expects the whole batch (a top-level eager ref)."""
-    if batch.partition is not None:
+    if isinstance(batch, Shard):
         msg = (
             f"{who}: got a shard ({batch.num_samples} of "
             f"{len(batch.batch_total_lengths)} samples) where the whole batch was expected; pass "
@@ -304,7 +344,7 @@ def _whole_batch(batch: RolloutBatch, who: str) -> RolloutBatch:
     return batch
 
 
-def _resolve(ref_or_batch: object, who: str, what: str) -> RolloutBatch:
+def _resolve(ref_or_batch: object, who: str, what: str, on_fetch: OnFetch | None) -> RolloutBatch:
     """Return the RolloutBatch a reference holds (read-only views of the store), or raise."""
     if isinstance(ref_or_batch, ray.ObjectRef):
         try:
@@ -317,7 +357,8 @@ def _resolve(ref_or_batch: object, who: str, what: str) -> RolloutBatch:
                 "processed the step"
             )
             raise TransportError(msg) from exc
-        note_fetch(ref_or_batch)
+        if on_fetch is not None:
+            on_fetch(ref_or_batch)
     else:
         value = ref_or_batch
     if not isinstance(value, RolloutBatch):
@@ -329,12 +370,12 @@ def _resolve(ref_or_batch: object, who: str, what: str) -> RolloutBatch:
     return value
 
 
-def _detach_globals(shard: RolloutBatch) -> RolloutBatch:
+def _detach_globals(shard: Shard) -> Shard:
     """Copy numpy batch-global values, which Ray hands over as views of the store."""
     if not any(isinstance(value, np.ndarray) for value in shard.batch_globals.values()):
         return shard
     batch_globals = {key: _owned(value) for key, value in shard.batch_globals.items()}
-    return shard.replace(batch_globals=batch_globals)
+    return shard._replace_shard(batch_globals=batch_globals)
 
 
 def _owned(value: object) -> object:
@@ -345,19 +386,21 @@ def _owned(value: object) -> object:
     return array
 
 
-def _add_witness_ids(
-    shard: RolloutBatch, witness_ids: Sequence[int] | np.ndarray, who: str
-) -> RolloutBatch:
-    """Attach this rank's witness ids, after checking all of them against the whole batch."""
-    values = per_sample_values({_WITNESS_KEY: witness_ids}, _WITNESS_KEY, None)
+def _add_witness_ids(shard: Shard, witness_ids: Sequence[int] | np.ndarray, who: str) -> Shard:
+    """Attach this rank's witness ids, after checking their count against the whole batch."""
+    key = role_column(KNOWN_COLUMNS, "witness")
+    assert key is not None  # the known columns declare a witness column
     num_samples = len(shard.batch_total_lengths)
-    if len(values) != num_samples:
+    count = len(witness_ids) if isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    if count != num_samples:
+        got = "not a list" if count is None else f"{count} values"
         msg = (
-            f"{who}: `witness_ids` has {len(values)} values but the whole batch has "
-            f"{num_samples} samples; pass one witness id per sample of the WHOLE batch, not of "
-            "this rank's shard"
+            f"{who}: `witness_ids` has {got} but the whole batch has {num_samples} samples; "
+            "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
         )
         raise RaggedLengthError(msg)
-    column = encode_scalar(KNOWN_COLUMNS[_WITNESS_KEY], values, EncodeOptions())
-    rows = shard.partition if shard.partition is not None else np.arange(num_samples)
-    return shard.add_train_data({_WITNESS_KEY: column.to_numpy()[rows]})
+    whole = RolloutBatch.from_train_data({"tokens": [[]] * num_samples, key: witness_ids})
+    values = whole.record_batch.column(key).to_numpy()
+    added = shard.add_train_data({key: values[shard.partition]})
+    assert isinstance(added, Shard)  # add_train_data keeps the type
+    return added

@@ -1,0 +1,112 @@
+"""Numpy views of Arrow columns, and the take that copies a list row's values as one run.
+
+:func:`ragged_values` is the one place that reads a list column's values and offsets: it honours
+a slice offset (``ListArray.values`` ignores it, ``offsets[0]`` does not) and returns numpy views,
+not copies. A view of read-only memory (the object store's) is read-only.
+
+Arrow's ``take`` on a list column gathers the child values one by one; a rollout sample is one
+contiguous run of thousands of values, so :func:`take_runs` copies each selected row's run whole
+(one ``np.concatenate`` of views into a buffer of Arrow's memory pool, so that
+``pyarrow.total_allocated_bytes()`` counts it). The result owns new buffers: never a slice view
+of its parent, so pickling it ships only its own bytes.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["data_buffer", "numpy_view", "ragged_values", "split_by_offsets", "take_runs"]
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """A numpy view of a primitive array without nulls (booleans are unpacked: a copy)."""
+    if pa.types.is_boolean(array.type):
+        return np.asarray(array.to_numpy(zero_copy_only=False))
+    return np.asarray(array.to_numpy(zero_copy_only=True))
+
+
+def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Return ``(values, offsets)`` of a list column as numpy, offsets starting at 0.
+
+    For a ``per_sample_tensor`` column the values have shape ``[rows, *trailing]``, with the
+    trailing shape read from the nested ``fixed_size_list`` types.
+    """
+    raw_offsets = array.offsets.to_numpy()
+    start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
+    child = array.values.slice(start, stop - start)
+    trailing: list[int] = []
+    while pa.types.is_fixed_size_list(child.type):
+        trailing.append(child.type.list_size)
+        child = child.flatten()
+    values = numpy_view(child).reshape(-1, *trailing) if trailing else numpy_view(child)
+    offsets = raw_offsets - start if start else raw_offsets
+    return values, offsets
+
+
+def data_buffer(array: pa.Array) -> pa.Buffer | None:
+    """The buffer that holds a column's numbers (the innermost child's data buffer)."""
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+    return array.buffers()[1]
+
+
+def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.ndarray]:
+    """Yield one view of ``values`` per sample."""
+    for begin, end in itertools.pairwise(offsets.tolist()):
+        yield values[begin:end]
+
+
+def _leaf_type(list_type: pa.DataType) -> pa.DataType:
+    child = list_type.value_type
+    while pa.types.is_fixed_size_list(child):
+        child = child.value_type
+    return child
+
+
+def copies_runs(array: pa.Array) -> bool:
+    """Whether a column is a ``large_list`` of fixed-width numbers without nulls."""
+    if not pa.types.is_large_list(array.type) or array.null_count:
+        return False
+    leaf = _leaf_type(array.type)
+    return (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)) and not leaf.bit_width % 8
+
+
+def _pool_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
+    """A writable numpy view of a new buffer from Arrow's memory pool (counted and aligned)."""
+    buffer = pa.allocate_buffer(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    return buffer, np.frombuffer(buffer, dtype=dtype).reshape(shape)
+
+
+def _rebuild(list_type: pa.DataType, offsets: pa.Array, values: pa.Buffer, count: int) -> pa.Array:
+    """Wrap gathered leaf values (``count`` of them) and offsets as a column of ``list_type``."""
+    child = pa.Array.from_buffers(_leaf_type(list_type), count, [None, values])
+    sizes = []
+    nested = list_type.value_type
+    while pa.types.is_fixed_size_list(nested):
+        sizes.append(nested.list_size)
+        nested = nested.value_type
+    for size in reversed(sizes):
+        child = pa.FixedSizeListArray.from_arrays(child, size)
+    return pa.LargeListArray.from_arrays(offsets, child)
+
+
+def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """The rows ``indices`` of a list column of numbers, each row's values copied as one run."""
+    if not copies_runs(array):
+        return array.take(pa.array(indices, type=pa.int64()))
+    values, offsets = ragged_values(array)
+    starts, ends = offsets[indices], offsets[indices + 1]
+    offsets_buffer, new_offsets = _pool_array((len(indices) + 1,), np.dtype(np.int64))
+    new_offsets[0] = 0
+    np.cumsum(ends - starts, out=new_offsets[1:])
+    rows = int(new_offsets[-1])
+    values_buffer, gathered = _pool_array((rows, *values.shape[1:]), values.dtype)
+    runs = [values[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
+    if runs:
+        np.concatenate(runs, out=gathered)
+    arrow_offsets = pa.Array.from_buffers(pa.int64(), len(indices) + 1, [None, offsets_buffer])
+    return _rebuild(array.type, arrow_offsets, values_buffer, gathered.size)

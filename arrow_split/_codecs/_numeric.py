@@ -1,0 +1,181 @@
+"""The numeric core shared by the per-token, tensor and scalar codecs.
+
+Numbers take one of two paths. Python lists go through ``pyarrow.array`` with an explicit wide type
+(the column's integer type, or float64), which is faster than letting pyarrow infer one; numpy
+arrays are concatenated once. Either way the column ends as one flat numpy array (and offsets)
+that :mod:`arrow_split._codecs._checks` validates in vectorised passes before it is cast to the
+column's type.
+
+pyarrow truncates a Python float to an integer column without a word (1.5 becomes 1), so integer
+columns from Python lists carry one more check: the Python sum of the values stays an ``int`` only
+if no float was among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs._base import EncodeOptions
+from arrow_split._codecs._checks import (
+    check_finite,
+    check_flag,
+    check_float32_exact,
+    check_int_range,
+    locate_python_value,
+)
+from arrow_split.errors import ColumnTypeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = [
+    "ARROW_ERRORS",
+    "as_array",
+    "check_array_dtype",
+    "finish",
+    "flat_from_arrays",
+    "flat_from_python",
+    "is_array",
+    "offsets_from_lengths",
+    "target_dtype",
+]
+
+ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
+
+
+def is_array(value: object) -> bool:
+    """Whether a sample is array-like (numpy, or anything with ``__array__``), not a list."""
+    return isinstance(value, np.ndarray) or (
+        hasattr(value, "__array__") and not isinstance(value, (list, tuple))
+    )
+
+
+def as_array(value: object, name: str, location: str) -> np.ndarray:
+    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made."""
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = (
+            f"{location}: `{name}` is not a rectangular array of numbers ({exc}); pass a list of "
+            "numbers or a numeric numpy array"
+        )
+        raise ColumnTypeError(msg) from None
+
+
+def target_dtype(spec: ColumnSpec) -> np.dtype:
+    """The numpy dtype of a numeric column's values."""
+    value_type = spec.value_type
+    if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
+        msg = f"column `{spec.name}` has no value type"
+        raise ColumnTypeError(msg)
+    dtype: np.dtype = np.dtype(value_type.to_pandas_dtype())
+    return dtype
+
+
+def _allowed_kinds(spec: ColumnSpec) -> str:
+    if spec.flag:
+        return "iub"
+    return "iuf" if target_dtype(spec).kind == "f" else "iu"
+
+
+def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
+    """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values."""
+    if dtype.kind not in _allowed_kinds(spec):
+        kind = "a float" if target_dtype(spec).kind == "f" else "an integer"
+        msg = (
+            f"{location}: `{spec.name}` is {kind} column ({spec.value_type}) but the array has "
+            f"dtype {dtype}; convert it with `.astype(...)` in the producer, or declare the "
+            "column's type with a ColumnSpec"
+        )
+        raise ColumnTypeError(msg)
+
+
+def finish(
+    spec: ColumnSpec, values: np.ndarray, offsets: np.ndarray | None, options: EncodeOptions
+) -> np.ndarray:
+    """Check flat ``values`` for ``spec`` and cast them to the column's dtype."""
+    target = target_dtype(spec)
+    if spec.flag:
+        check_flag(spec.name, values, offsets)
+    elif target.kind in "iu":
+        check_int_range(spec.name, values, target, offsets)
+    elif target.kind == "f":
+        wide = values if values.dtype.kind == "f" else values.astype(np.float64)
+        with np.errstate(over="ignore"):
+            values = wide.astype(target, copy=False)
+        if options.exact_floats:
+            check_float32_exact(spec.name, wide, values, offsets)
+        if spec.finite and not options.allow_nonfinite:
+            check_finite(spec.name, values, offsets)
+    return values.astype(target, copy=False)
+
+
+def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
+    """Offsets (int64, ``n + 1`` values from 0) of samples of ``lengths`` values."""
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return offsets
+
+
+def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
+    """Flat values and offsets of a column given as one 1-D array per sample."""
+    arrays = [as_array(sample, spec.name, f"sample {i}") for i, sample in enumerate(samples)]
+    for sample, array in enumerate(arrays):
+        if array.ndim != 1:
+            msg = f"sample {sample}: `{spec.name}` must be 1-D per sample, got shape {array.shape}"
+            raise ColumnTypeError(msg)
+        if array.size:
+            check_array_dtype(spec, array.dtype, f"sample {sample}")
+    lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
+    filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
+    values = np.concatenate(filled) if filled else np.empty(0, dtype=target_dtype(spec))
+    return values, offsets_from_lengths(lengths)
+
+
+def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
+    """Flat values and offsets of a column given as one Python list of numbers per sample."""
+    target = target_dtype(spec)
+    integer = target.kind != "f"
+    # Integers convert straight to the column's type (Arrow checks the range); floats go through
+    # float64, so that a value which is not exactly a float32 can be caught.
+    wide = spec.value_type if target.kind in "iu" else pa.float64()
+
+    def locate(cause: str) -> None:
+        locate_python_value(
+            spec.name, samples, target=target, flag=spec.flag, ragged=True, cause=cause
+        )
+
+    try:
+        array = pa.array(samples, type=pa.large_list(wide))
+    except ARROW_ERRORS as exc:
+        if not spec.flag:
+            locate(str(exc))
+        try:  # a flag column given as bools, or as bools and ints mixed
+            array = pa.array(samples, type=pa.large_list(pa.bool_()))
+        except ARROW_ERRORS:
+            return _flat_from_mixed_flags(spec, samples, locate)
+    if array.null_count or array.values.null_count:
+        locate("null values")
+    if integer and pa.types.is_integer(array.type.value_type):
+        try:
+            total = sum(map(sum, samples))  # type: ignore[arg-type]
+        except TypeError as exc:
+            locate(str(exc))
+        if not isinstance(total, (int, np.integer)):
+            locate("a float among integer values")
+    offsets = array.offsets.to_numpy()
+    return array.values.to_numpy(zero_copy_only=False), offsets
+
+
+def _flat_from_mixed_flags(
+    spec: ColumnSpec, samples: Sequence[object], locate: Callable[[str], None]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The slow path for a flag column whose lists mix bools and ints."""
+    arrays = []
+    for sample, values in enumerate(samples):
+        array = as_array(values, spec.name, f"sample {sample}")
+        if array.ndim != 1 or (array.size and array.dtype.kind not in "biu"):
+            locate("values that are neither bool nor int")
+        arrays.append(array.astype(np.int64))
+    return flat_from_arrays(spec, arrays)

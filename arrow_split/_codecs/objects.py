@@ -1,0 +1,71 @@
+"""The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
+
+``string``: ``large_string``; a column whose samples are not all ``str`` falls back to
+``pickle`` (the spec as used says so). ``string_list``: ``large_list<large_string>``. ``pickle``:
+``large_binary``, one pickle (protocol 5) per sample, ``None`` as null; decoded only on the rank
+that owns the row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+
+from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split.errors import ColumnTypeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["ObjectsCodec"]
+
+
+class ObjectsCodec(Codec):
+    """Strings, lists of strings, or pickled objects."""
+
+    def encode(
+        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
+    ) -> tuple[pa.Array, ColumnSpec]:
+        if spec.codec == "string":
+            if all(isinstance(value, str) for value in samples):
+                return pa.array(samples, type=pa.large_string()), spec
+            spec = dataclasses.replace(spec, codec="pickle")
+        if spec.codec == "string_list":
+            return _string_lists(spec, samples), spec
+        pickled = [_pickle(spec, i, value) for i, value in enumerate(samples)]
+        return pa.array(pickled, type=pa.large_binary()), spec
+
+    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
+        if spec.codec == "pickle":
+            return [None if value is None else pickle.loads(value) for value in _views(array)]
+        return list(array.to_pylist())
+
+
+def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
+    for sample, value in enumerate(samples):
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            msg = (
+                f"sample {sample}: `{spec.name}` must be a list of str per sample, got "
+                f"{value!r:.60}"
+            )
+            raise ColumnTypeError(msg)
+    return pa.array(samples, type=pa.large_list(pa.large_string()))
+
+
+def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:
+    if value is None:
+        return None
+    try:
+        return pickle.dumps(value, protocol=5)
+    except Exception as exc:  # pickling runs user code: any error means "cannot be stored"
+        msg = (
+            f"sample {sample}: `{spec.name}` holds a {type(value).__name__} that cannot be "
+            f"pickled ({exc}); store a picklable value"
+        )
+        raise ColumnTypeError(msg) from None
+
+
+def _views(array: pa.Array) -> Iterator[memoryview | None]:
+    for scalar in array:
+        yield None if not scalar.is_valid else memoryview(scalar.as_buffer())

@@ -1,0 +1,42 @@
+"""The ``per_token`` codec: one list of numbers per sample, as ``large_list<value_type>``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
+from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._numeric import finish, flat_from_arrays, flat_from_python, is_array
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["RaggedCodec"]
+
+
+class RaggedCodec(Codec):
+    """Ragged lists of numbers; a take copies each row's values as one run."""
+
+    tensor_role = "ragged"
+
+    def encode(
+        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
+    ) -> tuple[pa.Array, ColumnSpec]:
+        if len(samples) and all(is_array(sample) for sample in samples):
+            values, offsets = flat_from_arrays(spec, samples)
+        else:
+            mixed = [np.asarray(s).tolist() if is_array(s) else s for s in samples]
+            values, offsets = flat_from_python(spec, mixed)
+        values = finish(spec, values, offsets, options)
+        return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)), spec
+
+    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
+        values, offsets = ragged_values(array)
+        return [part.tolist() for part in split_by_offsets(values, offsets)]
+
+    def lengths(self, array: pa.Array) -> np.ndarray:
+        return np.diff(array.offsets.to_numpy())
+
+    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
+        return take_runs(array, indices)

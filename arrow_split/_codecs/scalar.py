@@ -1,0 +1,78 @@
+"""The ``per_sample_scalar`` codec: one number per sample, a primitive Arrow column."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs._arrow import numpy_view
+from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._checks import locate_python_value
+from arrow_split._codecs._numeric import (
+    ARROW_ERRORS,
+    as_array,
+    check_array_dtype,
+    finish,
+    is_array,
+    target_dtype,
+)
+from arrow_split.errors import ColumnTypeError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["ScalarCodec"]
+
+
+class ScalarCodec(Codec):
+    """One number per sample; the input is copied (the batch never shares the caller's memory)."""
+
+    tensor_role = "scalar"
+
+    def encode(
+        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
+    ) -> tuple[pa.Array, ColumnSpec]:
+        if is_array(samples):
+            values = np.array(as_array(samples, spec.name, "the array"), copy=True)
+            if values.ndim != 1:
+                msg = f"`{spec.name}` must be 1-D (one number per sample), got shape {values.shape}"
+                raise ColumnTypeError(msg)
+            if values.size:
+                check_array_dtype(spec, values.dtype, "the array")
+        else:
+            values = _scalars_from_python(spec, samples)
+        return pa.array(finish(spec, values, None, options)), spec
+
+    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
+        return list(numpy_view(array).tolist())
+
+
+def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
+    target = target_dtype(spec)
+
+    def locate(cause: str) -> None:
+        locate_python_value(
+            spec.name, samples, target=target, flag=spec.flag, ragged=False, cause=cause
+        )
+
+    if spec.flag:  # bools, 0/1 ints, or both mixed
+        try:
+            flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
+        except ARROW_ERRORS as exc:
+            locate(str(exc))
+        if flags.ndim != 1 or flags.dtype.kind not in "biu":
+            locate("values that are neither bool nor int")
+        return flags
+    integer = target.kind != "f"
+    wide = pa.int64() if integer else pa.float64()
+    try:
+        array = pa.array(samples, type=wide)
+    except ARROW_ERRORS as exc:
+        locate(str(exc))
+    if array.null_count:
+        locate("null values")
+    if integer and pa.types.is_int64(array.type):
+        total = sum(samples)  # type: ignore[arg-type]
+        if not isinstance(total, (int, np.integer)):
+            locate("a float among integer values")
+    return np.asarray(array.to_numpy(zero_copy_only=False))

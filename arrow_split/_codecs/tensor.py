@@ -1,0 +1,96 @@
+"""The ``per_sample_tensor`` codec: one ``[rows, *trailing]`` array per sample.
+
+The trailing shape becomes nested ``fixed_size_list`` types, so it travels with the column:
+``large_list<fixed_size_list<fixed_size_list<value_type, top_k>, layers>>``. Every sample must
+have the same trailing shape; an empty sample takes the shape of the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
+from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._numeric import (
+    as_array,
+    check_array_dtype,
+    finish,
+    offsets_from_lengths,
+    target_dtype,
+)
+from arrow_split.errors import ColumnTypeError, RaggedLengthError
+from arrow_split.schema import ColumnSpec
+
+__all__ = ["TensorCodec"]
+
+
+def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
+    array = as_array(value, spec.name, f"sample {sample}")
+    if array.ndim == 0:
+        msg = (
+            f"sample {sample}: `{spec.name}` must be an array of shape [rows, ...] per sample, "
+            f"got the scalar {value!r:.40}"
+        )
+        raise ColumnTypeError(msg)
+    if array.size and array.dtype.kind not in "biuf":
+        msg = (
+            f"sample {sample}: `{spec.name}` must hold numbers, got an array of dtype "
+            f"{array.dtype} (None values, or rows of different lengths?)"
+        )
+        raise ColumnTypeError(msg)
+    if array.size:
+        check_array_dtype(spec, array.dtype, f"sample {sample}")
+    return array
+
+
+def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarray]:
+    """Per-sample arrays of one trailing shape (empty samples reshaped to it)."""
+    arrays = [_tensor_array(spec, sample, value) for sample, value in enumerate(samples)]
+    shaped = [(i, a) for i, a in enumerate(arrays) if a.size or a.ndim > 1]
+    trailing = shaped[0][1].shape[1:] if shaped else ()
+    for sample, array in shaped:
+        if array.shape[1:] != trailing:
+            msg = (
+                f"sample {sample}: `{spec.name}` has trailing shape {array.shape[1:]} but sample "
+                f"{shaped[0][0]} has {trailing}; every sample must have the same shape after the "
+                "first axis"
+            )
+            raise RaggedLengthError(msg)
+    target = target_dtype(spec)
+    return [
+        array if array.size else np.empty((len(array), *trailing), dtype=target) for array in arrays
+    ]
+
+
+class TensorCodec(Codec):
+    """Per-sample arrays whose trailing shape lives in the Arrow type."""
+
+    tensor_role = "ragged"
+
+    def encode(
+        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
+    ) -> tuple[pa.Array, ColumnSpec]:
+        arrays = _tensor_arrays(spec, samples)
+        target = target_dtype(spec)
+        trailing: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
+        rows = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
+        offsets = offsets_from_lengths(rows)
+        stacked = np.concatenate(arrays) if arrays else np.empty(0, dtype=target)
+        width = int(np.prod(trailing, dtype=np.int64))
+        child: pa.Array = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
+        for size in reversed(trailing):
+            child = pa.FixedSizeListArray.from_arrays(child, size)
+        return pa.LargeListArray.from_arrays(pa.array(offsets), child), spec
+
+    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
+        values, offsets = ragged_values(array)
+        return list(split_by_offsets(values, offsets))
+
+    def lengths(self, array: pa.Array) -> np.ndarray:
+        return np.diff(array.offsets.to_numpy())
+
+    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
+        return take_runs(array, indices)

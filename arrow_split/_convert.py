@@ -1,0 +1,224 @@
+"""The one path between the classic train-data dict and a RecordBatch with batch-global values.
+
+dict -> Arrow (:func:`encode_train_data`): the shape of every per-sample key is checked first
+(a sequence with one value per sample of the length source, for all keys before any value is
+converted); then the length source (``tokens``), whose offsets give each sample's length; then the
+response lengths; then the other columns, each by its codec and then against its
+:data:`~arrow_split.schema.LengthRule`; then the batch-global values. Columns are found by their
+:data:`~arrow_split.schema.Role`, never by name.
+
+Arrow -> dict (:func:`decode_train_data`): each column by its codec, batch-global values copied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._codecs._numeric import is_array
+from arrow_split._codecs.globals import check_batch_global, global_to_python
+from arrow_split.errors import (
+    ColumnTypeError,
+    RaggedLengthError,
+    SchemaError,
+    SchemaTypeError,
+    ValueRangeError,
+)
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+
+__all__ = ["decode_train_data", "encode_train_data", "per_sample_values"]
+
+_DERIVED_LENGTHS = "total_lengths"
+
+
+def per_sample_values(
+    data: Mapping[str, Any], key: str, num_samples: int | None, source: str = "tokens"
+) -> Sequence[Any]:
+    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise."""
+    value = data[key]
+    sequence = isinstance(value, (list, tuple)) or (is_array(value) and np.ndim(value) >= 1)
+    if not sequence:
+        msg = (
+            f"`{key}` must be a list with one value per sample, got {type(value).__name__} "
+            f"{value!r:.40}; wrap a single sample's value in a list, or declare a batch-wide value "
+            "as a batch_global ColumnSpec"
+        )
+        raise ColumnTypeError(msg)
+    if num_samples is not None and len(value) != num_samples:
+        msg = (
+            f"`{key}` has {len(value)} values but `{source}` has {num_samples} samples; every "
+            "per-sample key needs exactly one value per sample (rows would misalign)"
+        )
+        raise RaggedLengthError(msg)
+    return value  # type: ignore[no-any-return]
+
+
+def _length_source(specs: Mapping[str, ColumnSpec]) -> str:
+    source = role_column(specs, "length_source")
+    if source is None:
+        name = role_column(KNOWN_COLUMNS, "length_source")
+        msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
+        raise SchemaError(msg)
+    return source
+
+
+def encode_train_data(
+    data: Mapping[str, Any], specs: Iterable[ColumnSpec], options: EncodeOptions
+) -> tuple[pa.RecordBatch, dict[str, ColumnSpec], dict[str, object]]:
+    """Validate and encode ``data``; return the record batch, the specs as used and the globals.
+
+    The returned specs keep the train data's key order; an object column's codec may have
+    changed (a ``string`` column with non-str values is pickled).
+    """
+    if not isinstance(data, Mapping):
+        msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
+        raise SchemaTypeError(msg)
+    resolved = resolve_specs(data.keys(), specs)
+    source = _length_source(resolved)
+    num_samples = len(per_sample_values(data, source, None, source))
+    per_sample = {
+        key: per_sample_values(data, key, num_samples, source)
+        for key, spec in resolved.items()
+        if spec.is_per_sample
+    }
+    columns, used = _encode_columns(data, resolved, per_sample, options)
+    batch_globals = {
+        key: check_batch_global(spec, data[key], num_samples, options.allow_nonfinite)
+        for key, spec in resolved.items()
+        if not spec.is_per_sample
+    }
+    names = [key for key in resolved if key in columns]
+    record_batch = pa.RecordBatch.from_arrays([columns[key] for key in names], names=names)
+    record_batch.validate(full=True)
+    return record_batch, used, batch_globals
+
+
+def _encode_columns(
+    data: Mapping[str, Any],
+    specs: Mapping[str, ColumnSpec],
+    per_sample: Mapping[str, Sequence[Any]],
+    options: EncodeOptions,
+) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec]]:
+    source = _length_source(specs)
+    used = dict(specs)
+    columns: dict[str, pa.Array] = {}
+    columns[source], used[source] = codec_for(specs[source]).encode(
+        specs[source], per_sample[source], options
+    )
+    total_lengths = np.diff(columns[source].offsets.to_numpy())
+    if _DERIVED_LENGTHS in data:
+        given = np.asarray(per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source))
+        _check_rule(_DERIVED_LENGTHS, given, total_lengths, f"`{source}`", at_least=None)
+    rules = LengthRules(source, total_lengths)
+    response = role_column(specs, "response_length")
+    if response is not None and response in per_sample:
+        columns[response], used[response] = codec_for(specs[response]).encode(
+            specs[response], per_sample[response], options
+        )
+        rules.set_response(response, columns[response])
+    extra = role_column(specs, "extra_rows")
+    if extra is not None and extra in per_sample:
+        rules.set_extra_rows(per_sample[extra])
+    for key, values in per_sample.items():
+        if key not in columns:
+            columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
+            rules.check(specs[key], columns[key])
+    return columns, used
+
+
+class LengthRules:
+    """What each :data:`~arrow_split.schema.LengthRule` expects of a sample, for one batch."""
+
+    def __init__(self, source: str, total_lengths: np.ndarray) -> None:
+        self.source = source
+        self.total_lengths = total_lengths
+        self.response: tuple[str, np.ndarray] | None = None
+        self.extra_rows = np.zeros(len(total_lengths), dtype=bool)
+
+    def set_response(self, name: str, array: pa.Array) -> None:
+        """Check the response lengths against the token counts and keep them as the reference."""
+        lengths = np.asarray(array.to_numpy(zero_copy_only=False))
+        if len(lengths) and lengths.min() < 0:
+            sample = int(np.argmin(lengths))
+            msg = f"sample {sample}: `{name}` must be >= 0, got {lengths[sample]}"
+            raise ValueRangeError(msg)
+        longer = lengths > self.total_lengths
+        if longer.any():
+            sample = int(np.argmax(longer))
+            msg = (
+                f"sample {sample}: `{name}` is {lengths[sample]} but the sample has only "
+                f"{self.total_lengths[sample]} tokens; the response is part of `{self.source}`"
+            )
+            raise RaggedLengthError(msg)
+        self.response = (name, lengths)
+
+    def set_extra_rows(self, values: Sequence[Any]) -> None:
+        """Samples with a non-null extra-rows value may have more ``tokens_minus_one`` rows."""
+        self.extra_rows = np.fromiter(
+            (value is not None for value in values), dtype=bool, count=len(self.total_lengths)
+        )
+
+    def check(self, spec: ColumnSpec, array: pa.Array) -> None:
+        """Raise on the first sample of ``array`` whose length breaks ``spec.length``."""
+        rule = spec.length
+        actual = codec_for(spec).lengths(array)
+        if rule is None or actual is None:
+            return
+        if rule == "response":
+            if self.response is None:
+                name = role_column(KNOWN_COLUMNS, "response_length")
+                msg = (
+                    f"`{spec.name}` is aligned to the response, so `{name}` is required; "
+                    f"add `{name}` (one int per sample) to the train data"
+                )
+                raise SchemaError(msg)
+            name, expected = self.response
+            _check_rule(spec.name, actual, expected, f"`{name}`", at_least=None)
+        elif rule == "tokens":
+            _check_rule(spec.name, actual, self.total_lengths, f"`{self.source}`", at_least=None)
+        else:
+            expected, reference = self.total_lengths - 1, f"`len({self.source}) - 1`"
+            _check_rule(spec.name, actual, expected, reference, at_least=self.extra_rows)
+
+
+def _check_rule(
+    key: str,
+    actual: np.ndarray,
+    expected: np.ndarray,
+    reference: str,
+    *,
+    at_least: np.ndarray | None,
+) -> None:
+    """Raise on the first sample whose length breaks its rule (``>=`` where ``at_least``)."""
+    bad = (
+        actual != expected
+        if at_least is None
+        else np.where(at_least, actual < expected, actual != expected)
+    )
+    if bad.any():
+        sample = int(np.argmax(bad))
+        relation = "at least " if at_least is not None and at_least[sample] else ""
+        msg = (
+            f"sample {sample}: `{key}` has {actual[sample]} values but {reference} says "
+            f"{relation}{expected[sample]}; per-token columns must match their sample's length"
+        )
+        raise RaggedLengthError(msg)
+
+
+def decode_train_data(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> dict[str, object]:
+    """The classic train-data dict of a record batch and its globals, as fresh Python objects."""
+    train_data: dict[str, object] = {}
+    for key, spec in specs.items():
+        if spec.is_per_sample:
+            train_data[key] = codec_for(spec).decode(spec, record_batch.column(key))
+        else:
+            train_data.update(global_to_python({key: batch_globals[key]}))
+    return train_data
