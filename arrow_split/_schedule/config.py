@@ -162,12 +162,9 @@ class ScheduleConfig:
         parts = []
         for field in fields(self):
             value = getattr(self, field.name)
-            text = repr(
-                None
-                if value is None
-                else (bool(value) if field.name in _BOOL_FIELDS else int(value))
-            )
-            parts.append(f"{field.name}={text}")
+            if value is not None:  # numpy scalars print as plain Python values
+                value = bool(value) if field.name in _BOOL_FIELDS else int(value)
+            parts.append(f"{field.name}={value!r}")
         return ";".join(parts)
 
 
