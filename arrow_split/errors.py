@@ -17,6 +17,9 @@ value of the wrong type, ``RuntimeError`` for a failure of the transport)::
     ├── PlanError              (ValueError)   a partition request that cannot be met: `dp_size`,
     │   │                                     `dp_rank`, balanced mode on a batch it cannot split
     │   └── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
+    ├── DumpError              (ValueError)   a dump file that cannot be written or read: not an
+    │                                         Arrow file, truncated, no or bad arrow_split
+    │                                         metadata, an unknown version; or a shard to write
     └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
         └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 __all__ = [
     "ArrowSplitError",
     "ColumnTypeError",
+    "DumpError",
     "NotARolloutBatchError",
     "PlanError",
     "PlanTypeError",
@@ -65,6 +69,10 @@ class PlanError(ArrowSplitError, ValueError):
 
 class PlanTypeError(PlanError, TypeError):
     """`dp_size` or `dp_rank` of the wrong type."""
+
+
+class DumpError(ArrowSplitError, ValueError):
+    """A rollout dump that cannot be written or read back; the message names the file."""
 
 
 class TransportError(ArrowSplitError, RuntimeError):
