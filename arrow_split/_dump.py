@@ -274,13 +274,23 @@ def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBat
         record_batch = reader.get_batch(0)
         # Offsets and UTF-8 checked once here, so that no later read can leave the buffers.
         record_batch.validate(full=True)
-    except pa.ArrowException as exc:
+        _decode_names(record_batch.schema)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         msg = f"`{source}` is not a readable Arrow IPC file (truncated, or another format): {exc}"
         raise DumpError(msg) from exc
     if not record_batch.schema.equals(reader.schema, check_metadata=True):
         msg = f"`{source}`: the record batch's schema differs from the file's schema"
         raise DumpError(msg)
     return record_batch
+
+
+def _decode_names(schema: pa.Schema) -> None:
+    """Decode every field name now (pyarrow decodes them lazily, raising on bad UTF-8)."""
+    fields = list(schema)
+    while fields:
+        field = fields.pop()
+        field.name  # noqa: B018 - the access decodes the name
+        fields.extend(field.type.field(i) for i in range(field.type.num_fields))
 
 
 def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> RolloutBatch:

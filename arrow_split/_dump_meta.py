@@ -47,6 +47,11 @@ _SPECS = b"arrow_split.specs"
 _GLOBALS = b"arrow_split.batch_globals"
 _KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
 _NUMERIC_KINDS = "biuf"
+_OBJECT_TYPES = {
+    "string": pa.large_string(),
+    "string_list": pa.large_list(pa.large_string()),
+    "pickle": pa.large_binary(),
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -172,7 +177,7 @@ def _field_from_json(column: str, field: str, value: object, source: str) -> obj
         try:
             serialized = base64.b64decode(value["arrow_type"], validate=True)
             return pa.ipc.read_schema(pa.py_buffer(serialized)).field("v").type
-        except (binascii.Error, pa.ArrowException, KeyError) as exc:
+        except (binascii.Error, pa.ArrowException, OSError, KeyError) as exc:
             msg = f"`{source}`: column `{column}`: spec field `{field}` holds a bad Arrow type"
             raise DumpError(msg) from exc
     if set(value) == {"tuple"} and isinstance(value["tuple"], list):
@@ -306,7 +311,7 @@ def _check_against_columns(
     if sorted(batch_globals) != sorted(global_keys):
         problems.append(f"batch-global values {sorted(batch_globals)} but specs {global_keys}")
     problems.extend(
-        f"column `{name}` of type {schema.field(name).type} cannot hold a {specs[name].kind}"
+        f"column `{name}` is {schema.field(name).type}, not the type of its spec {specs[name]}"
         for name in names
         if name in specs and not _fits(specs[name], schema.field(name).type)
     )
@@ -318,11 +323,14 @@ def _check_against_columns(
 
 
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
-    """Whether a column's Arrow type has the structure its kind needs (not the exact type)."""
-    is_list = pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type)
-    if spec.kind in ("per_token", "per_sample_tensor"):
-        return bool(is_list)
+    """Whether a column's Arrow type is the one its spec makes (see :mod:`arrow_split.schema`)."""
     if spec.kind == "per_sample_scalar":
-        return not pa.types.is_nested(arrow_type)
-    textual = (pa.types.is_large_string, pa.types.is_string, pa.types.is_large_binary)
-    return bool(is_list or any(test(arrow_type) for test in (*textual, pa.types.is_binary)))
+        return bool(arrow_type == spec.value_type)
+    if spec.kind == "per_sample_object":
+        return bool(arrow_type == _OBJECT_TYPES.get(spec.codec))
+    if not pa.types.is_large_list(arrow_type):
+        return False
+    leaf = arrow_type.value_type
+    while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
+        leaf = leaf.value_type
+    return bool(leaf == spec.value_type)
