@@ -103,7 +103,7 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     version = metadata.get(_VERSION)
     if version is None:
         msg = (
-            f"`{source}` is an Arrow file but not an arrow_split dump: its schema has no "
+            f"`{source}` is not an arrow_split dump: its schema has no "
             f"`{_VERSION.decode()}` metadata; write dumps with `write_batch`"
         )
         raise DumpError(msg)
