@@ -11,8 +11,11 @@ memory. A compressed dump (``compression="zstd"`` or ``"lz4"``) is smaller on di
 decompresses every buffer into fresh memory: a copy. Either way the batch read equals the batch
 written, bit for bit, and splits, converts and pickles like any other.
 
-A write goes to a temporary file in the target's folder, is flushed to disk and then renamed over
-the target, so a crash never leaves a partial file under the target's name.
+A write goes to a temporary file in the target's folder (``.<name>.<random>.tmp``), is flushed to
+disk and then renamed over the target, so a crash never leaves a partial file under the target's
+name (at worst a stray temporary file). A batch read from a dump keeps the file mapped: replacing
+the file with :func:`write_batch` (a rename) is safe, but truncating or rewriting it in place while
+the batch lives is not (the process would fault on the missing pages).
 """
 
 from __future__ import annotations
@@ -247,6 +250,9 @@ def _with_metadata(batch: RolloutBatch, compression: str | None) -> pa.RecordBat
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
     target = os.fspath(path)
     folder, name = os.path.split(target)
+    if folder and not os.path.isdir(folder):
+        msg = f"cannot write `{target}`: no folder `{folder}`"
+        raise FileNotFoundError(2, msg, folder)
     temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
     # O_EXCL: never reuse a file; mode 0o666 lets the umask decide, as for any new file.
     os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))

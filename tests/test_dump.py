@@ -181,6 +181,11 @@ def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(
     assert os.listdir(dump.parent) == [dump.name]
 
 
+def test_a_write_into_a_missing_folder_is_file_not_found(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"cannot write `.*/nowhere/x\.arrow`: no folder"):
+        write_batch(v1_batch(), tmp_path / "nowhere" / "x.arrow")
+
+
 def test_a_new_dump_gets_the_usual_permissions(dump: Path) -> None:
     umask = os.umask(0)
     os.umask(umask)
