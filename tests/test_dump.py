@@ -140,6 +140,8 @@ def test_an_empty_batch_round_trips(tmp_path: Path) -> None:
     batch = RolloutBatch.from_train_data({"tokens": [], "rewards": []})
     write_batch(batch, tmp_path / "empty.arrow")
     assert read_batch(tmp_path / "empty.arrow").equals(batch)
+    write_parquet(batch, tmp_path / "empty.parquet")
+    assert read_parquet(tmp_path / "empty.parquet").equals(batch)
 
 
 def test_a_read_batch_keeps_the_record_batchs_own_metadata(tmp_path: Path) -> None:
