@@ -20,6 +20,9 @@ of the transport::
     │                                         NaN/inf, a mask that is not 0/1
     ├── OptionError            (ValueError)   a keyword argument outside its allowed values
     │                                         (`layout`, `locality`, `method`, ...)
+    ├── DumpError              (ValueError)   a rollout dump that cannot be read or written:
+    │                                         truncated, not an Arrow file, a wrong version,
+    │                                         missing or corrupt metadata
     ├── PlanError              (ValueError)   a partition request that cannot be met: `dp_size`,
     │   │                                     `dp_rank`, balanced mode on a batch it cannot split
     │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
@@ -39,6 +42,7 @@ __all__ = [
     "ArrowSplitError",
     "ColumnNotFoundError",
     "ColumnTypeError",
+    "DumpError",
     "NotARolloutBatchError",
     "OptionError",
     "PlanError",
@@ -81,6 +85,10 @@ class RaggedLengthError(ArrowSplitError, ValueError):
 
 class ValueRangeError(ArrowSplitError, ValueError):
     """A value outside its type's range or its column's domain."""
+
+
+class DumpError(ArrowSplitError, ValueError):
+    """A rollout dump on disk that cannot be read (or a batch that cannot be written as one)."""
 
 
 class OptionError(ArrowSplitError, ValueError):

@@ -1,0 +1,313 @@
+"""Rollout dumps on disk: one Arrow IPC file per whole batch, read back by memory mapping.
+
+A dump is an Arrow IPC *file* (random-access format, ``.arrow``) holding the batch's record batch
+as its one record batch. The column specs and the batch-global values live in the schema's
+key-value metadata, as JSON (see :mod:`arrow_split._dump_meta`), versioned by
+``arrow_split.dump.version`` (``"1"``) next to the library version that wrote the file.
+
+Reading maps the file (``pa.memory_map``): an uncompressed dump is read without copying a buffer,
+so the batch's columns are views of the page cache, read-only, and the file may be larger than
+memory. A compressed dump (``compression="zstd"`` or ``"lz4"``) is smaller on disk but reading it
+decompresses every buffer into fresh memory: a copy. Either way the batch read equals the batch
+written, bit for bit, and splits, converts and pickles like any other.
+
+A write goes to a temporary file in the target's folder (``.<name>.<random>.tmp``), is flushed to
+disk and then renamed over the target, so a crash never leaves a partial file under the target's
+name (at worst a stray temporary file). A batch read from a dump keeps the file mapped: replacing
+the file with :func:`write_batch` (a rename) is safe, but truncating or rewriting it in place while
+the batch lives is not (the process would fault on the missing pages).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from collections.abc import Callable
+from typing import Literal, get_args
+
+import pyarrow as pa
+
+from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
+from arrow_split.batch import RolloutBatch
+from arrow_split.errors import ArrowSplitError, DumpError
+
+__all__ = [
+    "Compression",
+    "DumpInfo",
+    "read_batch",
+    "read_dump",
+    "read_parquet",
+    "write_batch",
+    "write_parquet",
+]
+
+Compression = Literal["zstd", "lz4"]
+"""The buffer compressions a dump may use (``None``, the default, maps without a copy)."""
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DumpInfo:
+    """What a dump file says about itself, beside the batch it holds.
+
+    Parameters
+    ----------
+    path
+        The file, as given to :func:`read_dump`.
+    file_bytes
+        The file's size on disk.
+    dump_version
+        The dump format's version (``"1"``).
+    library_version
+        The version of arrow_split that wrote the file.
+    compression
+        The buffer compression (:data:`Compression`), or ``None`` for a file read without a copy.
+    """
+
+    path: str
+    file_bytes: int
+    dump_version: str
+    library_version: str
+    compression: str | None
+
+
+def write_batch(
+    batch: RolloutBatch, path: PathLike, *, compression: Compression | None = None
+) -> None:
+    """Write a whole rollout batch to one Arrow IPC file, atomically.
+
+    Parameters
+    ----------
+    batch
+        A whole batch (a shard is refused: dump the batch it came from).
+    path
+        The file to write; an existing file is replaced only once the new one is complete.
+    compression
+        ``None`` (the default) writes the buffers as they are, so that :func:`read_batch` maps
+        them without a copy; ``"zstd"`` or ``"lz4"`` compress each buffer (smaller files, and a
+        read that decompresses, i.e. copies, every buffer).
+
+    Raises
+    ------
+    DumpError
+        ``batch`` is a shard or not a rollout batch, ``compression`` is not a known codec, or a
+        spec or batch-global value cannot be stored.
+    """
+    _check_whole(batch)
+    codec = _check_compression(compression)
+    record_batch = _with_metadata(batch, compression)
+    options = pa.ipc.IpcWriteOptions(compression=codec)
+
+    def write(sink: pa.NativeFile) -> None:
+        with pa.ipc.new_file(sink, record_batch.schema, options=options) as writer:
+            writer.write_batch(record_batch)
+
+    _write_atomically(path, write)
+
+
+def read_batch(path: PathLike) -> RolloutBatch:
+    """Read a dump written by :func:`write_batch`; an uncompressed one without copying a buffer.
+
+    Parameters
+    ----------
+    path
+        The dump file.
+
+    Returns
+    -------
+    RolloutBatch
+        The whole batch, equal to the one written. Its buffers map the file (read-only; the
+        mapping lives as long as any of them); a compressed dump's buffers are fresh memory.
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    DumpError
+        The file is not a readable Arrow IPC file (truncated, another format), or not one
+        arrow_split wrote (no or unknown dump version), or its metadata is corrupt or does not
+        match its columns. Nothing is returned in part.
+    """
+    return read_dump(path)[0]
+
+
+def read_dump(path: PathLike) -> tuple[RolloutBatch, DumpInfo]:
+    """Read a dump like :func:`read_batch`, and also return what the file says about itself."""
+    source = os.fspath(path)
+    if not os.path.exists(source):
+        msg = f"no rollout dump at `{source}`"
+        raise FileNotFoundError(2, msg, source)
+    try:
+        mapped = pa.memory_map(source)
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        msg = f"`{source}`: cannot map the file for reading: {exc}"
+        raise DumpError(msg) from exc
+    with mapped:
+        file_bytes = mapped.size()
+        record_batch = _read_single_batch(mapped, source)
+    metadata = decode_metadata(record_batch.schema, source)
+    batch = _build(record_batch, metadata, source)
+    info = DumpInfo(
+        path=source,
+        file_bytes=int(file_bytes),
+        dump_version=metadata.dump_version,
+        library_version=metadata.library_version,
+        compression=metadata.compression,
+    )
+    return batch, info
+
+
+def write_parquet(batch: RolloutBatch, path: PathLike) -> None:
+    """Write a whole rollout batch as one Parquet file, for analysis tools (pandas, DuckDB...).
+
+    The columns keep their names and Arrow types (pyarrow restores them from the stored Arrow
+    schema; other readers see the Parquet equivalents: lists, strings, binaries). Objects stored
+    pickled (``metadata``, ...) stay opaque binary values. The specs and the batch-global values
+    are kept in the file's key-value metadata, in the same JSON as a dump's, so that
+    :func:`read_parquet` rebuilds the batch. The write is atomic, as :func:`write_batch`'s.
+
+    Raises
+    ------
+    DumpError
+        As :func:`write_batch`.
+    """
+    import pyarrow.parquet as pq
+
+    _check_whole(batch)
+    table = pa.Table.from_batches([_with_metadata(batch, None)])
+    _write_atomically(path, lambda sink: pq.write_table(table, sink))
+
+
+def read_parquet(path: PathLike) -> RolloutBatch:
+    """Read a Parquet file written by :func:`write_parquet` back into a batch (a copy).
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    DumpError
+        As :func:`read_batch`, for a Parquet file.
+    """
+    import pyarrow.parquet as pq
+
+    source = os.fspath(path)
+    if not os.path.exists(source):
+        msg = f"no Parquet file at `{source}`"
+        raise FileNotFoundError(2, msg, source)
+    try:
+        table = pq.read_table(source)
+        record_batch = table.combine_chunks().to_batches()
+        schema = table.schema
+    except (OSError, pa.ArrowException) as exc:
+        msg = f"`{source}` is not a readable Parquet file: {exc}"
+        raise DumpError(msg) from exc
+    merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
+    metadata = decode_metadata(schema, source)
+    return _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
+
+
+def _check_whole(batch: object) -> None:
+    if getattr(batch, "partition", None) is not None:
+        msg = (
+            "cannot dump a shard (a batch with a `partition`): a dump holds a whole batch; "
+            "write the batch the shard was split from"
+        )
+        raise DumpError(msg)
+    if not isinstance(batch, RolloutBatch):
+        msg = f"`batch` must be a RolloutBatch, got {type(batch).__name__}"
+        raise DumpError(msg)
+
+
+def _check_compression(compression: object) -> str | None:
+    if compression is None:
+        return None
+    choices = get_args(Compression)
+    if compression not in choices:
+        msg = (
+            f"invalid `compression`: {compression!r}; expected None (no copy on read) "
+            f"or one of: {', '.join(map(repr, choices))}"
+        )
+        raise DumpError(msg)
+    if not pa.Codec.is_available(str(compression)):
+        msg = f"this pyarrow build has no {compression!r} codec; pass `compression=None`"
+        raise DumpError(msg)
+    return str(compression)
+
+
+def _with_metadata(batch: RolloutBatch, compression: str | None) -> pa.RecordBatch:
+    from arrow_split import __version__
+
+    record_batch = batch.record_batch
+    metadata = dict(record_batch.schema.metadata or {})
+    metadata.update(encode_metadata(batch.specs, batch.batch_globals, __version__, compression))
+    return record_batch.replace_schema_metadata(metadata)
+
+
+def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
+    target = os.fspath(path)
+    folder, name = os.path.split(target)
+    if folder and not os.path.isdir(folder):
+        msg = f"cannot write `{target}`: no folder `{folder}`"
+        raise FileNotFoundError(2, msg, folder)
+    temporary = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
+    # O_EXCL: never reuse a file; mode 0o666 lets the umask decide, as for any new file.
+    os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    try:
+        with pa.OSFile(temporary, "wb") as sink:
+            write(sink)
+        descriptor = os.open(temporary, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBatch:
+    try:
+        reader = pa.ipc.open_file(mapped)
+        count = reader.num_record_batches
+        if count != 1:
+            msg = f"`{source}` holds {count} record batches; a rollout dump holds exactly one"
+            raise DumpError(msg)
+        record_batch = reader.get_batch(0)
+        # Offsets and UTF-8 checked once here, so that no later read can leave the buffers.
+        record_batch.validate(full=True)
+        _decode_names(record_batch.schema)
+    except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
+        msg = f"`{source}` is not a readable Arrow IPC file (truncated, or another format): {exc}"
+        raise DumpError(msg) from exc
+    if not record_batch.schema.equals(reader.schema, check_metadata=True):
+        msg = f"`{source}`: the record batch's schema differs from the file's schema"
+        raise DumpError(msg)
+    return record_batch
+
+
+def _decode_names(schema: pa.Schema) -> None:
+    """Decode every field name now (pyarrow decodes them lazily, raising on bad UTF-8)."""
+    fields = list(schema)
+    while fields:
+        field = fields.pop()
+        field.name  # noqa: B018 - the access decodes the name
+        fields.extend(field.type.field(i) for i in range(field.type.num_fields))
+
+
+def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> RolloutBatch:
+    kept = {
+        key: value
+        for key, value in (record_batch.schema.metadata or {}).items()
+        if key not in metadata.keys
+    }
+    record_batch = record_batch.replace_schema_metadata(kept or None)
+    try:
+        return RolloutBatch(record_batch, metadata.specs, metadata.batch_globals)
+    except ArrowSplitError as exc:
+        msg = f"`{source}`: the stored specs do not fit the stored columns: {exc}"
+        raise DumpError(msg) from exc

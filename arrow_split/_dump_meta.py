@@ -1,0 +1,336 @@
+"""The metadata of a rollout dump: column specs and batch-global values as versioned JSON.
+
+A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
+
+``arrow_split.dump.version``
+    The format's version, ``"1"``. A file without it is not a dump; another value is refused.
+``arrow_split.version``
+    The library version that wrote the file (information only).
+``arrow_split.dump.compression``
+    ``"zstd"``, ``"lz4"`` or ``""`` (none).
+``arrow_split.specs``
+    A JSON list with one object per :class:`~arrow_split.ColumnSpec`, in the batch's key order,
+    one member per dataclass field. An Arrow type is ``{"arrow_type": <base64>}``: the serialized
+    schema of one field of that type, which round-trips every type exactly. A file from an older
+    version may lack fields added since: they take the library's own spec of that key when the
+    stored fields agree with it, else the dataclass default. A member the library does not know
+    is refused.
+``arrow_split.batch_globals``
+    A JSON object, key -> tagged value: ``{"json": value}`` for ints, strings and lists of them,
+    ``{"ndarray": [dtype, values]}`` for a numpy array (read back read-only, with its dtype).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split.errors import ArrowSplitError, DumpError
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec
+
+__all__ = ["DUMP_VERSION", "DumpMetadata", "decode_metadata", "encode_metadata"]
+
+DUMP_VERSION = "1"
+"""The version of the dump format this module writes, and the only one it reads."""
+
+_VERSION = b"arrow_split.dump.version"
+_LIBRARY = b"arrow_split.version"
+_COMPRESSION = b"arrow_split.dump.compression"
+_SPECS = b"arrow_split.specs"
+_GLOBALS = b"arrow_split.batch_globals"
+_KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
+_NUMERIC_KINDS = "biuf"
+_OBJECT_TYPES = {
+    "string": pa.large_string(),
+    "string_list": pa.large_list(pa.large_string()),
+    "pickle": pa.large_binary(),
+}
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DumpMetadata:
+    """The decoded metadata of a dump: what :class:`~arrow_split.RolloutBatch` needs, and more."""
+
+    specs: dict[str, ColumnSpec]
+    batch_globals: dict[str, object]
+    dump_version: str
+    library_version: str
+    compression: str | None
+    keys: frozenset[bytes] = _KEYS
+
+
+def encode_metadata(
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+    library_version: str,
+    compression: str | None,
+) -> dict[bytes, bytes]:
+    """The schema metadata of a dump of a batch with these specs and batch-global values.
+
+    Raises
+    ------
+    DumpError
+        A spec field or a batch-global value of a type the format cannot store.
+    """
+    stored_specs = [_spec_to_json(spec) for spec in specs.values()]
+    stored_globals = {key: _global_to_json(key, value) for key, value in batch_globals.items()}
+    return {
+        _VERSION: DUMP_VERSION.encode(),
+        _LIBRARY: library_version.encode(),
+        _COMPRESSION: (compression or "").encode(),
+        _SPECS: json.dumps(stored_specs, allow_nan=False).encode(),
+        _GLOBALS: json.dumps(stored_globals).encode(),
+    }
+
+
+def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
+    """Decode and check a dump's metadata against the columns of ``schema``.
+
+    Raises
+    ------
+    DumpError
+        No dump version (not a dump), an unknown version, corrupt JSON, a spec the library cannot
+        build, or specs and batch-global values that do not match the columns.
+    """
+    metadata = schema.metadata or {}
+    version = metadata.get(_VERSION)
+    if version is None:
+        msg = (
+            f"`{source}` is not an arrow_split dump: its schema has no "
+            f"`{_VERSION.decode()}` metadata; write dumps with `write_batch`"
+        )
+        raise DumpError(msg)
+    if version != DUMP_VERSION.encode():
+        msg = (
+            f"`{source}` is a dump of version {version.decode(errors='replace')!r}; this "
+            f"arrow_split reads version {DUMP_VERSION!r} only; read it with the arrow_split "
+            f"that wrote it ({_text(metadata, _LIBRARY, source)}) and write it again"
+        )
+        raise DumpError(msg)
+    specs = _specs_from_json(_json(metadata, _SPECS, source), source)
+    batch_globals = _globals_from_json(_json(metadata, _GLOBALS, source), source)
+    _check_against_columns(schema, specs, batch_globals, source)
+    return DumpMetadata(
+        specs=specs,
+        batch_globals=batch_globals,
+        dump_version=DUMP_VERSION,
+        library_version=_text(metadata, _LIBRARY, source),
+        compression=_text(metadata, _COMPRESSION, source) or None,
+    )
+
+
+def _text(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> str:
+    raw = metadata.get(key)
+    if raw is None:
+        msg = f"`{source}`: the dump's metadata lacks `{key.decode()}`"
+        raise DumpError(msg)
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        msg = f"`{source}`: the dump's `{key.decode()}` metadata is not UTF-8 text: {exc}"
+        raise DumpError(msg) from exc
+
+
+def _json(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> Any:
+    text = _text(metadata, key, source)
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        msg = f"`{source}`: the dump's `{key.decode()}` metadata is corrupt JSON: {exc}"
+        raise DumpError(msg) from exc
+
+
+def _spec_to_json(spec: ColumnSpec) -> dict[str, object]:
+    return {
+        field.name: _field_to_json(spec.name, field.name, getattr(spec, field.name))
+        for field in dataclasses.fields(spec)
+    }
+
+
+def _field_to_json(column: str, field: str, value: object) -> object:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, pa.DataType):
+        serialized = pa.schema([pa.field("v", value)]).serialize().to_pybytes()
+        return {"arrow_type": base64.b64encode(serialized).decode("ascii")}
+    if isinstance(value, tuple) and all(isinstance(item, (int, str)) for item in value):
+        return {"tuple": list(value)}
+    msg = (
+        f"column `{column}`: cannot store spec field `{field}` of type {type(value).__name__} "
+        "in a dump; the format stores None, bool, int, float, str, tuples of int/str and "
+        "Arrow types"
+    )
+    raise DumpError(msg)
+
+
+def _field_from_json(column: str, field: str, value: object, source: str) -> object:
+    if not isinstance(value, dict):
+        return value
+    if set(value) == {"arrow_type"} and isinstance(value["arrow_type"], str):
+        try:
+            serialized = base64.b64decode(value["arrow_type"], validate=True)
+            return pa.ipc.read_schema(pa.py_buffer(serialized)).field("v").type
+        except (binascii.Error, pa.ArrowException, OSError, KeyError) as exc:
+            msg = f"`{source}`: column `{column}`: spec field `{field}` holds a bad Arrow type"
+            raise DumpError(msg) from exc
+    if set(value) == {"tuple"} and isinstance(value["tuple"], list):
+        return tuple(value["tuple"])
+    msg = f"`{source}`: column `{column}`: spec field `{field}` holds {value!r:.80}"
+    raise DumpError(msg)
+
+
+def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
+    if not isinstance(stored, list):
+        msg = f"`{source}`: the dump's specs must be a JSON list, got {type(stored).__name__}"
+        raise DumpError(msg)
+    specs: dict[str, ColumnSpec] = {}
+    for position, item in enumerate(stored):
+        spec = _spec_from_json(item, position, source)
+        if spec.name in specs:
+            msg = f"`{source}`: the dump declares column `{spec.name}` twice"
+            raise DumpError(msg)
+        specs[spec.name] = spec
+    return specs
+
+
+def _spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
+    if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+        msg = f"`{source}`: spec {position} must be a JSON object with a `name`, got {item!r:.80}"
+        raise DumpError(msg)
+    column = item["name"]
+    fields = {field.name: field for field in dataclasses.fields(ColumnSpec)}
+    unknown = sorted(set(item) - set(fields))
+    if unknown:
+        msg = (
+            f"`{source}`: column `{column}`: unknown spec fields {', '.join(unknown)}; the file "
+            "was written by a newer arrow_split, read it with that version"
+        )
+        raise DumpError(msg)
+    stored = {key: _field_from_json(column, key, value, source) for key, value in item.items()}
+    for key, value in stored.items():
+        if isinstance(fields[key].default, bool) and not isinstance(value, bool):
+            msg = f"`{source}`: column `{column}`: spec field `{key}` must be a bool, got {value!r}"
+            raise DumpError(msg)
+    arguments: dict[str, Any] = {**_missing_fields(column, stored, fields, source), **stored}
+    try:
+        return ColumnSpec(**arguments)
+    except (ArrowSplitError, TypeError, ValueError) as exc:
+        msg = f"`{source}`: column `{column}`: the stored spec is not valid: {exc}"
+        raise DumpError(msg) from exc
+
+
+def _missing_fields(
+    column: str,
+    stored: Mapping[str, object],
+    fields: Mapping[str, dataclasses.Field[Any]],
+    source: str,
+) -> dict[str, object]:
+    """Values for the fields an older file lacks: the known spec's, else the defaults."""
+    known = KNOWN_COLUMNS.get(column)
+    agrees = known is not None and all(getattr(known, k) == v for k, v in stored.items())
+    filled: dict[str, object] = {}
+    for name, field in fields.items():
+        if name in stored:
+            continue
+        if agrees:
+            filled[name] = getattr(known, name)
+        elif field.default is not dataclasses.MISSING:
+            filled[name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            filled[name] = field.default_factory()
+        else:
+            msg = f"`{source}`: column `{column}`: the stored spec lacks the field `{name}`"
+            raise DumpError(msg)
+    return filled
+
+
+def _global_to_json(key: str, value: object) -> dict[str, object]:
+    if isinstance(value, np.ndarray) and value.dtype.kind in _NUMERIC_KINDS:
+        return {"ndarray": [value.dtype.str, value.tolist()]}
+    if _is_plain(value) or (isinstance(value, list) and all(map(_is_plain, value))):
+        return {"json": value}
+    msg = (
+        f"batch-global key `{key}`: cannot store a value of type {type(value).__name__} in a "
+        "dump; the format stores ints, strings, lists of them and numeric numpy arrays"
+    )
+    raise DumpError(msg)
+
+
+def _is_plain(value: object) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str))
+
+
+def _globals_from_json(stored: object, source: str) -> dict[str, object]:
+    if not isinstance(stored, dict):
+        msg = f"`{source}`: the dump's batch-global values must be a JSON object"
+        raise DumpError(msg)
+    return {key: _global_from_json(key, value, source) for key, value in stored.items()}
+
+
+def _global_from_json(key: str, value: object, source: str) -> object:
+    if isinstance(value, dict) and set(value) == {"json"}:
+        return value["json"]
+    if isinstance(value, dict) and set(value) == {"ndarray"}:
+        try:
+            dtype_text, items = value["ndarray"]
+            dtype = np.dtype(str(dtype_text))
+            if dtype.kind not in _NUMERIC_KINDS:
+                raise TypeError(dtype_text)
+            array = np.array(items, dtype=dtype)
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = f"`{source}`: batch-global key `{key}` holds a bad array: {exc}"
+            raise DumpError(msg) from exc
+        if array.ndim != 1:
+            msg = f"`{source}`: batch-global key `{key}` holds an array of shape {array.shape}"
+            raise DumpError(msg)
+        array.flags.writeable = False
+        return array
+    msg = f"`{source}`: batch-global key `{key}` holds an untagged value {value!r:.80}"
+    raise DumpError(msg)
+
+
+def _check_against_columns(
+    schema: pa.Schema,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+    source: str,
+) -> None:
+    names = list(schema.names)
+    per_sample = [key for key, spec in specs.items() if spec.kind != "batch_global"]
+    global_keys = [key for key, spec in specs.items() if spec.kind == "batch_global"]
+    problems = []
+    if sorted(names) != sorted(per_sample):
+        problems.append(f"columns {names} but per-sample specs {per_sample}")
+    if sorted(batch_globals) != sorted(global_keys):
+        problems.append(f"batch-global values {sorted(batch_globals)} but specs {global_keys}")
+    problems.extend(
+        f"column `{name}` is {schema.field(name).type}, not the type of its spec {specs[name]}"
+        for name in names
+        if name in specs and not _fits(specs[name], schema.field(name).type)
+    )
+    if "tokens" not in names:
+        problems.append("no `tokens` column")
+    if problems:
+        msg = f"`{source}`: the stored specs do not match the columns: {'; '.join(problems)}"
+        raise DumpError(msg)
+
+
+def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
+    """Whether a column's Arrow type is the one its spec makes (see :mod:`arrow_split.schema`)."""
+    if spec.kind == "per_sample_scalar":
+        return bool(arrow_type == spec.value_type)
+    if spec.kind == "per_sample_object":
+        return bool(arrow_type == _OBJECT_TYPES.get(spec.codec))
+    if not pa.types.is_large_list(arrow_type):
+        return False
+    leaf = arrow_type.value_type
+    while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
+        leaf = leaf.value_type
+    return bool(leaf == spec.value_type)

@@ -1,0 +1,213 @@
+"""A text summary of a rollout batch or a dump, for a person to read (``arrow-split inspect``).
+
+The summary shows the sample and token counts, the bytes of each column, a histogram of the
+response lengths, the rewards' mean and standard deviation, the batch-global keys, and the plan
+fingerprints (:func:`arrow_split.plan_fingerprint`) of both methods for a few ``dp_size`` values,
+so that a dump can be matched with the plans a training run logged. A plan the batch cannot meet
+(balanced mode on a sample count that ``dp_size`` does not divide) shows the reason instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
+from arrow_split._dump import PathLike, read_dump
+
+__all__ = ["inspect_path", "summarize"]
+
+_BINS = 10
+_BAR_WIDTH = 40
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def summarize(
+    batch: RolloutBatch, *, dp_sizes: Iterable[int] = (8, 64), balance_data: bool = True
+) -> str:
+    """Return a multi-line text summary of a rollout batch.
+
+    Parameters
+    ----------
+    batch
+        A whole batch or a shard.
+    dp_sizes
+        The ``dp_size`` values whose plan fingerprints are shown (both methods for each).
+    balance_data
+        The method the training run uses: its fingerprints are marked with ``*``.
+
+    Raises
+    ------
+    PlanTypeError, PlanError
+        A ``dp_size`` that is not a positive int.
+    """
+    sizes = _check_dp_sizes(dp_sizes)
+    lengths = batch.total_lengths
+    sections = [
+        _overview(batch, lengths),
+        _column_table(batch),
+        _histogram(*_response_lengths(batch, lengths)),
+        _globals_table(batch),
+        _fingerprints(lengths, sizes, balance_data),
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def inspect_path(
+    path: PathLike, dp_sizes: Iterable[int] = (8, 64), *, balance_data: bool = True
+) -> str:
+    """Read a dump (:func:`arrow_split._dump.read_batch`) and summarize it, file facts first.
+
+    Raises
+    ------
+    FileNotFoundError, DumpError
+        As :func:`arrow_split._dump.read_batch`.
+    PlanTypeError, PlanError
+        As :func:`summarize`.
+    """
+    sizes = _check_dp_sizes(dp_sizes)
+    batch, info = read_dump(path)
+    header = (
+        f"file: {info.path}\n"
+        f"  {_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "
+        f"arrow_split {info.library_version}, compression: {info.compression or 'none'}"
+    )
+    return f"{header}\n\n{summarize(batch, dp_sizes=sizes, balance_data=balance_data)}"
+
+
+def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
+    sizes = tuple(dp_sizes)
+    for size in sizes:
+        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+            msg = f"`dp_sizes` must hold positive ints, got {size!r} of type {type(size).__name__}"
+            raise PlanTypeError(msg)
+        if size < 1:
+            msg = f"`dp_sizes` must hold positive ints, got {size!r}"
+            raise PlanError(msg)
+    return tuple(int(size) for size in sizes)
+
+
+def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
+    kind = "whole batch" if batch.partition is None else "shard"
+    lines = [
+        f"rollout batch ({kind}): {batch.num_samples:,} samples, {len(batch.column_names)} "
+        f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
+        f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
+    ]
+    if "rewards" in batch.column_names:
+        rewards = np.asarray(batch.column("rewards").to_numpy(zero_copy_only=False), np.float64)
+        if rewards.size:
+            lines.append(
+                f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population), "
+                f"min {rewards.min():.4g}, max {rewards.max():.4g}"
+            )
+    return "\n".join(lines)
+
+
+def _stats(values: np.ndarray) -> str:
+    if values.size == 0:
+        return "none (empty batch)"
+    return f"mean {values.mean():,.1f}, min {int(values.min()):,}, max {int(values.max()):,}"
+
+
+def _column_table(batch: RolloutBatch) -> str:
+    total = max(batch.nbytes, 1)
+    rows = [("column", "kind", "arrow type", "bytes", "share")]
+    for name in batch.column_names:
+        column = batch.column(name)
+        kind = batch.specs[name].kind if name in batch.specs else "?"
+        share = f"{100 * column.nbytes / total:.1f}%"
+        rows.append((name, kind, _short_type(column.type), _bytes(column.nbytes), share))
+    rows.append(("total", "", "", _bytes(batch.nbytes), ""))
+    return "bytes per column\n" + _table(rows, right=(3, 4))
+
+
+def _short_type(arrow_type: pa.DataType) -> str:
+    """``large_list<int32[4,2]>`` for a list of fixed-size lists, the Arrow name otherwise."""
+    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
+        prefix = "large_list" if pa.types.is_large_list(arrow_type) else "list"
+        return f"{prefix}<{_short_type(arrow_type.value_type)}>"
+    dims = []
+    while pa.types.is_fixed_size_list(arrow_type):
+        dims.append(str(arrow_type.list_size))
+        arrow_type = arrow_type.value_type
+    return f"{arrow_type}[{','.join(dims)}]" if dims else str(arrow_type)
+
+
+def _response_lengths(batch: RolloutBatch, lengths: np.ndarray) -> tuple[str, np.ndarray]:
+    if "response_lengths" in batch.column_names:
+        values = batch.column("response_lengths").to_numpy(zero_copy_only=False)
+        return "response lengths", np.asarray(values, dtype=np.int64)
+    return "total lengths (no `response_lengths` column)", lengths
+
+
+def _histogram(title: str, values: np.ndarray) -> str:
+    if values.size == 0:
+        return f"{title}: no samples"
+    low, high = int(values.min()), int(values.max())
+    width = max(1, -(-(high - low + 1) // _BINS))
+    counts = np.bincount((values - low) // width, minlength=1)
+    peak = int(counts.max())
+    rows = []
+    for index, count in enumerate(counts.tolist()):
+        start = low + index * width
+        bar = "#" * max(int(count > 0), round(_BAR_WIDTH * count / peak))
+        rows.append((f"[{start:,}, {start + width:,})", bar, f"{count:,}"))
+    return f"{title} ({len(counts)} bins)\n" + _table(rows, right=(2,))
+
+
+def _globals_table(batch: RolloutBatch) -> str:
+    if not batch.batch_globals:
+        return "batch-global keys: none"
+    rows = [(key, _describe(value)) for key, value in batch.batch_globals.items()]
+    return "batch-global keys\n" + _table(rows, right=())
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, np.ndarray):
+        if value.size == 0:
+            return f"{value.dtype}[0]"
+        return f"{value.dtype}[{value.size:,}], mean {value.mean():.4g}"
+    if isinstance(value, list):
+        text = repr(value)
+        return f"list of {len(value)}: {text if len(text) <= 60 else text[:57] + '...'}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _fingerprints(lengths: np.ndarray, sizes: Sequence[int], balance_data: bool) -> str:
+    if not sizes:
+        return "plan fingerprints: no `dp_size` given"
+    methods = (True, False) if balance_data else (False, True)
+    rows = [("dp_size", "method", "fingerprint")]
+    for size in sizes:
+        for balanced in methods:
+            name = ("balanced" if balanced else "strided") + (
+                "*" if balanced == balance_data else ""
+            )
+            try:
+                fingerprint = plan_fingerprint(lengths, size, balance_data=balanced)
+            except PlanError as exc:
+                fingerprint = f"cannot plan: {exc}"
+            rows.append((str(size), name, fingerprint))
+    return "plan fingerprints (* the method in use)\n" + _table(rows, right=(0,))
+
+
+def _table(rows: Sequence[Sequence[str]], *, right: Sequence[int]) -> str:
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def _bytes(count: int) -> str:
+    size, unit = float(count), 0
+    while size >= 1024 and unit < len(_UNITS) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{count} B" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"

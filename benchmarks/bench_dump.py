@@ -1,0 +1,131 @@
+"""Rollout dumps: ``write_batch``/``read_batch`` against ``torch.save``/``torch.load`` of the dict.
+
+The classic way to keep a step's rollout for debugging or replay is ``torch.save`` of the train
+data dict (Python lists), read back with ``torch.load``. This script times both on the same
+seeded batch in one run: the Arrow dump uncompressed (read maps the file: no copy) and with zstd
+(read decompresses), plus ``read_batch(...).to_train_data()`` for the same Python lists that
+``torch.load`` returns. Reads follow writes, so the file is in the page cache: the figures are
+the CPU cost of each format, not the disk's. Each write includes an fsync (``write_batch`` is
+atomic); ``torch.save`` does not sync. Figures are min/median over ``--repeats``.
+
+Run: ``python -m benchmarks.bench_dump --samples 1024 --repeats 3 --json out.json``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from arrow_split import RolloutBatch
+from arrow_split._dump import read_batch, write_batch
+
+
+def make_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
+    """A classic train-data dict of Python lists, ~4k tokens per sample (prompt + response)."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(64, 513, samples)
+    responses = np.minimum(rng.exponential(3600, samples).astype(np.int64) + 1, 8192)
+    return {
+        "tokens": [
+            rng.integers(0, 151_000, p + r, dtype=np.int32).tolist()
+            for p, r in zip(prompts, responses, strict=True)
+        ],
+        "response_lengths": responses.tolist(),
+        "loss_masks": [np.ones(r, dtype=np.uint8).tolist() for r in responses],
+        "rollout_log_probs": [(-rng.random(r, dtype=np.float32)).tolist() for r in responses],
+        "rewards": rng.random(samples).tolist(),
+        "prompt": [f"prompt {index}: solve the task" for index in range(samples)],
+        "metadata": [{"turn": index % 4, "source": "math"} for index in range(samples)],
+        "raw_reward": rng.random(samples).tolist(),
+    }
+
+
+def _time(function: Callable[[], object], repeats: int) -> dict[str, float]:
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        seconds.append(time.perf_counter() - start)
+    return {"min": min(seconds), "median": statistics.median(seconds)}
+
+
+def measure(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
+    """Time every write and read on one batch; return the figures, the sizes and the ratios."""
+    train_data = make_train_data(samples)
+    batch = RolloutBatch.from_train_data(train_data)
+    arrow, zstd, pickled = folder / "step.arrow", folder / "step.zstd.arrow", folder / "step.pt"
+    figures = {
+        "from_train_data": _time(lambda: RolloutBatch.from_train_data(train_data), repeats),
+        "torch_save": _time(lambda: torch.save(train_data, pickled), repeats),
+        "torch_load": _time(lambda: torch.load(pickled, weights_only=False), repeats),
+        "write_batch": _time(lambda: write_batch(batch, arrow), repeats),
+        "read_batch": _time(lambda: read_batch(arrow), repeats),
+        "read_batch_to_train_data": _time(lambda: read_batch(arrow).to_train_data(), repeats),
+        "write_batch_zstd": _time(lambda: write_batch(batch, zstd, compression="zstd"), repeats),
+        "read_batch_zstd": _time(lambda: read_batch(zstd), repeats),
+    }
+    if not (read_batch(arrow).equals(batch) and read_batch(zstd).equals(batch)):
+        msg = "a dump did not read back equal to the batch written"
+        raise RuntimeError(msg)
+    median = {name: figure["median"] for name, figure in figures.items()}
+    return {
+        "samples": samples,
+        "tokens": int(batch.total_lengths.sum()),
+        "arrow_bytes": batch.nbytes,
+        "file_bytes": {
+            "torch_save": pickled.stat().st_size,
+            "arrow": arrow.stat().st_size,
+            "arrow_zstd": zstd.stat().st_size,
+        },
+        "seconds": figures,
+        "ratios": {
+            "torch_save_vs_write_batch": median["torch_save"] / median["write_batch"],
+            "torch_load_vs_read_batch": median["torch_load"] / median["read_batch"],
+            "torch_load_vs_read_to_train_data": median["torch_load"]
+            / median["read_batch_to_train_data"],
+        },
+    }
+
+
+def _print(result: dict[str, Any]) -> None:
+    print(
+        f"{result['samples']:,} samples, {result['tokens']:,} tokens, "
+        f"{result['arrow_bytes'] / 2**20:,.1f} MiB as Arrow"
+    )
+    for name, size in result["file_bytes"].items():
+        print(f"  file {name:<29} {size / 2**20:9.1f} MiB")
+    print(f"  {'operation':<34} {'min ms':>9} {'median ms':>10}")
+    for name, figure in result["seconds"].items():
+        print(f"  {name:<34} {figure['min'] * 1e3:9.1f} {figure['median'] * 1e3:10.1f}")
+    for name, ratio in result["ratios"].items():
+        print(f"  {name:<34} {ratio:9.1f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--samples", type=int, default=1024)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--dir", default=None, help="folder for the files (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="write the figures to this file")
+    arguments = parser.parse_args()
+    with tempfile.TemporaryDirectory(dir=arguments.dir) as folder:
+        result = measure(arguments.samples, arguments.repeats, Path(folder))
+    result["cpu_count"] = os.cpu_count()
+    _print(result)
+    if arguments.json:
+        with open(arguments.json, "w", encoding="utf-8") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()
