@@ -7,12 +7,21 @@ helpers in :mod:`arrow_split.testing`.
 
 from __future__ import annotations
 
+from arrow_split._schedule import (
+    RankSchedule,
+    Schedule,
+    ScheduleConfig,
+    karmarkar_karp,
+    plan_schedule,
+    schedule_for_rank,
+)
 from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
 from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,
     ColumnTypeError,
+    DumpError,
     NotARolloutBatchError,
     OptionError,
     PlanError,
@@ -41,6 +50,7 @@ __all__ = [
     "ColumnSpec",
     "ColumnTypeError",
     "ColumnValues",
+    "DumpError",
     "KNOWN_COLUMNS",
     "NotARolloutBatchError",
     "OptionError",
@@ -50,8 +60,11 @@ __all__ = [
     "PlanMismatchError",
     "PlanTypeError",
     "RaggedLengthError",
+    "RankSchedule",
     "Role",
     "RolloutBatch",
+    "Schedule",
+    "ScheduleConfig",
     "SchemaError",
     "SchemaTypeError",
     "Shard",
@@ -60,9 +73,12 @@ __all__ = [
     "TransportError",
     "ValueRangeError",
     "__version__",
+    "karmarkar_karp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
+    "plan_schedule",
+    "schedule_for_rank",
     "shard_for_rank",
     "split_train_data_by_dp_raw",
     "take_rows",

@@ -29,7 +29,7 @@ from typing import Literal, get_args
 import pyarrow as pa
 
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
-from arrow_split.batch import RolloutBatch
+from arrow_split.batch import RolloutBatch, Shard
 from arrow_split.errors import ArrowSplitError, DumpError
 
 __all__ = [
@@ -211,7 +211,7 @@ def read_parquet(path: PathLike) -> RolloutBatch:
 
 
 def _check_whole(batch: object) -> None:
-    if getattr(batch, "partition", None) is not None:
+    if isinstance(batch, Shard):
         msg = (
             "cannot dump a shard (a batch with a `partition`): a dump holds a whole batch; "
             "write the batch the shard was split from"

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
+from arrow_split import PlanError, PlanTypeError, RolloutBatch, Shard, plan_fingerprint
 from arrow_split._dump import PathLike, read_dump
 
 __all__ = ["inspect_path", "summarize"]
@@ -90,7 +90,7 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    kind = "whole batch" if batch.partition is None else "shard"
+    kind = "shard" if isinstance(batch, Shard) else "whole batch"
     lines = [
         f"rollout batch ({kind}): {batch.num_samples:,} samples, {len(batch.column_names)} "
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",

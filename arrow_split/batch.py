@@ -17,6 +17,7 @@ tensor is a write into that shard, which nobody else can see). Buffers read from
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any, Literal, get_args
@@ -236,6 +237,43 @@ class RolloutBatch:
             balance_data=balance_data,
             order_by=self.role_values("adapter_slot"),
         )
+
+    def write(self, path: str | os.PathLike[str], *, compression: str | None = None) -> None:
+        """Write the batch to one Arrow IPC file, specs and batch-global values included.
+
+        Uncompressed by default, so that :meth:`read` maps it without a copy;
+        ``compression="zstd"`` or ``"lz4"`` trades that for size. The file appears whole or not
+        at all (written aside, then renamed). See :mod:`arrow_split._dump`.
+        """
+        from arrow_split._dump import write_batch  # the dump module builds on this one
+
+        write_batch(self, path, compression=compression)  # type: ignore[arg-type]
+
+    @staticmethod
+    def read(path: str | os.PathLike[str]) -> RolloutBatch:
+        """Map a file written by :meth:`write` back into a batch, without copying its buffers.
+
+        Raises
+        ------
+        DumpError
+            The file is truncated, not an Arrow file, of an unknown version, or its metadata is
+            missing or does not match its columns.
+        FileNotFoundError
+            No such file.
+        """
+        from arrow_split._dump import read_batch
+
+        return read_batch(path)
+
+    def to_parquet(self, path: str | os.PathLike[str]) -> None:
+        """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
+
+        Same column names and Arrow types (pickled objects stay binary); the specs and
+        batch-global values are kept in the file's key-value metadata.
+        """
+        from arrow_split._dump import write_parquet
+
+        write_parquet(self, path)
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""

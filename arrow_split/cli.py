@@ -54,7 +54,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--moe", action="store_true", help="add routed experts (4 layers, top-2)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the generated batches")
+    inspect = commands.add_parser("inspect", help="summarize a rollout dump written by batch.write")
+    inspect.add_argument("path", help="the dump file (Arrow IPC)")
+    inspect.add_argument(
+        "--dp-size",
+        type=_positive_int,
+        action="append",
+        help="show the plan fingerprints for this DP size (repeatable; default: 8 and 64)",
+    )
     return parser
+
+
+def _inspect(arguments: argparse.Namespace) -> int:
+    from arrow_split._inspect import inspect_path
+
+    try:
+        print(inspect_path(arguments.path, tuple(arguments.dp_size or (8, 64))))
+    except (ArrowSplitError, FileNotFoundError) as exc:
+        print(f"arrow-split inspect: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def _check(arguments: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
@@ -74,6 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     parser = build_parser()
     arguments = parser.parse_args(argv)
+    if arguments.command == "inspect":
+        return _inspect(arguments)
     _check(arguments, parser)
     from arrow_split.demo import DemoConfig, run_demo
 

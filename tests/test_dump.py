@@ -31,6 +31,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import arrow_split
 from arrow_split import (
     ColumnSpec,
     PlanError,
@@ -146,7 +147,9 @@ def test_an_empty_batch_round_trips(tmp_path: Path) -> None:
 
 def test_a_read_batch_keeps_the_record_batchs_own_metadata(tmp_path: Path) -> None:
     batch = v1_batch()
-    tagged = batch.replace(record_batch=batch.record_batch.replace_schema_metadata({"run": "7"}))
+    tagged = RolloutBatch(
+        batch.record_batch.replace_schema_metadata({"run": "7"}), batch.specs, batch.batch_globals
+    )
     write_batch(tagged, tmp_path / "tagged.arrow")
     read = read_batch(tmp_path / "tagged.arrow")
     assert read.record_batch.schema.metadata == {b"run": b"7"}
@@ -567,10 +570,12 @@ def test_summarize_counts_samples_tokens_rewards_and_globals() -> None:
 
 def test_the_histogram_counts_every_response_length() -> None:
     batch = _big_batch(samples=50, tokens=64)
-    varied = batch.replace(
-        record_batch=batch.record_batch.set_column(
+    varied = RolloutBatch(
+        batch.record_batch.set_column(
             1, "response_lengths", pa.array(np.arange(50, dtype=np.int64))
-        )
+        ),
+        batch.specs,
+        batch.batch_globals,
     )
     rows = _section(summarize(varied), "response lengths (10 bins)")
     assert len(rows) == 10
@@ -619,7 +624,9 @@ def test_inspect_path_states_the_file_then_the_batch(tmp_path: Path) -> None:
     text = inspect_path(path, [2])
     header = text.splitlines()[:2]
     assert header[0] == f"file: {path}"
-    assert header[1].endswith("dump format 1, written by arrow_split 0.1.0, compression: zstd")
+    assert header[1].endswith(
+        f"dump format 1, written by arrow_split {arrow_split.__version__}, compression: zstd"
+    )
     assert text.endswith(summarize(v1_batch(), dp_sizes=[2]))
     with pytest.raises(FileNotFoundError, match="no rollout dump at"):
         inspect_path(tmp_path / "missing.arrow")
