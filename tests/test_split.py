@@ -20,8 +20,8 @@ from arrow_split import (
     take_rows,
 )
 from arrow_split.take import take_record_batch
+from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize, reference_split
-from tests.strategies import train_data
 
 
 @st.composite
