@@ -23,6 +23,7 @@ from arrow_split.testing import (
     assert_batches_equal,
     assert_shards_equal,
     iter_sample_groups,
+    make_lengths,
     make_train_data,
 )
 from arrow_split.testing.strategies import rollout_batches
@@ -68,6 +69,13 @@ def test_the_shape_follows_the_config() -> None:
     assert (totals - responses).max() <= 512
     assert data["truncated"] == (responses == SMALL.response_cap).tolist()
     assert [len(masks) for masks in data["loss_masks"]] == responses.tolist()
+
+
+@pytest.mark.parametrize("step", [0, 2])
+def test_lengths_alone_are_the_batch_lengths(step: int) -> None:
+    lengths = make_lengths(SMALL, step)
+    assert lengths.dtype == np.int64
+    assert lengths.tolist() == [len(tokens) for tokens in make_train_data(SMALL, step)["tokens"]]
 
 
 def test_numeric_columns_leave_out_objects_and_extras() -> None:

@@ -5,7 +5,8 @@ and what users can test their code with. Numpy and pyarrow only; the hypothesis 
 in :mod:`arrow_split.testing.strategies` (``pip install arrow-split[test]``).
 
 - :func:`make_train_data` and :func:`iter_sample_groups`: seeded train-data dicts of every kind
-  of column, shaped by a :class:`RolloutConfig`; :data:`WORKLOADS` names the benchmark sizes.
+  of column, shaped by a :class:`RolloutConfig`; :data:`WORKLOADS` names the benchmark sizes;
+  :func:`make_lengths`: the same batch's sample lengths alone.
 - :func:`assert_batches_equal` and :func:`assert_shards_equal`: ``AssertionError`` naming the
   first difference.
 
@@ -20,6 +21,7 @@ from arrow_split.testing._generate import (
     ColumnSet,
     RolloutConfig,
     iter_sample_groups,
+    make_lengths,
     make_train_data,
 )
 
@@ -30,5 +32,6 @@ __all__ = [
     "assert_batches_equal",
     "assert_shards_equal",
     "iter_sample_groups",
+    "make_lengths",
     "make_train_data",
 ]

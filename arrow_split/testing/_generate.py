@@ -23,6 +23,7 @@ __all__ = [
     "RolloutConfig",
     "WORKLOADS",
     "iter_sample_groups",
+    "make_lengths",
     "make_train_data",
 ]
 
@@ -140,13 +141,49 @@ def _ragged(flat: npt.NDArray[Any], lengths: npt.NDArray[np.int64]) -> list[npt.
     return np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []
 
 
-def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
-    """The numeric columns as numpy, drawn in a fixed order (routed experts last)."""
+def _lengths(
+    config: RolloutConfig, rng: np.random.Generator
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Total and response lengths: the first draws of every batch."""
     n, (low, high) = config.samples, config.prompt_tokens
     prompt = rng.integers(low, high + 1, size=n, dtype=np.int64)
     response = np.rint(rng.exponential(config.response_mean, size=n)).astype(np.int64)
     response = np.clip(response, 1, config.response_cap)
-    total = prompt + response
+    return prompt + response, response
+
+
+def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
+    """The total length (prompt + response tokens) of each sample, without the batch.
+
+    Equal to the lengths of ``make_train_data(config, step)["tokens"]``, at the cost of two
+    draws per sample: what a planner benchmark needs.
+
+    Parameters
+    ----------
+    config
+        The batch's shape and seed (:class:`RolloutConfig`).
+    step
+        The training step (see :func:`make_train_data`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``config.samples`` int64 lengths.
+    """
+    _check_step(step)
+    return _lengths(config, _rng(config.seed, step))[0]
+
+
+def _check_step(step: int) -> None:
+    if step < 0:
+        msg = f"`step` must be >= 0, got {step!r}"
+        raise ValueError(msg)
+
+
+def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
+    """The numeric columns as numpy, drawn in a fixed order (routed experts last)."""
+    n = config.samples
+    total, response = _lengths(config, rng)
     tokens = rng.integers(0, VOCAB_SIZE, size=int(total.sum()), dtype=np.int32)
     num_response = int(response.sum())
     masks = (rng.random(num_response) >= MASKED_FRACTION).astype(np.uint8)
@@ -221,9 +258,7 @@ def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
         Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys,
         accepted as they are by :meth:`arrow_split.RolloutBatch.from_train_data`.
     """
-    if step < 0:
-        msg = f"`step` must be >= 0, got {step!r}"
-        raise ValueError(msg)
+    _check_step(step)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
     if config.columns == "every":
