@@ -176,57 +176,53 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _target(name: str, value: float | None, limit: float, at_least: bool, where: str) -> Any:
-    reached = None if value is None else (value >= limit if at_least else value <= limit)
-    relation = ">=" if at_least else "<="
-    return {
-        "target": name,
-        "where": where,
-        "value": value,
-        "goal": f"{relation} {limit:g}x",
-        "reached": reached,
-    }
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets of the brief, each with its measured value and whether it was reached."""
-    ratio = results["ratios"]
+    ratio, name = results["ratios"], results["workload"]["name"]
     dp_sizes = [str(dp) for dp in results["dp_sizes"]]
     dp = str(TARGET_DP) if str(TARGET_DP) in dp_sizes else dp_sizes[-1]
-    where = f"{results['workload']['name']}, dp_size {dp}"
-    planner = ratio["planner_speedup"].get("65536/256")
-    return [
-        _target(
-            "delayed per-rank: baseline / arrow_split",
-            ratio["delayed_per_rank"].get(dp),
-            100,
-            True,
-            where,
-        ),
-        _target(
+    where = f"{name}, dp_size {dp}"
+    rows = [  # (target, where, measured, goal, at least)
+        ("delayed per-rank: baseline / arrow_split", where, ratio["delayed_per_rank"], 100, True),
+        (
             "delayed per-rank, garbage-collector time taken out of both",
-            ratio["delayed_per_rank_excluding_gc"].get(dp),
+            where,
+            ratio["delayed_per_rank_excluding_gc"],
             100,
             True,
-            where,
         ),
-        _target("eager put: baseline / arrow_split", ratio["eager_put"].get(dp), 10, True, where),
-        _target(
+        ("eager put: baseline / arrow_split", where, ratio["eager_put"], 10, True),
+        (
             "arrow_split delayed put / one-buffer put",
+            name,
             ratio["arrow_put_over_single_buffer"]["delayed"],
             1.3,
             False,
-            results["workload"]["name"],
         ),
-        _target(
+        (
             "arrow_split delayed per-rank / memcpy of its bytes",
-            ratio["arrow_rank_over_memcpy"]["delayed"].get(dp),
+            where,
+            ratio["arrow_rank_over_memcpy"]["delayed"],
             10,
             False,
-            where,
         ),
-        _target("planner: reference / arrow_split", planner, 10, True, "65,536 samples, dp 256"),
+        (
+            "planner: baseline / arrow_split",
+            "65,536 samples, dp 256",
+            ratio["planner_speedup"].get("65536/256"),
+            10,
+            True,
+        ),
     ]
+    found = []
+    for target, place, measured, limit, at_least in rows:
+        value = measured.get(dp) if isinstance(measured, dict) else measured
+        reached = None if value is None else (value >= limit if at_least else value <= limit)
+        goal = f"{'>=' if at_least else '<='} {limit:g}x"
+        found.append(
+            {"target": target, "where": place, "value": value, "goal": goal, "reached": reached}
+        )
+    return found
 
 
 def _plain(value: Any) -> Any:
