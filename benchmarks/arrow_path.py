@@ -1,11 +1,10 @@
-"""The arrow_split path, step by step, with the same calls its leaves make.
+"""The arrow_split path, step by step, with the public calls its Ray leaf makes.
 
 Driver: :func:`arrow_split.ray.split_train_data_by_dp` (eager: plan, one ``take`` and one put per
-rank; delayed: one put of the whole batch). Rank: :func:`arrow_split.ray.process_rollout_data`
-then :func:`arrow_split.torch.to_tensors`. To show where a rank's time goes, the step functions
-below make the calls ``process_rollout_data`` makes, one at a time: ``ray.get`` (read-only views
-of the store), the plan (:func:`arrow_split.partition_for_rank`), the gather
-(:func:`arrow_split.take_rows`); :func:`leaf_rank` times the public calls end to end.
+rank; delayed: one put of the whole batch). Rank: what :func:`arrow_split.ray.process_rollout_data`
+does, one call at a time to show where the time goes: ``ray.get`` (read-only views of the store),
+the plan (:func:`arrow_split.partition_for_rank`), the gather (:func:`arrow_split.take_rows`);
+then :func:`arrow_split.torch.to_tensors`.
 """
 
 from __future__ import annotations
@@ -16,11 +15,11 @@ from typing import Any
 import ray
 
 from arrow_split import RolloutBatch, partition_for_rank, take_rows
-from arrow_split.ray import process_rollout_data, split_train_data_by_dp
-from arrow_split.torch import TensorLayout, to_tensors
+from arrow_split.ray import split_train_data_by_dp
+from arrow_split.torch import to_tensors
 from benchmarks.timing import Laps
 
-__all__ = ["delayed_rank_steps", "eager_rank_steps", "leaf_rank", "put_delayed", "put_eager"]
+__all__ = ["delayed_rank_steps", "eager_rank_steps", "put_delayed", "put_eager"]
 
 
 def put_eager(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[ray.ObjectRef[Any]]:
@@ -34,11 +33,7 @@ def put_delayed(batch: RolloutBatch, dp_size: int, balance_data: bool) -> ray.Ob
 
 
 def eager_rank_steps(
-    refs: Sequence[ray.ObjectRef[Any]],
-    dp_rank: int,
-    dp_size: int,
-    balance_data: bool,
-    layout: TensorLayout = "per_sample",
+    refs: Sequence[ray.ObjectRef[Any]], dp_rank: int, dp_size: int, balance_data: bool
 ) -> tuple[Laps, RolloutBatch, object]:
     """One eager rank: ``get`` its shard, ``plan`` (the leaf's check of its rows), tensors."""
     laps = Laps()
@@ -46,17 +41,13 @@ def eager_rank_steps(
     laps.lap("get")
     partition_for_rank(shard.batch_total_lengths, dp_rank, dp_size, balance_data=balance_data)
     laps.lap("plan")
-    tensors = to_tensors(shard, layout=layout)
+    tensors = to_tensors(shard, layout="per_sample")
     laps.lap("to_tensors")
     return laps, shard, tensors
 
 
 def delayed_rank_steps(
-    ref: ray.ObjectRef[Any],
-    dp_rank: int,
-    dp_size: int,
-    balance_data: bool,
-    layout: TensorLayout = "per_sample",
+    ref: ray.ObjectRef[Any], dp_rank: int, dp_size: int, balance_data: bool
 ) -> tuple[Laps, RolloutBatch, object]:
     """One delayed rank: ``get`` the batch (views), ``plan``, ``take`` its rows, tensors."""
     laps = Laps()
@@ -67,22 +58,6 @@ def delayed_rank_steps(
     shard = take_rows(batch, indices)
     del batch
     laps.lap("take")
-    tensors = to_tensors(shard, layout=layout)
-    laps.lap("to_tensors")
-    return laps, shard, tensors
-
-
-def leaf_rank(
-    refs_or_ref: ray.ObjectRef[Any] | Sequence[ray.ObjectRef[Any]],
-    dp_rank: int,
-    dp_size: int,
-    balance_data: bool,
-    layout: TensorLayout = "per_sample",
-) -> tuple[Laps, RolloutBatch, object]:
-    """One rank through the public calls: ``process_rollout_data`` then ``to_tensors``."""
-    laps = Laps()
-    shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
-    laps.lap("process_rollout_data")
-    tensors = to_tensors(shard, layout=layout)
+    tensors = to_tensors(shard, layout="per_sample")
     laps.lap("to_tensors")
     return laps, shard, tensors

@@ -1,47 +1,106 @@
 """The classic path, written from its description: a dict of Python lists, pickled into Ray.
 
-Planner: the plain-Python Karmarkar-Karp of ``tests/reference_plan.py``.
+Planner: a plain-Python Karmarkar-Karp (largest differencing, equal-size parts), as the classic
+frameworks plan a balanced split:
 
-Eager (driver): plan, build every rank's dict by list indexing with its partition (per-sample keys
-in partition order, batch-global keys copied whole, ``partition`` and the WHOLE batch's
-``total_lengths``), and ``ray.put`` each dict.
+1. sort the items ``(length, row)`` ascending;
+2. every run of ``dp_size`` sorted items seeds one state, one item per set; a state keeps its sets
+   in descending order of (sum, number of items, their ``(row, length)`` pairs in order);
+3. pop the state with the largest spread (largest minus smallest set sum; on a tie, the one whose
+   first set is larger), pop the next one, put the second's set ``k - 1 - i`` into the first's
+   set ``i``, re-sort and push back, until one state is left;
+4. its sets, in order, are ranks ``0 .. dp_size - 1``, each sorted ascending.
 
-Delayed: the driver puts the whole dict once (``ray.put``); every rank gets it (``ray.get``),
-plans, builds ALL ``dp_size`` shards and keeps its own.
+Strided: rank ``r`` gets rows ``r, r + dp_size, ...``.
 
-Actor side: every per-sample value becomes a tensor with ``torch.tensor(...)``.
+Eager (driver): plan, build every rank's dict by list indexing (per-sample keys in partition
+order, batch-global keys whole, ``partition`` and the WHOLE batch's ``total_lengths``), and
+``ray.put`` each. Delayed: the driver puts the whole dict once; every rank gets it, plans, builds
+ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample.
 
 Nothing here imports arrow_split: the baseline stands on its own.
 """
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ray
 
 from benchmarks.timing import Laps
-from tests.reference_plan import reference_partitions
-from tests.reference_split import BATCH_GLOBAL_KEYS
 
 __all__ = [
     "GLOBAL_KEYS",
-    "PER_TOKEN_KEYS",
+    "classic_partitions",
     "classic_shard",
     "classic_split",
     "delayed_rank_steps",
     "eager_rank_steps",
     "put_delayed",
     "put_eager",
-    "shard_to_tensors",
 ]
 
-GLOBAL_KEYS = BATCH_GLOBAL_KEYS
+GLOBAL_KEYS = frozenset(
+    {
+        "raw_reward",
+        "dynamic_global_batch_size",
+        "step_slots",
+        "step_adapter_names",
+        "step_adapter_batch_sizes",
+        "prompt_group_sizes",
+    }
+)
 """Keys shipped whole with every shard (one value for the whole batch)."""
 
-PER_TOKEN_KEYS = frozenset({"tokens", "loss_masks", "rollout_log_probs"})
-"""Keys holding one list of numbers per sample."""
+_DTYPES = {"tokens": "long", "loss_masks": "int", "rollout_log_probs": "float32"}
+
+_Set = list[Any]  # [sum, [(row, length), ...]], items in insertion order
+
+
+def _set_key(one_set: _Set) -> tuple[int, int, list[tuple[int, int]]]:
+    return one_set[0], len(one_set[1]), one_set[1]
+
+
+class _State:
+    """``dp_size`` sets, kept in descending order; the heap pops the largest spread first."""
+
+    __slots__ = ("sets",)
+
+    def __init__(self, sets: list[_Set]) -> None:
+        self.sets = sorted(sets, key=_set_key, reverse=True)
+
+    def __lt__(self, other: _State) -> bool:
+        spread = self.sets[0][0] - self.sets[-1][0]
+        other_spread = other.sets[0][0] - other.sets[-1][0]
+        if spread != other_spread:
+            return spread > other_spread
+        return _set_key(self.sets[0]) > _set_key(other.sets[0])
+
+
+def classic_partitions(lengths: list[int], dp_size: int, balance_data: bool) -> list[list[int]]:
+    """The rows of each rank: Karmarkar-Karp when ``balance_data``, else strided."""
+    n = len(lengths)
+    if not balance_data:
+        return [list(range(rank, n, dp_size)) for rank in range(dp_size)]
+    if n < dp_size or n % dp_size:
+        msg = f"a balanced plan needs a positive multiple of {dp_size} samples, got {n}"
+        raise ValueError(msg)
+    items = sorted((length, row) for row, length in enumerate(lengths))
+    heap = [
+        _State([[length, [(row, length)]] for length, row in items[start : start + dp_size]])
+        for start in range(0, n, dp_size)
+    ]
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        first, second = heapq.heappop(heap), heapq.heappop(heap)
+        for mine, theirs in zip(first.sets, reversed(second.sets), strict=True):
+            mine[0] += theirs[0]
+            mine[1].extend(theirs[1])
+        first.sets.sort(key=_set_key, reverse=True)
+        heapq.heappush(heap, first)
+    return [sorted(row for row, _ in members) for _, members in heap[0].sets]
 
 
 def classic_shard(
@@ -64,7 +123,7 @@ def classic_split(
 ) -> list[dict[str, Any]]:
     """Every rank's dict, in rank order."""
     total_lengths = [len(tokens) for tokens in data["tokens"]]
-    plan = reference_partitions(total_lengths, dp_size, balance_data)
+    plan = classic_partitions(total_lengths, dp_size, balance_data)
     return [classic_shard(data, partition, total_lengths) for partition in plan]
 
 
@@ -80,17 +139,17 @@ def put_delayed(data: Mapping[str, Any]) -> ray.ObjectRef[Any]:
     return ray.put(dict(data))
 
 
-def shard_to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:
+def _to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:
     """Actor side: one tensor per sample of every per-sample key (``torch.tensor(list)``)."""
     import torch
 
-    dtypes = {"tokens": torch.long, "loss_masks": torch.int, "rollout_log_probs": torch.float32}
     tensors: dict[str, Any] = {}
     for key, values in shard.items():
         if key in GLOBAL_KEYS or key in ("partition", "total_lengths"):
             continue
-        if key in dtypes:
-            tensors[key] = [torch.tensor(sample, dtype=dtypes[key]) for sample in values]
+        if key in _DTYPES:
+            dtype = getattr(torch, _DTYPES[key])
+            tensors[key] = [torch.tensor(sample, dtype=dtype) for sample in values]
         elif key == "rollout_routed_experts":
             tensors[key] = [torch.tensor(sample) for sample in values]
         else:
@@ -103,7 +162,7 @@ def eager_rank_steps(refs: Sequence[ray.ObjectRef[Any]], dp_rank: int) -> tuple[
     laps = Laps()
     shard = ray.get(refs[dp_rank])
     laps.lap("get")
-    tensors = shard_to_tensors(shard)
+    tensors = _to_tensors(shard)
     laps.lap("to_tensors")
     return laps, (shard, tensors)
 
@@ -116,11 +175,10 @@ def delayed_rank_steps(
     data = ray.get(ref)
     laps.lap("get")
     total_lengths = [len(tokens) for tokens in data["tokens"]]
-    plan = reference_partitions(total_lengths, dp_size, balance_data)
+    plan = classic_partitions(total_lengths, dp_size, balance_data)
     laps.lap("plan")
     shards = [classic_shard(data, partition, total_lengths) for partition in plan]
-    shard = shards[dp_rank]
     laps.lap("take")
-    tensors = shard_to_tensors(shard)
+    tensors = _to_tensors(shards[dp_rank])
     laps.lap("to_tensors")
     return laps, (data, shards, tensors)

@@ -14,8 +14,8 @@ With no rank on the head, the plain delayed split moves the whole batch once per
 
 Per mode and step: the bytes that crossed nodes (for every object of the step, its size x (the
 number of nodes holding a copy - 1), read from Ray's object directory before the references are
-dropped: the driver's, and those each rank's call fetched, see
-:func:`arrow_split.ray_locality.record_fetches`), the driver's put time, each rank's
+dropped: the driver's, and those each rank's call fetched, as the library's ``record_fetches`` lists
+them), the driver's put time, each rank's
 ``process_rollout_data`` time, and how many Ray worker processes were running. The first step of
 a mode pays one-off costs (the node-aware mode starts the head's helper actor); the table shows
 it apart. Output: a table on stdout and ``cluster.json`` under ``--out``.
@@ -39,16 +39,21 @@ import ray
 from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from arrow_split import RolloutBatch, shard_for_rank
+from arrow_split import RolloutBatch, shard_for_rank, take_rows
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
-from arrow_split.ray_locality import cross_node_bytes, pick_holder, record_fetches
-from arrow_split.take import take_record_batch
-from benchmarks.plots import plot_cluster
+from arrow_split.testing import RolloutConfig, make_train_data
+from benchmarks.report import plot_cluster
+
+try:  # the one hook the benchmark needs from the library: the refs a rank's call fetched
+    from arrow_split.ray import record_fetches  # type: ignore[attr-defined]
+except ImportError:
+    from arrow_split.ray_locality import record_fetches
 
 __all__ = [
     "BenchRank",
     "ClusterOptions",
     "main",
+    "cross_node_bytes",
     "make_rollout_batch",
     "parse_args",
     "ray_worker_processes",
@@ -72,7 +77,6 @@ class ClusterOptions:
     batch_mib: float
     steps: int
     seed: int
-    balance_data: bool
     compare_tasks: bool
     out: Path
 
@@ -88,7 +92,6 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     parser.add_argument("--batch-mib", type=float, default=40.0, help="about this many MiB")
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--strided", action="store_true", help="strided plan (default balanced)")
     parser.add_argument(
         "--compare-tasks", action="store_true", help="also node-aware with a task per rank"
     )
@@ -102,7 +105,6 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         args.batch_mib,
         args.steps,
         args.seed,
-        not args.strided,
         args.compare_tasks,
         args.out,
     )
@@ -111,31 +113,35 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
 # --- the data and the cluster -----------------------------------------------------------------
 
 
-def _seeded_batch(num_samples: int, seed: int) -> RolloutBatch:
-    rng = np.random.default_rng(seed)
-    total = rng.integers(500, 2000, size=num_samples)
-    response = total - rng.integers(16, 256, size=num_samples)
+def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
+    """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
+
+    Prompts of 16..256 tokens, responses around 1,024 tokens, MoE routed experts ``[.., 2, 2]``.
+    """
+    config = RolloutConfig(
+        256, 1024.0, 2048, (16, 256), moe_shape=(2, 2), seed=seed, as_numpy=True, columns="numeric"
+    )
+    probe = RolloutBatch.from_train_data(make_train_data(config))
+    wanted = batch_mib * MIB / (probe.nbytes / len(probe))
+    samples = max(dp_size, int(np.ceil(wanted / dp_size)) * dp_size)
     return RolloutBatch.from_train_data(
-        {
-            "tokens": [rng.integers(0, 151_936, size=int(n), dtype=np.int32) for n in total],
-            "response_lengths": response.tolist(),
-            "loss_masks": [np.ones(int(r), dtype=np.uint8) for r in response],
-            "rollout_log_probs": [-rng.random(int(r), dtype=np.float32) for r in response],
-            "rollout_routed_experts": [
-                rng.integers(0, 128, size=(int(n) - 1, 2, 2), dtype=np.int32) for n in total
-            ],
-            "rewards": rng.random(num_samples).tolist(),
-            "raw_reward": rng.random(num_samples).tolist(),
-        }
+        make_train_data(dataclasses.replace(config, samples=samples))
     )
 
 
-def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
-    """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size."""
-    probe = _seeded_batch(64, seed)
-    wanted = batch_mib * MIB / (probe.nbytes / 64)
-    num_samples = max(dp_size, int(np.ceil(wanted / dp_size)) * dp_size)
-    return _seeded_batch(num_samples, seed)
+def cross_node_bytes(refs: list[Any]) -> int:
+    """Bytes that crossed nodes to place these objects' copies, from Ray's object directory.
+
+    ``object_size * (nodes holding a copy - 1)`` summed over the distinct objects, one lookup per
+    object (Ray 2.60 can abort on one lookup of objects with several owners). An object small
+    enough to travel inline has no node and counts 0.
+    """
+    total = 0
+    for ref in {ref.hex(): ref for ref in refs}.values():
+        location = ray.experimental.get_object_locations([ref], timeout_ms=10_000).get(ref) or {}
+        copies = len(location.get("node_ids") or ())
+        total += int(location.get("object_size") or 0) * max(copies - 1, 0)
+    return total
 
 
 def start_cluster(nodes: int, store_bytes: int) -> tuple[Any, list[str]]:
@@ -177,12 +183,10 @@ def ray_worker_processes() -> int:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _take_in_task(
-    boxed: dict[str, Any], dp_rank: int, dp_size: int, balance_data: bool
-) -> tuple[RolloutBatch, int]:
+def _take_in_task(boxed: dict[str, Any], dp_rank: int, dp_size: int) -> tuple[RolloutBatch, int]:
     """The alternative to the helper actor: one zero-CPU task per rank on the holding node."""
     batch = ray.get(boxed["ref"])
-    return shard_for_rank(batch, dp_rank, dp_size, balance_data=balance_data), os.getpid()
+    return shard_for_rank(batch, dp_rank, dp_size, balance_data=True), os.getpid()
 
 
 @ray.remote(num_cpus=0)
@@ -193,32 +197,29 @@ class BenchRank:
         return str(ray.get_runtime_context().get_node_id())
 
     def step(
-        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, balance_data: bool, mode: str
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int, mode: str
     ) -> tuple[float, list[list[Any]], int | None]:
         """Time this rank's take; also the fetched refs and the pid of the task that took."""
         start = time.perf_counter()
         task_pid = None
         with record_fetches() as fetched:
             if mode == "tasks":
-                task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, balance_data, fetched)
+                task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, fetched)
             else:
                 options = {} if mode == "eager" else {"locality": mode}
-                process_rollout_data(
-                    boxed["refs"], dp_rank, dp_size, balance_data=balance_data, **options
-                )
+                process_rollout_data(boxed["refs"], dp_rank, dp_size, balance_data=True, **options)
         return time.perf_counter() - start, [fetched], task_pid
 
-    def _via_task(
-        self, ref: Any, dp_rank: int, dp_size: int, balance_data: bool, fetched: list[Any]
-    ) -> int:
-        node_id = pick_holder(ref, dp_rank, "holder")
-        strategy = NodeAffinitySchedulingStrategy(str(node_id), soft=False)
+    def _via_task(self, ref: Any, dp_rank: int, dp_size: int, fetched: list[Any]) -> int:
+        """Take on a node that holds the batch (spread by rank), as the helper actor would."""
+        location = ray.experimental.get_object_locations([ref]).get(ref) or {}
+        holders = sorted(location.get("node_ids") or [])
+        strategy = NodeAffinitySchedulingStrategy(holders[dp_rank % len(holders)], soft=False)
         reply = _take_in_task.options(scheduling_strategy=strategy).remote(
-            {"ref": ref}, dp_rank, dp_size, balance_data
+            {"ref": ref}, dp_rank, dp_size
         )
         shard, pid = ray.get(reply)
-        indices = np.arange(len(shard), dtype=np.int64)
-        take_record_batch(shard.record_batch, indices)  # the copy the library makes
+        take_rows(shard, np.arange(len(shard), dtype=np.int64))  # the copy the library makes
         fetched.append(reply)
         return int(pid)
 
@@ -254,14 +255,11 @@ def _one_step(
 ) -> dict[str, Any]:
     start = time.perf_counter()
     refs_or_ref: Any = split_train_data_by_dp(
-        batch, options.dp_size, balance_data=options.balance_data, delay=mode != "eager"
+        batch, options.dp_size, balance_data=True, delay=mode != "eager"
     )
     put_s = time.perf_counter() - start
     boxed = {"refs": refs_or_ref}
-    calls = [
-        rank.step.remote(boxed, r, options.dp_size, options.balance_data, mode)
-        for r, rank in enumerate(ranks)
-    ]
+    calls = [rank.step.remote(boxed, r, options.dp_size, mode) for r, rank in enumerate(ranks)]
     results = ray.get(calls, timeout=600)
     step_s = time.perf_counter() - start
     driver_refs = list(refs_or_ref) if mode == "eager" else [refs_or_ref]

@@ -1,4 +1,4 @@
-"""What a run measures: its options, the configurations timed, and the progress bar."""
+"""What a harness run measures: the workload, its options, the configurations, the progress bar."""
 
 from __future__ import annotations
 
@@ -10,16 +10,20 @@ from typing import Any, Literal
 
 from tqdm import tqdm
 
+from arrow_split.testing import WORKLOADS, RolloutConfig, make_train_data
 from benchmarks.timing import Repeats
 
 __all__ = [
     "CONFIGS",
+    "DP_SIZES",
+    "MOE_SHAPE",
     "PLANNER_TARGET",
     "STEPS",
     "Mode",
     "Options",
     "PathName",
     "Progress",
+    "Workload",
     "pick_ranks",
 ]
 
@@ -30,7 +34,7 @@ Mode = Literal["eager", "delayed"]
 """Eager: the driver puts one shard per rank. Delayed: it puts the batch once; ranks split it."""
 
 STEPS = ("get", "plan", "take", "to_tensors")
-"""The steps of a rank, in order (a mode may skip some: eager ranks take nothing)."""
+"""The steps of a rank, in order (eager ranks take nothing)."""
 
 CONFIGS: tuple[tuple[PathName, Mode], ...] = (
     ("baseline", "eager"),
@@ -42,6 +46,12 @@ CONFIGS: tuple[tuple[PathName, Mode], ...] = (
 
 PLANNER_TARGET = (65_536, 256)
 """The planner's reference point (samples, dp_size), timed in every run."""
+
+DP_SIZES = {"tiny": (2, 4, 8), "small": (8, 64, 256), "medium": (8, 64, 256), "large": (8, 64, 256)}
+"""The dp_sizes each workload runs by default."""
+
+MOE_SHAPE = (8, 4)
+"""``(layers, top_k)`` of the routed experts that ``--moe`` adds."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,24 +67,61 @@ class Options:
     balance_data: bool = True
     seed: int = 0
     out: Path = Path("benchmarks/results")
-    plot: bool = True
     progress: bool = True
 
     @property
     def runs(self) -> Repeats:
-        """How often each measurement runs (see :class:`benchmarks.timing.Repeats`)."""
         return Repeats(self.repeats, self.min_seconds)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Workload:
+    """One generated batch in both forms: Python lists (classic) and numpy arrays."""
+
+    name: str
+    config: RolloutConfig
+    lists: dict[str, Any]
+    arrays: dict[str, Any]
+
+    @classmethod
+    def generate(cls, name: str, *, seed: int = 0, moe: bool = False) -> Workload:
+        """The named workload of :data:`arrow_split.testing.WORKLOADS`, seeded."""
+        shape = MOE_SHAPE if moe else None
+        config = dataclasses.replace(WORKLOADS[name], seed=seed, moe_shape=shape)
+        lists = make_train_data(config)
+        arrays = make_train_data(dataclasses.replace(config, as_numpy=True))
+        return cls(name, config, lists, arrays)
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.arrays["tokens"])
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description of the workload's shape."""
+        response = self.arrays["response_lengths"]
+        config = self.config
+        return {
+            "name": self.name,
+            "seed": config.seed,
+            "num_samples": self.num_samples,
+            "num_tokens": int(sum(len(tokens) for tokens in self.arrays["tokens"])),
+            "response_tokens": int(response.sum()),
+            "response_mean": config.response_mean,
+            "response_cap": config.response_cap,
+            "samples_at_cap": int((response == config.response_cap).sum()),
+            "prompt_tokens": list(config.prompt_tokens),
+            "moe": config.moe_shape is not None,
+            "moe_shape": None if config.moe_shape is None else list(config.moe_shape),
+        }
 
 
 class Progress:
     """One tqdm bar over the run's tasks; each task names itself while it runs."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.enabled = enabled
-        self.bar: Any = None
+        self.bar = tqdm(total=0, unit="task", disable=not enabled, dynamic_ncols=True)
 
     def __enter__(self) -> Progress:
-        self.bar = tqdm(total=0, unit="task", disable=not self.enabled, dynamic_ncols=True)
         return self
 
     def __exit__(self, *exc_info: object) -> None:

@@ -1,24 +1,16 @@
 """Per-rank costs, measured where a rank's work happens: inside a Ray actor process.
 
 A :class:`RankActor` (``num_cpus=0``, like a train actor that leaves the CPUs to its model) runs
-one rank's steps itself and times them with :func:`time.perf_counter`; references are handed to
-it inside a list, so that Ray does not resolve them before the clock starts. Each repeat also
-records, in the actor:
+one rank's steps itself and times them; references are handed to it inside a list, so that Ray
+does not resolve them before the clock starts. Each repeat also records, in the actor, the
+figures of :class:`benchmarks.timing.MemoryGauge`, the seconds CPython's garbage collector ran
+(``gc``, already inside the steps' times; ``sum_excluding_gc`` takes it out) and
+``arrow_allocated_bytes``: what ``pyarrow.total_allocated_bytes()`` grew by while the rank held
+its shard and tensors (Arrow's memory pool, where arrow_split gathers a shard's rows; the
+baseline's Python objects and torch's tensors are not in it).
 
-- ``private_increase_bytes``: the peak of the process's private memory during the repeat minus
-  its private memory before (:class:`benchmarks.timing.MemoryGauge`);
-- ``shared_touched_bytes``: pages of the object store the rank touched for the first time (a
-  fresh actor touches its objects' pages in its first repeat);
-- ``arrow_allocated_bytes``: what ``pyarrow.total_allocated_bytes()`` grew by while the rank
-  held its shard and tensors (Arrow's memory pool only: the baseline's Python objects, torch's
-  tensors are not in it; arrow_split gathers a shard's rows into the pool);
-- ``peak_rss_bytes``: the absolute high-water mark;
-- ``gc``: the seconds CPython's garbage collector ran during the repeat (already inside the
-  steps' times; ``sum_excluding_gc`` takes it out).
-
-The harness starts one fresh actor per (path, mode, dp_size), so that no allocator state carries
-over from one configuration to the next. Each actor first runs every step once on a tiny batch
-(untimed), as a train actor has done by its second step.
+The harness starts one fresh actor per (path, mode, dp_size). Each actor first runs every step
+once on a tiny batch (untimed), as a train actor has done by its second step.
 """
 
 from __future__ import annotations
@@ -34,16 +26,8 @@ import ray
 
 from arrow_split import RolloutBatch
 from benchmarks import arrow_path, baseline
-from benchmarks.config import STEPS, Mode, PathName
-from benchmarks.timing import (
-    GcClock,
-    Laps,
-    MemoryGauge,
-    Repeats,
-    reset_peak_rss,
-    summarize,
-)
-from benchmarks.workloads import generate
+from benchmarks.config import STEPS, Mode, PathName, Workload
+from benchmarks.timing import GcClock, Laps, MemoryGauge, Repeats, reset_peak_rss, summarize
 
 __all__ = ["RankActor"]
 
@@ -72,15 +56,13 @@ def _one_repeat(run: Callable[[], tuple[Any, ...]]) -> tuple[Laps, dict[str, Any
         **gauge.figures,
         "arrow_allocated_bytes": pa.total_allocated_bytes() - arrow_before,
     }
-    shard = held[0]
-    rank_bytes = int(shard.nbytes) if hasattr(shard, "nbytes") else None
-    del held, shard
+    rank_bytes = int(held[0].nbytes) if hasattr(held[0], "nbytes") else None
+    del held
     return laps, memory, rank_bytes
 
 
 def _report(laps: list[Laps], memory: list[dict[str, Any]]) -> dict[str, Any]:
     names = [name for name in STEPS if name in laps[0].seconds]
-    names += [name for name in laps[0].seconds if name not in names]
     gc_seconds = [entry.pop("gc_seconds") for entry in memory]
     return {
         "steps": {name: summarize(lap.seconds[name] for lap in laps) for name in names},
@@ -94,22 +76,13 @@ def _report(laps: list[Laps], memory: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _warm_up() -> None:
-    """Run every step once on a tiny batch, so that no clock counts a library's first call.
-
-    The first ``take``, the first tensor and the first get of a process load code and fill
-    caches once per process; a train actor pays that once, not per step.
-    """
-    workload = generate("tiny", moe=True)
+    """Run every step once on a tiny batch: the first call of a process loads code, fills caches."""
+    workload = Workload.generate("tiny", moe=True)
     batch = RolloutBatch.from_train_data(workload.arrays)
-    runs: list[Callable[[], object]] = [
-        lambda: baseline.eager_rank_steps([ray.put(workload.lists)], 0),
-        lambda: baseline.delayed_rank_steps(ray.put(workload.lists), 0, 2, True),
-        lambda: arrow_path.eager_rank_steps(arrow_path.put_eager(batch, 2, True), 0, 2, True),
-        lambda: arrow_path.delayed_rank_steps(ray.put(batch), 0, 2, True),
-        lambda: arrow_path.leaf_rank(ray.put(batch), 0, 2, True),
-    ]
-    for run in runs:
-        run()
+    baseline.eager_rank_steps([ray.put(workload.lists)], 0)
+    baseline.delayed_rank_steps(ray.put(workload.lists), 0, 2, True)
+    arrow_path.eager_rank_steps(arrow_path.put_eager(batch, 2, True), 0, 2, True)
+    arrow_path.delayed_rank_steps(ray.put(batch), 0, 2, True)
     np.copyto(np.empty(1 << 20, dtype=np.uint8), np.ones(1 << 20, dtype=np.uint8))
 
 
@@ -122,7 +95,6 @@ class RankActor:
         self.exact_peak = reset_peak_rss()
 
     def ready(self) -> bool:
-        """Whether the actor is up (its imports done)."""
         return True
 
     def run(
@@ -139,19 +111,7 @@ class RankActor:
         run = _steps(path, mode, box, rank, dp_size, balance_data)
         results = [_one_repeat(run) for _ in repeats]
         report = _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
-        report["rank_bytes"] = results[0][2]
-        report["exact_peak"] = self.exact_peak
-        return report
-
-    def run_leaf(
-        self, box: list[Any], rank: int, dp_size: int, balance_data: bool, repeats: Repeats
-    ) -> dict[str, Any]:
-        """Time arrow_split's public calls for one rank, end to end."""
-        results = [
-            _one_repeat(lambda: arrow_path.leaf_rank(box[0], rank, dp_size, balance_data))
-            for _ in repeats
-        ]
-        return _report([laps for laps, _, _ in results], [memory for _, memory, _ in results])
+        return {**report, "rank_bytes": results[0][2], "exact_peak": self.exact_peak}
 
     def memcpy(self, nbytes: int, repeats: Repeats) -> dict[str, Any]:
         """The copy of ``nbytes`` into fresh memory (``np.empty`` + ``np.copyto``), timed."""

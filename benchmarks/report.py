@@ -1,4 +1,4 @@
-"""Figures -> ratios, targets, the JSON file, the markdown table and the plot.
+"""Figures -> ratios, targets, the JSON file and the plots (harness, cluster and soak runs).
 
 All ratios are taken on medians. A per-rank figure of a configuration is the median, over the
 ranks measured, of each rank's median over the repeats (``min`` likewise takes the minimum).
@@ -21,11 +21,14 @@ __all__ = [
     "memcpy_by_dp",
     "per_rank_table",
     "plot",
+    "plot_cluster",
+    "plot_soak",
     "ratios",
     "targets",
     "write_json",
 ]
 
+MIB = 2**20
 PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "tqdm", "psutil")
 TARGET_DP = 64
 
@@ -89,7 +92,6 @@ def _combine(records: list[dict[str, Any]]) -> dict[str, Any]:
         name: statistics.median(record["steps"][name]["median"] for record in records)
         for name in records[0]["steps"]
     }
-    leaves = [record["leaf"]["sum"]["median"] for record in records if record.get("leaf")]
     return {
         "ranks": [record["rank"] for record in records],
         "median": statistics.median(record["sum"]["median"] for record in records),
@@ -99,7 +101,6 @@ def _combine(records: list[dict[str, Any]]) -> dict[str, Any]:
             record["sum_excluding_gc"]["median"] for record in records
         ),
         "steps": steps,
-        "leaf": statistics.median(leaves) if leaves else None,
         "memory": {
             key: max(record["memory"][key] for record in records) for key in records[0]["memory"]
         },
@@ -128,47 +129,23 @@ def _divide(top: float | None, bottom: float | None) -> float | None:
 
 
 def _put_ratios(results: dict[str, Any]) -> dict[str, Any]:
-    put, build = results["put"], results["build"]["from_lists"]["seconds"]["median"]
-    numpy_build = results["build"]["from_numpy"]["seconds"]["median"]
-    single = put["single_buffer"]["seconds"]["median"]
-    arrow_delayed = put["arrow_delayed"]["seconds"]["median"]
-    baseline_delayed = put["baseline_delayed"]["seconds"]["median"]
+    put = results["put"]
+    median = {key: put[key]["seconds"]["median"] for key in ("single_buffer", "arrow_delayed")}
+    base_delayed = put["baseline_delayed"]["seconds"]["median"]
     eager = {
         dp: (put["baseline_eager"][dp]["seconds"]["median"], figures["seconds"]["median"])
         for dp, figures in put["arrow_eager"].items()
     }
     return {
-        "delayed_put": _divide(baseline_delayed, arrow_delayed),
-        "delayed_build_put": _divide(baseline_delayed, build + arrow_delayed),
-        "delayed_numpy_build_put": _divide(baseline_delayed, numpy_build + arrow_delayed),
+        "delayed_put": _divide(base_delayed, median["arrow_delayed"]),
         "eager_put": {dp: _divide(base, arrow) for dp, (base, arrow) in eager.items()},
-        "eager_build_put": {
-            dp: _divide(base, build + arrow) for dp, (base, arrow) in eager.items()
-        },
-        "eager_numpy_build_put": {
-            dp: _divide(base, numpy_build + arrow) for dp, (base, arrow) in eager.items()
-        },
         "arrow_put_over_single_buffer": {
-            "delayed": _divide(arrow_delayed, single),
-            "eager": {dp: _divide(arrow, single) for dp, (_, arrow) in eager.items()},
-        },
-        "arrow_eager_put_over_per_rank_buffers": {
-            dp: _divide(arrow, put["per_rank_buffers"][dp]["seconds"]["median"])
-            for dp, (_, arrow) in eager.items()
-            if dp in put.get("per_rank_buffers", {})
+            "delayed": _divide(median["arrow_delayed"], median["single_buffer"]),
+            "eager": {
+                dp: _divide(arrow, median["single_buffer"]) for dp, (_, arrow) in eager.items()
+            },
         },
     }
-
-
-def _scaling(table: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, float | None]]:
-    scaling: dict[str, dict[str, float | None]] = {}
-    for key, by_dp in table.items():
-        first = min(by_dp, key=int)
-        scaling[key] = {dp: _divide(by_dp[dp]["median"], by_dp[first]["median"]) for dp in by_dp}
-    sizes = sorted({dp for by_dp in table.values() for dp in by_dp}, key=int)
-    if sizes:
-        scaling["ideal 1/dp_size"] = {dp: int(sizes[0]) / int(dp) for dp in sizes}
-    return scaling
 
 
 def ratios(results: dict[str, Any]) -> dict[str, Any]:
@@ -192,7 +169,6 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
             }
             for mode in ("delayed", "eager")
         },
-        "per_rank_vs_dp_size": _scaling(table),
         "planner_speedup": {
             f"{entry['n']}/{entry['dp_size']}": entry["speedup_median"]
             for entry in results["planner"]
@@ -200,57 +176,53 @@ def ratios(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _target(name: str, value: float | None, limit: float, at_least: bool, where: str) -> Any:
-    reached = None if value is None else (value >= limit if at_least else value <= limit)
-    relation = ">=" if at_least else "<="
-    return {
-        "target": name,
-        "where": where,
-        "value": value,
-        "goal": f"{relation} {limit:g}x",
-        "reached": reached,
-    }
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     """The targets of the brief, each with its measured value and whether it was reached."""
-    ratio = results["ratios"]
+    ratio, name = results["ratios"], results["workload"]["name"]
     dp_sizes = [str(dp) for dp in results["dp_sizes"]]
     dp = str(TARGET_DP) if str(TARGET_DP) in dp_sizes else dp_sizes[-1]
-    where = f"{results['workload']['name']}, dp_size {dp}"
-    planner = ratio["planner_speedup"].get("65536/256")
-    return [
-        _target(
-            "delayed per-rank: baseline / arrow_split",
-            ratio["delayed_per_rank"].get(dp),
-            100,
-            True,
-            where,
-        ),
-        _target(
+    where = f"{name}, dp_size {dp}"
+    rows = [  # (target, where, measured, goal, at least)
+        ("delayed per-rank: baseline / arrow_split", where, ratio["delayed_per_rank"], 100, True),
+        (
             "delayed per-rank, garbage-collector time taken out of both",
-            ratio["delayed_per_rank_excluding_gc"].get(dp),
+            where,
+            ratio["delayed_per_rank_excluding_gc"],
             100,
             True,
-            where,
         ),
-        _target("eager put: baseline / arrow_split", ratio["eager_put"].get(dp), 10, True, where),
-        _target(
+        ("eager put: baseline / arrow_split", where, ratio["eager_put"], 10, True),
+        (
             "arrow_split delayed put / one-buffer put",
+            name,
             ratio["arrow_put_over_single_buffer"]["delayed"],
             1.3,
             False,
-            results["workload"]["name"],
         ),
-        _target(
+        (
             "arrow_split delayed per-rank / memcpy of its bytes",
-            ratio["arrow_rank_over_memcpy"]["delayed"].get(dp),
+            where,
+            ratio["arrow_rank_over_memcpy"]["delayed"],
             10,
             False,
-            where,
         ),
-        _target("planner: reference / arrow_split", planner, 10, True, "65,536 samples, dp 256"),
+        (
+            "planner: baseline / arrow_split",
+            "65,536 samples, dp 256",
+            ratio["planner_speedup"].get("65536/256"),
+            10,
+            True,
+        ),
     ]
+    found = []
+    for target, place, measured, limit, at_least in rows:
+        value = measured.get(dp) if isinstance(measured, dict) else measured
+        reached = None if value is None else (value >= limit if at_least else value <= limit)
+        goal = f"{'>=' if at_least else '<='} {limit:g}x"
+        found.append(
+            {"target": target, "where": place, "value": value, "goal": goal, "reached": reached}
+        )
+    return found
 
 
 def _plain(value: Any) -> Any:
@@ -263,6 +235,58 @@ def _plain(value: Any) -> Any:
 def write_json(results: dict[str, Any], path: Path) -> None:
     """Every figure, pretty-printed."""
     path.write_text(json.dumps(results, indent=2, default=_plain) + "\n", encoding="utf-8")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    return pyplot
+
+
+def plot_cluster(report: dict[str, Any], path: Path) -> None:
+    """Bytes crossing nodes per step and per-rank time, one bar per mode."""
+    pyplot = _pyplot()
+    summary = report["summary"]
+    modes = list(summary)
+    figure, (left, right) = pyplot.subplots(1, 2, figsize=(10, 4))
+    left.bar(modes, [summary[mode]["cross_node_mib"] for mode in modes], color="tab:blue")
+    left.axhline(report["batch"]["object_bytes"] / MIB, color="gray", linestyle="--", label="batch")
+    left.set_ylabel("MiB crossing nodes per step")
+    left.legend()
+    medians = [summary[mode]["rank_ms_median"] for mode in modes]
+    maxima = [summary[mode]["rank_ms_max"] for mode in modes]
+    right.bar(modes, maxima, color="tab:orange", alpha=0.4, label="max")
+    right.bar(modes, medians, color="tab:orange", label="median")
+    right.set_ylabel("per-rank ms")
+    right.legend()
+    figure.suptitle(report["layout"])
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
+
+
+def plot_soak(report: dict[str, Any], path: Path) -> None:
+    """Object-store usage and driver memory over the soak's steps."""
+    pyplot = _pyplot()
+    samples = report["samples"]
+    steps = [sample["step"] for sample in samples]
+    figure, axis = pyplot.subplots(figsize=(8, 4))
+    for key, label in (
+        ("store_used", "object store used"),
+        ("driver_rss_private", "driver private memory"),
+        ("driver_rss_shmem", "driver's object-store pages"),
+    ):
+        axis.plot(steps, [sample[key] / MIB for sample in samples], label=label)
+    axis.set_xlabel("step")
+    axis.set_ylabel("MiB")
+    axis.set_title(f"{len(steps)} steps of a {report['batch_nbytes'] / MIB:.1f} MiB batch")
+    axis.legend(loc="center right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
 
 
 _STYLES = {"baseline": ("tab:red", "o", "baseline"), "arrow": ("tab:blue", "s", "arrow_split")}
@@ -287,11 +311,7 @@ def _lines(results: dict[str, Any]) -> list[tuple[list[int], list[float], dict[s
 
 def plot(results: dict[str, Any], path: Path) -> None:
     """Per-rank time against dp_size, both paths and modes, log-log, with the memcpy limit."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    pyplot = _pyplot()
     figure, axes = pyplot.subplots(figsize=(9, 4.5))
     for sizes, seconds, style in _lines(results):
         axes.plot(sizes, seconds, **style)

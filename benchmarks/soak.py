@@ -33,7 +33,7 @@ import ray
 from arrow_split import RolloutBatch
 from arrow_split.ray import split_train_data_by_dp
 from benchmarks.cluster import MIB, make_rollout_batch, start_cluster, start_ranks
-from benchmarks.plots import plot_soak
+from benchmarks.report import plot_soak
 
 __all__ = ["SoakOptions", "main", "parse_args", "run"]
 
@@ -99,7 +99,7 @@ def _one_step(ranks: list[Any], batch: RolloutBatch, modes: tuple[str, ...]) -> 
         for mode in modes
     ]
     calls = [
-        rank.step.remote({"refs": refs_or_ref}, r, dp_size, True, mode)
+        rank.step.remote({"refs": refs_or_ref}, r, dp_size, mode)
         for mode, refs_or_ref in zip(modes, refs, strict=True)
         for r, rank in enumerate(ranks)
     ]

@@ -87,31 +87,27 @@ def _driver(results: dict[str, Any]) -> list[str]:
     lines = [
         "### Driver: build and put (time; bytes in the object store; driver's private peak RSS +)",
         "",
-        "The baseline puts its dict of lists as it is; arrow_split first builds a RolloutBatch. "
-        "The last two columns add arrow_split's build to its put.",
+        "The baseline puts its dict of lists as it is; arrow_split first builds a RolloutBatch.",
         "",
-        "| step | baseline (dict of lists) | arrow_split | baseline / arrow_split | "
-        "with build from lists | with build from numpy |",
-        "|---|---|---|---|---|---|",
-        f"| build from Python lists | — | {_build(build['from_lists'])} | | | |",
-        f"| build from numpy arrays | — | {_build(build['from_numpy'])} | | | |",
+        "| step | baseline (dict of lists) | arrow_split | baseline / arrow_split |",
+        "|---|---|---|---|",
+        f"| build from Python lists | — | {_build(build['from_lists'])} | |",
+        f"| build from numpy arrays | — | {_build(build['from_numpy'])} | |",
         f"| put, delayed (the whole batch once) | {_put(put['baseline_delayed'])} | "
-        f"{_put(put['arrow_delayed'])} | {_ratio(ratio['delayed_put'])} | "
-        f"{_ratio(ratio['delayed_build_put'])} | {_ratio(ratio['delayed_numpy_build_put'])} |",
+        f"{_put(put['arrow_delayed'])} | {_ratio(ratio['delayed_put'])} |",
     ]
     lines += [
         f"| put, eager, dp_size {dp} (plan, split, one put per rank) | "
-        f"{_put(put['baseline_eager'][dp])} | {_put(figures)} | {_ratio(ratio['eager_put'][dp])} "
-        f"| {_ratio(ratio['eager_build_put'][dp])} | {_ratio(ratio['eager_numpy_build_put'][dp])} |"
+        f"{_put(put['baseline_eager'][dp])} | {_put(figures)} | {_ratio(ratio['eager_put'][dp])} |"
         for dp, figures in put["arrow_eager"].items()
     ]
     lines += [
         f"| **limit**: `ray.put` of one contiguous buffer of the batch's size | | "
-        f"{_put(put['single_buffer'])} | | | |",
+        f"{_put(put['single_buffer'])} | |",
     ]
     lines += [
         f"| **limit**: {dp} `ray.put`s of plain buffers of the shards' sizes (Ray's cost per "
-        f"object) | | {_put(figures)} | | | |"
+        f"object) | | {_put(figures)} | |"
         for dp, figures in put.get("per_rank_buffers", {}).items()
     ]
     lines.append("")
@@ -134,7 +130,7 @@ def _rank_rows(results: dict[str, Any]) -> list[str]:
                 rows.append(
                     f"| {dp} | {mode} | {name} | {' | '.join(steps)} | "
                     f"**{format_seconds(figures['median'])}** ({format_seconds(figures['min'])}) "
-                    f"| {format_seconds(figures['gc'])} | {format_seconds(figures['leaf'])} | "
+                    f"| {format_seconds(figures['gc'])} | "
                     f"{format_bytes(memory['private_increase_bytes'])} | "
                     f"{format_bytes(memory['shared_touched_bytes'])} | "
                     f"{format_bytes(memory['arrow_allocated_bytes'])} |"
@@ -143,7 +139,7 @@ def _rank_rows(results: dict[str, Any]) -> list[str]:
             entry = memcpy[dp]
             rows.append(
                 f"| {dp} | **limit** | memcpy of a rank's {format_bytes(entry['bytes'])} | | | | | "
-                f"{format_seconds(entry['seconds'])} | | | | | |"
+                f"{format_seconds(entry['seconds'])} | | | | |"
             )
     return rows
 
@@ -158,17 +154,16 @@ def _ranks(results: dict[str, Any]) -> list[str]:
         "",
         f"Only a few ranks per configuration are measured (ranks {measured}), each configuration "
         "in a fresh `num_cpus=0` actor that times its own steps; the figure is the median over "
-        "those ranks. *public calls*: `process_rollout_data` + `to_tensors` end to end. *of "
-        "which GC*: time CPython's garbage collector ran inside the steps (left enabled, as in "
-        "a real process). *private +*: peak increase of the rank's private memory. *store "
-        "pages*: object-store pages the rank touched. *Arrow alloc*: growth of "
-        "`pyarrow.total_allocated_bytes()` while the rank holds its shard (Arrow's memory pool, "
-        "where arrow_split gathers a shard's rows; torch tensors and Python objects are not in "
-        "it).",
+        "those ranks. *of which GC*: time CPython's garbage collector ran inside the steps "
+        "(left enabled, as in a real process). *private +*: peak increase of the rank's "
+        "private memory. *store pages*: object-store pages the rank touched. "
+        "*Arrow alloc*: growth of `pyarrow.total_allocated_bytes()` while the rank "
+        "holds its shard (Arrow's memory pool, where arrow_split gathers a shard's rows; "
+        "torch tensors and Python objects are not in it).",
         "",
         "| dp_size | mode | path | get | plan | take | to_tensors | sum | of which GC | "
-        "public calls | private + | store pages | Arrow alloc |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "private + | store pages | Arrow alloc |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
         *_rank_rows(results),
         "",
     ]
@@ -187,21 +182,6 @@ def _targets(results: dict[str, Any]) -> list[str]:
             f"| {target['target']} | {target['where']} | {target['goal']} | "
             f"{_ratio(target['value'])} | {reached} |"
         )
-    return [*lines, ""]
-
-
-def _scaling(results: dict[str, Any]) -> list[str]:
-    scaling = results["ratios"]["per_rank_vs_dp_size"]
-    sizes = [str(dp) for dp in results["dp_sizes"]]
-    lines = [
-        "### Per-rank time as dp_size grows (relative to the smallest dp_size)",
-        "",
-        f"| configuration | {' | '.join(sizes)} |",
-        f"|---|{'---|' * len(sizes)}",
-    ]
-    for key, by_dp in scaling.items():
-        cells = [f"{by_dp[dp]:.3g}" if by_dp.get(dp) is not None else "—" for dp in sizes]
-        lines.append(f"| {key} | {' | '.join(cells)} |")
     return [*lines, ""]
 
 
@@ -234,9 +214,9 @@ def _ratios(results: dict[str, Any]) -> list[str]:
 
 def _planner(results: dict[str, Any]) -> list[str]:
     lines = [
-        "### Planner (balanced Karmarkar-Karp): arrow_split against the plain-Python reference",
+        "### Planner (balanced Karmarkar-Karp): arrow_split against the baseline's",
         "",
-        "| samples | dp_size | arrow_split | reference | reference / arrow_split |",
+        "| samples | dp_size | arrow_split | baseline | baseline / arrow_split |",
         "|---|---|---|---|---|",
     ]
     lines += [
@@ -253,8 +233,8 @@ _NOTES = [
     "- **Baseline**: the classic path, rewritten from its description (`benchmarks/baseline.py`): "
     "a dict of Python lists; eager puts one dict per rank built by list indexing, delayed puts "
     "the whole dict and every rank gets it, builds all shards and keeps its own; "
-    "`torch.tensor(list)` per sample; the plain-Python Karmarkar-Karp of "
-    "`tests/reference_plan.py`. Before anything is timed, the baseline's shards are checked "
+    "`torch.tensor(list)` per sample; its own plain-Python Karmarkar-Karp. "
+    "Before anything is timed, the baseline's shards are checked "
     "equal to arrow_split's (`shard_for_rank`, eager and delayed `process_rollout_data`) for "
     "every rank measured.",
     "- **Bytes stored**: `ray.experimental.get_object_locations(refs)[ref]['object_size']` "
@@ -282,7 +262,6 @@ def markdown(results: dict[str, Any]) -> str:
         _driver(results),
         _ranks(results),
         _ratios(results),
-        _scaling(results),
         _planner(results),
         _NOTES,
     ]

@@ -4,8 +4,7 @@ Time: :func:`time.perf_counter`; :class:`GcClock` measures the share of the garb
 Memory (Linux): the resident set size, its shared part and its high-water mark from
 ``/proc/self/status``; writing ``5`` to ``/proc/self/clear_refs`` resets the high-water mark to the
 current RSS, so the peak of one block is measured on its own (:class:`MemoryGauge`). Where that
-file cannot be written (not Linux, or not allowed) the peak is the process's lifetime peak
-(``resource.getrusage``) and :func:`reset_peak_rss` says so by returning ``False``.
+file cannot be written the peak is the process's lifetime peak (``resource.getrusage``).
 """
 
 from __future__ import annotations
@@ -20,19 +19,7 @@ import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-__all__ = [
-    "GcClock",
-    "Laps",
-    "MemoryGauge",
-    "Repeats",
-    "current_rss",
-    "peak_rss",
-    "reset_peak_rss",
-    "shared_rss",
-    "summarize",
-]
-
-_STATUS = "/proc/self/status"
+__all__ = ["GcClock", "Laps", "MemoryGauge", "Repeats", "reset_peak_rss", "summarize"]
 
 
 class Laps:
@@ -50,21 +37,18 @@ class Laps:
 
     @property
     def total(self) -> float:
-        """The sum of all laps."""
         return sum(self.seconds.values())
 
 
 class GcClock:
     """Seconds CPython's cyclic garbage collector ran inside a ``with`` block (``gc.callbacks``).
 
-    The collector is left enabled, as in a real process: a collection runs when allocations
-    trigger it and walks every tracked container, so the baseline's freshly unpickled lists make
-    whichever step comes next pay for a pass over all of them. This clock says how much.
+    The collector is left enabled, as in a real process: the baseline's freshly unpickled lists
+    make whichever step comes next pay for a pass over all of them. This clock says how much.
     """
 
     def __init__(self) -> None:
         self.seconds = 0.0
-        self.collections = 0
         self._started: float | None = None
 
     def _callback(self, phase: str, info: dict[str, int]) -> None:
@@ -72,7 +56,6 @@ class GcClock:
             self._started = time.perf_counter()
         elif self._started is not None:
             self.seconds += time.perf_counter() - self._started
-            self.collections += 1
             self._started = None
 
     def __enter__(self) -> GcClock:
@@ -85,55 +68,41 @@ class GcClock:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Repeats:
-    """How often a measurement runs: at least ``count`` times, more while under ``min_seconds``.
+    """At least ``count`` runs, more while under ``min_seconds`` (at most ``10 * count``).
 
-    Like ``timeit``'s autorange: a cheap measurement (a few ms) gets more runs, so that a burst
-    of noise from other processes moves its median less; never more than ``max_factor * count``
-    runs. Iterating yields the run numbers; the caller's own work between runs counts too.
+    Like ``timeit``'s autorange: a cheap measurement gets more runs, so that a burst of noise
+    from other processes moves its median less.
     """
 
     count: int
     min_seconds: float = 0.5
-    max_factor: int = 10
 
     def __iter__(self) -> Iterator[int]:
-        start = time.perf_counter()
-        runs = 0
+        start, runs = time.perf_counter(), 0
         while runs < self.count or (
-            time.perf_counter() - start < self.min_seconds and runs < self.max_factor * self.count
+            time.perf_counter() - start < self.min_seconds and runs < 10 * self.count
         ):
             yield runs
             runs += 1
 
 
 def summarize(seconds: Iterable[float]) -> dict[str, Any]:
-    """``{"min", "median", "all"}`` of repeated measurements (as bench_planner reports them)."""
+    """``{"min", "median", "all"}`` of repeated measurements."""
     values = list(seconds)
     return {"min": min(values), "median": statistics.median(values), "all": values}
 
 
-def _status_kib(field: str) -> int | None:
+def _status_bytes(field: str) -> int | None:
     try:
-        with open(_STATUS, encoding="ascii") as status:
+        with open("/proc/self/status", encoding="ascii") as status:
             match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
     except OSError:
         return None
     return None if match is None else int(match.group(1)) * 1024
 
 
-def current_rss() -> int:
-    """Resident set size of this process, in bytes (0 where unknown)."""
-    return _status_kib("VmRSS") or 0
-
-
-def shared_rss() -> int:
-    """Resident pages of shared memory (the object store's included), in bytes (0 if unknown)."""
-    return _status_kib("RssShmem") or 0
-
-
-def peak_rss() -> int:
-    """High-water mark of the resident set size since the last reset, in bytes."""
-    peak = _status_kib("VmHWM")
+def _peak_rss() -> int:
+    peak = _status_bytes("VmHWM")
     if peak is not None:
         return peak
     scale = 1 if sys.platform == "darwin" else 1024
@@ -153,26 +122,21 @@ def reset_peak_rss() -> bool:
 class MemoryGauge:
     """Peak memory of a ``with`` block, split into private memory and shared pages touched.
 
-    Pages of Ray's object store count in a process's RSS once the process touches them, and stay
-    counted while mapped; whether a block pays for them depends on what the process touched
-    before. So the figures keep them apart (Linux; elsewhere the shared part reads 0):
-
-    - ``private_increase_bytes``: peak RSS during the block, less the shared pages resident at its
-      end, minus the private RSS before it (shared pages only grow inside a block that holds
-      its objects, so this is the peak of the private memory);
-    - ``shared_touched_bytes``: shared pages that became resident during the block;
-    - ``peak_rss_bytes``: the absolute high-water mark.
+    Pages of Ray's object store count in a process's RSS once it touches them, so the figures
+    keep them apart (Linux; elsewhere the shared part reads 0): ``private_increase_bytes`` (peak
+    RSS less the shared pages resident at the end, minus the private RSS before),
+    ``shared_touched_bytes`` (shared pages that became resident) and ``peak_rss_bytes``.
     """
 
     def __enter__(self) -> MemoryGauge:
-        self.exact = reset_peak_rss()
-        self._shared = shared_rss()
-        self._private = current_rss() - self._shared
+        reset_peak_rss()
+        self._shared = _status_bytes("RssShmem") or 0
+        self._private = (_status_bytes("VmRSS") or 0) - self._shared
         self.figures: dict[str, int] = {}
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        peak, shared = peak_rss(), shared_rss()
+        peak, shared = _peak_rss(), _status_bytes("RssShmem") or 0
         self.figures = {
             "peak_rss_bytes": peak,
             "private_increase_bytes": max(peak - shared - self._private, 0),

@@ -12,8 +12,8 @@ from hypothesis import example, given
 
 import arrow_split
 from arrow_split import ColumnSpec, RolloutBatch, Shard
+from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize
-from tests.strategies import train_data
 
 
 def _same_train_data(left: dict, right: dict) -> bool:

@@ -1,17 +1,21 @@
-"""Smoke test of the benchmark harness on the tiny workload: figures, files, equal shards.
+"""Smoke test of the benchmarks on tiny sizes: figures, files, equal shards, equal plans.
 
 Speed is never asserted here: only that every figure is produced and positive, that the JSON,
-markdown and plot files are written, and that the baseline and arrow_split hand each rank the same
-shard.
+markdown and plot files are written, that the baseline and arrow_split hand each rank the same
+shard, and that the baseline's own Karmarkar-Karp plans exactly as the tests' reference does.
+This is the one test module that imports ``benchmarks``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("ray")
@@ -21,10 +25,13 @@ pytest.importorskip("tqdm")
 pytest.importorskip("psutil")
 
 from arrow_split import split_train_data_by_dp_raw
-from benchmarks import baseline, harness
-from benchmarks.agreement import shard_differences
-from benchmarks.config import STEPS, Options
-from benchmarks.workloads import generate
+from benchmarks import baseline, bench_build, bench_planner, bench_take, harness
+from benchmarks.config import STEPS, Options, Workload
+from benchmarks.phases import shard_differences
+from benchmarks.timing import Repeats
+from tests.reference_plan import reference_partitions
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DP_SIZES = (2, 4)
 
@@ -38,7 +45,7 @@ def _positive(value: Any) -> bool:
 def test_baseline_and_arrow_split_give_every_rank_the_same_shard(
     balance_data: bool, moe: bool
 ) -> None:
-    workload = generate("tiny", seed=3, moe=moe)
+    workload = Workload.generate("tiny", seed=3, moe=moe)
     classic = baseline.classic_split(workload.lists, 4, balance_data)
     shards = split_train_data_by_dp_raw(workload.lists, 4, balance_data=balance_data)
     for expected, shard in zip(classic, shards, strict=True):
@@ -46,7 +53,7 @@ def test_baseline_and_arrow_split_give_every_rank_the_same_shard(
 
 
 def test_the_agreement_check_sees_a_difference() -> None:
-    workload = generate("tiny")
+    workload = Workload.generate("tiny")
     classic = baseline.classic_split(workload.lists, 2, True)[0]
     changed = {**classic, "rewards": [1.0 - reward for reward in classic["rewards"]]}
     assert shard_differences(classic, changed) == ["rewards"]
@@ -66,7 +73,7 @@ def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
         progress=False,
     )
     results = harness.run(options)
-    return results, harness.write_outputs(results, out, plot=True)
+    return results, harness.write_outputs(results, out)
 
 
 @pytest.mark.ray
@@ -132,7 +139,7 @@ def test_no_ray_is_left_behind(tiny_run: tuple[dict[str, Any], dict[str, Path]])
 
 
 def test_the_cluster_and_soak_plots_are_drawn(tmp_path: Path) -> None:
-    from benchmarks.plots import plot_cluster, plot_soak
+    from benchmarks.report import plot_cluster, plot_soak
 
     mode = {"cross_node_mib": 4.0, "rank_ms_median": 2.0, "rank_ms_max": 3.0}
     cluster = {
@@ -146,3 +153,61 @@ def test_the_cluster_and_soak_plots_are_drawn(tmp_path: Path) -> None:
     plot_soak(soak, tmp_path / "soak.png")
     assert (tmp_path / "cluster.png").stat().st_size > 1000
     assert (tmp_path / "soak.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_baseline_plans_exactly_as_the_reference(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    dp_size = int(rng.integers(1, 9))
+    lengths = rng.integers(1, int(rng.integers(2, 30)), dp_size * int(rng.integers(1, 12))).tolist()
+    for balance_data in (True, False):
+        expected = reference_partitions(lengths, dp_size, balance_data)
+        assert baseline.classic_partitions(lengths, dp_size, balance_data) == expected
+
+
+def test_the_planner_benchmark(tmp_path: Path) -> None:
+    assert (
+        bench_planner.main(
+            ["--sizes", "512:8,256:16", "--repeats", "1", "--json", str(tmp_path / "p.json")]
+        )
+        == 0
+    )
+    report = json.loads((tmp_path / "p.json").read_text())
+    assert [(r["n"], r["dp_size"]) for r in report["results"]] == [(512, 8), (256, 16)]
+    assert all(r["identical"] and _positive(r["speedup_median"]) for r in report["results"])
+
+
+def test_the_build_benchmark() -> None:
+    result = bench_build.measure_build("tiny", 1)
+    assert result["samples"] == 32
+    assert set(result["ratios"]) == {
+        "lists_vs_pa_array_inferred",
+        "lists_vs_pa_array_typed",
+        "numpy_vs_concatenate",
+    }
+    assert all(_positive(ratio) for ratio in result["ratios"].values())
+
+
+@pytest.mark.parametrize("moe", [False, True])
+def test_the_take_benchmark(moe: bool) -> None:
+    result = bench_take.measure_take("tiny", 4, 3, Repeats(1, 0.0), moe=moe)
+    assert result["rows"] == 8
+    assert _positive(result["speedup_median"])
+    assert set(result["seconds"]) == {"take_rows", "record_batch_take"}
+
+
+def test_nothing_under_benchmarks_imports_tests() -> None:
+    sources = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
+    assert sources
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        assert "from tests" not in text, source.name
+        assert "import tests" not in text, source.name
+
+
+def test_the_baseline_imports_nothing_from_arrow_split() -> None:
+    code = "import sys, benchmarks.baseline; print('arrow_split' in sys.modules)"
+    output = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT
+    ).stdout
+    assert output.strip() == "False"

@@ -19,8 +19,8 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize, reference_split
-from tests.strategies import train_data
 
 
 @st.composite

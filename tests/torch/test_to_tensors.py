@@ -28,7 +28,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
-from tests.strategies import train_data
+from arrow_split.testing.strategies import train_data
 
 torch = pytest.importorskip("torch")
 

@@ -3,6 +3,8 @@
 Every column kind is covered (per-token, per-sample tensor, scalar, object, batch-global), with
 empty and one-sample batches, ties in lengths and capped lengths. Columns come as Python lists or
 as numpy arrays, chosen per column, since both are accepted input.
+
+Needs hypothesis: ``pip install arrow-split[test]``.
 """
 
 from __future__ import annotations
@@ -10,18 +12,64 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from hypothesis import strategies as st
 
-__all__ = ["float32s", "lengths_lists", "train_data"]
+try:
+    from hypothesis import strategies as st
+except ImportError:
+    msg = (
+        "arrow_split.testing.strategies needs hypothesis; install it with "
+        "`pip install arrow-split[test]`"
+    )
+    raise ImportError(msg) from None
 
-float32s = st.floats(width=32, allow_nan=False, allow_infinity=False)
-token_ids = st.integers(min_value=0, max_value=2**31 - 1)
+from arrow_split import RolloutBatch
 
-LAYERS, TOP_K = 2, 3
+__all__ = [
+    "MOE_SHAPE",
+    "float32s",
+    "lengths_lists",
+    "rollout_batches",
+    "token_ids",
+    "train_data",
+]
+
+float32s: st.SearchStrategy[float] = st.floats(width=32, allow_nan=False, allow_infinity=False)
+"""Finite floats that are exactly float32 values."""
+
+token_ids: st.SearchStrategy[int] = st.integers(min_value=0, max_value=2**31 - 1)
+"""Token ids (non-negative int32)."""
+
+MOE_SHAPE = (2, 3)
+"""``(layers, top_k)`` of the generated ``rollout_routed_experts``."""
+
+_SAMPLE_KEYS = (
+    "tokens",
+    "response_lengths",
+    "loss_masks",
+    "rollout_log_probs",
+    "rewards",
+    "truncated",
+    "sample_indices",
+    "prompt",
+    "metadata",
+    "weight_versions",
+)
 
 
 def lengths_lists(max_samples: int = 24, cap: int = 12) -> st.SearchStrategy[list[int]]:
-    """Token counts per sample: many ties and values at the cap, as real rollouts have."""
+    """Token counts per sample: many ties and values at the cap, as real rollouts have.
+
+    Parameters
+    ----------
+    max_samples
+        The longest list.
+    cap
+        The largest count (each count is at least 1).
+
+    Returns
+    -------
+    SearchStrategy of list of int
+    """
     length = st.one_of(st.integers(1, cap), st.just(cap), st.sampled_from([1, 2, cap]))
     return st.lists(length, min_size=0, max_size=max_samples)
 
@@ -42,12 +90,9 @@ def _sample(draw: st.DrawFn, total: int, *, tensors: bool) -> dict[str, Any]:
         "weight_versions": draw(st.lists(st.text(max_size=3), max_size=2)),
     }
     if tensors:
-        shape = (total - 1, LAYERS, TOP_K)
-        flat = draw(
-            st.lists(
-                st.integers(0, 255), min_size=int(np.prod(shape)), max_size=int(np.prod(shape))
-            )
-        )
+        shape = (total - 1, *MOE_SHAPE)
+        size = int(np.prod(shape))
+        flat = draw(st.lists(st.integers(0, 255), min_size=size, max_size=size))
         sample["rollout_routed_experts"] = np.asarray(flat, dtype=np.int32).reshape(shape)
     return sample
 
@@ -67,11 +112,28 @@ def _as_numpy(key: str, values: list[Any]) -> Any:
 def train_data(
     draw: st.DrawFn, *, max_samples: int = 24, cap: int = 12, tensors: bool | None = None
 ) -> dict[str, Any]:
-    """A classic train-data dict of every column kind (and the batch-global keys)."""
+    """A classic train-data dict of every column kind (and the batch-global keys).
+
+    Parameters
+    ----------
+    draw
+        Supplied by hypothesis.
+    max_samples
+        The most samples in a batch (0 is drawn too).
+    cap
+        The longest sample, in tokens.
+    tensors
+        Whether ``rollout_routed_experts`` is there; ``None`` draws it.
+
+    Returns
+    -------
+    dict
+        Accepted by :meth:`arrow_split.RolloutBatch.from_train_data`.
+    """
     lengths = draw(lengths_lists(max_samples, cap))
     with_tensors = draw(st.booleans()) if tensors is None else tensors
     samples = [draw(_sample(total, tensors=with_tensors)) for total in lengths]
-    keys = list(_sample_keys(with_tensors))
+    keys = [*_SAMPLE_KEYS, "rollout_routed_experts"] if with_tensors else list(_SAMPLE_KEYS)
     data: dict[str, Any] = {}
     for key in keys:
         values = [sample[key] for sample in samples]
@@ -82,17 +144,19 @@ def train_data(
     return data
 
 
-def _sample_keys(tensors: bool) -> list[str]:
-    keys = [
-        "tokens",
-        "response_lengths",
-        "loss_masks",
-        "rollout_log_probs",
-        "rewards",
-        "truncated",
-        "sample_indices",
-        "prompt",
-        "metadata",
-        "weight_versions",
-    ]
-    return [*keys, "rollout_routed_experts"] if tensors else keys
+def rollout_batches(
+    *, max_samples: int = 24, cap: int = 12, tensors: bool | None = None
+) -> st.SearchStrategy[RolloutBatch]:
+    """Rollout batches built from :func:`train_data` (same parameters).
+
+    Parameters
+    ----------
+    max_samples, cap, tensors
+        As for :func:`train_data`.
+
+    Returns
+    -------
+    SearchStrategy of RolloutBatch
+    """
+    drawn = train_data(max_samples=max_samples, cap=cap, tensors=tensors)
+    return drawn.map(RolloutBatch.from_train_data)

@@ -1,0 +1,310 @@
+"""Seeded rollout batches shaped like RL training data, as train-data dicts.
+
+Every sample has a prompt of ``prompt_tokens`` tokens and a long-tailed response: exponential
+around ``response_mean``, rounded, at least 1 and capped at ``response_cap`` (a capped sample is
+flagged ``truncated``). The values are drawn column by column from one seeded generator, in a
+fixed order, so that a config and a step always give the same batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
+from typing import Any, Literal, get_args
+
+import numpy as np
+import numpy.typing as npt
+
+from arrow_split import KNOWN_COLUMNS
+
+__all__ = [
+    "ColumnSet",
+    "RolloutConfig",
+    "WORKLOADS",
+    "iter_sample_groups",
+    "make_lengths",
+    "make_train_data",
+]
+
+ColumnSet = Literal["every", "numeric"]
+"""Which columns a generated batch has.
+
+``numeric``: ``tokens``, ``response_lengths``, ``loss_masks``, ``rollout_log_probs``,
+``rewards``, ``truncated``, ``sample_indices`` and the batch-global ``raw_reward`` (what the
+benchmarks compare, since the classic path makes a tensor of every per-sample key). ``every``:
+those, plus ``teacher_log_probs``, ``rollout_ids``, the objects ``prompt``, ``metadata`` and
+``weight_versions`` and the batch-global ``dynamic_global_batch_size`` and
+``step_adapter_names``: every kind of column. Either set gets ``rollout_routed_experts`` when the
+config has a ``moe_shape``.
+"""
+
+VOCAB_SIZE = 151_936
+NUM_EXPERTS = 128
+MASKED_FRACTION = 0.05
+_PER_SAMPLE_KINDS = frozenset(
+    {"per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object"}
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    """The shape, seed and form of a generated rollout batch.
+
+    Parameters
+    ----------
+    samples
+        Samples in the batch.
+    response_mean
+        Mean of the exponential response lengths, in tokens, before the cap.
+    response_cap
+        Longest response, in tokens; samples at the cap are ``truncated``.
+    prompt_tokens
+        Inclusive range of the uniform prompt lengths, in tokens.
+    moe_shape
+        ``(layers, top_k)`` of ``rollout_routed_experts`` (int32, ``[len(tokens) - 1, layers,
+        top_k]`` per sample), or ``None`` for no routed experts.
+    seed
+        Seed of every draw: equal configs give equal batches.
+    as_numpy
+        Which columns come as numpy (one array per sample, one array for a scalar column or
+        ``raw_reward``) rather than Python lists: ``True`` for all, ``False`` for none, or a set
+        of keys. Objects are always Python lists; routed experts always numpy arrays.
+    columns
+        Which columns the batch has (:data:`ColumnSet`).
+
+    Examples
+    --------
+    >>> from arrow_split.testing import RolloutConfig, make_train_data
+    >>> data = make_train_data(RolloutConfig(samples=4, moe_shape=(2, 2), seed=1))
+    >>> len(data["tokens"]), data["rollout_routed_experts"][0].shape[1:]
+    (4, (2, 2))
+    """
+
+    samples: int = 64
+    response_mean: float = 1024.0
+    response_cap: int = 4096
+    prompt_tokens: tuple[int, int] = (64, 512)
+    moe_shape: tuple[int, int] | None = None
+    seed: int = 0
+    as_numpy: bool | frozenset[str] = False
+    columns: ColumnSet = "every"
+
+    def __post_init__(self) -> None:
+        low, high = self.prompt_tokens
+        if self.samples < 0 or self.response_cap < 1 or self.response_mean <= 0:
+            msg = (
+                f"`samples` must be >= 0, `response_cap` >= 1 and `response_mean` > 0, got "
+                f"{self.samples!r}, {self.response_cap!r} and {self.response_mean!r}"
+            )
+            raise ValueError(msg)
+        if not 1 <= low <= high:
+            msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
+            raise ValueError(msg)
+        if self.moe_shape is not None and min(self.moe_shape) < 1:
+            msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
+            raise ValueError(msg)
+        if self.columns not in get_args(ColumnSet):
+            msg = f"invalid `columns`: {self.columns!r}; expected one of: 'every', 'numeric'"
+            raise ValueError(msg)
+
+    def numpy_for(self, key: str) -> bool:
+        """Whether column ``key`` comes as numpy (see ``as_numpy``)."""
+        if isinstance(self.as_numpy, bool):
+            return self.as_numpy
+        return key in self.as_numpy
+
+
+WORKLOADS: Mapping[str, RolloutConfig] = MappingProxyType(
+    {
+        "tiny": RolloutConfig(32, 96.0, 192, columns="numeric"),
+        "small": RolloutConfig(256, 2048.0, 4096, columns="numeric"),
+        "medium": RolloutConfig(4096, 5000.0, 8192, columns="numeric"),
+        "large": RolloutConfig(16384, 5000.0, 8192, columns="numeric"),
+    }
+)
+"""The named benchmark workloads: about 12k, 0.5M, 18M and 70M tokens.
+
+Numeric columns, Python lists, seed 0; ``dataclasses.replace(WORKLOADS["medium"], as_numpy=True,
+moe_shape=(8, 4))`` gives the same lengths and values as numpy arrays, with routed experts.
+"""
+
+
+def _rng(seed: int, step: int) -> np.random.Generator:
+    """Step 0 draws from ``seed``'s own stream; step ``s`` from the child stream ``s``."""
+    spawn_key = () if step == 0 else (step,)
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=spawn_key))
+
+
+def _ragged(flat: npt.NDArray[Any], lengths: npt.NDArray[np.int64]) -> list[npt.NDArray[Any]]:
+    """Cut ``flat`` into one array per sample (views, in order)."""
+    return np.split(flat, np.cumsum(lengths)[:-1]) if lengths.size else []
+
+
+def _lengths(
+    config: RolloutConfig, rng: np.random.Generator
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
+    """Total and response lengths: the first draws of every batch."""
+    n, (low, high) = config.samples, config.prompt_tokens
+    prompt = rng.integers(low, high + 1, size=n, dtype=np.int64)
+    response = np.rint(rng.exponential(config.response_mean, size=n)).astype(np.int64)
+    response = np.clip(response, 1, config.response_cap)
+    return prompt + response, response
+
+
+def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
+    """The total length (prompt + response tokens) of each sample, without the batch.
+
+    Equal to the lengths of ``make_train_data(config, step)["tokens"]``, at the cost of two
+    draws per sample: what a planner benchmark needs.
+
+    Parameters
+    ----------
+    config
+        The batch's shape and seed (:class:`RolloutConfig`).
+    step
+        The training step (see :func:`make_train_data`).
+
+    Returns
+    -------
+    numpy.ndarray
+        ``config.samples`` int64 lengths.
+    """
+    _check_step(step)
+    return _lengths(config, _rng(config.seed, step))[0]
+
+
+def _check_step(step: int) -> None:
+    if step < 0:
+        msg = f"`step` must be >= 0, got {step!r}"
+        raise ValueError(msg)
+
+
+def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
+    """The numeric columns as numpy, drawn in a fixed order (routed experts last)."""
+    n = config.samples
+    total, response = _lengths(config, rng)
+    tokens = rng.integers(0, VOCAB_SIZE, size=int(total.sum()), dtype=np.int32)
+    num_response = int(response.sum())
+    masks = (rng.random(num_response) >= MASKED_FRACTION).astype(np.uint8)
+    log_probs = -rng.exponential(0.7, size=num_response).astype(np.float32)
+    columns: dict[str, Any] = {
+        "tokens": _ragged(tokens, total),
+        "response_lengths": response,
+        "loss_masks": _ragged(masks, response),
+        "rollout_log_probs": _ragged(log_probs, response),
+        "rewards": rng.choice([0.0, 1.0], size=n),
+        "truncated": response == config.response_cap,
+        "sample_indices": np.arange(n, dtype=np.int64),
+        "raw_reward": rng.normal(0.5, 0.25, size=n),
+    }
+    if config.moe_shape is not None:
+        rows = total - 1
+        shape = (int(rows.sum()), *config.moe_shape)
+        experts = rng.integers(0, NUM_EXPERTS, size=shape, dtype=np.int32)
+        columns["rollout_routed_experts"] = _ragged(experts, rows)
+    return columns
+
+
+def _extras(
+    config: RolloutConfig, rng: np.random.Generator, numeric: Mapping[str, Any], step: int
+) -> dict[str, Any]:
+    """The other kinds: a second per-token column, ids, objects and small batch globals."""
+    n = config.samples
+    log_probs = numeric["rollout_log_probs"]
+    shift = rng.normal(0.0, 0.05, size=sum(len(values) for values in log_probs))
+    teacher = np.concatenate([*log_probs, np.empty(0, np.float32)]) + shift.astype(np.float32)
+    group = np.arange(n, dtype=np.int64) // 8
+    return {
+        "teacher_log_probs": _ragged(np.minimum(teacher, 0.0), numeric["response_lengths"]),
+        "rollout_ids": group + step * n,
+        "prompt": [f"prompt {step}-{row}: solve problem {row // 8}" for row in range(n)],
+        "metadata": [
+            None if row % 5 == 4 else {"group": int(row // 8), "attempt": int(row % 8)}
+            for row in range(n)
+        ],
+        "weight_versions": [[f"v{step}"] * int(1 + row % 2) for row in range(n)],
+        "dynamic_global_batch_size": n,
+        "step_adapter_names": ["base"],
+    }
+
+
+def _in_form(config: RolloutConfig, key: str, value: Any) -> Any:
+    """``value`` (numpy, or Python objects) in the form the config asks for ``key``."""
+    if key == "rollout_routed_experts" or not isinstance(value, (list, np.ndarray)):
+        return value
+    if isinstance(value, list) and (not value or not isinstance(value[0], np.ndarray)):
+        return value  # objects and plain lists stay as they are
+    if config.numpy_for(key):
+        return value
+    if isinstance(value, list):
+        return [sample.tolist() for sample in value]
+    return value.tolist()
+
+
+def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
+    """A seeded rollout batch as a classic train-data dict.
+
+    Parameters
+    ----------
+    config
+        The batch's shape, seed and form (:class:`RolloutConfig`).
+    step
+        The training step: each step of a config is a different batch of the same shape.
+
+    Returns
+    -------
+    dict
+        Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys,
+        accepted as they are by :meth:`arrow_split.RolloutBatch.from_train_data`.
+    """
+    _check_step(step)
+    rng = _rng(config.seed, step)
+    columns = _numeric(config, rng)
+    if config.columns == "every":
+        columns.update(_extras(config, rng, columns, step))
+    return {key: _in_form(config, key, value) for key, value in columns.items()}
+
+
+def _is_per_sample(key: str) -> bool:
+    spec = KNOWN_COLUMNS.get(key)
+    if spec is None:
+        return False
+    return spec.kind in _PER_SAMPLE_KINDS or spec.global_shape == "float_per_sample"
+
+
+def iter_sample_groups(
+    config: RolloutConfig, group_size: int = 8, *, step: int = 0
+) -> Iterator[dict[str, Any]]:
+    """The batch of :func:`make_train_data` as train-data dicts of ``group_size`` samples.
+
+    The whole batch is generated before the first group is yielded; each group is then a slice
+    of it (rows in order; the last group may be smaller), so producing a group costs little
+    next to consuming it. Per-sample keys and ``raw_reward`` hold the group's rows; other
+    batch-global keys are the batch's. Concatenating the groups' per-sample keys gives
+    ``make_train_data(config, step)``.
+
+    Parameters
+    ----------
+    config
+        The batch's shape, seed and form (:class:`RolloutConfig`).
+    group_size
+        Samples per group (``>= 1``), as a rollout engine returns the samples of one prompt.
+    step
+        The training step (see :func:`make_train_data`).
+
+    Yields
+    ------
+    dict
+        One train-data dict per group, valid on its own.
+    """
+    if group_size < 1:
+        msg = f"`group_size` must be >= 1, got {group_size!r}"
+        raise ValueError(msg)
+    data = make_train_data(config, step)
+    per_sample = [key for key in data if _is_per_sample(key)]
+    for start in range(0, config.samples, group_size):
+        group = dict(data)
+        for key in per_sample:
+            group[key] = data[key][start : start + group_size]
+        yield group
