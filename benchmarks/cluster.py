@@ -14,8 +14,8 @@ With no rank on the head, the plain delayed split moves the whole batch once per
 
 Per mode and step: the bytes that crossed nodes (for every object of the step, its size x (the
 number of nodes holding a copy - 1), read from Ray's object directory before the references are
-dropped: the driver's, and those each rank's call fetched, as the library's ``record_fetches`` lists
-them), the driver's put time, each rank's
+dropped: the driver's, and those each rank's call fetched, as the library's ``on_fetch`` hook
+reports them), the driver's put time, each rank's
 ``process_rollout_data`` time, and how many Ray worker processes were running. The first step of
 a mode pays one-off costs (the node-aware mode starts the head's helper actor); the table shows
 it apart. Output: a table on stdout and ``cluster.json`` under ``--out``.
@@ -43,11 +43,6 @@ from arrow_split import RolloutBatch, shard_for_rank, take_rows
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
 from benchmarks.report import plot_cluster
-
-try:  # the one hook the benchmark needs from the library: the refs a rank's call fetched
-    from arrow_split.ray import record_fetches  # type: ignore[attr-defined]
-except ImportError:
-    from arrow_split.ray_locality import record_fetches
 
 __all__ = [
     "BenchRank",
@@ -202,12 +197,19 @@ class BenchRank:
         """Time this rank's take; also the fetched refs and the pid of the task that took."""
         start = time.perf_counter()
         task_pid = None
-        with record_fetches() as fetched:
-            if mode == "tasks":
-                task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, fetched)
-            else:
-                options = {} if mode == "eager" else {"locality": mode}
-                process_rollout_data(boxed["refs"], dp_rank, dp_size, balance_data=True, **options)
+        fetched: list[Any] = []  # the refs this rank's call fetched (the library's on_fetch hook)
+        if mode == "tasks":
+            task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, fetched)
+        else:
+            options: dict[str, Any] = {} if mode == "eager" else {"locality": mode}
+            process_rollout_data(
+                boxed["refs"],
+                dp_rank,
+                dp_size,
+                balance_data=True,
+                on_fetch=fetched.append,
+                **options,
+            )
         return time.perf_counter() - start, [fetched], task_pid
 
     def _via_task(self, ref: Any, dp_rank: int, dp_size: int, fetched: list[Any]) -> int:

@@ -43,8 +43,8 @@ from arrow_split import (
 from arrow_split._dump import read_batch, read_dump, read_parquet, write_batch, write_parquet
 from arrow_split._inspect import inspect_path, summarize
 from arrow_split.errors import DumpError
+from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize
-from tests.strategies import train_data
 
 V1_DUMP = Path(__file__).parent / "data" / "rollout_v1.arrow"
 ADVANTAGES = ColumnSpec("advantages", "per_token", pa.float32(), length="response")

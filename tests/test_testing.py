@@ -13,7 +13,9 @@ from hypothesis import given, settings
 
 from arrow_split import (
     KNOWN_COLUMNS,
+    PlanKey,
     RolloutBatch,
+    Shard,
     shard_for_rank,
     split_train_data_by_dp_raw,
 )
@@ -180,7 +182,18 @@ def test_invalid_step_and_group_size() -> None:
 
 def _with_column(batch: RolloutBatch, name: str, column: pa.Array) -> RolloutBatch:
     index = batch.record_batch.schema.get_field_index(name)
-    return batch.replace(record_batch=batch.record_batch.set_column(index, name, column))
+    record_batch = batch.record_batch.set_column(index, name, column)
+    if isinstance(batch, Shard):
+        return Shard(
+            record_batch,
+            batch.specs,
+            batch.batch_globals,
+            partition=batch.partition,
+            batch_total_lengths=batch.batch_total_lengths,
+            plan_key=batch.plan_key,
+            dp_rank=batch.dp_rank,
+        )
+    return RolloutBatch(record_batch, batch.specs, batch.batch_globals)
 
 
 def test_equal_batches_and_shards_pass() -> None:
@@ -244,25 +257,18 @@ def test_batch_globals_and_specs_are_compared() -> None:
 def test_shards_differ_in_partition() -> None:
     batch = _batch()
     left = shard_for_rank(batch, 0, 4, balance_data=False)
-    right = left.replace(partition=left.partition + 1)
+    right = left._replace_shard(partition=left.partition + 1)
     with pytest.raises(AssertionError, match=r"`partition` differ"):
         assert_shards_equal(left, right)
     assert_batches_equal(left, right)  # as batches they are equal
 
 
-def test_a_shard_with_a_fingerprint_is_compared_only_against_one() -> None:
-    class Fingerprinted:
-        def __init__(self, shard: RolloutBatch, fingerprint: str) -> None:
-            self.record_batch = shard.record_batch
-            self.specs = shard.specs
-            self.batch_globals = shard.batch_globals
-            self.partition = shard.partition
-            self.plan_fingerprint = fingerprint
-
+def test_shards_of_different_plans_differ() -> None:
     shard = shard_for_rank(_batch(), 0, 4, balance_data=False)
-    assert_shards_equal(Fingerprinted(shard, "a"), shard)
+    other = shard._replace_shard(plan_key=PlanKey("strided", 4, "0" * 16))
+    assert_shards_equal(shard, shard_for_rank(_batch(), 0, 4, balance_data=False))
     with pytest.raises(AssertionError, match=r"`plan_fingerprint` differ"):
-        assert_shards_equal(Fingerprinted(shard, "a"), Fingerprinted(shard, "b"))
+        assert_shards_equal(shard, other)
 
 
 @settings(max_examples=25)
