@@ -35,11 +35,14 @@ def put_delayed(batch: RolloutBatch, dp_size: int, balance_data: bool) -> ray.Ob
 def eager_rank_steps(
     refs: Sequence[ray.ObjectRef[Any]], dp_rank: int, dp_size: int, balance_data: bool
 ) -> tuple[Laps, RolloutBatch, object]:
-    """One eager rank: ``get`` its shard, ``plan`` (the leaf's check of its rows), tensors."""
+    """One eager rank: ``get`` its shard, ``plan`` (the leaf's O(1) check of its rows), tensors."""
     laps = Laps()
     shard = ray.get(refs[dp_rank])
     laps.lap("get")
-    partition_for_rank(shard.batch_total_lengths, dp_rank, dp_size, balance_data=balance_data)
+    key = shard.plan_key
+    method = "balanced" if balance_data else "strided"
+    if key is None or (shard.dp_rank, key.dp_size, key.method) != (dp_rank, dp_size, method):
+        raise RuntimeError(f"rank {dp_rank} got another rank's shard")
     laps.lap("plan")
     tensors = to_tensors(shard, layout="per_sample")
     laps.lap("to_tensors")
@@ -49,11 +52,21 @@ def eager_rank_steps(
 def delayed_rank_steps(
     ref: ray.ObjectRef[Any], dp_rank: int, dp_size: int, balance_data: bool
 ) -> tuple[Laps, RolloutBatch, object]:
-    """One delayed rank: ``get`` the batch (views), ``plan``, ``take`` its rows, tensors."""
+    """One delayed rank: ``get`` the batch (views), ``plan``, ``take`` its rows, tensors.
+
+    As the leaf does: the batch carries the driver's plan; a rank at the driver's ``dp_size``
+    reads its rows from it, any other size plans again.
+    """
     laps = Laps()
     batch = ray.get(ref)
     laps.lap("get")
-    indices = partition_for_rank(batch.total_lengths, dp_rank, dp_size, balance_data=balance_data)
+    plan = batch.plan
+    if plan is not None and plan.dp_size == dp_size:
+        indices = plan.rows(dp_rank)
+    else:
+        indices = partition_for_rank(
+            batch.total_lengths, dp_rank, dp_size, balance_data=balance_data
+        )
     laps.lap("plan")
     shard = take_rows(batch, indices)
     del batch
