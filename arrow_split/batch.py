@@ -31,7 +31,7 @@ from arrow_split._codecs.globals import global_to_python
 from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
 from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan, PlanKey
-from arrow_split.schema import ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
 
 __all__ = ["ColumnValues", "RolloutBatch", "Shard", "TrainDataLayout"]
 
@@ -192,9 +192,9 @@ class RolloutBatch:
         """Token count of every sample of the WHOLE batch (for a whole batch, its own)."""
         return self.total_lengths
 
-    def role_values(self, role: str) -> np.ndarray | None:
+    def role_values(self, role: Role) -> np.ndarray | None:
         """The values of the per-sample scalar column that plays ``role``, or ``None``."""
-        name = role_column(self._specs, role)  # type: ignore[arg-type]
+        name = role_column(self._specs, role)
         if name is None or name not in self._record_batch.schema.names:
             return None
         return numpy_view(self._record_batch.column(name))

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from arrow_split import karmarkar_karp
 from arrow_split import plan as partition
 from arrow_split.plan import (
     check_dp_rank,
@@ -265,3 +266,22 @@ def test_plan_is_the_same_in_fresh_processes_with_other_hash_seeds() -> None:
     here = plan_partitions(lengths, 64, balance_data=True)
     assert outputs[0]["True"]["parts"] == [part.tolist() for part in here]
     assert outputs[0]["True"]["fingerprint"] == plan_fingerprint(lengths, 64, balance_data=True)
+
+
+@st.composite
+def _equal_size_cases(draw: st.DrawFn) -> tuple[int, list[int]]:
+    dp_size = draw(st.integers(1, 8))
+    count = dp_size * draw(st.integers(1, 6))
+    return dp_size, draw(st.lists(st.integers(0, 50), min_size=count, max_size=count))
+
+
+@given(_equal_size_cases())
+def test_the_balanced_plan_is_the_general_equal_size_karmarkar_karp(
+    case: tuple[int, list[int]],
+) -> None:
+    # Two implementations of one algorithm: the plan's specialised one and the schedule's
+    # general one (free sizes, float weights). They must agree part for part.
+    dp_size, lengths = case
+    general = karmarkar_karp(np.asarray(lengths, dtype=np.int64), dp_size, equal_size=True)
+    planned = plan_partitions(lengths, dp_size, balance_data=True)
+    assert [part.tolist() for part in planned] == [part.tolist() for part in general]

@@ -451,7 +451,7 @@ FLOPS = ScheduleConfig(
         (([[1, 2]], [0, 1], 1, STATIC), PlanError, r"`total_lengths` must be 1-D .* \(1, 2\)"),
         (([[1, 2], [3]], [0], 1, STATIC), PlanError, r"`total_lengths` must be a 1-D .* numpy"),
         (([1, -2], [0, 1], 1, STATIC), PlanError, r"non-negative, got -2 at sample 1"),
-        (([2**62, 2**62], [0, 1], 1, STATIC), PlanError, r"more tokens than int64"),
+        (([2**62, 2**62], [0, 1], 1, STATIC), PlanError, r"tokens, more than int64 can hold"),
         ((np.array([2**63], np.uint64), [0], 1, STATIC), PlanError, r"more than int64"),
         (([1, 2], [0], 1, STATIC), PlanError, r"`rollout_ids` has 1 values .* has 2"),
         (([1, 2], ["a", "b"], 1, STATIC), PlanTypeError, r"`rollout_ids` must hold integers"),

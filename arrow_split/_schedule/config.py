@@ -19,8 +19,6 @@ __all__ = [
     "Float64Array",
     "Int64Array",
     "ScheduleConfig",
-    "check_dp_rank",
-    "check_lengths",
     "check_positive_int",
     "check_rollout_ids",
     "check_weights",
@@ -174,19 +172,6 @@ def check_positive_int(name: str, value: object) -> int:
     return int(value)  # type: ignore[call-overload,no-any-return]
 
 
-def check_dp_rank(dp_rank: object, dp_size: int) -> int:
-    """Return `dp_rank` as an int, or raise if it is not an int in ``[0, dp_size)``."""
-    if not _is_int(dp_rank):
-        kind = type(dp_rank).__name__
-        msg = f"`dp_rank` must be an int in [0, {dp_size}), got {dp_rank!r} of type {kind}"
-        raise PlanTypeError(msg)
-    rank: int = int(dp_rank)  # type: ignore[call-overload]
-    if not 0 <= rank < dp_size:
-        msg = f"`dp_rank` must be in [0, {dp_size}), got {rank}; `dp_size` is {dp_size}"
-        raise PlanError(msg)
-    return rank
-
-
 def _as_1d(name: str, values: npt.ArrayLike, what: str) -> np.ndarray:
     try:
         array = np.asarray(values)
@@ -210,32 +195,6 @@ def _as_int64(name: str, values: npt.ArrayLike, what: str, fix: str) -> Int64Arr
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
         raise PlanError(msg)
     return np.ascontiguousarray(array, dtype=np.int64)
-
-
-def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
-    """Return the per-sample token counts as a 1-D int64 array, or raise.
-
-    Raises
-    ------
-    PlanTypeError
-        If the values are not integers.
-    PlanError
-        If the input is not 1-D, holds a negative value, or its total overflows int64.
-    """
-    fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
-    lengths = _as_int64("total_lengths", total_lengths, "non-negative ints", fix)
-    negative = np.flatnonzero(lengths < 0)
-    if negative.size:
-        row = int(negative[0])
-        msg = (
-            f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
-            f"({negative.size} negative in all)"
-        )
-        raise PlanError(msg)
-    if lengths.size and sum(lengths.tolist()) > _INT64_MAX:
-        msg = "`total_lengths` sums to more tokens than int64 can hold"
-        raise PlanError(msg)
-    return lengths
 
 
 def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:

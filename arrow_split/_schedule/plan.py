@@ -32,8 +32,6 @@ import numpy.typing as npt
 from arrow_split._schedule.config import (
     Int64Array,
     ScheduleConfig,
-    check_dp_rank,
-    check_lengths,
     check_positive_int,
     check_rollout_ids,
     check_weights,
@@ -41,6 +39,7 @@ from arrow_split._schedule.config import (
 from arrow_split._schedule.kk import kk_partitions
 from arrow_split._schedule.pack import pack_step
 from arrow_split.errors import PlanError, PlanTypeError
+from arrow_split.plan import check_dp_rank, check_lengths
 
 __all__ = ["RankSchedule", "Schedule", "plan_schedule", "schedule_for_rank", "to_miles_fields"]
 
