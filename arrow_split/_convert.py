@@ -111,8 +111,7 @@ def _encode_columns(
     )
     total_lengths = np.diff(columns[source].offsets.to_numpy())
     if _DERIVED_LENGTHS in data:
-        given = np.asarray(per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source))
-        _check_rule(_DERIVED_LENGTHS, given, total_lengths, f"`{source}`", at_least=None)
+        _check_total_lengths(data, total_lengths, source, options)
     rules = LengthRules(source, total_lengths)
     response = role_column(specs, "response_length")
     if response is not None and response in per_sample:
@@ -128,6 +127,17 @@ def _encode_columns(
             columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
             rules.check(specs[key], columns[key])
     return columns, used
+
+
+def _check_total_lengths(
+    data: Mapping[str, Any], total_lengths: np.ndarray, source: str, options: EncodeOptions
+) -> None:
+    """Raise unless a given ``total_lengths`` holds one int per sample equal to the derived one."""
+    values = per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source)
+    spec = ColumnSpec(_DERIVED_LENGTHS, "per_sample_scalar", pa.int64())
+    given, _ = codec_for(spec).encode(spec, values, options)
+    actual = np.asarray(given.to_numpy(zero_copy_only=False))
+    _check_rule(_DERIVED_LENGTHS, actual, total_lengths, f"`{source}`", at_least=None)
 
 
 class LengthRules:

@@ -211,8 +211,20 @@ BAD_TRAIN_DATA = [
     pytest.param(
         _data(rollout_routed_experts=[np.zeros((3, 2), int), np.zeros((2, 2), int), [[1, None]]]),
         ColumnTypeError,
-        r"sample 2: `rollout_routed_experts` must hold numbers, got an array of dtype object",
+        r"sample 2, position 1: `rollout_routed_experts` is an integer column but holds None",
         id="tensor-with-none",
+    ),
+    pytest.param(
+        _data(
+            rollout_routed_experts=[
+                np.zeros((3, 2), int),
+                np.zeros((2, 2), int),
+                np.array([[1, None]], dtype=object),
+            ]
+        ),
+        ColumnTypeError,
+        r"sample 2: `rollout_routed_experts` must hold numbers, got an array of dtype object",
+        id="tensor-object-array",
     ),
     pytest.param(
         _data(rollout_routed_experts=[np.zeros((3, 2), np.float64)] * 3),
