@@ -183,11 +183,21 @@ def locate_python_value(
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
     bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
     for location, value in _numbered(samples, ragged=ragged, name=name, start=start):
-        if isinstance(value, (int, np.integer)) and not bounds.min <= value <= bounds.max:
+        if (
+            integer
+            and isinstance(value, (int, np.integer))
+            and not bounds.min <= value <= bounds.max
+        ):
             msg = (
                 f"{location}: `{name}` value {value!r} is out of range for "
                 f"{bounds.dtype} [{bounds.min}, {bounds.max}]; fix the value, or declare the "
                 "column with a wider `value_type` in a ColumnSpec"
+            )
+            raise ValueRangeError(msg)
+        if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
+            msg = (
+                f"{location}: `{name}` value {value!r:.40} is an int outside int64 in a float "
+                "column; pass floats (`float(v)`, where it fits a float64)"
             )
             raise ValueRangeError(msg)
         problem = _bad_python_value(value, integer=integer, flag=flag)

@@ -198,8 +198,9 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
         locate("null values")
     if integer and pa.types.is_integer(array.type.value_type):
         try:
-            total = sum(map(sum, samples))  # type: ignore[arg-type]
-        except TypeError as exc:
+            with np.errstate(all="ignore"):  # numpy integers may wrap: only the type matters
+                total = sum(map(sum, samples))  # type: ignore[arg-type]
+        except ARROW_ERRORS as exc:
             locate(str(exc))
         if not isinstance(total, (int, np.integer)):
             locate("a float among integer values")
