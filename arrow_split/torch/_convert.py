@@ -81,6 +81,8 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
 
+_INT32_MAX = 2**31 - 1
+
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
     torch.bool: np.bool_,
@@ -222,6 +224,9 @@ def _check_multiple(pad_to_multiple_of: object) -> int | None:
         raise OptionTypeError(msg)
     if pad_to_multiple_of < 1:
         msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
+        raise ValueRangeError(msg)
+    if pad_to_multiple_of > _INT32_MAX:
+        msg = f"`pad_to_multiple_of` must be at most {_INT32_MAX}, got {pad_to_multiple_of!r}"
         raise ValueRangeError(msg)
     return pad_to_multiple_of
 
