@@ -381,9 +381,8 @@ def _check_reassembles(data: dict[str, Any], batch: RolloutBatch) -> None:
     whole = pa.Table.from_batches([batch.record_batch])
     n = batch.num_samples
     requests: list[tuple[Any, int, bool]] = [
-        (data, 1, False),
+        (data, 2, False),
         (batch, 3, False),
-        (batch, max(n, 1), False),
         *((batch, k, True) for k in (2, 3) if n >= k and n % k == 0),
     ]
     for source, dp_size, balance in requests:

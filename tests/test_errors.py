@@ -19,6 +19,7 @@ from arrow_split import (
     RaggedLengthError,
     RolloutBatch,
     SchemaError,
+    SchemaTypeError,
     ValueRangeError,
     shard_for_rank,
     split_train_data_by_dp_raw,
@@ -510,3 +511,282 @@ def test_lengths_total_beyond_int64() -> None:
     message = f"`total_lengths` sums to {3 * 2**62} tokens, more than int64 can hold"
     with pytest.raises(PlanError, match=re.escape(message)):
         plan_fingerprint([2**62, 2**62, 2**62], 1, balance_data=False)
+
+
+# --- what random corruption found: each escape, now a typed error -----------------------------
+
+CORRUPTED_TRAIN_DATA = [
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], b"abc", [8, 9]]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be a list of numbers per sample, got bytes b'abc'; pass a list",
+        id="bytes-sample-is-not-a-list-of-bytes-values",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], {5, 6, 7}, [8, 9]]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be a list of numbers per sample, got set",
+        id="set-sample-has-no-order",
+    ),
+    pytest.param(
+        _data(tokens=[np.ma.masked_array([1, 2, 3, 4], mask=[0, 1, 0, 0]), [5, 6, 7], [8, 9]]),
+        ColumnTypeError,
+        r"sample 0: `tokens` is a masked array with 1 masked values; fill them first",
+        id="masked-array",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.zeros((1, 3), int), np.arange(2)]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be 1-D per sample, got shape \(1, 3\)",
+        id="two-dimensional-token-sample",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.array([5, 6, 2**63], np.uint64), np.arange(2)]),
+        ValueRangeError,
+        r"sample 1, position 2: `tokens` value 9223372036854775808 is out of range for every "
+        r"integer column type",
+        id="uint64-beyond-int64-among-signed-arrays",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.array([5, 6, 2**40]), np.arange(2)]),
+        ValueRangeError,
+        r"sample 1, position 2: `tokens` value 1099511627776 is out of range for int32 "
+        r"\[-2147483648, 2147483647\]; fix the value, or declare the column with a wider",
+        id="int64-array-beyond-int32",
+    ),
+    pytest.param(
+        _data(rollout_log_probs=[[-0.5, 2**70], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` value 1180591620717411303424 is an int "
+        r"outside int64 in a float column; pass floats",
+        id="huge-int-in-float-column",
+    ),
+    pytest.param(
+        _data(rewards=[2**70, 0.5, 0.0]),
+        ValueRangeError,
+        r"sample 0: `rewards` value 1180591620717411303424 is an int outside int64 in a float "
+        r"column",
+        id="huge-int-in-float-scalar-column",
+    ),
+    pytest.param(
+        _data(rewards=[True, 0.5, 0.0]),
+        ColumnTypeError,
+        r"sample 0: `rewards` is a float column but holds a bool \(True\)",
+        id="bool-in-float-scalar-column",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, np.True_, 1]),
+        ColumnTypeError,
+        r"sample 1: `response_lengths` is an integer column but holds a bool",
+        id="numpy-bool-in-int-scalar-column",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, np.array(b"1"), 1]),
+        ColumnTypeError,
+        r"sample 1: `response_lengths` is an integer column but holds a ndarray",
+        id="bytes-array-in-int-scalar-column",
+    ),
+    pytest.param(
+        _data(rewards=np.array([[1.0], [0.5], [0.0]])),
+        ColumnTypeError,
+        r"`rewards` must be 1-D \(one number per sample\), got shape \(3, 1\)",
+        id="two-dimensional-scalar-column",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 2), np.int32), 5, np.zeros((1, 2), np.int32)]),
+        ColumnTypeError,
+        r"sample 1: `rollout_routed_experts` must be an array of shape \[rows, \.\.\.\] per "
+        r"sample, got the scalar 5",
+        id="scalar-tensor-sample",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[[[1, 2], [3]], [[1, 2]], [[1, 2]]]),
+        ColumnTypeError,
+        r"sample 0: `rollout_routed_experts` is not a rectangular array of numbers",
+        id="ragged-nested-lists-in-a-tensor",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[[[2**63], [1], [2]], [[1], [2]], [[1]]]),
+        ValueRangeError,
+        r"sample 0, position 0: `rollout_routed_experts` value 9223372036854775808 is out of "
+        r"range for int32",
+        id="huge-int-in-nested-tensor-lists",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 0), np.int32)] * 3),
+        RaggedLengthError,
+        r"sample 0: `rollout_routed_experts` has trailing shape \(0,\); every axis after the "
+        r"first must have at least one element",
+        id="zero-sized-trailing-axis",
+    ),
+    pytest.param(
+        _data(dynamic_global_batch_size=-1),
+        SchemaError,
+        r"`dynamic_global_batch_size` must be one int, got int -1: a negative count",
+        id="global-negative-count",
+    ),
+    pytest.param(
+        _data(step_slots=np.array([[1, 2]])),
+        SchemaError,
+        r"`step_slots` must be a list of ints, got ndarray .*: an array of shape \(1, 2\)",
+        id="global-two-dimensional-array",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, 1j, 0.0]),
+        ColumnTypeError,
+        r"sample 1: `raw_reward` must hold real numbers \(int or float\), got complex 1j",
+        id="global-complex-number",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, 2**1100, 0.0]),
+        ValueRangeError,
+        r"sample 1: `raw_reward` value \d+ is too large for a float64",
+        id="global-int-beyond-float64",
+    ),
+    pytest.param(
+        _data(metadata=[lambda: 0, None, None]),
+        ColumnTypeError,
+        r"sample 0: `metadata` holds a function that cannot be pickled .*; store a picklable",
+        id="unpicklable-object",
+    ),
+    pytest.param(
+        _data(total_lengths=[4, 3.0, 2]),
+        ColumnTypeError,
+        r"sample 1: `total_lengths` is an integer column but holds a float \(3\.0\)",
+        id="total-lengths-float",
+    ),
+    pytest.param(
+        _data(total_lengths=[[4], 3, 2]),
+        ColumnTypeError,
+        r"sample 0: `total_lengths` is an integer column but holds a list",
+        id="total-lengths-nested",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "error", "match"), CORRUPTED_TRAIN_DATA)
+def test_corruptions_get_typed_errors(
+    data: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match) as info:
+        RolloutBatch.from_train_data(data)
+    assert isinstance(info.value, ArrowSplitError)
+
+
+def test_uint64_arrays_alone_or_mixed_with_signed_ones_keep_every_value() -> None:
+    big = 2**60 + 1  # not a float64: a float64 detour would round it
+    spec = ColumnSpec("ids", "per_token", pa.int64(), length="tokens")
+    data = {"tokens": [[1], [2]], "ids": [np.array([big], np.uint64), np.array([-1], np.int64)]}
+    batch = RolloutBatch.from_train_data(data, specs=[spec])
+    assert batch.to_train_data()["ids"] == [[big], [-1]]
+
+
+# --- argument types: TypeError-family for a wrong type, ValueError-family for a wrong value ----
+
+
+@pytest.mark.parametrize(
+    ("make_spec", "error", "match"),
+    [
+        (lambda: ColumnSpec("x", 3), SchemaTypeError, r"invalid `kind`: 3 of type int; expected"),
+        (
+            lambda: ColumnSpec("x", "per_token", "int32"),
+            SchemaTypeError,
+            r"column `x`: a per_token column needs `value_type`, an Arrow type such as "
+            r"`pa.int32\(\)`",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), flag="yes"),
+            SchemaTypeError,
+            r"column `x`: `flag` must be a bool, got 'yes'",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.float32(), finite=1),
+            SchemaTypeError,
+            r"column `x`: `finite` must be a bool, got 1",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_object", codec=None),
+            SchemaTypeError,
+            r"invalid `codec`: None of type NoneType; expected one of: 'string'",
+        ),
+        (lambda: ColumnSpec(3, "per_sample_object"), SchemaTypeError, r"`name` must be a non-emp"),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), role="witness"),
+            SchemaError,
+            r"column `x`: role 'witness' needs a column of kind 'per_sample_scalar', got "
+            r"'per_token'",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_scalar", pa.float64(), role="witness"),
+            SchemaError,
+            r"column `x`: role 'witness' needs an integer `value_type`",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_tensor", pa.bool_()),
+            SchemaError,
+            r"column `x`: tensor columns hold integers or floats, got bool",
+        ),
+    ],
+)
+def test_column_spec_fields(make_spec: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make_spec()
+
+
+@pytest.mark.parametrize(
+    ("specs", "match"),
+    [
+        ([1], r"`specs` must hold ColumnSpec values, got int"),
+        (
+            ColumnSpec("x", "per_sample_object"),
+            r"`specs` must be a list of ColumnSpec values, got ColumnSpec .*; wrap a single spec",
+        ),
+        (None, r"`specs` must be a list of ColumnSpec values, got NoneType None"),
+    ],
+)
+def test_specs_of_the_wrong_type(specs: Any, match: str) -> None:
+    with pytest.raises(SchemaTypeError, match=match):
+        RolloutBatch.from_train_data({"tokens": [[1]], "x": [1]}, specs=specs)
+
+
+def test_a_role_held_twice() -> None:
+    spec = ColumnSpec("x", "per_sample_scalar", pa.int64(), role="witness")
+    with pytest.raises(
+        SchemaError, match=r"columns `seq_witness_ids` and `x` both have role 'witness'"
+    ):
+        RolloutBatch.from_train_data(
+            {"tokens": [[1]], "seq_witness_ids": [1], "x": [2]}, specs=[spec]
+        )
+
+
+@pytest.mark.parametrize("balance_data", ["yes", 1, None])
+def test_balance_data_must_be_a_bool(balance_data: Any) -> None:
+    message = f"`balance_data` must be a bool, got {balance_data!r} of type"
+    with pytest.raises(PlanTypeError, match=re.escape(message)):
+        split_train_data_by_dp_raw(_data(), 1, balance_data=balance_data)
+    with pytest.raises(PlanTypeError, match=re.escape(message)):
+        plan_partitions([1, 2], 1, balance_data=balance_data)
+
+
+def test_dp_size_beyond_int32() -> None:
+    with pytest.raises(PlanError, match=re.escape(f"`dp_size` must be at most {2**31 - 1}")):
+        plan_partitions([1, 2], 2**70, balance_data=False)
+
+
+@pytest.mark.parametrize(
+    ("order_by", "error", "match"),
+    [
+        ([1.5, 2.5], PlanTypeError, r"got shape \(2,\) and dtype float64"),
+        ("ab", PlanTypeError, r"got shape \(\) and dtype <U2"),
+        ([1, 2, 3], PlanError, r"`order_by` must hold one integer per sample \(2\), got shape"),
+        ([[1], [2, 3]], PlanTypeError, r"`order_by` must hold one integer per sample \(2\); numpy"),
+    ],
+)
+def test_order_by(order_by: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        plan_partitions([1, 2], 1, balance_data=False, order_by=order_by)
+
+
+def test_lengths_that_are_not_a_sequence() -> None:
+    with pytest.raises(PlanTypeError, match=r"got shape \(\): str 'ab'"):
+        plan_partitions("ab", 1, balance_data=False)  # type: ignore[arg-type]
