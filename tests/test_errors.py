@@ -12,17 +12,23 @@ import pytest
 
 from arrow_split import (
     ArrowSplitError,
+    ColumnNotFoundError,
     ColumnSpec,
     ColumnTypeError,
+    OptionError,
+    OptionTypeError,
     PlanError,
+    PlanMismatchError,
     PlanTypeError,
     RaggedLengthError,
     RolloutBatch,
     SchemaError,
     SchemaTypeError,
+    Shard,
     ValueRangeError,
     shard_for_rank,
     split_train_data_by_dp_raw,
+    take_rows,
 )
 from arrow_split.plan import (
     check_lengths,
@@ -790,3 +796,188 @@ def test_order_by(order_by: Any, error: type[Exception], match: str) -> None:
 def test_lengths_that_are_not_a_sequence() -> None:
     with pytest.raises(PlanTypeError, match=r"got shape \(\): str 'ab'"):
         plan_partitions("ab", 1, balance_data=False)  # type: ignore[arg-type]
+
+
+# --- plans carried by a batch, shards, and the batch's own checks -----------------------------
+
+
+def _planned(balance_data: bool = True) -> RolloutBatch:
+    batch = RolloutBatch.from_train_data({"tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9], [1]]})
+    return batch.with_plan(batch.make_plan(2, balance_data=balance_data))
+
+
+def test_a_rank_asking_for_another_method_than_the_carried_plan() -> None:
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"this rank asks for a strided plan \(`balance_data=False`\) but the batch was put "
+        r"with a balanced plan \(`balance_data=True`, fingerprint [0-9a-f]+\); pass the same "
+        r"`balance_data` on every rank",
+    ):
+        shard_for_rank(_planned(), 0, 2, balance_data=False)
+
+
+def test_a_rank_asking_for_another_dp_size_without_resplit() -> None:
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"this rank asks for `dp_size=4` but the batch was put for `dp_size=2` "
+        r"\(fingerprint [0-9a-f]+\); pass `resplit=True`",
+    ):
+        shard_for_rank(_planned(), 0, 4, balance_data=True)
+    assert shard_for_rank(_planned(), 0, 4, balance_data=True, resplit=True).num_samples == 1
+
+
+def test_plan_mismatch_is_a_plan_error() -> None:
+    assert issubclass(PlanMismatchError, PlanError)
+    assert issubclass(PlanMismatchError, ValueError)
+
+
+def test_following_the_carried_plan_needs_one() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(
+        PlanError, match=r"`balance_data` is None but the batch carries no plan to follow"
+    ):
+        shard_for_rank(batch, 0, 1, balance_data=None)
+
+
+def test_a_plan_of_another_batch() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(SchemaError, match=r"`plan` must be a Plan of 3 samples, got Plan\("):
+        batch.with_plan(_planned().plan)
+
+
+@pytest.mark.parametrize(
+    ("indices", "match"),
+    [
+        (np.array([[0]]), r"`indices` must be a 1-D array of row numbers, got shape \(1, 1\)"),
+        (np.array([0.5]), r"`indices` must be a 1-D array of row numbers, got shape \(1,\) float"),
+        (np.array([0, 3]), r"`indices` holds row 3, outside \[0, 3\) for this batch"),
+        (np.array([-1]), r"`indices` holds row -1, outside \[0, 3\)"),
+    ],
+)
+def test_take_rows_indices(indices: np.ndarray, match: str) -> None:
+    with pytest.raises(PlanError, match=match):
+        take_rows(RolloutBatch.from_train_data(_data()), indices)
+
+
+def test_a_batch_is_immutable() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(AttributeError, match=r"RolloutBatch is immutable: `_plan` cannot be set"):
+        batch._plan = None  # type: ignore[misc]
+
+
+def test_add_train_data_needs_a_mapping_of_scalar_keys() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(
+        SchemaTypeError, match=r"`data` must be a dict of per-sample lists, got list"
+    ):
+        batch.add_train_data([1, 2, 3])  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match=r"`add_train_data` takes per-sample scalar keys only"):
+        batch.add_train_data({"prompt": ["a", "b", "c"]})
+
+
+def test_column_not_found_is_a_key_error_and_a_schema_error() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(ColumnNotFoundError, match=r"no per-sample column `nope`") as info:
+        batch.column("nope")
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, SchemaError)
+    assert str(info.value).startswith("no per-sample column")  # not quoted as KeyError does
+
+
+def test_shard_layout_options() -> None:
+    shard = split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0]
+    expected = r"invalid `layout`: 'flat'; expected one of: 'rollout', 'actor'"
+    with pytest.raises(OptionError, match=expected):
+        shard.with_layout("flat")  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=expected):
+        shard.to_train_data(layout="flat")  # type: ignore[arg-type]
+
+
+def test_batch_parts_are_checked() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    specs, record_batch = dict(batch.specs), batch.record_batch
+    with pytest.raises(
+        SchemaTypeError, match=r"`record_batch` must be a pyarrow.RecordBatch, got dict"
+    ):
+        RolloutBatch({"tokens": [[1]]}, specs)  # type: ignore[arg-type]
+    with pytest.raises(
+        SchemaError, match=r"the record batch's columns \[.*\] do not match the per-sample specs"
+    ):
+        RolloutBatch(record_batch.drop_columns(["rewards"]), specs, batch.batch_globals)
+    with pytest.raises(SchemaError, match=r"batch-global keys without a value: raw_reward"):
+        RolloutBatch(record_batch, specs, {})
+    with pytest.raises(
+        SchemaError, match=r"`partition` must be a 1-D int array of 3 values, got shape \(2,\)"
+    ):
+        Shard(
+            record_batch,
+            specs,
+            batch.batch_globals,
+            partition=np.arange(2),
+            batch_total_lengths=batch.total_lengths,
+        )
+
+
+# --- options of the leaves ---------------------------------------------------------------------
+
+
+def test_torch_options() -> None:
+    torch = pytest.importorskip("torch")
+    from arrow_split.torch import to_tensors
+
+    batch = RolloutBatch.from_train_data(_data())
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"layout": "flat"}, OptionError, r"invalid `layout`: 'flat'; expected one of:"),
+        ({"layout": 3}, OptionTypeError, r"invalid `layout`: 3 of type int; expected one of:"),
+        ({"device": "gpu0"}, OptionError, r"invalid `device`: 'gpu0'; expected None, a torch"),
+        ({"device": 0.5}, OptionTypeError, r"invalid `device`: 0.5; expected .*\(got a float\)"),
+        (
+            {"token_dtype": "int64"},
+            OptionTypeError,
+            r"invalid `token_dtype`: 'int64' of type str; expected a torch.dtype, one of: "
+            r"torch.int32, torch.int64",
+        ),
+        (
+            {"token_dtype": torch.float32},
+            OptionError,
+            r"invalid `token_dtype`: torch.float32; expected one of: torch.int32, torch.int64",
+        ),
+        ({"mask_dtype": torch.float64}, OptionError, r"invalid `mask_dtype`: torch.float64"),
+        ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
+        (
+            {"pad_to_multiple_of": 2.0},
+            OptionTypeError,
+            r"`pad_to_multiple_of` must be None or an int >= 1, got 2.0 of type float; pass an "
+            r"int such as 8",
+        ),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"got True of type bool"),
+        (
+            {"pad_to_multiple_of": 0},
+            ValueRangeError,
+            r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
+        ),
+        (
+            {"pad_to_multiple_of": 2**40},
+            ValueRangeError,
+            r"`pad_to_multiple_of` must be at most 2147483647, got 1099511627776",
+        ),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            to_tensors(batch, **kwargs)
+    with pytest.raises(SchemaTypeError, match=r"`shard` must be a RolloutBatch, got dict"):
+        to_tensors(_data())  # type: ignore[arg-type]
+
+
+def test_option_type_error_is_an_option_error_and_a_type_error() -> None:
+    assert issubclass(OptionTypeError, OptionError)
+    assert issubclass(OptionTypeError, TypeError)
+    assert issubclass(OptionTypeError, ValueError)  # through OptionError
+
+
+def test_ray_locality_option() -> None:
+    pytest.importorskip("ray")
+    from arrow_split.ray._locality import check_locality
+
+    with pytest.raises(OptionError, match=r"invalid `locality`: 'far'; expected one of:"):
+        check_locality("far")
