@@ -36,9 +36,12 @@ _DERIVED_LENGTHS = "total_lengths"
 
 
 def per_sample_values(
-    data: Mapping[str, Any], key: str, num_samples: int | None, source: str = "tokens"
+    data: Mapping[str, Any], key: str, num_samples: int | None, source: str | None = None
 ) -> Sequence[Any]:
-    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise."""
+    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise.
+
+    ``source`` names the length source in the message (by default the known one).
+    """
     value = data[key]
     sequence = isinstance(value, (list, tuple)) or (is_array(value) and np.ndim(value) >= 1)
     if not sequence:
@@ -49,6 +52,7 @@ def per_sample_values(
         )
         raise ColumnTypeError(msg)
     if num_samples is not None and len(value) != num_samples:
+        source = source or role_column(KNOWN_COLUMNS, "length_source")
         msg = (
             f"`{key}` has {len(value)} values but `{source}` has {num_samples} samples; every "
             "per-sample key needs exactly one value per sample (rows would misalign)"

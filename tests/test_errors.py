@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import arrow_split
 from arrow_split import (
     ArrowSplitError,
     ColumnNotFoundError,
@@ -981,3 +985,85 @@ def test_ray_locality_option() -> None:
 
     with pytest.raises(OptionError, match=r"invalid `locality`: 'far'; expected one of:"):
         check_locality("far")
+
+
+# --- the source: typed errors only, and no assert on user input -------------------------------
+
+PACKAGE = Path(arrow_split.__file__).parent
+BUILTIN_EXCEPTIONS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+)
+# Builtin exceptions the package may raise: (file, exception) -> reason.
+BUILTIN_RAISES = {
+    ("batch.py", "AttributeError"): "a write to a frozen batch, as a frozen dataclass refuses it",
+    ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
+    ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
+    ("testing/_asserts.py", "AssertionError"): "what an assertion helper raises, by contract",
+    ("demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
+    (
+        "ray/_handoff.py",
+        "ImportError",
+    ): "an optional dependency: fail at import, say what to install",
+    ("ray/_locality.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
+    ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
+}
+# Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
+# (file, asserted expression) -> reason.
+ALLOWED_ASSERTS = {
+    ("batch.py", "isinstance(other, RolloutBatch)"): "`type(other) is type(self)` was checked",
+    ("batch.py", "isinstance(other, Shard)"): "`type(other) is type(self)` was checked",
+    ("ray/_handoff.py", "key is not None"): "the known columns declare a witness column",
+    ("ray/_handoff.py", "isinstance(added, Shard)"): "`add_train_data` keeps the type",
+}
+
+
+def _package_trees() -> list[tuple[str, ast.Module, list[str]]]:
+    return [
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(text), text.splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for text in [path.read_text()]
+    ]
+
+
+def _raised_name(node: ast.Raise) -> str | None:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    if isinstance(exc, ast.Name):
+        return exc.id
+    return exc.attr if isinstance(exc, ast.Attribute) else None
+
+
+def test_the_package_raises_no_builtin_exception() -> None:
+    found = {
+        (rel, name)
+        for rel, tree, _ in _package_trees()
+        if rel != "errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Raise) and node.exc is not None
+        for name in [_raised_name(node)]
+        if name in BUILTIN_EXCEPTIONS
+    }
+    assert found - set(BUILTIN_RAISES) == set(), "raise a typed error of arrow_split.errors"
+    assert set(BUILTIN_RAISES) - found == set(), "stale entries: remove them"
+
+
+def test_no_assert_checks_user_input() -> None:
+    found = {}
+    for rel, tree, lines in _package_trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assert):
+                found[(rel, ast.unparse(node.test))] = lines[node.lineno - 1]
+    assert set(found) - set(ALLOWED_ASSERTS) == set(), "raise a typed error instead of asserting"
+    assert set(ALLOWED_ASSERTS) - set(found) == set(), "stale entries: remove them"
+    for key, line in found.items():
+        assert "#" in line, f"{key}: say in a comment why the assert holds"
+
+
+def test_the_source_scans_catch_what_they_should() -> None:
+    tree = ast.parse("raise ValueError(msg)\nraise SchemaError(msg)\nraise\nassert x, 'y'")
+    raised = [_raised_name(node) for node in ast.walk(tree) if isinstance(node, ast.Raise)]
+    assert [name for name in raised if name in BUILTIN_EXCEPTIONS] == ["ValueError"]
+    assert sum(isinstance(node, ast.Assert) for node in ast.walk(tree)) == 1

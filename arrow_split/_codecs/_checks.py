@@ -16,10 +16,10 @@ from arrow_split.errors import ColumnTypeError, ValueRangeError
 
 __all__ = [
     "check_finite",
-    "check_list_samples",
     "check_flag",
     "check_float32_exact",
     "check_int_range",
+    "check_list_samples",
     "flatten_nested",
     "locate_python_value",
     "where",
