@@ -9,7 +9,8 @@ of the transport::
     ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global
     │   │                                     value, a missing required key
     │   ├── SchemaTypeError    (TypeError)    an argument of the wrong type: `data` that is not a
-    │   │                                     mapping, a spec that is not a ColumnSpec
+    │   │                                     mapping, a spec that is not a ColumnSpec, a
+    │   │                                     ColumnSpec field of the wrong type
     │   └── ColumnNotFoundError (KeyError)    a column the batch does not have
     ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer
     │                                         column, None in a token list, a scalar where a

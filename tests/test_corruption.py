@@ -395,6 +395,8 @@ def _check_reassembles(data: dict[str, Any], batch: RolloutBatch) -> None:
         for shard in shards:
             assert dict(shard.specs) == dict(batch.specs)
             assert shard.batch_globals.keys() == batch.batch_globals.keys()
+            for key, value in batch.batch_globals.items():
+                assert _same(shard.batch_globals[key], value), key
     batch.to_train_data()  # decodes without error
 
 

@@ -1067,3 +1067,16 @@ def test_the_source_scans_catch_what_they_should() -> None:
     raised = [_raised_name(node) for node in ast.walk(tree) if isinstance(node, ast.Raise)]
     assert [name for name in raised if name in BUILTIN_EXCEPTIONS] == ["ValueError"]
     assert sum(isinstance(node, ast.Assert) for node in ast.walk(tree)) == 1
+
+
+def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
+    from arrow_split import errors
+
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert re.search(rf"(── |^    ){name}\b", errors.__doc__ or "", re.MULTILINE), name
+        assert getattr(arrow_split, name) is error, name
+        assert issubclass(error, ArrowSplitError)
+        if error is not ArrowSplitError:
+            builtin = (TypeError, ValueError, KeyError, RuntimeError)
+            assert issubclass(error, builtin), name
