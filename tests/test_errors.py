@@ -1080,3 +1080,47 @@ def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
         if error is not ArrowSplitError:
             builtin = (TypeError, ValueError, KeyError, RuntimeError)
             assert issubclass(error, builtin), name
+
+
+# --- escapes left in files this change does not own: each pinned until it is fixed -----------
+
+
+def _shard() -> Shard:
+    return split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0]
+
+
+ESCAPES_TO_FIX = [
+    pytest.param(lambda: RolloutBatch.from_train_data(_data()).column(np.arange(2)), id="column"),
+    pytest.param(lambda: _shard().with_layout(np.arange(2)), id="with-layout"),
+    pytest.param(lambda: _shard().to_train_data(layout=np.arange(2)), id="to-train-data"),
+    pytest.param(
+        lambda: shard_for_rank(_planned(), 0, 2, balance_data=True, resplit=np.arange(2)),
+        id="resplit",
+    ),
+    pytest.param(lambda: take_rows({"tokens": [[1]]}, np.arange(1)), id="take-rows-dict"),
+    pytest.param(
+        lambda: arrow_split.karmarkar_karp([1, 2], 1, equal_size=np.arange(2)), id="kk-equal-size"
+    ),
+    pytest.param(lambda: RolloutBatch.read(3), id="read-an-int"),
+    pytest.param(
+        lambda: Shard(
+            _shard().record_batch,
+            _shard().specs,
+            _shard().batch_globals,
+            partition=["a", "b", "c"],
+            batch_total_lengths=[4, 3, 2],
+        ),
+        id="shard-partition-of-str",
+    ),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(AttributeError, TypeError, ValueError),
+    reason="a builtin exception escapes (numpy's truth value of an array, a missing attribute)",
+)
+@pytest.mark.parametrize("call", ESCAPES_TO_FIX)
+def test_escapes_to_fix(call: Any) -> None:
+    with pytest.raises(ArrowSplitError):
+        call()
