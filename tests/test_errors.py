@@ -1094,7 +1094,7 @@ ESCAPES_TO_FIX = [
     pytest.param(lambda: _shard().with_layout(np.arange(2)), id="with-layout"),
     pytest.param(lambda: _shard().to_train_data(layout=np.arange(2)), id="to-train-data"),
     pytest.param(
-        lambda: shard_for_rank(_planned(), 0, 2, balance_data=True, resplit=np.arange(2)),
+        lambda: shard_for_rank(_planned(), 0, 4, balance_data=True, resplit=np.arange(2)),
         id="resplit",
     ),
     pytest.param(lambda: take_rows({"tokens": [[1]]}, np.arange(1)), id="take-rows-dict"),
