@@ -36,9 +36,12 @@ _DERIVED_LENGTHS = "total_lengths"
 
 
 def per_sample_values(
-    data: Mapping[str, Any], key: str, num_samples: int | None, source: str = "tokens"
+    data: Mapping[str, Any], key: str, num_samples: int | None, source: str | None = None
 ) -> Sequence[Any]:
-    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise."""
+    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise.
+
+    ``source`` names the length source in the message (by default the known one).
+    """
     value = data[key]
     sequence = isinstance(value, (list, tuple)) or (is_array(value) and np.ndim(value) >= 1)
     if not sequence:
@@ -49,6 +52,7 @@ def per_sample_values(
         )
         raise ColumnTypeError(msg)
     if num_samples is not None and len(value) != num_samples:
+        source = source or role_column(KNOWN_COLUMNS, "length_source")
         msg = (
             f"`{key}` has {len(value)} values but `{source}` has {num_samples} samples; every "
             "per-sample key needs exactly one value per sample (rows would misalign)"
@@ -111,8 +115,7 @@ def _encode_columns(
     )
     total_lengths = np.diff(columns[source].offsets.to_numpy())
     if _DERIVED_LENGTHS in data:
-        given = np.asarray(per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source))
-        _check_rule(_DERIVED_LENGTHS, given, total_lengths, f"`{source}`", at_least=None)
+        _check_total_lengths(data, total_lengths, source, options)
     rules = LengthRules(source, total_lengths)
     response = role_column(specs, "response_length")
     if response is not None and response in per_sample:
@@ -128,6 +131,17 @@ def _encode_columns(
             columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
             rules.check(specs[key], columns[key])
     return columns, used
+
+
+def _check_total_lengths(
+    data: Mapping[str, Any], total_lengths: np.ndarray, source: str, options: EncodeOptions
+) -> None:
+    """Raise unless a given ``total_lengths`` holds one int per sample equal to the derived one."""
+    values = per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source)
+    spec = ColumnSpec(_DERIVED_LENGTHS, "per_sample_scalar", pa.int64())
+    given, _ = codec_for(spec).encode(spec, values, options)
+    actual = np.asarray(given.to_numpy(zero_copy_only=False))
+    _check_rule(_DERIVED_LENGTHS, actual, total_lengths, f"`{source}`", at_least=None)
 
 
 class LengthRules:

@@ -295,7 +295,7 @@ class RolloutBatch:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
             raise SchemaError(msg)
         resolved = resolve_specs(data.keys(), specs)
-        if any(spec.kind != "per_sample_scalar" for spec in resolved.values()):
+        if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
             raise SchemaError(msg)
         resolve_specs([*self._specs, *resolved], [*self._specs.values(), *resolved.values()])

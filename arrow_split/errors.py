@@ -9,7 +9,8 @@ of the transport::
     ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global
     │   │                                     value, a missing required key
     │   ├── SchemaTypeError    (TypeError)    an argument of the wrong type: `data` that is not a
-    │   │                                     mapping, a spec that is not a ColumnSpec
+    │   │                                     mapping, a spec that is not a ColumnSpec, a
+    │   │                                     ColumnSpec field of the wrong type
     │   └── ColumnNotFoundError (KeyError)    a column the batch does not have
     ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer
     │                                         column, None in a token list, a scalar where a
@@ -19,7 +20,10 @@ of the transport::
     ├── ValueRangeError        (ValueError)   a value outside its type or domain: int32 overflow,
     │                                         NaN/inf, a mask that is not 0/1
     ├── OptionError            (ValueError)   a keyword argument outside its allowed values
-    │                                         (`layout`, `locality`, `method`, ...)
+    │   │                                     (`layout`, `locality`, `device`, a dtype, ...)
+    │   └── OptionTypeError    (TypeError)    a keyword argument of the wrong type
+    │                                         (`pad_to_multiple_of=2.0`, `device=0.5`, a dtype
+    │                                         given as a str)
     ├── DumpError              (ValueError)   a rollout dump that cannot be read or written:
     │                                         truncated, not an Arrow file, a wrong version,
     │                                         missing or corrupt metadata
@@ -45,6 +49,7 @@ __all__ = [
     "DumpError",
     "NotARolloutBatchError",
     "OptionError",
+    "OptionTypeError",
     "PlanError",
     "PlanMismatchError",
     "PlanTypeError",
@@ -93,6 +98,10 @@ class DumpError(ArrowSplitError, ValueError):
 
 class OptionError(ArrowSplitError, ValueError):
     """A keyword argument outside its allowed values; the message lists them."""
+
+
+class OptionTypeError(OptionError, TypeError):
+    """A keyword argument of the wrong type (a float where an int is needed, a str for a dtype)."""
 
 
 class PlanError(ArrowSplitError, ValueError):

@@ -71,6 +71,7 @@ Int64Array = npt.NDArray[np.int64]
 _Key = tuple[int, int, int, int, int]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_MAX_DP_SIZE = 2**31 - 1  # ranks are numbered in int32 everywhere (torch.distributed too)
 # At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
 _ARRAY_MERGE_MIN_SETS = 10
 _FINGERPRINT_PERSON = b"arrow_split.plan"
@@ -84,6 +85,9 @@ def check_dp_size(dp_size: object) -> int:
         raise PlanTypeError(msg)
     if dp_size < 1:
         msg = f"`dp_size` must be a positive int, got {dp_size!r}"
+        raise PlanError(msg)
+    if dp_size > _MAX_DP_SIZE:
+        msg = f"`dp_size` must be at most {_MAX_DP_SIZE}, got {dp_size!r}"
         raise PlanError(msg)
     return int(dp_size)
 
@@ -125,6 +129,9 @@ def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
         raise PlanError(msg) from exc
     if array.ndim != 1:
         msg = f"`total_lengths` must be 1-D (one length per sample), got shape {array.shape}"
+        if array.ndim == 0:  # not a sequence at all
+            msg += f": {type(total_lengths).__name__} {total_lengths!r:.40}"
+            raise PlanTypeError(msg)
         raise PlanError(msg)
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
@@ -175,12 +182,18 @@ def method_of(balance_data: object) -> SplitMethod:
 def _check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
     if order_by is None:
         return None
-    keys = np.asarray(order_by)
+    try:
+        keys = np.asarray(order_by)
+    except (TypeError, ValueError) as exc:
+        msg = f"`order_by` must hold one integer per sample ({n}); numpy says: {exc}"
+        raise PlanTypeError(msg) from None
     if keys.shape != (n,) or (keys.size and keys.dtype.kind not in "iu"):
         msg = (
             f"`order_by` must hold one integer per sample ({n}), got shape {keys.shape} and "
             f"dtype {keys.dtype}"
         )
+        if keys.ndim == 0 or (keys.size and keys.dtype.kind not in "iu"):
+            raise PlanTypeError(msg)
         raise PlanError(msg)
     return np.ascontiguousarray(keys, dtype=np.int64)
 

@@ -165,6 +165,11 @@ class ColumnSpec:
         if self.length is not None:
             _check_choice("length", self.length, LengthRule)
         _check_choice("codec", self.codec, ObjectCodec)
+        for switch in ("flag", "finite"):
+            if not isinstance(getattr(self, switch), bool):
+                value = getattr(self, switch)
+                msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
+                raise SchemaTypeError(msg)
         if self.kind in ("per_token", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         if self.kind == "batch_global":
@@ -191,9 +196,9 @@ class ColumnSpec:
         if not isinstance(value_type, pa.DataType):
             msg = (
                 f"column `{self.name}`: a {self.kind} column needs `value_type`, an Arrow type "
-                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r}"
+                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
             )
-            raise SchemaError(msg)
+            raise SchemaTypeError(msg)
         numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
         if not (numeric or pa.types.is_boolean(value_type)):
             msg = (
@@ -214,8 +219,12 @@ class ColumnSpec:
 
 def _check_choice(name: str, value: object, allowed: object) -> None:
     choices = get_args(allowed)
+    expected = f"expected one of: {', '.join(map(repr, choices))}"
+    if not isinstance(value, str):
+        msg = f"invalid `{name}`: {value!r:.40} of type {type(value).__name__}; {expected}"
+        raise SchemaTypeError(msg)
     if value not in choices:
-        msg = f"invalid `{name}`: {value!r}; expected one of: {', '.join(map(repr, choices))}"
+        msg = f"invalid `{name}`: {value!r}; {expected}"
         raise SchemaError(msg)
 
 
@@ -275,7 +284,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
         A key is neither known nor declared, or a spec is declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
-    for spec in specs:
+    for spec in _spec_list(specs):
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
             raise SchemaTypeError(msg)
@@ -298,6 +307,20 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
         resolved[key] = found
     _check_roles(resolved)
     return resolved
+
+
+def _spec_list(specs: object) -> list[object]:
+    """``specs`` as a list; a single spec, a str or a non-iterable is a :class:`SchemaTypeError`."""
+    if not isinstance(specs, (ColumnSpec, str, bytes)):
+        try:
+            return list(specs)  # type: ignore[call-overload,no-any-return]
+        except TypeError:
+            pass
+    msg = (
+        f"`specs` must be a list of ColumnSpec values, got {type(specs).__name__} "
+        f"{specs!r:.60}; wrap a single spec in a list"
+    )
+    raise SchemaTypeError(msg)
 
 
 def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> ColumnSpec | None:

@@ -2,26 +2,37 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
+import arrow_split
 from arrow_split import (
     ArrowSplitError,
+    ColumnNotFoundError,
     ColumnSpec,
     ColumnTypeError,
+    OptionError,
+    OptionTypeError,
     PlanError,
+    PlanMismatchError,
     PlanTypeError,
     RaggedLengthError,
     RolloutBatch,
     SchemaError,
+    SchemaTypeError,
+    Shard,
     ValueRangeError,
     shard_for_rank,
     split_train_data_by_dp_raw,
+    take_rows,
 )
 from arrow_split.plan import (
     check_lengths,
@@ -211,8 +222,20 @@ BAD_TRAIN_DATA = [
     pytest.param(
         _data(rollout_routed_experts=[np.zeros((3, 2), int), np.zeros((2, 2), int), [[1, None]]]),
         ColumnTypeError,
-        r"sample 2: `rollout_routed_experts` must hold numbers, got an array of dtype object",
+        r"sample 2, position 1: `rollout_routed_experts` is an integer column but holds None",
         id="tensor-with-none",
+    ),
+    pytest.param(
+        _data(
+            rollout_routed_experts=[
+                np.zeros((3, 2), int),
+                np.zeros((2, 2), int),
+                np.array([[1, None]], dtype=object),
+            ]
+        ),
+        ColumnTypeError,
+        r"sample 2: `rollout_routed_experts` must hold numbers, got an array of dtype object",
+        id="tensor-object-array",
     ),
     pytest.param(
         _data(rollout_routed_experts=[np.zeros((3, 2), np.float64)] * 3),
@@ -498,3 +521,606 @@ def test_lengths_total_beyond_int64() -> None:
     message = f"`total_lengths` sums to {3 * 2**62} tokens, more than int64 can hold"
     with pytest.raises(PlanError, match=re.escape(message)):
         plan_fingerprint([2**62, 2**62, 2**62], 1, balance_data=False)
+
+
+# --- what random corruption found: each escape, now a typed error -----------------------------
+
+CORRUPTED_TRAIN_DATA = [
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], b"abc", [8, 9]]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be a list of numbers per sample, got bytes b'abc'; pass a list",
+        id="bytes-sample-is-not-a-list-of-bytes-values",
+    ),
+    pytest.param(
+        _data(tokens=[[1, 2, 3, 4], {5, 6, 7}, [8, 9]]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be a list of numbers per sample, got set",
+        id="set-sample-has-no-order",
+    ),
+    pytest.param(
+        _data(tokens=[np.ma.masked_array([1, 2, 3, 4], mask=[0, 1, 0, 0]), [5, 6, 7], [8, 9]]),
+        ColumnTypeError,
+        r"sample 0: `tokens` is a masked array with 1 masked values; fill them first",
+        id="masked-array",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.zeros((1, 3), int), np.arange(2)]),
+        ColumnTypeError,
+        r"sample 1: `tokens` must be 1-D per sample, got shape \(1, 3\)",
+        id="two-dimensional-token-sample",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.array([5, 6, 2**63], np.uint64), np.arange(2)]),
+        ValueRangeError,
+        r"sample 1, position 2: `tokens` value 9223372036854775808 is out of range for every "
+        r"integer column type",
+        id="uint64-beyond-int64-among-signed-arrays",
+    ),
+    pytest.param(
+        _data(tokens=[np.arange(4), np.array([5, 6, 2**40]), np.arange(2)]),
+        ValueRangeError,
+        r"sample 1, position 2: `tokens` value 1099511627776 is out of range for int32 "
+        r"\[-2147483648, 2147483647\]; fix the value, or declare the column with a wider",
+        id="int64-array-beyond-int32",
+    ),
+    pytest.param(
+        _data(rollout_log_probs=[[-0.5, 2**70], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` value 1180591620717411303424 is an int "
+        r"outside int64 in a float column; pass floats",
+        id="huge-int-in-float-column",
+    ),
+    pytest.param(
+        _data(rewards=[2**70, 0.5, 0.0]),
+        ValueRangeError,
+        r"sample 0: `rewards` value 1180591620717411303424 is an int outside int64 in a float "
+        r"column",
+        id="huge-int-in-float-scalar-column",
+    ),
+    pytest.param(
+        _data(rewards=[True, 0.5, 0.0]),
+        ColumnTypeError,
+        r"sample 0: `rewards` is a float column but holds a bool \(True\)",
+        id="bool-in-float-scalar-column",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, np.True_, 1]),
+        ColumnTypeError,
+        r"sample 1: `response_lengths` is an integer column but holds a bool",
+        id="numpy-bool-in-int-scalar-column",
+    ),
+    pytest.param(
+        _data(response_lengths=[2, np.array(b"1"), 1]),
+        ColumnTypeError,
+        r"sample 1: `response_lengths` is an integer column but holds a ndarray",
+        id="bytes-array-in-int-scalar-column",
+    ),
+    pytest.param(
+        _data(rewards=np.array([[1.0], [0.5], [0.0]])),
+        ColumnTypeError,
+        r"`rewards` must be 1-D \(one number per sample\), got shape \(3, 1\)",
+        id="two-dimensional-scalar-column",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 2), np.int32), 5, np.zeros((1, 2), np.int32)]),
+        ColumnTypeError,
+        r"sample 1: `rollout_routed_experts` must be an array of shape \[rows, \.\.\.\] per "
+        r"sample, got the scalar 5",
+        id="scalar-tensor-sample",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[[[1, 2], [3]], [[1, 2]], [[1, 2]]]),
+        ColumnTypeError,
+        r"sample 0: `rollout_routed_experts` is not a rectangular array of numbers",
+        id="ragged-nested-lists-in-a-tensor",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[[[2**63], [1], [2]], [[1], [2]], [[1]]]),
+        ValueRangeError,
+        r"sample 0, position 0: `rollout_routed_experts` value 9223372036854775808 is out of "
+        r"range for int32",
+        id="huge-int-in-nested-tensor-lists",
+    ),
+    pytest.param(
+        _data(rollout_routed_experts=[np.zeros((3, 0), np.int32)] * 3),
+        RaggedLengthError,
+        r"sample 0: `rollout_routed_experts` has trailing shape \(0,\); every axis after the "
+        r"first must have at least one element",
+        id="zero-sized-trailing-axis",
+    ),
+    pytest.param(
+        _data(dynamic_global_batch_size=-1),
+        SchemaError,
+        r"`dynamic_global_batch_size` must be one int, got int -1: a negative count",
+        id="global-negative-count",
+    ),
+    pytest.param(
+        _data(step_slots=np.array([[1, 2]])),
+        SchemaError,
+        r"`step_slots` must be a list of ints, got ndarray .*: an array of shape \(1, 2\)",
+        id="global-two-dimensional-array",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, 1j, 0.0]),
+        ColumnTypeError,
+        r"sample 1: `raw_reward` must hold real numbers \(int or float\), got complex 1j",
+        id="global-complex-number",
+    ),
+    pytest.param(
+        _data(raw_reward=[1.0, 2**1100, 0.0]),
+        ValueRangeError,
+        r"sample 1: `raw_reward` value \d+ is too large for a float64",
+        id="global-int-beyond-float64",
+    ),
+    pytest.param(
+        _data(metadata=[lambda: 0, None, None]),
+        ColumnTypeError,
+        r"sample 0: `metadata` holds a function that cannot be pickled .*; store a picklable",
+        id="unpicklable-object",
+    ),
+    pytest.param(
+        _data(total_lengths=[4, 3.0, 2]),
+        ColumnTypeError,
+        r"sample 1: `total_lengths` is an integer column but holds a float \(3\.0\)",
+        id="total-lengths-float",
+    ),
+    pytest.param(
+        _data(total_lengths=[[4], 3, 2]),
+        ColumnTypeError,
+        r"sample 0: `total_lengths` is an integer column but holds a list",
+        id="total-lengths-nested",
+    ),
+]
+
+
+@pytest.mark.parametrize(("data", "error", "match"), CORRUPTED_TRAIN_DATA)
+def test_corruptions_get_typed_errors(
+    data: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match) as info:
+        RolloutBatch.from_train_data(data)
+    assert isinstance(info.value, ArrowSplitError)
+
+
+def test_uint64_arrays_alone_or_mixed_with_signed_ones_keep_every_value() -> None:
+    big = 2**60 + 1  # not a float64: a float64 detour would round it
+    spec = ColumnSpec("ids", "per_token", pa.int64(), length="tokens")
+    data = {"tokens": [[1], [2]], "ids": [np.array([big], np.uint64), np.array([-1], np.int64)]}
+    batch = RolloutBatch.from_train_data(data, specs=[spec])
+    assert batch.to_train_data()["ids"] == [[big], [-1]]
+
+
+# --- argument types: TypeError-family for a wrong type, ValueError-family for a wrong value ----
+
+
+@pytest.mark.parametrize(
+    ("make_spec", "error", "match"),
+    [
+        (lambda: ColumnSpec("x", 3), SchemaTypeError, r"invalid `kind`: 3 of type int; expected"),
+        (
+            lambda: ColumnSpec("x", "per_token", "int32"),
+            SchemaTypeError,
+            r"column `x`: a per_token column needs `value_type`, an Arrow type such as "
+            r"`pa.int32\(\)`",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), flag="yes"),
+            SchemaTypeError,
+            r"column `x`: `flag` must be a bool, got 'yes'",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.float32(), finite=1),
+            SchemaTypeError,
+            r"column `x`: `finite` must be a bool, got 1",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_object", codec=None),
+            SchemaTypeError,
+            r"invalid `codec`: None of type NoneType; expected one of: 'string'",
+        ),
+        (lambda: ColumnSpec(3, "per_sample_object"), SchemaTypeError, r"`name` must be a non-emp"),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), role="witness"),
+            SchemaError,
+            r"column `x`: role 'witness' needs a column of kind 'per_sample_scalar', got "
+            r"'per_token'",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_scalar", pa.float64(), role="witness"),
+            SchemaError,
+            r"column `x`: role 'witness' needs an integer `value_type`",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_tensor", pa.bool_()),
+            SchemaError,
+            r"column `x`: tensor columns hold integers or floats, got bool",
+        ),
+    ],
+)
+def test_column_spec_fields(make_spec: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        make_spec()
+
+
+@pytest.mark.parametrize(
+    ("specs", "match"),
+    [
+        ([1], r"`specs` must hold ColumnSpec values, got int"),
+        (
+            ColumnSpec("x", "per_sample_object"),
+            r"`specs` must be a list of ColumnSpec values, got ColumnSpec .*; wrap a single spec",
+        ),
+        (None, r"`specs` must be a list of ColumnSpec values, got NoneType None"),
+    ],
+)
+def test_specs_of_the_wrong_type(specs: Any, match: str) -> None:
+    with pytest.raises(SchemaTypeError, match=match):
+        RolloutBatch.from_train_data({"tokens": [[1]], "x": [1]}, specs=specs)
+
+
+def test_a_role_held_twice() -> None:
+    spec = ColumnSpec("x", "per_sample_scalar", pa.int64(), role="witness")
+    with pytest.raises(
+        SchemaError, match=r"columns `seq_witness_ids` and `x` both have role 'witness'"
+    ):
+        RolloutBatch.from_train_data(
+            {"tokens": [[1]], "seq_witness_ids": [1], "x": [2]}, specs=[spec]
+        )
+
+
+@pytest.mark.parametrize("balance_data", ["yes", 1, None])
+def test_balance_data_must_be_a_bool(balance_data: Any) -> None:
+    message = f"`balance_data` must be a bool, got {balance_data!r} of type"
+    with pytest.raises(PlanTypeError, match=re.escape(message)):
+        split_train_data_by_dp_raw(_data(), 1, balance_data=balance_data)
+    with pytest.raises(PlanTypeError, match=re.escape(message)):
+        plan_partitions([1, 2], 1, balance_data=balance_data)
+
+
+def test_dp_size_beyond_int32() -> None:
+    with pytest.raises(PlanError, match=re.escape(f"`dp_size` must be at most {2**31 - 1}")):
+        plan_partitions([1, 2], 2**70, balance_data=False)
+
+
+@pytest.mark.parametrize(
+    ("order_by", "error", "match"),
+    [
+        ([1.5, 2.5], PlanTypeError, r"got shape \(2,\) and dtype float64"),
+        ("ab", PlanTypeError, r"got shape \(\) and dtype <U2"),
+        ([1, 2, 3], PlanError, r"`order_by` must hold one integer per sample \(2\), got shape"),
+        ([[1], [2, 3]], PlanTypeError, r"`order_by` must hold one integer per sample \(2\); numpy"),
+    ],
+)
+def test_order_by(order_by: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        plan_partitions([1, 2], 1, balance_data=False, order_by=order_by)
+
+
+def test_lengths_that_are_not_a_sequence() -> None:
+    with pytest.raises(PlanTypeError, match=r"got shape \(\): str 'ab'"):
+        plan_partitions("ab", 1, balance_data=False)  # type: ignore[arg-type]
+
+
+# --- plans carried by a batch, shards, and the batch's own checks -----------------------------
+
+
+def _planned(balance_data: bool = True) -> RolloutBatch:
+    batch = RolloutBatch.from_train_data({"tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9], [1]]})
+    return batch.with_plan(batch.make_plan(2, balance_data=balance_data))
+
+
+def test_a_rank_asking_for_another_method_than_the_carried_plan() -> None:
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"this rank asks for a strided plan \(`balance_data=False`\) but the batch was put "
+        r"with a balanced plan \(`balance_data=True`, fingerprint [0-9a-f]+\); pass the same "
+        r"`balance_data` on every rank",
+    ):
+        shard_for_rank(_planned(), 0, 2, balance_data=False)
+
+
+def test_a_rank_asking_for_another_dp_size_without_resplit() -> None:
+    with pytest.raises(
+        PlanMismatchError,
+        match=r"this rank asks for `dp_size=4` but the batch was put for `dp_size=2` "
+        r"\(fingerprint [0-9a-f]+\); pass `resplit=True`",
+    ):
+        shard_for_rank(_planned(), 0, 4, balance_data=True)
+    assert shard_for_rank(_planned(), 0, 4, balance_data=True, resplit=True).num_samples == 1
+
+
+def test_plan_mismatch_is_a_plan_error() -> None:
+    assert issubclass(PlanMismatchError, PlanError)
+    assert issubclass(PlanMismatchError, ValueError)
+
+
+def test_following_the_carried_plan_needs_one() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(
+        PlanError, match=r"`balance_data` is None but the batch carries no plan to follow"
+    ):
+        shard_for_rank(batch, 0, 1, balance_data=None)
+
+
+def test_a_plan_of_another_batch() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(SchemaError, match=r"`plan` must be a Plan of 3 samples, got Plan\("):
+        batch.with_plan(_planned().plan)
+
+
+@pytest.mark.parametrize(
+    ("indices", "match"),
+    [
+        (np.array([[0]]), r"`indices` must be a 1-D array of row numbers, got shape \(1, 1\)"),
+        (np.array([0.5]), r"`indices` must be a 1-D array of row numbers, got shape \(1,\) float"),
+        (np.array([0, 3]), r"`indices` holds row 3, outside \[0, 3\) for this batch"),
+        (np.array([-1]), r"`indices` holds row -1, outside \[0, 3\)"),
+    ],
+)
+def test_take_rows_indices(indices: np.ndarray, match: str) -> None:
+    with pytest.raises(PlanError, match=match):
+        take_rows(RolloutBatch.from_train_data(_data()), indices)
+
+
+def test_a_batch_is_immutable() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(AttributeError, match=r"RolloutBatch is immutable: `_plan` cannot be set"):
+        batch._plan = None  # type: ignore[misc]
+
+
+def test_add_train_data_needs_a_mapping_of_scalar_keys() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(
+        SchemaTypeError, match=r"`data` must be a dict of per-sample lists, got list"
+    ):
+        batch.add_train_data([1, 2, 3])  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match=r"`add_train_data` takes per-sample scalar keys only"):
+        batch.add_train_data({"prompt": ["a", "b", "c"]})
+
+
+def test_column_not_found_is_a_key_error_and_a_schema_error() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    with pytest.raises(ColumnNotFoundError, match=r"no per-sample column `nope`") as info:
+        batch.column("nope")
+    assert isinstance(info.value, KeyError)
+    assert isinstance(info.value, SchemaError)
+    assert str(info.value).startswith("no per-sample column")  # not quoted as KeyError does
+
+
+def test_shard_layout_options() -> None:
+    shard = split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0]
+    expected = r"invalid `layout`: 'flat'; expected one of: 'rollout', 'actor'"
+    with pytest.raises(OptionError, match=expected):
+        shard.with_layout("flat")  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match=expected):
+        shard.to_train_data(layout="flat")  # type: ignore[arg-type]
+
+
+def test_batch_parts_are_checked() -> None:
+    batch = RolloutBatch.from_train_data(_data())
+    specs, record_batch = dict(batch.specs), batch.record_batch
+    with pytest.raises(
+        SchemaTypeError, match=r"`record_batch` must be a pyarrow.RecordBatch, got dict"
+    ):
+        RolloutBatch({"tokens": [[1]]}, specs)  # type: ignore[arg-type]
+    with pytest.raises(
+        SchemaError, match=r"the record batch's columns \[.*\] do not match the per-sample specs"
+    ):
+        RolloutBatch(record_batch.drop_columns(["rewards"]), specs, batch.batch_globals)
+    with pytest.raises(SchemaError, match=r"batch-global keys without a value: raw_reward"):
+        RolloutBatch(record_batch, specs, {})
+    with pytest.raises(
+        SchemaError, match=r"`partition` must be a 1-D int array of 3 values, got shape \(2,\)"
+    ):
+        Shard(
+            record_batch,
+            specs,
+            batch.batch_globals,
+            partition=np.arange(2),
+            batch_total_lengths=batch.total_lengths,
+        )
+
+
+# --- options of the leaves ---------------------------------------------------------------------
+
+
+def test_torch_options() -> None:
+    torch = pytest.importorskip("torch")
+    from arrow_split.torch import to_tensors
+
+    batch = RolloutBatch.from_train_data(_data())
+    cases: list[tuple[dict[str, Any], type[Exception], str]] = [
+        ({"layout": "flat"}, OptionError, r"invalid `layout`: 'flat'; expected one of:"),
+        ({"layout": 3}, OptionTypeError, r"invalid `layout`: 3 of type int; expected one of:"),
+        ({"device": "gpu0"}, OptionError, r"invalid `device`: 'gpu0'; expected None, a torch"),
+        ({"device": 0.5}, OptionTypeError, r"invalid `device`: 0.5; expected .*\(got a float\)"),
+        (
+            {"token_dtype": "int64"},
+            OptionTypeError,
+            r"invalid `token_dtype`: 'int64' of type str; expected a torch.dtype, one of: "
+            r"torch.int32, torch.int64",
+        ),
+        (
+            {"token_dtype": torch.float32},
+            OptionError,
+            r"invalid `token_dtype`: torch.float32; expected one of: torch.int32, torch.int64",
+        ),
+        ({"mask_dtype": torch.float64}, OptionError, r"invalid `mask_dtype`: torch.float64"),
+        ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
+        (
+            {"pad_to_multiple_of": 2.0},
+            OptionTypeError,
+            r"`pad_to_multiple_of` must be None or an int >= 1, got 2.0 of type float; pass an "
+            r"int such as 8",
+        ),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"got True of type bool"),
+        (
+            {"pad_to_multiple_of": 0},
+            ValueRangeError,
+            r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
+        ),
+        (
+            {"pad_to_multiple_of": 2**40},
+            ValueRangeError,
+            r"`pad_to_multiple_of` must be at most 2147483647, got 1099511627776",
+        ),
+    ]
+    for kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            to_tensors(batch, **kwargs)
+    with pytest.raises(SchemaTypeError, match=r"`shard` must be a RolloutBatch, got dict"):
+        to_tensors(_data())  # type: ignore[arg-type]
+
+
+def test_option_type_error_is_an_option_error_and_a_type_error() -> None:
+    assert issubclass(OptionTypeError, OptionError)
+    assert issubclass(OptionTypeError, TypeError)
+    assert issubclass(OptionTypeError, ValueError)  # through OptionError
+
+
+def test_ray_locality_option() -> None:
+    pytest.importorskip("ray")
+    from arrow_split.ray._locality import check_locality
+
+    with pytest.raises(OptionError, match=r"invalid `locality`: 'far'; expected one of:"):
+        check_locality("far")
+
+
+# --- the source: typed errors only, and no assert on user input -------------------------------
+
+PACKAGE = Path(arrow_split.__file__).parent
+BUILTIN_EXCEPTIONS = frozenset(
+    name
+    for name, value in vars(builtins).items()
+    if isinstance(value, type) and issubclass(value, BaseException)
+)
+# Builtin exceptions the package may raise: (file, exception) -> reason.
+BUILTIN_RAISES = {
+    ("batch.py", "AttributeError"): "a write to a frozen batch, as a frozen dataclass refuses it",
+    ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
+    ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
+    ("testing/_asserts.py", "AssertionError"): "what an assertion helper raises, by contract",
+    ("demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
+    (
+        "ray/_handoff.py",
+        "ImportError",
+    ): "an optional dependency: fail at import, say what to install",
+    ("ray/_locality.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
+    ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
+}
+# Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
+# (file, asserted expression) -> reason.
+ALLOWED_ASSERTS = {
+    ("batch.py", "isinstance(other, RolloutBatch)"): "`type(other) is type(self)` was checked",
+    ("batch.py", "isinstance(other, Shard)"): "`type(other) is type(self)` was checked",
+    ("ray/_handoff.py", "key is not None"): "the known columns declare a witness column",
+    ("ray/_handoff.py", "isinstance(added, Shard)"): "`add_train_data` keeps the type",
+}
+
+
+def _package_trees() -> list[tuple[str, ast.Module, list[str]]]:
+    return [
+        (path.relative_to(PACKAGE).as_posix(), ast.parse(text), text.splitlines())
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for text in [path.read_text()]
+    ]
+
+
+def _raised_name(node: ast.Raise) -> str | None:
+    exc = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
+    if isinstance(exc, ast.Name):
+        return exc.id
+    return exc.attr if isinstance(exc, ast.Attribute) else None
+
+
+def test_the_package_raises_no_builtin_exception() -> None:
+    found = {
+        (rel, name)
+        for rel, tree, _ in _package_trees()
+        if rel != "errors.py"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Raise) and node.exc is not None
+        for name in [_raised_name(node)]
+        if name in BUILTIN_EXCEPTIONS
+    }
+    assert found - set(BUILTIN_RAISES) == set(), "raise a typed error of arrow_split.errors"
+    assert set(BUILTIN_RAISES) - found == set(), "stale entries: remove them"
+
+
+def test_no_assert_checks_user_input() -> None:
+    found = {}
+    for rel, tree, lines in _package_trees():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assert):
+                found[(rel, ast.unparse(node.test))] = lines[node.lineno - 1]
+    assert set(found) - set(ALLOWED_ASSERTS) == set(), "raise a typed error instead of asserting"
+    assert set(ALLOWED_ASSERTS) - set(found) == set(), "stale entries: remove them"
+    for key, line in found.items():
+        assert "#" in line, f"{key}: say in a comment why the assert holds"
+
+
+def test_the_source_scans_catch_what_they_should() -> None:
+    tree = ast.parse("raise ValueError(msg)\nraise SchemaError(msg)\nraise\nassert x, 'y'")
+    raised = [_raised_name(node) for node in ast.walk(tree) if isinstance(node, ast.Raise)]
+    assert [name for name in raised if name in BUILTIN_EXCEPTIONS] == ["ValueError"]
+    assert sum(isinstance(node, ast.Assert) for node in ast.walk(tree)) == 1
+
+
+def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
+    from arrow_split import errors
+
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert re.search(rf"(── |^    ){name}\b", errors.__doc__ or "", re.MULTILINE), name
+        assert getattr(arrow_split, name) is error, name
+        assert issubclass(error, ArrowSplitError)
+        if error is not ArrowSplitError:
+            builtin = (TypeError, ValueError, KeyError, RuntimeError)
+            assert issubclass(error, builtin), name
+
+
+# --- escapes left in files this change does not own: each pinned until it is fixed -----------
+
+
+def _shard() -> Shard:
+    return split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0]
+
+
+ESCAPES_TO_FIX = [
+    pytest.param(lambda: RolloutBatch.from_train_data(_data()).column(np.arange(2)), id="column"),
+    pytest.param(lambda: _shard().with_layout(np.arange(2)), id="with-layout"),
+    pytest.param(lambda: _shard().to_train_data(layout=np.arange(2)), id="to-train-data"),
+    pytest.param(
+        lambda: shard_for_rank(_planned(), 0, 4, balance_data=True, resplit=np.arange(2)),
+        id="resplit",
+    ),
+    pytest.param(lambda: take_rows({"tokens": [[1]]}, np.arange(1)), id="take-rows-dict"),
+    pytest.param(
+        lambda: arrow_split.karmarkar_karp([1, 2], 1, equal_size=np.arange(2)), id="kk-equal-size"
+    ),
+    pytest.param(lambda: RolloutBatch.read(3), id="read-an-int"),
+    pytest.param(
+        lambda: Shard(
+            _shard().record_batch,
+            _shard().specs,
+            _shard().batch_globals,
+            partition=["a", "b", "c"],
+            batch_total_lengths=[4, 3, 2],
+        ),
+        id="shard-partition-of-str",
+    ),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=(AttributeError, TypeError, ValueError),
+    reason="a builtin exception escapes (numpy's truth value of an array, a missing attribute)",
+)
+@pytest.mark.parametrize("call", ESCAPES_TO_FIX)
+def test_escapes_to_fix(call: Any) -> None:
+    with pytest.raises(ArrowSplitError):
+        call()

@@ -7,8 +7,8 @@ check fails is the first bad value located and reported by sample index, positio
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
-from typing import NoReturn
+from collections.abc import Iterator, Sequence
+from typing import NoReturn, cast
 
 import numpy as np
 
@@ -19,6 +19,8 @@ __all__ = [
     "check_flag",
     "check_float32_exact",
     "check_int_range",
+    "check_list_samples",
+    "flatten_nested",
     "locate_python_value",
     "where",
 ]
@@ -116,22 +118,50 @@ def _article(word: str) -> str:
     return "an" if word[0] in "aeiou" else "a"
 
 
+def _is_list_sample(values: object) -> bool:
+    """Whether a sample of a ragged column is an ordered sequence of values (not text, a set...)."""
+    return type(values) is list or (
+        isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray))
+    )
+
+
+def check_list_samples(name: str, samples: Sequence[object]) -> None:
+    """Raise :class:`ColumnTypeError` on the first sample that is not a list of values.
+
+    pyarrow would read a ``bytes`` sample as its byte values and a ``set`` in arbitrary order;
+    neither is a sample of a ragged column.
+    """
+    for sample, values in enumerate(samples):
+        if not _is_list_sample(values):
+            msg = (
+                f"sample {sample}: `{name}` must be a list of numbers per sample, got "
+                f"{type(values).__name__} {values!r:.40}; pass a list or a 1-D numpy array"
+            )
+            raise ColumnTypeError(msg)
+
+
 def _numbered(
-    samples: Sequence[object], *, ragged: bool, name: str
+    samples: Sequence[object], *, ragged: bool, name: str, start: int
 ) -> Iterator[tuple[str, object]]:
     """Yield ``(where, value)`` for every value of a Python column, checking ragged samples."""
-    for sample, values in enumerate(samples):
+    if ragged:
+        check_list_samples(name, samples)
+    for sample, values in enumerate(samples, start=start):
         if not ragged:
             yield f"sample {sample}", values
             continue
-        if isinstance(values, (str, bytes)) or not isinstance(values, Iterable):
-            msg = (
-                f"sample {sample}: `{name}` must be a list of numbers per sample, got "
-                f"{type(values).__name__} {values!r:.40}"
-            )
-            raise ColumnTypeError(msg)
-        for position, value in enumerate(values):
+        for position, value in enumerate(cast("Sequence[object]", values)):
             yield f"sample {sample}, position {position}", value
+
+
+def flatten_nested(value: object) -> list[object]:
+    """The leaves of nested lists and tuples, in row-major order (a non-list is one leaf)."""
+    if not isinstance(value, (list, tuple)):
+        return [value]
+    leaves: list[object] = []
+    for item in value:
+        leaves.extend(flatten_nested(item))
+    return leaves
 
 
 def locate_python_value(
@@ -142,21 +172,32 @@ def locate_python_value(
     flag: bool,
     ragged: bool,
     cause: str,
+    start: int = 0,
 ) -> NoReturn:
     """Find the first value of a Python column that its numeric column cannot hold, and raise.
 
     ``cause`` is what the fast conversion reported; it is shown if the scan finds nothing more
-    precise.
+    precise. ``start`` is the number of the first sample in ``samples``.
     """
     integer = target.kind in "iub"
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
     bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
-    for location, value in _numbered(samples, ragged=ragged, name=name):
-        if isinstance(value, (int, np.integer)) and not bounds.min <= value <= bounds.max:
+    for location, value in _numbered(samples, ragged=ragged, name=name, start=start):
+        if (
+            integer
+            and isinstance(value, (int, np.integer))
+            and not bounds.min <= value <= bounds.max
+        ):
             msg = (
                 f"{location}: `{name}` value {value!r} is out of range for "
                 f"{bounds.dtype} [{bounds.min}, {bounds.max}]; fix the value, or declare the "
                 "column with a wider `value_type` in a ColumnSpec"
+            )
+            raise ValueRangeError(msg)
+        if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
+            msg = (
+                f"{location}: `{name}` value {value!r:.40} is an int outside int64 in a float "
+                "column; pass floats (`float(v)`, where it fits a float64)"
             )
             raise ValueRangeError(msg)
         problem = _bad_python_value(value, integer=integer, flag=flag)

@@ -26,13 +26,14 @@ from arrow_split._codecs._checks import (
     check_int_range,
     locate_python_value,
 )
-from arrow_split.errors import ColumnTypeError
+from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ARROW_ERRORS",
     "as_array",
     "check_array_dtype",
+    "exact_integers",
     "finish",
     "flat_from_arrays",
     "flat_from_python",
@@ -52,7 +53,18 @@ def is_array(value: object) -> bool:
 
 
 def as_array(value: object, name: str, location: str) -> np.ndarray:
-    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made."""
+    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made.
+
+    A masked array with masked values is refused: ``np.asarray`` would keep whatever the masked
+    slots hold.
+    """
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
+        msg = (
+            f"{location}: `{name}` is a masked array with {masked} masked values; fill them "
+            "first (`.filled(...)`) or drop the samples they belong to"
+        )
+        raise ColumnTypeError(msg)
     try:
         return np.asarray(value)
     except (TypeError, ValueError, OverflowError) as exc:
@@ -129,8 +141,35 @@ def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
             check_array_dtype(spec, array.dtype, f"sample {sample}")
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
     filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
+    if target_dtype(spec).kind in "iu":
+        filled = exact_integers(spec.name, filled, arrays)
     values = np.concatenate(filled) if filled else np.empty(0, dtype=target_dtype(spec))
     return values, offsets_from_lengths(lengths)
+
+
+def exact_integers(
+    name: str, filled: list[np.ndarray], arrays: Sequence[np.ndarray]
+) -> list[np.ndarray]:
+    """``filled`` (the non-empty ``arrays``), made safe to concatenate into an integer column.
+
+    numpy concatenates uint64 with signed integers through float64, rounding values above 2**53:
+    when the two are mixed, the uint64 arrays become int64. A uint64 value above the int64
+    maximum fits no integer column type and is reported by sample and position.
+    """
+    unsigned = [array.dtype == np.uint64 for array in filled]
+    if not any(unsigned) or all(unsigned):
+        return filled
+    limit = np.iinfo(np.int64).max
+    for sample, array in enumerate(arrays):
+        if array.dtype == np.uint64 and array.size and array.max() > limit:
+            position = int(np.argmax(array.reshape(-1) > limit))
+            msg = (
+                f"sample {sample}, position {position}: `{name}` value "
+                f"{array.reshape(-1)[position].item()!r} is out of range for every integer column "
+                f"type (at most {limit}); fix the value"
+            )
+            raise ValueRangeError(msg)
+    return [array.astype(np.int64) if array.dtype == np.uint64 else array for array in filled]
 
 
 def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
@@ -159,8 +198,9 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
         locate("null values")
     if integer and pa.types.is_integer(array.type.value_type):
         try:
-            total = sum(map(sum, samples))  # type: ignore[arg-type]
-        except TypeError as exc:
+            with np.errstate(all="ignore"):  # numpy integers may wrap: only the type matters
+                total = sum(map(sum, samples))  # type: ignore[arg-type]
+        except ARROW_ERRORS as exc:
             locate(str(exc))
         if not isinstance(total, (int, np.integer)):
             locate("a float among integer values")

@@ -33,6 +33,9 @@ def _shape_error(spec: ColumnSpec, value: object, detail: str) -> SchemaError:
     return SchemaError(msg)
 
 
+_NOT_REAL = (bool, np.bool_, complex, np.complexfloating)
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
@@ -58,10 +61,13 @@ def _check_per_sample(
         )
         raise SchemaError(msg)
     for sample, item in enumerate(items):
-        if isinstance(item, (bool, np.bool_)) or not isinstance(item, (int, float, np.number)):
-            msg = f"sample {sample}: `{spec.name}` must hold numbers, got {item!r:.40}"
+        if isinstance(item, _NOT_REAL) or not isinstance(item, (int, float, np.number)):
+            msg = (
+                f"sample {sample}: `{spec.name}` must hold real numbers (int or float), got "
+                f"{type(item).__name__} {item!r:.40}"
+            )
             raise ColumnTypeError(msg)
-    floats = np.asarray(items, dtype=np.float64)
+    floats = _floats(spec, items)
     if not allow_nonfinite and not np.isfinite(floats).all():
         sample = int(np.argmin(np.isfinite(floats)))
         msg = (
@@ -71,6 +77,27 @@ def _check_per_sample(
         raise ValueRangeError(msg)
     floats.flags.writeable = False
     return floats
+
+
+def _floats(spec: ColumnSpec, items: list[object]) -> np.ndarray:
+    """The items as float64; an int too large for a float64 is a :class:`ValueRangeError`."""
+    try:
+        return np.asarray(items, dtype=np.float64)
+    except OverflowError:
+        sample = next(i for i, item in enumerate(items) if not _fits_float64(item))
+        msg = (
+            f"sample {sample}: `{spec.name}` value {items[sample]!r:.60} is too large for a "
+            "float64; fix the value in the producer"
+        )
+        raise ValueRangeError(msg) from None
+
+
+def _fits_float64(item: object) -> bool:
+    try:
+        float(item)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
+    return True
 
 
 def check_batch_global(

@@ -9,7 +9,14 @@ import pyarrow as pa
 
 from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
 from arrow_split._codecs._base import Codec, EncodeOptions
-from arrow_split._codecs._numeric import finish, flat_from_arrays, flat_from_python, is_array
+from arrow_split._codecs._checks import check_list_samples
+from arrow_split._codecs._numeric import (
+    as_array,
+    finish,
+    flat_from_arrays,
+    flat_from_python,
+    is_array,
+)
 from arrow_split.schema import ColumnSpec
 
 __all__ = ["RaggedCodec"]
@@ -26,7 +33,11 @@ class RaggedCodec(Codec):
         if len(samples) and all(is_array(sample) for sample in samples):
             values, offsets = flat_from_arrays(spec, samples)
         else:
-            mixed = [np.asarray(s).tolist() if is_array(s) else s for s in samples]
+            mixed = [
+                as_array(s, spec.name, f"sample {i}").tolist() if is_array(s) else s
+                for i, s in enumerate(samples)
+            ]
+            check_list_samples(spec.name, mixed)
             values, offsets = flat_from_python(spec, mixed)
         values = finish(spec, values, offsets, options)
         return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)), spec

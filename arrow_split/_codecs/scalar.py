@@ -71,8 +71,17 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
         locate(str(exc))
     if array.null_count:
         locate("null values")
-    if integer and pa.types.is_int64(array.type):
-        total = sum(samples)  # type: ignore[arg-type]
-        if not isinstance(total, (int, np.integer)):
-            locate("a float among integer values")
+    if integer and not all(map(_is_plain_int, samples)):
+        locate("a value that is not an int among integer values")  # pyarrow truncates floats
+    if not integer and any(isinstance(value, (bool, np.bool_)) for value in samples):
+        locate("a bool among float values")  # pyarrow would store 0.0 or 1.0 silently
     return np.asarray(array.to_numpy(zero_copy_only=False))
+
+
+def _is_plain_int(value: object) -> bool:
+    """An int, a numpy integer or a 0-d integer array; not a bool, not a float."""
+    if type(value) is int:
+        return True
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind in "iu"
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

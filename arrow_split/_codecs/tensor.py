@@ -14,10 +14,13 @@ import pyarrow as pa
 
 from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
 from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._checks import flatten_nested, locate_python_value
 from arrow_split._codecs._numeric import (
     as_array,
     check_array_dtype,
+    exact_integers,
     finish,
+    is_array,
     offsets_from_lengths,
     target_dtype,
 )
@@ -27,8 +30,26 @@ from arrow_split.schema import ColumnSpec
 __all__ = ["TensorCodec"]
 
 
+def _locate_nested(spec: ColumnSpec, sample: int, value: object, dtype: np.dtype) -> None:
+    """For nested Python lists numpy could not type as numbers: raise on the first bad value."""
+    numbers = "biuf" if target_dtype(spec).kind == "f" else "biu"
+    if is_array(value) or dtype.kind in numbers:
+        return
+    locate_python_value(
+        spec.name,
+        [flatten_nested(value)],
+        target=target_dtype(spec),
+        flag=spec.flag,
+        ragged=True,
+        cause=f"an array of dtype {dtype}",
+        start=sample,
+    )
+
+
 def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
     array = as_array(value, spec.name, f"sample {sample}")
+    if array.size and array.ndim:
+        _locate_nested(spec, sample, value, array.dtype)
     if array.ndim == 0:
         msg = (
             f"sample {sample}: `{spec.name}` must be an array of shape [rows, ...] per sample, "
@@ -59,6 +80,12 @@ def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarr
                 "first axis"
             )
             raise RaggedLengthError(msg)
+    if 0 in trailing:
+        msg = (
+            f"sample {shaped[0][0]}: `{spec.name}` has trailing shape {trailing}; every axis after "
+            "the first must have at least one element (an empty sample is shape [0, ...])"
+        )
+        raise RaggedLengthError(msg)
     target = target_dtype(spec)
     return [
         array if array.size else np.empty((len(array), *trailing), dtype=target) for array in arrays
@@ -78,6 +105,8 @@ class TensorCodec(Codec):
         trailing: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
         rows = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
         offsets = offsets_from_lengths(rows)
+        if target.kind in "iu":
+            arrays = exact_integers(spec.name, arrays, arrays)
         stacked = np.concatenate(arrays) if arrays else np.empty(0, dtype=target)
         width = int(np.prod(trailing, dtype=np.int64))
         child: pa.Array = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS
+from arrow_split import KNOWN_COLUMNS, OptionError
 
 __all__ = [
     "ColumnSet",
@@ -42,9 +42,6 @@ config has a ``moe_shape``.
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
-_PER_SAMPLE_KINDS = frozenset(
-    {"per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object"}
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -97,16 +94,16 @@ class RolloutConfig:
                 f"`samples` must be >= 0, `response_cap` >= 1 and `response_mean` > 0, got "
                 f"{self.samples!r}, {self.response_cap!r} and {self.response_mean!r}"
             )
-            raise ValueError(msg)
+            raise OptionError(msg)
         if not 1 <= low <= high:
             msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
-            raise ValueError(msg)
+            raise OptionError(msg)
         if self.moe_shape is not None and min(self.moe_shape) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
-            raise ValueError(msg)
+            raise OptionError(msg)
         if self.columns not in get_args(ColumnSet):
             msg = f"invalid `columns`: {self.columns!r}; expected one of: 'every', 'numeric'"
-            raise ValueError(msg)
+            raise OptionError(msg)
 
     def numpy_for(self, key: str) -> bool:
         """Whether column ``key`` comes as numpy (see ``as_numpy``)."""
@@ -177,7 +174,7 @@ def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
 def _check_step(step: int) -> None:
     if step < 0:
         msg = f"`step` must be >= 0, got {step!r}"
-        raise ValueError(msg)
+        raise OptionError(msg)
 
 
 def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -270,7 +267,7 @@ def _is_per_sample(key: str) -> bool:
     spec = KNOWN_COLUMNS.get(key)
     if spec is None:
         return False
-    return spec.kind in _PER_SAMPLE_KINDS or spec.global_shape == "float_per_sample"
+    return spec.is_per_sample or spec.global_shape == "float_per_sample"
 
 
 def iter_sample_groups(
@@ -300,7 +297,7 @@ def iter_sample_groups(
     """
     if group_size < 1:
         msg = f"`group_size` must be >= 1, got {group_size!r}"
-        raise ValueError(msg)
+        raise OptionError(msg)
     data = make_train_data(config, step)
     per_sample = [key for key in data if _is_per_sample(key)]
     for start in range(0, config.samples, group_size):

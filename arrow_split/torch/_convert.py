@@ -66,9 +66,9 @@ except ImportError:
     raise ImportError(msg) from None
 
 from arrow_split import (
-    ColumnTypeError,
     ColumnValues,
     OptionError,
+    OptionTypeError,
     RolloutBatch,
     SchemaTypeError,
     ValueRangeError,
@@ -80,6 +80,8 @@ __all__ = ["TensorLayout", "to_tensors"]
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
+
+_INT32_MAX = 2**31 - 1
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
@@ -134,11 +136,13 @@ def to_tensors(
     SchemaTypeError
         ``shard`` is not a RolloutBatch.
     OptionError
-        An unknown ``layout`` or ``device``.
+        An unknown ``layout`` or ``device``, or a ``token_dtype``/``mask_dtype`` not listed above.
+    OptionTypeError
+        An option of the wrong type: a ``layout``, ``device`` or dtype that is not one at all
+        (``device=0.5``, ``token_dtype="int64"``), a ``pad_value`` that is not a number, a
+        ``pad_to_multiple_of`` that is not an int (``2.0``, ``True``). Also an OptionError.
     SchemaError
         A column whose name clashes with an extra key of the layout.
-    ColumnTypeError
-        A ``token_dtype``/``mask_dtype`` not listed above, or a ``pad_value`` that is not a number.
     ValueRangeError
         ``pad_to_multiple_of`` < 1, a ``pad_value`` that does not fit a column's dtype, or more
         than 2**31 - 1 values in a column (int32 cumulative lengths).
@@ -179,49 +183,80 @@ def _check_options(
             "`RolloutBatch.from_train_data(data)` or take one from a split"
         )
         raise SchemaTypeError(msg)
-    if layout not in get_args(TensorLayout):
-        choices = ", ".join(map(repr, get_args(TensorLayout)))
-        msg = f"invalid `layout`: {layout!r}; expected one of: {choices}"
-        raise OptionError(msg)
+    _check_layout(layout)
     if isinstance(pad_value, bool) or not isinstance(pad_value, (int, float)):
-        msg = f"`pad_value` must be an int or a float, got {type(pad_value).__name__}"
-        raise ColumnTypeError(msg)
-    if pad_to_multiple_of is not None and (
-        isinstance(pad_to_multiple_of, bool)
-        or not isinstance(pad_to_multiple_of, int)
-        or pad_to_multiple_of < 1
-    ):
-        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
-        raise ValueRangeError(msg)
+        msg = (
+            f"`pad_value` must be an int or a float, got {type(pad_value).__name__} "
+            f"{pad_value!r:.40}"
+        )
+        raise OptionTypeError(msg)
+    multiple = _check_multiple(pad_to_multiple_of)
     return TensorOptions(
         _check_dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
         _check_dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
         _check_device(device),
         pad_value,
-        pad_to_multiple_of,
+        multiple,
     )
+
+
+def _check_layout(layout: object) -> None:
+    choices = ", ".join(map(repr, get_args(TensorLayout)))
+    if not isinstance(layout, str):
+        msg = (
+            f"invalid `layout`: {layout!r:.40} of type {type(layout).__name__}; expected one of: "
+            f"{choices}"
+        )
+        raise OptionTypeError(msg)
+    if layout not in get_args(TensorLayout):
+        msg = f"invalid `layout`: {layout!r}; expected one of: {choices}"
+        raise OptionError(msg)
+
+
+def _check_multiple(pad_to_multiple_of: object) -> int | None:
+    if pad_to_multiple_of is None:
+        return None
+    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int):
+        msg = (
+            f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
+            f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
+        )
+        raise OptionTypeError(msg)
+    if pad_to_multiple_of < 1:
+        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
+        raise ValueRangeError(msg)
+    if pad_to_multiple_of > _INT32_MAX:
+        msg = f"`pad_to_multiple_of` must be at most {_INT32_MAX}, got {pad_to_multiple_of!r}"
+        raise ValueRangeError(msg)
+    return pad_to_multiple_of
 
 
 def _check_dtype(
     name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]
 ) -> torch.dtype:
-    for choice in allowed:
-        if dtype == choice:
-            return choice
-    msg = f"invalid `{name}`: {dtype!r}; expected one of: {', '.join(map(str, allowed))}"
-    raise ColumnTypeError(msg)
+    choices = ", ".join(map(str, allowed))
+    if not isinstance(dtype, torch.dtype):
+        msg = (
+            f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
+            f"torch.dtype, one of: {choices}"
+        )
+        raise OptionTypeError(msg)
+    if dtype not in allowed:
+        msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
+        raise OptionError(msg)
+    return dtype
 
 
 def _check_device(device: object) -> torch.device | None:
     if device is None or isinstance(device, torch.device):
         return device
+    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
+    if not isinstance(device, str):
+        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
+        raise OptionTypeError(msg)
     with contextlib.suppress(RuntimeError):
-        if isinstance(device, str):
-            return torch.device(device)
-    msg = (
-        f"invalid `device`: {device!r}; expected None, a torch.device or a str such as 'cpu' or "
-        "'cuda:0'"
-    )
+        return torch.device(device)
+    msg = f"invalid `device`: {device!r}; {expected}"
     raise OptionError(msg)
 
 
