@@ -22,6 +22,7 @@ from arrow_split import (
     KNOWN_COLUMNS,
     ColumnSpec,
     ColumnTypeError,
+    DumpError,
     RolloutBatch,
     SchemaError,
     ValueRangeError,
@@ -299,6 +300,17 @@ def test_a_dump_of_an_int32_column_reads_under_the_narrow_spec(tmp_path: Path) -
     assert_equal_values(read, batch)
 
 
+def test_a_dump_whose_column_type_its_spec_cannot_store_is_refused(tmp_path: Path) -> None:
+    """A uint16 column under an exact int32 spec is not a dump this library wrote."""
+    batch = RolloutBatch.from_train_data(experts_data(1000))
+    exact = dataclasses.replace(KNOWN_COLUMNS[EXPERTS], storage="exact")
+    path = tmp_path / "bad.arrow"
+    RolloutBatch(batch.record_batch, {**batch.specs, EXPERTS: exact}).write(path)
+    match = r"column `rollout_routed_experts` is large_list<.*uint16.*>, not the type of its spec"
+    with pytest.raises(DumpError, match=match):
+        RolloutBatch.read(path)
+
+
 # --- to_tensors widens -------------------------------------------------------------------------
 
 
@@ -349,6 +361,15 @@ class TestToTensors:
         assert self.torch.equal(stored.to(self.torch.int64), wide)  # type: ignore[union-attr,arg-type]
         buffer = shard.column(EXPERTS).values.values.values.buffers()[1]
         assert stored.data_ptr() == buffer.address  # type: ignore[union-attr]  # zero-copy
+
+    def test_with_a_device_the_narrow_ids_move_then_widen(self) -> None:
+        from arrow_split.torch import to_tensors
+
+        shard = self.shard(1000)
+        for layout in ("per_sample", "packed"):
+            experts = to_tensors(shard, layout=layout, device="meta")[EXPERTS]  # type: ignore[arg-type]
+            for tensor in experts if isinstance(experts, list) else [experts]:
+                assert (tensor.dtype, tensor.device.type) == (self.torch.int32, "meta")
 
     def test_a_column_stored_wider_than_id_dtype_is_refused(self) -> None:
         from arrow_split.torch import to_tensors
