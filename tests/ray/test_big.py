@@ -96,10 +96,25 @@ def leaf_type(array: pa.Array) -> pa.DataType:
 # --- through Ray -------------------------------------------------------------------------------
 
 
+def _free_bytes() -> tuple[int, int]:
+    """Memory available now and free bytes of /dev/shm (where Ray's object store lives)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            fields = dict(line.split(":", 1) for line in meminfo)
+        available = int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    shm = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
+    return available, 0 if shm is None else shm.f_bavail * shm.f_frsize
+
+
 @pytest.fixture(scope="module")
 def big_ray() -> Iterator[Any]:
     """A local Ray whose object store holds the 2.2 GB batch (and the eager shards)."""
     ray = pytest.importorskip("ray")
+    available, shm = _free_bytes()
+    if available < 8 * 1024**3 or shm < OBJECT_STORE_BYTES:
+        pytest.skip(f"needs 8 GiB of free memory and a 6 GiB /dev/shm, got {available}, {shm}")
     python_path = os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PYTHONPATH", python_path)
