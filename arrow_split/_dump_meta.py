@@ -333,4 +333,4 @@ def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     leaf = arrow_type.value_type
     while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
         leaf = leaf.value_type
-    return bool(leaf == spec.value_type)
+    return leaf in spec.storage_types  # a narrow column may hold a narrower integer type

@@ -9,7 +9,8 @@ A rollout batch holds five kinds of values (:data:`ColumnKind`):
     One array per sample of shape ``[rows, *trailing]``, with the same trailing shape across
     samples (``rollout_routed_experts``: ``[len(tokens) - 1, layers, top_k]``). Arrow type
     ``large_list<fixed_size_list<fixed_size_list<value_type, top_k>, layers>>``: the trailing shape
-    lives in the type itself.
+    lives in the type itself. An id column declared ``storage="narrow"`` (the routed experts)
+    holds uint8 or uint16 there when its values fit (:data:`ColumnStorage`).
 ``per_sample_scalar``
     One number per sample (``response_lengths``, ``rewards``, ...). A primitive Arrow column.
 ``per_sample_object``
@@ -44,6 +45,7 @@ from arrow_split.errors import SchemaError, SchemaTypeError
 __all__ = [
     "ColumnKind",
     "ColumnSpec",
+    "ColumnStorage",
     "GlobalShape",
     "KNOWN_COLUMNS",
     "LengthRule",
@@ -82,6 +84,17 @@ GlobalShape = Literal["int", "int_list", "str_list", "float_per_sample"]
 ``float_per_sample``: one number per sample of the whole batch.
 """
 
+ColumnStorage = Literal["exact", "narrow"]
+"""How the integers of a ``per_sample_tensor`` column are stored.
+
+``exact``: as ``value_type``. ``narrow`` (id columns such as ``rollout_routed_experts``, whose
+values are small: expert ids < 256): in the narrowest of uint8, uint16, int32 and ``value_type``
+that holds every value of the batch (:attr:`ColumnSpec.storage_types`), chosen once per batch
+when it is built, so that every shard of a step has the same Arrow type. ``value_type`` stays the
+column's logical type: values are checked against it, ``to_train_data`` gives it back and
+:func:`arrow_split.torch.to_tensors` widens to the dtype the trainer asks for (``id_dtype``).
+"""
+
 Role = Literal[
     "length_source", "response_length", "extra_rows", "witness", "adapter_slot", "rollout_id"
 ]
@@ -105,6 +118,8 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "rollout_id": ("per_sample_scalar",),
 }
 
+_NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
+_NARROWABLE = (pa.int32(), pa.int64())
 _INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
 
 
@@ -136,6 +151,10 @@ class ColumnSpec:
         For ``batch_global``: the documented shape of the value (:data:`GlobalShape`).
     role
         The part the column plays (:data:`Role`), or ``None``.
+    storage
+        For an integer ``per_sample_tensor`` of type int32 or int64: ``"narrow"`` stores the
+        values in the narrowest integer type that holds the batch's values
+        (:data:`ColumnStorage`); ``"exact"`` (the default) stores ``value_type``.
 
     Examples
     --------
@@ -156,6 +175,7 @@ class ColumnSpec:
     codec: ObjectCodec = "pickle"
     global_shape: GlobalShape | None = None
     role: Role | None = None
+    storage: ColumnStorage = "exact"
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -176,6 +196,18 @@ class ColumnSpec:
             _check_choice("global_shape", self.global_shape, GlobalShape)
         if self.role is not None:
             self._check_role()
+        if self.storage != "exact":
+            self._check_storage()
+
+    def _check_storage(self) -> None:
+        _check_choice("storage", self.storage, ColumnStorage)
+        if self.kind != "per_sample_tensor" or self.value_type not in _NARROWABLE or self.flag:
+            msg = (
+                f"column `{self.name}`: `storage='narrow'` needs a per_sample_tensor column of "
+                f"value_type int32 or int64 without `flag`, got a {self.kind} column of "
+                f"{self.value_type}; declare the column that way or keep `storage='exact'`"
+            )
+            raise SchemaError(msg)
 
     def _check_role(self) -> None:
         _check_choice("role", self.role, Role)
@@ -212,6 +244,21 @@ class ColumnSpec:
             raise SchemaError(msg)
 
     @property
+    def storage_types(self) -> tuple[pa.DataType, ...]:
+        """The Arrow types the values may be stored as, narrowest first (see ``storage``).
+
+        ``(value_type,)`` for exact storage; for narrow storage uint8, uint16, int32 (those
+        narrower than ``value_type``) and ``value_type``. Empty for objects and batch-globals.
+        """
+        if self.value_type is None:
+            return ()
+        if self.storage == "exact":
+            return (self.value_type,)
+        width = self.value_type.bit_width
+        narrower = tuple(t for t in _NARROW_TYPES if t.bit_width < width)
+        return (*narrower, self.value_type)
+
+    @property
     def is_per_sample(self) -> bool:
         """Whether the key holds one value per sample (every kind but ``batch_global``)."""
         return self.kind != "batch_global"
@@ -236,8 +283,20 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
-        ColumnSpec("rollout_routed_experts", "per_sample_tensor", int32, length="tokens_minus_one"),
-        ColumnSpec("rollout_indexer_topk", "per_sample_tensor", int32, length="tokens_minus_one"),
+        ColumnSpec(
+            "rollout_routed_experts",
+            "per_sample_tensor",
+            int32,
+            length="tokens_minus_one",
+            storage="narrow",
+        ),
+        ColumnSpec(
+            "rollout_indexer_topk",
+            "per_sample_tensor",
+            int32,
+            length="tokens_minus_one",
+            storage="narrow",
+        ),
         ColumnSpec("response_lengths", "per_sample_scalar", pa.int64(), role="response_length"),
         ColumnSpec("rewards", "per_sample_scalar", pa.float64()),
         ColumnSpec("truncated", "per_sample_scalar", pa.bool_(), flag=True),

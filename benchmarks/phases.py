@@ -11,6 +11,11 @@
 - **Ranks**: for every dp_size and (path, mode), the objects are put (untimed), a fresh
   :class:`benchmarks.ranks.RankActor` times a few ranks, and the delayed arrow_split actor also
   times a memcpy of each rank's bytes.
+- **Without the classic path** (``classic=False``, when its Python lists would not fit in memory:
+  the ``large`` workload): the workload has no lists; the agreement check compares against the
+  baseline's split of the numpy arrays, and nothing of the baseline is timed.
+  ``put.arrow_build_and_put`` then times ``from_train_data`` and the delayed put as one call, for
+  the driver's peak memory of the whole path.
 """
 
 from __future__ import annotations
@@ -122,9 +127,12 @@ def _buffers_put(sizes: list[int], repeats: Repeats) -> dict[str, Any]:
     return {**figures, "bytes": sum(sizes)}
 
 
-def _build_phase(workload: Workload, runs: Repeats) -> tuple[dict[str, Any], RolloutBatch]:
+def _build_phase(
+    workload: Workload, runs: Repeats, classic: bool
+) -> tuple[dict[str, Any], RolloutBatch]:
     build: dict[str, Any] = {}
-    for name, data in (("from_numpy", workload.arrays), ("from_lists", workload.lists)):
+    forms = (("from_numpy", workload.arrays), ("from_lists", workload.lists))
+    for name, data in forms if classic else forms[:1]:
         figures, batch = _measure(
             lambda data=data: RolloutBatch.from_train_data(data), runs, put=False
         )
@@ -132,8 +140,13 @@ def _build_phase(workload: Workload, runs: Repeats) -> tuple[dict[str, Any], Rol
     return build, batch
 
 
+def _build_and_put(workload: Workload, dp_size: int, balance: bool) -> Any:
+    """The driver's whole arrow_split path: build the batch and put it (delayed)."""
+    return arrow_path.put_delayed(RolloutBatch.from_train_data(workload.arrays), dp_size, balance)
+
+
 def _put_phase(
-    workload: Workload, batch: RolloutBatch, options: Options, progress: Progress
+    workload: Workload, batch: RolloutBatch, options: Options, progress: Progress, classic: bool
 ) -> dict[str, Any]:
     runs, balance, first = options.runs, options.balance_data, options.dp_sizes[0]
     puts: dict[str, Any] = {"baseline_eager": {}, "arrow_eager": {}, "per_rank_buffers": {}}
@@ -142,8 +155,12 @@ def _put_phase(
     with progress.task("put delayed"):
         delayed = functools.partial(arrow_path.put_delayed, batch, first, balance)
         puts["arrow_delayed"], _ = _measure(delayed, runs, put=True)
-        classic = functools.partial(baseline.put_delayed, workload.lists)
-        puts["baseline_delayed"], _ = _measure(classic, runs, put=True)
+        if classic:
+            base = functools.partial(baseline.put_delayed, workload.lists)
+            puts["baseline_delayed"], _ = _measure(base, runs, put=True)
+        else:
+            whole = functools.partial(_build_and_put, workload, first, balance)
+            puts["arrow_build_and_put"], _ = _measure(whole, runs, put=True)
     for dp in options.dp_sizes:
         with progress.task(f"put eager dp={dp}"):
             shards = split_train_data_by_dp_raw(batch, dp, balance_data=balance)
@@ -151,8 +168,11 @@ def _put_phase(
             del shards
             eager = functools.partial(arrow_path.put_eager, batch, dp, balance)
             puts["arrow_eager"][str(dp)], _ = _measure(eager, runs, put=True)
-            classic = functools.partial(baseline.put_eager, workload.lists, dp, balance)
-            puts["baseline_eager"][str(dp)], _ = _measure(classic, runs, put=True)
+            if classic:
+                base = functools.partial(baseline.put_eager, workload.lists, dp, balance)
+                puts["baseline_eager"][str(dp)], _ = _measure(base, runs, put=True)
+    if not classic:
+        del puts["baseline_eager"]
     return puts
 
 
@@ -172,12 +192,13 @@ def _put_for(
 
 
 def _rank_phase(
-    workload: Workload, batch: RolloutBatch, options: Options, progress: Progress
+    workload: Workload, batch: RolloutBatch, options: Options, progress: Progress, classic: bool
 ) -> dict[str, Any]:
     per_rank: list[dict[str, Any]] = []
     memcpy: list[dict[str, Any]] = []
+    configs = [(path, mode) for path, mode in CONFIGS if classic or path != "baseline"]
     for dp in options.dp_sizes:
-        for path, mode in CONFIGS:
+        for path, mode in configs:
             with progress.task(f"ranks {path} {mode} dp={dp}"):
                 refs = _put_for(workload, batch, path, mode, dp, options.balance_data)
                 actor = RankActor.remote()  # type: ignore[attr-defined]
@@ -203,12 +224,18 @@ def _planner_sizes(workload: Workload, options: Options) -> list[tuple[int, int]
     return [*((n, dp) for dp in options.dp_sizes if n % dp == 0 and n >= dp), PLANNER_TARGET]
 
 
-def run_phases(workload: Workload, options: Options, progress: Progress) -> dict[str, Any]:
-    """Run every phase on the running Ray; return the figures (ratios are added later)."""
+def run_phases(
+    workload: Workload, options: Options, progress: Progress, *, classic: bool = True
+) -> dict[str, Any]:
+    """Run every phase on the running Ray; return the figures (ratios are added later).
+
+    ``classic=False`` leaves out every timing of the baseline (see the module docstring).
+    """
     dp_count, planner_sizes = len(options.dp_sizes), _planner_sizes(workload, options)
-    progress.expect(1 + 2 * dp_count + 2 + len(planner_sizes) + dp_count * len(CONFIGS))
+    configs = len(CONFIGS) if classic else len(CONFIGS) // 2
+    progress.expect(1 + 2 * dp_count + 2 + len(planner_sizes) + dp_count * configs)
     with progress.task("build from numpy arrays and from Python lists"):
-        build, batch = _build_phase(workload, options.runs)
+        build, batch = _build_phase(workload, options.runs, classic)
     results: dict[str, Any] = {
         "workload": {**workload.describe(), "batch_nbytes": batch.nbytes},
         "plan": "balanced" if options.balance_data else "strided",
@@ -221,14 +248,15 @@ def run_phases(workload: Workload, options: Options, progress: Progress) -> dict
     for dp in options.dp_sizes:
         with progress.task(f"agreement dp={dp}"):
             ranks = pick_ranks(dp, options.ranks_per_config)
-            check = _check_agreement(workload.lists, batch, dp, ranks, options.balance_data)
+            data = workload.lists if classic else workload.arrays
+            check = _check_agreement(data, batch, dp, ranks, options.balance_data)
             results["agreement"].append(check)
-    results["put"] = _put_phase(workload, batch, options, progress)
+    results["put"] = _put_phase(workload, batch, options, progress, classic)
     results["planner"] = []
     for n, dp in planner_sizes:
         with progress.task(f"planner n={n} dp={dp}"):
             results["planner"].append(measure_planner(n, dp, options.repeats, seed=options.seed))
-    results.update(_rank_phase(workload, batch, options, progress))
+    results.update(_rank_phase(workload, batch, options, progress, classic))
     del batch
     gc.collect()
     return results

@@ -64,7 +64,7 @@ def test_every_list_column_has_64_bit_offsets() -> None:
     assert schema.field("tokens").type == pa.large_list(pa.int32())
     assert schema.field("loss_masks").type == pa.large_list(pa.uint8())
     assert schema.field("rollout_log_probs").type == pa.large_list(pa.float32())
-    experts = pa.large_list(pa.list_(pa.list_(pa.int32(), 2), 4))
+    experts = pa.large_list(pa.list_(pa.list_(pa.uint8(), 2), 4))  # narrow storage: ids < 256
     assert schema.field("rollout_routed_experts").type == experts
     assert schema.field("weight_versions").type == pa.large_list(pa.large_string())
     assert schema.field("prompt").type == pa.large_string()

@@ -528,8 +528,23 @@ def test_an_unknown_compression_is_refused(tmp_path: Path) -> None:
 def test_the_v1_dump_still_reads() -> None:
     assert V1_DUMP.stat().st_size < 50 * 1024
     read, info = read_dump(V1_DUMP)
-    assert read.equals(v1_batch())
+    # Written before narrow storage: its routed experts are int32, today's batch stores uint8.
+    expected = v1_batch()
+    record_batch = expected.record_batch
+    index = record_batch.schema.get_field_index("rollout_routed_experts")
+    experts = record_batch.column(index)
+    wide = experts.cast(_int32_leaf(experts.type))
+    record_batch = record_batch.set_column(index, "rollout_routed_experts", wide)
+    assert read.equals(RolloutBatch(record_batch, expected.specs, expected.batch_globals))
     assert (info.dump_version, info.library_version) == ("1", "0.1.0")
+
+
+def _int32_leaf(arrow_type: pa.DataType) -> pa.DataType:
+    if pa.types.is_large_list(arrow_type):
+        return pa.large_list(_int32_leaf(arrow_type.value_type))
+    if pa.types.is_fixed_size_list(arrow_type):
+        return pa.list_(_int32_leaf(arrow_type.value_type), arrow_type.list_size)
+    return pa.int32()
 
 
 def test_an_older_spec_without_a_newer_field_takes_the_known_value_or_the_default(
@@ -563,7 +578,7 @@ def test_summarize_counts_samples_tokens_rewards_and_globals() -> None:
     assert f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population)" in text
     columns = [line.split()[0] for line in _section(text, "bytes per column")]
     assert columns == ["column", *batch.column_names, "total"]
-    assert "large_list<int32[2,2]>" in text  # routed experts: [tokens - 1, layers, top_k]
+    assert "large_list<uint8[2,2]>" in text  # routed experts: [tokens - 1, layers, top_k]
     keys = [line.split()[0] for line in _section(text, "batch-global keys")]
     assert keys == list(batch.batch_globals)
 

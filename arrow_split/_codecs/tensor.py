@@ -3,6 +3,14 @@
 The trailing shape becomes nested ``fixed_size_list`` types, so it travels with the column:
 ``large_list<fixed_size_list<fixed_size_list<value_type, top_k>, layers>>``. Every sample must
 have the same trailing shape; an empty sample takes the shape of the others.
+
+Narrow storage (``ColumnSpec(storage="narrow")``, the routed experts): the values are checked
+against ``value_type`` (the logical type), then stored in the first of
+:attr:`~arrow_split.schema.ColumnSpec.storage_types` that holds the batch's smallest and largest
+value: uint8 for expert ids < 256, uint16 below 65536, else int32 (negative ids too). The bounds
+come from one min/max pass per sample array (none for a uint8 array, which fits anyway), and the
+samples are concatenated straight into the narrow buffer: a wide input is never copied wide.
+:meth:`TensorCodec.decode` gives back ``value_type`` arrays whatever the storage.
 """
 
 from __future__ import annotations
@@ -92,6 +100,37 @@ def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarr
     ]
 
 
+def _bounds(arrays: Sequence[np.ndarray]) -> tuple[int, int]:
+    """The smallest and largest value of integer arrays (0, 0 for arrays that fit uint8)."""
+    low = high = 0
+    for array in arrays:
+        if np.can_cast(array.dtype, np.uint8):
+            continue
+        low, high = min(low, int(array.min())), max(high, int(array.max()))
+    return low, high
+
+
+def _fits(arrow_type: pa.DataType, low: int, high: int) -> bool:
+    info = np.iinfo(arrow_type.to_pandas_dtype())
+    return bool(info.min <= low and high <= info.max)
+
+
+def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array | None:
+    """The flat values in the narrowest storage type; ``None`` if one is out of range."""
+    filled = [array for array in arrays if array.size]
+    low, high = _bounds(filled)
+    if not _fits(spec.storage_types[-1], low, high):
+        return None  # the exact path locates the value and raises
+    storage = next(t for t in spec.storage_types if _fits(t, low, high))
+    dtype = np.dtype(storage.to_pandas_dtype())
+    count = sum(array.size for array in filled)
+    buffer = pa.allocate_buffer(count * dtype.itemsize)
+    flat = np.frombuffer(buffer, dtype=dtype)
+    if filled:
+        np.concatenate([a.reshape(-1) for a in filled], out=flat, casting="unsafe")
+    return pa.Array.from_buffers(storage, count, [None, buffer])
+
+
 class TensorCodec(Codec):
     """Per-sample arrays whose trailing shape lives in the Arrow type."""
 
@@ -101,21 +140,27 @@ class TensorCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         arrays = _tensor_arrays(spec, samples)
-        target = target_dtype(spec)
         trailing: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
         rows = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
         offsets = offsets_from_lengths(rows)
-        if target.kind in "iu":
-            arrays = exact_integers(spec.name, arrays, arrays)
-        stacked = np.concatenate(arrays) if arrays else np.empty(0, dtype=target)
-        width = int(np.prod(trailing, dtype=np.int64))
-        child: pa.Array = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
+        child = _narrow_values(spec, arrays) if spec.storage == "narrow" else None
+        if child is None:
+            target = target_dtype(spec)
+            filled = [array for array in arrays if array.size]  # an empty one must not upcast
+            if target.kind in "iu":
+                filled = exact_integers(spec.name, filled, arrays)
+            stacked = np.concatenate(filled) if filled else np.empty(0, dtype=target)
+            width = int(np.prod(trailing, dtype=np.int64))
+            child = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
         for size in reversed(trailing):
             child = pa.FixedSizeListArray.from_arrays(child, size)
         return pa.LargeListArray.from_arrays(pa.array(offsets), child), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         values, offsets = ragged_values(array)
+        target = target_dtype(spec)
+        if values.dtype != target:  # narrow storage: give back the logical type
+            values = values.astype(target)
         return list(split_by_offsets(values, offsets))
 
     def lengths(self, array: pa.Array) -> np.ndarray:

@@ -36,8 +36,13 @@ and batch-global values are not tensors and are not in the result: read them fro
 
 dtypes: ``tokens`` is ``token_dtype`` (int64 by default, int32 allowed); per-token flag columns
 (``loss_masks``) are ``mask_dtype`` (int64 by default; bool, uint8, int32 and float32 allowed);
-every other column keeps its Arrow type (log-probs float32, routed experts int32, scalars int64,
-float64 or bool). Cumulative lengths are int32; ``attention_mask`` and ``response_mask`` are bool.
+id columns stored narrow (``rollout_routed_experts``, ``rollout_indexer_topk``: uint8 or uint16
+in the shard, see :data:`arrow_split.schema.ColumnStorage`) are widened to ``id_dtype`` (int32 by
+default, as the actor expects; int64 allowed; ``None`` keeps the stored type, zero-copy) in one
+vectorised cast: on the CPU before any move, or after the move when ``device=`` is given (the
+narrow values cross to the device and the cast runs there); every other column keeps its Arrow
+type (log-probs float32, scalars int64, float64 or bool). Cumulative lengths are int32;
+``attention_mask`` and ``response_mask`` are bool.
 
 Memory rule: a tensor shares the Arrow buffer only when that buffer is private to this process.
 Arrow marks a buffer it allocated (what ``take``, and so every split, returns) as mutable: such a
@@ -84,6 +89,7 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 _INT32_MAX = 2**31 - 1
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
+_ID_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
     torch.bool: np.bool_,
     torch.uint8: np.uint8,
@@ -100,6 +106,7 @@ def to_tensors(
     device: torch.device | str | None = None,
     token_dtype: torch.dtype = torch.int64,
     mask_dtype: torch.dtype = torch.int64,
+    id_dtype: torch.dtype | None = torch.int32,
     pad_value: int | float = 0,
     pad_to_multiple_of: int | None = None,
 ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
@@ -119,6 +126,10 @@ def to_tensors(
     mask_dtype
         dtype of per-token flag columns (``loss_masks``): ``torch.int64``, ``torch.int32``,
         ``torch.uint8`` (the stored type), ``torch.bool`` or ``torch.float32``.
+    id_dtype
+        dtype of the id columns stored narrow (``rollout_routed_experts``...): ``torch.int32``
+        (the default), ``torch.int64``, or ``None`` for the stored type (uint8, uint16 or int32,
+        the same on every rank of a step; zero-copy when allowed).
     pad_value
         ``"padded"`` only: the value of padding positions (flag and bool columns: 0).
     pad_to_multiple_of
@@ -136,7 +147,8 @@ def to_tensors(
     SchemaTypeError
         ``shard`` is not a RolloutBatch.
     OptionError
-        An unknown ``layout`` or ``device``, or a ``token_dtype``/``mask_dtype`` not listed above.
+        An unknown ``layout`` or ``device``, or a ``token_dtype``/``mask_dtype``/``id_dtype`` not
+        listed above.
     OptionTypeError
         An option of the wrong type: a ``layout``, ``device`` or dtype that is not one at all
         (``device=0.5``, ``token_dtype="int64"``), a ``pad_value`` that is not a number, a
@@ -145,7 +157,8 @@ def to_tensors(
         A column whose name clashes with an extra key of the layout.
     ValueRangeError
         ``pad_to_multiple_of`` < 1, a ``pad_value`` that does not fit a column's dtype, or more
-        than 2**31 - 1 values in a column (int32 cumulative lengths).
+        than 2**31 - 1 values in a column (int32 cumulative lengths), or an ``id_dtype`` narrower
+        than a column's stored type (ids beyond int32 in an int64 column).
 
     Examples
     --------
@@ -158,11 +171,14 @@ def to_tensors(
     options = _check_options(
         shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
     )
+    ids = _check_id_dtype(id_dtype)
     columns: dict[str, RaggedColumn | torch.Tensor] = {}
     for column in shard.numeric_columns():
         if column.offsets is None:
             tensor = _tensor_of(column.values, column.buffer)
             columns[column.spec.name] = move(tensor, options)
+        elif column.spec.storage == "narrow":
+            columns[column.spec.name] = _id_column(column, options, ids)
         else:
             columns[column.spec.name] = _ragged_column(column, options)
     return LAYOUTS[layout](columns, options)
@@ -247,6 +263,12 @@ def _check_dtype(
     return dtype
 
 
+def _check_id_dtype(id_dtype: object) -> torch.dtype | None:
+    if id_dtype is None:
+        return None
+    return _check_dtype("id_dtype", id_dtype, _ID_DTYPES)
+
+
 def _check_device(device: object) -> torch.device | None:
     if device is None or isinstance(device, torch.device):
         return device
@@ -308,3 +330,23 @@ def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn
     tensor = _tensor_of(column.values, column.buffer, dtype)
     offsets = np.asarray(column.offsets, dtype=np.int64)
     return RaggedColumn(spec, move(tensor, options), offsets)
+
+
+def _id_column(
+    column: ColumnValues, options: TensorOptions, dtype: torch.dtype | None
+) -> RaggedColumn:
+    """A narrow id column widened to ``dtype``: one cast, on the device when there is one."""
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    values = column.values
+    if dtype is not None and values.dtype.itemsize > dtype.itemsize:
+        msg = (
+            f"column `{column.spec.name}` is stored as {values.dtype} (its ids do not fit "
+            f"{dtype}); pass `id_dtype=torch.int64` or `id_dtype=None`"
+        )
+        raise ValueRangeError(msg)
+    on_cpu = options.device is None or options.device.type == "cpu"
+    if dtype is None or not on_cpu:
+        tensor = move(_tensor_of(values, column.buffer), options)
+        return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
+    tensor = _tensor_of(values, column.buffer, _ID_DTYPES[dtype])
+    return RaggedColumn(column.spec, move(tensor, options), offsets)

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from arrow_split import RolloutBatch
+from arrow_split import KNOWN_COLUMNS, RolloutBatch
 
 ray = pytest.importorskip("ray")
 from ray.cluster_utils import Cluster  # noqa: E402
@@ -141,7 +141,9 @@ def make_batch(num_samples: int, seed: int, *, max_tokens: int = 400) -> Rollout
             ],
             "rewards": rng.random(num_samples).tolist(),
             "raw_reward": rng.random(num_samples).tolist(),
-        }
+        },
+        # The int32 layout of the ids, so that the batch's size against the store stays put.
+        specs=[dataclasses.replace(KNOWN_COLUMNS["rollout_routed_experts"], storage="exact")],
     )
 
 

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 from arrow_split import (
     ColumnSpec,
-    ColumnTypeError,
     OptionError,
+    OptionTypeError,
     RolloutBatch,
     SchemaError,
     Shard,
@@ -348,7 +348,7 @@ def test_per_sample_views_share_one_storage(batch: RolloutBatch) -> None:
             assert starts == np.concatenate([[0], np.cumsum(sizes)[:-1]]).tolist()[: len(starts)]
 
 
-ZERO_COPY = {"token_dtype": torch.int32, "mask_dtype": torch.uint8}
+ZERO_COPY = {"token_dtype": torch.int32, "mask_dtype": torch.uint8, "id_dtype": None}
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -497,23 +497,23 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
         ),
         (
             {"token_dtype": torch.float32},
-            ColumnTypeError,
+            OptionError,
             r"invalid `token_dtype`: torch\.float32",
         ),
-        ({"token_dtype": "int64"}, ColumnTypeError, r"invalid `token_dtype`: 'int64'"),
-        ({"mask_dtype": torch.float64}, ColumnTypeError, r"invalid `mask_dtype`: torch\.float64"),
+        ({"token_dtype": "int64"}, OptionTypeError, r"invalid `token_dtype`: 'int64'"),
+        ({"mask_dtype": torch.float64}, OptionError, r"invalid `mask_dtype`: torch\.float64"),
         (
             {"pad_to_multiple_of": 0},
             ValueRangeError,
             r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
         ),
         ({"pad_to_multiple_of": -8}, ValueRangeError, r"`pad_to_multiple_of` .* got -8"),
-        ({"pad_to_multiple_of": 2.0}, ValueRangeError, r"`pad_to_multiple_of` .* got 2\.0"),
-        ({"pad_to_multiple_of": True}, ValueRangeError, r"`pad_to_multiple_of` .* got True"),
-        ({"pad_value": "0"}, ColumnTypeError, r"`pad_value` must be an int or a float, got str"),
+        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got 2\.0"),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got True"),
+        ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
         (
             {"pad_value": None},
-            ColumnTypeError,
+            OptionTypeError,
             r"`pad_value` must be an int or a float, got NoneType",
         ),
         (

@@ -1,0 +1,287 @@
+"""The MoE workload at real shape: narrow routed-expert ids against int32 and the classic path.
+
+Run from the repository root::
+
+    python -m benchmarks.bench_moe                       # 256 samples, 48 layers x top-8
+    python -m benchmarks.bench_moe --samples 64 --dp-sizes 8,64 --json /tmp/moe.json
+
+The batch is the ``small`` workload (256 samples, responses ~2k tokens, numpy columns, seed 0)
+with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]`` ids < 128 per sample: about
+204M ids, 816 MB as the producer's int32 arrays, 204 MB stored uint8. Three variants carry it:
+
+``narrow``
+    :meth:`arrow_split.RolloutBatch.from_train_data` as it is: the ids stored uint8.
+``int32``
+    The same batch with the column declared ``storage="exact"``: the int32 layout.
+``classic``
+    The train-data dict of numpy arrays itself, pickled into Ray (:mod:`benchmarks.baseline`).
+
+For each variant and dp_size: the driver's build, its delayed put (one object) and eager put (one
+object per rank), with the bytes Ray stored (``object_size``) and the bytes per rank; then, in a
+fresh :class:`benchmarks.ranks.RankActor`, a few ranks' steps (get, plan, take, to_tensors with
+``layout="per_sample"``; arrow_split widens the ids to int32 there), eager and delayed; and, on the
+driver, :func:`arrow_split.torch.to_tensors` of one rank's shard alone in the packed layout, with
+the default ``id_dtype`` (int32) and with ``id_dtype=None`` (the stored type). Every figure is
+the minimum and the median over ``--repeats`` runs at least. JSON out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import gc
+import json
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+
+from arrow_split import KNOWN_COLUMNS, RolloutBatch, split_train_data_by_dp_raw
+from arrow_split.testing import WORKLOADS, make_train_data
+from arrow_split.torch import to_tensors
+from benchmarks import arrow_path, baseline, report
+from benchmarks.config import pick_ranks
+from benchmarks.harness import REPO_ROOT, local_ray
+from benchmarks.ranks import RankActor
+from benchmarks.timing import MemoryGauge, Repeats, summarize
+
+__all__ = ["VARIANTS", "build", "main", "make_data", "parse_args", "run"]
+
+EXPERTS = "rollout_routed_experts"
+VARIANTS = ("narrow", "int32", "classic")
+BALANCE = True
+_MIB = 2**20
+
+
+def make_data(samples: int, layers: int, top_k: int, seed: int = 0) -> dict[str, Any]:
+    """The ``small`` workload's numeric columns as numpy, with routed experts ``[n-1, L, k]``."""
+    config = dataclasses.replace(
+        WORKLOADS["small"],
+        samples=samples,
+        moe_shape=(layers, top_k),
+        as_numpy=True,
+        seed=seed,
+    )
+    return make_train_data(config)
+
+
+def build(variant: str, data: Mapping[str, Any]) -> Any:
+    """What the driver puts for ``variant``: a RolloutBatch, or the dict itself (classic)."""
+    if variant == "classic":
+        return dict(data)
+    specs = []
+    if variant == "int32":
+        specs.append(dataclasses.replace(KNOWN_COLUMNS[EXPERTS], storage="exact"))
+    return RolloutBatch.from_train_data(data, specs=specs)
+
+
+def _timed(call: Callable[[], Any], runs: Repeats) -> tuple[dict[str, Any], Any]:
+    """Seconds and the worst driver memory figures over the runs, and the last result."""
+    seconds, memory, result = [], [], None
+    for _ in runs:
+        result = None
+        gc.collect()
+        with MemoryGauge() as gauge:
+            start = time.perf_counter()
+            result = call()
+            seconds.append(time.perf_counter() - start)
+        memory.append(gauge.figures)
+    worst = {key: max(entry[key] for entry in memory) for key in memory[0]}
+    return {"seconds": summarize(seconds), "driver": worst}, result
+
+
+def _stored(refs: list[Any]) -> dict[str, Any]:
+    """Bytes Ray stored for these objects, in all and per object (per rank when eager)."""
+    locations = ray.experimental.get_object_locations(refs)
+    sizes = [int(locations[ref].get("object_size") or 0) for ref in refs]
+    return {
+        "objects": len(refs),
+        "store_bytes": sum(sizes),
+        "per_object_bytes": {"min": min(sizes), "max": max(sizes), "mean": sum(sizes) / len(sizes)},
+        "spilled": any(bool(entry.get("did_spill")) for entry in locations.values()),
+    }
+
+
+def _put(variant: str, payload: Any, mode: str, dp_size: int) -> Any:
+    if variant == "classic":
+        if mode == "eager":
+            return baseline.put_eager(payload, dp_size, BALANCE)
+        return baseline.put_delayed(payload)
+    if mode == "eager":
+        return arrow_path.put_eager(payload, dp_size, BALANCE)
+    return arrow_path.put_delayed(payload, dp_size, BALANCE)
+
+
+def _measure_put(variant: str, payload: Any, mode: str, dp: int, runs: Repeats) -> dict[str, Any]:
+    figures, refs = _timed(lambda: _put(variant, payload, mode, dp), runs)
+    stored = _stored(refs if isinstance(refs, list) else [refs])
+    del refs
+    return {**figures, **stored}
+
+
+def _measure_ranks(
+    variant: str, payload: Any, mode: str, dp: int, ranks: int, runs: Repeats
+) -> list[dict[str, Any]]:
+    """A few ranks' steps in a fresh actor (see :class:`benchmarks.ranks.RankActor`)."""
+    refs = _put(variant, payload, mode, dp)
+    actor = RankActor.remote()  # type: ignore[attr-defined]
+    ray.get(actor.ready.remote())
+    path = "baseline" if variant == "classic" else "arrow"
+    records = []
+    for rank in pick_ranks(dp, ranks):
+        record = ray.get(actor.run.remote(path, mode, [refs], rank, dp, BALANCE, runs))
+        records.append({**record, "rank": rank})
+    ray.kill(actor)
+    del refs, actor
+    gc.collect()
+    return records
+
+
+def _measure_to_tensors(batch: RolloutBatch, dp: int, runs: Repeats) -> dict[str, Any]:
+    """``to_tensors(layout="packed")`` of rank 0's shard: widened to int32, and as stored."""
+    shard = split_train_data_by_dp_raw(batch, dp, balance_data=BALANCE)[0]
+    results: dict[str, Any] = {"shard_bytes": shard.nbytes}
+    for name, dtype in (("id_int32", torch.int32), ("id_stored", None)):
+        call = functools.partial(to_tensors, shard, layout="packed", id_dtype=dtype)
+        figures, tensors = _timed(call, runs)
+        experts = tensors[EXPERTS]
+        results[name] = {
+            **figures,
+            "dtype": str(experts.dtype),
+            "tensor_bytes": experts.element_size() * experts.nelement(),
+        }
+        del tensors, experts
+    return results
+
+
+def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace) -> dict[str, Any]:
+    runs = Repeats(options.repeats, 0.5)
+    figures, payload = _timed(lambda: build(variant, data), Repeats(1, 0.0))
+    result: dict[str, Any] = {"build": figures}
+    if isinstance(payload, RolloutBatch):
+        column = payload.column(EXPERTS)
+        result["nbytes"] = payload.nbytes
+        result["experts_nbytes"] = column.nbytes
+        result["experts_type"] = str(column.type)
+    first = options.dp_sizes[0]
+    result["put"] = {"delayed": _measure_put(variant, payload, "delayed", first, runs)}
+    result["put"]["delayed"].pop("per_object_bytes")
+    result["put"]["eager"], result["ranks"], result["to_tensors"] = {}, {}, {}
+    for dp in options.dp_sizes:
+        result["put"]["eager"][str(dp)] = _measure_put(variant, payload, "eager", dp, runs)
+        result["ranks"][str(dp)] = {
+            mode: _measure_ranks(variant, payload, mode, dp, options.ranks, runs)
+            for mode in ("eager", "delayed")
+        }
+        if isinstance(payload, RolloutBatch):
+            result["to_tensors"][str(dp)] = _measure_to_tensors(payload, dp, runs)
+    del payload
+    gc.collect()
+    return result
+
+
+def _describe(data: Mapping[str, Any], options: argparse.Namespace) -> dict[str, Any]:
+    experts = data[EXPERTS]
+    ids = sum(array.size for array in experts)
+    return {
+        "samples": len(data["tokens"]),
+        "tokens": int(sum(len(tokens) for tokens in data["tokens"])),
+        "moe_shape": [options.layers, options.top_k],
+        "expert_ids": ids,
+        "expert_id_max": int(max((int(a.max()) for a in experts if a.size), default=0)),
+        "input_experts_bytes": sum(array.nbytes for array in experts),
+        "dp_sizes": list(options.dp_sizes),
+        "repeats": options.repeats,
+        "balance_data": BALANCE,
+    }
+
+
+def run(options: argparse.Namespace) -> dict[str, Any]:
+    """Every variant's figures, JSON-ready."""
+    started = time.perf_counter()
+    data = make_data(options.samples, options.layers, options.top_k, options.seed)
+    workload = _describe(data, options)
+    store = max(1024 * _MIB, 3 * workload["input_experts_bytes"] + 512 * _MIB)
+    results: dict[str, Any] = {"workload": workload, "variants": {}}
+    with local_ray(store):
+        for variant in options.variants:
+            print(f"measuring {variant}...", file=sys.stderr)
+            results["variants"][variant] = _variant(variant, data, options)
+    results["summary"] = summary(results)
+    results["meta"] = {
+        **report.machine_and_versions(),
+        "object_store_bytes": store,
+        "wall_s": time.perf_counter() - started,
+    }
+    return results
+
+
+def _median(figures: Mapping[str, Any]) -> float:
+    return float(figures["seconds"]["median"])
+
+
+def _rank_sum(records: list[dict[str, Any]]) -> float:
+    return float(np.median([record["sum"]["median"] for record in records]))
+
+
+def summary(results: Mapping[str, Any]) -> dict[str, Any]:
+    """One line per variant and dp_size: bytes and median seconds of each phase."""
+    lines: dict[str, Any] = {}
+    for variant, figures in results["variants"].items():
+        for dp, eager in figures["put"]["eager"].items():
+            ranks = figures["ranks"][dp]
+            lines[f"{variant} dp={dp}"] = {
+                "build_s": _median(figures["build"]),
+                "stored_bytes_delayed": figures["put"]["delayed"]["store_bytes"],
+                "stored_bytes_eager": eager["store_bytes"],
+                "bytes_per_rank_eager_max": eager["per_object_bytes"]["max"],
+                "put_delayed_s": _median(figures["put"]["delayed"]),
+                "put_eager_s": _median(eager),
+                "rank_eager_s": _rank_sum(ranks["eager"]),
+                "rank_delayed_s": _rank_sum(ranks["delayed"]),
+                "rank_bytes": [record["rank_bytes"] for record in ranks["delayed"]],
+            }
+    return lines
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_moe", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--samples", type=int, default=256)
+    parser.add_argument("--layers", type=int, default=48)
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--dp-sizes", default="8", help="comma-separated, e.g. 8,64")
+    parser.add_argument("--ranks", type=int, default=2, help="ranks timed per configuration")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--variants", default=",".join(VARIANTS))
+    parser.add_argument("--json", type=Path, default=REPO_ROOT / "benchmarks/results/moe.json")
+    options = parser.parse_args(argv)
+    options.dp_sizes = tuple(int(item) for item in options.dp_sizes.split(","))
+    options.variants = tuple(item for item in options.variants.split(",") if item)
+    unknown = sorted(set(options.variants) - set(VARIANTS))
+    if unknown or options.repeats < 1 or min(options.dp_sizes) < 1:
+        parser.error(f"bad --variants {unknown}, --repeats or --dp-sizes")
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, write the JSON, print the summary."""
+    options = parse_args(argv)
+    results = run(options)
+    options.json.parent.mkdir(parents=True, exist_ok=True)
+    report.write_json(results, options.json)
+    print(json.dumps({"workload": results["workload"], "summary": results["summary"]}, indent=2))
+    print(f"wrote {options.json}; wall time {results['meta']['wall_s']:.1f} s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
