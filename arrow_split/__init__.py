@@ -15,6 +15,7 @@ from arrow_split._schedule import (
     plan_schedule,
     schedule_for_rank,
 )
+from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
 from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
 from arrow_split.errors import (
@@ -63,6 +64,7 @@ __all__ = [
     "RankSchedule",
     "Role",
     "RolloutBatch",
+    "RolloutBatchBuilder",
     "Schedule",
     "ScheduleConfig",
     "SchemaError",

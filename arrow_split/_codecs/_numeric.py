@@ -45,17 +45,36 @@ ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
 def is_array(value: object) -> bool:
-    """Whether a sample is array-like (numpy, or anything with ``__array__``), not a list."""
-    return isinstance(value, np.ndarray) or (
-        hasattr(value, "__array__") and not isinstance(value, (list, tuple))
-    )
+    """Whether a sample is array-like, not a list.
+
+    Numpy arrays, anything with ``__array__`` or ``__dlpack__`` (a CPU torch tensor), and any
+    object exporting the buffer protocol (``array.array``, ``memoryview``), but not ``str`` or
+    ``bytes``.
+    """
+    if isinstance(value, (list, tuple, str, bytes, bytearray)):
+        return False
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        return True
+    if hasattr(value, "__dlpack__"):
+        return True
+    try:
+        memoryview(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 def as_array(value: object, name: str, location: str) -> np.ndarray:
-    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made."""
+    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made.
+
+    An object with ``__dlpack__`` but no ``__array__`` is read with ``np.from_dlpack`` (no
+    copy; CPU memory only).
+    """
     try:
+        if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
+            return np.from_dlpack(value)
         return np.asarray(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:
         msg = (
             f"{location}: `{name}` is not a rectangular array of numbers ({exc}); pass a list of "
             "numbers or a numeric numpy array"
