@@ -7,6 +7,7 @@ helpers in :mod:`arrow_split.testing`.
 
 from __future__ import annotations
 
+from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -15,7 +16,6 @@ from arrow_split._schedule import (
     plan_schedule,
     schedule_for_rank,
 )
-from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
 from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
 from arrow_split.errors import (

@@ -186,7 +186,9 @@ class RolloutBatchBuilder:
             position in the batch; the builder is left unchanged.
         """
         if not isinstance(train_data, Mapping):
-            msg = f"`train_data` must be a dict of per-sample lists, got {type(train_data).__name__}"
+            msg = (
+                f"`train_data` must be a dict of per-sample lists, got {type(train_data).__name__}"
+            )
             raise SchemaTypeError(msg)
         self._add(train_data)
 
@@ -349,7 +351,9 @@ class RolloutBatchBuilder:
         record_batch.validate(full=True)
         specs = dict(self._specs)
         self._reset()
-        return RolloutBatch(record_batch, specs, {k: batch_globals[k] for k in specs if k in batch_globals})
+        return RolloutBatch(
+            record_batch, specs, {k: batch_globals[k] for k in specs if k in batch_globals}
+        )
 
     def _checked_globals(self) -> dict[str, object]:
         return {

@@ -333,7 +333,9 @@ class _ListGrowable(Growable):
             rows = np.diff(_offsets(array))
             first = int(np.argmax(rows > 0)) if rows.any() else 0
             current = trailing_shape(self.type)
-            raise ShapeMismatch(self.length + first, trailing_shape(array.type), self._shape_row, current)
+            raise ShapeMismatch(
+                self.length + first, trailing_shape(array.type), self._shape_row, current
+            )
 
     def append(self, array: pa.Array) -> None:
         informative = self._informative(array)

@@ -113,16 +113,23 @@ def test_object_column_falls_back_to_pickle_for_earlier_samples() -> None:
 
 
 def test_tensor_shape_comes_from_the_first_sample_that_has_one() -> None:
-    data = {"tokens": [[1], [2, 3], [4, 5, 6]], "rollout_routed_experts": [[], *[np.ones((n, 2, 3), np.int32) for n in (1, 2)]]}
+    data = {
+        "tokens": [[1], [2, 3], [4, 5, 6]],
+        "rollout_routed_experts": [[], *[np.ones((n, 2, 3), np.int32) for n in (1, 2)]],
+    }
     builder = RolloutBatchBuilder()
     for row in range(3):
         builder.append(_sample(data, row))
     assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(data))
     builder.append(_sample(data, 0))  # only a shapeless sample in this step
-    assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(_group(data, 0, 1, with_globals=True)))
+    assert_batches_equal(
+        builder.finish(), RolloutBatch.from_train_data(_group(data, 0, 1, with_globals=True))
+    )
 
 
-def _feed_bad(builder: RolloutBatchBuilder, data: dict[str, Any]) -> tuple[list[Exception], dict[str, Any]]:
+def _feed_bad(
+    builder: RolloutBatchBuilder, data: dict[str, Any]
+) -> tuple[list[Exception], dict[str, Any]]:
     """Append ``data`` sample by sample; return the errors and the train data accepted."""
     errors: list[Exception] = []
     accepted: list[dict[str, Any]] = []
@@ -276,7 +283,7 @@ _STEP = RolloutConfig(samples=24, response_mean=64.0, response_cap=256, moe_shap
 def _buffers(builder: RolloutBatchBuilder) -> list[tuple[int, int]]:
     return [
         (buffer.capacity, buffer.grows)
-        for growable in builder._columns.values()  # noqa: SLF001 - the test looks inside
+        for growable in builder._columns.values()
         for buffer in growable.buffers()
     ]
 
@@ -286,18 +293,20 @@ def test_capacity_is_kept_for_the_next_step() -> None:
     for group in iter_sample_groups(_STEP, group_size=4):
         builder.extend(group)
     first = builder.finish()
-    growables = dict(builder._columns)  # noqa: SLF001
+    growables = dict(builder._columns)
     after_first = _buffers(builder)
     assert any(grows for _, grows in after_first)
     for group in iter_sample_groups(_STEP, group_size=4):
         builder.extend(group)
     assert_batches_equal(builder.finish(), first)
-    assert all(builder._columns[name] is growable for name, growable in growables.items())  # noqa: SLF001
+    assert all(builder._columns[name] is growable for name, growable in growables.items())
     assert _buffers(builder) == after_first  # same capacity, no growth in the second step
 
 
 def test_memory_stays_within_twice_the_batch() -> None:
-    config = dataclasses.replace(_STEP, samples=48, response_mean=1024.0, response_cap=4096, moe_shape=(4, 4), as_numpy=True)
+    config = dataclasses.replace(
+        _STEP, samples=48, response_mean=1024.0, response_cap=4096, moe_shape=(4, 4), as_numpy=True
+    )
     groups = list(iter_sample_groups(config, group_size=4))
     builder = RolloutBatchBuilder()
     baseline = pa.total_allocated_bytes()
