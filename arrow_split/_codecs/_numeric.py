@@ -26,6 +26,7 @@ from arrow_split._codecs._checks import (
     check_int_range,
     locate_python_value,
 )
+from arrow_split._codecs._pylists import flat_from_lists
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec
 
@@ -155,6 +156,9 @@ def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
 def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one Python list of numbers per sample."""
     target = target_dtype(spec)
+    fast = flat_from_lists(target, samples, flag=spec.flag)
+    if fast is not None:
+        return fast
     integer = target.kind != "f"
     # Integers convert straight to the column's type (Arrow checks the range); floats go through
     # float64, so that a value which is not exactly a float32 can be caught.
