@@ -282,10 +282,11 @@ class _FixedSizeGrowable(Growable):
     def __init__(self, size: int, child: Growable) -> None:
         self.size = size
         self.child = child
+        self._type = pa.list_(child.type, size)
 
     @property
     def type(self) -> pa.DataType:
-        return pa.list_(self.child.type, self.size)
+        return self._type
 
     @property
     def length(self) -> int:
@@ -308,14 +309,18 @@ class _ListGrowable(Growable):
     """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values."""
 
     def __init__(self, child: Growable) -> None:
-        self.child = child
+        self._set_child(child)
         self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.append_one(0)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
+    def _set_child(self, child: Growable) -> None:
+        self.child = child
+        self._type = pa.large_list(child.type)
+
     @property
     def type(self) -> pa.DataType:
-        return pa.large_list(self.child.type)
+        return self._type
 
     @property
     def length(self) -> int:
@@ -343,7 +348,7 @@ class _ListGrowable(Growable):
             if not informative:  # only empty samples without a shape: offsets alone
                 self._offsets.extend(np.full(len(array), self._offsets.last(), dtype=np.int64))
                 return
-            self.child = growable_for(array.type.value_type)  # the first shape seen
+            self._set_child(growable_for(array.type.value_type))  # the first shape seen
         offsets = _offsets(array)
         if informative and self._shape_row is None:
             rows = np.diff(offsets)
@@ -356,7 +361,7 @@ class _ListGrowable(Growable):
     def finish(self) -> pa.Array:
         count = self.length
         if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
-            self.child = growable_for(_leaf_type(self.type))
+            self._set_child(growable_for(_leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
         self._offsets.append_one(0)

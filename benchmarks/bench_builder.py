@@ -56,7 +56,7 @@ def _step(
     builder: RolloutBatchBuilder, groups: list[dict[str, Any]]
 ) -> tuple[RolloutBatch, float, float, int]:
     """One step: the appends' CPU seconds, finish's seconds and the pool's peak bytes."""
-    baseline = pa.total_allocated_bytes()
+    baseline = pa.total_allocated_bytes()  # the step before's batch, if still alive, not counted
     peak, cpu = 0, 0.0
     for group in groups:
         start = time.process_time()
@@ -86,11 +86,13 @@ def measure_builder(workload: str, repeats: int, group_size: int) -> dict[str, A
     train_data = make_train_data(config)
     groups = list(iter_sample_groups(config, group_size=group_size))
     builder = RolloutBatchBuilder()
-    steps = [_step(builder, groups) for _ in range(repeats + 1)]  # the first one grows
-    batch = steps[-1][0]
+    steps = []
+    for _ in range(repeats + 1):  # the first step grows the buffers
+        batch, cpu, finish, peak = _step(builder, groups)  # the step before is freed, as in a loop
+        steps.append((cpu, finish, peak))
     figures = {
-        "append_cpu": _figures([cpu for _, cpu, _, _ in steps[1:]]),
-        "finish": _figures([finish for _, _, finish, _ in steps[1:]]),
+        "append_cpu": _figures([cpu for cpu, _, _ in steps[1:]]),
+        "finish": _figures([finish for _, finish, _ in steps[1:]]),
         "memcpy": _time(_memcpy(batch), repeats),
         "pickle": _time(lambda: pickle.dumps(train_data, protocol=5), repeats),
         "from_train_data": _time(lambda: RolloutBatch.from_train_data(train_data), repeats),
@@ -102,8 +104,8 @@ def measure_builder(workload: str, repeats: int, group_size: int) -> dict[str, A
         "samples": len(batch),
         "tokens": int(batch.total_lengths.sum()),
         "arrow_bytes": batch.nbytes,
-        "first_step": {"append_cpu": steps[0][1], "finish": steps[0][2]},
-        "peak_over_batch": max(peak for _, _, _, peak in steps) / batch.nbytes,
+        "first_step": {"append_cpu": steps[0][0], "finish": steps[0][1]},
+        "peak_over_batch": max(peak for _, _, peak in steps) / batch.nbytes,
         "seconds": figures,
         "ratios": {
             "finish_vs_memcpy": median["finish"] / median["memcpy"],

@@ -13,6 +13,7 @@ if no float was among them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -89,6 +90,12 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
     if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
         msg = f"column `{spec.name}` has no value type"
         raise ColumnTypeError(msg)
+    return _numpy_dtype(value_type)
+
+
+@functools.lru_cache(maxsize=64)
+def _numpy_dtype(value_type: pa.DataType) -> np.dtype:
+    """``value_type`` as numpy (cached: a builder asks for it at every append)."""
     dtype: np.dtype = np.dtype(value_type.to_pandas_dtype())
     return dtype
 

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import numpy as np
 
-__all__ = ["flat_from_lists"]
+__all__ = ["flat_from_lists", "scalars_from_list"]
 
 _TYPECODES = {("i" if code.islower() else "u", struct.calcsize(code)): code for code in "bhiqBHIQ"}
 """``(numpy kind, item size)`` -> the typecode of that integer type (``struct``'s are the same)."""
@@ -83,3 +83,24 @@ def flat_from_lists(
     if target.kind in "iu" and not flag and _hides_a_bool(lists, values, offsets) is not False:
         return None
     return values, offsets
+
+
+def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray | None:
+    """One number per sample (int64 or float64) of a list of Python numbers, or ``None``.
+
+    ``None`` sends the column to the careful path (see the module docstring); flag columns do
+    not come here.
+    """
+    code = "d" if target.kind == "f" else "q" if target.kind in "iu" else None
+    if code is None or not samples:
+        return None
+    try:
+        packed = struct.pack(f"{len(samples)}{code}", *samples)
+    except (TypeError, ValueError, OverflowError, struct.error):
+        return None
+    values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)
+    if code == "q":
+        for index in np.flatnonzero(values.view(np.uint64) <= 1).tolist():
+            if samples[index] is True or samples[index] is False:
+                return None
+    return values
