@@ -86,9 +86,11 @@ def measure_builder(workload: str, repeats: int, group_size: int) -> dict[str, A
     train_data = make_train_data(config)
     groups = list(iter_sample_groups(config, group_size=group_size))
     builder = RolloutBatchBuilder()
-    steps = []
+    steps, batches = [], []
     for _ in range(repeats + 1):  # the first step grows the buffers
-        batch, cpu, finish, peak = _step(builder, groups)  # the step before is freed, as in a loop
+        batches.clear()  # the step before is freed, as in a synchronous loop
+        batch, cpu, finish, peak = _step(builder, groups)
+        batches.append(batch)
         steps.append((cpu, finish, peak))
     figures = {
         "append_cpu": _figures([cpu for cpu, _, _ in steps[1:]]),

@@ -369,3 +369,73 @@ def test_torch_cpu_tensors() -> None:
     assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(data))
     with pytest.raises(ColumnTypeError, match=r"sample 0: `tokens` is not a rectangular array"):
         builder.append({"tokens": torch.ones(3, requires_grad=True)})
+
+
+# The fast path for Python lists must accept and refuse exactly what the careful path does.
+
+_PY_VALUES = st.one_of(
+    st.integers(-(2**40), 2**40),
+    st.integers(-1, 2),
+    st.integers(2**52, 2**64),
+    st.booleans(),
+    st.floats(),
+    st.none(),
+    st.just("7"),
+    st.builds(np.int64, st.integers(-5, 5)),
+    st.builds(np.float32, st.floats(width=32)),
+)
+_FAST_COLUMNS = [
+    ColumnSpec("x", "per_token", pa.int32()),
+    ColumnSpec("x", "per_token", pa.int16()),
+    ColumnSpec("x", "per_token", pa.uint8()),
+    ColumnSpec("x", "per_token", pa.uint8(), flag=True),
+    ColumnSpec("x", "per_token", pa.float32()),
+    ColumnSpec("x", "per_token", pa.float64()),
+    ColumnSpec("x", "per_sample_scalar", pa.int64()),
+    ColumnSpec("x", "per_sample_scalar", pa.int32()),
+    ColumnSpec("x", "per_sample_scalar", pa.float64()),
+]
+
+
+def _outcome(data: dict[str, Any], spec: ColumnSpec) -> RolloutBatch | tuple[type, str]:
+    try:
+        return RolloutBatch.from_train_data(data, specs=[spec])
+    except (SchemaError, ColumnTypeError, ValueRangeError, RaggedLengthError) as error:
+        return type(error), str(error)
+
+
+@given(
+    spec=st.sampled_from(_FAST_COLUMNS),
+    values=st.lists(st.lists(_PY_VALUES, max_size=4), min_size=1, max_size=4),
+    ones=st.booleans(),
+)
+def test_fast_path_agrees_with_the_careful_path(
+    spec: ColumnSpec, values: list[list[Any]], ones: bool
+) -> None:
+    if ones:  # mostly 0/1 values, so that a bool hides among them
+        values = [
+            [1 if isinstance(v, int) and not isinstance(v, bool) else v for v in sample]
+            for sample in values
+        ]
+    column: list[Any] = (
+        [v[0] if v else 0 for v in values] if spec.kind == "per_sample_scalar" else values
+    )
+    data = {"tokens": [[1]] * len(values), "x": column}
+    fast = _outcome(data, spec)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("arrow_split._codecs._numeric.flat_from_lists", lambda *a, **k: None)
+        patch.setattr("arrow_split._codecs.scalar.scalars_from_list", lambda *a, **k: None)
+        careful = _outcome(data, spec)
+    if isinstance(fast, RolloutBatch) and isinstance(careful, RolloutBatch):
+        assert_batches_equal(fast, careful)
+    else:
+        assert fast == careful
+
+
+def test_a_bool_among_many_ones_is_found() -> None:
+    tokens = [[1] * 300 for _ in range(4)]
+    tokens[3][299] = True
+    with pytest.raises(ColumnTypeError, match=r"sample 3, position 299: `tokens` .* holds a bool"):
+        RolloutBatch.from_train_data({"tokens": tokens})
+    tokens[3][299] = 1
+    assert RolloutBatch.from_train_data({"tokens": tokens}).num_samples == 4

@@ -5,9 +5,11 @@ times faster than ``pyarrow.array`` (and ``bytes(values)`` a 0/1 mask four times
 and rejects what the column cannot hold on its own: a float or ``None`` in an integer column, a
 value out of the type's range, a non-number anywhere. Only a ``bool`` in an integer column
 passes unseen (``True`` is an ``int``); it can only hide where the value is 0 or 1, so those few
-places are looked at one by one. When anything is off (a sample that is not a list, a value
-refused, too many 0/1 values to look at) the fast path gives up and the careful path of
-:mod:`arrow_split._codecs._numeric` converts the column and names the bad value.
+places are looked at one by one. A float column with a value as large as 2**53 goes the careful
+way (an int that large may not be exact as a double, which ``pyarrow.array`` refuses). When
+anything is off (a sample that is not a list, a value refused, too many 0/1 values to look at)
+the fast path gives up and the careful path of :mod:`arrow_split._codecs._numeric` converts the
+column and names the bad value.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ def _hides_a_bool(
     return False
 
 
+def _beyond_exact_ints(values: np.ndarray) -> bool:
+    """Whether a value is as large as 2**53 (where an int may not be exact as a double)."""
+    with np.errstate(invalid="ignore"):
+        return bool((np.abs(values) >= 2.0**53).any())
+
+
 def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
     """The C values of every list, one after the other (raises on a value refused)."""
     if code == "bytes":
@@ -80,6 +88,8 @@ def flat_from_lists(
     np.cumsum(lengths, out=offsets[1:])
     wide: dict[str, np.dtype] = {"d": np.dtype(np.float64), "bytes": np.dtype(np.uint8)}
     values = np.frombuffer(joined, dtype=wide.get(code, target))
+    if code == "d" and _beyond_exact_ints(values):
+        return None
     if target.kind in "iu" and not flag and _hides_a_bool(lists, values, offsets) is not False:
         return None
     return values, offsets
@@ -99,6 +109,8 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
     except (TypeError, ValueError, OverflowError, struct.error):
         return None
     values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)
+    if code == "d" and _beyond_exact_ints(values):
+        return None
     if code == "q":
         for index in np.flatnonzero(values.view(np.uint64) <= 1).tolist():
             if samples[index] is True or samples[index] is False:
