@@ -62,7 +62,7 @@ class _Group:
         self.sample_keys = sample_keys
         self.sample_globals = {k: v for k, v in batch_globals.items() if k in sample_keys}
         self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
-        self.count = 0
+        self.count = len(next(iter(columns.values())))  # the length source is always there
 
 
 class RolloutBatchBuilder:
@@ -227,7 +227,6 @@ class RolloutBatchBuilder:
         except ArrowSplitError as error:
             raise _shifted(error, base) from None
         group = _Group(columns, used, batch_globals, sample_keys)
-        group.count = len(next(iter(columns.values())))
         self._check_group(group)
         self._commit(group)
 
