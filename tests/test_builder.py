@@ -127,6 +127,18 @@ def test_tensor_shape_comes_from_the_first_sample_that_has_one() -> None:
     )
 
 
+def test_a_new_step_may_have_another_tensor_shape() -> None:
+    builder = RolloutBatchBuilder()
+    for shape in ((2, 2), (3, 1), (2, 2)):
+        data = {
+            "tokens": [[1, 2], [3, 4, 5]],
+            "rollout_routed_experts": [np.full((n, *shape), n, np.int32) for n in (1, 2)],
+        }
+        builder.append(_sample(data, 0))
+        builder.append(_sample(data, 1))
+        assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(data))
+
+
 def _feed_bad(
     builder: RolloutBatchBuilder, data: dict[str, Any]
 ) -> tuple[list[Exception], dict[str, Any]]:
