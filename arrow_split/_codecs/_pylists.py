@@ -57,7 +57,7 @@ def _hides_a_bool(
 
 def _beyond_exact_ints(values: np.ndarray) -> bool:
     """Whether a value is as large as 2**53 (where an int may not be exact as a double)."""
-    return bool(np.any(values >= 2.0**53) or np.any(values <= -(2.0**53)))  # no float64 copy
+    return bool((values >= 2.0**53).any() or (values <= -(2.0**53)).any())  # no float64 copy
 
 
 def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
