@@ -7,6 +7,7 @@ helpers in :mod:`arrow_split.testing`.
 
 from __future__ import annotations
 
+from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -65,6 +66,7 @@ __all__ = [
     "RankSchedule",
     "Role",
     "RolloutBatch",
+    "RolloutBatchBuilder",
     "Schedule",
     "ScheduleConfig",
     "SchemaError",

@@ -30,7 +30,7 @@ from arrow_split.errors import (
 )
 from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
 
-__all__ = ["decode_train_data", "encode_train_data", "per_sample_values"]
+__all__ = ["decode_train_data", "encode_columns", "encode_train_data", "per_sample_values"]
 
 _DERIVED_LENGTHS = "total_lengths"
 
@@ -82,6 +82,22 @@ def encode_train_data(
         msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
         raise SchemaTypeError(msg)
     resolved = resolve_specs(data.keys(), specs)
+    columns, used, batch_globals = encode_columns(data, resolved, options)
+    names = [key for key in resolved if key in columns]
+    record_batch = pa.RecordBatch.from_arrays([columns[key] for key in names], names=names)
+    record_batch.validate(full=True)
+    return record_batch, used, batch_globals
+
+
+def encode_columns(
+    data: Mapping[str, Any], resolved: Mapping[str, ColumnSpec], options: EncodeOptions
+) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec], dict[str, object]]:
+    """Validate and encode ``data`` by its resolved specs (one per key, in order).
+
+    Returns the per-sample columns (one Arrow array each), the specs as used and the checked
+    batch-global values: what :func:`encode_train_data` puts together, and what the streaming
+    builder encodes each appended group with.
+    """
     source = _length_source(resolved)
     num_samples = len(per_sample_values(data, source, None, source))
     per_sample = {
@@ -95,10 +111,7 @@ def encode_train_data(
         for key, spec in resolved.items()
         if not spec.is_per_sample
     }
-    names = [key for key in resolved if key in columns]
-    record_batch = pa.RecordBatch.from_arrays([columns[key] for key in names], names=names)
-    record_batch.validate(full=True)
-    return record_batch, used, batch_globals
+    return columns, used, batch_globals
 
 
 def _encode_columns(

@@ -169,7 +169,9 @@ def _cast(value: Any, dtype: Any) -> np.ndarray:
             warnings.simplefilter("ignore")
             return np.asarray(value).astype(dtype)
     except (TypeError, ValueError, OverflowError):
-        items = list(value) if isinstance(value, (list, tuple, np.ndarray)) else [value]
+        array_like = isinstance(value, np.ndarray) and value.ndim > 0
+        iterable = isinstance(value, (list, tuple)) or array_like
+        items = list(value) if iterable else [value]
         array = np.empty(len(items), dtype=object)
         array[:] = items
         return array

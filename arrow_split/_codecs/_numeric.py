@@ -13,6 +13,7 @@ if no float was among them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -26,6 +27,7 @@ from arrow_split._codecs._checks import (
     check_int_range,
     locate_python_value,
 )
+from arrow_split._codecs._pylists import flat_from_lists
 from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
@@ -46,17 +48,31 @@ ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
 def is_array(value: object) -> bool:
-    """Whether a sample is array-like (numpy, or anything with ``__array__``), not a list."""
-    return isinstance(value, np.ndarray) or (
-        hasattr(value, "__array__") and not isinstance(value, (list, tuple))
-    )
+    """Whether a sample is array-like, not a list.
+
+    Numpy arrays, anything with ``__array__`` or ``__dlpack__`` (a CPU torch tensor), and any
+    object exporting the buffer protocol (``array.array``, ``memoryview``), but not ``str`` or
+    ``bytes``.
+    """
+    if isinstance(value, (list, tuple, str, bytes, bytearray)):
+        return False
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
+        return True
+    if hasattr(value, "__dlpack__"):
+        return True
+    try:
+        memoryview(value)  # type: ignore[arg-type]
+    except TypeError:
+        return False
+    return True
 
 
 def as_array(value: object, name: str, location: str) -> np.ndarray:
     """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made.
 
     A masked array with masked values is refused: ``np.asarray`` would keep whatever the masked
-    slots hold.
+    slots hold. An object with ``__dlpack__`` but no ``__array__`` is read with
+    ``np.from_dlpack`` (no copy; CPU memory only).
     """
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
@@ -66,8 +82,10 @@ def as_array(value: object, name: str, location: str) -> np.ndarray:
         )
         raise ColumnTypeError(msg)
     try:
+        if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
+            return np.from_dlpack(value)
         return np.asarray(value)
-    except (TypeError, ValueError, OverflowError) as exc:
+    except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:
         msg = (
             f"{location}: `{name}` is not a rectangular array of numbers ({exc}); pass a list of "
             "numbers or a numeric numpy array"
@@ -81,6 +99,12 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
     if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
         msg = f"column `{spec.name}` has no value type"
         raise ColumnTypeError(msg)
+    return _numpy_dtype(value_type)
+
+
+@functools.lru_cache(maxsize=64)
+def _numpy_dtype(value_type: pa.DataType) -> np.dtype:
+    """``value_type`` as numpy (cached: a builder asks for it at every append)."""
     dtype: np.dtype = np.dtype(value_type.to_pandas_dtype())
     return dtype
 
@@ -175,6 +199,9 @@ def exact_integers(
 def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one Python list of numbers per sample."""
     target = target_dtype(spec)
+    fast = flat_from_lists(target, samples, flag=spec.flag)
+    if fast is not None:
+        return fast
     integer = target.kind != "f"
     # Integers convert straight to the column's type (Arrow checks the range); floats go through
     # float64, so that a value which is not exactly a float32 can be caught.

@@ -18,6 +18,7 @@ from arrow_split._codecs._numeric import (
     is_array,
     target_dtype,
 )
+from arrow_split._codecs._pylists import scalars_from_list
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec
 
@@ -63,6 +64,9 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
         if flags.ndim != 1 or flags.dtype.kind not in "biu":
             locate("values that are neither bool nor int")
         return flags
+    fast = scalars_from_list(target, samples)
+    if fast is not None:
+        return fast
     integer = target.kind != "f"
     wide = pa.int64() if integer else pa.float64()
     try:

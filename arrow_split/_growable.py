@@ -1,0 +1,401 @@
+"""Growable Arrow columns: append encoded chunks, hand over one array at the end.
+
+The streaming builder (:mod:`arrow_split._builder`) encodes every appended group with the
+codecs, then appends the group's arrays here. A growable column mirrors the Arrow layout of the
+arrays the codecs produce, and nothing else: fixed-width numbers, booleans, ``large_binary`` /
+``large_string``, ``fixed_size_list`` and ``large_list`` of those. It never looks at a column's
+kind, only at Arrow types.
+
+Memory. Values go into resizable buffers of Arrow's memory pool, grown by doubling (a pool
+``realloc``: no second copy alive while growing). :meth:`Growable.finish` shrinks each buffer to
+its length and hands it over to the finished array (no copy, or one copy where the allocator
+moves a shrunk block), so the builder holds at most twice the batch's bytes; the next step starts
+with new buffers of the same capacity (allocated at its first append), not from zero.
+
+Shapes. A ``large_list`` whose items are ``fixed_size_list`` (a per-sample tensor) may see a first
+chunk without a trailing shape (only empty samples): it takes the shape of the first chunk that
+has one. Two chunks of different shapes raise :class:`ShapeMismatch`, which the builder turns into
+the library's error.
+"""
+
+from __future__ import annotations
+
+import abc
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split.errors import SchemaError
+
+__all__ = ["Growable", "ShapeMismatch", "growable_for", "trailing_shape"]
+
+_MIN_CAPACITY = 64
+
+
+class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a library error
+    """A chunk's trailing shape differs from the column's (see the module docstring)."""
+
+    def __init__(self, row: int, shape: tuple[int, ...], first_row: int, first: tuple[int, ...]):
+        super().__init__(row, shape, first_row, first)
+        self.row, self.shape, self.first_row, self.first = row, shape, first_row, first
+
+
+def trailing_shape(list_type: pa.DataType) -> tuple[int, ...]:
+    """The sizes of the ``fixed_size_list`` levels under a list type (``()`` for none)."""
+    sizes: list[int] = []
+    child = list_type.value_type
+    while pa.types.is_fixed_size_list(child):
+        sizes.append(child.list_size)
+        child = child.value_type
+    return tuple(sizes)
+
+
+def _leaf_type(list_type: pa.DataType) -> pa.DataType:
+    child = list_type.value_type
+    while pa.types.is_fixed_size_list(child):
+        child = child.value_type
+    return child
+
+
+class _Buffer:
+    """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
+
+    __slots__ = ("_buffer", "_view", "capacity", "dtype", "grows", "size")
+
+    def __init__(self, dtype: np.dtype, capacity: int = 0) -> None:
+        self.dtype = dtype
+        self.capacity = capacity
+        self.size = 0
+        self.grows = 0
+        self._buffer: pa.ResizableBuffer | None = None
+        self._view = np.empty(0, dtype=dtype)
+
+    def _reserve(self, needed: int) -> None:
+        if self._buffer is None:  # first use, or first use after a hand-over: keep the capacity
+            self.capacity = max(needed, self.capacity, _MIN_CAPACITY)
+            self._buffer = pa.allocate_buffer(self.capacity * self.dtype.itemsize, resizable=True)
+        elif needed > self.capacity:
+            self.capacity = max(needed, 2 * self.capacity)
+            self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
+            self._buffer.resize(self.capacity * self.dtype.itemsize)
+            self.grows += 1
+        else:
+            return
+        self._view = np.frombuffer(self._buffer, dtype=self.dtype)
+
+    def extend(self, values: np.ndarray) -> None:
+        """Append ``values`` (cast to the buffer's dtype)."""
+        end = self.size + len(values)
+        if end > len(self._view):
+            self._reserve(end)
+        self._view[self.size : end] = values
+        self.size = end
+
+    def append_one(self, value: int) -> None:
+        """Append one value."""
+        if self.size >= len(self._view):
+            self._reserve(self.size + 1)
+        self._view[self.size] = value
+        self.size += 1
+
+    def last(self) -> int:
+        """The last value (the buffer must not be empty)."""
+        return int(self._view[self.size - 1])
+
+    def values(self) -> np.ndarray:
+        """A read-only view of the values so far (valid until the next append)."""
+        view = self._view[: self.size]
+        view.flags.writeable = False
+        return view
+
+    def take(self) -> pa.Buffer:
+        """Hand the values over as an Arrow buffer; the next append starts a new block."""
+        if self._buffer is None:
+            return pa.allocate_buffer(0)
+        buffer, self._buffer = self._buffer, None
+        self._view = np.empty(0, dtype=self.dtype)
+        buffer.resize(self.size * self.dtype.itemsize, shrink_to_fit=True)
+        self.size = 0
+        return buffer
+
+    def clear(self) -> None:
+        """Forget the values, keep the block."""
+        self.size = 0
+
+
+class Growable(abc.ABC):
+    """An Arrow array being built from appended chunks of one type."""
+
+    @property
+    @abc.abstractmethod
+    def type(self) -> pa.DataType:
+        """The Arrow type of the finished array."""
+
+    @property
+    @abc.abstractmethod
+    def length(self) -> int:
+        """Rows appended so far."""
+
+    @abc.abstractmethod
+    def check(self, array: pa.Array) -> None:
+        """Raise :class:`ShapeMismatch` if ``array`` cannot be appended; change nothing."""
+
+    @abc.abstractmethod
+    def append(self, array: pa.Array) -> None:
+        """Append ``array``'s rows (its type is this one's, or :meth:`check` accepted it)."""
+
+    @abc.abstractmethod
+    def finish(self) -> pa.Array:
+        """The array of every row appended; the growable is empty again, its capacity kept."""
+
+    @abc.abstractmethod
+    def buffers(self) -> list[_Buffer]:
+        """The growable buffers (for tests of capacity and reuse)."""
+
+
+def growable_for(value_type: pa.DataType) -> Growable:
+    """A growable for arrays of ``value_type`` (the types the codecs produce)."""
+    if pa.types.is_large_list(value_type):
+        return _ListGrowable(growable_for(value_type.value_type))
+    if pa.types.is_fixed_size_list(value_type):
+        return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
+    if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
+        return _BinaryGrowable(value_type)
+    if pa.types.is_boolean(value_type):
+        return _BoolGrowable()
+    if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+        return _PrimitiveGrowable(value_type)
+    msg = f"no growable column for Arrow type {value_type}"  # pragma: no cover - codec types only
+    raise SchemaError(msg)
+
+
+class _PrimitiveGrowable(Growable):
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+        self._values = _Buffer(np.dtype(value_type.to_pandas_dtype()))
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+    @property
+    def length(self) -> int:
+        return self._values.size
+
+    def check(self, array: pa.Array) -> None:
+        return None
+
+    def append(self, array: pa.Array) -> None:
+        values = np.asarray(array.to_numpy(zero_copy_only=True))
+        if values.dtype != self._values.dtype:
+            self._widen(values.dtype)
+        self._values.extend(values)
+
+    def _widen(self, dtype: np.dtype) -> None:
+        """Hold values of ``dtype`` too: a narrow-stored id column whose values grew this step.
+
+        The codecs store such a column in the narrowest of uint8 / uint16 / int32 that holds a
+        chunk; the batch's type is the narrowest that holds every chunk, which is the widest of
+        the chunks' types (those types nest). The values so far are cast once; this happens at
+        most twice a step.
+        """
+        wider = np.promote_types(self._values.dtype, dtype)
+        if wider == self._values.dtype:
+            return  # a narrower chunk: its values are cast as they are copied in
+        old = self._values
+        self._values = _Buffer(wider, old.capacity)
+        self._values.extend(old.values())
+        self._type = pa.from_numpy_dtype(wider)
+
+    def finish(self) -> pa.Array:
+        count = self._values.size
+        return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
+
+    def buffers(self) -> list[_Buffer]:
+        return [self._values]
+
+
+class _BoolGrowable(Growable):
+    """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
+
+    def __init__(self) -> None:
+        self._values = _Buffer(np.dtype(np.bool_))
+
+    @property
+    def type(self) -> pa.DataType:
+        return pa.bool_()
+
+    @property
+    def length(self) -> int:
+        return self._values.size
+
+    def check(self, array: pa.Array) -> None:
+        return None
+
+    def append(self, array: pa.Array) -> None:
+        self._values.extend(np.asarray(array.to_numpy(zero_copy_only=False)))
+
+    def finish(self) -> pa.Array:
+        array = pa.array(self._values.values(), type=pa.bool_())
+        self._values.clear()
+        return array
+
+    def buffers(self) -> list[_Buffer]:
+        return [self._values]
+
+
+def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
+    """Whether two list types have one trailing shape and integer leaves (storage may differ)."""
+    leaves = _leaf_type(left), _leaf_type(right)
+    integers = all(pa.types.is_integer(leaf) for leaf in leaves)
+    return integers and trailing_shape(left) == trailing_shape(right)
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
+    buffer = array.buffers()[1]
+    if buffer is None:  # an array of no rows may have no buffers
+        return np.zeros(1, dtype=np.int64)
+    return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
+
+
+class _BinaryGrowable(Growable):
+    """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+        self._offsets = _Buffer(np.dtype(np.int64))
+        self._offsets.append_one(0)
+        self._data = _Buffer(np.dtype(np.uint8))
+        self._valid = _Buffer(np.dtype(np.bool_))
+        self._nulls = 0
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+    @property
+    def length(self) -> int:
+        return self._offsets.size - 1
+
+    def check(self, array: pa.Array) -> None:
+        return None
+
+    def append(self, array: pa.Array) -> None:
+        offsets = _offsets(array)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        data = array.buffers()[2]
+        if stop > start and data is not None:
+            self._data.extend(np.frombuffer(data, dtype=np.uint8)[start:stop])
+        self._offsets.extend(offsets[1:] + (self._offsets.last() - start))
+        self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
+        self._nulls += array.null_count
+
+    def finish(self) -> pa.Array:
+        count = self.length
+        validity = None
+        if self._nulls:
+            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        offsets, data = self._offsets.take(), self._data.take()
+        self._offsets.append_one(0)
+        self._valid.clear()
+        nulls, self._nulls = self._nulls, 0
+        return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
+
+    def buffers(self) -> list[_Buffer]:
+        return [self._offsets, self._data, self._valid]
+
+
+class _FixedSizeGrowable(Growable):
+    def __init__(self, size: int, child: Growable) -> None:
+        self.size = size
+        self.child = child
+
+    @property
+    def type(self) -> pa.DataType:
+        return pa.list_(self.child.type, self.size)  # the child's type may widen
+
+    @property
+    def length(self) -> int:
+        return self.child.length // self.size if self.size else 0
+
+    def check(self, array: pa.Array) -> None:
+        return None
+
+    def append(self, array: pa.Array) -> None:
+        self.child.append(array.flatten())
+
+    def finish(self) -> pa.Array:
+        return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
+
+    def buffers(self) -> list[_Buffer]:
+        return self.child.buffers()
+
+
+class _ListGrowable(Growable):
+    """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values."""
+
+    def __init__(self, child: Growable) -> None:
+        self._set_child(child)
+        self._offsets = _Buffer(np.dtype(np.int64))
+        self._offsets.append_one(0)
+        self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
+
+    def _set_child(self, child: Growable) -> None:
+        self.child = child
+
+    @property
+    def type(self) -> pa.DataType:
+        return pa.large_list(self.child.type)  # the child's type may widen (narrow ids)
+
+    @property
+    def length(self) -> int:
+        return self._offsets.size - 1
+
+    def _informative(self, array: pa.Array) -> bool:
+        """Whether a chunk says what the trailing shape is (a shaped type, or any value)."""
+        offsets = _offsets(array)
+        return bool(trailing_shape(array.type)) or int(offsets[-1]) > int(offsets[0])
+
+    def check(self, array: pa.Array) -> None:
+        if array.type.equals(self.type) or not self._informative(array):
+            return
+        if self._shape_row is not None and _same_shape(array.type, self.type):
+            return  # only the integer storage differs: the child widens
+        if self._shape_row is not None:
+            rows = np.diff(_offsets(array))
+            first = int(np.argmax(rows > 0)) if rows.any() else 0
+            current = trailing_shape(self.type)
+            raise ShapeMismatch(
+                self.length + first, trailing_shape(array.type), self._shape_row, current
+            )
+
+    def append(self, array: pa.Array) -> None:
+        informative = self._informative(array)
+        if not array.type.equals(self.type):
+            if not informative:  # only empty samples without a shape: offsets alone
+                self._offsets.extend(np.full(len(array), self._offsets.last(), dtype=np.int64))
+                return
+            if self._shape_row is None or not _same_shape(array.type, self.type):
+                self._set_child(growable_for(array.type.value_type))  # the first shape seen
+        offsets = _offsets(array)
+        if informative and self._shape_row is None:
+            rows = np.diff(offsets)
+            self._shape_row = self.length + (int(np.argmax(rows > 0)) if rows.any() else 0)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        base = self.child.length
+        self.child.append(array.values.slice(start, stop - start))
+        self._offsets.extend(offsets[1:] + (base - start))
+
+    def finish(self) -> pa.Array:
+        count = self.length
+        if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
+            self._set_child(growable_for(_leaf_type(self.type)))
+        child = self.child.finish()
+        offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
+        self._offsets.append_one(0)
+        self._shape_row = None
+        return pa.LargeListArray.from_arrays(offsets, child)
+
+    def buffers(self) -> list[_Buffer]:
+        return [self._offsets, *self.child.buffers()]
