@@ -131,7 +131,7 @@ def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     if not keywords:
         return function
     patched = functools.wraps(function)(functools.partial(function, **keywords))
-    return patched  # type: ignore[no-any-return]
+    return patched
 
 
 def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Installation:

@@ -32,13 +32,17 @@ from arrow_split import (
 from arrow_split.schema import Role, role_column
 
 __all__ = [
-    "SCHEDULE_CONFIG_KEYS",
     "FlopsFn",
     "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
+    "ShardParts",
     "has_full_schedule_config",
+    "miles_schedule_fields",
     "plan_shards",
     "rollout_dict",
+    "schedule_config",
     "scheduled_shards",
+    "step_batch_size",
     "to_batch",
 ]
 
@@ -61,7 +65,9 @@ def _role_name(role: Role) -> str:
     return name
 
 
-def to_batch(args: Any, data: Mapping[str, Any] | RolloutBatch, specs: Iterable[ColumnSpec]) -> RolloutBatch:
+def to_batch(
+    args: Any, data: Mapping[str, Any] | RolloutBatch, specs: Iterable[ColumnSpec]
+) -> RolloutBatch:
     """Validate and convert miles' train data; add ``n_adapters`` from ``args`` where miles does.
 
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
@@ -103,7 +109,7 @@ def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[S
 
 
 def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
-    """True when the config names every key of :data:`SCHEDULE_CONFIG_KEYS` (a value may be None)."""
+    """Whether the config names every key of :data:`SCHEDULE_CONFIG_KEYS` (values may be None)."""
     if not train_parallel_config:
         return False
     return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
@@ -127,7 +133,7 @@ def schedule_config(
         micro_batch_size = 1  # unused by the token-budget packing
     return ScheduleConfig(
         global_batch_size=step_batch_size(args, batch.batch_globals),  # type: ignore[arg-type]
-        micro_batch_size=micro_batch_size,
+        micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
         use_dynamic_batch_size=use_dynamic,
         max_tokens_per_gpu=getattr(args, "max_tokens_per_gpu", None),
         cp_size=train_parallel_config["cp_size"],

@@ -33,8 +33,10 @@ __all__ = [
 
 
 class ArrowRef:
-    """A reference to what arrow_split put, shaped like miles' ``Box`` (its ``inner`` is the Ray
-    reference), so that Ray hands it to an actor method unresolved."""
+    """A reference to what arrow_split put, shaped like miles' ``Box``.
+
+    Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
+    """
 
     __slots__ = ("_inner",)
 
@@ -54,8 +56,9 @@ class ArrowRef:
 
 
 class StoreGetResult:
-    """What a rank fetched, with miles' get-result interface: ``value``, and a context manager
-    whose exit releases it.
+    """What a rank fetched, with miles' get-result interface.
+
+    ``value``, and a context manager whose exit releases it.
 
     ``value`` is the rank's :class:`~arrow_split.Shard`. Releasing drops this object's reference
     to it; the store frees the object once nothing else refers to it (per-sample numpy arrays of
@@ -109,8 +112,8 @@ def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) ->
     return ArrowRef(split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True))
 
 
-def _unwrap(ref: object) -> object:
-    """The Ray reference inside an :class:`ArrowRef` or a miles ``Box`` (anything with ``inner``)."""
+def _unwrap(ref: object) -> Any:
+    """The Ray reference in an :class:`ArrowRef` or a miles ``Box`` (anything with ``inner``)."""
     return getattr(ref, "inner", ref)
 
 
@@ -199,4 +202,3 @@ def check_no_witness(witness_info: object) -> None:
             "were split on the rollout side, so attach witness ids there (`seq_witness_ids`)"
         )
         raise OptionError(msg)
-

@@ -69,12 +69,12 @@ from arrow_split.plan import check_dp_rank, check_dp_size
 from arrow_split.schema import role_column
 
 __all__ = [
-    "SCHEDULE_CONFIG_KEYS",
     "ArrowRef",
     "FlopsFn",
     "Installation",
     "OnBatchLengths",
     "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
     "StoreGetResult",
     "can_schedule_on_rollout_side",
     "install",
