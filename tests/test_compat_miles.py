@@ -7,6 +7,7 @@ property test compares the drop-in with a plain-Python restatement of miles' spl
 from __future__ import annotations
 
 import pickle
+import subprocess
 import sys
 import textwrap
 from argparse import Namespace
@@ -424,6 +425,19 @@ def test_store_get_result_releases_on_exit() -> None:
     with result as value:
         assert value is core
     assert result.value is None
+
+
+def test_the_rollout_side_functions_leave_ray_and_torch_out() -> None:
+    code = (
+        "import sys; from arrow_split.compat import miles; from argparse import Namespace; "
+        "miles.split_train_data_by_dp_raw(Namespace(balance_data=False), "
+        "{'tokens': [[1, 2], [3]]}, dp_size=2); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'ray', 'torch', 'miles'}))"
+    )
+    output = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True
+    ).stdout
+    assert output.strip() == "[]"
 
 
 # --- install() ------------------------------------------------------------------------------

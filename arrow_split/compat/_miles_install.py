@@ -20,6 +20,7 @@ from arrow_split import ColumnSpec
 __all__ = ["Installation", "install"]
 
 _LOG = logging.getLogger("arrow_split.compat.miles")
+_ABSENT = object()  # a name the module did not have before install()
 
 _CONVERSION = "miles.ray.rollout.train_data_conversion"
 _DATA = "miles.utils.data"
@@ -70,7 +71,10 @@ class Installation:
         """Restore every patched name (idempotent)."""
         while self._originals:
             module, name, original = self._originals.pop()
-            setattr(module, name, original)
+            if original is _ABSENT:
+                delattr(module, name)
+            else:
+                setattr(module, name, original)
 
     def __repr__(self) -> str:
         return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
@@ -175,7 +179,7 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
                 skipped.extend(f"{module_name}.{name}" for name in names)
                 continue
         for name in names:
-            originals.append((module, name, getattr(module, name, None)))
+            originals.append((module, name, getattr(module, name, _ABSENT)))
             setattr(module, name, _bound(name, hooks))
             patched.append(f"{module_name}.{name}")
     installation = Installation(patched, skipped, originals)

@@ -35,7 +35,10 @@ Where this differs from miles, on purpose (the library exists to fix these):
 - a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
   :class:`~arrow_split.PlanError`, not an ``AssertionError``.
 
-:func:`install` patches these functions into an importable miles in one call.
+:func:`install` patches these functions into an importable miles in one call. The hand-off uses
+Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
+miles' own functions. The rollout-side functions (the ``_raw`` splits,
+:func:`can_schedule_on_rollout_side`, :func:`process_rollout_data_shard`) do not need Ray.
 """
 
 from __future__ import annotations
