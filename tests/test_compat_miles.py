@@ -181,6 +181,22 @@ def test_adapter_slots_must_be_below_n_adapters() -> None:
         miles.split_train_data_by_dp_raw(make_args(multi_lora_n_adapters=2), data, dp_size=1)
 
 
+@pytest.mark.parametrize(
+    ("sizes", "detail"),
+    [
+        ([16], r"got list \[16\]: not a dict"),
+        ({"a": 16}, r"key 'a' is not an int"),
+        ({0: -1}, r"the value of key 0 is -1"),
+        ({0: True}, r"the value of key 0 is True"),
+    ],
+)
+def test_step_adapter_batch_sizes_is_a_dict_of_ints(sizes: object, detail: str) -> None:
+    data = make_data([3], adapter_slots=[0], step_adapter_batch_sizes=sizes)
+    expected = r"`step_adapter_batch_sizes` must be a dict of int keys to non-negative int values"
+    with pytest.raises(SchemaError, match=expected + ".*" + detail):
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)
+
+
 def test_an_unset_adapter_count_is_not_added() -> None:
     data = make_data([3, 4], adapter_slots=[0, 2])
     shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)[0]

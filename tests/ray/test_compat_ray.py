@@ -201,3 +201,21 @@ def test_the_eager_value_is_an_arrow_shard(actors: list[Any]) -> None:
     assert isinstance(value, miles.RolloutShard)
     assert isinstance(value.shard, Shard)
     assert value.shard.num_samples == 2
+
+
+def test_what_a_reference_holds_is_checked(actors: list[Any]) -> None:
+    eager_args, delayed_args = make_args(), make_args(delay_split_train_data_by_dp=True)
+    refs = miles.split_train_data_by_dp(eager_args, make_data(4, seed=7), {"dp_size": 2})
+    assert isinstance(refs, list)
+    one_shard = ray.get(actors[0].failure.remote(delayed_args, refs[0], 0, 2), timeout=60)
+    assert one_shard.startswith("NotARolloutBatchError: dp_rank 0: the delayed reference holds")
+    boxed = Namespace(inner=refs[0].inner)
+    boxed_shard = ray.get(actors[0].failure.remote(delayed_args, boxed, 0, 2), timeout=60)
+    assert boxed_shard.startswith("PlanError: the delayed reference holds one rank's shard")
+    number = Namespace(inner=ray.put(42))
+    not_a_shard = ray.get(actors[0].failure.remote(eager_args, [number], 0, 1), timeout=60)
+    assert not_a_shard == "NotARolloutBatchError: `refs[0]` holds a int, not a rank's shard"
+    not_a_dict = ray.get(actors[0].failure.remote(delayed_args, number, 0, 1), timeout=60)
+    assert not_a_dict == (
+        "NotARolloutBatchError: the delayed reference holds a int, not a train-data dict"
+    )
