@@ -26,7 +26,7 @@ from arrow_split import (
     Shard,
     ValueRangeError,
     plan_schedule,
-    split_train_data_by_dp_raw,
+    shard_for_rank,
     take_rows,
 )
 from arrow_split.schema import Role, role_column
@@ -102,10 +102,17 @@ def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
         raise ValueRangeError(msg)
 
 
-def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[ShardParts]:
-    """The classic split: strided or balanced, each rank's rows stably sorted by adapter slot."""
-    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
-    return [(shard, rank, {}) for rank, shard in enumerate(shards)]
+def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
+    """The classic split: strided or balanced, each rank's rows stably sorted by adapter slot.
+
+    Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
+    as it goes holds one rank's rows at a time.
+    """
+    planned = batch.with_plan(batch.make_plan(dp_size, balance_data=balance_data))  # raises now
+    return (
+        (shard_for_rank(planned, rank, dp_size, balance_data=balance_data), rank, {})
+        for rank in range(dp_size)
+    )
 
 
 def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
@@ -177,8 +184,11 @@ def scheduled_shards(
     batch: RolloutBatch,
     train_parallel_config: Mapping[str, Any],
     flops: FlopsFn | None,
-) -> list[ShardParts]:
-    """Every rank's rows in micro-batch order, with miles' schedule keys beside them."""
+) -> Iterator[ShardParts]:
+    """Every rank's rows in micro-batch order, with miles' schedule keys beside them.
+
+    Planned (and checked) now; each rank's shard is taken when the iterator reaches it.
+    """
     rollout_ids = batch.role_values("rollout_id")
     if rollout_ids is None:
         name = _role_name("rollout_id")
@@ -193,10 +203,10 @@ def scheduled_shards(
         config,
         weights=_weights(config, lengths, args, flops),
     )
-    return [
+    return (
         (take_rows(batch, rank.rows), rank.dp_rank, miles_schedule_fields(rank))
         for rank in schedule.ranks
-    ]
+    )
 
 
 def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
