@@ -28,7 +28,8 @@ Roles. A few columns play a part beyond their values (:data:`Role`): the length 
 offsets are every sample's token count and drive the plan), the response lengths (the reference of
 response-aligned columns), the extra-rows marker (a sample with a value there may have more rows
 in its ``tokens_minus_one`` tensors), the witness ids, the adapter slots (rows of each rank are
-ordered by them) and the rollout ids. Roles are declared here, on the specs, and the rest of the
+ordered by them) and the rollout ids; and two batch-global values: the rollouts per training step
+and the number of LoRA adapters. Roles are declared here, on the specs, and the rest of the
 library finds a column by its role (:func:`role_column`), never by its name.
 """
 
@@ -77,10 +78,11 @@ pickle (protocol 5) per sample, ``None`` as null; objects round-trip exactly and
 the rank that owns the row.
 """
 
-GlobalShape = Literal["int", "int_list", "str_list", "float_per_sample"]
+GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
 """The documented shape of a batch-global value.
 
-``int``: one int. ``int_list``: a list of ints. ``str_list``: a list of strings.
+``int``: one int. ``int_list``: a list of ints. ``int_map``: a dict of int keys to non-negative
+int values (e.g. ``{adapter_slot: batch_size}``), kept a dict. ``str_list``: a list of strings.
 ``float_per_sample``: one number per sample of the whole batch.
 """
 
@@ -96,7 +98,14 @@ column's logical type: values are checked against it, ``to_train_data`` gives it
 """
 
 Role = Literal[
-    "length_source", "response_length", "extra_rows", "witness", "adapter_slot", "rollout_id"
+    "length_source",
+    "response_length",
+    "extra_rows",
+    "witness",
+    "adapter_slot",
+    "rollout_id",
+    "step_batch_size",
+    "adapter_count",
 ]
 """The part a column plays beyond its values (see the module docstring); one column per role.
 
@@ -106,7 +115,9 @@ Role = Literal[
 (``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
 (``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
 ordered by it (``adapter_slots``). ``rollout_id``: the rollout a sample belongs to
-(``rollout_ids``).
+(``rollout_ids``). Batch-global: ``step_batch_size``, the rollouts per training step when the
+batch sets it (``dynamic_global_batch_size``); ``adapter_count``, the number of LoRA adapters
+(``n_adapters``), which every shard of a batch with adapter slots carries.
 """
 
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
@@ -116,6 +127,8 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "witness": ("per_sample_scalar",),
     "adapter_slot": ("per_sample_scalar",),
     "rollout_id": ("per_sample_scalar",),
+    "step_batch_size": ("batch_global",),
+    "adapter_count": ("batch_global",),
 }
 
 _NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
@@ -311,11 +324,14 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
         ColumnSpec("multimodal_train_inputs", "per_sample_object", role="extra_rows"),
         ColumnSpec("raw_reward", "batch_global", global_shape="float_per_sample"),
-        ColumnSpec("dynamic_global_batch_size", "batch_global", global_shape="int"),
+        ColumnSpec(
+            "dynamic_global_batch_size", "batch_global", global_shape="int", role="step_batch_size"
+        ),
         ColumnSpec("step_slots", "batch_global", global_shape="int_list"),
         ColumnSpec("step_adapter_names", "batch_global", global_shape="str_list"),
-        ColumnSpec("step_adapter_batch_sizes", "batch_global", global_shape="int_list"),
+        ColumnSpec("step_adapter_batch_sizes", "batch_global", global_shape="int_map"),
         ColumnSpec("prompt_group_sizes", "batch_global", global_shape="int_list"),
+        ColumnSpec("n_adapters", "batch_global", global_shape="int", role="adapter_count"),
     ]
     return {spec.name: spec for spec in specs}
 

@@ -19,6 +19,7 @@ __all__ = ["check_batch_global", "global_to_python"]
 _SHAPE_TEXT = {
     "int": "one int",
     "int_list": "a list of ints",
+    "int_map": "a dict of int keys to non-negative int values",
     "str_list": "a list of str",
     "float_per_sample": "one number per sample of the whole batch",
 }
@@ -121,12 +122,28 @@ def check_batch_global(
         if int(value) < 0:  # type: ignore[call-overload]
             raise _shape_error(spec, value, "a negative count")
         return int(value)  # type: ignore[call-overload]
+    if shape == "int_map":
+        return _check_int_map(spec, value)
     items = _as_list(spec, value)
     wanted = _is_int if shape == "int_list" else (lambda item: isinstance(item, str))
     for position, item in enumerate(items):
         if not wanted(item):
             raise _shape_error(spec, value, f"item {position} is {item!r:.40}")
     return [int(item) for item in items] if shape == "int_list" else items  # type: ignore[call-overload]
+
+
+def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
+    """A dict of int keys to non-negative int values, copied with plain ints."""
+    if not isinstance(value, Mapping):
+        raise _shape_error(spec, value, "not a dict")
+    checked: dict[int, int] = {}
+    for key, item in value.items():
+        if not _is_int(key):
+            raise _shape_error(spec, value, f"key {key!r:.40} is not an int")
+        if not _is_int(item) or int(item) < 0:
+            raise _shape_error(spec, value, f"the value of key {key!r} is {item!r:.40}")
+        checked[int(key)] = int(item)
+    return checked
 
 
 def global_to_python(values: Mapping[str, object]) -> dict[str, object]:
@@ -138,4 +155,6 @@ def global_to_python(values: Mapping[str, object]) -> dict[str, object]:
 
 
 def _copy(value: object) -> object:
+    if isinstance(value, dict):
+        return dict(value)
     return list(value) if isinstance(value, list) else value

@@ -1,0 +1,192 @@
+"""Patch the drop-in into an importable miles, in one call, and undo it.
+
+miles imports some of these functions by name into other modules, so each name is patched
+wherever miles binds it. The two modules that define them must import; the modules that only
+re-bind a name (the rollout manager, the training backends) are patched when they import, and
+listed as skipped when they do not (a rollout-only or a train-only process).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from types import ModuleType
+from typing import Any
+
+from arrow_split import ColumnSpec
+
+__all__ = ["Installation", "install"]
+
+_LOG = logging.getLogger("arrow_split.compat.miles")
+_ABSENT = object()  # a name the module did not have before install()
+
+_CONVERSION = "miles.ray.rollout.train_data_conversion"
+_DATA = "miles.utils.data"
+_REQUIRED: dict[str, tuple[str, ...]] = {
+    _CONVERSION: (
+        "can_schedule_on_rollout_side",
+        "process_rollout_data_shard",
+        "split_train_data_by_dp",
+        "split_train_data_by_dp_raw",
+        "split_train_data_by_dp_scheduled_raw",
+    ),
+    _DATA: ("process_rollout_data", "split_train_data_by_dp_raw"),
+}
+_OPTIONAL: dict[str, tuple[str, ...]] = {
+    "miles.ray.rollout.rollout_manager": ("split_train_data_by_dp",),
+    "miles.backends.training_utils.data": ("process_rollout_data",),
+}
+# Which functions take which of the hooks install() binds.
+_TAKES_SPECS = frozenset(
+    {
+        "process_rollout_data",
+        "split_train_data_by_dp",
+        "split_train_data_by_dp_raw",
+        "split_train_data_by_dp_scheduled_raw",
+    }
+)
+_TAKES_FLOPS = frozenset({"split_train_data_by_dp", "split_train_data_by_dp_scheduled_raw"})
+_TAKES_LENGTHS = frozenset({"process_rollout_data", "process_rollout_data_shard"})
+
+
+class Installation:
+    """What :func:`install` patched: ``patched`` and ``skipped`` (``"module.name"`` strings).
+
+    :meth:`undo` puts miles' own functions back.
+    """
+
+    def __init__(
+        self,
+        patched: Sequence[str],
+        skipped: Sequence[str],
+        originals: Sequence[tuple[ModuleType, str, object]],
+    ) -> None:
+        self.patched = tuple(patched)
+        self.skipped = tuple(skipped)
+        self._originals = list(originals)
+
+    def undo(self) -> None:
+        """Restore every patched name (idempotent)."""
+        while self._originals:
+            module, name, original = self._originals.pop()
+            if original is _ABSENT:
+                delattr(module, name)
+            else:
+                setattr(module, name, original)
+
+    def __repr__(self) -> str:
+        return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
+
+
+def _import_required(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        msg = (
+            f"arrow_split.compat.miles.install() patches an importable miles, but `{name}` does "
+            f"not import ({type(exc).__name__}: {exc}); install miles (and its dependencies) "
+            "in this environment, or call the functions of arrow_split.compat.miles directly"
+        )
+        raise ImportError(msg) from exc
+
+
+def _optional_attr(module: str, attr: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _timer_hook() -> Callable[[list[int]], None] | None:
+    timer = _optional_attr("miles.utils.timer", "Timer")
+    if timer is None:
+        return None
+
+    def keep_seq_lens(total_lengths: list[int]) -> None:
+        timer().seq_lens = total_lengths
+
+    return keep_seq_lens
+
+
+def _flops_hook() -> Callable[[Sequence[int], Any], list[float]] | None:
+    calculate = _optional_attr("miles.utils.flops_utils", "calculate_fwd_flops")
+    if calculate is None:
+        return None
+
+    def flops(total_lengths: Sequence[int], args: Any) -> list[float]:
+        return [calculate([length], args) for length in total_lengths]
+
+    return flops
+
+
+def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
+    from arrow_split.compat import miles as compat  # the public functions live there
+
+    function: Callable[..., Any] = getattr(compat, name)
+    keywords = {}
+    if name in _TAKES_SPECS and hooks["specs"]:
+        keywords["specs"] = hooks["specs"]
+    if name in _TAKES_FLOPS and hooks["flops"] is not None:
+        keywords["flops"] = hooks["flops"]
+    if name in _TAKES_LENGTHS and hooks["on_batch_lengths"] is not None:
+        keywords["on_batch_lengths"] = hooks["on_batch_lengths"]
+    if not keywords:
+        return function
+    patched = functools.wraps(function)(functools.partial(function, **keywords))
+    return patched
+
+
+def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Installation:
+    """Patch arrow_split's drop-in into miles; return what was patched (and how to undo it).
+
+    Parameters
+    ----------
+    specs
+        Column specs for keys the library does not know (miles' custom converters may add
+        some), passed to every function that converts train data.
+    verbose
+        Also print the summary (it is always logged at INFO).
+
+    Returns
+    -------
+    Installation
+        ``patched``: every ``module.name`` now bound to arrow_split; ``skipped``: names in
+        modules that did not import here; ``undo()`` restores miles' functions.
+
+    Raises
+    ------
+    ImportError
+        miles (or a module that defines these functions) is not importable.
+    """
+    modules = {name: _import_required(name) for name in _REQUIRED}
+    hooks = {
+        "specs": list(specs),
+        "flops": _flops_hook(),
+        "on_batch_lengths": _timer_hook(),
+    }
+    patched: list[str] = []
+    skipped: list[str] = []
+    originals: list[tuple[ModuleType, str, object]] = []
+    targets = [*_REQUIRED.items(), *_OPTIONAL.items()]
+    for module_name, names in targets:
+        module = modules.get(module_name)
+        if module is None:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError:
+                skipped.extend(f"{module_name}.{name}" for name in names)
+                continue
+        for name in names:
+            originals.append((module, name, getattr(module, name, _ABSENT)))
+            setattr(module, name, _bound(name, hooks))
+            patched.append(f"{module_name}.{name}")
+    installation = Installation(patched, skipped, originals)
+    summary = f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}"
+    if skipped:
+        summary += f"; skipped (not importable here): {', '.join(skipped)}"
+    _LOG.info(summary)
+    if verbose:
+        print(summary)
+    return installation

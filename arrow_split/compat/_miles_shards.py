@@ -1,0 +1,287 @@
+"""miles' rollout-side split on arrow_split: the batch, the plan or schedule, one shard per rank.
+
+No Ray here: this module turns miles' ``args`` and train-data dict into a
+:class:`~arrow_split.RolloutBatch`, picks each rank's rows (the classic plan, or the rollout-side
+micro-batch schedule) and renders shards as miles' rollout-layout dicts. :class:`RolloutShard` is
+what the eager hand-off puts: a read-only mapping that decodes the shard only when read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split import (
+    KNOWN_COLUMNS,
+    ColumnSpec,
+    OptionError,
+    RankSchedule,
+    RolloutBatch,
+    ScheduleConfig,
+    SchemaError,
+    Shard,
+    ValueRangeError,
+    plan_schedule,
+    shard_for_rank,
+    take_rows,
+)
+from arrow_split.schema import Role, role_column
+
+__all__ = [
+    "FlopsFn",
+    "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
+    "ShardParts",
+    "has_full_schedule_config",
+    "miles_schedule_fields",
+    "plan_shards",
+    "rollout_dict",
+    "schedule_config",
+    "scheduled_shards",
+    "step_batch_size",
+    "to_batch",
+]
+
+SCHEDULE_CONFIG_KEYS = ("dp_size", "cp_size", "vpp_size", "microbatch_group_size_per_vp_stage")
+"""The keys of miles' train parallel config that the rollout-side schedule needs, all of them."""
+
+FlopsFn = Callable[[Sequence[int], Any], Sequence[float]]
+"""``flops(total_lengths, args)``: one workload (e.g. forward FLOPs) per sample, for
+``args.balance_by_flops``."""
+
+ShardParts = tuple[Shard, int, dict[str, Any]]
+"""A rank's shard, its rank, and the extra keys miles puts beside it (the schedule's)."""
+
+
+def _role_name(role: Role) -> str:
+    name = role_column(KNOWN_COLUMNS, role)
+    if name is None:  # every role used here is held by a known column
+        msg = f"no known column has role {role!r}"
+        raise SchemaError(msg)
+    return name
+
+
+def to_batch(
+    args: Any, data: Mapping[str, Any] | RolloutBatch, specs: Iterable[ColumnSpec]
+) -> RolloutBatch:
+    """Validate and convert miles' train data; add ``n_adapters`` from ``args`` where miles does.
+
+    A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
+    is set) as a batch-global value, so that every shard carries it, as miles adds it to every
+    shard. ``data`` is never mutated (miles adds ``total_lengths`` to it; the library derives it).
+    """
+    if isinstance(data, RolloutBatch):
+        return data
+    slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
+    if isinstance(data, Mapping) and slots in data and count not in data:
+        n_adapters = getattr(args, "multi_lora_n_adapters", None)
+        if n_adapters is not None:
+            data = {**data, count: n_adapters}
+    batch = RolloutBatch.from_train_data(data, specs=specs)
+    _check_adapter_slots(batch, slots, count)
+    return batch
+
+
+def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
+    values = batch.role_values("adapter_slot")
+    n_adapters = batch.batch_globals.get(count)
+    if values is None or n_adapters is None or not len(values):
+        return
+    bad = np.flatnonzero((values < 0) | (values >= int(n_adapters)))  # type: ignore[call-overload]
+    if bad.size:
+        sample = int(bad[0])
+        msg = (
+            f"sample {sample}: `{slots}` is {int(values[sample])} but `{count}` is {n_adapters}; "
+            f"adapter slots must be in [0, {count}) (set `args.multi_lora_n_adapters` to the "
+            "number of adapters)"
+        )
+        raise ValueRangeError(msg)
+
+
+def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
+    """The classic split: strided or balanced, each rank's rows stably sorted by adapter slot.
+
+    Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
+    as it goes holds one rank's rows at a time.
+    """
+    planned = batch.with_plan(batch.make_plan(dp_size, balance_data=balance_data))  # raises now
+    return (
+        (shard_for_rank(planned, rank, dp_size, balance_data=balance_data), rank, {})
+        for rank in range(dp_size)
+    )
+
+
+def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
+    """Whether the config names every key of :data:`SCHEDULE_CONFIG_KEYS` (values may be None)."""
+    if not train_parallel_config:
+        return False
+    return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
+
+
+def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> object:
+    """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
+    name = _role_name("step_batch_size")
+    if name in batch_globals:
+        return batch_globals[name]
+    return args.global_batch_size
+
+
+def schedule_config(
+    args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
+) -> ScheduleConfig:
+    """The schedule's parameters, read from miles' ``args`` and train parallel config."""
+    use_dynamic = bool(args.use_dynamic_batch_size)
+    micro_batch_size = getattr(args, "micro_batch_size", None)
+    if micro_batch_size is None and use_dynamic:
+        micro_batch_size = 1  # unused by the token-budget packing
+    return ScheduleConfig(
+        global_batch_size=step_batch_size(args, batch.batch_globals),  # type: ignore[arg-type]
+        micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
+        use_dynamic_batch_size=use_dynamic,
+        max_tokens_per_gpu=getattr(args, "max_tokens_per_gpu", None),
+        cp_size=train_parallel_config["cp_size"],
+        vpp_size=train_parallel_config["vpp_size"],
+        microbatch_group_size_per_vp_stage=train_parallel_config[
+            "microbatch_group_size_per_vp_stage"
+        ],
+        balance_data=bool(args.balance_data),
+        balance_by_flops=bool(getattr(args, "balance_by_flops", False)),
+        allow_partial_train_step=bool(getattr(args, "allow_partial_train_step", False)),
+    )
+
+
+def _weights(
+    config: ScheduleConfig, lengths: np.ndarray, args: Any, flops: FlopsFn | None
+) -> Sequence[float] | None:
+    if not config.balance_by_flops:
+        return None
+    if flops is None:
+        msg = (
+            "`args.balance_by_flops` is set but no `flops` function was given; pass "
+            "`flops=lambda total_lengths, args: [...]` (one workload per sample), or use "
+            "`install()`, which passes miles' own FLOPs estimate"
+        )
+        raise OptionError(msg)
+    return flops(lengths.tolist(), args)
+
+
+def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:
+    """The schedule keys miles puts beside a rank's rows, with miles' values and types."""
+    offsets = rank_schedule.micro_batch_offsets.tolist()
+    return {
+        "micro_batch_indices": [list(range(start, stop)) for start, stop in pairwise(offsets)],
+        "num_microbatches": list(rank_schedule.num_microbatches),
+        "num_rollouts": list(rank_schedule.num_rollouts),
+    }
+
+
+def scheduled_shards(
+    args: Any,
+    batch: RolloutBatch,
+    train_parallel_config: Mapping[str, Any],
+    flops: FlopsFn | None,
+) -> Iterator[ShardParts]:
+    """Every rank's rows in micro-batch order, with miles' schedule keys beside them.
+
+    Planned (and checked) now; each rank's shard is taken when the iterator reaches it.
+    """
+    rollout_ids = batch.role_values("rollout_id")
+    if rollout_ids is None:
+        name = _role_name("rollout_id")
+        msg = f"the rollout-side schedule needs `{name}` (one rollout id per sample)"
+        raise SchemaError(msg)
+    config = schedule_config(args, batch, train_parallel_config)
+    lengths = batch.total_lengths
+    schedule = plan_schedule(
+        lengths,
+        rollout_ids,
+        train_parallel_config["dp_size"],
+        config,
+        weights=_weights(config, lengths, args, flops),
+    )
+    return (
+        (take_rows(batch, rank.rows), rank.dp_rank, miles_schedule_fields(rank))
+        for rank in schedule.ranks
+    )
+
+
+def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """A shard as miles' rollout-layout dict: ``partition``, whole ``total_lengths``, miles' types.
+
+    Fresh Python objects (per-sample tensors are numpy views of the shard's buffers, as a Ray
+    get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
+    0/1 ints, as miles keeps them.
+    """
+    train_data: dict[str, Any] = shard.to_train_data(layout="rollout")
+    for name, spec in shard.specs.items():
+        value_type = spec.value_type
+        if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:
+            train_data[name] = [int(value) for value in train_data[name]]
+    train_data.update({key: _copy(value) for key, value in extras.items()})
+    return train_data
+
+
+def _copy(value: object) -> object:
+    if isinstance(value, list):
+        return [_copy(item) for item in value]
+    return value
+
+
+class RolloutShard(Mapping[str, Any]):
+    """One rank's shard as miles' rollout-layout dict, read-only, decoded on first read.
+
+    What the eager hand-off puts, one per rank: it pickles as its Arrow shard (no Python lists),
+    and reads like the dict miles would have put (``shard["partition"]``, ``shard["tokens"]``).
+    :meth:`to_dict` returns a fresh, mutable dict.
+
+    Parameters
+    ----------
+    shard
+        The rank's rows.
+    dp_rank, dp_size
+        The rank and the number of ranks of the split that made it.
+    extras
+        Keys miles puts beside the rows (the schedule's), copied into every dict.
+    """
+
+    __slots__ = ("_decoded", "dp_rank", "dp_size", "extras", "shard")
+
+    def __init__(
+        self, shard: Shard, dp_rank: int, dp_size: int, extras: Mapping[str, Any] | None = None
+    ) -> None:
+        self.shard = shard
+        self.dp_rank = dp_rank
+        self.dp_size = dp_size
+        self.extras = dict(extras or {})
+        self._decoded: dict[str, Any] | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        if self._decoded is None:
+            self._decoded = rollout_dict(self.shard, self.extras)
+        return self._decoded
+
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh dict of every key (decoded again: no list is shared with another call)."""
+        return rollout_dict(self.shard, self.extras)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RolloutShard, (self.shard, self.dp_rank, self.dp_size, self.extras))
+
+    def __repr__(self) -> str:
+        return (
+            f"RolloutShard(dp_rank={self.dp_rank}, dp_size={self.dp_size}, "
+            f"{self.shard.num_samples} samples, extras=[{', '.join(self.extras)}])"
+        )

@@ -1,0 +1,204 @@
+"""The Ray side of the miles drop-in: references that travel like miles' ``Box``, and get results.
+
+Ray is imported when a function here is called, never when the module is imported, so the
+rollout-side functions of :mod:`arrow_split.compat.miles` work without Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from arrow_split import (
+    ColumnSpec,
+    NotARolloutBatchError,
+    OptionError,
+    PlanError,
+    PlanMismatchError,
+    RolloutBatch,
+    Shard,
+)
+from arrow_split.compat._miles_shards import RolloutShard, rollout_dict, to_batch
+
+__all__ = [
+    "ArrowRef",
+    "StoreGetResult",
+    "check_no_witness",
+    "fetch_delayed",
+    "fetch_eager",
+    "put_delayed",
+    "put_eager",
+]
+
+
+class ArrowRef:
+    """A reference to what arrow_split put, shaped like miles' ``Box``.
+
+    Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
+    """
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @property
+    def inner(self) -> Any:
+        """The Ray object reference."""
+        return self._inner
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ArrowRef, (self._inner,))
+
+    def __repr__(self) -> str:
+        return f"ArrowRef({self._inner!r})"
+
+
+class StoreGetResult:
+    """What a rank fetched, with miles' get-result interface.
+
+    ``value``, and a context manager whose exit releases it.
+
+    ``value`` is the rank's :class:`~arrow_split.Shard`. Releasing drops this object's reference
+    to it; the store frees the object once nothing else refers to it (per-sample numpy arrays of
+    the returned dict are views of an eager shard and keep it alive while they live).
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Shard | None) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> Shard | None:
+        """The fetched shard, or ``None`` once released."""
+        return self._value
+
+    def release(self) -> None:
+        """Drop the reference to the fetched value (idempotent)."""
+        self._value = None
+
+    def __enter__(self) -> Shard | None:
+        return self._value
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def put_eager(parts: Iterable[tuple[Shard, int, dict[str, Any]]], dp_size: int) -> list[ArrowRef]:
+    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time."""
+    import ray
+
+    return [
+        ArrowRef(ray.put(RolloutShard(shard, rank, dp_size, extras)))
+        for shard, rank, extras in parts
+    ]
+
+
+def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> ArrowRef:
+    """Put the whole batch once (with its plan when ``dp_size`` is known)."""
+    import ray
+
+    from arrow_split.ray import split_train_data_by_dp
+
+    if dp_size is None:
+        return ArrowRef(ray.put(batch))
+    return ArrowRef(split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True))
+
+
+def _unwrap(ref: object) -> Any:
+    """The Ray reference in an :class:`ArrowRef` or a miles ``Box`` (anything with ``inner``)."""
+    return getattr(ref, "inner", ref)
+
+
+def fetch_eager(
+    refs: Sequence[object], dp_rank: int, dp_size: int
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Fetch ``refs[dp_rank]`` alone; return its rollout-layout dict and the get result."""
+    import ray
+
+    if not isinstance(refs, (list, tuple)) or len(refs) != dp_size:
+        got = f"{len(refs)} references" if isinstance(refs, (list, tuple)) else repr(refs)[:60]
+        msg = (
+            f"eager mode needs the list of `dp_size` ({dp_size}) references that "
+            f"`split_train_data_by_dp` returned, got {got}; with "
+            "`args.delay_split_train_data_by_dp` pass the one delayed reference"
+        )
+        raise PlanError(msg)
+    value = ray.get(_unwrap(refs[dp_rank]))
+    if isinstance(value, RolloutShard):
+        if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
+            msg = (
+                f"`refs[{dp_rank}]` holds rank {value.dp_rank}'s rows of a {value.dp_size}-rank "
+                f"split, not rank {dp_rank}'s of {dp_size}; pass the list in the order "
+                "`split_train_data_by_dp` returned it, with the same `dp_size`"
+            )
+            raise PlanMismatchError(msg)
+        return value.to_dict(), StoreGetResult(value.shard)
+    if isinstance(value, Mapping):  # a shard miles' own store put: its dict, as miles reads it
+        return dict(value), StoreGetResult(None)
+    msg = f"`refs[{dp_rank}]` holds a {type(value).__name__}, not a rank's shard"
+    raise NotARolloutBatchError(msg)
+
+
+def fetch_delayed(
+    args: Any,
+    ref: object,
+    dp_rank: int,
+    dp_size: int,
+    witness_ids: Sequence[int] | None,
+    specs: Iterable[ColumnSpec],
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
+
+    An :class:`ArrowRef` holds a RolloutBatch: only this rank's rows are gathered (on a node that
+    holds the batch if this one does not). Any other reference (miles' own delayed put of the
+    dict) is fetched whole and converted here, validated as any batch is.
+    """
+    import ray
+
+    from arrow_split.ray import process_rollout_data
+
+    target: object
+    if isinstance(ref, ArrowRef):
+        target = ref.inner
+    elif isinstance(ref, (RolloutBatch, Mapping)):
+        target = ref
+    else:
+        target = ray.get(_unwrap(ref))
+    if isinstance(target, RolloutShard):
+        msg = (
+            "the delayed reference holds one rank's shard, not the whole batch; pass the "
+            "reference `split_train_data_by_dp` returned with `args.delay_split_train_data_by_dp`"
+        )
+        raise PlanError(msg)
+    if isinstance(target, Mapping):
+        target = to_batch(args, target, specs)
+    elif not isinstance(target, (RolloutBatch, ray.ObjectRef)):
+        msg = f"the delayed reference holds a {type(target).__name__}, not a train-data dict"
+        raise NotARolloutBatchError(msg)
+    shard = process_rollout_data(
+        target,
+        dp_rank,
+        dp_size,
+        balance_data=bool(args.balance_data),
+        resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
+        witness_ids=witness_ids,
+    )
+    return rollout_dict(shard, {}), StoreGetResult(shard)
+
+
+def check_no_witness(witness_info: object) -> None:
+    """Eager shards already hold their witness ids: miles refuses witness info there too."""
+    if witness_info is not None:
+        msg = (
+            "`witness_info` is only used with `args.delay_split_train_data_by_dp`: eager shards "
+            "were split on the rollout side, so attach witness ids there (`seq_witness_ids`)"
+        )
+        raise OptionError(msg)

@@ -1,0 +1,278 @@
+"""A drop-in for miles' DP split: the same names, signatures and results, on arrow_split.
+
+miles' rollout manager splits each step's train data across data-parallel ranks, and each train
+actor takes its own part. This module has the same six functions, reading the same ``args`` fields
+(``balance_data``, ``delay_split_train_data_by_dp``, ``multi_lora``, ``multi_lora_n_adapters``,
+``global_batch_size``, ``micro_batch_size``, ``use_dynamic_batch_size``, ``max_tokens_per_gpu``,
+``balance_by_flops``, ``allow_partial_train_step``) and returning what miles' callers read:
+
+- :func:`split_train_data_by_dp_raw` and :func:`split_train_data_by_dp_scheduled_raw`: one
+  rollout-layout dict per rank (``partition``, the rank's per-sample keys, the whole batch's
+  ``total_lengths`` and batch-global keys; ``n_adapters`` with adapter slots; the schedule's
+  ``micro_batch_indices``, ``num_microbatches`` and ``num_rollouts``);
+- :func:`split_train_data_by_dp`: eager, one reference per rank, each holding a
+  :class:`RolloutShard` that reads like miles' dict; with ``args.delay_split_train_data_by_dp``,
+  the one reference to the whole batch (miles' manager puts the dict itself in that mode; the
+  train side takes either). References have miles' ``Box`` shape (``ref.inner``);
+- :func:`process_rollout_data`: the actor-layout dict (no ``partition``, ``total_lengths`` of the
+  rank's rows) and a get result with ``value`` and a releasing context manager.
+
+The values have miles' types: ``truncated`` and other flags are 0/1 ints, per-token columns lists
+of Python numbers, ``rollout_routed_experts`` one numpy array ``[len(tokens) - 1, layers, top_k]``
+per sample, ``step_adapter_batch_sizes`` a dict ``{slot: size}``. Multi-LoRA rows are stably
+sorted by adapter slot within each rank, as miles sorts them.
+
+Where this differs from miles, on purpose (the library exists to fix these):
+
+- the train data is validated before anything is split or put: an unknown key, a ``loss_masks``
+  that does not match ``response_lengths``, a ragged per-sample key raise the library's typed
+  errors (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently
+  or fails later; declare extra keys with ``specs=[ColumnSpec(...)]``;
+- no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
+  known or declared key reaches its rank;
+- ``data`` is never mutated (miles adds ``total_lengths`` to it);
+- float32 columns (log-probs) hold float32 values, as the trainer's tensors would;
+- a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
+  :class:`~arrow_split.PlanError`, not an ``AssertionError``.
+
+:func:`install` patches these functions into an importable miles in one call. The hand-off uses
+Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
+miles' own functions. The rollout-side functions (the ``_raw`` splits,
+:func:`can_schedule_on_rollout_side`, :func:`process_rollout_data_shard`) do not need Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from arrow_split import KNOWN_COLUMNS, ColumnSpec, OptionError, PlanError, RolloutBatch, SchemaError
+from arrow_split.compat._miles_install import Installation, install
+from arrow_split.compat._miles_shards import (
+    SCHEDULE_CONFIG_KEYS,
+    FlopsFn,
+    RolloutShard,
+    has_full_schedule_config,
+    plan_shards,
+    rollout_dict,
+    scheduled_shards,
+    step_batch_size,
+    to_batch,
+)
+from arrow_split.compat._miles_store import (
+    ArrowRef,
+    StoreGetResult,
+    check_no_witness,
+    fetch_delayed,
+    fetch_eager,
+    put_delayed,
+    put_eager,
+)
+from arrow_split.plan import check_dp_rank, check_dp_size
+from arrow_split.schema import role_column
+
+__all__ = [
+    "ArrowRef",
+    "FlopsFn",
+    "Installation",
+    "OnBatchLengths",
+    "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
+    "StoreGetResult",
+    "can_schedule_on_rollout_side",
+    "install",
+    "process_rollout_data",
+    "process_rollout_data_shard",
+    "split_train_data_by_dp",
+    "split_train_data_by_dp_raw",
+    "split_train_data_by_dp_scheduled_raw",
+]
+
+OnBatchLengths = Callable[[list[int]], None]
+"""Called with the whole batch's total lengths when a rank completes its shard (miles keeps them
+for its throughput metrics; :func:`install` passes that hook)."""
+
+# The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
+_PARTITION = "partition"
+_TOTAL_LENGTHS = "total_lengths"
+
+
+def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
+    if not isinstance(train_parallel_config, Mapping) or "dp_size" not in train_parallel_config:
+        msg = (
+            "`train_parallel_config` must name `dp_size` (the number of data-parallel ranks), "
+            f"got {train_parallel_config!r}"
+        )
+        raise OptionError(msg)
+    return check_dp_size(train_parallel_config["dp_size"])
+
+
+def split_train_data_by_dp_raw(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    *,
+    dp_size: int,
+    specs: Iterable[ColumnSpec] = (),
+) -> list[dict[str, Any]]:
+    """Split the train data into one rollout-layout dict per rank (strided or balanced).
+
+    ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
+    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``).
+    """
+    batch = to_batch(args, data, specs)
+    parts = plan_shards(batch, check_dp_size(dp_size), bool(args.balance_data))
+    return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def can_schedule_on_rollout_side(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    train_parallel_config: Mapping[str, Any] | None,
+) -> bool:
+    """Whether the rollout side can plan the whole micro-batch schedule, as miles decides it.
+
+    It can when the backend gave its full parallel config, multi-LoRA is off, no sample has
+    multimodal inputs, and the batch has rollout ids for at least one step of rollouts.
+    """
+    if not has_full_schedule_config(train_parallel_config):
+        return False
+    if getattr(args, "multi_lora", False):
+        return False
+    if isinstance(data, RolloutBatch):
+        keys = {*data.column_names, *data.batch_globals}
+        batch_globals: Mapping[str, object] = data.batch_globals
+        rollout_ids = data.role_values("rollout_id")
+    else:
+        keys, batch_globals = set(data), data
+        name = role_column(KNOWN_COLUMNS, "rollout_id")
+        rollout_ids = data.get(name) if name is not None else None
+    if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
+        return False
+    wanted = step_batch_size(args, batch_globals)
+    return len(set(_plain(rollout_ids))) >= wanted  # type: ignore[operator]
+
+
+def _plain(values: Iterable[Any]) -> list[Any]:
+    return values.tolist() if hasattr(values, "tolist") else list(values)
+
+
+def split_train_data_by_dp_scheduled_raw(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    *,
+    train_parallel_config: Mapping[str, Any],
+    specs: Iterable[ColumnSpec] = (),
+    flops: FlopsFn | None = None,
+) -> list[dict[str, Any]]:
+    """Split with the micro-batch schedule planned on the rollout side, exactly as miles does.
+
+    Each dict holds the rank's rows in micro-batch order and miles' schedule keys. ``flops``
+    gives per-sample workloads for ``args.balance_by_flops`` (:func:`install` passes miles' own).
+    """
+    dp_size = _dp_size_of(train_parallel_config)
+    if not has_full_schedule_config(train_parallel_config):
+        msg = (
+            f"`train_parallel_config` must name every key of {SCHEDULE_CONFIG_KEYS} for the "
+            f"rollout-side schedule, got {sorted(train_parallel_config)}; check "
+            "`can_schedule_on_rollout_side` first"
+        )
+        raise OptionError(msg)
+    batch = to_batch(args, data, specs)
+    parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
+    return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def split_train_data_by_dp(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    train_parallel_config: Mapping[str, Any] | None,
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    flops: FlopsFn | None = None,
+) -> list[ArrowRef] | ArrowRef:
+    """Put the train data into Ray's object store for the data-parallel ranks.
+
+    Eager (default): one reference per rank, each to a :class:`RolloutShard`, planned by the
+    rollout-side schedule when :func:`can_schedule_on_rollout_side` allows it, else strided or
+    balanced. With ``args.delay_split_train_data_by_dp``: one reference to the whole batch (with
+    its plan when the config names ``dp_size``); each rank takes its own rows. Everything is
+    validated before anything is put. Call it on the driver, which then owns the objects.
+    """
+    if getattr(args, "delay_split_train_data_by_dp", False):
+        batch = to_batch(args, data, specs)
+        config = train_parallel_config or {}
+        dp_size = _dp_size_of(config) if "dp_size" in config else None
+        return put_delayed(batch, dp_size, bool(args.balance_data))
+    dp_size = _dp_size_of(train_parallel_config)
+    batch = to_batch(args, data, specs)
+    assert train_parallel_config is not None  # checked by _dp_size_of
+    if can_schedule_on_rollout_side(args, batch, train_parallel_config):
+        config = {**train_parallel_config, "dp_size": dp_size}
+        parts = scheduled_shards(args, batch, config, flops)
+    else:
+        parts = plan_shards(batch, dp_size, bool(args.balance_data))
+    return put_eager(parts, dp_size)
+
+
+def process_rollout_data_shard(
+    args: Any,
+    rollout_data: dict[str, Any],
+    *,
+    on_batch_lengths: OnBatchLengths | None = None,
+) -> dict[str, Any]:
+    """Complete a rank's shard on the train side, in place, as miles does.
+
+    Pops ``partition`` and replaces the whole batch's ``total_lengths`` by those of the rank's
+    rows; ``on_batch_lengths`` receives the whole batch's (miles' throughput metrics read them).
+    """
+    missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
+    if missing:
+        msg = (
+            f"the shard lacks {', '.join(f'`{key}`' for key in missing)}; pass a rollout-layout "
+            "dict, as `split_train_data_by_dp_raw` returns it"
+        )
+        raise SchemaError(msg)
+    partition = rollout_data[_PARTITION]
+    total_lengths = list(rollout_data[_TOTAL_LENGTHS])
+    outside = [row for row in partition if not 0 <= row < len(total_lengths)]
+    if outside:
+        msg = (
+            f"`{_PARTITION}` holds row {outside[0]}, outside the {len(total_lengths)} samples "
+            f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
+        )
+        raise PlanError(msg)
+    del rollout_data[_PARTITION]
+    if on_batch_lengths is not None:
+        on_batch_lengths(total_lengths)
+    rollout_data[_TOTAL_LENGTHS] = [total_lengths[row] for row in partition]
+    return rollout_data
+
+
+def process_rollout_data(
+    args: Any,
+    rollout_data_ref: Any,
+    dp_rank: int,
+    dp_size: int,
+    witness_info: Any = None,
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    on_batch_lengths: OnBatchLengths | None = None,
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Return this rank's actor-layout dict and the get result, as miles' train side does.
+
+    Eager: ``rollout_data_ref`` is the list :func:`split_train_data_by_dp` returned; only
+    ``rollout_data_ref[dp_rank]`` is fetched. Delayed (``args.delay_split_train_data_by_dp``): one
+    reference to the whole batch, put by :func:`split_train_data_by_dp` (only this rank's rows are
+    gathered) or by miles' own store (the dict is fetched and validated); ``witness_info``
+    (anything with ``witness_ids``, one per sample of the whole batch) adds ``seq_witness_ids``.
+    """
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    if getattr(args, "delay_split_train_data_by_dp", False):
+        witness_ids = None if witness_info is None else witness_info.witness_ids
+        rollout_data, result = fetch_delayed(args, rollout_data_ref, rank, size, witness_ids, specs)
+    else:
+        check_no_witness(witness_info)
+        rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
+    shard = process_rollout_data_shard(args, rollout_data, on_batch_lengths=on_batch_lengths)
+    return shard, result
