@@ -1,0 +1,305 @@
+"""Figures of the step benchmark -> per-configuration summaries, targets, markdown and plot.
+
+Every figure is a median. A configuration's *boundary* is the median over all its steps; a rank's
+time is its median over the warm steps (all but the first); the *slowest rank* is the measured
+rank with the largest such median; the *critical path* is boundary + slowest rank. The *cold
+start* is the first rank call of the configuration's fresh actor, set against the same rank's
+warm median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.step_paths import PATHS
+from benchmarks.tables import format_bytes, format_seconds
+
+__all__ = ["markdown", "plot", "summarize_config", "summarize_results", "targets"]
+
+TARGET_DP = 64
+_LABELS = {
+    "classic": "classic (lists)",
+    "numpy": "numpy classic",
+    "arrow": "arrow_split from lists",
+    "builder": "arrow_split builder",
+}
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
+    """One configuration's figures (see the module docstring)."""
+    steps = record["steps"]
+    warm = steps[1:] or steps
+    per_rank = {
+        rank: _median([step["ranks"][rank]["seconds"] for step in warm]) for rank in steps[0]["ranks"]
+    }
+    slowest = max(per_rank, key=lambda rank: per_rank[rank])
+    names = list(steps[0]["ranks"][slowest]["steps"])
+    breakdown = {
+        name: _median([step["ranks"][slowest]["steps"][name] for step in warm]) for name in names
+    }
+    first_rank = next(iter(steps[0]["ranks"]))
+    first = steps[0]["ranks"][first_rank]
+    boundary = _median([step["boundary_seconds"] for step in steps])
+    return {
+        "path": record["path"],
+        "mode": record["mode"],
+        "dp_size": record["dp_size"],
+        "ranks": record["ranks"],
+        "appends_cpu_seconds": _median([step["rollout"]["cpu_seconds"] for step in steps]),
+        "boundary_seconds": boundary,
+        "rank_seconds": per_rank,
+        "slowest_rank": int(slowest),
+        "slowest_rank_seconds": per_rank[slowest],
+        "slowest_rank_steps": breakdown,
+        "critical_path_seconds": boundary + per_rank[slowest],
+        "store_bytes": steps[0]["store_bytes"],
+        "cold_start": {
+            "rank": int(first_rank),
+            "first_seconds": first["seconds"],
+            "first_steps": first["steps"],
+            "warm_seconds": per_rank[first_rank],
+            "warm_steps": {
+                name: _median([step["ranks"][first_rank]["steps"][name] for step in warm])
+                for name in first["steps"]
+            },
+        },
+    }
+
+
+def summarize_results(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``summary[workload]["delayed/64/builder"]``: every configuration's summary."""
+    return {
+        name: {
+            f"{r['mode']}/{r['dp_size']}/{r['path']}": summarize_config(r) for r in figures["configs"]
+        }
+        for name, figures in results["workloads"].items()
+    }
+
+
+def _divide(top: float | None, bottom: float | None) -> float | None:
+    if top is None or bottom is None or bottom <= 0:
+        return None
+    return top / bottom
+
+
+def _dp_of(summary: dict[str, Any], mode: str) -> int | None:
+    sizes = sorted({entry["dp_size"] for entry in summary.values() if entry["mode"] == mode})
+    if not sizes:
+        return None
+    return TARGET_DP if TARGET_DP in sizes else sizes[-1]
+
+
+def _figure(summary: dict[str, Any], mode: str, dp: int | None, path: str, key: str) -> Any:
+    entry = summary.get(f"{mode}/{dp}/{path}")
+    return None if entry is None else entry[key]
+
+
+def _target_rows(results: dict[str, Any]) -> list[tuple[str, str, float | None, float, bool]]:
+    name = results["main_workload"]
+    summary = results["summary"][name]
+    delayed, eager = _dp_of(summary, "delayed"), _dp_of(summary, "eager")
+
+    def ratio(mode: str, dp: int | None, key: str, over: str = "classic") -> float | None:
+        top = _figure(summary, mode, dp, over, key)
+        return _divide(top, _figure(summary, mode, dp, "builder", key))
+
+    cold = _figure(summary, "delayed", delayed, "builder", "cold_start")
+    appends = _figure(summary, "delayed", delayed, "builder", "appends_cpu_seconds")
+    pickled = results["pickle"]["cpu_seconds"]["median"]
+    d, e = f"{name}, delayed dp {delayed}", f"{name}, eager dp {eager}"
+    return [
+        ("step boundary: classic / builder", d, ratio("delayed", delayed, "boundary_seconds"), 20, True),
+        ("step boundary: classic / builder", e, ratio("eager", eager, "boundary_seconds"), 5, True),
+        ("critical path: classic / builder", d, ratio("delayed", delayed, "critical_path_seconds"), 10, True),
+        ("critical path: classic / builder", e, ratio("eager", eager, "critical_path_seconds"), 3, True),
+        (
+            "slowest rank: numpy classic / builder",
+            d,
+            ratio("delayed", delayed, "slowest_rank_seconds", over="numpy"),
+            5,
+            True,
+        ),
+        ("builder appends' CPU / pickle of the classic dict", name, _divide(appends, pickled), 1, False),
+        (
+            "first step / warm step (a fresh actor's first rank call)",
+            d,
+            None if cold is None else _divide(cold["first_seconds"], cold["warm_seconds"]),
+            2,
+            False,
+        ),
+    ]  # fmt: skip
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The brief's targets on the main workload, each with its value and whether it was reached."""
+    found = []
+    for target, where, value, limit, at_least in _target_rows(results):
+        reached = None if value is None else (value >= limit if at_least else value <= limit)
+        goal = f"{'>=' if at_least else '<='} {limit:g}x"
+        found.append(
+            {"target": target, "where": where, "value": value, "goal": goal, "reached": reached}
+        )
+    return found
+
+
+# --- markdown --------------------------------------------------------------------------------
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    meta = results["meta"]
+    machine, versions = meta["machine"], meta["versions"]
+    return [
+        "## arrow_split step benchmark: rollout loop -> step boundary -> ranks",
+        "",
+        f"Builder: `{results['builder']}`. Plan: {results['plan']}. Each configuration: a fresh "
+        f"rank actor, {results['repeats'] + 1} steps (the first is the cold start; rank figures "
+        "are the warm steps' medians; boundary figures the median of all steps). Measured ranks: "
+        f"the {results['ranks_per_config']} with the most tokens (named in the table).",
+        "",
+        f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
+        f"{format_bytes(machine['ram_bytes'])} RAM. Python {versions['python']}, "
+        f"pyarrow {versions['pyarrow']}, numpy {versions['numpy']}, ray {versions['ray']}, "
+        f"torch {versions['torch']}"
+        f"{', commit ' + meta['git_commit'] if meta.get('git_commit') else ''}. "
+        f"Run took {meta['wall_s']:.0f} s; load average {meta['load_average']['before'][0]:.1f} "
+        f"before, {meta['load_average']['after'][0]:.1f} after.",
+        "",
+    ]
+
+
+def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
+    shape = results["workloads"][name]["workload"]
+    summary = results["summary"][name]
+    lines = [
+        f"### `{name}`: {shape['num_samples']:,} samples, {shape['num_tokens']:,} tokens, "
+        f"{shape['groups']} groups of {shape['group_size']}",
+        "",
+        "| mode | dp | path | appends CPU | boundary | slowest rank (rank) | critical path "
+        "| classic / this: boundary, critical path |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, entry in summary.items():
+        mode, dp, _ = key.split("/")
+        classic = summary[f"{mode}/{dp}/classic"]
+        lines.append(
+            f"| {mode} | {dp} | {_LABELS[entry['path']]} "
+            f"| {format_seconds(entry['appends_cpu_seconds'])} "
+            f"| {format_seconds(entry['boundary_seconds'])} "
+            f"| {format_seconds(entry['slowest_rank_seconds'])} ({entry['slowest_rank']}) "
+            f"| {format_seconds(entry['critical_path_seconds'])} "
+            f"| {_ratio(_divide(classic['boundary_seconds'], entry['boundary_seconds']))}, "
+            f"{_ratio(_divide(classic['critical_path_seconds'], entry['critical_path_seconds']))} |"
+        )
+    return [*lines, ""]
+
+
+def _cold_table(results: dict[str, Any]) -> list[str]:
+    name = results["main_workload"]
+    lines = [
+        f"### Cold start (`{name}`): a fresh actor's first rank call against a warm one",
+        "",
+        "| mode | dp | path | first | warm | first / warm |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for entry in results["summary"][name].values():
+        cold = entry["cold_start"]
+        lines.append(
+            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+            f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
+            f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))} |"
+        )
+    return [*lines, ""]
+
+
+def _per_object_table(results: dict[str, Any]) -> list[str]:
+    costs = results.get("per_object")
+    if costs is None:
+        return []
+    dp, name = costs["dp_size"], costs["workload"]
+    summary = results["summary"][name]
+    lines = [
+        f"### Per-object cost of an eager put (`{name}`, dp {dp})",
+        "",
+        "| what | per object |",
+        "|---|---:|",
+        f"| Ray: `ray.put` of a tiny object | {format_seconds(costs['tiny_put_seconds']['median'])} |",
+        "| Ray: `ray.put` of an arrow_split shard (split beforehand) | "
+        f"{format_seconds(costs['arrow_shard_put_seconds']['median'])} |",
+    ]
+    for path in PATHS:
+        entry = summary.get(f"eager/{dp}/{path}")
+        if entry is not None:
+            lines.append(
+                f"| {_LABELS[path]}: whole eager boundary / dp | "
+                f"{format_seconds(entry['boundary_seconds'] / dp)} |"
+            )
+    return [*lines, ""]
+
+
+def _targets_table(results: dict[str, Any]) -> list[str]:
+    pickled = results["pickle"]
+    lines = [
+        "### Targets",
+        "",
+        f"Pickle of the classic dict (protocol 5, CPU): "
+        f"{format_seconds(pickled['cpu_seconds']['median'])} for {format_bytes(pickled['bytes'])}.",
+        "",
+        "| target | where | measured | goal | |",
+        "|---|---|---:|---:|---|",
+    ]
+    for entry in results["targets"]:
+        mark = {True: "reached", False: "NOT reached", None: "not measured"}[entry["reached"]]
+        lines.append(
+            f"| {entry['target']} | {entry['where']} | {_ratio(entry['value'])} "
+            f"| {entry['goal']} | {mark} |"
+        )
+    return [*lines, ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """``step.md``: the header, one table per workload, cold starts, per-object costs, targets."""
+    lines = _header(results)
+    for name in results["workloads"]:
+        lines += _workload_table(name, results)
+    lines += _cold_table(results) + _per_object_table(results) + _targets_table(results)
+    return "\n".join(lines)
+
+
+# --- plot ------------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Critical path of the main workload: boundary + slowest rank, one panel per (mode, dp)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    summary = results["summary"][results["main_workload"]]
+    panels = sorted({(e["mode"], e["dp_size"]) for e in summary.values()})
+    figure, axes = pyplot.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False)
+    for axis, (mode, dp) in zip(axes[0], panels, strict=True):
+        entries = [summary[f"{mode}/{dp}/{p}"] for p in PATHS if f"{mode}/{dp}/{p}" in summary]
+        labels = [_LABELS[e["path"]].replace(" ", "\n", 1) for e in entries]
+        boundary = [e["boundary_seconds"] for e in entries]
+        ranks = [e["slowest_rank_seconds"] for e in entries]
+        axis.bar(labels, boundary, color="tab:blue", label="step boundary (driver)")
+        axis.bar(labels, ranks, bottom=boundary, color="tab:orange", label="slowest rank")
+        axis.set_title(f"{mode}, dp {dp}")
+        axis.tick_params(axis="x", labelsize=7)
+    axes[0][0].set_ylabel("critical path, s (median)")
+    axes[0][-1].legend(fontsize="small")
+    figure.suptitle(f"{results['main_workload']}: critical path of one step")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)
