@@ -13,7 +13,8 @@ with the builder), each in eager mode (``--eager-dp-sizes``) and delayed mode
 appends, off the critical path), the step boundary on the driver (finish or convert + put), the
 slowest measured rank (in a fresh Ray actor) and the critical path (boundary + slowest rank);
 then the cold start of a fresh actor, a small workload (``--small-samples`` at
-``--small-dp-size``) with the per-object cost of an eager put against Ray's own, and the targets.
+``--small-dp-size``) with the per-object cost of an eager put against Ray's own (on the main
+workload at its largest dp size when the small one is skipped), and the targets.
 :mod:`benchmarks.step_run` says what one step is; :mod:`benchmarks.step_report` how figures are
 combined. Writes ``step.json``, ``step.md`` and ``step.png`` under ``--out``.
 """
@@ -124,11 +125,13 @@ def _measure(
         main, options.eager_dp_sizes, options.delayed_dp_sizes, options, progress
     )
     results["pickle"] = pickle_cost(main, options.repeats)
+    where, dp_size = main, max((*options.eager_dp_sizes, *options.delayed_dp_sizes))
     if small is not None:
-        dp = (options.small_dp_size,)
+        where, dp_size = small, options.small_dp_size
+        dp = (dp_size,)
         results["workloads"][small.name] = measure_workload(small, dp, dp, options, progress)
-        costs = per_object_costs(small, options.small_dp_size, options.repeats)
-        results["per_object"] = {"workload": small.name, **costs}
+    costs = per_object_costs(where, dp_size, options.repeats)
+    results["per_object"] = {"workload": where.name, **costs}
     return results
 
 

@@ -36,7 +36,8 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
     steps = record["steps"]
     warm = steps[1:] or steps
     per_rank = {
-        rank: _median([step["ranks"][rank]["seconds"] for step in warm]) for rank in steps[0]["ranks"]
+        rank: _median([step["ranks"][rank]["seconds"] for step in warm])
+        for rank in steps[0]["ranks"]
     }
     slowest = max(per_rank, key=lambda rank: per_rank[rank])
     names = list(steps[0]["ranks"][slowest]["steps"])
@@ -72,11 +73,16 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _key(record: dict[str, Any]) -> str:
+    return f"{record['mode']}/{record['dp_size']}/{record['path']}"
+
+
 def summarize_results(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """``summary[workload]["delayed/64/builder"]``: every configuration's summary."""
     return {
         name: {
-            f"{r['mode']}/{r['dp_size']}/{r['path']}": summarize_config(r) for r in figures["configs"]
+            f"{r['mode']}/{r['dp_size']}/{r['path']}": summarize_config(r)
+            for r in figures["configs"]
         }
         for name, figures in results["workloads"].items()
     }
@@ -100,40 +106,36 @@ def _figure(summary: dict[str, Any], mode: str, dp: int | None, path: str, key: 
     return None if entry is None else entry[key]
 
 
+_RATIO_TARGETS = (  # (target, mode, figure, the path over the builder's, goal)
+    ("step boundary: classic / builder", "delayed", "boundary_seconds", "classic", 20),
+    ("step boundary: classic / builder", "eager", "boundary_seconds", "classic", 5),
+    ("critical path: classic / builder", "delayed", "critical_path_seconds", "classic", 10),
+    ("critical path: classic / builder", "eager", "critical_path_seconds", "classic", 3),
+    ("slowest rank: numpy classic / builder", "delayed", "slowest_rank_seconds", "numpy", 5),
+)
+
+
 def _target_rows(results: dict[str, Any]) -> list[tuple[str, str, float | None, float, bool]]:
+    """``(target, where, value, goal, at_least)`` of every target."""
     name = results["main_workload"]
     summary = results["summary"][name]
-    delayed, eager = _dp_of(summary, "delayed"), _dp_of(summary, "eager")
-
-    def ratio(mode: str, dp: int | None, key: str, over: str = "classic") -> float | None:
-        top = _figure(summary, mode, dp, over, key)
-        return _divide(top, _figure(summary, mode, dp, "builder", key))
-
-    cold = _figure(summary, "delayed", delayed, "builder", "cold_start")
-    appends = _figure(summary, "delayed", delayed, "builder", "appends_cpu_seconds")
+    dps = {mode: _dp_of(summary, mode) for mode in ("eager", "delayed")}
+    where = {mode: f"{name}, {mode} dp {dp}" for mode, dp in dps.items()}
+    rows: list[tuple[str, str, float | None, float, bool]] = []
+    for target, mode, key, over, goal in _RATIO_TARGETS:
+        top = _figure(summary, mode, dps[mode], over, key)
+        value = _divide(top, _figure(summary, mode, dps[mode], "builder", key))
+        rows.append((target, where[mode], value, goal, True))
+    builder = summary.get(f"delayed/{dps['delayed']}/builder")
+    appends = None if builder is None else builder["appends_cpu_seconds"]
     pickled = results["pickle"]["cpu_seconds"]["median"]
-    d, e = f"{name}, delayed dp {delayed}", f"{name}, eager dp {eager}"
-    return [
-        ("step boundary: classic / builder", d, ratio("delayed", delayed, "boundary_seconds"), 20, True),
-        ("step boundary: classic / builder", e, ratio("eager", eager, "boundary_seconds"), 5, True),
-        ("critical path: classic / builder", d, ratio("delayed", delayed, "critical_path_seconds"), 10, True),
-        ("critical path: classic / builder", e, ratio("eager", eager, "critical_path_seconds"), 3, True),
-        (
-            "slowest rank: numpy classic / builder",
-            d,
-            ratio("delayed", delayed, "slowest_rank_seconds", over="numpy"),
-            5,
-            True,
-        ),
-        ("builder appends' CPU / pickle of the classic dict", name, _divide(appends, pickled), 1, False),
-        (
-            "first step / warm step (a fresh actor's first rank call)",
-            d,
-            None if cold is None else _divide(cold["first_seconds"], cold["warm_seconds"]),
-            2,
-            False,
-        ),
-    ]  # fmt: skip
+    ratio = _divide(appends, pickled)
+    rows.append(("builder appends' CPU / pickle of the classic dict", name, ratio, 1, False))
+    cold = None if builder is None else builder["cold_start"]
+    first = None if cold is None else _divide(cold["first_seconds"], cold["warm_seconds"])
+    target = "first step / warm step (a fresh actor's first rank call)"
+    rows.append((target, where["delayed"], first, 2, False))
+    return rows
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -232,7 +234,8 @@ def _per_object_table(results: dict[str, Any]) -> list[str]:
         "",
         "| what | per object |",
         "|---|---:|",
-        f"| Ray: `ray.put` of a tiny object | {format_seconds(costs['tiny_put_seconds']['median'])} |",
+        "| Ray: `ray.put` of a tiny object | "
+        f"{format_seconds(costs['tiny_put_seconds']['median'])} |",
         "| Ray: `ray.put` of an arrow_split shard (split beforehand) | "
         f"{format_seconds(costs['arrow_shard_put_seconds']['median'])} |",
     ]
@@ -287,7 +290,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
     summary = results["summary"][results["main_workload"]]
     panels = sorted({(e["mode"], e["dp_size"]) for e in summary.values()})
-    figure, axes = pyplot.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False)
+    figure, axes = pyplot.subplots(
+        1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False
+    )
     for axis, (mode, dp) in zip(axes[0], panels, strict=True):
         entries = [summary[f"{mode}/{dp}/{p}"] for p in PATHS if f"{mode}/{dp}/{p}" in summary]
         labels = [_LABELS[e["path"]].replace(" ", "\n", 1) for e in entries]

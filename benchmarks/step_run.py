@@ -211,4 +211,3 @@ def warm_up_driver(groups: Groups, options: StepOptions) -> None:
             state, _ = rollout(path, groups.for_path(path))
             refs = boundary(path, mode, state, 2, options.balance_data)
             del refs, state
-
