@@ -138,8 +138,8 @@ def rollout(path: StepPath, groups: Sequence[Mapping[str, Any]]) -> tuple[Any, d
     """Feed every group to ``path``'s accumulator; return it with the loop's CPU and wall seconds.
 
     The CPU time is this thread's (``time.thread_time``): Ray's own threads are not counted.
-    ``numpy`` groups hold arrays; the per-sample scalar columns are kept as arrays (one per
-    group) and concatenated at the boundary.
+    ``numpy`` groups hold arrays: per-token values stay one array per sample; the scalar
+    columns collect numpy scalars, made one array each at the boundary.
     """
     cpu, wall = time.thread_time(), time.perf_counter()
     state = _extend_builder(groups) if path == "builder" else _extend_lists(groups)
@@ -185,23 +185,45 @@ def _numpy_split(data: Mapping[str, Any], dp_size: int, balance: bool) -> list[d
     return [_numpy_shard(data, partition, total_lengths) for partition in plan]
 
 
-def boundary(path: StepPath, mode: str, state: Any, dp_size: int, balance: bool) -> Any:
+def _put_all(shards: Sequence[Any]) -> list[Any]:
+    return [ray.put(shard) for shard in shards]
+
+
+def boundary(
+    path: StepPath, mode: str, state: Any, dp_size: int, balance: bool
+) -> tuple[Any, Laps]:
     """What the driver does when the step's last sample is in: convert (or finish), then put.
 
-    Returns the reference(s) the ranks read: a list of one per rank (eager) or one (delayed).
+    Returns the reference(s) the ranks read (a list of one per rank, eager; one, delayed) and
+    the boundary's laps: ``convert`` (``RolloutBatch.from_train_data``), ``finish`` (the
+    builder's), ``concat`` (numpy scalar columns), ``split`` (the plan and every rank's dict),
+    ``put`` (``ray.put``; for arrow_split, the whole ``split_train_data_by_dp``: plan, take and
+    put, interleaved).
     """
-    delay = mode == "delayed"
-    if path == "classic":
+    laps, delay = Laps(), mode == "delayed"
+    if path in ("classic", "numpy"):
+        data = state
+        if path == "numpy":
+            data = _numpy_dict(state)
+            laps.lap("concat")
         if delay:
-            return baseline.put_delayed(state)
-        return baseline.put_eager(state, dp_size, balance)
-    if path == "numpy":
-        data = _numpy_dict(state)
-        if delay:
-            return ray.put(data)
-        return [ray.put(shard) for shard in _numpy_split(data, dp_size, balance)]
-    batch = state.finish() if path == "builder" else RolloutBatch.from_train_data(state)
-    return split_train_data_by_dp(batch, dp_size, balance_data=balance, delay=delay)
+            refs: Any = ray.put(dict(data))
+        else:
+            split = baseline.classic_split if path == "classic" else _numpy_split
+            shards = split(data, dp_size, balance)
+            laps.lap("split")
+            refs = _put_all(shards)
+        laps.lap("put")
+        return refs, laps
+    if path == "builder":
+        batch = state.finish()
+        laps.lap("finish")
+    else:
+        batch = RolloutBatch.from_train_data(state)
+        laps.lap("convert")
+    refs = split_train_data_by_dp(batch, dp_size, balance_data=balance, delay=delay)
+    laps.lap("put")
+    return refs, laps
 
 
 # --- one rank (inside a Ray actor) -----------------------------------------------------------

@@ -110,11 +110,10 @@ def _one_step(
 ) -> dict[str, Any]:
     gc.collect()
     state, loop = rollout(path, groups.for_path(path))
-    start = time.perf_counter()
-    refs = boundary(path, mode, state, dp, bal)
-    seconds = time.perf_counter() - start
+    refs, laps = boundary(path, mode, state, dp, bal)
     del state
-    step: dict[str, Any] = {"rollout": loop, "boundary_seconds": seconds}
+    step: dict[str, Any] = {"rollout": loop, "boundary_seconds": laps.total}
+    step["boundary_steps"] = laps.seconds
     step["store_bytes"] = _store_bytes(refs)
     step["ranks"] = {
         str(rank): ray.get(actor.run.remote(path, mode, [refs], rank, dp, bal)) for rank in ranks
@@ -209,5 +208,5 @@ def warm_up_driver(groups: Groups, options: StepOptions) -> None:
     for path in PATHS:
         for mode in ("eager", "delayed"):
             state, _ = rollout(path, groups.for_path(path))
-            refs = boundary(path, mode, state, 2, options.balance_data)
+            refs, _ = boundary(path, mode, state, 2, options.balance_data)
             del refs, state

@@ -322,6 +322,13 @@ def test_the_step_benchmark_measures_every_path(
             assert _positive(entry["cold_start"]["first_seconds"])
             assert _positive(entry["store_bytes"])
             assert entry["appends_cpu_seconds"] >= 0
+    parts = {
+        key: list(entry["boundary_steps"]) for key, entry in results["summary"]["tiny"].items()
+    }
+    assert parts["eager/2/classic"] == ["split", "put"]
+    assert parts["delayed/2/numpy"] == ["concat", "put"]
+    assert parts["eager/2/arrow"] == ["convert", "put"]
+    assert parts["delayed/2/builder"] == ["finish", "put"]
     per_object = results["per_object"]
     assert (per_object["workload"], per_object["dp_size"]) == ("tiny", 2)
     assert _positive(per_object["tiny_put_seconds"]["median"])
