@@ -31,6 +31,25 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values))
 
 
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """``{name: median}`` over runs of the same named laps."""
+    return {name: _median([run[name] for run in runs]) for name in runs[0]}
+
+
+def _cold_start(steps: list[dict[str, Any]], warm_seconds: dict[str, float]) -> dict[str, Any]:
+    """The first rank call of the fresh actor, against the same rank's warm steps."""
+    rank = next(iter(steps[0]["ranks"]))
+    first = steps[0]["ranks"][rank]
+    warm = steps[1:] or steps
+    return {
+        "rank": int(rank),
+        "first_seconds": first["seconds"],
+        "first_steps": first["steps"],
+        "warm_seconds": warm_seconds[rank],
+        "warm_steps": _medians([step["ranks"][rank]["steps"] for step in warm]),
+    }
+
+
 def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
     """One configuration's figures (see the module docstring)."""
     steps = record["steps"]
@@ -40,17 +59,7 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
         for rank in steps[0]["ranks"]
     }
     slowest = max(per_rank, key=lambda rank: per_rank[rank])
-    names = list(steps[0]["ranks"][slowest]["steps"])
-    breakdown = {
-        name: _median([step["ranks"][slowest]["steps"][name] for step in warm]) for name in names
-    }
-    first_rank = next(iter(steps[0]["ranks"]))
-    first = steps[0]["ranks"][first_rank]
     boundary = _median([step["boundary_seconds"] for step in steps])
-    parts = list(steps[0]["boundary_steps"])
-    boundary_steps = {
-        name: _median([step["boundary_steps"][name] for step in steps]) for name in parts
-    }
     return {
         "path": record["path"],
         "mode": record["mode"],
@@ -58,23 +67,14 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
         "ranks": record["ranks"],
         "appends_cpu_seconds": _median([step["rollout"]["cpu_seconds"] for step in steps]),
         "boundary_seconds": boundary,
-        "boundary_steps": boundary_steps,
+        "boundary_steps": _medians([step["boundary_steps"] for step in steps]),
         "rank_seconds": per_rank,
         "slowest_rank": int(slowest),
         "slowest_rank_seconds": per_rank[slowest],
-        "slowest_rank_steps": breakdown,
+        "slowest_rank_steps": _medians([step["ranks"][slowest]["steps"] for step in warm]),
         "critical_path_seconds": boundary + per_rank[slowest],
         "store_bytes": steps[0]["store_bytes"],
-        "cold_start": {
-            "rank": int(first_rank),
-            "first_seconds": first["seconds"],
-            "first_steps": first["steps"],
-            "warm_seconds": per_rank[first_rank],
-            "warm_steps": {
-                name: _median([step["ranks"][first_rank]["steps"][name] for step in warm])
-                for name in first["steps"]
-            },
-        },
+        "cold_start": _cold_start(steps, per_rank),
     }
 
 
