@@ -8,6 +8,7 @@ This is the one test module that imports ``benchmarks``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -211,3 +212,141 @@ def test_the_baseline_imports_nothing_from_arrow_split() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT
     ).stdout
     assert output.strip() == "False"
+
+
+# --- the step benchmark (benchmarks.step) ------------------------------------------------------
+
+
+def _step_groups(samples: int = 32) -> Any:
+    from arrow_split.testing import WORKLOADS
+    from benchmarks.step_run import Groups
+
+    config = dataclasses.replace(WORKLOADS["tiny"], samples=samples)
+    return Groups.generate("tiny", config, group_size=8, seed=5)
+
+
+def test_the_step_groups_come_in_a_seeded_order_in_both_forms() -> None:
+    groups, again = _step_groups(), _step_groups()
+    assert [g["sample_indices"] for g in groups.lists] == [g["sample_indices"] for g in again.lists]
+    firsts = [group["sample_indices"][0] for group in groups.lists]
+    assert sorted(firsts) == list(range(0, 32, 8))
+    assert firsts != sorted(firsts)
+    for listed, arrays in zip(groups.lists, groups.arrays, strict=True):
+        assert listed["sample_indices"] == arrays["sample_indices"].tolist()
+        assert isinstance(arrays["tokens"][0], np.ndarray)
+        assert isinstance(listed["tokens"][0], list)
+
+
+def test_the_step_builders_give_the_batch_of_from_train_data() -> None:
+    from arrow_split import RolloutBatch
+    from benchmarks.step_paths import Builder, _FallbackBuilder, is_per_sample, rollout
+
+    groups = _step_groups()
+    data, figures = rollout("classic", groups.lists)
+    assert figures["cpu_seconds"] >= 0
+    assert figures["wall_seconds"] > 0
+    expected = RolloutBatch.from_train_data(data)
+    for builder_class in {Builder, _FallbackBuilder}:
+        by_group, by_sample = builder_class(), builder_class()
+        for group in groups.lists:
+            by_group.extend(group)
+            rows = len(group["tokens"])
+            for row in range(rows):
+                by_sample.append({k: v[row] for k, v in group.items() if is_per_sample(k)})
+        assert by_group.finish().equals(expected)
+        assert by_sample.finish().equals(expected)
+
+
+def test_the_step_paths_agree_and_the_largest_ranks_are_measured() -> None:
+    from arrow_split import plan_partitions
+    from benchmarks.step_paths import check_agreement
+    from benchmarks.step_ranks import largest_ranks
+
+    groups = _step_groups()
+    lengths = groups.total_lengths
+    partitions = plan_partitions(lengths, 4, balance_data=False)
+    ranks = largest_ranks(partitions, lengths, 2)
+    tokens = sorted((int(lengths[rows].sum()), rank) for rank, rows in enumerate(partitions))
+    assert set(ranks) == {rank for _, rank in tokens[-2:]}
+    assert largest_ranks(partitions, lengths, 9) == [0, 1, 2, 3]
+    for balance in (True, False):
+        check = check_agreement(groups.lists, groups.arrays, 4, [0, 3], balance)
+        assert check["builder_equals_from_train_data"]
+
+
+def test_the_step_command_line() -> None:
+    from benchmarks import step
+
+    options = step.parse_args(["--workload", "small", "--quick", "--delayed-dp-sizes", "8,16"])
+    assert (options.repeats, options.ranks, options.eager_dp_sizes) == (1, 1, (64,))
+    assert options.delayed_dp_sizes == (8, 16)
+    with pytest.raises(SystemExit):
+        step.parse_args(["--eager-dp-sizes", "0"])
+
+
+@pytest.fixture(scope="module")
+def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Path]]:
+    from benchmarks import step
+    from benchmarks.step_run import StepOptions
+
+    out = tmp_path_factory.mktemp("step")
+    options = StepOptions(
+        workload="tiny",
+        eager_dp_sizes=(2,),
+        delayed_dp_sizes=(2,),
+        small_samples=0,
+        repeats=1,
+        ranks=1,
+        out=out,
+        progress=False,
+    )
+    results = step.run(options)
+    return results, step.write_outputs(results, out)
+
+
+@pytest.mark.ray
+def test_the_step_benchmark_measures_every_path(
+    step_run: tuple[dict[str, Any], dict[str, Path]],
+) -> None:
+    from benchmarks.step_paths import BUILDER_NAME, PATHS
+
+    results, _ = step_run
+    assert results["builder"] == BUILDER_NAME
+    assert sorted(results["summary"]) == ["tiny"]
+    for summary in results["summary"].values():
+        assert sorted(summary) == sorted(f"{m}/2/{p}" for m in ("eager", "delayed") for p in PATHS)
+        for entry in summary.values():
+            for key in ("boundary_seconds", "slowest_rank_seconds", "critical_path_seconds"):
+                assert _positive(entry[key]), key
+            assert entry["critical_path_seconds"] > entry["boundary_seconds"]
+            assert _positive(entry["cold_start"]["first_seconds"])
+            assert _positive(entry["store_bytes"])
+            assert entry["appends_cpu_seconds"] >= 0
+    parts = {
+        key: list(entry["boundary_steps"]) for key, entry in results["summary"]["tiny"].items()
+    }
+    assert parts["eager/2/classic"] == ["split", "put"]
+    assert parts["delayed/2/numpy"] == ["concat", "put"]
+    assert parts["eager/2/arrow"] == ["convert", "put"]
+    assert parts["delayed/2/builder"] == ["finish", "put"]
+    per_object = results["per_object"]
+    assert (per_object["workload"], per_object["dp_size"]) == ("tiny", 2)
+    assert _positive(per_object["tiny_put_seconds"]["median"])
+    assert _positive(per_object["arrow_shard_put_seconds"]["median"])
+    assert _positive(results["pickle"]["cpu_seconds"]["median"])
+    assert len(results["targets"]) == 7
+    assert all(_positive(target["value"]) for target in results["targets"])
+
+
+@pytest.mark.ray
+def test_the_step_benchmark_writes_its_files(
+    step_run: tuple[dict[str, Any], dict[str, Path]],
+) -> None:
+    results, paths = step_run
+    assert json.loads(paths["json"].read_text())["targets"] == json.loads(
+        json.dumps(results["targets"])
+    )
+    table = paths["markdown"].read_text()
+    assert "### Targets" in table
+    assert "| delayed | 2 | arrow_split builder |" in table
+    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

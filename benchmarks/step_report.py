@@ -1,0 +1,337 @@
+"""Figures of the step benchmark -> per-configuration summaries, targets, markdown and plot.
+
+Every figure is a median. A configuration's *boundary* is the median over all its steps; a rank's
+time is its median over the warm steps (all but the first; the table adds the slowest rank's
+minimum, a gauge of the noise); the *slowest rank* is the measured
+rank with the largest such median; the *critical path* is boundary + slowest rank. The *cold
+start* is the first rank call of the configuration's fresh actor, set against the same rank's
+warm median.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from benchmarks.step_paths import PATHS
+from benchmarks.tables import format_bytes, format_seconds
+
+__all__ = ["markdown", "plot", "summarize_config", "summarize_results", "targets"]
+
+TARGET_DP = 64
+_LABELS = {
+    "classic": "classic (lists)",
+    "numpy": "numpy classic",
+    "arrow": "arrow_split from lists",
+    "builder": "arrow_split builder",
+}
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values))
+
+
+def _medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """``{name: median}`` over runs of the same named laps."""
+    return {name: _median([run[name] for run in runs]) for name in runs[0]}
+
+
+def _cold_start(steps: list[dict[str, Any]], warm_seconds: dict[str, float]) -> dict[str, Any]:
+    """The first rank call of the fresh actor, against the same rank's warm steps."""
+    rank = next(iter(steps[0]["ranks"]))
+    first = steps[0]["ranks"][rank]
+    warm = steps[1:] or steps
+    return {
+        "rank": int(rank),
+        "first_seconds": first["seconds"],
+        "first_steps": first["steps"],
+        "warm_seconds": warm_seconds[rank],
+        "warm_steps": _medians([step["ranks"][rank]["steps"] for step in warm]),
+    }
+
+
+def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
+    """One configuration's figures (see the module docstring)."""
+    steps = record["steps"]
+    warm = steps[1:] or steps
+    per_rank = {
+        rank: _median([step["ranks"][rank]["seconds"] for step in warm])
+        for rank in steps[0]["ranks"]
+    }
+    slowest = max(per_rank, key=lambda rank: per_rank[rank])
+    boundary = _median([step["boundary_seconds"] for step in steps])
+    return {
+        "path": record["path"],
+        "mode": record["mode"],
+        "dp_size": record["dp_size"],
+        "ranks": record["ranks"],
+        "appends_cpu_seconds": _median([step["rollout"]["cpu_seconds"] for step in steps]),
+        "boundary_seconds": boundary,
+        "boundary_steps": _medians([step["boundary_steps"] for step in steps]),
+        "rank_seconds": per_rank,
+        "slowest_rank": int(slowest),
+        "slowest_rank_seconds": per_rank[slowest],
+        "slowest_rank_min_seconds": min(step["ranks"][slowest]["seconds"] for step in warm),
+        "slowest_rank_steps": _medians([step["ranks"][slowest]["steps"] for step in warm]),
+        "critical_path_seconds": boundary + per_rank[slowest],
+        "store_bytes": steps[0]["store_bytes"],
+        "cold_start": _cold_start(steps, per_rank),
+    }
+
+
+def _key(record: dict[str, Any]) -> str:
+    return f"{record['mode']}/{record['dp_size']}/{record['path']}"
+
+
+def summarize_results(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``summary[workload]["delayed/64/builder"]``: every configuration's summary."""
+    return {
+        name: {
+            f"{r['mode']}/{r['dp_size']}/{r['path']}": summarize_config(r)
+            for r in figures["configs"]
+        }
+        for name, figures in results["workloads"].items()
+    }
+
+
+def _divide(top: float | None, bottom: float | None) -> float | None:
+    if top is None or bottom is None or bottom <= 0:
+        return None
+    return top / bottom
+
+
+def _dp_of(summary: dict[str, Any], mode: str) -> int | None:
+    sizes = sorted({entry["dp_size"] for entry in summary.values() if entry["mode"] == mode})
+    if not sizes:
+        return None
+    return TARGET_DP if TARGET_DP in sizes else sizes[-1]
+
+
+def _figure(summary: dict[str, Any], mode: str, dp: int | None, path: str, key: str) -> Any:
+    entry = summary.get(f"{mode}/{dp}/{path}")
+    return None if entry is None else entry[key]
+
+
+_RATIO_TARGETS = (  # (target, mode, figure, the path over the builder's, goal)
+    ("step boundary: classic / builder", "delayed", "boundary_seconds", "classic", 20),
+    ("step boundary: classic / builder", "eager", "boundary_seconds", "classic", 5),
+    ("critical path: classic / builder", "delayed", "critical_path_seconds", "classic", 10),
+    ("critical path: classic / builder", "eager", "critical_path_seconds", "classic", 3),
+    ("slowest rank: numpy classic / builder", "delayed", "slowest_rank_seconds", "numpy", 5),
+)
+
+
+def _target_rows(results: dict[str, Any]) -> list[tuple[str, str, float | None, float, bool]]:
+    """``(target, where, value, goal, at_least)`` of every target."""
+    name = results["main_workload"]
+    summary = results["summary"][name]
+    dps = {mode: _dp_of(summary, mode) for mode in ("eager", "delayed")}
+    where = {mode: f"{name}, {mode} dp {dp}" for mode, dp in dps.items()}
+    rows: list[tuple[str, str, float | None, float, bool]] = []
+    for target, mode, key, over, goal in _RATIO_TARGETS:
+        top = _figure(summary, mode, dps[mode], over, key)
+        value = _divide(top, _figure(summary, mode, dps[mode], "builder", key))
+        rows.append((target, where[mode], value, goal, True))
+    builder = summary.get(f"delayed/{dps['delayed']}/builder")
+    appends = None if builder is None else builder["appends_cpu_seconds"]
+    pickled = results["pickle"]["cpu_seconds"]["median"]
+    ratio = _divide(appends, pickled)
+    rows.append(("builder appends' CPU / pickle of the classic dict", name, ratio, 1, False))
+    cold = None if builder is None else builder["cold_start"]
+    first = None if cold is None else _divide(cold["first_seconds"], cold["warm_seconds"])
+    target = "first step / warm step (a fresh actor's first rank call)"
+    rows.append((target, where["delayed"], first, 2, False))
+    return rows
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """The brief's targets on the main workload, each with its value and whether it was reached."""
+    found = []
+    for target, where, value, limit, at_least in _target_rows(results):
+        reached = None if value is None else (value >= limit if at_least else value <= limit)
+        goal = f"{'>=' if at_least else '<='} {limit:g}x"
+        found.append(
+            {"target": target, "where": where, "value": value, "goal": goal, "reached": reached}
+        )
+    return found
+
+
+# --- markdown --------------------------------------------------------------------------------
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
+
+
+def _builder_note(results: dict[str, Any]) -> list[str]:
+    if results["builder"] != "_FallbackBuilder":
+        return []
+    return [
+        "**The builder here is the stand-in `_FallbackBuilder`** "
+        "(`arrow_split.RolloutBatchBuilder` was not importable): it keeps a dict of lists "
+        "and converts it at `finish`, so its "
+        "appends and boundary are those of `arrow_split from lists`. The boundary and "
+        "critical-path targets are the real builder's to reach (it converts during the appends).",
+        "",
+    ]
+
+
+def _header(results: dict[str, Any]) -> list[str]:
+    meta = results["meta"]
+    machine, versions = meta["machine"], meta["versions"]
+    return [
+        "## arrow_split step benchmark: rollout loop -> step boundary -> ranks",
+        "",
+        f"Builder: `{results['builder']}`. Plan: {results['plan']}. Each configuration: a fresh "
+        f"rank actor, {results['repeats'] + 1} steps (the first is the cold start; rank figures "
+        "are the warm steps' medians; boundary figures the median of all steps). Measured ranks: "
+        f"the {results['ranks_per_config']} with the most tokens (named in the table).",
+        "",
+        *_builder_note(results),
+        f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
+        f"{format_bytes(machine['ram_bytes'])} RAM. Python {versions['python']}, "
+        f"pyarrow {versions['pyarrow']}, numpy {versions['numpy']}, ray {versions['ray']}, "
+        f"torch {versions['torch']}"
+        f"{', commit ' + meta['git_commit'] if meta.get('git_commit') else ''}. "
+        f"Run took {meta['wall_s']:.0f} s; load average {meta['load_average']['before'][0]:.1f} "
+        f"before, {meta['load_average']['after'][0]:.1f} after.",
+        "",
+    ]
+
+
+def _parts(seconds: dict[str, float]) -> str:
+    return " + ".join(f"{name} {format_seconds(value)}" for name, value in seconds.items())
+
+
+def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
+    shape = results["workloads"][name]["workload"]
+    summary = results["summary"][name]
+    lines = [
+        f"### `{name}`: {shape['num_samples']:,} samples, {shape['num_tokens']:,} tokens, "
+        f"{shape['groups']} groups of {shape['group_size']}",
+        "",
+        "| mode | dp | path | appends CPU | boundary (its parts) | slowest rank (min; rank) "
+        "| critical path "
+        "| classic / this: boundary, critical path |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for key, entry in summary.items():
+        mode, dp, _ = key.split("/")
+        classic = summary[f"{mode}/{dp}/classic"]
+        lines.append(
+            f"| {mode} | {dp} | {_LABELS[entry['path']]} "
+            f"| {format_seconds(entry['appends_cpu_seconds'])} "
+            f"| {format_seconds(entry['boundary_seconds'])} ({_parts(entry['boundary_steps'])}) "
+            f"| {format_seconds(entry['slowest_rank_seconds'])} "
+            f"({format_seconds(entry['slowest_rank_min_seconds'])}; {entry['slowest_rank']}) "
+            f"| {format_seconds(entry['critical_path_seconds'])} "
+            f"| {_ratio(_divide(classic['boundary_seconds'], entry['boundary_seconds']))}, "
+            f"{_ratio(_divide(classic['critical_path_seconds'], entry['critical_path_seconds']))} |"
+        )
+    return [*lines, ""]
+
+
+def _cold_table(results: dict[str, Any]) -> list[str]:
+    name = results["main_workload"]
+    lines = [
+        f"### Cold start (`{name}`): a fresh actor's first rank call against a warm one",
+        "",
+        "| mode | dp | path | first | warm | first / warm |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for entry in results["summary"][name].values():
+        cold = entry["cold_start"]
+        lines.append(
+            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+            f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
+            f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))} |"
+        )
+    return [*lines, ""]
+
+
+def _per_object_table(results: dict[str, Any]) -> list[str]:
+    costs = results.get("per_object")
+    if costs is None:
+        return []
+    dp, name = costs["dp_size"], costs["workload"]
+    summary = results["summary"][name]
+    lines = [
+        f"### Per-object cost of an eager put (`{name}`, dp {dp})",
+        "",
+        "| what | per object |",
+        "|---|---:|",
+        "| Ray: `ray.put` of a tiny object | "
+        f"{format_seconds(costs['tiny_put_seconds']['median'])} |",
+        "| Ray: `ray.put` of an arrow_split shard (split beforehand) | "
+        f"{format_seconds(costs['arrow_shard_put_seconds']['median'])} |",
+    ]
+    for path in PATHS:
+        entry = summary.get(f"eager/{dp}/{path}")
+        if entry is not None:
+            lines.append(
+                f"| {_LABELS[path]}: whole eager boundary / dp | "
+                f"{format_seconds(entry['boundary_seconds'] / dp)} |"
+            )
+    return [*lines, ""]
+
+
+def _targets_table(results: dict[str, Any]) -> list[str]:
+    pickled = results["pickle"]
+    lines = [
+        "### Targets",
+        "",
+        f"Pickle of the classic dict (protocol 5, CPU): "
+        f"{format_seconds(pickled['cpu_seconds']['median'])} for {format_bytes(pickled['bytes'])}.",
+        "",
+        "| target | where | measured | goal | |",
+        "|---|---|---:|---:|---|",
+    ]
+    for entry in results["targets"]:
+        mark = {True: "reached", False: "NOT reached", None: "not measured"}[entry["reached"]]
+        lines.append(
+            f"| {entry['target']} | {entry['where']} | {_ratio(entry['value'])} "
+            f"| {entry['goal']} | {mark} |"
+        )
+    return [*lines, ""]
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """``step.md``: the header, one table per workload, cold starts, per-object costs, targets."""
+    lines = _header(results)
+    for name in results["workloads"]:
+        lines += _workload_table(name, results)
+    lines += _cold_table(results) + _per_object_table(results) + _targets_table(results)
+    return "\n".join(lines)
+
+
+# --- plot ------------------------------------------------------------------------------------
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    """Critical path of the main workload: boundary + slowest rank, one panel per (mode, dp)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+
+    summary = results["summary"][results["main_workload"]]
+    panels = sorted({(e["mode"], e["dp_size"]) for e in summary.values()})
+    figure, axes = pyplot.subplots(
+        1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False
+    )
+    for axis, (mode, dp) in zip(axes[0], panels, strict=True):
+        entries = [summary[f"{mode}/{dp}/{p}"] for p in PATHS if f"{mode}/{dp}/{p}" in summary]
+        labels = [_LABELS[e["path"]].replace(" ", "\n", 1) for e in entries]
+        boundary = [e["boundary_seconds"] for e in entries]
+        ranks = [e["slowest_rank_seconds"] for e in entries]
+        axis.bar(labels, boundary, color="tab:blue", label="step boundary (driver)")
+        axis.bar(labels, ranks, bottom=boundary, color="tab:orange", label="slowest rank")
+        axis.set_title(f"{mode}, dp {dp}")
+        axis.tick_params(axis="x", labelsize=7)
+    axes[0][0].set_ylabel("critical path, s (median)")
+    axes[0][-1].legend(fontsize="small")
+    figure.suptitle(f"{results['main_workload']}: critical path of one step")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot.close(figure)

@@ -1,0 +1,212 @@
+"""The measurements of the step benchmark, on a running Ray (see :mod:`benchmarks.step`).
+
+One *configuration* is a (path, mode, dp_size). For each, a fresh :class:`StepRankActor` is
+started, then ``1 + repeats`` steps run one after the other; each step is:
+
+1. the rollout loop: every group, in the seeded order, fed to the path's accumulator (CPU time
+   of the driver's thread: off the critical path, since it overlaps generation);
+2. the step boundary on the driver, timed from the loop's end to the put's return;
+3. each measured rank (the ``ranks`` ranks with the most tokens) in the actor, one after the
+   other, on this step's fresh objects; then the objects are dropped.
+
+The first rank call of the first step is the actor's cold start; per-rank figures are the warm
+steps' (the later ones).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import pickle
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from arrow_split import plan_partitions, split_train_data_by_dp_raw
+from arrow_split.testing import RolloutConfig, iter_sample_groups
+from benchmarks.config import Progress
+from benchmarks.step_paths import PATHS, StepPath, boundary, check_agreement, rollout
+from benchmarks.step_ranks import StepRankActor, largest_ranks
+from benchmarks.timing import summarize
+
+__all__ = [
+    "Groups",
+    "StepOptions",
+    "measure_workload",
+    "per_object_costs",
+    "pickle_cost",
+    "warm_up_driver",
+]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepOptions:
+    """What one run measures (see ``python -m benchmarks.step -h``)."""
+
+    workload: str = "medium"
+    eager_dp_sizes: tuple[int, ...] = (8, 64, 256)
+    delayed_dp_sizes: tuple[int, ...] = (64,)
+    small_samples: int = 128
+    small_dp_size: int = 64
+    repeats: int = 3
+    ranks: int = 2
+    group_size: int = 8
+    seed: int = 0
+    balance_data: bool = True
+    out: Path = Path("benchmarks/results")
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Groups:
+    """A workload's sample groups, in the seeded rollout order, as lists and as numpy arrays."""
+
+    name: str
+    config: RolloutConfig
+    lists: list[dict[str, Any]]
+    arrays: list[dict[str, Any]]
+
+    @classmethod
+    def generate(cls, name: str, config: RolloutConfig, group_size: int, seed: int) -> Groups:
+        lists = list(iter_sample_groups(config, group_size))
+        numpy_config = dataclasses.replace(config, as_numpy=True)
+        arrays = list(iter_sample_groups(numpy_config, group_size))
+        order = np.random.default_rng(seed).permutation(len(lists))
+        return cls(name, config, [lists[i] for i in order], [arrays[i] for i in order])
+
+    def for_path(self, path: StepPath) -> list[dict[str, Any]]:
+        return self.arrays if path == "numpy" else self.lists
+
+    @property
+    def total_lengths(self) -> np.ndarray:
+        return np.array([len(t) for group in self.arrays for t in group["tokens"]], np.int64)
+
+    def describe(self) -> dict[str, Any]:
+        lengths = self.total_lengths
+        response = np.concatenate([group["response_lengths"] for group in self.arrays])
+        return {
+            "name": self.name,
+            "num_samples": int(lengths.size),
+            "num_tokens": int(lengths.sum()),
+            "response_tokens": int(response.sum()),
+            "groups": len(self.lists),
+            "group_size": len(self.lists[0]["tokens"]) if self.lists else 0,
+            "columns": sorted(self.lists[0]) if self.lists else [],
+        }
+
+
+def _store_bytes(refs: Any) -> int:
+    listed = refs if isinstance(refs, list) else [refs]
+    locations = ray.experimental.get_object_locations(listed)
+    return sum(int(entry.get("object_size") or 0) for entry in locations.values())
+
+
+def _one_step(
+    path: StepPath, mode: str, dp: int, groups: Groups, actor: Any, ranks: list[int], bal: bool
+) -> dict[str, Any]:
+    gc.collect()
+    state, loop = rollout(path, groups.for_path(path))
+    refs, laps = boundary(path, mode, state, dp, bal)
+    del state
+    step: dict[str, Any] = {"rollout": loop, "boundary_seconds": laps.total}
+    step["boundary_steps"] = laps.seconds
+    step["store_bytes"] = _store_bytes(refs)
+    step["ranks"] = {
+        str(rank): ray.get(actor.run.remote(path, mode, [refs], rank, dp, bal)) for rank in ranks
+    }
+    del refs
+    return step
+
+
+def _measure_config(
+    path: StepPath, mode: str, dp: int, groups: Groups, ranks: list[int], options: StepOptions
+) -> dict[str, Any]:
+    actor = StepRankActor.remote()  # type: ignore[attr-defined]
+    ray.get(actor.ready.remote())
+    steps = [
+        _one_step(path, mode, dp, groups, actor, ranks, options.balance_data)
+        for _ in range(1 + options.repeats)
+    ]
+    ray.kill(actor)
+    return {"path": path, "mode": mode, "dp_size": dp, "ranks": ranks, "steps": steps}
+
+
+def _configs(eager: Sequence[int], delayed: Sequence[int]) -> list[tuple[str, int]]:
+    return [*(("eager", dp) for dp in eager), *(("delayed", dp) for dp in delayed)]
+
+
+def measure_workload(
+    groups: Groups,
+    eager_dp_sizes: Sequence[int],
+    delayed_dp_sizes: Sequence[int],
+    options: StepOptions,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Every configuration of one workload, after the agreement check of its shards."""
+    lengths = groups.total_lengths
+    configs = _configs(eager_dp_sizes, delayed_dp_sizes)
+    progress.expect(1 + len(configs) * len(PATHS))
+    measured: dict[int, list[int]] = {}
+    for _, dp in configs:
+        partitions = plan_partitions(lengths, dp, balance_data=options.balance_data)
+        measured[dp] = largest_ranks(partitions, lengths, options.ranks)
+    with progress.task(f"{groups.name}: agreement"):
+        dp = configs[-1][1]
+        agreement = check_agreement(
+            groups.lists, groups.arrays, dp, measured[dp], options.balance_data
+        )
+    records = []
+    for mode, dp in configs:
+        for path in PATHS:
+            with progress.task(f"{groups.name}: {path} {mode} dp={dp}"):
+                records.append(_measure_config(path, mode, dp, groups, measured[dp], options))
+    return {"workload": groups.describe(), "agreement": agreement, "configs": records}
+
+
+def pickle_cost(groups: Groups, repeats: int) -> dict[str, Any]:
+    """``pickle.dumps`` (protocol 5) of the classic dict of the same values: CPU seconds."""
+    data, _ = rollout("classic", groups.lists)
+    seconds, size = [], 0
+    for _ in range(max(repeats, 1)):
+        gc.collect()
+        start = time.thread_time()
+        size = len(pickle.dumps(data, protocol=5))
+        seconds.append(time.thread_time() - start)
+    return {"cpu_seconds": summarize(seconds), "bytes": size}
+
+
+def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
+    """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
+    from arrow_split import RolloutBatch
+
+    def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
+        seconds = []
+        for _ in range(max(repeats, 1) + 1):
+            gc.collect()
+            start = time.perf_counter()
+            refs = [ray.put(value) for value in objects]
+            seconds.append((time.perf_counter() - start) / len(objects))
+            del refs
+        return summarize(seconds[1:])
+
+    data, _ = rollout("classic", groups.lists)
+    batch = RolloutBatch.from_train_data(data)
+    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=True)
+    return {
+        "dp_size": dp_size,
+        "tiny_put_seconds": timed_puts([b"x"] * dp_size),
+        "arrow_shard_put_seconds": timed_puts(shards),
+    }
+
+
+def warm_up_driver(groups: Groups, options: StepOptions) -> None:
+    """Run every path's boundary once on ``groups`` (untimed): the driver's first calls."""
+    for path in PATHS:
+        for mode in ("eager", "delayed"):
+            state, _ = rollout(path, groups.for_path(path))
+            refs, _ = boundary(path, mode, state, 2, options.balance_data)
+            del refs, state
