@@ -30,7 +30,7 @@ import pyarrow as pa
 
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
 from arrow_split.batch import RolloutBatch, Shard
-from arrow_split.errors import ArrowSplitError, DumpError
+from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 
 __all__ = [
     "Compression",
@@ -135,6 +135,9 @@ def read_batch(path: PathLike) -> RolloutBatch:
 
 def read_dump(path: PathLike) -> tuple[RolloutBatch, DumpInfo]:
     """Read a dump like :func:`read_batch`, and also return what the file says about itself."""
+    if not isinstance(path, (str, os.PathLike)):
+        msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
+        raise SchemaTypeError(msg)
     source = os.fspath(path)
     if not os.path.exists(source):
         msg = f"no rollout dump at `{source}`"

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split.batch import RolloutBatch, Shard
-from arrow_split.errors import PlanError, PlanMismatchError, SchemaTypeError
+from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError, SchemaTypeError
 from arrow_split.plan import (
     Plan,
     PlanKey,
@@ -79,6 +79,12 @@ def take_rows(batch: RolloutBatch, indices: np.ndarray) -> Shard:
     """
     if isinstance(batch, Shard):
         return _take(batch, indices, batch.plan_key, batch.dp_rank)
+    if not isinstance(batch, RolloutBatch):
+        msg = (
+            f"`batch` must be a RolloutBatch, got {type(batch).__name__}; build one with "
+            "`RolloutBatch.from_train_data(data)`"
+        )
+        raise SchemaTypeError(msg)
     return _take(batch, indices, None, None)
 
 
@@ -162,6 +168,9 @@ def shard_for_rank(
         ``resplit=True``.
     """
     rank = check_dp_rank(dp_rank, check_dp_size(dp_size))
+    if not isinstance(resplit, (bool, np.bool_)):
+        msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
+        raise PlanTypeError(msg)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
     if balance_data is None:

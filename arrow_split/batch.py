@@ -201,6 +201,9 @@ class RolloutBatch:
 
     def column(self, name: str) -> pa.Array:
         """The Arrow array of one per-sample key."""
+        if not isinstance(name, str):
+            msg = f"`name` must be a str (a column's key), got {type(name).__name__}"
+            raise SchemaTypeError(msg)
         if name not in self._record_batch.schema.names:
             msg = f"no per-sample column `{name}`; the batch has: {', '.join(self.column_names)}"
             raise ColumnNotFoundError(msg)
@@ -382,7 +385,7 @@ class Shard(RolloutBatch):
         layout: TrainDataLayout = "rollout",
     ) -> None:
         super().__init__(record_batch, specs, batch_globals)
-        if layout not in get_args(TrainDataLayout):
+        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
             msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
             raise OptionError(msg)
         self._partition = _frozen(partition, record_batch.num_rows, "partition")
@@ -455,8 +458,8 @@ class Shard(RolloutBatch):
         The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
         of ``layout`` (default: :attr:`layout`), see :data:`TrainDataLayout`.
         """
-        layout = layout or self._layout
-        if layout not in get_args(TrainDataLayout):
+        layout = self._layout if layout is None else layout
+        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
             msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
             raise OptionError(msg)
         train_data = super().to_train_data()
@@ -556,7 +559,11 @@ def _check_parts(
 
 
 def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
-    array = np.array(values, dtype=np.int64, copy=True)
+    try:
+        array = np.array(values, dtype=np.int64, copy=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
+        raise SchemaError(msg) from None
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
         raise SchemaError(msg)

@@ -1010,6 +1010,7 @@ BUILTIN_RAISES = {
     ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
+    ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
 }
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.
@@ -1018,6 +1019,7 @@ ALLOWED_ASSERTS = {
     ("batch.py", "isinstance(other, Shard)"): "`type(other) is type(self)` was checked",
     ("ray/_handoff.py", "key is not None"): "the known columns declare a witness column",
     ("ray/_handoff.py", "isinstance(added, Shard)"): "`add_train_data` keeps the type",
+    ("compat/miles.py", "train_parallel_config is not None"): "`_dp_size_of` refused None",
 }
 
 
@@ -1115,12 +1117,9 @@ ESCAPES_TO_FIX = [
 ]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=(AttributeError, TypeError, ValueError),
-    reason="a builtin exception escapes (numpy's truth value of an array, a missing attribute)",
-)
 @pytest.mark.parametrize("call", ESCAPES_TO_FIX)
-def test_escapes_to_fix(call: Any) -> None:
-    with pytest.raises(ArrowSplitError):
+def test_arguments_of_the_wrong_type_get_a_typed_error(call: Any) -> None:
+    # Once escapes of numpy's "truth value of an array" and of missing attributes.
+    with pytest.raises(ArrowSplitError) as caught:
         call()
+    assert isinstance(caught.value, (TypeError, ValueError))

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from arrow_split._schedule.config import Int64Array, check_positive_int, check_weights
-from arrow_split.errors import PlanError
+from arrow_split.errors import PlanError, PlanTypeError
 
 __all__ = ["karmarkar_karp", "kk_partitions"]
 
@@ -139,6 +139,9 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
         or non-finite weights.
     """
     parts = check_positive_int("k", k)
+    if not isinstance(equal_size, (bool, np.bool_)):
+        msg = f"`equal_size` must be a bool, got {type(equal_size).__name__}"
+        raise PlanTypeError(msg)
     checked = check_weights(weights, None)
     n = checked.size
     if n < parts:
