@@ -256,9 +256,11 @@ def _global_to_json(key: str, value: object) -> dict[str, object]:
         return {"ndarray": [value.dtype.str, value.tolist()]}
     if _is_plain(value) or (isinstance(value, list) and all(map(_is_plain, value))):
         return {"json": value}
+    if isinstance(value, dict) and all(_is_plain(k) and _is_plain(v) for k, v in value.items()):
+        return {"map": [[k, v] for k, v in value.items()]}  # JSON objects would make keys str
     msg = (
         f"batch-global key `{key}`: cannot store a value of type {type(value).__name__} in a "
-        "dump; the format stores ints, strings, lists of them and numeric numpy arrays"
+        "dump; the format stores ints, strings, lists and maps of them and numeric numpy arrays"
     )
     raise DumpError(msg)
 
@@ -277,6 +279,14 @@ def _globals_from_json(stored: object, source: str) -> dict[str, object]:
 def _global_from_json(key: str, value: object, source: str) -> object:
     if isinstance(value, dict) and set(value) == {"json"}:
         return value["json"]
+    if isinstance(value, dict) and set(value) == {"map"}:
+        pairs = value["map"]
+        if not isinstance(pairs, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 for pair in pairs
+        ):
+            msg = f"`{source}`: batch-global key `{key}` holds a bad map: {pairs!r:.80}"
+            raise DumpError(msg)
+        return {pair[0]: pair[1] for pair in pairs}
     if isinstance(value, dict) and set(value) == {"ndarray"}:
         try:
             dtype_text, items = value["ndarray"]

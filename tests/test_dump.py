@@ -645,3 +645,18 @@ def test_inspect_path_states_the_file_then_the_batch(tmp_path: Path) -> None:
     assert text.endswith(summarize(v1_batch(), dp_sizes=[2]))
     with pytest.raises(FileNotFoundError, match="no rollout dump at"):
         inspect_path(tmp_path / "missing.arrow")
+
+
+def test_a_map_batch_global_round_trips(tmp_path: Path) -> None:
+    batch = RolloutBatch.from_train_data(
+        {
+            "tokens": [[1, 2], [3]],
+            "adapter_slots": [0, 1],
+            "step_adapter_batch_sizes": {0: 1, 1: 1},
+        }
+    )
+    path = tmp_path / "lora.arrow"
+    batch.write(path)
+    read = RolloutBatch.read(path)
+    assert read.equals(batch)
+    assert read.batch_globals["step_adapter_batch_sizes"] == {0: 1, 1: 1}

@@ -14,6 +14,7 @@ of its parent, so pickling it ships only its own bytes.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -77,7 +78,7 @@ def copies_runs(array: pa.Array) -> bool:
 
 def _pool_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
     """A writable numpy view of a new buffer from Arrow's memory pool (counted and aligned)."""
-    buffer = pa.allocate_buffer(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+    buffer = pa.allocate_buffer(math.prod(shape) * dtype.itemsize)
     return buffer, np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 

@@ -22,6 +22,7 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a rank's first call
 
 from arrow_split.schema import ColumnSpec
 
