@@ -6,6 +6,6 @@ imports the public core only; nothing in the core imports it.
 
 from __future__ import annotations
 
-from arrow_split.torch._convert import TensorLayout, to_tensors
+from arrow_split.torch._convert import TensorLayout, to_micro_batches, to_tensors
 
-__all__ = ["TensorLayout", "to_tensors"]
+__all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]

@@ -59,7 +59,9 @@ tensor (on the CPU nothing moves, so the rule above holds there).
 from __future__ import annotations
 
 import contextlib
-from typing import Literal, get_args
+import itertools
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pyarrow as pa
@@ -80,7 +82,7 @@ from arrow_split import (
 )
 from arrow_split.torch._layouts import LAYOUTS, RaggedColumn, TensorOptions, move
 
-__all__ = ["TensorLayout", "to_tensors"]
+__all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
 
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
@@ -182,6 +184,56 @@ def to_tensors(
         else:
             columns[column.spec.name] = _ragged_column(column, options)
     return LAYOUTS[layout](columns, options)
+
+
+def to_micro_batches(
+    shard: RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
+) -> list[dict[str, torch.Tensor | list[torch.Tensor]]]:
+    """One :func:`to_tensors` result per micro-batch of a shard whose rows are in micro-batch order.
+
+    A rank of a rollout-side schedule (:func:`arrow_split.plan_schedule`) gets its rows ordered
+    by micro-batch, so micro-batch ``i`` is the row range ``micro_batch_offsets[i]`` to
+    ``micro_batch_offsets[i + 1]``: each is converted from a slice of the shard, with no second
+    gather, and gets its own ``cu_seqlens`` (starting at 0) in the packed layout.
+
+    Parameters
+    ----------
+    shard
+        What a split returns (or a whole batch).
+    micro_batch_offsets
+        ``num_microbatches + 1`` non-decreasing row offsets from 0 to ``len(shard)``
+        (``RankSchedule.micro_batch_offsets``).
+    **options
+        The keywords of :func:`to_tensors` (``layout="packed"`` for packed micro-batches).
+
+    Raises
+    ------
+    OptionTypeError, OptionError
+        Offsets that are not integers, or not non-decreasing from 0 to the shard's rows; and
+        what :func:`to_tensors` raises for its options.
+    """
+    if not isinstance(shard, RolloutBatch):
+        msg = f"`shard` must be a RolloutBatch, got {type(shard).__name__}"
+        raise SchemaTypeError(msg)
+    offsets = np.asarray(micro_batch_offsets)
+    if offsets.ndim != 1 or (offsets.size and offsets.dtype.kind not in "iu"):
+        msg = f"`micro_batch_offsets` must be a 1-D list of ints, got {micro_batch_offsets!r:.60}"
+        raise OptionTypeError(msg)
+    bounds = offsets.tolist()
+    if not bounds or bounds[0] != 0 or bounds[-1] != len(shard) or np.any(np.diff(offsets) < 0):
+        msg = (
+            f"`micro_batch_offsets` must rise from 0 to the shard's {len(shard)} rows, got "
+            f"{bounds!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
+        )
+        raise OptionError(msg)
+    record_batch = shard.record_batch
+    return [
+        to_tensors(
+            RolloutBatch(record_batch.slice(start, stop - start), shard.specs, shard.batch_globals),
+            **options,
+        )
+        for start, stop in itertools.pairwise(bounds)
+    ]
 
 
 def _check_options(

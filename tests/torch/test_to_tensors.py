@@ -600,3 +600,36 @@ def test_declared_columns_get_keys_from_their_length_rule() -> None:
     assert set(padded) - set(data) == {"attention_mask", "response_mask"}
     for layout in LAYOUTS:
         assert_matches_reference(batch, to_tensors(batch, layout=layout), layout)
+
+
+def test_micro_batches_are_slices_with_their_own_cu_seqlens() -> None:
+    from arrow_split.torch import to_micro_batches
+
+    batch = RolloutBatch.from_train_data(
+        {"tokens": [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]], "rewards": [0.0, 1.0, 2.0, 3.0]}
+    )
+    shard = split_train_data_by_dp_raw(batch, 1, balance_data=False)[0]
+    parts = to_micro_batches(shard, [0, 1, 3, 4], layout="packed")
+    assert [part["cu_seqlens"].tolist() for part in parts] == [[0, 3], [0, 2, 3], [0, 4]]
+    assert [part["tokens"].tolist() for part in parts] == [[1, 2, 3], [4, 5, 6], [7, 8, 9, 10]]
+    assert [part["rewards"].tolist() for part in parts] == [[0.0], [1.0, 2.0], [3.0]]
+    whole = to_tensors(shard, layout="packed", token_dtype=torch.int32)["tokens"]
+    sliced = to_micro_batches(shard, [0, 2, 4], layout="packed", token_dtype=torch.int32)
+    # Views of the shard's private buffer: no second gather.
+    assert sliced[1]["tokens"].data_ptr() == whole[5:].data_ptr()
+
+
+@pytest.mark.parametrize(
+    ("offsets", "error", "match"),
+    [
+        ([0, 2], OptionError, r"must rise from 0 to the shard's 4 rows, got \[0, 2\]"),
+        ([0, 3, 2, 4], OptionError, r"must rise from 0 to the shard's 4 rows"),
+        ([0.0, 4.0], OptionTypeError, r"`micro_batch_offsets` must be a 1-D list of ints"),
+    ],
+)
+def test_bad_micro_batch_offsets(offsets: list[Any], error: type, match: str) -> None:
+    from arrow_split.torch import to_micro_batches
+
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    with pytest.raises(error, match=match):
+        to_micro_batches(batch, offsets)
