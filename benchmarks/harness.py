@@ -43,18 +43,27 @@ from benchmarks import report, tables
 from benchmarks.config import DP_SIZES, MOE_SHAPE, Options, Progress, Workload
 from benchmarks.phases import run_phases
 
-__all__ = ["classic_fits", "local_ray", "main", "parse_args", "run", "write_outputs"]
+__all__ = [
+    "classic_fits",
+    "dp_sizes_arg",
+    "local_ray",
+    "main",
+    "parse_args",
+    "run",
+    "write_outputs",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _MIB = 2**20
 
 
-def _dp_sizes(text: str) -> tuple[int, ...]:
+def dp_sizes_arg(text: str, *, allow_empty: bool = False) -> tuple[int, ...]:
+    """An argparse type: comma-separated positive ints (``""`` too, with ``allow_empty``)."""
     try:
         values = tuple(int(item) for item in text.split(",") if item.strip())
     except ValueError:
         values = ()
-    if not values or min(values) < 1:
+    if (not values and not (allow_empty and not text.strip())) or min(values, default=1) < 1:
         msg = f"expected comma-separated positive ints such as 8,64,256, got {text!r}"
         raise argparse.ArgumentTypeError(msg)
     return values
@@ -66,7 +75,7 @@ def parse_args(argv: list[str] | None = None) -> Options:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--workload", choices=list(DP_SIZES), default="medium")
     parser.add_argument("--moe", action="store_true", help="add rollout_routed_experts")
-    parser.add_argument("--dp-sizes", type=_dp_sizes, default=None, help="e.g. 8,64,256")
+    parser.add_argument("--dp-sizes", type=dp_sizes_arg, default=None, help="e.g. 8,64,256")
     parser.add_argument("--repeats", type=int, default=5, help="runs of each measurement, at least")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
     args = parser.parse_args(argv)

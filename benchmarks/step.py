@@ -33,7 +33,7 @@ from typing import Any
 from arrow_split.testing import WORKLOADS
 from benchmarks import report, step_report
 from benchmarks.config import Progress
-from benchmarks.harness import local_ray
+from benchmarks.harness import dp_sizes_arg, local_ray
 from benchmarks.step_paths import BUILDER_NAME
 from benchmarks.step_run import (
     Groups,
@@ -51,14 +51,7 @@ _MIB = 2**20
 
 
 def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        values = ()
-    if min(values, default=0) < 1:
-        msg = f"expected comma-separated positive ints such as 8,64,256, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return values
+    return dp_sizes_arg(text, allow_empty=True)
 
 
 def parse_args(argv: list[str] | None = None) -> StepOptions:
