@@ -404,7 +404,7 @@ def test_missing_column_lookup_lists_the_columns() -> None:
         batch.column("prompt")
 
 
-# The planner's own messages (arrow_split.partition).
+# The planner's own messages (arrow_split.plan).
 
 
 @pytest.mark.parametrize("dp_size", [0, -3, np.int64(0)])

@@ -1,4 +1,4 @@
-"""Tests of arrow_split.partition: exact cover, layout, equality with the reference, digests."""
+"""Tests of arrow_split.plan and its balanced planner: exact cover, layout, reference, digests."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from arrow_split import _karmarkar_karp as karmarkar_karp_module
 from arrow_split import karmarkar_karp
-from arrow_split import plan as partition
 from arrow_split.plan import (
     check_dp_rank,
     check_dp_size,
@@ -127,7 +127,7 @@ def test_balanced_merge_representations_agree(
 ) -> None:
     lengths, dp_size = case
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(partition, "_ARRAY_MERGE_MIN_SETS", array_merge_min_sets)
+        patch.setattr(karmarkar_karp_module, "_ARRAY_MERGE_MIN_SETS", array_merge_min_sets)
         parts = plan_partitions(lengths, dp_size, balance_data=True)
     _assert_same_as_reference(parts, reference_partitions(lengths, dp_size, True))
 
