@@ -26,7 +26,7 @@ from arrow_split import RolloutBatch
 from arrow_split.testing import WORKLOADS, make_train_data
 from benchmarks.timing import summarize
 
-__all__ = ["main", "measure_build"]
+__all__ = ["main", "measure_build", "report_figures"]
 
 _TYPES = {
     "tokens": pa.large_list(pa.int32()),
@@ -90,15 +90,20 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['samples']} samples, {result['tokens']:,} tokens, {result['arrow_bytes']:,} B "
         f"as Arrow; peak RSS {result['peak_rss_bytes'] / 2**20:,.0f} MiB"
     )
+    report_figures(result, args.json)
+    return 0
+
+
+def report_figures(result: dict[str, Any], json_path: str | None) -> None:
+    """Print the min/median of every timed figure and every ratio; write the JSON if asked."""
     for name, figure in result["seconds"].items():
         low, mid = figure["min"] * 1e3, figure["median"] * 1e3
         print(f"  {name:<24} min {low:9.1f} ms   median {mid:9.1f} ms")
     for name, ratio in result["ratios"].items():
         print(f"  {name:<28} {ratio:6.2f}x")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as handle:
             json.dump(result, handle, indent=2)
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ Run: ``python -m benchmarks.bench_builder --workload medium --repeats 3 --json o
 from __future__ import annotations
 
 import argparse
-import json
 import pickle
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import pyarrow as pa
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import WORKLOADS, iter_sample_groups, make_train_data
+from benchmarks.bench_build import report_figures
 from benchmarks.timing import summarize
 
 __all__ = ["main", "measure_builder"]
@@ -130,14 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         f"as Arrow, groups of {result['group_size']}; pool peak "
         f"{result['peak_over_batch']:.2f}x the batch"
     )
-    for name, figure in result["seconds"].items():
-        low, mid = figure["min"] * 1e3, figure["median"] * 1e3
-        print(f"  {name:<24} min {low:9.1f} ms   median {mid:9.1f} ms")
-    for name, ratio in result["ratios"].items():
-        print(f"  {name:<28} {ratio:6.2f}x")
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+    report_figures(result, args.json)
     return 0
 
 
