@@ -1,0 +1,152 @@
+"""One parsing rule per kind of argument, shared by the core and every leaf.
+
+Every public entry point converts its arguments with these helpers first and then works on clean
+values, so the same value gets the same answer whatever its container (a Python scalar, a numpy
+scalar or 0-d array, a list, a numpy or torch array, ``array.array``, a ``memoryview``):
+
+- a flag is a ``bool`` or ``numpy.bool_``; ``"False"``, ``0``, ``None`` are refused
+  (``bool("False")`` is ``True``, the silent coercion these rules exist to prevent);
+- an int is integral (Python ``int`` or a numpy integer, never a bool or a float) and in range;
+- an index or offset array is converted to int64 *before* any arithmetic: unsigned, bool, float,
+  complex and object arrays are refused by dtype, never wrapped by a ``numpy.diff``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from arrow_split.errors import OptionError, OptionTypeError
+
+__all__ = ["as_flag", "as_index_array", "as_int", "as_offsets", "describe"]
+
+Int64Array = npt.NDArray[np.int64]
+
+
+def describe(value: object) -> str:
+    """``type value`` for an error message, the value's repr cut to 40 characters."""
+    text = repr(value)
+    if len(text) > 40:
+        text = text[:37] + "..."
+    return f"{type(value).__name__} {text}"
+
+
+def as_flag(name: str, value: object) -> bool:
+    """``value`` as a bool: ``bool`` or ``numpy.bool_`` only.
+
+    Raises
+    ------
+    OptionTypeError
+        For anything else (a string, an int, ``None``, an array).
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    msg = f"`{name}` must be a bool (True or False), got {describe(value)}"
+    raise OptionTypeError(msg)
+
+
+def as_int(
+    name: str,
+    value: object,
+    *,
+    minimum: int | None = None,
+    maximum: int | None = None,
+    fix: str = "",
+) -> int:
+    """``value`` as a Python int: an ``int`` or numpy integer (0-d integer arrays too), in range.
+
+    Raises
+    ------
+    OptionTypeError
+        For a bool, a float (even an integral one), a string, ``None``, an array of ndim > 0.
+    OptionError
+        For an int outside ``[minimum, maximum]``; ``fix`` is appended to the message.
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        msg = f"`{name}` must be an int, got {describe(value)}"
+        raise OptionTypeError(msg)
+    number = int(value)
+    low_ok = minimum is None or number >= minimum
+    high_ok = maximum is None or number <= maximum
+    if not (low_ok and high_ok):
+        low = "" if minimum is None else f">= {minimum}"
+        high = "" if maximum is None else f"<= {maximum}"
+        bounds = " and ".join(part for part in (low, high) if part)
+        msg = f"`{name}` must be {bounds}, got {number}" + (f"; {fix}" if fix else "")
+        raise OptionError(msg)
+    return number
+
+
+def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
+    """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
+
+    Accepts anything numpy reads (lists, numpy arrays of any byte order or stride, ``array.array``,
+    ``memoryview``, objects with ``__array__`` or DLPack such as a CPU torch tensor) whose dtype
+    is a *signed* integer, or an unsigned one whose values all fit in int64. Bool, float, complex,
+    string and object arrays are refused, whatever their values.
+
+    Raises
+    ------
+    OptionTypeError
+        For a refused dtype, a value numpy cannot read, or the wrong number of dimensions.
+    """
+    if isinstance(value, (str, bytes)) or value is None:
+        msg = f"`{name}` must be an array of ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, OverflowError, BufferError, RuntimeError) as exc:
+        msg = f"`{name}` must be an array of ints: {exc}"
+        raise OptionTypeError(msg) from None
+    if array.ndim != ndim:
+        msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
+        raise OptionTypeError(msg)
+    if array.size == 0 and array.dtype.kind in "fO":
+        # an empty list reads as float64; it holds no value of the wrong type
+        return np.zeros(array.shape, dtype=np.int64)
+    if array.dtype.kind == "u":
+        if array.size and int(array.max()) > np.iinfo(np.int64).max:
+            msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
+            raise OptionError(msg)
+    elif array.dtype.kind != "i":
+        msg = (
+            f"`{name}` must be an array of ints, got dtype {array.dtype}; "
+            "bool, float and object arrays are refused (cast to int64 first if you mean it)"
+        )
+        raise OptionTypeError(msg)
+    return np.ascontiguousarray(array, dtype=np.int64).copy()
+
+
+def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:
+    """``value`` as int64 offsets: 1-D, at least one value, starting at 0, non-decreasing.
+
+    The dtype is checked and the values converted to int64 before any difference is taken, so an
+    unsigned array cannot wrap into a huge positive step. ``total``, when given, must be the last
+    offset.
+
+    Raises
+    ------
+    OptionTypeError
+        As :func:`as_index_array`.
+    OptionError
+        Empty, not starting at 0, decreasing, or not ending at ``total``.
+    """
+    offsets = as_index_array(name, value)
+    if len(offsets) == 0 or offsets[0] != 0:
+        first = "nothing" if len(offsets) == 0 else int(offsets[0])
+        msg = f"`{name}` must start at 0, got {first}"
+        raise OptionError(msg)
+    steps = np.diff(offsets)
+    if steps.size and int(steps.min()) < 0:
+        at = int(np.argmin(steps))
+        msg = (
+            f"`{name}` must be non-decreasing: offset {at + 1} ({int(offsets[at + 1])}) "
+            f"is below offset {at} ({int(offsets[at])})"
+        )
+        raise OptionError(msg)
+    if total is not None and int(offsets[-1]) != total:
+        msg = f"`{name}` must end at {total}, got {int(offsets[-1])}"
+        raise OptionError(msg)
+    return offsets
