@@ -8,11 +8,11 @@ helpers in :mod:`arrow_split.testing`.
 from __future__ import annotations
 
 from arrow_split._builder import RolloutBatchBuilder
+from arrow_split._karmarkar_karp import karmarkar_karp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
     ScheduleConfig,
-    karmarkar_karp,
     plan_schedule,
     schedule_for_rank,
 )

@@ -1,15 +1,39 @@
-"""The balanced plan: Karmarkar-Karp largest differencing into equal-size parts, computed fast.
+"""Karmarkar-Karp largest differencing into `k` parts, of equal or of free sizes: the one KK.
 
-How it is computed fast. Sets are compared by their sum, then their number of rows,
-then their ``(row, length)`` lists in insertion order. Row numbers are distinct and every set
-starts with exactly one row, which a merged set keeps in front; so the list comparison is decided
-by the first row alone, and a set is ordered by the exact integer key ``(sum, count, first_row)``.
-All sets of a state have the same count, so inside a state ``(sum, first_row)`` suffices, and a
-state is ordered by ``(spread, key of its first set)``. A set is therefore never stored as a list
-of rows: a state holds only its set sums and first rows, each merge records which first row was
-absorbed by which, and the rank of every row is resolved at the end by following these parent
-links with vectorised pointer jumping. Small ``dp_size`` (many states of few sets) merges with
-Python tuples, large ``dp_size`` with numpy arrays; both equal ``tests/reference_plan.py``.
+The algorithm, tie-breaks included, is the ``get_seqlen_balanced_partitions`` that verl and
+miles share; the balanced plan (equal sizes, token counts), the schedule's distribution of
+micro-batches over ranks (equal sizes) and its packing by weight (free sizes) all call it here.
+
+1. sort the items ``(value, index)`` ascending;
+2. seed the states: with ``equal_size``, each run of `k` consecutive sorted items is one state
+   (item ``j`` of the run in set ``j``); without, each item is a state of one set holding it
+   and ``k - 1`` empty sets. A state keeps its sets in descending order, where a set compares
+   by its sum, then its number of items, then its list of ``(index, value)`` items;
+3. a priority queue pops first the state with the largest spread (largest set sum minus smallest),
+   on equal spreads the state whose first set compares larger;
+4. pop A, pop B, let A's set ``i`` absorb B's set ``k - 1 - i``, re-sort A's sets, push A back;
+   repeat until one state is left;
+5. its sets, in order, are the parts.
+
+Why a set never needs its item list to be compared. Indices are distinct, and a set keeps its
+first item in front when it absorbs another, so the comparison of two non-empty item lists is
+decided by their first index: a set is ordered by ``(sum, count, first index)``. With
+non-negative values an empty set never compares above a non-empty one, so a state stores only
+its non-empty sets.
+
+Two ways to run it, one result (``tests/reference_plan.py`` and ``tests/reference_schedule.py``
+are the plain-Python references both are tested against):
+
+general (:func:`kk_partitions`)
+    States as lists of sets ``[sum, count, first index, indices, values]``; any sizes, and float
+    values, whose sums are accumulated one item at a time as the reference does, so they round
+    the same way.
+equal sizes of integers (:func:`balanced_plan`), the balanced plan's hot path
+    All sets of a state have the same count, so inside a state ``(sum, first_row)`` suffices. A
+    state holds only its set sums and first rows, each merge records which first row absorbed
+    which, and the part of every row is resolved at the end by following these parent links with
+    vectorised pointer jumping. Small ``k`` (many states of few sets) merges Python tuples, large
+    ``k`` numpy arrays.
 """
 
 from __future__ import annotations
@@ -17,19 +41,107 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from operator import add
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["balanced_plan"]
+from arrow_split._args import check_positive_int, check_weights
+from arrow_split.errors import PlanError, PlanTypeError
+
+__all__ = [
+    "balanced_plan",
+    "karmarkar_karp",
+    "kk_partitions",
+    "sorted_parts",
+]
 
 Int64Array = npt.NDArray[np.int64]
+
+# --- general: any sizes, ints or floats ---------------------------------------------------
+
+# One set: [sum, count, first index, indices, values]. Values are kept only for float sums.
+_Set = list[Any]
+# Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state).
+_Key = tuple[Any, Any, int, int, int]
+
+
+def _sort_key(one_set: _Set) -> tuple[Any, int, int]:
+    return (one_set[0], one_set[1], one_set[2])
+
+
+def _absorb(target: _Set, source: _Set, exact: bool) -> None:
+    """Append `source`'s items to `target`, adding the values one by one unless `exact`."""
+    if exact:
+        target[0] += source[0]
+    else:
+        total = target[0]
+        for value in source[4]:
+            total += value
+        target[0] = total
+        target[4].extend(source[4])
+    target[1] += source[1]
+    target[3].extend(source[3])
+
+
+def _key(sets: list[_Set], k: int, state: int) -> _Key:
+    top = sets[0]
+    bottom = sets[-1][0] if len(sets) == k else 0
+    return (-(top[0] - bottom), -top[0], -top[1], -top[2], state)
+
+
+def _merge(first: list[_Set], second: list[_Set], k: int, exact: bool) -> list[_Set]:
+    """Return `first` with its set ``i`` having absorbed `second`'s set ``k - 1 - i``."""
+    merged = first
+    held = len(first)
+    for j, one_set in enumerate(second):
+        i = k - 1 - j
+        if i < held:
+            _absorb(first[i], one_set, exact)
+        else:
+            merged.append(one_set)
+    merged.sort(key=_sort_key, reverse=True)
+    return merged
+
+
+def _seed(values: list[Any], k: int, equal_size: bool, exact: bool) -> list[list[_Set]]:
+    ordered = sorted(zip(values, range(len(values)), strict=True))
+    width = k if equal_size else 1
+    states = []
+    for start in range(0, len(ordered), width):
+        sets = [
+            [value, 1, index, [index], [] if exact else [value]]
+            for value, index in ordered[start : start + width]
+        ]
+        sets.sort(key=_sort_key, reverse=True)
+        states.append(sets)
+    return states
+
+
+def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[list[int]]:
+    """Return the `k` parts of checked `values` in the algorithm's final order, unsorted.
+
+    `values` are non-negative Python ints (`exact`: sums are added whole) or floats; there are at
+    least `k` of them, a multiple of `k` with `equal_size`.
+    """
+    states = _seed(values, k, equal_size, exact)
+    heap = [_key(sets, k, state) for state, sets in enumerate(states)]
+    heapq.heapify(heap)
+    while len(heap) > 1:
+        first = heapq.heappop(heap)[-1]
+        second = heapq.heappop(heap)[-1]
+        states[first] = _merge(states[first], states[second], k, exact)
+        heapq.heappush(heap, _key(states[first], k, first))
+    last = states[heap[0][-1]]
+    return [one_set[3] for one_set in last] + [[] for _ in range(k - len(last))]
+
+
+# --- equal sizes of integers: the balanced plan ------------------------------------------
 
 # (-spread, -sum of first set, -count, -first row of first set, state index): heapq pops the
 # smallest tuple, i.e. the largest spread, then the state whose first set compares larger.
 # First rows are distinct, so the state index is never reached by a comparison.
-_Key = tuple[int, int, int, int, int]
+_FastKey = tuple[int, int, int, int, int]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
@@ -50,7 +162,7 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
 class _States(Protocol):
     """The sets of every state, known by their sums and first rows, and who absorbed whom."""
 
-    def merge(self, first: int, second: int) -> _Key:
+    def merge(self, first: int, second: int) -> _FastKey:
         """Merge state `second` into state `first`; return the queue key of the result."""
 
     def first_rows(self, state: int) -> Int64Array:
@@ -71,7 +183,7 @@ class _TupleStates:
         self.children: list[int] = []
         self.adopters: list[int] = []
 
-    def merge(self, first: int, second: int) -> _Key:
+    def merge(self, first: int, second: int) -> _FastKey:
         rows_first = self.rows[first]
         self.children.extend(self.rows[second])
         self.adopters.extend(rows_first[::-1])
@@ -100,7 +212,7 @@ class _ArrayStates:
         self.counts = [1] * sums.shape[0]
         self.parent_rows = np.arange(sums.size, dtype=np.int64)
 
-    def merge(self, first: int, second: int) -> _Key:
+    def merge(self, first: int, second: int) -> _FastKey:
         rows_first = self.rows[first]
         self.parent_rows[self.rows[second]] = rows_first[::-1]
         sums = self.sums[first] + self.sums[second, ::-1]
@@ -119,7 +231,7 @@ class _ArrayStates:
         return self.parent_rows
 
 
-def _merge_all(keys: list[_Key], states: _States) -> int:
+def _merge_all(keys: list[_FastKey], states: _States) -> int:
     """Run the largest-differencing loop over the queue `keys`; return the last state's index.
 
     The state made by the latest merge is held outside the heap, because it is often the next
@@ -169,3 +281,63 @@ def balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
     ranks = rank_of_root[_resolve_roots(states.parents())]
     grouped = _rows_ordered_by(ranks).reshape(dp_size, n // dp_size)
     return [part.copy() for part in grouped]
+
+
+def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[Int64Array]:
+    """Split ``range(len(weights))`` into `k` parts with close weight sums.
+
+    Parameters
+    ----------
+    weights
+        One non-negative, finite number per item: ints (summed exactly) or floats.
+    k
+        Number of parts, a positive int no larger than the number of items.
+    equal_size
+        ``True``: every part gets ``len(weights) / k`` items (the count must be a multiple of
+        `k`). ``False``: parts may differ in size; only their sums are balanced.
+
+    Returns
+    -------
+    list of numpy.ndarray
+        `k` int64 arrays of item indices, each sorted ascending, in the algorithm's order (the
+        heaviest part first), exactly as ``get_seqlen_balanced_partitions`` returns them.
+
+    Raises
+    ------
+    PlanTypeError
+        For non-numeric weights or a `k` that is not an int.
+    PlanError
+        For fewer items than `k`, a count not divisible by `k` with `equal_size`, or negative
+        or non-finite weights.
+    """
+    parts = check_positive_int("k", k)
+    if not isinstance(equal_size, (bool, np.bool_)):
+        msg = f"`equal_size` must be a bool, got {type(equal_size).__name__}"
+        raise PlanTypeError(msg)
+    checked = check_weights(weights, None)
+    n = checked.size
+    if n < parts:
+        msg = f"cannot split {n} items into `k`={parts} non-empty parts; pass `k` <= {n}"
+        raise PlanError(msg)
+    if equal_size and n % parts:
+        msg = (
+            f"`equal_size` needs a multiple of `k` ({parts}) items, got {n}; "
+            f"drop {n % parts} items, pad with {parts - n % parts}, or pass `equal_size=False`"
+        )
+        raise PlanError(msg)
+    exact = bool(np.issubdtype(checked.dtype, np.integer))
+    return sorted_parts(checked.tolist(), parts, equal_size=equal_size, exact=exact)
+
+
+def sorted_parts(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[Int64Array]:
+    """The `k` parts of checked `values`, in the algorithm's order, each sorted ascending.
+
+    `values` are non-negative Python ints (`exact`) or floats, at least `k` of them, a multiple
+    of `k` with `equal_size`. Equal sizes of ints whose total fits int64 take the fast path
+    (:func:`balanced_plan`), everything else the general one (:func:`kk_partitions`): both give
+    the same parts.
+    """
+    if equal_size and exact and values and max(values) * len(values) <= _INT64_MAX:
+        return balanced_plan(np.asarray(values, dtype=np.int64), k)
+    found = kk_partitions(values, k, equal_size=equal_size, exact=exact)
+    return [np.sort(np.asarray(part, dtype=np.int64)) for part in found]

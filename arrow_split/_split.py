@@ -15,15 +15,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import check_dp_rank, check_dp_size, method_of
 from arrow_split._codecs import codec_for
 from arrow_split.batch import RolloutBatch, Shard
 from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError, SchemaTypeError
 from arrow_split.plan import (
     Plan,
     PlanKey,
-    check_dp_rank,
-    check_dp_size,
-    method_of,
     partition_for_rank,
     plan_fingerprint,
 )

@@ -19,7 +19,15 @@ each placing every sample exactly where the frameworks in use today place it:
     When one state is left, its sets in order are ranks ``0 .. dp_size - 1``, each rank's rows
     in ascending order.
 
-The balanced planner itself is :mod:`arrow_split._karmarkar_karp`.
+The balanced planner itself is :mod:`arrow_split._karmarkar_karp`; the arguments are parsed by
+:mod:`arrow_split._args`. :class:`Plan` is the one planner: :meth:`Plan.build` (or
+:meth:`Plan.strided`, :meth:`Plan.balanced`) checks its inputs once and computes the rows and the
+fingerprint; :func:`plan_partitions`, :func:`partition_for_rank`, :func:`plan_fingerprint` and
+:meth:`RolloutBatch.make_plan <arrow_split.RolloutBatch.make_plan>` are one-line wrappers kept for
+the classic API. How many ranks: ``dp_size`` is at most :data:`MAX_DP_SIZE` (65,536) for every
+method; a balanced plan also needs at least ``dp_size`` samples, a multiple of it; a strided plan
+of more ranks than samples gives the extra ranks no rows. The cost of a plan is
+O(samples + dp_size).
 
 Order within a rank. With ``order_by`` (the batch's adapter slots, for multi-LoRA training), each
 rank's rows are then sorted stably by that key: rows with equal keys keep the plan's order.
@@ -30,155 +38,34 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
-from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
+from arrow_split._args import (
+    MAX_DP_SIZE,
+    Int64Array,
+    SplitMethod,
+    check_balanced,
+    check_dp_rank,
+    check_dp_size,
+    check_lengths,
+    check_order_by,
+    method_of,
+)
 from arrow_split._karmarkar_karp import balanced_plan
-from arrow_split.errors import PlanError, PlanTypeError
 
 __all__ = [
+    "MAX_DP_SIZE",
     "Plan",
     "PlanKey",
     "SplitMethod",
-    "check_dp_rank",
-    "check_dp_size",
-    "check_lengths",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
 ]
 
-SplitMethod = Literal["balanced", "strided"]
-
-Int64Array = npt.NDArray[np.int64]
-
-
-_INT64_MAX = int(np.iinfo(np.int64).max)
-_MAX_DP_SIZE = 2**31 - 1  # ranks are numbered in int32 everywhere (torch.distributed too)
 _FINGERPRINT_PERSON = b"arrow_split.plan"
-
-
-def check_dp_size(dp_size: object) -> int:
-    """Return `dp_size` as an int, or raise if it is not a positive int (``bool`` is refused)."""
-    if isinstance(dp_size, bool) or not isinstance(dp_size, (int, np.integer)):
-        kind = type(dp_size).__name__
-        msg = f"`dp_size` must be a positive int, got {dp_size!r} of type {kind}"
-        raise PlanTypeError(msg)
-    if dp_size < 1:
-        msg = f"`dp_size` must be a positive int, got {dp_size!r}"
-        raise PlanError(msg)
-    if dp_size > _MAX_DP_SIZE:
-        msg = f"`dp_size` must be at most {_MAX_DP_SIZE}, got {dp_size!r}"
-        raise PlanError(msg)
-    return int(dp_size)
-
-
-def check_dp_rank(dp_rank: object, dp_size: object) -> int:
-    """Return `dp_rank` as an int, or raise if it is not an int in ``[0, dp_size)``."""
-    size = check_dp_size(dp_size)
-    if isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer)):
-        kind = type(dp_rank).__name__
-        msg = f"`dp_rank` must be an int in [0, {size}), got {dp_rank!r} of type {kind}"
-        raise PlanTypeError(msg)
-    if not 0 <= dp_rank < size:
-        msg = f"`dp_rank` must be in [0, {size}), got {dp_rank!r}; `dp_size` is {size}"
-        raise PlanError(msg)
-    return int(dp_rank)
-
-
-def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
-    """Return the per-sample token counts as a 1-D, C-contiguous int64 array.
-
-    Parameters
-    ----------
-    total_lengths
-        One non-negative integer per sample: a list, a tuple or a 1-D integer ndarray. An empty
-        input is accepted whatever its dtype. The result may share memory with an int64 input;
-        nothing in this module writes to it.
-
-    Raises
-    ------
-    PlanTypeError
-        If the values are not integers (floats, ``bool``, strings, objects).
-    PlanError
-        If the input is not 1-D, holds a negative value, or its total overflows int64.
-    """
-    try:
-        array = np.asarray(total_lengths)
-    except (ValueError, TypeError) as exc:
-        msg = f"`total_lengths` must be a 1-D sequence of non-negative ints; numpy says: {exc}"
-        raise PlanError(msg) from exc
-    if array.ndim != 1:
-        msg = f"`total_lengths` must be 1-D (one length per sample), got shape {array.shape}"
-        if array.ndim == 0:  # not a sequence at all
-            msg += f": {type(total_lengths).__name__} {total_lengths!r:.40}"
-            raise PlanTypeError(msg)
-        raise PlanError(msg)
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
-        msg = (
-            f"`total_lengths` must hold integers, got dtype {array.dtype}; "
-            "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
-        )
-        raise PlanTypeError(msg)
-    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
-        msg = f"`total_lengths` holds {int(array.max())}, more than int64 can hold"
-        raise PlanError(msg)
-    lengths = np.ascontiguousarray(array, dtype=np.int64)
-    _check_non_negative_total(lengths)
-    return lengths
-
-
-def _check_non_negative_total(lengths: Int64Array) -> None:
-    """Raise unless every length is >= 0 and their total fits int64."""
-    negative = np.flatnonzero(lengths < 0)
-    if negative.size:
-        row = int(negative[0])
-        msg = (
-            f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
-            f"({negative.size} negative in all)"
-        )
-        raise PlanError(msg)
-    if int(lengths.max()) > _INT64_MAX // lengths.size:
-        total = sum(lengths.tolist())
-        if total > _INT64_MAX:
-            msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
-            raise PlanError(msg)
-
-
-def _method(balance_data: bool) -> SplitMethod:
-    return "balanced" if balance_data else "strided"
-
-
-def method_of(balance_data: object) -> SplitMethod:
-    """The :data:`SplitMethod` of a ``balance_data`` flag (a bool; anything else is refused)."""
-    if not isinstance(balance_data, (bool, np.bool_)):
-        kind = type(balance_data).__name__
-        msg = f"`balance_data` must be a bool, got {balance_data!r} of type {kind}"
-        raise PlanTypeError(msg)
-    return _method(bool(balance_data))
-
-
-def _check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
-    if order_by is None:
-        return None
-    try:
-        keys = np.asarray(order_by)
-    except (TypeError, ValueError) as exc:
-        msg = f"`order_by` must hold one integer per sample ({n}); numpy says: {exc}"
-        raise PlanTypeError(msg) from None
-    if keys.shape != (n,) or (keys.size and keys.dtype.kind not in "iu"):
-        msg = (
-            f"`order_by` must hold one integer per sample ({n}), got shape {keys.shape} and "
-            f"dtype {keys.dtype}"
-        )
-        if keys.ndim == 0 or (keys.size and keys.dtype.kind not in "iu"):
-            raise PlanTypeError(msg)
-        raise PlanError(msg)
-    return np.ascontiguousarray(keys, dtype=np.int64)
 
 
 def _ordered(rows: Int64Array, keys: Int64Array | None) -> Int64Array:
@@ -188,148 +75,49 @@ def _ordered(rows: Int64Array, keys: Int64Array | None) -> Int64Array:
     return np.ascontiguousarray(rows[np.argsort(keys[rows], kind="stable")])
 
 
-def _check_balanced(n: int, dp_size: int) -> None:
-    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
-    if n < dp_size:
-        msg = (
-            f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
-            f"pad the batch with {dp_size - n} samples or use `balance_data=False`"
-        )
-        raise PlanError(msg)
-    if n % dp_size:
-        drop, pad = n % dp_size, dp_size - n % dp_size
-        msg = (
-            f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
-            f"drop {drop} samples or pad with {pad}, or use `balance_data=False`"
-        )
-        raise PlanError(msg)
-
-
-def plan_partitions(
-    total_lengths: npt.ArrayLike,
-    dp_size: int,
-    *,
-    balance_data: bool,
-    order_by: npt.ArrayLike | None = None,
+def _partitions(
+    dp_size: int, method: SplitMethod, lengths: Int64Array, keys: Int64Array | None
 ) -> list[Int64Array]:
-    """Return the rows of each rank: `dp_size` int64 arrays, each sorted ascending.
-
-    Parameters
-    ----------
-    total_lengths
-        Token count of every sample (see :func:`check_lengths`).
-    dp_size
-        Number of data-parallel ranks, a positive int.
-    balance_data
-        ``True`` for the balanced plan (equal sample counts, close token totals), ``False`` for
-        the strided plan.
-    order_by
-        Optional: one integer per sample (adapter slots); each rank's rows are sorted stably by
-        it. Without it, each rank's rows are ascending.
-
-    Returns
-    -------
-    list of numpy.ndarray
-        Entry ``r`` holds the rows of rank ``r``; every row is in exactly one entry. Each array is
-        C-contiguous and owns its memory.
-
-    Raises
-    ------
-    PlanError
-        For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is smaller
-        than `dp_size` or not a multiple of it.
-    """
-    size = check_dp_size(dp_size)
-    lengths = check_lengths(total_lengths)
+    """Every rank's rows, from checked inputs."""
     n = lengths.size
-    keys = _check_order_by(order_by, n)
-    if method_of(balance_data) != "balanced":
-        return [_ordered(np.arange(rank, n, size, dtype=np.int64), keys) for rank in range(size)]
-    _check_balanced(n, size)
-    if size == 1:
+    if method == "strided":
+        return [
+            _ordered(np.arange(rank, n, dp_size, dtype=np.int64), keys) for rank in range(dp_size)
+        ]
+    if dp_size == 1:
         return [_ordered(np.arange(n, dtype=np.int64), keys)]
-    return [_ordered(rows, keys) for rows in balanced_plan(lengths, size)]
+    return [_ordered(rows, keys) for rows in balanced_plan(lengths, dp_size)]
 
 
-def partition_for_rank(
-    total_lengths: npt.ArrayLike,
-    dp_rank: int,
-    dp_size: int,
-    *,
-    balance_data: bool,
-    order_by: npt.ArrayLike | None = None,
-) -> Int64Array:
-    """Return the rows of one rank, equal to ``plan_partitions(...)[dp_rank]``.
-
-    Parameters
-    ----------
-    total_lengths, dp_size, balance_data, order_by
-        As for :func:`plan_partitions`.
-    dp_rank
-        The rank whose rows to return, an int in ``[0, dp_size)``.
-
-    Returns
-    -------
-    numpy.ndarray
-        The rows of `dp_rank`, int64, sorted ascending. Strided rows are computed directly,
-        without the other ranks; the balanced plan needs the whole planner.
-
-    Raises
-    ------
-    PlanError
-        As :func:`plan_partitions`, and for a `dp_rank` outside ``[0, dp_size)``.
-    """
-    rank = check_dp_rank(dp_rank, dp_size)
-    if method_of(balance_data) == "balanced":
-        return plan_partitions(total_lengths, dp_size, balance_data=True, order_by=order_by)[rank]
-    lengths = check_lengths(total_lengths)
-    keys = _check_order_by(order_by, lengths.size)
-    return _ordered(np.arange(rank, lengths.size, int(dp_size), dtype=np.int64), keys)
-
-
-def plan_fingerprint(
-    total_lengths: npt.ArrayLike,
-    dp_size: int,
-    *,
-    balance_data: bool,
-    order_by: npt.ArrayLike | None = None,
+def _fingerprint(
+    dp_size: int, method: SplitMethod, lengths: Int64Array, keys: Int64Array | None
 ) -> str:
-    """Return 16 hex digits that identify a plan's inputs, for ranks to cross-check cheaply.
-
-    Parameters
-    ----------
-    total_lengths, dp_size, balance_data, order_by
-        As for :func:`plan_partitions`.
-
-    Returns
-    -------
-    str
-        A BLAKE2b digest of the sample count, `dp_size`, the method name, the lengths as
-        little-endian int64 bytes and, when given, the ``order_by`` keys the same way: equal
-        inputs give equal digests on every platform, in every process, whatever the container or
-        integer dtype of `total_lengths`. Without ``order_by`` the digest is the same as before
-        ``order_by`` existed.
-
-    Raises
-    ------
-    PlanError
-        What :func:`plan_partitions` raises for the same arguments.
-    """
-    size = check_dp_size(dp_size)
-    lengths = check_lengths(total_lengths)
-    method = method_of(balance_data)
-    if method == "balanced":
-        _check_balanced(lengths.size, size)
-    keys = _check_order_by(order_by, lengths.size)
+    """16 hex digits of BLAKE2b over checked inputs (see :func:`plan_fingerprint`)."""
     name = method.encode("ascii")
     digest = hashlib.blake2b(digest_size=8, person=_FINGERPRINT_PERSON)
-    digest.update(struct.pack("<qqB", lengths.size, size, len(name)))
+    digest.update(struct.pack("<qqB", lengths.size, dp_size, len(name)))
     digest.update(name)
     digest.update(np.ascontiguousarray(lengths, dtype="<i8").data)
     if keys is not None:
         digest.update(b"order_by")
         digest.update(np.ascontiguousarray(keys, dtype="<i8").data)
     return digest.hexdigest()
+
+
+def _checked(
+    total_lengths: npt.ArrayLike,
+    dp_size: object,
+    balance_data: object,
+    order_by: npt.ArrayLike | None,
+) -> tuple[int, SplitMethod, Int64Array, Int64Array | None]:
+    """Every input of a plan, checked once: ``dp_size``, method, lengths, sort keys."""
+    size = check_dp_size(dp_size)
+    method = method_of(balance_data)
+    lengths = check_lengths(total_lengths)
+    keys = check_order_by(order_by, lengths.size)
+    if method == "balanced":
+        check_balanced(lengths.size, size)
+    return size, method, lengths, keys
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -349,9 +137,9 @@ class PlanKey:
 class Plan:
     """Which rows go to which rank: a value that can travel with the data.
 
-    Build one with :meth:`build`. ``partitions[r]`` holds rank ``r``'s rows (int64, read-only);
-    every row of the batch is in exactly one. Two plans are equal when their fingerprints and
-    rows are.
+    Build one with :meth:`build` (or :meth:`strided`, :meth:`balanced`). ``partitions[r]`` holds
+    rank ``r``'s rows (int64, read-only); every row of the batch is in exactly one. Two plans are
+    equal when their fingerprints and rows are.
     """
 
     method: SplitMethod
@@ -369,17 +157,49 @@ class Plan:
         balance_data: bool,
         order_by: npt.ArrayLike | None = None,
     ) -> Plan:
-        """Plan ``total_lengths`` for ``dp_size`` ranks (see :func:`plan_partitions`)."""
-        lengths = check_lengths(total_lengths)
-        fingerprint = plan_fingerprint(
-            lengths, dp_size, balance_data=balance_data, order_by=order_by
-        )
-        partitions = plan_partitions(lengths, dp_size, balance_data=balance_data, order_by=order_by)
+        """Plan ``total_lengths`` for ``dp_size`` ranks; every input is checked once, here.
+
+        Parameters
+        ----------
+        total_lengths
+            Token count of every sample: non-negative ints, one per sample.
+        dp_size
+            Number of data-parallel ranks, an int in ``[1, MAX_DP_SIZE]``.
+        balance_data
+            ``True`` for the balanced plan (equal sample counts, close token totals), ``False``
+            for the strided plan.
+        order_by
+            Optional: one integer per sample (adapter slots); each rank's rows are sorted
+            stably by it. Without it, each rank's rows are ascending.
+
+        Raises
+        ------
+        PlanTypeError
+            For inputs of the wrong type (``bool`` or float ``dp_size``, float lengths...).
+        PlanError
+            For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is
+            smaller than `dp_size` or not a multiple of it.
+        """
+        size, method, lengths, keys = _checked(total_lengths, dp_size, balance_data, order_by)
+        partitions = _partitions(size, method, lengths, keys)
         for rows in partitions:
             rows.flags.writeable = False
-        return cls(
-            method_of(balance_data), int(dp_size), lengths.size, fingerprint, tuple(partitions)
-        )
+        fingerprint = _fingerprint(size, method, lengths, keys)
+        return cls(method, size, lengths.size, fingerprint, tuple(partitions))
+
+    @classmethod
+    def strided(
+        cls, total_lengths: npt.ArrayLike, dp_size: int, *, order_by: npt.ArrayLike | None = None
+    ) -> Plan:
+        """The strided plan: rank ``r`` gets rows ``r, r + dp_size, ...`` (see :meth:`build`)."""
+        return cls.build(total_lengths, dp_size, balance_data=False, order_by=order_by)
+
+    @classmethod
+    def balanced(
+        cls, total_lengths: npt.ArrayLike, dp_size: int, *, order_by: npt.ArrayLike | None = None
+    ) -> Plan:
+        """The balanced (Karmarkar-Karp, equal-size) plan (see :meth:`build`)."""
+        return cls.build(total_lengths, dp_size, balance_data=True, order_by=order_by)
 
     @property
     def key(self) -> PlanKey:
@@ -408,3 +228,60 @@ class Plan:
             f"Plan(method={self.method!r}, dp_size={self.dp_size}, "
             f"num_samples={self.num_samples}, fingerprint={self.fingerprint!r}, rows={shown})"
         )
+
+
+def plan_partitions(
+    total_lengths: npt.ArrayLike,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
+) -> list[Int64Array]:
+    """Every rank's rows: a wrapper of ``Plan.build(...).partitions``, as writable copies.
+
+    Entry ``r`` holds the rows of rank ``r`` (int64, C-contiguous, owning its memory); every row
+    is in exactly one entry. Arguments and errors as :meth:`Plan.build`.
+    """
+    return [
+        rows.copy()
+        for rows in Plan.build(
+            total_lengths, dp_size, balance_data=balance_data, order_by=order_by
+        ).partitions
+    ]
+
+
+def partition_for_rank(
+    total_lengths: npt.ArrayLike,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
+) -> Int64Array:
+    """One rank's rows: a wrapper of ``Plan.build(...).rows(dp_rank)``, as a writable copy.
+
+    `dp_rank` is checked first (an int in ``[0, dp_size)``); the rest as :meth:`Plan.build`.
+    """
+    rank = check_dp_rank(dp_rank, dp_size)
+    return (
+        Plan.build(total_lengths, dp_size, balance_data=balance_data, order_by=order_by)
+        .partitions[rank]
+        .copy()
+    )
+
+
+def plan_fingerprint(
+    total_lengths: npt.ArrayLike,
+    dp_size: int,
+    *,
+    balance_data: bool,
+    order_by: npt.ArrayLike | None = None,
+) -> str:
+    """``Plan.build(...).fingerprint`` without computing the rows: 16 hex digits of the inputs.
+
+    A BLAKE2b digest of the sample count, `dp_size`, the method name, the lengths as
+    little-endian int64 bytes and, when given, the ``order_by`` keys the same way: equal inputs
+    give equal digests on every platform, in every process, whatever the container or integer
+    dtype of `total_lengths`. Arguments and errors as :meth:`Plan.build`.
+    """
+    return _fingerprint(*_checked(total_lengths, dp_size, balance_data, order_by))

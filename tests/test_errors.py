@@ -34,8 +34,8 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split._args import MAX_DP_SIZE, check_lengths
 from arrow_split.plan import (
-    check_lengths,
     partition_for_rank,
     plan_fingerprint,
     plan_partitions,
@@ -778,8 +778,8 @@ def test_balance_data_must_be_a_bool(balance_data: Any) -> None:
         plan_partitions([1, 2], 1, balance_data=balance_data)
 
 
-def test_dp_size_beyond_int32() -> None:
-    with pytest.raises(PlanError, match=re.escape(f"`dp_size` must be at most {2**31 - 1}")):
+def test_dp_size_beyond_the_limit() -> None:
+    with pytest.raises(PlanError, match=re.escape(f"`dp_size` must be at most {MAX_DP_SIZE}")):
         plan_partitions([1, 2], 2**70, balance_data=False)
 
 

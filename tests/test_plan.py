@@ -16,11 +16,12 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arrow_split import _karmarkar_karp as karmarkar_karp_module
-from arrow_split import karmarkar_karp
+from arrow_split import split_train_data_by_dp_raw
+from arrow_split._args import MAX_DP_SIZE, check_dp_rank, check_dp_size, check_lengths
+from arrow_split._karmarkar_karp import kk_partitions
+from arrow_split.errors import PlanError
 from arrow_split.plan import (
-    check_dp_rank,
-    check_dp_size,
-    check_lengths,
+    Plan,
     partition_for_rank,
     plan_fingerprint,
     plan_partitions,
@@ -279,9 +280,33 @@ def _equal_size_cases(draw: st.DrawFn) -> tuple[int, list[int]]:
 def test_the_balanced_plan_is_the_general_equal_size_karmarkar_karp(
     case: tuple[int, list[int]],
 ) -> None:
-    # Two implementations of one algorithm: the plan's specialised one and the schedule's
-    # general one (free sizes, float weights). They must agree part for part.
+    # One algorithm run two ways: the balanced plan's fast states and the general states
+    # (free sizes, float weights). They must agree part for part.
     dp_size, lengths = case
-    general = karmarkar_karp(np.asarray(lengths, dtype=np.int64), dp_size, equal_size=True)
+    general = kk_partitions(lengths, dp_size, equal_size=True, exact=True)
     planned = plan_partitions(lengths, dp_size, balance_data=True)
-    assert [part.tolist() for part in planned] == [part.tolist() for part in general]
+    assert [part.tolist() for part in planned] == [sorted(part) for part in general]
+
+
+@pytest.mark.parametrize("dp_size", [MAX_DP_SIZE + 1, 10**9, 2**31 - 1, 2**63])
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_a_dp_size_above_the_limit_is_refused_at_once(dp_size: int, balance_data: bool) -> None:
+    # Without the limit, a strided plan of 2**31 - 1 ranks would allocate one array per rank.
+    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}, got"):
+        Plan.build([1, 2, 3], dp_size, balance_data=balance_data)
+    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}, got"):
+        split_train_data_by_dp_raw({"tokens": [[1], [2]]}, dp_size, balance_data=balance_data)
+
+
+def test_the_largest_dp_size_plans_a_small_batch() -> None:
+    plan = Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=False)
+    assert [rows.tolist() for rows in plan.partitions[:4]] == [[0], [1], [2], []]
+    assert sum(len(rows) for rows in plan.partitions) == 3
+    with pytest.raises(PlanError, match=r"needs at least `dp_size` \(65536\) samples, got 3"):
+        Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=True)
+
+
+def test_the_constructors_are_build() -> None:
+    lengths = [5, 1, 4, 2, 3, 6]
+    assert Plan.strided(lengths, 3) == Plan.build(lengths, 3, balance_data=False)
+    assert Plan.balanced(lengths, 3) == Plan.build(lengths, 3, balance_data=True)

@@ -11,15 +11,15 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from arrow_split._schedule import (
+from arrow_split import (
     RankSchedule,
     Schedule,
     ScheduleConfig,
     karmarkar_karp,
     plan_schedule,
     schedule_for_rank,
-    to_miles_fields,
 )
+from arrow_split.compat._miles_shards import miles_schedule_fields
 from arrow_split.errors import PlanError, PlanTypeError
 from tests.reference_schedule import reference_karmarkar_karp, reference_schedule
 
@@ -90,6 +90,11 @@ def schedule_cases(draw: st.DrawFn) -> Case:
 
 
 # --- helpers --------------------------------------------------------------------------------
+
+
+def to_miles_fields(rank: RankSchedule) -> dict[str, Any]:
+    """What miles puts in a rank's shard: its rows as ``partition``, then the schedule's keys."""
+    return {"partition": rank.rows.tolist(), **miles_schedule_fields(rank)}
 
 
 def _as_miles(schedule: Schedule) -> tuple[Any, ...]:

@@ -1,9 +1,9 @@
 """The schedule's parameters and the checks of its inputs, all done before any planning.
 
 :class:`ScheduleConfig` names its fields as miles' rollout-side schedule reads them from its
-arguments and its training backend's parallel config. The input checks turn every condition the
-schedule would otherwise assert on, or crash on, into a typed error that names the values and
-the fix.
+arguments and its training backend's parallel config. Its checks, and those of the planner's inputs
+(:mod:`arrow_split._args`), turn every condition the schedule would otherwise assert on, or crash
+on, into a typed error that names the values and the fix.
 """
 
 from __future__ import annotations
@@ -11,46 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 import numpy as np
-import numpy.typing as npt
 
+from arrow_split._args import check_positive_int
 from arrow_split.errors import PlanError, PlanTypeError
 
-__all__ = [
-    "Float64Array",
-    "Int64Array",
-    "ScheduleConfig",
-    "check_positive_int",
-    "check_rollout_ids",
-    "check_weights",
-]
+__all__ = ["ScheduleConfig"]
 
-Int64Array = npt.NDArray[np.int64]
-Float64Array = npt.NDArray[np.float64]
-
-_INT64_MAX = int(np.iinfo(np.int64).max)
 _BOOL_FIELDS = (
     "allow_partial_train_step",
     "balance_by_flops",
     "balance_data",
     "use_dynamic_batch_size",
 )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
-
-
-def _check_positive(name: str, value: object, *, optional: bool = False) -> None:
-    """Raise unless `value` is an int >= 1 (or None when `optional`)."""
-    if value is None and optional:
-        return
-    if not _is_int(value):
-        kind = type(value).__name__
-        msg = f"`{name}` must be a positive int, got {value!r} of type {kind}"
-        raise PlanTypeError(msg)
-    if int(value) < 1:  # type: ignore[call-overload]
-        msg = f"`{name}` must be a positive int, got {value!r}"
-        raise PlanError(msg)
+_INT_FIELDS = ("global_batch_size", "micro_batch_size", "cp_size")
+_OPTIONAL_INT_FIELDS = ("vpp_size", "microbatch_group_size_per_vp_stage", "max_tokens_per_gpu")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,16 +83,11 @@ class ScheduleConfig:
             if not isinstance(value, (bool, np.bool_)):
                 msg = f"`{name}` must be a bool, got {value!r} of type {type(value).__name__}"
                 raise PlanTypeError(msg)
-        _check_positive("global_batch_size", self.global_batch_size)
-        _check_positive("micro_batch_size", self.micro_batch_size)
-        _check_positive("cp_size", self.cp_size)
-        _check_positive("vpp_size", self.vpp_size, optional=True)
-        _check_positive(
-            "microbatch_group_size_per_vp_stage",
-            self.microbatch_group_size_per_vp_stage,
-            optional=True,
-        )
-        _check_positive("max_tokens_per_gpu", self.max_tokens_per_gpu, optional=True)
+        for name in _INT_FIELDS:
+            check_positive_int(name, getattr(self, name))
+        for name in _OPTIONAL_INT_FIELDS:
+            if getattr(self, name) is not None:
+                check_positive_int(name, getattr(self, name))
         self._check_combinations()
 
     def _check_combinations(self) -> None:
@@ -164,83 +133,3 @@ class ScheduleConfig:
                 value = bool(value) if field.name in _BOOL_FIELDS else int(value)
             parts.append(f"{field.name}={value!r}")
         return ";".join(parts)
-
-
-def check_positive_int(name: str, value: object) -> int:
-    """Return `value` as an int, or raise if it is not a positive int (``bool`` is refused)."""
-    _check_positive(name, value)
-    return int(value)  # type: ignore[call-overload,no-any-return]
-
-
-def _as_1d(name: str, values: npt.ArrayLike, what: str) -> np.ndarray:
-    try:
-        array = np.asarray(values)
-    except (ValueError, TypeError) as exc:
-        msg = f"`{name}` must be a 1-D sequence of {what}; numpy says: {exc}"
-        raise PlanError(msg) from exc
-    if array.ndim != 1:
-        msg = f"`{name}` must be 1-D (one value per sample), got shape {array.shape}"
-        raise PlanError(msg)
-    return array
-
-
-def _as_int64(name: str, values: npt.ArrayLike, what: str, fix: str) -> Int64Array:
-    array = _as_1d(name, values, what)
-    if array.size == 0:
-        return np.zeros(0, dtype=np.int64)
-    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
-        msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
-        raise PlanTypeError(msg)
-    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
-        msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
-        raise PlanError(msg)
-    return np.ascontiguousarray(array, dtype=np.int64)
-
-
-def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:
-    """Return the rollout id of every sample as a 1-D int64 array of length `n`, or raise."""
-    fix = "pass one integer rollout id per sample"
-    ids = _as_int64("rollout_ids", rollout_ids, "ints", fix)
-    if ids.size != n:
-        msg = (
-            f"`rollout_ids` has {ids.size} values but `total_lengths` has {n}; "
-            "pass one rollout id per sample"
-        )
-        raise PlanError(msg)
-    return ids
-
-
-def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64Array:
-    """Return weights as int64 (integer input) or float64, finite and >= 0, or raise.
-
-    `n`, if not None, is the number of samples the weights must match.
-    """
-    array = _as_1d("weights", weights, "non-negative numbers")
-    if n is not None and array.size != n:
-        msg = (
-            f"`weights` has {array.size} values but `total_lengths` has {n}; "
-            "pass one weight per sample"
-        )
-        raise PlanError(msg)
-    if array.size and (
-        array.dtype == np.bool_
-        or not np.issubdtype(array.dtype, np.number)
-        or np.issubdtype(array.dtype, np.complexfloating)
-    ):
-        msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
-        raise PlanTypeError(msg)
-    if array.size == 0 or np.issubdtype(array.dtype, np.integer):
-        checked: Int64Array | Float64Array = _as_int64("weights", array, "numbers", "")
-    else:
-        checked = np.ascontiguousarray(array, dtype=np.float64)
-        bad = np.flatnonzero(~np.isfinite(checked))
-        if bad.size:
-            row = int(bad[0])
-            msg = f"`weights` must be finite, got {checked[row]} at sample {row}"
-            raise PlanError(msg)
-    negative = np.flatnonzero(checked < 0)
-    if negative.size:
-        row = int(negative[0])
-        msg = f"`weights` must be non-negative, got {checked[row]} at sample {row}"
-        raise PlanError(msg)
-    return checked

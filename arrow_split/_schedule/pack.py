@@ -25,8 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from arrow_split._schedule.config import Int64Array, ScheduleConfig
-from arrow_split._schedule.kk import kk_partitions
+from arrow_split._args import Int64Array
+from arrow_split._karmarkar_karp import kk_partitions
+from arrow_split._schedule.config import ScheduleConfig
 from arrow_split.errors import PlanError
 
 __all__ = ["expand_by_splitting", "first_fit_decreasing", "pack_step"]

@@ -23,25 +23,25 @@ from __future__ import annotations
 import hashlib
 import struct
 from dataclasses import dataclass
-from itertools import pairwise
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split._schedule.config import (
+from arrow_split._args import (
     Int64Array,
-    ScheduleConfig,
-    check_positive_int,
+    check_dp_rank,
+    check_dp_size,
+    check_lengths,
     check_rollout_ids,
     check_weights,
 )
-from arrow_split._schedule.kk import kk_partitions
+from arrow_split._karmarkar_karp import sorted_parts
+from arrow_split._schedule.config import ScheduleConfig
 from arrow_split._schedule.pack import pack_step
 from arrow_split.errors import PlanError, PlanTypeError
-from arrow_split.plan import check_dp_rank, check_lengths
 
-__all__ = ["RankSchedule", "Schedule", "plan_schedule", "schedule_for_rank", "to_miles_fields"]
+__all__ = ["RankSchedule", "Schedule", "plan_schedule", "schedule_for_rank"]
 
 _FINGERPRINT_PERSON = b"arrow_split.sch1"
 
@@ -210,7 +210,8 @@ def _distribute(
     if not balanced:
         return [list(range(rank, len(bins), dp_size)) for rank in range(dp_size)]
     sums = [sum(source[i] for i in one_bin) for one_bin in bins]
-    return [sorted(part) for part in kk_partitions(sums, dp_size, equal_size=True, exact=exact)]
+    parts = sorted_parts(sums, dp_size, equal_size=True, exact=exact)
+    return [part.tolist() for part in parts]
 
 
 class _RankBuilder:
@@ -269,7 +270,7 @@ def plan_schedule(
         For malformed inputs, fewer rollouts than one step, a step with fewer samples than
         ranks, or a micro-batch count that cannot be aligned to the ranks.
     """
-    size = check_positive_int("dp_size", dp_size)
+    size = check_dp_size(dp_size)
     if not isinstance(config, ScheduleConfig):
         msg = f"`config` must be a ScheduleConfig, got {type(config).__name__}"
         raise PlanTypeError(msg)
@@ -334,25 +335,6 @@ def schedule_for_rank(
     PlanError
         As :func:`plan_schedule`, and for a `dp_rank` outside ``[0, dp_size)``.
     """
-    rank = check_dp_rank(dp_rank, check_positive_int("dp_size", dp_size))
+    rank = check_dp_rank(dp_rank, dp_size)
     schedule = plan_schedule(total_lengths, rollout_ids, dp_size, config, weights=weights)
     return schedule.ranks[rank]
-
-
-def to_miles_fields(rank_schedule: RankSchedule) -> dict[str, list[int] | list[list[int]]]:
-    """Return the schedule keys miles puts in a rank's shard, with miles' values and types.
-
-    Returns
-    -------
-    dict
-        ``partition`` (the rank's global rows, ``list[int]``), ``micro_batch_indices``
-        (``list[list[int]]``, positions into the shard, one list per micro-batch),
-        ``num_microbatches`` and ``num_rollouts`` (``list[int]``, one per step).
-    """
-    offsets = rank_schedule.micro_batch_offsets.tolist()
-    return {
-        "partition": rank_schedule.rows.tolist(),
-        "micro_batch_indices": [list(range(start, stop)) for start, stop in pairwise(offsets)],
-        "num_microbatches": list(rank_schedule.num_microbatches),
-        "num_rollouts": list(rank_schedule.num_rollouts),
-    }

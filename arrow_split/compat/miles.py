@@ -47,6 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from arrow_split import KNOWN_COLUMNS, ColumnSpec, OptionError, PlanError, RolloutBatch, SchemaError
+from arrow_split._args import check_dp_rank, check_dp_size
 from arrow_split.compat._miles_install import Installation, install
 from arrow_split.compat._miles_shards import (
     SCHEDULE_CONFIG_KEYS,
@@ -68,7 +69,6 @@ from arrow_split.compat._miles_store import (
     put_delayed,
     put_eager,
 )
-from arrow_split.plan import check_dp_rank, check_dp_size
 from arrow_split.schema import role_column
 
 __all__ = [

@@ -79,7 +79,7 @@ from arrow_split import (
     TransportError,
     shard_for_rank,
 )
-from arrow_split.plan import check_dp_rank, check_dp_size, method_of
+from arrow_split._args import check_dp_rank, check_dp_size, method_of
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
 from arrow_split.schema import role_column
 
