@@ -2,7 +2,8 @@
 
 - Imports point one way: a leaf (``ray``, ``torch``, ``testing``, ``compat``, the command line)
   imports only the public core (``arrow_split``, ``arrow_split.plan``, ``arrow_split.schema``,
-  ``arrow_split.errors``) and its own modules; nothing in the core imports a leaf; no leaf
+  ``arrow_split.errors``, and ``arrow_split._args``, the one parsing rule per kind of argument)
+  and its own modules; nothing in the core imports a leaf; no leaf
   imports another (the command line aside: it runs the demo, which uses them all).
 - Only the codecs (and the schema that declares the kinds) branch on a column's kind.
 - Only the schema spells the known field names; the rest of the library finds a column by its
@@ -28,6 +29,8 @@ PACKAGE = Path(arrow_split.__file__).parent
 LEAF_PACKAGES = ("ray", "torch", "testing", "compat")
 COMMAND_LINE = ("cli.py", "demo.py", "__main__.py")
 PUBLIC_CORE = ("arrow_split", "arrow_split.plan", "arrow_split.schema", "arrow_split.errors")
+# Private core modules every leaf may import: the one parsing rule per kind of argument.
+SHARED_WITH_LEAVES = ("arrow_split._args",)
 
 # Private core modules a leaf may import: (leaf file, module) -> reason.
 LEAF_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
@@ -111,7 +114,7 @@ def _private_imports_of_leaves() -> set[tuple[str, str]]:
             continue
         for module in _package_imports(tree):
             own = _leaf_module(module) == _leaf_of(rel)
-            if _is_private(module) and not own and module not in PUBLIC_CORE:
+            if _is_private(module) and not own and module not in PUBLIC_CORE + SHARED_WITH_LEAVES:
                 found.add((rel, module))
     return found
 
