@@ -29,6 +29,7 @@ from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
 from arrow_split._codecs.globals import global_to_python
 from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
+from arrow_split._equality import record_batches_equal, values_equal
 from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan, PlanKey
 from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
@@ -327,14 +328,19 @@ class RolloutBatch:
         return decode_train_data(self._record_batch, self._specs, self._batch_globals)
 
     def equals(self, other: object) -> bool:
-        """Whether two batches hold the same values, specs and batch-global values."""
+        """Whether two batches hold the same values, specs and batch-global values.
+
+        NaN equals NaN at the same place (a NaN-position compare, whatever the NaN's bits).
+        """
         if type(other) is not type(self):
             return False
         assert isinstance(other, RolloutBatch)  # for the type checker: same type as self
         return (
-            self._record_batch.equals(other._record_batch)
+            record_batches_equal(self._record_batch, other._record_batch)
             and dict(self._specs) == dict(other._specs)
-            and global_to_python(self._batch_globals) == global_to_python(other._batch_globals)
+            and values_equal(
+                global_to_python(self._batch_globals), global_to_python(other._batch_globals)
+            )
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
