@@ -254,20 +254,26 @@ class RolloutBatch:
         write_batch(self, path, compression=compression)  # type: ignore[arg-type]
 
     @staticmethod
-    def read(path: str | os.PathLike[str]) -> RolloutBatch:
+    def read(path: str | os.PathLike[str], *, validate: bool = True) -> RolloutBatch:
         """Map a file written by :meth:`write` back into a batch, without copying its buffers.
+
+        A dump is input: with ``validate=True`` (the default) its content is checked against
+        its specs with the codecs' own checks (flags in {0, 1}, no nulls, every length rule,
+        batch-global shapes), vectorised over the buffers. ``validate=False`` skips that, for
+        files you trust.
 
         Raises
         ------
         DumpError
-            The file is truncated, not an Arrow file, of an unknown version, or its metadata is
-            missing or does not match its columns.
+            The file is truncated, not an Arrow file, of an unknown version, its metadata is
+            missing or does not match its columns, or its content breaks a rule (naming the
+            file, the column and the sample).
         FileNotFoundError
             No such file.
         """
         from arrow_split._dump import read_batch
 
-        return read_batch(path)
+        return read_batch(path, validate=validate)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
