@@ -28,7 +28,9 @@ from typing import Literal, get_args
 
 import pyarrow as pa
 
+from arrow_split._args import as_flag
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
+from arrow_split._validate import check_content
 from arrow_split.batch import RolloutBatch, Shard
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 
@@ -107,13 +109,17 @@ def write_batch(
     _write_atomically(path, write)
 
 
-def read_batch(path: PathLike) -> RolloutBatch:
+def read_batch(path: PathLike, *, validate: bool = True) -> RolloutBatch:
     """Read a dump written by :func:`write_batch`; an uncompressed one without copying a buffer.
 
     Parameters
     ----------
     path
         The dump file.
+    validate
+        ``True`` (the default): check the content against the specs with the codecs' own
+        checks (see :mod:`arrow_split._validate`; vectorised over the buffers). ``False`` only
+        for files you trust (your own, just written).
 
     Returns
     -------
@@ -128,17 +134,16 @@ def read_batch(path: PathLike) -> RolloutBatch:
     DumpError
         The file is not a readable Arrow IPC file (truncated, another format), or not one
         arrow_split wrote (no or unknown dump version), or its metadata is corrupt or does not
-        match its columns. Nothing is returned in part.
+        match its columns, or (``validate=True``) its content breaks a rule of the library
+        (naming the file, the column and the sample). Nothing is returned in part.
     """
-    return read_dump(path)[0]
+    return read_dump(path, validate=validate)[0]
 
 
-def read_dump(path: PathLike) -> tuple[RolloutBatch, DumpInfo]:
+def read_dump(path: PathLike, *, validate: bool = True) -> tuple[RolloutBatch, DumpInfo]:
     """Read a dump like :func:`read_batch`, and also return what the file says about itself."""
-    if not isinstance(path, (str, os.PathLike)):
-        msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
-        raise SchemaTypeError(msg)
-    source = os.fspath(path)
+    validate = as_flag("validate", validate)
+    source = _check_path(path)
     if not os.path.exists(source):
         msg = f"no rollout dump at `{source}`"
         raise FileNotFoundError(2, msg, source)
@@ -154,6 +159,8 @@ def read_dump(path: PathLike) -> tuple[RolloutBatch, DumpInfo]:
         record_batch = _read_single_batch(mapped, source)
     metadata = decode_metadata(record_batch.schema, source)
     batch = _build(record_batch, metadata, source)
+    if validate:
+        _validate(batch, source)
     info = DumpInfo(
         path=source,
         file_bytes=int(file_bytes),
@@ -251,7 +258,12 @@ def _with_metadata(batch: RolloutBatch, compression: str | None) -> pa.RecordBat
 
 
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
-    target = os.fspath(path)
+    """Write ``path`` through a temporary beside it: the old file survives any failure.
+
+    OS errors (a read-only folder's ``PermissionError``, a full disk) pass through as they are,
+    like ``open``'s; the temporary is removed first.
+    """
+    target = _check_path(path)
     folder, name = os.path.split(target)
     if folder and not os.path.isdir(folder):
         msg = f"cannot write `{target}`: no folder `{folder}`"
@@ -291,6 +303,33 @@ def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBat
         msg = f"`{source}`: the record batch's schema differs from the file's schema"
         raise DumpError(msg)
     return record_batch
+
+
+def _validate(batch: RolloutBatch, source: str) -> None:
+    try:
+        check_content(batch.record_batch, batch.specs, batch.batch_globals)
+    except ArrowSplitError as exc:
+        msg = (
+            f"`{source}`: the content breaks a rule of the library: {exc}; the file was "
+            "edited, crafted or written by a broken producer (read it with `validate=False` "
+            "only to inspect it)"
+        )
+        raise DumpError(msg) from exc
+
+
+def _check_path(path: object) -> str:
+    """``path`` as a str: a str or an os.PathLike (no bytes), without a NUL character."""
+    if not isinstance(path, (str, os.PathLike)):
+        msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
+        raise SchemaTypeError(msg)
+    target = os.fspath(path)
+    if not isinstance(target, str):
+        msg = f"`path` must name a file with a str, got {type(target).__name__} {target!r:.40}"
+        raise SchemaTypeError(msg)
+    if "\0" in target:
+        msg = f"`path` {target!r:.60} holds a NUL character; no file can have that name"
+        raise DumpError(msg)
+    return target
 
 
 def _decode_names(schema: pa.Schema) -> None:

@@ -25,6 +25,7 @@ import abc
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split.errors import SchemaError
 
 __all__ = ["Growable", "ShapeMismatch", "growable_for", "trailing_shape"]
@@ -172,7 +173,7 @@ def growable_for(value_type: pa.DataType) -> Growable:
 class _PrimitiveGrowable(Growable):
     def __init__(self, value_type: pa.DataType) -> None:
         self._type = value_type
-        self._values = _Buffer(np.dtype(value_type.to_pandas_dtype()))
+        self._values = _Buffer(numpy_dtype(value_type))
 
     @property
     def type(self) -> pa.DataType:

@@ -15,10 +15,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import check_dp_rank, check_dp_size, method_of
+from arrow_split._args import as_index_array, check_dp_rank, check_dp_size, describe, method_of
 from arrow_split._codecs import codec_for
 from arrow_split.batch import RolloutBatch, Shard
-from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError, SchemaTypeError
+from arrow_split.errors import (
+    OptionError,
+    PlanError,
+    PlanMismatchError,
+    PlanTypeError,
+    SchemaTypeError,
+)
 from arrow_split.plan import (
     Plan,
     PlanKey,
@@ -48,11 +54,16 @@ def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> Rollout
 
 
 def _check_indices(indices: object, num_samples: int) -> np.ndarray:
-    rows = np.asarray(indices)
-    if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
-        msg = f"`indices` must be a 1-D array of row numbers, got shape {rows.shape} {rows.dtype}"
-        raise PlanError(msg)
-    rows = rows.astype(np.int64, copy=False)
+    try:
+        rows = as_index_array("indices", indices)
+    except OptionError as exc:
+        got = (
+            f"shape {indices.shape} {indices.dtype}"
+            if isinstance(indices, np.ndarray)
+            else describe(indices)
+        )
+        msg = f"`indices` must be a 1-D array of row numbers, got {got}; {exc}"
+        raise PlanError(msg) from None
     if rows.size and (rows.min() < 0 or rows.max() >= num_samples):
         bad = rows[(rows < 0) | (rows >= num_samples)][0]
         msg = f"`indices` holds row {bad}, outside [0, {num_samples}) for this batch"

@@ -29,6 +29,7 @@ from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
 from arrow_split._codecs.globals import global_to_python
 from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
+from arrow_split._equality import record_batches_equal, values_equal
 from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan, PlanKey
 from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
@@ -253,20 +254,26 @@ class RolloutBatch:
         write_batch(self, path, compression=compression)  # type: ignore[arg-type]
 
     @staticmethod
-    def read(path: str | os.PathLike[str]) -> RolloutBatch:
+    def read(path: str | os.PathLike[str], *, validate: bool = True) -> RolloutBatch:
         """Map a file written by :meth:`write` back into a batch, without copying its buffers.
+
+        A dump is input: with ``validate=True`` (the default) its content is checked against
+        its specs with the codecs' own checks (flags in {0, 1}, no nulls, every length rule,
+        batch-global shapes), vectorised over the buffers. ``validate=False`` skips that, for
+        files you trust.
 
         Raises
         ------
         DumpError
-            The file is truncated, not an Arrow file, of an unknown version, or its metadata is
-            missing or does not match its columns.
+            The file is truncated, not an Arrow file, of an unknown version, its metadata is
+            missing or does not match its columns, or its content breaks a rule (naming the
+            file, the column and the sample).
         FileNotFoundError
             No such file.
         """
         from arrow_split._dump import read_batch
 
-        return read_batch(path)
+        return read_batch(path, validate=validate)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
@@ -327,14 +334,19 @@ class RolloutBatch:
         return decode_train_data(self._record_batch, self._specs, self._batch_globals)
 
     def equals(self, other: object) -> bool:
-        """Whether two batches hold the same values, specs and batch-global values."""
+        """Whether two batches hold the same values, specs and batch-global values.
+
+        NaN equals NaN at the same place (a NaN-position compare, whatever the NaN's bits).
+        """
         if type(other) is not type(self):
             return False
         assert isinstance(other, RolloutBatch)  # for the type checker: same type as self
         return (
-            self._record_batch.equals(other._record_batch)
+            record_batches_equal(self._record_batch, other._record_batch)
             and dict(self._specs) == dict(other._specs)
-            and global_to_python(self._batch_globals) == global_to_python(other._batch_globals)
+            and values_equal(
+                global_to_python(self._batch_globals), global_to_python(other._batch_globals)
+            )
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -71,7 +71,7 @@ def _inspect(arguments: argparse.Namespace) -> int:
     try:
         print(inspect_path(arguments.path, tuple(arguments.dp_size or (8, 64))))
     except (ArrowSplitError, FileNotFoundError) as exc:
-        print(f"arrow-split inspect: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"arrow-split inspect: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
     return 0
 
@@ -112,5 +112,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return run_demo(config)
     except ArrowSplitError as exc:
-        print(f"arrow-split demo: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"arrow-split demo: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message on one line: a name read from a file may hold a newline (shown escaped)."""
+    text = str(exc)
+    return "".join(char if char.isprintable() or char == " " else repr(char)[1:-1] for char in text)

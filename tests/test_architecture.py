@@ -2,7 +2,8 @@
 
 - Imports point one way: a leaf (``ray``, ``torch``, ``testing``, ``compat``, the command line)
   imports only the public core (``arrow_split``, ``arrow_split.plan``, ``arrow_split.schema``,
-  ``arrow_split.errors``) and its own modules; nothing in the core imports a leaf; no leaf
+  ``arrow_split.errors``, and ``arrow_split._args``, the one parsing rule per kind of argument)
+  and its own modules; nothing in the core imports a leaf; no leaf
   imports another (the command line aside: it runs the demo, which uses them all).
 - Only the codecs (and the schema that declares the kinds) branch on a column's kind.
 - Only the schema spells the known field names; the rest of the library finds a column by its
@@ -36,6 +37,9 @@ INTERNAL_INTERFACE = "arrow_split._args"
 LEAF_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ("cli.py", "arrow_split._inspect"): (
         "the `inspect` summary has no public function yet; the command line is its only user"
+    ),
+    ("testing/_asserts.py", "arrow_split._equality"): (
+        "one NaN-aware equality rule, shared with `RolloutBatch.equals`"
     ),
 }
 

@@ -13,6 +13,7 @@ of its parent, so pickling it ships only its own bytes.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Iterator
@@ -20,7 +21,25 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["data_buffer", "numpy_view", "ragged_values", "split_by_offsets", "take_runs"]
+__all__ = [
+    "data_buffer",
+    "numpy_dtype",
+    "numpy_view",
+    "ragged_values",
+    "split_by_offsets",
+    "take_runs",
+]
+
+
+@functools.lru_cache(maxsize=64)
+def numpy_dtype(value_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a primitive Arrow type (cached; never imports pandas).
+
+    ``DataType.to_pandas_dtype`` needs pandas on older pyarrow (16): an empty array's
+    ``to_numpy`` gives the same dtype without it.
+    """
+    dtype: np.dtype = pa.array([], type=value_type).to_numpy(zero_copy_only=False).dtype
+    return dtype
 
 
 def numpy_view(array: pa.Array) -> np.ndarray:

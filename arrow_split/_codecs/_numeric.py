@@ -13,12 +13,12 @@ if no float was among them.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._checks import (
     check_finite,
@@ -99,18 +99,20 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
     if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
         msg = f"column `{spec.name}` has no value type"
         raise ColumnTypeError(msg)
-    return _numpy_dtype(value_type)
+    return numpy_dtype(value_type)
 
 
-@functools.lru_cache(maxsize=64)
-def _numpy_dtype(value_type: pa.DataType) -> np.dtype:
-    """``value_type`` as numpy (cached: a builder asks for it at every append)."""
-    dtype: np.dtype = np.dtype(value_type.to_pandas_dtype())
-    return dtype
+def is_flag(spec: ColumnSpec) -> bool:
+    """One rule for 0/1 columns: a declared flag, or any column of Arrow type ``bool``.
+
+    Both take bools and the ints 0 and 1, whatever their container, and refuse anything else
+    (a 2, a float); a bool column is never filled by ``astype(bool)``.
+    """
+    return spec.flag or target_dtype(spec).kind == "b"
 
 
 def _allowed_kinds(spec: ColumnSpec) -> str:
-    if spec.flag:
+    if is_flag(spec):
         return "iub"
     return "iuf" if target_dtype(spec).kind == "f" else "iu"
 
@@ -132,7 +134,7 @@ def finish(
 ) -> np.ndarray:
     """Check flat ``values`` for ``spec`` and cast them to the column's dtype."""
     target = target_dtype(spec)
-    if spec.flag:
+    if is_flag(spec):
         check_flag(spec.name, values, offsets)
     elif target.kind in "iu":
         check_int_range(spec.name, values, target, offsets)
@@ -199,7 +201,7 @@ def exact_integers(
 def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one Python list of numbers per sample."""
     target = target_dtype(spec)
-    fast = flat_from_lists(target, samples, flag=spec.flag)
+    fast = flat_from_lists(target, samples, flag=is_flag(spec))
     if fast is not None:
         return fast
     integer = target.kind != "f"
@@ -209,13 +211,13 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
 
     def locate(cause: str) -> None:
         locate_python_value(
-            spec.name, samples, target=target, flag=spec.flag, ragged=True, cause=cause
+            spec.name, samples, target=target, flag=is_flag(spec), ragged=True, cause=cause
         )
 
     try:
         array = pa.array(samples, type=pa.large_list(wide))
     except ARROW_ERRORS as exc:
-        if not spec.flag:
+        if not is_flag(spec):
             locate(str(exc))
         try:  # a flag column given as bools, or as bools and ints mixed
             array = pa.array(samples, type=pa.large_list(pa.bool_()))
@@ -223,6 +225,8 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
             return _flat_from_mixed_flags(spec, samples, locate)
     if array.null_count or array.values.null_count:
         locate("null values")
+    if not is_flag(spec) and _holds_a_bool(samples):
+        locate("a bool among numbers")  # pyarrow would store 0 or 1 silently
     if integer and pa.types.is_integer(array.type.value_type):
         try:
             with np.errstate(all="ignore"):  # numpy integers may wrap: only the type matters
@@ -233,6 +237,16 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
             locate("a float among integer values")
     offsets = array.offsets.to_numpy()
     return array.values.to_numpy(zero_copy_only=False), offsets
+
+
+def _holds_a_bool(samples: Sequence[object]) -> bool:
+    """Whether a sample's list holds a bool (the careful path only: one look per value)."""
+    return any(
+        isinstance(value, (bool, np.bool_))
+        for sample in samples
+        if isinstance(sample, (list, tuple))
+        for value in sample
+    )
 
 
 def _flat_from_mixed_flags(

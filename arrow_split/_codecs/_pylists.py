@@ -15,7 +15,8 @@ column and names the bad value.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -43,8 +44,11 @@ def _hides_a_bool(
     samples: Sequence[list[Any]], values: np.ndarray, offsets: np.ndarray
 ) -> bool | None:
     """Whether a 0/1 value is a ``bool``; ``None`` if there are too many 0/1 values to look."""
-    unsigned = values.view(np.dtype(f"u{values.dtype.itemsize}"))
-    candidates = np.flatnonzero(unsigned <= 1)
+    if values.dtype.kind == "f":
+        candidates = np.flatnonzero((values == 0) | (values == 1))
+    else:
+        unsigned = values.view(np.dtype(f"u{values.dtype.itemsize}"))
+        candidates = np.flatnonzero(unsigned <= 1)
     if len(candidates) > _MAX_LOOKS + len(values) // 64:
         return None
     rows = np.searchsorted(offsets, candidates, side="right") - 1
@@ -58,6 +62,17 @@ def _hides_a_bool(
 def _beyond_exact_ints(values: np.ndarray) -> bool:
     """Whether a value is as large as 2**53 (where an int may not be exact as a double)."""
     return bool((values >= 2.0**53).any() or (values <= -(2.0**53)).any())  # no float64 copy
+
+
+def _strict(pack: Callable[..., bytes], *args: Any) -> bytes:
+    """``pack(*args)`` with warnings raised as errors.
+
+    A numpy complex packs as its real part with only a ``ComplexWarning``: that must send the
+    column to the careful path, not drop the imaginary part.
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return pack(*args)
 
 
 def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
@@ -79,8 +94,8 @@ def flat_from_lists(
         return None
     lists = cast("Sequence[list[Any]]", samples)
     try:
-        joined = _join(code, lists)
-    except (TypeError, ValueError, OverflowError, struct.error):
+        joined = _strict(_join, code, lists)
+    except (TypeError, ValueError, OverflowError, struct.error, Warning):
         return None
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
     offsets = np.zeros(len(lists) + 1, dtype=np.int64)
@@ -89,7 +104,7 @@ def flat_from_lists(
     values = np.frombuffer(joined, dtype=wide.get(code, target))
     if code == "d" and _beyond_exact_ints(values):
         return None
-    if target.kind in "iu" and not flag and _hides_a_bool(lists, values, offsets) is not False:
+    if not flag and _hides_a_bool(lists, values, offsets) is not False:
         return None
     return values, offsets
 
@@ -104,8 +119,8 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
     if code is None or not samples:
         return None
     try:
-        packed = struct.pack(f"{len(samples)}{code}", *samples)
-    except (TypeError, ValueError, OverflowError, struct.error):
+        packed = _strict(struct.pack, f"{len(samples)}{code}", *samples)
+    except (TypeError, ValueError, OverflowError, struct.error, Warning):
         return None
     values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)
     if code == "d" and _beyond_exact_ints(values):

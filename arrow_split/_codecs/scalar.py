@@ -16,6 +16,7 @@ from arrow_split._codecs._numeric import (
     check_array_dtype,
     finish,
     is_array,
+    is_flag,
     target_dtype,
 )
 from arrow_split._codecs._pylists import scalars_from_list
@@ -53,10 +54,10 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
 
     def locate(cause: str) -> None:
         locate_python_value(
-            spec.name, samples, target=target, flag=spec.flag, ragged=False, cause=cause
+            spec.name, samples, target=target, flag=is_flag(spec), ragged=False, cause=cause
         )
 
-    if spec.flag:  # bools, 0/1 ints, or both mixed
+    if is_flag(spec):  # bools, 0/1 ints, or both mixed
         try:
             flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
         except ARROW_ERRORS as exc:
@@ -64,6 +65,8 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
         if flags.ndim != 1 or flags.dtype.kind not in "biu":
             locate("values that are neither bool nor int")
         return flags
+    if not all(map(_is_number, samples)):
+        locate("a value that is not a number (a list, an array of ndim > 0, a complex, a str)")
     fast = scalars_from_list(target, samples)
     if fast is not None:
         return fast
@@ -80,6 +83,21 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
     if not integer and any(isinstance(value, (bool, np.bool_)) for value in samples):
         locate("a bool among float values")  # pyarrow would store 0.0 or 1.0 silently
     return np.asarray(array.to_numpy(zero_copy_only=False))
+
+
+def _is_number(value: object) -> bool:
+    """Whether ``value`` is a real number: Python or numpy, or a 0-d array of one.
+
+    The same rule whatever the container (numpy, torch): never a complex, a str, an ndim > 0.
+    """
+    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
+        return True
+    dtype = getattr(value, "dtype", None)
+    kind = getattr(dtype, "kind", None)  # numpy dtypes have a kind; torch dtypes do not
+    if kind is None and dtype is not None:
+        kind = "f" if getattr(dtype, "is_floating_point", False) else None
+        kind = kind or ("c" if getattr(dtype, "is_complex", False) else "i")
+    return getattr(value, "ndim", None) == 0 and kind in ("b", "i", "u", "f")
 
 
 def _is_plain_int(value: object) -> bool:

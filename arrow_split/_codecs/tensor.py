@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
+from arrow_split._codecs._arrow import numpy_dtype, ragged_values, split_by_offsets, take_runs
 from arrow_split._codecs._base import Codec, EncodeOptions
 from arrow_split._codecs._checks import flatten_nested, locate_python_value
 from arrow_split._codecs._numeric import (
@@ -111,7 +111,7 @@ def _bounds(arrays: Sequence[np.ndarray]) -> tuple[int, int]:
 
 
 def _fits(arrow_type: pa.DataType, low: int, high: int) -> bool:
-    info = np.iinfo(arrow_type.to_pandas_dtype())
+    info = np.iinfo(numpy_dtype(arrow_type))
     return bool(info.min <= low and high <= info.max)
 
 
@@ -122,7 +122,7 @@ def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array |
     if not _fits(spec.storage_types[-1], low, high):
         return None  # the exact path locates the value and raises
     storage = next(t for t in spec.storage_types if _fits(t, low, high))
-    dtype = np.dtype(storage.to_pandas_dtype())
+    dtype = numpy_dtype(storage)
     count = sum(array.size for array in filled)
     buffer = pa.allocate_buffer(count * dtype.itemsize)
     flat = np.frombuffer(buffer, dtype=dtype)

@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-import numpy as np
 import pyarrow as pa
+
+from arrow_split._equality import arrays_equal, values_equal
 
 __all__ = ["assert_batches_equal", "assert_shards_equal"]
 
@@ -31,19 +32,10 @@ def _fail(what: str, left: object, right: object) -> None:
     raise AssertionError(msg)
 
 
-def _same_value(left: object, right: object) -> bool:
-    """Equal values; numpy arrays compare by dtype, shape and values."""
-    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
-        if not (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)):
-            return False
-        return left.dtype == right.dtype and bool(np.array_equal(left, right, equal_nan=True))
-    return bool(left == right)
-
-
 def _first_differing_row(left: pa.Array, right: pa.Array) -> int:
-    """The first row at which two arrays of equal length and type differ."""
+    """The first row at which two arrays of equal length and type differ (NaN equals NaN)."""
     for row in range(len(left)):
-        if not left.slice(row, 1).equals(right.slice(row, 1)):
+        if not arrays_equal(left.slice(row, 1), right.slice(row, 1)):
             return row
     return len(left)
 
@@ -58,14 +50,14 @@ def _check_record_batches(left: pa.RecordBatch, right: pa.RecordBatch) -> None:
     ):
         if left_column.type != right_column.type:
             _fail(f"types of column `{name}`", left_column.type, right_column.type)
-        if not left_column.equals(right_column):
+        if not arrays_equal(left_column, right_column):
             row = _first_differing_row(left_column, right_column)
             _fail(
                 f"column `{name}`, row {row}: values",
                 left_column[row].as_py(),
                 right_column[row].as_py(),
             )
-    if not left.equals(right, check_metadata=True):
+    if not left.schema.equals(right.schema, check_metadata=True):
         _fail("record batches (schema metadata)", left.schema, right.schema)
 
 
@@ -73,7 +65,7 @@ def _check_mapping(what: str, left: Mapping[str, Any], right: Mapping[str, Any])
     if list(left) != list(right):
         _fail(f"keys of {what}", list(left), list(right))
     for key, value in left.items():
-        if not _same_value(value, right[key]):
+        if not values_equal(value, right[key]):
             _fail(f"{what}[`{key}`]", value, right[key])
 
 
@@ -84,6 +76,8 @@ def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     ----------
     left, right
         :class:`arrow_split.RolloutBatch` objects (or shards).
+
+    NaN equals NaN at the same place (a NaN-position compare, as :meth:`RolloutBatch.equals`).
 
     Raises
     ------
@@ -125,5 +119,5 @@ def assert_shards_equal(left: _BatchLike, right: _BatchLike) -> None:
         right_value = getattr(right, name, _MISSING)
         if left_value is _MISSING or right_value is _MISSING:
             continue
-        if not _same_value(left_value, right_value):
+        if not values_equal(left_value, right_value):
             _fail(f"`{name}`", left_value, right_value)

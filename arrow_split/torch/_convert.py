@@ -80,6 +80,7 @@ from arrow_split import (
     SchemaTypeError,
     ValueRangeError,
 )
+from arrow_split._args import as_offsets
 from arrow_split.torch._layouts import LAYOUTS, RaggedColumn, TensorOptions, move
 
 __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
@@ -215,17 +216,14 @@ def to_micro_batches(
     if not isinstance(shard, RolloutBatch):
         msg = f"`shard` must be a RolloutBatch, got {type(shard).__name__}"
         raise SchemaTypeError(msg)
-    offsets = np.asarray(micro_batch_offsets)
-    if offsets.ndim != 1 or (offsets.size and offsets.dtype.kind not in "iu"):
-        msg = f"`micro_batch_offsets` must be a 1-D list of ints, got {micro_batch_offsets!r:.60}"
-        raise OptionTypeError(msg)
-    bounds = offsets.tolist()
-    if not bounds or bounds[0] != 0 or bounds[-1] != len(shard) or np.any(np.diff(offsets) < 0):
+    offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
+    if int(offsets[-1]) != len(shard):
         msg = (
             f"`micro_batch_offsets` must rise from 0 to the shard's {len(shard)} rows, got "
-            f"{bounds!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
+            f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
         raise OptionError(msg)
+    bounds = offsets.tolist()
     record_batch = shard.record_batch
     return [
         to_tensors(
@@ -252,20 +250,29 @@ def _check_options(
         )
         raise SchemaTypeError(msg)
     _check_layout(layout)
-    if isinstance(pad_value, bool) or not isinstance(pad_value, (int, float)):
-        msg = (
-            f"`pad_value` must be an int or a float, got {type(pad_value).__name__} "
-            f"{pad_value!r:.40}"
-        )
-        raise OptionTypeError(msg)
     multiple = _check_multiple(pad_to_multiple_of)
     return TensorOptions(
         _check_dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
         _check_dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
         _check_device(device),
-        pad_value,
+        _check_pad_value(pad_value),
         multiple,
     )
+
+
+def _check_pad_value(pad_value: object) -> int | float:
+    """A real number (Python or numpy, 0-d arrays too) as a Python int or float; never a bool."""
+    if isinstance(pad_value, np.ndarray) and pad_value.ndim == 0:
+        pad_value = pad_value[()]
+    if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
+        pad_value, (int, float, np.integer, np.floating)
+    ):
+        msg = (
+            f"`pad_value` must be an int or a float, got {type(pad_value).__name__} "
+            f"{pad_value!r:.40}"
+        )
+        raise OptionTypeError(msg)
+    return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
 
 
 def _check_layout(layout: object) -> None:
@@ -284,7 +291,11 @@ def _check_layout(layout: object) -> None:
 def _check_multiple(pad_to_multiple_of: object) -> int | None:
     if pad_to_multiple_of is None:
         return None
-    if isinstance(pad_to_multiple_of, bool) or not isinstance(pad_to_multiple_of, int):
+    if isinstance(pad_to_multiple_of, np.ndarray) and pad_to_multiple_of.ndim == 0:
+        pad_to_multiple_of = pad_to_multiple_of[()]
+    if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
+        pad_to_multiple_of, (int, np.integer)
+    ):
         msg = (
             f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
             f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
@@ -296,7 +307,7 @@ def _check_multiple(pad_to_multiple_of: object) -> int | None:
     if pad_to_multiple_of > _INT32_MAX:
         msg = f"`pad_to_multiple_of` must be at most {_INT32_MAX}, got {pad_to_multiple_of!r}"
         raise ValueRangeError(msg)
-    return pad_to_multiple_of
+    return int(pad_to_multiple_of)
 
 
 def _check_dtype(

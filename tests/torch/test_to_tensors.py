@@ -623,8 +623,10 @@ def test_micro_batches_are_slices_with_their_own_cu_seqlens() -> None:
     ("offsets", "error", "match"),
     [
         ([0, 2], OptionError, r"must rise from 0 to the shard's 4 rows, got \[0, 2\]"),
-        ([0, 3, 2, 4], OptionError, r"must rise from 0 to the shard's 4 rows"),
-        ([0.0, 4.0], OptionTypeError, r"`micro_batch_offsets` must be a 1-D list of ints"),
+        ([0, 3, 2, 4], OptionError, r"must be non-decreasing: offset 2 \(2\) is below offset 1"),
+        ([0.0, 4.0], OptionTypeError, r"`micro_batch_offsets` must be an array of ints, got dtype"),
+        ([True, True], OptionTypeError, r"got dtype bool"),
+        ([1, 4], OptionError, r"`micro_batch_offsets` must start at 0, got 1"),
     ],
 )
 def test_bad_micro_batch_offsets(offsets: list[Any], error: type, match: str) -> None:

@@ -1,0 +1,82 @@
+"""Equality of batches with NaN equal to NaN at the same place.
+
+Arrow's ``equals`` follows IEEE 754: a NaN is unequal to itself, so a batch holding a NaN log-prob
+(``allow_nonfinite=True``) would not equal itself. The rule here is a *NaN-position* compare:
+two float values are equal when they are equal as numbers, or when both are NaN, whatever the
+NaN's sign or payload bits. ``0.0`` and ``-0.0`` are equal, as numbers. Nulls are equal when they
+are at the same rows. :meth:`arrow_split.RolloutBatch.equals` and the assertions of
+:mod:`arrow_split.testing` both use it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["arrays_equal", "record_batches_equal", "values_equal"]
+
+
+def _holds_floats(data_type: pa.DataType) -> bool:
+    if pa.types.is_floating(data_type):
+        return True
+    return any(_holds_floats(data_type.field(i).type) for i in range(data_type.num_fields))
+
+
+def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
+    """Whether two Arrow arrays are equal, NaN equal to NaN at the same place."""
+    if left.type != right.type or len(left) != len(right):
+        return False
+    if left.equals(right):
+        return True
+    if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
+        return False
+    data_type = left.type
+    if pa.types.is_floating(data_type):
+        return bool(
+            np.array_equal(
+                left.to_numpy(zero_copy_only=False),
+                right.to_numpy(zero_copy_only=False),
+                equal_nan=True,
+            )
+        )
+    if pa.types.is_struct(data_type):
+        return all(arrays_equal(left.field(i), right.field(i)) for i in range(data_type.num_fields))
+    if pa.types.is_fixed_size_list(data_type):
+        return arrays_equal(left.flatten(), right.flatten())
+    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
+        same_lengths = pc.list_value_length(left).equals(pc.list_value_length(right))
+        return bool(same_lengths) and arrays_equal(left.flatten(), right.flatten())
+    return False
+
+
+def record_batches_equal(left: pa.RecordBatch, right: pa.RecordBatch) -> bool:
+    """Same schema (metadata aside, as ``RecordBatch.equals``), columns by :func:`arrays_equal`."""
+    return left.schema.equals(right.schema) and all(
+        arrays_equal(a, b) for a, b in zip(left.columns, right.columns, strict=True)
+    )
+
+
+def values_equal(left: object, right: object) -> bool:
+    """Python values (batch globals, decoded) equal, NaN equal to NaN; arrays by dtype too."""
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        if not (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)):
+            return False
+        if left.dtype != right.dtype or left.shape != right.shape:
+            return False
+        nan_aware = left.dtype.kind in "fc"
+        return bool(np.array_equal(left, right, equal_nan=nan_aware))
+    if isinstance(left, float) and isinstance(right, float):
+        return left == right or (math.isnan(left) and math.isnan(right))
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return (
+            type(left) is type(right)
+            and len(left) == len(right)
+            and all(values_equal(a, b) for a, b in zip(left, right, strict=True))
+        )
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        return left.keys() == right.keys() and all(values_equal(left[k], right[k]) for k in left)
+    return bool(left == right)

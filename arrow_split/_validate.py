@@ -1,0 +1,97 @@
+"""Check a record batch read from outside (a dump) against its specs, with the codecs' own checks.
+
+A dump is input: it may have been written by another version, edited, or crafted. Its metadata
+can be self-consistent while its content breaks the library's rules. :func:`check_content`
+applies the rules that :meth:`RolloutBatch.from_train_data` applies, vectorised over the
+buffers (no Python object per value):
+
+- no nulls in a numeric column (nor in its values);
+- flag columns (``loss_masks``, ``truncated``) hold only 0 and 1;
+- every length rule (per-token columns vs ``tokens`` or the response, the extra rows of the
+  routed experts, response lengths between 0 and the sample's tokens);
+- every batch-global value has its documented shape (``raw_reward`` one float per sample,
+  counts non-negative ints).
+
+Finiteness is not checked: a dump does not record whether it was built with
+``allow_nonfinite=True``, so a NaN log-prob may be legitimate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._arrow import numpy_view, ragged_values
+from arrow_split._codecs._checks import check_flag
+from arrow_split._codecs._numeric import is_flag
+from arrow_split._codecs.globals import check_batch_global
+from arrow_split._convert import LengthRules
+from arrow_split.errors import ValueRangeError
+from arrow_split.schema import ColumnSpec, role_column
+
+__all__ = ["check_content"]
+
+
+def check_content(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> None:
+    """Raise the codecs' typed error on the first rule the content breaks.
+
+    Raises
+    ------
+    ArrowSplitError
+        A subclass naming the column and the sample (the caller adds the file).
+    """
+    for name in record_batch.schema.names:
+        _check_values(specs[name], record_batch.column(name))
+    _check_lengths(record_batch, specs)
+    for key, value in batch_globals.items():
+        check_batch_global(specs[key], value, record_batch.num_rows, True)
+
+
+def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
+    role = codec_for(spec).tensor_role
+    if role == "none":
+        return
+    if array.null_count:
+        _null_error(spec, array.is_null())
+    if role == "scalar":
+        values, offsets = numpy_view(array), None
+    else:
+        if array.values.null_count:
+            _null_error(spec, None)
+        values, offsets = ragged_values(array)
+    if is_flag(spec):
+        check_flag(spec.name, values.reshape(-1), offsets)
+
+
+def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
+    where = (
+        f"sample {int(np.argmax(nulls.to_numpy(zero_copy_only=False)))}"
+        if nulls is not None
+        else "a value"
+    )
+    msg = f"{where}: `{spec.name}` is null; a {spec.kind} column holds no nulls"
+    raise ValueRangeError(msg)
+
+
+def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:
+    source = role_column(specs, "length_source")
+    if source is None or source not in record_batch.schema.names:
+        return
+    total_lengths = np.diff(ragged_values(record_batch.column(source))[1])
+    rules = LengthRules(source, total_lengths)
+    response = role_column(specs, "response_length")
+    if response is not None and response in record_batch.schema.names:
+        rules.set_response(response, record_batch.column(response))
+    extra = role_column(specs, "extra_rows")
+    if extra is not None and extra in record_batch.schema.names:
+        rules.set_extra_rows(record_batch.column(extra).to_pylist())
+    for name in record_batch.schema.names:
+        if name not in (source, response):
+            rules.check(specs[name], record_batch.column(name))
