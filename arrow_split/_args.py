@@ -13,12 +13,14 @@ scalar or 0-d array, a list, a numpy or torch array, ``array.array``, a ``memory
 
 from __future__ import annotations
 
+from typing import Any, get_args
+
 import numpy as np
 import numpy.typing as npt
 
 from arrow_split.errors import OptionError, OptionTypeError
 
-__all__ = ["as_flag", "as_index_array", "as_int", "as_offsets", "describe"]
+__all__ = ["as_choice", "as_flag", "as_index_array", "as_int", "as_offsets", "describe"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -150,3 +152,24 @@ def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Ar
         msg = f"`{name}` must end at {total}, got {int(offsets[-1])}"
         raise OptionError(msg)
     return offsets
+
+
+def as_choice(name: str, value: object, allowed: Any) -> str:
+    """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
+
+    Raises
+    ------
+    OptionTypeError
+        For a value that is not a ``str``.
+    OptionError
+        For a string outside the choices; the message lists them.
+    """
+    choices = get_args(allowed)
+    expected = f"expected one of: {', '.join(map(repr, choices))}"
+    if not isinstance(value, str):
+        msg = f"`{name}` must be a str, got {describe(value)}; {expected}"
+        raise OptionTypeError(msg)
+    if value not in choices:
+        msg = f"invalid `{name}`: {value!r:.40}; {expected}"
+        raise OptionError(msg)
+    return value
