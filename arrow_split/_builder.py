@@ -554,8 +554,8 @@ class RolloutBatchBuilder:
         Raises
         ------
         JournalError
-            ``journal`` holds no journal (``errno.ENOENT``), a file that is not a journal, of an unknown version, or several
-            unfinished steps.
+            ``journal`` holds no journal (``errno.ENOENT``), a file that is not a journal, a
+            journal of an unknown version, or several unfinished steps.
         """
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
         step_journal, records = StepJournal.recover(journal, sync)
