@@ -20,7 +20,7 @@ This module is the one internal interface the leaves may import besides the publ
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +32,7 @@ __all__ = [
     "Int64Array",
     "MAX_DP_SIZE",
     "SplitMethod",
+    "as_choice",
     "as_flag",
     "as_index_array",
     "as_int",
@@ -409,3 +410,24 @@ def check_balanced(n: int, dp_size: int) -> None:
             f"drop {drop} samples or pad with {pad}, or use `balance_data=False`"
         )
         raise PlanError(msg)
+
+
+def as_choice(name: str, value: object, allowed: Any) -> str:
+    """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
+
+    Raises
+    ------
+    OptionTypeError
+        For a value that is not a ``str``.
+    OptionError
+        For a string outside the choices; the message lists them.
+    """
+    choices = get_args(allowed)
+    expected = f"expected one of: {', '.join(map(repr, choices))}"
+    if not isinstance(value, str):
+        msg = f"`{name}` must be a str, got {describe(value)}; {expected}"
+        raise OptionTypeError(msg)
+    if value not in choices:
+        msg = f"invalid `{name}`: {value!r:.40}; {expected}"
+        raise OptionError(msg)
+    return value

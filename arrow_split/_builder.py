@@ -9,6 +9,7 @@ hands over to the batch without a copy.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -16,12 +17,32 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import as_choice, as_flag
+from arrow_split._builder_group import Group, group_from_record, group_record
 from arrow_split._codecs import EncodeOptions, codec_for
 from arrow_split._codecs.globals import check_batch_global
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._growable import Growable, ShapeMismatch, growable_for
+from arrow_split._journal import (
+    JOURNAL_VERSION,
+    JournalSync,
+    OnDuplicate,
+    Record,
+    StepJournal,
+    pack_value,
+    spec_from_json,
+    spec_to_json,
+    unpack_value,
+)
 from arrow_split.batch import RolloutBatch
-from arrow_split.errors import ArrowSplitError, RaggedLengthError, SchemaError, SchemaTypeError
+from arrow_split.errors import (
+    ArrowSplitError,
+    DuplicateSampleError,
+    JournalError,
+    RaggedLengthError,
+    SchemaError,
+    SchemaTypeError,
+)
 from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
 
 __all__ = ["RolloutBatchBuilder"]
@@ -43,26 +64,6 @@ def _copy_value(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.copy()
     return list(value) if isinstance(value, (list, tuple)) else value
-
-
-class _Group:
-    """One append or extend, encoded and checked, not yet added to the builder."""
-
-    __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
-
-    def __init__(
-        self,
-        columns: dict[str, pa.Array],
-        used: dict[str, ColumnSpec],
-        batch_globals: dict[str, object],
-        sample_keys: tuple[str, ...],
-    ) -> None:
-        self.columns = columns
-        self.used = used
-        self.sample_keys = sample_keys
-        self.sample_globals = {k: v for k, v in batch_globals.items() if k in sample_keys}
-        self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
-        self.count = len(next(iter(columns.values())))  # the length source is always there
 
 
 class RolloutBatchBuilder:
@@ -96,19 +97,52 @@ class RolloutBatchBuilder:
     Threads. A builder is not thread-safe: use one per producer thread (and put their batches
     together afterwards), or guard it with a lock. An asyncio loop on one thread needs nothing.
 
+    Journal. With ``journal=folder`` every accepted call is written to the step's journal file in
+    ``folder`` before it returns (:mod:`arrow_split._journal` describes the files), so the
+    samples of a call that returned survive a crash of the process: :meth:`recover` rebuilds the
+    builder from the folder and appends go on. :meth:`finish` writes the step's dump
+    ``step-<n>.arrow`` (the bytes of ``batch.write``) and starts step ``n + 1``'s journal.
+    ``sync`` says when the OS is asked to write the journal through to the disk (which matters
+    for a crash of the machine, not of the process): ``"call"`` after every call, ``"step"``
+    at :meth:`finish` (the dump is synced), ``"os"`` never (the OS writes when it likes; the
+    dump is still synced). A write that fails (a full disk) raises :class:`JournalError` and
+    leaves the builder and the journal as they were.
+
+    Identity. With ``identity=key`` (a per-sample key such as ``"sample_indices"``), a sample
+    whose ``key`` value the builder holds already this step is a replay: ``on_duplicate="skip"``
+    (the default) drops it (the call adds the other samples and returns how many it added),
+    ``"error"`` raises :class:`DuplicateSampleError` and adds nothing. A loop that replays its
+    last group after :meth:`recover` cannot duplicate samples.
+
     Parameters
     ----------
     specs
         :class:`ColumnSpec` declarations, as for :meth:`RolloutBatch.from_train_data`.
     allow_nonfinite, exact_floats
         As for :meth:`RolloutBatch.from_train_data`.
+    journal
+        A folder for the journal and the steps' dumps (created if missing), or ``None``.
+    sync
+        ``"call"``, ``"step"`` (the default) or ``"os"``: see Journal above.
+    identity
+        The per-sample key that identifies a sample, or ``None`` (no replay check).
+    on_duplicate
+        ``"skip"`` (the default) or ``"error"``: see Identity above.
+
+    Raises
+    ------
+    JournalError
+        ``journal`` holds an unfinished step with samples (resume it with :meth:`recover`), or
+        cannot be written.
 
     Examples
     --------
     >>> from arrow_split import RolloutBatchBuilder
     >>> builder = RolloutBatchBuilder()
     >>> builder.append({"tokens": [1, 2, 3], "response_lengths": 1, "rewards": 1.0})
+    1
     >>> builder.extend({"tokens": [[4, 5]], "response_lengths": [1], "rewards": [0.0]})
+    1
     >>> builder.set_global("dynamic_global_batch_size", 2)
     >>> batch = builder.finish()
     >>> len(batch), len(builder)
@@ -119,11 +153,15 @@ class RolloutBatchBuilder:
         "_columns",
         "_declared",
         "_globals",
+        "_identity",
+        "_journal",
         "_known",
         "_length",
+        "_on_duplicate",
         "_options",
         "_sample_globals",
         "_sample_keys",
+        "_seen",
         "_specs",
     )
 
@@ -133,10 +171,27 @@ class RolloutBatchBuilder:
         *,
         allow_nonfinite: bool = False,
         exact_floats: bool = False,
+        journal: str | os.PathLike[str] | None = None,
+        sync: JournalSync = "step",
+        identity: str | None = None,
+        on_duplicate: OnDuplicate = "skip",
     ) -> None:
         self._declared = tuple(specs)
         resolve_specs((), self._declared)  # type and duplicate checks, before any sample
-        self._options = EncodeOptions(allow_nonfinite=allow_nonfinite, exact_floats=exact_floats)
+        self._options = EncodeOptions(
+            allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
+            exact_floats=as_flag("exact_floats", exact_floats),
+        )
+        if identity is not None and not isinstance(identity, str):
+            msg = f"`identity` must be a per-sample key (a str) or None, got {identity!r:.40}"
+            raise SchemaTypeError(msg)
+        self._identity = identity
+        self._on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)
+        self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
+        sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
+        self._journal = (
+            None if journal is None else StepJournal.create(journal, self._header(), sync)
+        )
         self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
         self._sample_globals: dict[str, Growable] = {}
@@ -167,36 +222,52 @@ class RolloutBatchBuilder:
         spec = self._spec(key)
         return spec.is_per_sample or spec.global_shape == "float_per_sample"
 
-    def append(self, sample: Mapping[str, Any]) -> None:
+    def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
+
+        Returns
+        -------
+        int
+            1, or 0 for a replayed sample skipped (see Identity in the class docstring).
 
         Raises
         ------
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
             As :meth:`RolloutBatch.from_train_data` would, naming the sample's position in the
             batch; the builder is left unchanged.
+        DuplicateSampleError
+            With ``on_duplicate="error"``, a replayed sample.
+        JournalError
+            The journal cannot be written; the builder is left unchanged.
         """
         if not isinstance(sample, Mapping):
             msg = f"`sample` must be a mapping of key -> value, got {type(sample).__name__}"
             raise SchemaTypeError(msg)
         group = {key: [value] if self._per_sample(key) else value for key, value in sample.items()}
-        self._add(group)
+        return self._add(group)
 
-    def extend(self, train_data: Mapping[str, Any]) -> None:
+    def extend(self, train_data: Mapping[str, Any]) -> int:
         """Validate a group of samples in the train-data layout and add them to the batch.
+
+        Returns
+        -------
+        int
+            The number of samples added (replayed samples skipped are not counted).
 
         Raises
         ------
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
             As :meth:`RolloutBatch.from_train_data` would on the group, naming each sample's
             position in the batch; the builder is left unchanged.
+        DuplicateSampleError, JournalError
+            As :meth:`append`.
         """
         if not isinstance(train_data, Mapping):
             msg = (
                 f"`train_data` must be a dict of per-sample lists, got {type(train_data).__name__}"
             )
             raise SchemaTypeError(msg)
-        self._add(train_data)
+        return self._add(train_data)
 
     def set_global(self, key: str, value: object) -> None:
         """Set a batch-global value (checked now; a per-sample one's length at :meth:`finish`).
@@ -221,10 +292,16 @@ class RolloutBatchBuilder:
             value = _copy_value(value)  # its length is checked by `finish`
         else:
             value = check_batch_global(spec, value, 0, self._options.allow_nonfinite)
+        if self._journal is not None:
+            meta = {"key": key, "spec": spec_to_json(spec), "value": pack_value(value)}
+            self._journal.write("global", meta, [])
+        self._set_global(key, spec, value)
+
+    def _set_global(self, key: str, spec: ColumnSpec, value: object) -> None:
         self._specs.setdefault(key, spec)
         self._globals[key] = value
 
-    def _add(self, train_data: Mapping[str, Any]) -> None:
+    def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
         sample_keys = self._check_keys(train_data, base)
         try:
@@ -232,9 +309,41 @@ class RolloutBatchBuilder:
             columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
         except ArrowSplitError as error:
             raise _shifted(error, base) from None
-        group = _Group(columns, used, batch_globals, sample_keys)
-        self._check_group(group)
+        checked = Group(columns, used, batch_globals, sample_keys)
+        self._check_group(checked)
+        group = self._first_seen(checked)
+        if group is None:
+            return 0
+        if self._journal is not None:
+            self._journal.write("group", *group_record(group))
         self._commit(group)
+        return group.count
+
+    def _identities(self, group: Group) -> list[object]:
+        if self._identity is None or self._identity not in group.columns:
+            return []
+        return list(group.columns[self._identity].to_pylist())
+
+    def _first_seen(self, group: Group) -> Group | None:
+        """The group without its replayed samples (``skip``), or raise (``error``)."""
+        identities = self._identities(group)
+        seen: dict[object, int] = {}
+        keep: list[int] = []
+        for row, identity in enumerate(identities):
+            first = self._seen.get(identity, seen.get(identity))
+            if first is None:
+                seen[identity] = self._length + len(keep)
+                keep.append(row)
+            elif self._on_duplicate == "error":
+                msg = (
+                    f"sample {self._length + row}: `{self._identity}` {identity!r:.40} is "
+                    f"sample {first}'s already; a replayed sample is refused "
+                    '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
+                )
+                raise DuplicateSampleError(msg)
+        if len(keep) == len(identities):
+            return group
+        return group.take(keep) if keep else None
 
     def _check_keys(self, train_data: Mapping[str, Any], base: int) -> tuple[str, ...]:
         sample_keys = tuple(key for key in train_data if self._per_sample(key))
@@ -270,7 +379,7 @@ class RolloutBatchBuilder:
             if key != _DERIVED
         }
 
-    def _check_group(self, group: _Group) -> None:
+    def _check_group(self, group: Group) -> None:
         """Raise if the group cannot join the batch: a tensor shape, a batch-global value."""
         for name, array in group.columns.items():
             growable = self._columns.get(name)
@@ -294,7 +403,7 @@ class RolloutBatchBuilder:
                 )
                 raise SchemaError(msg)
 
-    def _commit(self, group: _Group) -> None:
+    def _commit(self, group: Group) -> None:
         """Add a checked group: nothing here raises on the caller's values."""
         if self._sample_keys is None:
             self._sample_keys = group.sample_keys
@@ -306,21 +415,23 @@ class RolloutBatchBuilder:
         for name, array in group.columns.items():
             self._growable(self._columns, name, array).append(array)
         for key, values in group.sample_globals.items():
-            array = pa.array(np.asarray(values, dtype=np.float64))
+            array = pa.array(values)
             self._growable(self._sample_globals, key, array).append(array)
         for key, value in group.globals.items():
             self._globals.setdefault(key, value)
+        for row, identity in enumerate(self._identities(group)):
+            self._seen[identity] = self._length + row
         self._length += group.count
 
     @staticmethod
     def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-        """The column's growable; a new one where an empty one holds another Arrow type."""
+        """The column's growable; a new one where an empty one holds another Arrow type.
+
+        An empty growable of another type (the previous step's narrow storage, tensor shape or
+        object codec) is replaced: a step's types depend on its own samples only.
+        """
         growable = growables.get(name)
-        reusable = growable is not None and (
-            growable.type.equals(array.type)
-            or growable.length > 0
-            or (pa.types.is_large_list(growable.type) and pa.types.is_large_list(array.type))
-        )
+        reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
         if growable is None or not reusable:
             growable = growables[name] = growable_for(array.type)
         return growable
@@ -336,29 +447,52 @@ class RolloutBatchBuilder:
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended; the builder is then empty, its capacity kept.
 
+        With a journal, the batch is first written as the step's dump and the next step's
+        journal is started (see Journal in the class docstring).
+
         Raises
         ------
         SchemaError, ColumnTypeError, ValueRangeError
             A rule on the whole batch is broken (a batch-global value given whole with the wrong
             number of values); the builder is left unchanged.
+        JournalError
+            The step's dump cannot be written; the builder and its journal are left unchanged.
         """
         if self._sample_keys is None:
             return self._finish_empty()
         batch_globals = self._checked_globals()
         names = [key for key, spec in self._specs.items() if spec.is_per_sample]
         arrays = [self._columns[name].finish() for name in names]
-        for key in self._sample_keys:
-            if key in self._sample_globals:
-                values = self._sample_globals[key].finish().to_numpy(zero_copy_only=True)
-                values.flags.writeable = False
-                batch_globals[key] = values
+        sample_globals = {
+            key: self._sample_globals[key].finish()
+            for key in self._sample_keys
+            if key in self._sample_globals
+        }
+        for key, array in sample_globals.items():
+            values = array.to_numpy(zero_copy_only=True)
+            values.flags.writeable = False
+            batch_globals[key] = values
         record_batch = pa.RecordBatch.from_arrays(arrays, names=names)
         record_batch.validate(full=True)
         specs = dict(self._specs)
-        self._reset()
-        return RolloutBatch(
+        batch = RolloutBatch(
             record_batch, specs, {k: batch_globals[k] for k in specs if k in batch_globals}
         )
+        try:
+            self._close_step(batch)
+        except JournalError:
+            for name, array in zip(names, arrays, strict=True):
+                self._columns[name].append(array)
+            for key, array in sample_globals.items():
+                self._sample_globals[key].append(array)
+            raise
+        return batch
+
+    def _close_step(self, batch: RolloutBatch) -> None:
+        """Write the step's dump (with a journal) and empty the builder for the next step."""
+        if self._journal is not None:
+            self._journal.finish_step(batch)
+        self._reset()
 
     def _checked_globals(self) -> dict[str, object]:
         return {
@@ -377,14 +511,83 @@ class RolloutBatchBuilder:
         record_batch, used, batch_globals = encode_train_data(
             train_data, self._declared, self._options
         )
-        self._reset()
-        return RolloutBatch(record_batch, used, batch_globals)
+        batch = RolloutBatch(record_batch, used, batch_globals)
+        self._close_step(batch)
+        return batch
 
     def _reset(self) -> None:
         self._sample_keys = None
         self._specs = {}
         self._globals = {}
+        self._seen = {}
         self._length = 0
+
+    def _header(self) -> dict[str, object]:
+        """What a journal's ``open`` record holds: enough to build this builder again."""
+        from arrow_split import __version__
+
+        return {
+            "journal_version": JOURNAL_VERSION,
+            "library_version": __version__,
+            "declared": [spec_to_json(spec) for spec in self._declared],
+            "allow_nonfinite": self._options.allow_nonfinite,
+            "exact_floats": self._options.exact_floats,
+            "identity": self._identity,
+        }
+
+    @classmethod
+    def recover(
+        cls,
+        journal: str | os.PathLike[str],
+        *,
+        sync: JournalSync = "step",
+        on_duplicate: OnDuplicate = "skip",
+    ) -> RolloutBatchBuilder:
+        """The builder of the unfinished step in the journal folder ``journal``, as it was.
+
+        It holds exactly the samples (and batch-global values) of the calls that were written
+        whole to the journal: every call that returned before a crash, and possibly the one
+        the crash interrupted, whole or not at all (a torn record is dropped). Its specs,
+        options and identity key are the journal's; appends go on into the same journal.
+        A folder whose last step was finished gives an empty builder for the next step.
+
+        Raises
+        ------
+        JournalError
+            ``journal`` holds no journal (``errno.ENOENT``), a file that is not a journal, a
+            journal of an unknown version, or several unfinished steps.
+        """
+        sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
+        step_journal, records = StepJournal.recover(journal, sync)
+        header = step_journal.header
+        source = os.fspath(journal)
+        if header.get("journal_version") != JOURNAL_VERSION:
+            step_journal.close()
+            msg = (
+                f"`{source}` is a journal of version {header.get('journal_version')!r:.20}; "
+                f"this arrow_split reads version {JOURNAL_VERSION!r}"
+            )
+            raise JournalError(msg)
+        builder = cls(
+            [spec_from_json(item, source) for item in header["declared"]],
+            allow_nonfinite=bool(header["allow_nonfinite"]),
+            exact_floats=bool(header["exact_floats"]),
+            identity=header["identity"],
+            on_duplicate=on_duplicate,
+        )
+        for record in records:
+            builder._replay(record, source)
+        builder._journal = step_journal
+        return builder
+
+    def _replay(self, record: Record, source: str) -> None:
+        if record.kind == "global":
+            key = str(record.meta["key"])
+            self._set_global(
+                key, spec_from_json(record.meta["spec"], source), unpack_value(record.meta["value"])
+            )
+        else:
+            self._commit(group_from_record(record, source))
 
 
 def _same(left: object, right: object) -> bool:

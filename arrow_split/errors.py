@@ -27,6 +27,9 @@ of the transport::
     ├── DumpError              (ValueError)   a rollout dump that cannot be read or written:
     │                                         truncated, not an Arrow file, a wrong version,
     │                                         missing or corrupt metadata
+    ├── JournalError           (RuntimeError) a builder's journal that cannot be written (a full
+    │                                         disk, a file size limit) or read (not a journal)
+    ├── DuplicateSampleError   (ValueError)   a sample whose identity the builder holds already
     ├── PlanError              (ValueError)   a partition request that cannot be met: `dp_size`,
     │   │                                     `dp_rank`, balanced mode on a batch it cannot split
     │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
@@ -47,6 +50,8 @@ __all__ = [
     "ColumnNotFoundError",
     "ColumnTypeError",
     "DumpError",
+    "DuplicateSampleError",
+    "JournalError",
     "NotARolloutBatchError",
     "OptionError",
     "OptionTypeError",
@@ -94,6 +99,18 @@ class ValueRangeError(ArrowSplitError, ValueError):
 
 class DumpError(ArrowSplitError, ValueError):
     """A rollout dump on disk that cannot be read (or a batch that cannot be written as one)."""
+
+
+class JournalError(ArrowSplitError, RuntimeError):
+    """A builder's journal that cannot be written or read; ``errno`` is the OS error's, if any."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        super().__init__(message)
+        self.errno = errno
+
+
+class DuplicateSampleError(ArrowSplitError, ValueError):
+    """A sample whose identity the builder (or its journal) holds already this step."""
 
 
 class OptionError(ArrowSplitError, ValueError):

@@ -1,0 +1,91 @@
+"""The builder's journal: recovery after a crash, torn records, replays, the step's dump."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from arrow_split import DuplicateSampleError, JournalError, RolloutBatch, RolloutBatchBuilder
+from arrow_split.testing import assert_batches_equal
+
+
+def _group(first: int, count: int = 2) -> dict[str, list[object]]:
+    return {
+        "tokens": [[first + i, 2, 3] for i in range(count)],
+        "response_lengths": [1] * count,
+        "rewards": [float(i) for i in range(count)],
+        "sample_indices": list(range(first, first + count)),
+        "metadata": ["a", {"b": first}][:count] + [None] * max(0, count - 2),
+    }
+
+
+def _built(folder: Path, groups: int) -> RolloutBatchBuilder:
+    builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
+    for index in range(groups):
+        builder.extend(_group(2 * index))
+    builder.set_global("dynamic_global_batch_size", 2 * groups)
+    return builder
+
+
+def test_recover_rebuilds_the_builder(tmp_path: Path) -> None:
+    builder = _built(tmp_path, 3)
+    recovered = RolloutBatchBuilder.recover(tmp_path)
+    assert len(recovered) == len(builder) == 6
+    expected = builder.finish()
+    assert_batches_equal(recovered.finish(), expected)
+
+
+def test_a_torn_last_record_is_dropped_whole(tmp_path: Path) -> None:
+    builder = _built(tmp_path, 3)
+    path = tmp_path / "step-000000.journal"
+    size = path.stat().st_size
+    for cut in (1, 17, 100):
+        with open(path, "r+b") as file:
+            file.truncate(size - cut)
+        recovered = RolloutBatchBuilder.recover(tmp_path)
+        assert len(recovered) == 6  # only the set_global record is torn
+        recovered.extend(_group(100))
+        assert len(RolloutBatchBuilder.recover(tmp_path)) == 8
+        size = path.stat().st_size
+    del builder
+
+
+def test_replays_are_skipped_or_refused(tmp_path: Path) -> None:
+    builder = _built(tmp_path, 2)
+    assert builder.extend(_group(2)) == 0
+    assert builder.extend(_group(3)) == 1  # sample 3 is a replay, 4 is new
+    assert len(builder) == 5
+    strict = RolloutBatchBuilder.recover(tmp_path, on_duplicate="error")
+    with pytest.raises(DuplicateSampleError, match=r"`sample_indices` 2 is sample 2's already"):
+        strict.extend(_group(2))
+    assert len(strict) == 5
+
+
+def test_finish_writes_the_dump_and_starts_the_next_step(tmp_path: Path) -> None:
+    batch = _built(tmp_path, 2).finish()
+    assert sorted(os.listdir(tmp_path)) == ["step-000000.arrow", "step-000001.journal"]
+    batch.write(tmp_path / "expected.arrow")
+    dumped = (tmp_path / "step-000000.arrow").read_bytes()
+    assert dumped == (tmp_path / "expected.arrow").read_bytes()
+    assert_batches_equal(RolloutBatch.read(tmp_path / "step-000000.arrow"), batch)
+    assert len(RolloutBatchBuilder.recover(tmp_path)) == 0
+
+
+def test_an_unfinished_step_is_not_overwritten(tmp_path: Path) -> None:
+    _built(tmp_path, 1)
+    with pytest.raises(JournalError, match="holds an unfinished step"):
+        RolloutBatchBuilder(journal=tmp_path)
+    with pytest.raises(JournalError, match="no rollout journal"):
+        RolloutBatchBuilder.recover(tmp_path / "missing")
+
+
+def test_a_reused_builder_keeps_no_narrow_storage_of_the_step_before() -> None:
+    builder = RolloutBatchBuilder()
+    wide = {"tokens": [[1, 2]], "response_lengths": [1], "rollout_routed_experts": [[[300]]]}
+    narrow = {"tokens": [[1, 2]], "response_lengths": [1], "rollout_routed_experts": [[[3]]]}
+    builder.extend(wide)
+    builder.finish()
+    builder.extend(narrow)
+    assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(narrow))
