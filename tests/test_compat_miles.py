@@ -556,3 +556,28 @@ def test_install_without_miles_is_a_clear_import_error(monkeypatch: pytest.Monke
     monkeypatch.setitem(sys.modules, "miles", None)
     with pytest.raises(ImportError, match=r"install\(\) patches an importable miles, but"):
         miles.install()
+
+
+_MILES_MODULES = (
+    "miles.ray.rollout.train_data_conversion",
+    "miles.utils.data",
+    "miles.ray.rollout.rollout_manager",
+)
+
+
+@pytest.mark.parametrize("imported_first", [0, 1, 2, 3])
+def test_undo_restores_every_name_whatever_was_imported_first(
+    fake_miles: Path, imported_first: int
+) -> None:
+    import importlib
+
+    for name in _MILES_MODULES[:imported_first]:
+        importlib.import_module(name)
+    installation = miles.install()
+    manager = importlib.import_module("miles.ray.rollout.rollout_manager")
+    data_module = importlib.import_module("miles.utils.data")
+    assert manager.split_train_data_by_dp is miles.split_train_data_by_dp
+    installation.undo()
+    assert manager.split_train_data_by_dp(None, None, None) == "miles"
+    assert data_module.split_train_data_by_dp_raw(None, None, dp_size=1) == "miles"
+    assert data_module.process_rollout_data(None, None, 0, 1, None) == "miles"

@@ -92,6 +92,13 @@ def _import_required(name: str) -> ModuleType:
         raise ImportError(msg) from exc
 
 
+def _import_optional(name: str) -> ModuleType | None:
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
+
+
 def _optional_attr(module: str, attr: str) -> Any:
     try:
         return getattr(importlib.import_module(module), attr)
@@ -169,15 +176,18 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
     patched: list[str] = []
     skipped: list[str] = []
     originals: list[tuple[ModuleType, str, object]] = []
-    targets = [*_REQUIRED.items(), *_OPTIONAL.items()]
-    for module_name, names in targets:
+    # Every module is imported before any name is patched: a module imported mid-loop would
+    # bind the patched function by name, and undo() would save and restore that, not miles' own.
+    for module_name, names in _OPTIONAL.items():
+        module = _import_optional(module_name)
+        if module is None:
+            skipped.extend(f"{module_name}.{name}" for name in names)
+        else:
+            modules[module_name] = module
+    for module_name, names in [*_REQUIRED.items(), *_OPTIONAL.items()]:
         module = modules.get(module_name)
         if module is None:
-            try:
-                module = importlib.import_module(module_name)
-            except ImportError:
-                skipped.extend(f"{module_name}.{name}" for name in names)
-                continue
+            continue
         for name in names:
             originals.append((module, name, getattr(module, name, _ABSENT)))
             setattr(module, name, _bound(name, hooks))
