@@ -175,9 +175,10 @@ def put_by_node(
         refs.clear()  # the only references: dropping them frees the objects already put
         ranks = groups[done]
         node = "" if rank_nodes is None else f" (node {rank_nodes[ranks[0]]})"
+        reason = next(iter(str(exc).splitlines()), "")  # Ray's messages go on for lines
         msg = (
             f"the put of group {done + 1} of {len(groups)}{node}, {_ranks_text(ranks)}, "
-            f"failed ({type(exc).__name__}: {exc}); the {done} objects already put were freed "
+            f"failed ({type(exc).__name__}: {reason}); the {done} objects already put were freed "
             "and nothing of this step is in the store: make room (or lower the step's size) "
             "and split again"
         )
