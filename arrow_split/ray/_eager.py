@@ -42,14 +42,9 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-try:
-    import ray
-except ImportError:
-    msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
-    raise ImportError(msg) from None
-
 import numpy as np
 import pyarrow as pa
+import ray  # the package's first import (`_handoff`) fails fast without Ray
 
 from arrow_split import (
     NotARolloutBatchError,
