@@ -255,9 +255,11 @@ def _wait_for_free_store(capacity: float, timeout_s: float = 20.0) -> None:
 def _one_step(
     ranks: list[Any], batch: RolloutBatch, mode: str, options: ClusterOptions
 ) -> dict[str, Any]:
+    # Eager: one object per node, from each rank's node id (as a framework collects them).
+    nodes = ray.get([rank.node_id.remote() for rank in ranks]) if mode == "eager" else None
     start = time.perf_counter()
     refs_or_ref: Any = split_train_data_by_dp(
-        batch, options.dp_size, balance_data=True, delay=mode != "eager"
+        batch, options.dp_size, balance_data=True, delay=mode != "eager", rank_nodes=nodes
     )
     put_s = time.perf_counter() - start
     boxed = {"refs": refs_or_ref}

@@ -3,11 +3,12 @@
 Two hand-offs, named by ``delay`` in :func:`split_train_data_by_dp`:
 
 eager (``delay=False``)
-    The driver splits the batch with the core (one ``take`` per rank) and puts one object per
-    rank. Each object holds only its rank's rows, in fresh compact buffers (never a slice view of
-    the batch, which would ship the whole parent buffer). A rank fetches ``refs[dp_rank]`` alone and
-    checks in O(1) that it is its part of the plan it asked for (the shard carries the plan's key
-    and its rank).
+    The driver gathers the rows once in plan order and puts one object per node (one in all
+    without ``rank_nodes``), in fresh compact buffers (never a slice view of the batch, which
+    would ship the whole parent buffer); the list it returns has a reference per rank, shared by
+    the ranks of a node. A rank fetches ``refs[dp_rank]`` alone, checks in O(1) that it holds
+    its rows of the plan it asked for (the object carries the plan's key and each rank's row
+    range) and slices them without a copy. See :mod:`arrow_split.ray._eager`.
 delayed (``delay=True``)
     The driver puts the whole batch once. Each rank maps it read-only from its node's shared
     memory (no copy, no deserialization of the columns' values), computes the plan from the
@@ -43,9 +44,10 @@ public call that frees an object still referenced, so this module offers none). 
 - the shard :func:`process_rollout_data` returns in delayed mode owns fresh buffers and keeps no
   view of the fetched batch, so it never pins the batch in the store; the rank may write to its
   buffers (nobody else sees them);
-- the shard it returns in eager mode *is* the rank's object: its buffers are read-only views of
-  the store and keep that one object (a shard, not the batch) alive until the shard is dropped.
-  Copy before writing (converting to tensors does).
+- the shard it returns in eager mode is a slice of its node's object: its buffers are read-only
+  views of the store and keep that object (its node's ranks' rows, not the whole batch unless
+  all ranks share one object) alive until the shard is dropped. Copy before writing (converting
+  to tensors does); take its rows before passing it on (a slice pickles its parent's buffers).
 
 Cluster scale. Ray moves an object between nodes whole: a delayed rank whose node does not hold
 the batch would pull all of it. By default (``locality="auto"``) such a rank has its rows taken on
@@ -72,7 +74,6 @@ from arrow_split import (
     KNOWN_COLUMNS,
     NotARolloutBatchError,
     PlanError,
-    PlanMismatchError,
     RaggedLengthError,
     RolloutBatch,
     Shard,
@@ -80,6 +81,7 @@ from arrow_split import (
     shard_for_rank,
 )
 from arrow_split._args import check_dp_rank, check_dp_size, method_of
+from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
 from arrow_split.schema import role_column
 
@@ -101,7 +103,8 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: Literal[False] = False,
-) -> list[ObjectRef[Shard]]: ...
+    rank_nodes: Sequence[str] | None = None,
+) -> list[ObjectRef[NodeRows]]: ...
 
 
 @overload
@@ -111,6 +114,7 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: Literal[True],
+    rank_nodes: Sequence[str] | None = None,
 ) -> ObjectRef[RolloutBatch]: ...
 
 
@@ -121,7 +125,8 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: bool,
-) -> list[ObjectRef[Shard]] | ObjectRef[RolloutBatch]: ...
+    rank_nodes: Sequence[str] | None = None,
+) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]: ...
 
 
 def split_train_data_by_dp(
@@ -130,7 +135,8 @@ def split_train_data_by_dp(
     *,
     balance_data: bool,
     delay: bool = False,
-) -> list[ObjectRef[Shard]] | ObjectRef[RolloutBatch]:
+    rank_nodes: Sequence[str] | None = None,
+) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
     Call it on the driver: the caller owns the objects (see the module docstring). Everything is
@@ -146,15 +152,22 @@ def split_train_data_by_dp(
     balance_data
         The plan: ``False`` strided, ``True`` balanced (see :func:`arrow_split.plan_partitions`).
     delay
-        ``False``: split now and put one shard per rank. ``True``: put the whole batch once,
-        with its plan, and let each rank take its own rows.
+        ``False``: gather the rows now, in plan order, and put one object per node (see
+        :mod:`arrow_split.ray._eager`). ``True``: put the whole batch once, with its plan, and
+        let each rank take its own rows.
+    rank_nodes
+        Eager only, optional: the node id of each rank (``dp_size`` strings, in rank order; a
+        train actor's is ``ray.get_runtime_context().get_node_id()``). Ranks with the same id
+        share one object. ``None``: one object for all ranks (the best choice on one node). A
+        wrong id still gives every rank its own rows; only more bytes cross nodes.
 
     Returns
     -------
     list of ObjectRef or ObjectRef
-        Eager: one reference per rank, ``refs[r]`` holding
-        ``split_train_data_by_dp_raw(...)[r]``. Delayed: one reference to the whole batch. Drop
-        them (``del refs``) once every rank has processed the step to free the store.
+        Eager: one reference per rank, ``refs[r]`` holding rank ``r``'s node's object, from
+        which :func:`process_rollout_data` slices ``split_train_data_by_dp_raw(...)[r]``'s rows.
+        Delayed: one reference to the whole batch. Drop them (``del refs``) once every rank has
+        processed the step to free the store.
 
     Raises
     ------
@@ -162,9 +175,14 @@ def split_train_data_by_dp(
         ``data_or_batch`` is not a valid batch.
     PlanError
         A bad ``dp_size``, or a balanced plan the batch's sample count cannot meet.
+    OptionError, OptionTypeError
+        ``rank_nodes`` is not one node id (str) per rank.
+    TransportError
+        Eager: a put failed part-way; the objects already put were freed (all or nothing).
     """
     size = check_dp_size(dp_size)
     method_of(balance_data)
+    nodes = check_rank_nodes(rank_nodes, size)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
     else:
@@ -172,14 +190,11 @@ def split_train_data_by_dp(
     if isinstance(batch, Shard):
         msg = "`split_train_data_by_dp` puts a whole batch; got a shard"
         raise PlanError(msg)
-    planned = batch.with_plan(batch.make_plan(size, balance_data=balance_data))
+    plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
-        return ray.put(planned)
-    # One shard alive at a time: the driver's peak is the batch plus one rank's rows.
-    return [
-        ray.put(shard_for_rank(planned, rank, size, balance_data=balance_data))
-        for rank in range(size)
-    ]
+        return ray.put(batch.with_plan(plan))
+    # One node's rows alive at a time: the driver's peak is the batch plus one node's rows.
+    return put_by_node(batch, plan, nodes)
 
 
 def process_rollout_data(
@@ -205,7 +220,7 @@ def process_rollout_data(
     ----------
     refs_or_ref
         The eager list of references (one per rank; only ``refs[dp_rank]`` is fetched), the
-        delayed reference, or the batch itself (what Ray hands an actor method when the delayed
+        delayed reference, or what one of them holds (what Ray hands an actor method when a
         reference is passed as a top-level argument).
     dp_rank, dp_size
         This rank and the number of ranks.
@@ -232,7 +247,7 @@ def process_rollout_data(
     -------
     Shard
         This rank's shard with layout ``"actor"``. Delayed: fresh buffers, writable by this rank,
-        no view of the store. Eager: read-only views of this rank's object in the store.
+        no view of the store. Eager: a zero-copy slice (read-only) of its node's object.
 
     Raises
     ------
@@ -241,7 +256,7 @@ def process_rollout_data(
         whose length is not ``dp_size``; a shard where the delayed mode expects the whole batch.
     PlanMismatchError
         What was put is another plan's data: another method, another ``dp_size`` (eager, or
-        delayed without ``resplit``), or another rank's shard.
+        delayed without ``resplit``), or other ranks' rows.
     NotARolloutBatchError
         The reference holds something other than a rollout batch.
     TransportError
@@ -257,6 +272,9 @@ def process_rollout_data(
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
         shard = _eager_shard(refs_or_ref, rank, size, balance_data, who, on_fetch)
+    elif isinstance(refs_or_ref, NodeRows):  # Ray resolved an eager reference given top-level
+        method = None if balance_data is None else method_of(balance_data)
+        shard = rank_slice(refs_or_ref, rank, size, method, who, "the object given")
     else:
         request = {
             "dp_rank": rank,
@@ -278,7 +296,7 @@ def _eager_shard(
     who: str,
     on_fetch: OnFetch | None,
 ) -> Shard:
-    """Fetch ``refs[dp_rank]`` alone and check, in O(1), that it is this rank's part."""
+    """Fetch ``refs[dp_rank]`` alone (its node's object) and slice this rank's rows out of it."""
     if len(refs) != dp_size:
         msg = (
             f"got {len(refs)} references but `dp_size` is {dp_size}; pass the whole list that "
@@ -286,28 +304,10 @@ def _eager_shard(
             "delayed reference to split a batch for another `dp_size`"
         )
         raise PlanError(msg)
-    resolved = _resolve(refs[dp_rank], who, f"`refs[{dp_rank}]`", on_fetch)
-    shard = resolved if isinstance(resolved, Shard) else None
-    key = None if shard is None else shard.plan_key
+    what = f"`refs[{dp_rank}]`"
+    value = _fetch(refs[dp_rank], who, what, on_fetch)
     method = None if balance_data is None else method_of(balance_data)
-    if (
-        shard is None
-        or key is None
-        or shard.dp_rank != dp_rank
-        or key.dp_size != dp_size
-        or (method is not None and key.method != method)
-    ):
-        got = "rows taken without a plan" if shard is not None else "a whole batch"
-        if shard is not None and key is not None:
-            got = f"rank {shard.dp_rank}'s rows of a {key.dp_size}-rank {key.method} plan"
-        asked = "" if method is None else f" {method}"
-        msg = (
-            f"{who}: `refs[{dp_rank}]` holds {got}, not rank {dp_rank}'s rows of a "
-            f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
-            "returned it, with the same `dp_size` and `balance_data`"
-        )
-        raise PlanMismatchError(msg)
-    return shard
+    return rank_slice(value, dp_rank, dp_size, method, who, what)
 
 
 def _delayed_shard(
@@ -324,49 +324,47 @@ def _delayed_shard(
             shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
                 return _detach_globals(shard)
-    batch = _whole_batch(_resolve(ref_or_batch, who, "the delayed reference", on_fetch), who)
-    shard = shard_for_rank(batch, **request)
-    del batch  # the shard owns fresh buffers; the fetched batch must not outlive this call
+    value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    shard = shard_for_rank(_whole_batch(value, who), **request)
+    del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
     return _detach_globals(shard)
 
 
-def _whole_batch(batch: RolloutBatch, who: str) -> RolloutBatch:
-    """Refuse a shard where the delayed mode expects the whole batch (a top-level eager ref)."""
-    if isinstance(batch, Shard):
+def _whole_batch(value: object, who: str) -> RolloutBatch:
+    """The whole batch a delayed reference holds; refuse an eager object or anything else."""
+    if isinstance(value, (NodeRows, Shard)):
         msg = (
-            f"{who}: got a shard ({batch.num_samples} of "
-            f"{len(batch.batch_total_lengths)} samples) where the whole batch was expected; pass "
-            "the eager list of references inside a container (Ray resolves a reference passed "
-            "as a top-level argument), or the reference `split_train_data_by_dp(..., "
-            "delay=True)` returned"
+            f"{who}: got {len(value.partition)} rows of "
+            f"{len(value.batch_total_lengths)} samples put for ranks where the whole batch was "
+            "expected; pass the whole eager list (not one of its references), or the reference "
+            "`split_train_data_by_dp(..., delay=True)` returned"
         )
         raise PlanError(msg)
-    return batch
-
-
-def _resolve(ref_or_batch: object, who: str, what: str, on_fetch: OnFetch | None) -> RolloutBatch:
-    """Return the RolloutBatch a reference holds (read-only views of the store), or raise."""
-    if isinstance(ref_or_batch, ray.ObjectRef):
-        try:
-            value = ray.get(ref_or_batch)
-        except _ObjectLostError as exc:
-            msg = (
-                f"{who}: the object store lost {what} ({type(exc).__name__}); the "
-                "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
-                "in an actor that may die) and keep its references until every rank has "
-                "processed the step"
-            )
-            raise TransportError(msg) from exc
-        if on_fetch is not None:
-            on_fetch(ref_or_batch)
-    else:
-        value = ref_or_batch
     if not isinstance(value, RolloutBatch):
         msg = (
-            f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch; "
+            f"{who}: the delayed reference holds a {type(value).__name__}, not a RolloutBatch; "
             "put batches with `arrow_split.ray.split_train_data_by_dp`"
         )
         raise NotARolloutBatchError(msg)
+    return value
+
+
+def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
+    """The value a reference holds (read-only views of the store), or the value itself."""
+    if not isinstance(ref_or_value, ray.ObjectRef):
+        return ref_or_value
+    try:
+        value = ray.get(ref_or_value)
+    except _ObjectLostError as exc:
+        msg = (
+            f"{who}: the object store lost {what} ({type(exc).__name__}); the "
+            "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
+            "in an actor that may die) and keep its references until every rank has "
+            "processed the step"
+        )
+        raise TransportError(msg) from exc
+    if on_fetch is not None:
+        on_fetch(ref_or_value)
     return value
 
 

@@ -86,10 +86,19 @@ def batch() -> RolloutBatch:
     return make_batch(600, seed=11)
 
 
-def put_step(batch: RolloutBatch, mode: str, *, balance_data: bool = True) -> Any:
-    """What the driver puts for ``mode``: a reference per rank (eager), or the batch once."""
-    delay = mode != "eager"
-    return split_train_data_by_dp(batch, DP_SIZE, balance_data=balance_data, delay=delay)
+def put_step(
+    batch: RolloutBatch, mode: str, rank_nodes: list[str], *, balance_data: bool = True
+) -> Any:
+    """What the driver puts for ``mode``: one object per node (eager), or the batch once."""
+    if mode != "eager":
+        return split_train_data_by_dp(batch, DP_SIZE, balance_data=balance_data, delay=True)
+    return split_train_data_by_dp(batch, DP_SIZE, balance_data=balance_data, rank_nodes=rank_nodes)
+
+
+@pytest.fixture(scope="module")
+def rank_nodes(cluster: SimulatedCluster) -> list[str]:
+    """Each rank's node id, as a framework collects them from its train actors."""
+    return [cluster.node_ids[rank // RANKS_PER_NODE] for rank in range(DP_SIZE)]
 
 
 def run_step(
@@ -115,21 +124,23 @@ def object_size(ref: Any) -> int:
 
 @pytest.mark.parametrize("balance_data", [False, True])
 def test_every_mode_gives_every_rank_the_core_shard(
-    ranks: list[Any], batch: RolloutBatch, balance_data: bool
+    ranks: list[Any], rank_nodes: list[str], batch: RolloutBatch, balance_data: bool
 ) -> None:
     expected = split_train_data_by_dp_raw(batch, DP_SIZE, balance_data=balance_data)
     for mode in MODES:
-        refs_or_ref = put_step(batch, mode, balance_data=balance_data)
+        refs_or_ref = put_step(batch, mode, rank_nodes, balance_data=balance_data)
         shards, _, _ = run_step(ranks, refs_or_ref, mode, balance_data=balance_data)
         for rank, shard in enumerate(shards):
             assert shard.equals(expected[rank].with_layout("actor")), (mode, rank)
 
 
 def test_node_aware_moves_what_eager_moves_and_local_moves_the_batch_per_node(
-    ranks: list[Any], batch: RolloutBatch
+    ranks: list[Any], rank_nodes: list[str], batch: RolloutBatch
 ) -> None:
-    crossed = {mode: run_step(ranks, put_step(batch, mode), mode)[1] for mode in MODES}
-    batch_object_bytes = object_size(put_step(batch, "local"))
+    crossed = {mode: run_step(ranks, put_step(batch, mode, rank_nodes), mode)[1] for mode in MODES}
+    batch_object_bytes = object_size(put_step(batch, "local", rank_nodes))
+    # Eager: one object per node, shared by the node's ranks.
+    assert len({ref.hex() for ref in put_step(batch, "eager", rank_nodes)}) == NUM_NODES
     # The two off-head nodes hold 4 of the 6 ranks: 2/3 of the rows cross, in eager mode.
     assert 0.6 * batch.nbytes < crossed["eager"] < 0.8 * batch.nbytes
     assert crossed["local"] == (NUM_NODES - 1) * batch_object_bytes

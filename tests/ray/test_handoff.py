@@ -21,6 +21,8 @@ import pytest
 import arrow_split
 from arrow_split import (
     NotARolloutBatchError,
+    OptionError,
+    OptionTypeError,
     PlanError,
     PlanMismatchError,
     RaggedLengthError,
@@ -147,6 +149,28 @@ class DPWorker:
             "shard_tokens": shard.column("tokens").values.to_pylist(),
         }
 
+    def slice_of(self, boxed: dict[str, Any], dp_rank: int, dp_size: int) -> dict[str, Any]:
+        node_rows = ray.get(boxed["refs"][dp_rank])
+        before = pa.total_allocated_bytes()
+        shard = process_rollout_data(boxed["refs"], dp_rank, dp_size)
+        grown = pa.total_allocated_bytes() - before
+        buffers = buffers_of(shard.record_batch)
+        # The Arrow buffers, and the numpy views of the rank's own values within them.
+        views = [(b.address, b.size) for b in buffers]
+        views += [
+            (column.values.ctypes.data, column.values.nbytes)
+            for column in shard.numeric_columns()
+            if column.values.dtype != np.bool_  # booleans are unpacked into a copy
+        ]
+        return {
+            "object_buffers": [(b.address, b.size) for b in buffers_of(node_rows.record_batch)],
+            "object_rows": node_rows.record_batch.num_rows,
+            "shard_buffers": views,
+            "mutable": [buffer.is_mutable for buffer in buffers],
+            "grown": grown,
+            "shard_nbytes": shard.nbytes,
+        }
+
     def keep(self, boxed: dict[str, Any], dp_rank: int, dp_size: int, **kwargs: Any) -> int:
         shard = process_rollout_data(boxed["refs"], dp_rank, dp_size, **kwargs)
         self.kept.append(shard)
@@ -223,15 +247,71 @@ def test_eager_and_delayed_give_the_core_split(workers: list[Any], balance_data:
             assert_actor_train_data(shard, expected[rank])
 
 
-def test_eager_objects_hold_only_their_rows() -> None:
+def test_eager_objects_hold_only_their_nodes_rows() -> None:
     train_data = make_train_data(256, seed=2, experts=True)
     batch = RolloutBatch.from_train_data(train_data)
-    refs = split_train_data_by_dp(train_data, 4, balance_data=False)
-    for ref in refs:
-        shard = ray.get(ref, timeout=CALL_TIMEOUT_S)
+    # Four nodes, ranks 0 and 5 on node "a": one object per node, shared by its ranks.
+    rank_nodes = ["a", "b", "c", "d", "b", "a", "c", "d"]
+    refs = split_train_data_by_dp(train_data, 8, balance_data=False, rank_nodes=rank_nodes)
+    assert len(refs) == 8
+    assert len({ref.hex() for ref in refs}) == 4
+    assert [refs.index(ref) for ref in refs] == [0, 1, 2, 3, 1, 0, 2, 3]
+    total = 0
+    for ref in {ref.hex(): ref for ref in refs}.values():
+        node_rows = ray.get(ref, timeout=CALL_TIMEOUT_S)
         # A slice view would carry the whole parent: each object's buffers are its own rows only.
-        assert shard.record_batch.get_total_buffer_size() < batch.nbytes / 3
-        assert sum(buffer.size for buffer in buffers_of(shard.record_batch)) < batch.nbytes / 3
+        size = sum(buffer.size for buffer in buffers_of(node_rows.record_batch))
+        assert node_rows.record_batch.get_total_buffer_size() < batch.nbytes / 3
+        assert size < batch.nbytes / 3
+        total += node_rows.record_batch.nbytes
+    assert total == pytest.approx(batch.nbytes, rel=0.01)
+    # Without `rank_nodes`: one object for every rank.
+    refs = split_train_data_by_dp(train_data, 8, balance_data=False)
+    assert len({ref.hex() for ref in refs}) == 1
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_ranks_grouped_by_node_get_the_core_split(workers: list[Any], balance_data: bool) -> None:
+    batch = make_batch(96, seed=11)
+    dp_size = NUM_WORKERS
+    expected = expected_shards(batch, dp_size, balance_data)
+    for rank_nodes in (["n1", "n0", "n1", "n0", "n2", "n2"], ["n"] * dp_size, None):
+        refs = split_train_data_by_dp(
+            batch, dp_size, balance_data=balance_data, rank_nodes=rank_nodes
+        )
+        shards = gather(
+            [
+                w.process.remote(box(refs), r, dp_size, balance_data=balance_data)
+                for r, w in enumerate(workers)
+            ]
+        )
+        for rank, shard in enumerate(shards):
+            assert shard.equals(expected[rank]), (rank_nodes, rank)
+
+
+def test_an_eager_shard_is_a_zero_copy_slice_of_its_nodes_object(workers: list[Any]) -> None:
+    batch = make_batch(256, seed=12, experts=True)
+    refs = split_train_data_by_dp(batch, 4, balance_data=True, rank_nodes=["a", "a", "b", "b"])
+    probes = gather([workers[0].slice_of.remote(box(refs), r, 4) for r in range(4)])
+    for rank, probe in enumerate(probes):
+        assert probe["shard_buffers"]
+        # Every buffer of the shard lies inside a buffer of its node's object, mapped read-only
+        # from the store (the same addresses as a plain get of that object in this process).
+        inside = [
+            any(
+                start <= address and address + size <= start + length
+                for start, length in probe["object_buffers"]
+            )
+            for address, size in probe["shard_buffers"]
+        ]
+        assert all(inside), rank
+        assert not any(probe["mutable"])
+        # pyarrow allocated nothing for the values: the slice is a view.
+        assert probe["grown"] < probe["shard_nbytes"] / 10
+        # The object holds its node's two ranks' rows, no more.
+        partitions = batch.make_plan(4, balance_data=True).partitions
+        first = rank - rank % 2
+        assert probe["object_rows"] == len(partitions[first]) + len(partitions[first + 1])
 
 
 def test_the_delayed_ref_splits_again_for_a_smaller_dp_size(workers: list[Any]) -> None:
@@ -334,8 +414,7 @@ def test_writes_stay_in_the_writing_actor(workers: list[Any], delay: bool) -> No
     other = gather([workers[1].process.remote(box(refs_or_ref), 0, 2, balance_data=False)])[0]
     assert other.equals(expected)
     if isinstance(refs_or_ref, list):
-        stored = ray.get(refs_or_ref[0], timeout=CALL_TIMEOUT_S)
-        assert stored.equals(expected.with_layout("rollout"))
+        assert process_rollout_data(refs_or_ref, 0, 2).equals(expected)
     else:
         assert ray.get(refs_or_ref, timeout=CALL_TIMEOUT_S).equals(batch)
 
@@ -380,13 +459,16 @@ def test_a_list_of_the_wrong_length_is_a_plan_error() -> None:
 
 
 def test_refs_out_of_order_are_a_plan_mismatch() -> None:
-    refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
+    batch = make_batch(16, seed=9)
+    refs = split_train_data_by_dp(batch, 4, balance_data=False, rank_nodes=["a", "b", "c", "c"])
     with pytest.raises(
         PlanMismatchError,
-        match=r"dp_rank 1: `refs\[1\]` holds rank 2's rows of a 4-rank strided plan, not rank "
-        r"1's rows of a 4-rank strided plan",
+        match=r"dp_rank 1: `refs\[1\]` holds the rows of ranks 2, 3 of a 4-rank strided plan, "
+        r"not rank 1's rows of a 4-rank strided plan",
     ):
         process_rollout_data(refs[::-1], 1, 4, balance_data=False)
+    with pytest.raises(PlanMismatchError, match=r"holds the rows of rank 0 of a 4-rank strided"):
+        process_rollout_data(refs[::-1], 3, 4, balance_data=False)
     with pytest.raises(PlanMismatchError, match=r"not rank 1's rows of a 4-rank balanced plan"):
         process_rollout_data(refs, 1, 4, balance_data=True)
 
@@ -418,12 +500,18 @@ def test_a_delayed_rank_with_another_dp_size_must_ask_for_a_resplit(workers: lis
     assert shard.partition.tolist() == [0, 3, 6, 9]
 
 
-def test_an_eager_ref_passed_top_level_is_refused(workers: list[Any]) -> None:
-    refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
-    # Ray resolves a top-level reference: the actor gets rank 1's shard, not the whole batch.
-    call = workers[0].process_resolved.remote(refs[1], 1, 4, balance_data=False)
-    with pytest.raises(PlanError, match=r"dp_rank 1: got a shard \(4 of 16 samples\)"):
+def test_an_eager_ref_passed_top_level_gives_its_ranks_rows(workers: list[Any]) -> None:
+    batch = make_batch(16, seed=9)
+    refs = split_train_data_by_dp(batch, 4, balance_data=False, rank_nodes=["a", "a", "b", "b"])
+    # Ray resolves a top-level reference: the actor gets the node's object, which holds rank 1.
+    shard = gather([workers[0].process_resolved.remote(refs[1], 1, 4, balance_data=False)])[0]
+    assert shard.equals(expected_shards(batch, 4, False)[1])
+    call = workers[0].process_resolved.remote(refs[1], 2, 4, balance_data=False)
+    with pytest.raises(PlanMismatchError, match=r"dp_rank 2: the object given holds the rows of"):
         ray.get(call, timeout=CALL_TIMEOUT_S)
+    # One of the eager references where the delayed one is expected: a plan error.
+    with pytest.raises(PlanError, match=r"dp_rank 0: got 8 rows of 16 samples put for ranks"):
+        process_rollout_data(refs[0], 0, 4, balance_data=False)
 
 
 def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -450,6 +538,52 @@ def test_bad_splits_fail_before_any_put(monkeypatch: pytest.MonkeyPatch) -> None
             split_train_data_by_dp(batch, 4, balance_data=True, delay=delay)
         with pytest.raises(PlanError, match=r"`dp_size` must be a positive int, got 0"):
             split_train_data_by_dp(batch, 0, balance_data=False, delay=delay)
+    with pytest.raises(OptionError, match=r"`rank_nodes` has 3 node ids but `dp_size` is 2"):
+        split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes=["a", "b", "c"])
+    with pytest.raises(
+        OptionTypeError, match=r"`rank_nodes\[1\]` must be a node id \(str\), got int"
+    ):
+        split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes=["a", 1])  # type: ignore[list-item]
+    with pytest.raises(OptionTypeError, match=r"`rank_nodes` must be a list of one node id"):
+        split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes="ab")
+
+
+def test_a_failed_put_frees_what_was_put_and_names_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    batch = make_batch(2048, seed=13, experts=True)  # objects large enough to count
+    gc.collect()
+    capacity = float(ray.cluster_resources()["object_store_memory"])
+    assert wait_until(lambda: store_bytes_free() == capacity), "earlier objects are still alive"
+    put = ray.put
+    calls: list[int] = []
+
+    def third_put_fails(value: object, **kwargs: Any) -> Any:
+        calls.append(len(calls))
+        if len(calls) == 3:
+            raise ray.exceptions.ObjectStoreFullError("the store is full")
+        return put(value, **kwargs)
+
+    monkeypatch.setattr(ray, "put", third_put_fails)
+    rank_nodes = ["a", "b", "c", "d", "a", "b", "c", "d"]
+    with pytest.raises(
+        TransportError,
+        match=r"the put of group 3 of 4 \(node c\), ranks 2, 6, failed \(ObjectStoreFullError: "
+        r".*the store is full.*\); the 2 objects already put were freed",
+    ) as caught:
+        split_train_data_by_dp(batch, 8, balance_data=True, rank_nodes=rank_nodes)
+    assert isinstance(caught.value.__cause__, ray.exceptions.ObjectStoreFullError)
+    assert calls == [0, 1, 2]
+    monkeypatch.undo()
+    # Ray reports the store's use with a lag: once an object put after the failure shows, the
+    # two objects put before it (half the batch) would show too, had they not been freed,
+    # though the error (and its traceback) is still alive.
+    control = ray.put(np.zeros(4 * 2**20, dtype=np.uint8))
+    assert wait_until(lambda: capacity - store_bytes_free() >= 4 * 2**20)
+    assert wait_until(lambda: capacity - store_bytes_free() < 4 * 2**20 + batch.nbytes / 8), (
+        f"the store still holds {capacity - store_bytes_free():.0f} bytes"
+    )
+    del control
 
 
 def test_a_ref_to_something_else_names_the_rank_and_the_type() -> None:
