@@ -25,41 +25,45 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 import ray
-from ray.cluster_utils import Cluster
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from arrow_split import RolloutBatch, shard_for_rank, take_rows
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
-from benchmarks.report import plot_cluster
+from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
+from benchmarks.simulated_cluster import (
+    SimulatedCluster,
+    cross_node_bytes,
+    on_node,
+    start_cluster,
+    stop_cluster,
+)
 
 __all__ = [
     "BenchRank",
     "ClusterOptions",
     "main",
-    "cross_node_bytes",
     "make_rollout_batch",
     "parse_args",
     "ray_worker_processes",
     "run",
-    "start_cluster",
     "start_ranks",
+    "started_cluster",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
-MIB = 2**20
 MODES = ("eager", "local", "auto", "holder")
 
 
@@ -90,8 +94,13 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     parser.add_argument(
         "--compare-tasks", action="store_true", help="also node-aware with a task per rank"
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument(
+        "--smoke", action="store_true", help="1 worker node x 2 ranks, 2 MiB, 2 steps"
+    )
+    parser.add_argument("--out", type=Path, default=DOCS, help="where cluster.json goes")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.ranks_per_node, args.batch_mib, args.steps = 1, 2, 2.0, 2
     if args.nodes < 1 or args.ranks_per_node < 1 or args.steps < 1 or args.batch_mib <= 0:
         parser.error("--nodes, --ranks-per-node, --steps and --batch-mib must be positive")
     return ClusterOptions(
@@ -124,45 +133,17 @@ def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatc
     )
 
 
-def cross_node_bytes(refs: list[Any]) -> int:
-    """Bytes that crossed nodes to place these objects' copies, from Ray's object directory.
-
-    ``object_size * (nodes holding a copy - 1)`` summed over the distinct objects, one lookup per
-    object (Ray 2.60 can abort on one lookup of objects with several owners). An object small
-    enough to travel inline has no node and counts 0.
-    """
-    total = 0
-    for ref in {ref.hex(): ref for ref in refs}.values():
-        location = ray.experimental.get_object_locations([ref], timeout_ms=10_000).get(ref) or {}
-        copies = len(location.get("node_ids") or ())
-        total += int(location.get("object_size") or 0) * max(copies - 1, 0)
-    return total
-
-
-def start_cluster(nodes: int, store_bytes: int) -> tuple[Any, list[str]]:
-    """A head (node 0: the driver) and ``nodes`` worker nodes; returns the cluster and ids."""
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-    )
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "object_store_memory": store_bytes,
-            "resources": {"node_0": 1.0},
-            "include_dashboard": False,
-        },
-    )
-    for index in range(1, nodes + 1):
-        cluster.add_node(
-            num_cpus=1, object_store_memory=store_bytes, resources={f"node_{index}": 1.0}
+@contextmanager
+def started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]:
+    """A head (node 0: the driver) and ``nodes`` worker nodes, stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="arrow_split_spill_") as spill_root:
+        simulated = start_cluster(
+            nodes + 1, object_store_bytes=store_bytes, spill_root=Path(spill_root)
         )
-    ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-    cluster.wait_for_nodes()
-    by_resource = {
-        name: node["NodeID"] for node in ray.nodes() for name in node["Resources"] if node["Alive"]
-    }
-    return cluster, [by_resource[f"node_{index}"] for index in range(nodes + 1)]
+        try:
+            yield simulated
+        finally:
+            stop_cluster(simulated)
 
 
 def ray_worker_processes() -> int:
@@ -228,10 +209,7 @@ class BenchRank:
 
 def start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
     """``ranks_per_node`` rank actors on each worker node (none on the head); rank-major."""
-    ranks = [
-        BenchRank.options(resources={f"node_{1 + r // ranks_per_node}": 0.01}).remote()
-        for r in range(nodes * ranks_per_node)
-    ]
+    ranks = [on_node(BenchRank, 1 + r // ranks_per_node) for r in range(nodes * ranks_per_node)]
     placed = ray.get([rank.node_id.remote() for rank in ranks], timeout=120)
     if node_ids[0] in placed:
         msg = "a rank landed on the head node; the layout needs every rank on a worker node"
@@ -345,15 +323,12 @@ def run(options: ClusterOptions) -> dict[str, Any]:
     """Start the cluster, run every mode, shut down; return the figures."""
     batch = make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
     store_bytes = max(256 * MIB, int(4 * batch.nbytes))
-    cluster, node_ids = start_cluster(options.nodes, store_bytes)
-    try:
-        ranks = start_ranks(options.nodes, options.ranks_per_node, node_ids)
+    started = start_stamp()
+    with started_cluster(options.nodes, store_bytes) as simulated:
+        ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = _object_bytes(batch)
         modes = MODES + (("tasks",) if options.compare_tasks else ())
         results = {mode: _run_mode(ranks, batch, mode, options) for mode in modes}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
     summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
     return {
@@ -364,7 +339,30 @@ def run(options: ClusterOptions) -> dict[str, Any]:
         "store_bytes_per_node": store_bytes,
         "summary": summaries,
         "modes": results,
+        "stamp": stamp(started),
     }
+
+
+def plot_cluster(report: dict[str, Any], path: Path) -> None:
+    """Bytes crossing nodes per step and per-rank time, one bar per mode."""
+    plt = pyplot()
+    summary = report["summary"]
+    modes = list(summary)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.bar(modes, [summary[mode]["cross_node_mib"] for mode in modes], color="tab:blue")
+    left.axhline(report["batch"]["object_bytes"] / MIB, color="gray", linestyle="--", label="batch")
+    left.set_ylabel("MiB crossing nodes per step")
+    left.legend()
+    medians = [summary[mode]["rank_ms_median"] for mode in modes]
+    maxima = [summary[mode]["rank_ms_max"] for mode in modes]
+    right.bar(modes, maxima, color="tab:orange", alpha=0.4, label="max")
+    right.bar(modes, medians, color="tab:orange", label="median")
+    right.set_ylabel("per-rank ms")
+    right.legend()
+    figure.suptitle(report["layout"])
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,9 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     report = run(options)
     print(report["layout"])
     print(_table(report["summary"], report["batch"]["object_bytes"] / MIB))
-    options.out.mkdir(parents=True, exist_ok=True)
-    path = options.out / "cluster.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = write_json(report, options.out / "cluster.json")
     plot_cluster(report, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0
