@@ -4,7 +4,6 @@ Run from the repository root::
 
     python -m benchmarks.cluster                         # 3 nodes x 4 ranks, a 40 MiB batch
     python -m benchmarks.cluster --nodes 2 --ranks-per-node 2 --batch-mib 8 --steps 2
-    python -m benchmarks.cluster --compare-tasks         # also node-aware with one task per rank
 
 The cluster is simulated on this machine (``ray.cluster_utils.Cluster``): a head node, where the
 driver runs and puts (so the batch lives there), and ``--nodes`` worker nodes, each with its own
@@ -25,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import os
 import statistics
 import sys
 import tempfile
@@ -38,9 +36,8 @@ from typing import Any
 import numpy as np
 import psutil
 import ray
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from arrow_split import RolloutBatch, shard_for_rank, take_rows
+from arrow_split import RolloutBatch
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
 from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
@@ -76,7 +73,6 @@ class ClusterOptions:
     batch_mib: float
     steps: int
     seed: int
-    compare_tasks: bool
     out: Path
 
     @property
@@ -92,9 +88,6 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--compare-tasks", action="store_true", help="also node-aware with a task per rank"
-    )
-    parser.add_argument(
         "--smoke", action="store_true", help="1 worker node x 2 ranks, 2 MiB, 2 steps"
     )
     parser.add_argument("--out", type=Path, default=DOCS, help="where cluster.json goes")
@@ -109,7 +102,6 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         args.batch_mib,
         args.steps,
         args.seed,
-        args.compare_tasks,
         args.out,
     )
 
@@ -158,13 +150,6 @@ def ray_worker_processes() -> int:
 # --- the ranks --------------------------------------------------------------------------------
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _take_in_task(boxed: dict[str, Any], dp_rank: int, dp_size: int) -> tuple[RolloutBatch, int]:
-    """The alternative to the helper actor: one zero-CPU task per rank on the holding node."""
-    batch = ray.get(boxed["ref"])
-    return shard_for_rank(batch, dp_rank, dp_size, balance_data=True), os.getpid()
-
-
 @ray.remote(num_cpus=0)
 class BenchRank:
     """A DP rank: times its call and hands back the references it fetched (kept alive)."""
@@ -174,37 +159,15 @@ class BenchRank:
 
     def step(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, mode: str
-    ) -> tuple[float, list[list[Any]], int | None]:
-        """Time this rank's take; also the fetched refs and the pid of the task that took."""
+    ) -> tuple[float, list[list[Any]]]:
+        """Time this rank's take; also the refs its call fetched (the library's on_fetch hook)."""
         start = time.perf_counter()
-        task_pid = None
-        fetched: list[Any] = []  # the refs this rank's call fetched (the library's on_fetch hook)
-        if mode == "tasks":
-            task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, fetched)
-        else:
-            options: dict[str, Any] = {} if mode == "eager" else {"locality": mode}
-            process_rollout_data(
-                boxed["refs"],
-                dp_rank,
-                dp_size,
-                balance_data=True,
-                on_fetch=fetched.append,
-                **options,
-            )
-        return time.perf_counter() - start, [fetched], task_pid
-
-    def _via_task(self, ref: Any, dp_rank: int, dp_size: int, fetched: list[Any]) -> int:
-        """Take on a node that holds the batch (spread by rank), as the helper actor would."""
-        location = ray.experimental.get_object_locations([ref]).get(ref) or {}
-        holders = sorted(location.get("node_ids") or [])
-        strategy = NodeAffinitySchedulingStrategy(holders[dp_rank % len(holders)], soft=False)
-        reply = _take_in_task.options(scheduling_strategy=strategy).remote(
-            {"ref": ref}, dp_rank, dp_size
+        fetched: list[Any] = []
+        options: dict[str, Any] = {} if mode == "eager" else {"locality": mode}
+        process_rollout_data(
+            boxed["refs"], dp_rank, dp_size, balance_data=True, on_fetch=fetched.append, **options
         )
-        shard, pid = ray.get(reply)
-        take_rows(shard, np.arange(len(shard), dtype=np.int64))  # the copy the library makes
-        fetched.append(reply)
-        return int(pid)
+        return time.perf_counter() - start, [fetched]
 
 
 def start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
@@ -243,13 +206,12 @@ def _one_step(
     results = ray.get(calls, timeout=600)
     step_s = time.perf_counter() - start
     driver_refs = list(refs_or_ref) if mode == "eager" else [refs_or_ref]
-    fetched = [ref for _, nested, _ in results for ref in nested[0]]
+    fetched = [ref for _, nested in results for ref in nested[0]]
     return {
         "cross_node_bytes": cross_node_bytes(driver_refs + fetched),
-        "task_pids": sorted({pid for _, _, pid in results if pid is not None}),
         "put_s": put_s,
         "step_s": step_s,
-        "rank_s": [seconds for seconds, _, _ in results],
+        "rank_s": [seconds for seconds, _ in results],
         "worker_processes": ray_worker_processes(),
     }
 
@@ -285,33 +247,7 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
         "first_step_rank_ms_max": 1000 * max(steps[0]["rank_s"]),
         "new_worker_processes": max(step["worker_processes"] for step in steps)
         - result["worker_processes_before"],
-        "task_workers": len({pid for step in steps for pid in step["task_pids"]}),
     }
-
-
-def _table(summaries: dict[str, dict[str, Any]], batch_mib: float) -> str:
-    header = (
-        f"{'mode':<8} {'cross MiB/step':>14} {'x batch':>8} {'x eager':>8} {'put ms':>7} "
-        f"{'step ms':>8} {'rank ms med':>11} {'rank ms max':>11} {'1st step max':>12} "
-        f"{'new procs':>9} {'task procs':>10}"
-    )
-    lines = [
-        f"batch: {batch_mib:.1f} MiB (the delayed object). put: the driver's split and puts; "
-        "step: put to the last rank's shard; rank: process_rollout_data on the rank; steady "
-        "steps (the first one apart); new procs: Ray worker processes started during the mode; "
-        "task procs: distinct worker processes that ran the per-rank take tasks",
-        header,
-        "-" * len(header),
-    ]
-    for mode, row in summaries.items():
-        lines.append(
-            f"{mode:<8} {row['cross_node_mib']:>14.1f} {row['x_batch']:>8.2f} "
-            f"{row['x_eager']:>8.2f} {row['put_ms']:>7.1f} {row['step_ms']:>8.1f} "
-            f"{row['rank_ms_median']:>11.1f} "
-            f"{row['rank_ms_max']:>11.1f} {row['first_step_rank_ms_max']:>12.1f} "
-            f"{row['new_worker_processes']:>9d} {row['task_workers'] or '-':>10}"
-        )
-    return "\n".join(lines)
 
 
 def _object_bytes(batch: RolloutBatch) -> int:
@@ -327,8 +263,7 @@ def run(options: ClusterOptions) -> dict[str, Any]:
     with started_cluster(options.nodes, store_bytes) as simulated:
         ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = _object_bytes(batch)
-        modes = MODES + (("tasks",) if options.compare_tasks else ())
-        results = {mode: _run_mode(ranks, batch, mode, options) for mode in modes}
+        results = {mode: _run_mode(ranks, batch, mode, options) for mode in MODES}
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
     summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
     return {
@@ -369,7 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     report = run(options)
     print(report["layout"])
-    print(_table(report["summary"], report["batch"]["object_bytes"] / MIB))
+    for mode, row in report["summary"].items():
+        print(f"{mode:<8}", ", ".join(f"{key} {value:.4g}" for key, value in row.items()))
     path = write_json(report, options.out / "cluster.json")
     plot_cluster(report, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")

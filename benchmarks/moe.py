@@ -19,10 +19,8 @@ with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]`` ids < 128 per sa
 For each variant and dp_size: the driver's build, its delayed put (one object) and eager put (one
 object per rank), with the bytes Ray stored (``object_size``) and the bytes per rank; then, in a
 fresh :class:`benchmarks.step_ranks.StepRankActor`, a few ranks' steps (as the step benchmark's
-``classic`` and ``arrow`` paths), eager and delayed; and, on the
-driver, :func:`arrow_split.torch.to_tensors` of one rank's shard alone in the packed layout, with
-the default ``id_dtype`` (int32) and with ``id_dtype=None`` (the stored type). Every figure is
-the minimum and the median over ``--repeats`` runs. Writes ``moe.json`` under ``--out``.
+``classic`` and ``arrow`` paths), eager and delayed. Every figure is the minimum and the median
+over ``--repeats`` runs. Writes ``moe.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -39,12 +37,10 @@ from typing import Any
 
 import numpy as np
 import ray
-import torch
 
-from arrow_split import KNOWN_COLUMNS, RolloutBatch, split_train_data_by_dp_raw
+from arrow_split import KNOWN_COLUMNS, RolloutBatch
 from arrow_split.ray import split_train_data_by_dp
 from arrow_split.testing import WORKLOADS, make_train_data
-from arrow_split.torch import to_tensors
 from benchmarks import baseline
 from benchmarks._common import (
     DOCS,
@@ -157,23 +153,6 @@ def _lengths(payload: Any) -> np.ndarray:
     return np.array([len(tokens) for tokens in payload["tokens"]], dtype=np.int64)
 
 
-def _measure_to_tensors(batch: RolloutBatch, dp: int, runs: range) -> dict[str, Any]:
-    """``to_tensors(layout="packed")`` of rank 0's shard: widened to int32, and as stored."""
-    shard = split_train_data_by_dp_raw(batch, dp, balance_data=BALANCE)[0]
-    results: dict[str, Any] = {"shard_bytes": shard.nbytes}
-    for name, dtype in (("id_int32", torch.int32), ("id_stored", None)):
-        call = functools.partial(to_tensors, shard, layout="packed", id_dtype=dtype)
-        figures, tensors = _timed(call, runs)
-        experts = tensors[EXPERTS]
-        results[name] = {
-            **figures,
-            "dtype": str(experts.dtype),
-            "tensor_bytes": experts.element_size() * experts.nelement(),
-        }
-        del tensors, experts
-    return results
-
-
 def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace) -> dict[str, Any]:
     runs = range(options.repeats)
     figures, payload = _timed(lambda: build(variant, data), range(1))
@@ -186,15 +165,13 @@ def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace)
     first = options.dp_sizes[0]
     result["put"] = {"delayed": _measure_put(variant, payload, "delayed", first, runs)}
     result["put"]["delayed"].pop("per_object_bytes")
-    result["put"]["eager"], result["ranks"], result["to_tensors"] = {}, {}, {}
+    result["put"]["eager"], result["ranks"] = {}, {}
     for dp in options.dp_sizes:
         result["put"]["eager"][str(dp)] = _measure_put(variant, payload, "eager", dp, runs)
         result["ranks"][str(dp)] = {
             mode: _measure_ranks(variant, payload, mode, dp, options.ranks, runs)
             for mode in ("eager", "delayed")
         }
-        if isinstance(payload, RolloutBatch):
-            result["to_tensors"][str(dp)] = _measure_to_tensors(payload, dp, runs)
     del payload
     gc.collect()
     return result
