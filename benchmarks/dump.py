@@ -28,6 +28,8 @@ import torch
 from arrow_split import RolloutBatch
 from benchmarks._common import DOCS, stamp, start_stamp, write_json
 
+__all__ = ["main", "make_train_data", "measure", "parse_args"]
+
 
 def make_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
     """A classic train-data dict of Python lists, ~4k tokens per sample (prompt + response)."""
@@ -112,8 +114,8 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  {name:<34} {ratio:9.1f}x")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run, print and write ``dump.json``."""
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.dump", description=__doc__)
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
@@ -122,6 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     if arguments.smoke:
         arguments.samples, arguments.repeats = 16, 1
+    return arguments
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print and write ``dump.json``."""
+    arguments = parse_args(argv)
     started = start_stamp()
     with tempfile.TemporaryDirectory() as folder:
         result = measure(arguments.samples, arguments.repeats, Path(folder))
