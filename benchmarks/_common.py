@@ -24,7 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
@@ -49,6 +49,7 @@ __all__ = [
     "stamp",
     "start_stamp",
     "summarize",
+    "timed",
     "write_json",
 ]
 
@@ -285,6 +286,18 @@ def summarize(seconds: Iterable[float]) -> dict[str, Any]:
     """``{"min", "median", "all"}`` of repeated measurements."""
     values = list(seconds)
     return {"min": min(values), "median": statistics.median(values), "all": values}
+
+
+def timed(call: Callable[[], object], repeats: int) -> dict[str, Any]:
+    """:func:`summarize` of ``repeats`` runs of ``call`` (at least one), each after a collection."""
+    seconds = []
+    for _ in range(max(repeats, 1)):
+        gc.collect()
+        start = time.perf_counter()
+        result = call()
+        seconds.append(time.perf_counter() - start)
+        del result
+    return summarize(seconds)
 
 
 def _status_bytes(field: str) -> int | None:

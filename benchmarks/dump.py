@@ -15,10 +15,7 @@ Writes ``dump.json`` under ``--out``.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +23,7 @@ import numpy as np
 import torch
 
 from arrow_split import RolloutBatch
-from benchmarks._common import DOCS, stamp, start_stamp, write_json
+from benchmarks._common import DOCS, stamp, start_stamp, timed, write_json
 
 __all__ = ["main", "make_train_data", "measure", "parse_args"]
 
@@ -51,31 +48,22 @@ def make_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
     }
 
 
-def _time(function: Callable[[], object], repeats: int) -> dict[str, float]:
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        seconds.append(time.perf_counter() - start)
-    return {"min": min(seconds), "median": statistics.median(seconds)}
-
-
 def measure(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
     """Time every write and read on one batch; return the figures, the sizes and the ratios."""
     train_data = make_train_data(samples)
     batch = RolloutBatch.from_train_data(train_data)
     arrow, zstd, pickled = folder / "step.arrow", folder / "step.zstd.arrow", folder / "step.pt"
     figures = {
-        "from_train_data": _time(lambda: RolloutBatch.from_train_data(train_data), repeats),
-        "torch_save": _time(lambda: torch.save(train_data, pickled), repeats),
-        "torch_load": _time(lambda: torch.load(pickled, weights_only=False), repeats),
-        "write_batch": _time(lambda: batch.write(arrow), repeats),
-        "read_batch": _time(lambda: RolloutBatch.read(arrow), repeats),
-        "read_batch_to_train_data": _time(
+        "from_train_data": timed(lambda: RolloutBatch.from_train_data(train_data), repeats),
+        "torch_save": timed(lambda: torch.save(train_data, pickled), repeats),
+        "torch_load": timed(lambda: torch.load(pickled, weights_only=False), repeats),
+        "write_batch": timed(lambda: batch.write(arrow), repeats),
+        "read_batch": timed(lambda: RolloutBatch.read(arrow), repeats),
+        "read_batch_to_train_data": timed(
             lambda: RolloutBatch.read(arrow).to_train_data(), repeats
         ),
-        "write_batch_zstd": _time(lambda: batch.write(zstd, compression="zstd"), repeats),
-        "read_batch_zstd": _time(lambda: RolloutBatch.read(zstd), repeats),
+        "write_batch_zstd": timed(lambda: batch.write(zstd, compression="zstd"), repeats),
+        "read_batch_zstd": timed(lambda: RolloutBatch.read(zstd), repeats),
     }
     if not (RolloutBatch.read(arrow).equals(batch) and RolloutBatch.read(zstd).equals(batch)):
         msg = "a dump did not read back equal to the batch written"

@@ -13,9 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
-import gc
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -24,7 +22,7 @@ import ray
 from arrow_split import RolloutBatch, plan_partitions, take_rows
 from arrow_split.testing import WORKLOADS, make_lengths
 from benchmarks import baseline
-from benchmarks._common import summarize
+from benchmarks._common import timed
 
 __all__ = ["PLANNER_TARGET", "memcpy_seconds", "one_buffer_put", "planner_and_take"]
 
@@ -32,21 +30,10 @@ PLANNER_TARGET = (65_536, 256)
 """The planner's reference point: (samples, dp_size)."""
 
 
-def _timed(call: Callable[[], object], repeats: int) -> dict[str, Any]:
-    seconds = []
-    for _ in range(max(repeats, 1)):
-        gc.collect()
-        start = time.perf_counter()
-        result = call()
-        seconds.append(time.perf_counter() - start)
-        del result
-    return summarize(seconds)
-
-
 def one_buffer_put(nbytes: int, repeats: int) -> dict[str, Any]:
     """``ray.put`` of one contiguous buffer of ``nbytes`` (the object dropped after each run)."""
     buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
-    return {"bytes": nbytes, "seconds": _timed(lambda: ray.put(buffer), repeats)}
+    return {"bytes": nbytes, "seconds": timed(lambda: ray.put(buffer), repeats)}
 
 
 def memcpy_seconds(nbytes: int, repeats: int) -> dict[str, Any]:
@@ -58,7 +45,7 @@ def memcpy_seconds(nbytes: int, repeats: int) -> dict[str, Any]:
         np.copyto(target, source)
         return target
 
-    return {"bytes": nbytes, "seconds": _timed(copy, repeats)}
+    return {"bytes": nbytes, "seconds": timed(copy, repeats)}
 
 
 def planner_and_take(
@@ -71,13 +58,13 @@ def planner_and_take(
     samples, planner_dp = PLANNER_TARGET
     lengths = make_lengths(dataclasses.replace(WORKLOADS["medium"], samples=samples))
     as_list = [int(length) for length in lengths]
-    classic = _timed(lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats)
-    arrow = _timed(lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats)
+    classic = timed(lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats)
+    arrow = timed(lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats)
     total = [int(length) for length in batch.total_lengths]
     rows = plan_partitions(batch.total_lengths, dp_size, balance_data=True)[0]
     row_list = [int(row) for row in rows]
-    take_classic = _timed(lambda: baseline.classic_shard(data, row_list, total), repeats)
-    take_arrow = _timed(lambda: take_rows(batch, rows), repeats)
+    take_classic = timed(lambda: baseline.classic_shard(data, row_list, total), repeats)
+    take_arrow = timed(lambda: take_rows(batch, rows), repeats)
     return {
         "planner": {
             "samples": samples,
