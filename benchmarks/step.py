@@ -131,9 +131,9 @@ def _measure(
         results["workloads"][small.name] = measure_workload(small, dp, dp, options, progress)
     costs = per_object_costs(where, dp_size, options.repeats)
     results["per_object"] = {"workload": where.name, **costs}
-    dp = max(options.delayed_dp_sizes or options.eager_dp_sizes)
+    at = max(options.delayed_dp_sizes or options.eager_dp_sizes)
     with progress.task(f"{main.name}: references"):
-        results["references"] = measure_references(main, dp, options.ranks, options.repeats)
+        results["references"] = measure_references(main, at, options.ranks, options.repeats)
     return results
 
 
