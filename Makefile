@@ -27,9 +27,10 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check arrow_split tests benchmarks
 	$(BIN)/python -m mypy
 
+# Every JSON the README quotes, stamped, into docs/benchmarks/ (about 15 minutes on 2 cores);
+# BENCH_ARGS="--smoke" for seconds, BENCH_ARGS="--only step,dump" for some.
 bench: $(STAMP)
-	$(BIN)/python -m benchmarks.harness $(ARGS)
-	$(BIN)/python -m benchmarks.step $(ARGS)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

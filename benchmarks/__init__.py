@@ -1,5 +1,6 @@
 """Benchmarks of arrow_split against the classic dict-of-lists path (never collected by pytest).
 
-``python -m benchmarks.harness --workload medium`` runs the whole comparison; see
-:mod:`benchmarks.harness`.
+``python -m benchmarks`` (``make bench``) runs every benchmark the README quotes and writes their
+stamped JSON into ``docs/benchmarks/``; see :mod:`benchmarks.__main__` and, to add one,
+:mod:`benchmarks._common`.
 """

@@ -29,7 +29,7 @@ from typing import Any
 
 import ray
 
-from benchmarks.timing import Laps
+from benchmarks._common import Laps
 
 __all__ = [
     "GLOBAL_KEYS",

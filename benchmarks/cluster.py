@@ -4,7 +4,6 @@ Run from the repository root::
 
     python -m benchmarks.cluster                         # 3 nodes x 4 ranks, a 40 MiB batch
     python -m benchmarks.cluster --nodes 2 --ranks-per-node 2 --batch-mib 8 --steps 2
-    python -m benchmarks.cluster --compare-tasks         # also node-aware with one task per rank
 
 The cluster is simulated on this machine (``ray.cluster_utils.Cluster``): a head node, where the
 driver runs and puts (so the batch lives there), and ``--nodes`` worker nodes, each with its own
@@ -25,41 +24,43 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import psutil
 import ray
-from ray.cluster_utils import Cluster
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from arrow_split import RolloutBatch, shard_for_rank, take_rows
+from arrow_split import RolloutBatch
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
-from benchmarks.report import plot_cluster
+from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
+from benchmarks.simulated_cluster import (
+    SimulatedCluster,
+    cross_node_bytes,
+    on_node,
+    start_cluster,
+    stop_cluster,
+)
 
 __all__ = [
     "BenchRank",
     "ClusterOptions",
     "main",
-    "cross_node_bytes",
     "make_rollout_batch",
     "parse_args",
     "ray_worker_processes",
     "run",
-    "start_cluster",
     "start_ranks",
+    "started_cluster",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = REPO_ROOT / "benchmarks" / "results"
-MIB = 2**20
 MODES = ("eager", "local", "auto", "holder")
 
 
@@ -72,7 +73,6 @@ class ClusterOptions:
     batch_mib: float
     steps: int
     seed: int
-    compare_tasks: bool
     out: Path
 
     @property
@@ -88,10 +88,12 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--compare-tasks", action="store_true", help="also node-aware with a task per rank"
+        "--smoke", action="store_true", help="1 worker node x 2 ranks, 2 MiB, 2 steps"
     )
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--out", type=Path, default=DOCS, help="where cluster.json goes")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.nodes, args.ranks_per_node, args.batch_mib, args.steps = 1, 2, 2.0, 2
     if args.nodes < 1 or args.ranks_per_node < 1 or args.steps < 1 or args.batch_mib <= 0:
         parser.error("--nodes, --ranks-per-node, --steps and --batch-mib must be positive")
     return ClusterOptions(
@@ -100,7 +102,6 @@ def parse_args(argv: list[str] | None = None) -> ClusterOptions:
         args.batch_mib,
         args.steps,
         args.seed,
-        args.compare_tasks,
         args.out,
     )
 
@@ -124,45 +125,17 @@ def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatc
     )
 
 
-def cross_node_bytes(refs: list[Any]) -> int:
-    """Bytes that crossed nodes to place these objects' copies, from Ray's object directory.
-
-    ``object_size * (nodes holding a copy - 1)`` summed over the distinct objects, one lookup per
-    object (Ray 2.60 can abort on one lookup of objects with several owners). An object small
-    enough to travel inline has no node and counts 0.
-    """
-    total = 0
-    for ref in {ref.hex(): ref for ref in refs}.values():
-        location = ray.experimental.get_object_locations([ref], timeout_ms=10_000).get(ref) or {}
-        copies = len(location.get("node_ids") or ())
-        total += int(location.get("object_size") or 0) * max(copies - 1, 0)
-    return total
-
-
-def start_cluster(nodes: int, store_bytes: int) -> tuple[Any, list[str]]:
-    """A head (node 0: the driver) and ``nodes`` worker nodes; returns the cluster and ids."""
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
-    )
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={
-            "num_cpus": 1,
-            "object_store_memory": store_bytes,
-            "resources": {"node_0": 1.0},
-            "include_dashboard": False,
-        },
-    )
-    for index in range(1, nodes + 1):
-        cluster.add_node(
-            num_cpus=1, object_store_memory=store_bytes, resources={f"node_{index}": 1.0}
+@contextmanager
+def started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]:
+    """A head (node 0: the driver) and ``nodes`` worker nodes, stopped on exit."""
+    with tempfile.TemporaryDirectory(prefix="arrow_split_spill_") as spill_root:
+        simulated = start_cluster(
+            nodes + 1, object_store_bytes=store_bytes, spill_root=Path(spill_root)
         )
-    ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-    cluster.wait_for_nodes()
-    by_resource = {
-        name: node["NodeID"] for node in ray.nodes() for name in node["Resources"] if node["Alive"]
-    }
-    return cluster, [by_resource[f"node_{index}"] for index in range(nodes + 1)]
+        try:
+            yield simulated
+        finally:
+            stop_cluster(simulated)
 
 
 def ray_worker_processes() -> int:
@@ -177,13 +150,6 @@ def ray_worker_processes() -> int:
 # --- the ranks --------------------------------------------------------------------------------
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _take_in_task(boxed: dict[str, Any], dp_rank: int, dp_size: int) -> tuple[RolloutBatch, int]:
-    """The alternative to the helper actor: one zero-CPU task per rank on the holding node."""
-    batch = ray.get(boxed["ref"])
-    return shard_for_rank(batch, dp_rank, dp_size, balance_data=True), os.getpid()
-
-
 @ray.remote(num_cpus=0)
 class BenchRank:
     """A DP rank: times its call and hands back the references it fetched (kept alive)."""
@@ -193,45 +159,20 @@ class BenchRank:
 
     def step(
         self, boxed: dict[str, Any], dp_rank: int, dp_size: int, mode: str
-    ) -> tuple[float, list[list[Any]], int | None]:
-        """Time this rank's take; also the fetched refs and the pid of the task that took."""
+    ) -> tuple[float, list[list[Any]]]:
+        """Time this rank's take; also the refs its call fetched (the library's on_fetch hook)."""
         start = time.perf_counter()
-        task_pid = None
-        fetched: list[Any] = []  # the refs this rank's call fetched (the library's on_fetch hook)
-        if mode == "tasks":
-            task_pid = self._via_task(boxed["refs"], dp_rank, dp_size, fetched)
-        else:
-            options: dict[str, Any] = {} if mode == "eager" else {"locality": mode}
-            process_rollout_data(
-                boxed["refs"],
-                dp_rank,
-                dp_size,
-                balance_data=True,
-                on_fetch=fetched.append,
-                **options,
-            )
-        return time.perf_counter() - start, [fetched], task_pid
-
-    def _via_task(self, ref: Any, dp_rank: int, dp_size: int, fetched: list[Any]) -> int:
-        """Take on a node that holds the batch (spread by rank), as the helper actor would."""
-        location = ray.experimental.get_object_locations([ref]).get(ref) or {}
-        holders = sorted(location.get("node_ids") or [])
-        strategy = NodeAffinitySchedulingStrategy(holders[dp_rank % len(holders)], soft=False)
-        reply = _take_in_task.options(scheduling_strategy=strategy).remote(
-            {"ref": ref}, dp_rank, dp_size
+        fetched: list[Any] = []
+        options: dict[str, Any] = {} if mode == "eager" else {"locality": mode}
+        process_rollout_data(
+            boxed["refs"], dp_rank, dp_size, balance_data=True, on_fetch=fetched.append, **options
         )
-        shard, pid = ray.get(reply)
-        take_rows(shard, np.arange(len(shard), dtype=np.int64))  # the copy the library makes
-        fetched.append(reply)
-        return int(pid)
+        return time.perf_counter() - start, [fetched]
 
 
 def start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
     """``ranks_per_node`` rank actors on each worker node (none on the head); rank-major."""
-    ranks = [
-        BenchRank.options(resources={f"node_{1 + r // ranks_per_node}": 0.01}).remote()
-        for r in range(nodes * ranks_per_node)
-    ]
+    ranks = [on_node(BenchRank, 1 + r // ranks_per_node) for r in range(nodes * ranks_per_node)]
     placed = ray.get([rank.node_id.remote() for rank in ranks], timeout=120)
     if node_ids[0] in placed:
         msg = "a rank landed on the head node; the layout needs every rank on a worker node"
@@ -267,13 +208,12 @@ def _one_step(
     results = ray.get(calls, timeout=600)
     step_s = time.perf_counter() - start
     driver_refs = list(refs_or_ref) if mode == "eager" else [refs_or_ref]
-    fetched = [ref for _, nested, _ in results for ref in nested[0]]
+    fetched = [ref for _, nested in results for ref in nested[0]]
     return {
         "cross_node_bytes": cross_node_bytes(driver_refs + fetched),
-        "task_pids": sorted({pid for _, _, pid in results if pid is not None}),
         "put_s": put_s,
         "step_s": step_s,
-        "rank_s": [seconds for seconds, _, _ in results],
+        "rank_s": [seconds for seconds, _ in results],
         "worker_processes": ray_worker_processes(),
     }
 
@@ -309,33 +249,7 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
         "first_step_rank_ms_max": 1000 * max(steps[0]["rank_s"]),
         "new_worker_processes": max(step["worker_processes"] for step in steps)
         - result["worker_processes_before"],
-        "task_workers": len({pid for step in steps for pid in step["task_pids"]}),
     }
-
-
-def _table(summaries: dict[str, dict[str, Any]], batch_mib: float) -> str:
-    header = (
-        f"{'mode':<8} {'cross MiB/step':>14} {'x batch':>8} {'x eager':>8} {'put ms':>7} "
-        f"{'step ms':>8} {'rank ms med':>11} {'rank ms max':>11} {'1st step max':>12} "
-        f"{'new procs':>9} {'task procs':>10}"
-    )
-    lines = [
-        f"batch: {batch_mib:.1f} MiB (the delayed object). put: the driver's split and puts; "
-        "step: put to the last rank's shard; rank: process_rollout_data on the rank; steady "
-        "steps (the first one apart); new procs: Ray worker processes started during the mode; "
-        "task procs: distinct worker processes that ran the per-rank take tasks",
-        header,
-        "-" * len(header),
-    ]
-    for mode, row in summaries.items():
-        lines.append(
-            f"{mode:<8} {row['cross_node_mib']:>14.1f} {row['x_batch']:>8.2f} "
-            f"{row['x_eager']:>8.2f} {row['put_ms']:>7.1f} {row['step_ms']:>8.1f} "
-            f"{row['rank_ms_median']:>11.1f} "
-            f"{row['rank_ms_max']:>11.1f} {row['first_step_rank_ms_max']:>12.1f} "
-            f"{row['new_worker_processes']:>9d} {row['task_workers'] or '-':>10}"
-        )
-    return "\n".join(lines)
 
 
 def _object_bytes(batch: RolloutBatch) -> int:
@@ -347,15 +261,11 @@ def run(options: ClusterOptions) -> dict[str, Any]:
     """Start the cluster, run every mode, shut down; return the figures."""
     batch = make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
     store_bytes = max(256 * MIB, int(4 * batch.nbytes))
-    cluster, node_ids = start_cluster(options.nodes, store_bytes)
-    try:
-        ranks = start_ranks(options.nodes, options.ranks_per_node, node_ids)
+    started = start_stamp()
+    with started_cluster(options.nodes, store_bytes) as simulated:
+        ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = _object_bytes(batch)
-        modes = MODES + (("tasks",) if options.compare_tasks else ())
-        results = {mode: _run_mode(ranks, batch, mode, options) for mode in modes}
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+        results = {mode: _run_mode(ranks, batch, mode, options) for mode in MODES}
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
     summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
     return {
@@ -366,17 +276,39 @@ def run(options: ClusterOptions) -> dict[str, Any]:
         "store_bytes_per_node": store_bytes,
         "summary": summaries,
         "modes": results,
+        "stamp": stamp(started),
     }
+
+
+def plot_cluster(report: dict[str, Any], path: Path) -> None:
+    """Bytes crossing nodes per step and per-rank time, one bar per mode."""
+    plt = pyplot()
+    summary = report["summary"]
+    modes = list(summary)
+    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.bar(modes, [summary[mode]["cross_node_mib"] for mode in modes], color="tab:blue")
+    left.axhline(report["batch"]["object_bytes"] / MIB, color="gray", linestyle="--", label="batch")
+    left.set_ylabel("MiB crossing nodes per step")
+    left.legend()
+    medians = [summary[mode]["rank_ms_median"] for mode in modes]
+    maxima = [summary[mode]["rank_ms_max"] for mode in modes]
+    right.bar(modes, maxima, color="tab:orange", alpha=0.4, label="max")
+    right.bar(modes, medians, color="tab:orange", label="median")
+    right.set_ylabel("per-rank ms")
+    right.legend()
+    figure.suptitle(report["layout"])
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     report = run(options)
     print(report["layout"])
-    print(_table(report["summary"], report["batch"]["object_bytes"] / MIB))
-    options.out.mkdir(parents=True, exist_ok=True)
-    path = options.out / "cluster.json"
-    path.write_text(json.dumps(report, indent=2))
+    for mode, row in report["summary"].items():
+        print(f"{mode:<8}", ", ".join(f"{key} {value:.4g}" for key, value in row.items()))
+    path = write_json(report, options.out / "cluster.json")
     plot_cluster(report, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0

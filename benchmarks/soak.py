@@ -5,7 +5,7 @@ Run from the repository root::
     python -m benchmarks.soak                        # 1,000 steps of a 20 MiB batch
     python -m benchmarks.soak --steps 100 --batch-mib 4
 
-A simulated cluster (:func:`benchmarks.cluster.start_cluster`): the driver on the head, which
+A simulated cluster (:mod:`benchmarks.simulated_cluster`): the driver on the head, which
 puts; ``--nodes`` worker nodes with ``--ranks-per-node`` DP ranks each. Every step puts the same
 seeded batch in each of ``--modes`` (default: eager, then node-aware delayed), has every rank
 take its shard, and drops the step's references. After each step's ranks are done (before the
@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import gc
-import json
 import sys
 import time
 from pathlib import Path
@@ -32,12 +31,11 @@ import ray
 
 from arrow_split import RolloutBatch
 from arrow_split.ray import split_train_data_by_dp
-from benchmarks.cluster import MIB, make_rollout_batch, start_cluster, start_ranks
-from benchmarks.report import plot_soak
+from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
+from benchmarks.cluster import make_rollout_batch, start_ranks, started_cluster
 
 __all__ = ["SoakOptions", "main", "parse_args", "run"]
 
-DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 MODES = ("eager", "local", "auto", "holder")
 
 
@@ -62,8 +60,11 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
     parser.add_argument("--ranks-per-node", type=int, default=2)
     parser.add_argument("--modes", default="eager,auto", help=f"from {', '.join(MODES)}")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--smoke", action="store_true", help="5 steps of a 2 MiB batch, 1 node")
+    parser.add_argument("--out", type=Path, default=DOCS, help="where soak.json goes")
     args = parser.parse_args(argv)
+    if args.smoke:
+        args.steps, args.batch_mib, args.nodes = 5, 2.0, 1
     modes = tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
     unknown = sorted(set(modes) - set(MODES))
     if unknown or not modes:
@@ -142,15 +143,13 @@ def run(options: SoakOptions) -> dict[str, Any]:
     dp_size = options.nodes * options.ranks_per_node
     batch = make_rollout_batch(options.batch_mib, dp_size, options.seed)
     store_bytes = max(256 * MIB, int(4 * len(options.modes) * batch.nbytes))
-    cluster, node_ids = start_cluster(options.nodes, store_bytes)
-    try:
-        ranks = start_ranks(options.nodes, options.ranks_per_node, node_ids)
+    started = start_stamp()
+    with started_cluster(options.nodes, store_bytes) as simulated:
+        ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         figures = _soak(ranks, batch, options)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
     options_json = {**dataclasses.asdict(options), "out": str(options.out)}
-    return {"options": options_json, "batch_nbytes": batch.nbytes, **figures}
+    report = {"options": options_json, "batch_nbytes": batch.nbytes, **figures}
+    return {**report, "stamp": stamp(started)}
 
 
 def _summary(report: dict[str, Any]) -> str:
@@ -175,13 +174,35 @@ def _summary(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def plot_soak(report: dict[str, Any], path: Path) -> None:
+    """Object-store usage and driver memory over the soak's steps."""
+    plt = pyplot()
+    samples = report["samples"]
+    steps = [sample["step"] for sample in samples]
+    figure, axis = plt.subplots(figsize=(8, 4))
+    for key, label in (
+        ("store_used", "object store used"),
+        ("driver_rss_private", "driver private memory"),
+        ("driver_rss_shmem", "driver's object-store pages"),
+    ):
+        axis.plot(steps, [sample[key] / MIB for sample in samples], label=label)
+    axis.set_xlabel("step")
+    axis.set_ylabel("MiB")
+    axis.set_title(f"{len(steps)} steps of a {report['batch_nbytes'] / MIB:.1f} MiB batch")
+    axis.legend(loc="center right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+
+
+_STYLES = {"baseline": ("tab:red", "o", "baseline"), "arrow": ("tab:blue", "s", "arrow_split")}
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_args(argv)
     report = run(options)
     print(_summary(report))
-    options.out.mkdir(parents=True, exist_ok=True)
-    path = options.out / "soak.json"
-    path.write_text(json.dumps(report, indent=2))
+    path = write_json(report, options.out / "soak.json")
     plot_soak(report, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")
     return 0

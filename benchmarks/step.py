@@ -3,7 +3,7 @@
 Run from the repository root::
 
     python -m benchmarks.step --workload medium      # the full run (a few minutes)
-    python -m benchmarks.step --workload tiny --quick # seconds
+    python -m benchmarks.step --smoke                 # seconds: what the tests run
 
 A rollout loop produces the workload's samples one group at a time
 (:func:`arrow_split.testing.iter_sample_groups`, groups in a seeded order) into four paths
@@ -11,33 +11,39 @@ A rollout loop produces the workload's samples one group at a time
 with the builder), each in eager mode (``--eager-dp-sizes``) and delayed mode
 (``--delayed-dp-sizes``). For every configuration it reports the rollout loop's CPU time (the
 appends, off the critical path), the step boundary on the driver (finish or convert + put), the
-slowest measured rank (in a fresh Ray actor) and the critical path (boundary + slowest rank);
-then the cold start of a fresh actor, a small workload (``--small-samples`` at
-``--small-dp-size``) with the per-object cost of an eager put against Ray's own (on the main
-workload at its largest dp size when the small one is skipped), and the targets.
-:mod:`benchmarks.step_run` says what one step is; :mod:`benchmarks.step_report` how figures are
-combined. Writes ``step.json``, ``step.md`` and ``step.png`` under ``--out``.
+slowest measured rank (in a fresh Ray actor) and the critical path (boundary + slowest rank); then
+the cold start of a fresh actor, a small workload (``--small-samples`` at ``--small-dp-size``) with
+the per-object cost of an eager put against Ray's own (on the main workload at its largest dp size
+when the small one is skipped), and the targets. :mod:`benchmarks.step_run` says what one step is;
+:mod:`benchmarks.step_report` how figures are combined. Also measured in the same run, on the main
+workload (:mod:`benchmarks.references`): one ``ray.put`` of a buffer of the batch's size, a memcpy
+of a rank's bytes in a rank's process, both planners and both gathers. Writes ``step.json``,
+``step.md`` and ``step.png`` under ``--out`` (``docs/benchmarks`` by default).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
-import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 from arrow_split.testing import WORKLOADS
-from benchmarks import report, step_report
-from benchmarks.config import Progress
-from benchmarks.harness import dp_sizes_arg, local_ray
-from benchmarks.step_paths import BUILDER_NAME
+from benchmarks import step_report
+from benchmarks._common import (
+    DOCS,
+    Progress,
+    dp_sizes_arg,
+    local_ray,
+    stamp,
+    start_stamp,
+    write_json,
+)
 from benchmarks.step_run import (
     Groups,
     StepOptions,
+    measure_references,
     measure_workload,
     per_object_costs,
     pickle_cost,
@@ -46,12 +52,9 @@ from benchmarks.step_run import (
 
 __all__ = ["main", "parse_args", "run", "write_outputs"]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
 _MIB = 2**20
-
-
-def _sizes(text: str) -> tuple[int, ...]:
-    return dp_sizes_arg(text, allow_empty=True)
+_SMOKE = {"workload": "tiny", "eager_dp_sizes": (2,), "delayed_dp_sizes": (2,), "small_samples": 0}
+_SMOKE.update(small_dp_size=2, repeats=1, ranks=1)
 
 
 def parse_args(argv: list[str] | None = None) -> StepOptions:
@@ -60,14 +63,15 @@ def parse_args(argv: list[str] | None = None) -> StepOptions:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     add = parser.add_argument
     add("--workload", choices=list(WORKLOADS), default="medium")
-    add("--eager-dp-sizes", type=_sizes, default=(8, 64, 256), help="default 8,64,256")
-    add("--delayed-dp-sizes", type=_sizes, default=(64,), help="default 64")
+    add("--eager-dp-sizes", type=dp_sizes_arg, default=(8, 64, 256), help="default 8,64,256")
+    add("--delayed-dp-sizes", type=dp_sizes_arg, default=(64,), help="default 64")
     add("--small-samples", type=int, default=128, help="the small workload's samples; 0: skip")
     add("--small-dp-size", type=int, default=64)
     add("--repeats", type=int, default=3, help="warm steps per configuration, after the cold one")
     add("--ranks", type=int, default=2, help="ranks measured per configuration (most tokens)")
     add("--quick", action="store_true", help="1 warm step, 1 rank, eager dp 64 only")
-    add("--out", type=Path, default=REPO_ROOT / "benchmarks" / "results")
+    add("--smoke", action="store_true", help="the tiny workload at dp 2, once: for the tests")
+    add("--out", type=Path, default=DOCS)
     add("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.ranks < 1 or args.small_samples < 0 or args.small_dp_size < 1:
@@ -87,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> StepOptions:
     )
     if args.quick:
         options = dataclasses.replace(options, repeats=1, ranks=1, eager_dp_sizes=(64,))
+    if args.smoke:
+        options = dataclasses.replace(options, **_SMOKE)  # type: ignore[arg-type]
     return options
 
 
@@ -125,37 +131,33 @@ def _measure(
         results["workloads"][small.name] = measure_workload(small, dp, dp, options, progress)
     costs = per_object_costs(where, dp_size, options.repeats)
     results["per_object"] = {"workload": where.name, **costs}
+    at = max(options.delayed_dp_sizes or options.eager_dp_sizes)
+    with progress.task(f"{main.name}: references"):
+        results["references"] = measure_references(main, at, options.ranks, options.repeats)
     return results
 
 
 def run(options: StepOptions) -> dict[str, Any]:
-    """Run the whole benchmark; return every figure, JSON-ready (nothing is written)."""
-    started, load_before = time.perf_counter(), os.getloadavg()
-    stamp = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    """Run the whole benchmark; return every figure, stamped and JSON-ready (nothing is written)."""
+    started = start_stamp()
     with Progress(enabled=options.progress) as progress:
-        progress.expect(1)
+        progress.expect(2)
         with progress.task("generate the sample groups"):
             groups = _generate(options)
         store = max(_store_bytes(g) for g in groups if g is not None)
         with local_ray(store):
             results = _measure(options, groups, progress)
     results.update(
-        builder=BUILDER_NAME,
         main_workload=options.workload,
         plan="balanced" if options.balance_data else "strided",
         repeats=options.repeats,
         ranks_per_config=options.ranks,
-    )
-    results["meta"] = report.machine_and_versions()
-    results["meta"].update(
-        started=stamp,
-        wall_s=time.perf_counter() - started,
-        load_average={"before": list(load_before), "after": list(os.getloadavg())},
         object_store_bytes=store,
         options={key: str(value) for key, value in dataclasses.asdict(options).items()},
     )
     results["summary"] = step_report.summarize_results(results)
     results["targets"] = step_report.targets(results)
+    results["stamp"] = stamp(started)
     return results
 
 
@@ -163,7 +165,7 @@ def write_outputs(results: dict[str, Any], out: Path) -> dict[str, Path]:
     """Write ``step.json``, ``step.md`` and ``step.png`` under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     paths = {"json": out / "step.json", "markdown": out / "step.md", "plot": out / "step.png"}
-    report.write_json(results, paths["json"])
+    write_json(results, paths["json"])
     paths["markdown"].write_text(step_report.markdown(results), encoding="utf-8")
     step_report.plot(results, paths["plot"])
     return paths
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     print(step_report.markdown(results))
     for kind, path in paths.items():
         print(f"wrote {kind}: {path}")
-    print(f"wall time: {results['meta']['wall_s']:.1f} s", file=sys.stderr)
+    print(f"wall time: {results['stamp']['wall_seconds']:.1f} s", file=sys.stderr)
     return 0
 
 

@@ -14,37 +14,38 @@ rollout loop appends to, what the driver does at the step boundary and what a ra
   (``RolloutBatch.from_train_data``) and hands it to :func:`arrow_split.ray.split_train_data_by_dp`;
   a rank calls :func:`arrow_split.ray.process_rollout_data` then
   :func:`arrow_split.torch.to_tensors` (tokens int64, a copy).
-- ``builder``: the loop appends each group to an ``arrow_split.RolloutBatchBuilder``; the boundary
-  finishes it, then as ``arrow``. Where the package has no builder yet, :class:`_FallbackBuilder`
-  stands in (it keeps the dict of lists and converts it at ``finish``); :data:`BUILDER_NAME` says
-  which one runs.
+- ``builder``: the loop appends each group to an :class:`arrow_split.RolloutBatchBuilder`; the
+  boundary finishes it, then as ``arrow``.
+
+Before anything is timed, :func:`check_agreement` compares every path's shards with the classic
+one, row for row, in the classic rollout layout.
 """
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import ray
 
-from arrow_split import KNOWN_COLUMNS, ColumnSpec, RolloutBatch
+from arrow_split import KNOWN_COLUMNS, RolloutBatch, RolloutBatchBuilder, shard_for_rank
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from benchmarks import baseline
-from benchmarks.timing import Laps
+from benchmarks._common import Laps
 
 __all__ = [
-    "BUILDER_NAME",
     "PATHS",
-    "Builder",
     "StepPath",
     "boundary",
     "check_agreement",
     "is_per_sample",
     "rank_steps",
     "rollout",
+    "rollout_dict",
+    "shard_differences",
 ]
 
 StepPath = Literal["classic", "numpy", "arrow", "builder"]
@@ -65,54 +66,6 @@ def is_per_sample(key: str) -> bool:
     return spec.kind in _PER_SAMPLE_KINDS or spec.global_shape == "float_per_sample"
 
 
-class _FallbackBuilder:
-    """Stand-in for ``arrow_split.RolloutBatchBuilder`` until it lands: a dict of lists.
-
-    Same calls as the real builder; ``finish`` is ``RolloutBatch.from_train_data`` of what was
-    appended, so its appends cost what the classic path's do and its boundary what ``arrow``'s does.
-    """
-
-    def __init__(
-        self,
-        specs: Iterable[ColumnSpec] = (),
-        allow_nonfinite: bool = False,
-        exact_floats: bool = False,
-    ) -> None:
-        self._specs = tuple(specs)
-        self._options = {"allow_nonfinite": allow_nonfinite, "exact_floats": exact_floats}
-        self._columns: dict[str, list[Any]] = {}
-        self._globals: dict[str, Any] = {}
-
-    def append(self, sample: Mapping[str, Any]) -> None:
-        for key, value in sample.items():
-            if is_per_sample(key):
-                self._columns.setdefault(key, []).append(value)
-            else:
-                self._globals[key] = value
-
-    def extend(self, group: Mapping[str, Any]) -> None:
-        for key, values in group.items():
-            if is_per_sample(key):
-                self._columns.setdefault(key, []).extend(values)
-            else:
-                self._globals[key] = values
-
-    def set_global(self, key: str, value: Any) -> None:
-        self._globals[key] = value
-
-    def finish(self) -> RolloutBatch:
-        data = {**self._columns, **self._globals}
-        return RolloutBatch.from_train_data(data, specs=self._specs, **self._options)
-
-
-try:
-    from arrow_split import RolloutBatchBuilder as Builder  # type: ignore[attr-defined]
-except ImportError:
-    Builder = _FallbackBuilder
-BUILDER_NAME: str = Builder.__name__
-"""``"RolloutBatchBuilder"`` (the package's) or ``"_FallbackBuilder"`` (the stand-in above)."""
-
-
 # --- the rollout loop ------------------------------------------------------------------------
 
 
@@ -128,7 +81,7 @@ def _extend_lists(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def _extend_builder(groups: Sequence[Mapping[str, Any]]) -> Any:
-    builder = Builder()
+    builder = RolloutBatchBuilder()
     for group in groups:
         builder.extend(group)
     return builder
@@ -295,6 +248,31 @@ def rank_steps(
 # --- agreement (before anything is timed) ----------------------------------------------------
 
 
+def _same(left: Any, right: Any) -> bool:
+    """Equal values; numpy arrays (one per sample, or whole) compare by shape and values."""
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        return bool(np.array_equal(np.asarray(left), np.asarray(right)))
+    both_lists = isinstance(left, list) and isinstance(right, list)
+    if both_lists and any(isinstance(value, np.ndarray) for value in [*left, *right]):
+        return len(left) == len(right) and all(map(_same, left, right))
+    return bool(left == right)
+
+
+def shard_differences(classic: Mapping[str, Any], other: Mapping[str, Any]) -> list[str]:
+    """The keys on which two classic-layout shards differ (missing ones included), or ``[]``."""
+    keys = sorted(set(classic) | set(other))
+    return [
+        k for k in keys if k not in classic or k not in other or not _same(classic[k], other[k])
+    ]
+
+
+def rollout_dict(shard: Any) -> dict[str, Any]:
+    """A shard in the classic rollout layout, through the public API of either Shard version."""
+    if hasattr(shard, "to_rollout_dict"):
+        return dict(shard.to_rollout_dict())
+    return dict(shard.to_train_data(layout="rollout"))
+
+
 def check_agreement(
     list_groups: Sequence[Mapping[str, Any]],
     numpy_groups: Sequence[Mapping[str, Any]],
@@ -305,28 +283,29 @@ def check_agreement(
     """Raise ``AssertionError`` unless every path gives each of ``ranks`` the classic shard.
 
     Also checks that the builder's batch equals ``RolloutBatch.from_train_data`` of the same
-    samples. Shards are compared in the classic rollout layout.
+    samples. Shards are compared in the classic rollout layout; the result names what was
+    compared, for the JSON.
     """
-    from arrow_split import shard_for_rank
-    from benchmarks.phases import shard_differences
-
     lists, _ = rollout("classic", list_groups)
     arrays, _ = rollout("numpy", numpy_groups)
     batch = RolloutBatch.from_train_data(lists)
     built, _ = rollout("builder", list_groups)
     if not built.finish().equals(batch):
-        msg = f"{BUILDER_NAME}.finish() differs from RolloutBatch.from_train_data"
+        msg = "RolloutBatchBuilder.finish() differs from RolloutBatch.from_train_data"
         raise AssertionError(msg)
     classic = baseline.classic_split(lists, dp_size, balance)
     numpy_shards = _numpy_split(_numpy_dict(arrays), dp_size, balance)
     for rank in ranks:
         arrow = shard_for_rank(batch, rank, dp_size, balance_data=balance)
-        for where, shard in (
-            ("numpy", numpy_shards[rank]),
-            ("arrow", arrow.to_train_data(layout="rollout")),
-        ):
+        for where, shard in (("numpy", numpy_shards[rank]), ("arrow", rollout_dict(arrow))):
             differences = shard_differences(classic[rank], shard)
             if differences:
                 msg = f"dp_size={dp_size}, rank={rank}: classic and {where} differ on {differences}"
                 raise AssertionError(msg)
-    return {"dp_size": dp_size, "ranks": list(ranks), "builder_equals_from_train_data": True}
+    return {
+        "dp_size": dp_size,
+        "ranks": list(ranks),
+        "paths": ["numpy", "arrow", "builder"],
+        "builder_equals_from_train_data": True,
+        "agree": True,
+    }

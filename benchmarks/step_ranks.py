@@ -1,10 +1,12 @@
 """A train rank's process for the step benchmark: runs one rank's work on a step's objects.
 
-A :class:`StepRankActor` (``num_cpus=0``, like a train actor that leaves the CPUs to its model)
-is started fresh for every configuration and is NOT warmed up beyond importing torch (which a
-train actor has done long before its first step): its first call is the cold start of a train
-actor's first step; the later calls (on fresh objects of later steps) are warm.
-References travel inside a list so that Ray does not resolve them before the clock starts.
+A :class:`StepRankActor` (``num_cpus=0``, like a train actor that leaves the CPUs to its model) is
+started fresh for every configuration; it records each call's memory
+(:class:`benchmarks._common.MemoryGauge`) and times a memcpy of a rank's bytes on request. It is
+NOT warmed up beyond importing torch (which a train actor has done long before its first step): its
+first call is the cold start of a train actor's first step; the later calls (on fresh objects of
+later steps) are warm. References travel inside a list so that Ray does not resolve them before the
+clock starts.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any
 
 import ray
 
+from benchmarks._common import GcClock, MemoryGauge
+from benchmarks.references import memcpy_seconds
 from benchmarks.step_paths import StepPath, rank_steps
-from benchmarks.timing import GcClock
 
 __all__ = ["StepRankActor", "largest_ranks"]
 
@@ -44,6 +47,15 @@ class StepRankActor:
     ) -> dict[str, Any]:
         """Run and time one rank's steps once: ``{"steps", "seconds", "gc_seconds"}``."""
         gc.collect()
-        with GcClock() as clock:
+        with MemoryGauge() as memory, GcClock() as clock:
             laps = rank_steps(path, mode, box, rank, dp_size, balance)
-        return {"steps": laps.seconds, "seconds": laps.total, "gc_seconds": clock.seconds}
+        return {
+            "steps": laps.seconds,
+            "seconds": laps.total,
+            "gc_seconds": clock.seconds,
+            "memory": memory.figures,
+        }
+
+    def memcpy(self, nbytes: int, repeats: int) -> dict[str, Any]:
+        """The floor of a delayed rank: a copy of ``nbytes`` in this process."""
+        return memcpy_seconds(nbytes, repeats)

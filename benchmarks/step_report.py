@@ -14,8 +14,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from benchmarks._common import format_bytes, format_seconds, pyplot
 from benchmarks.step_paths import PATHS
-from benchmarks.tables import format_bytes, format_seconds
 
 __all__ = ["markdown", "plot", "summarize_config", "summarize_results", "targets"]
 
@@ -74,6 +74,10 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
         "slowest_rank_seconds": per_rank[slowest],
         "slowest_rank_min_seconds": min(step["ranks"][slowest]["seconds"] for step in warm),
         "slowest_rank_steps": _medians([step["ranks"][slowest]["steps"] for step in warm]),
+        "slowest_rank_memory": {
+            key: max(step["ranks"][slowest]["memory"][key] for step in warm)
+            for key in steps[0]["ranks"][slowest]["memory"]
+        },
         "critical_path_seconds": boundary + per_rank[slowest],
         "store_bytes": steps[0]["store_bytes"],
         "cold_start": _cold_start(steps, per_rank),
@@ -164,40 +168,90 @@ def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
 
 
-def _builder_note(results: dict[str, Any]) -> list[str]:
-    if results["builder"] != "_FallbackBuilder":
-        return []
-    return [
-        "**The builder here is the stand-in `_FallbackBuilder`** "
-        "(`arrow_split.RolloutBatchBuilder` was not importable): it keeps a dict of lists "
-        "and converts it at `finish`, so its "
-        "appends and boundary are those of `arrow_split from lists`. The boundary and "
-        "critical-path targets are the real builder's to reach (it converts during the appends).",
-        "",
-    ]
-
-
 def _header(results: dict[str, Any]) -> list[str]:
-    meta = results["meta"]
+    meta = results["stamp"]
     machine, versions = meta["machine"], meta["versions"]
+    dirty = " (dirty tree)" if meta["dirty"] else ""
     return [
         "## arrow_split step benchmark: rollout loop -> step boundary -> ranks",
         "",
-        f"Builder: `{results['builder']}`. Plan: {results['plan']}. Each configuration: a fresh "
-        f"rank actor, {results['repeats'] + 1} steps (the first is the cold start; rank figures "
-        "are the warm steps' medians; boundary figures the median of all steps). Measured ranks: "
-        f"the {results['ranks_per_config']} with the most tokens (named in the table).",
+        f"Plan: {results['plan']}. Each configuration: a fresh rank actor, "
+        f"{results['repeats'] + 1} steps (the first is the cold start; rank figures are the warm "
+        "steps' medians; boundary figures the median of all steps). Measured ranks: the "
+        f"{results['ranks_per_config']} with the most tokens (named in the table).",
         "",
-        *_builder_note(results),
-        f"Machine: {machine['platform']}, {machine['cpu_count']} CPUs, "
-        f"{format_bytes(machine['ram_bytes'])} RAM. Python {versions['python']}, "
-        f"pyarrow {versions['pyarrow']}, numpy {versions['numpy']}, ray {versions['ray']}, "
-        f"torch {versions['torch']}"
-        f"{', commit ' + meta['git_commit'] if meta.get('git_commit') else ''}. "
-        f"Run took {meta['wall_s']:.0f} s; load average {meta['load_average']['before'][0]:.1f} "
-        f"before, {meta['load_average']['after'][0]:.1f} after.",
+        f"Commit {meta['commit']}{dirty}. Machine: {machine['platform']}, "
+        f"{machine['cpu_count']} CPUs, {format_bytes(machine['ram_bytes'])} RAM. Python "
+        f"{versions['python']}, pyarrow {versions['pyarrow']}, numpy {versions['numpy']}, ray "
+        f"{versions['ray']}, torch {versions['torch']}. Run took {meta['wall_seconds']:.0f} s; "
+        f"load average {meta['load_average']['start'][0]:.1f} at the start, "
+        f"{meta['load_average']['end'][0]:.1f} at the end.",
         "",
     ]
+
+
+def _references_table(results: dict[str, Any]) -> list[str]:
+    refs = results["references"]
+    summary = results["summary"][refs["workload"]]
+    dp = refs["memcpy_rank"]["dp_size"]
+    builder = summary.get(f"delayed/{dp}/builder") or summary[f"eager/{dp}/builder"]
+    put = builder["boundary_steps"].get("put")
+    plan, take = refs["planner"], refs["take"]
+
+    def row(what: str, classic: float | None, arrow: float | None, note: str = "") -> str:
+        ratio = _ratio(_divide(classic, arrow))
+        return f"| {what} | {format_seconds(classic)} | {format_seconds(arrow)} | {ratio} {note}|"
+
+    median = "median"
+    return [
+        f"### References, measured in the same run (`{refs['workload']}`)",
+        "",
+        "| figure | reference | arrow_split | reference / arrow_split |",
+        "|---|---:|---:|---:|",
+        row(
+            f"{builder['mode']} put ({format_bytes(refs['batch_bytes'])}) vs one `ray.put` of "
+            "a buffer that size",
+            refs["one_buffer_put"]["seconds"][median],
+            put,
+        ),
+        row(
+            f"{builder['mode']} rank, dp {dp}, vs a memcpy of its "
+            f"{format_bytes(refs['memcpy_rank']['bytes'])}",
+            refs["memcpy_rank"]["seconds"][median],
+            builder["slowest_rank_seconds"],
+        ),
+        row(
+            f"planner, {plan['samples']:,} samples, dp {plan['dp_size']}: classic KK vs "
+            "`plan_partitions`",
+            plan["classic_seconds"][median],
+            plan["arrow_seconds"][median],
+        ),
+        row(
+            f"gather of one rank's {take['rows']} rows (dp {take['dp_size']}): list indexing vs "
+            "`take_rows`",
+            take["classic_seconds"][median],
+            take["arrow_seconds"][median],
+        ),
+        "",
+    ]
+
+
+def _memory_table(results: dict[str, Any]) -> list[str]:
+    name = results["main_workload"]
+    lines = [
+        f"### Memory of the slowest rank (`{name}`, warm steps, peak)",
+        "",
+        "| mode | dp | path | private increase | store pages touched |",
+        "|---|---:|---|---:|---:|",
+    ]
+    for entry in results["summary"][name].values():
+        memory = entry["slowest_rank_memory"]
+        lines.append(
+            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+            f"| {format_bytes(memory['private_increase_bytes'])} "
+            f"| {format_bytes(memory['shared_touched_bytes'])} |"
+        )
+    return [*lines, ""]
 
 
 def _parts(seconds: dict[str, float]) -> str:
@@ -297,10 +351,11 @@ def _targets_table(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """``step.md``: the header, one table per workload, cold starts, per-object costs, targets."""
+    """``step.md``: header, one table per workload, references, memory, cold starts, targets."""
     lines = _header(results)
     for name in results["workloads"]:
         lines += _workload_table(name, results)
+    lines += _references_table(results) + _memory_table(results)
     lines += _cold_table(results) + _per_object_table(results) + _targets_table(results)
     return "\n".join(lines)
 
@@ -310,16 +365,10 @@ def markdown(results: dict[str, Any]) -> str:
 
 def plot(results: dict[str, Any], path: Path) -> None:
     """Critical path of the main workload: boundary + slowest rank, one panel per (mode, dp)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot
-
+    plt = pyplot()
     summary = results["summary"][results["main_workload"]]
     panels = sorted({(e["mode"], e["dp_size"]) for e in summary.values()})
-    figure, axes = pyplot.subplots(
-        1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False
-    )
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1, 4), squeeze=False)
     for axis, (mode, dp) in zip(axes[0], panels, strict=True):
         entries = [summary[f"{mode}/{dp}/{p}"] for p in PATHS if f"{mode}/{dp}/{p}" in summary]
         labels = [_LABELS[e["path"]].replace(" ", "\n", 1) for e in entries]
@@ -334,4 +383,4 @@ def plot(results: dict[str, Any], path: Path) -> None:
     figure.suptitle(f"{results['main_workload']}: critical path of one step")
     figure.tight_layout()
     figure.savefig(path, dpi=120)
-    pyplot.close(figure)
+    plt.close(figure)

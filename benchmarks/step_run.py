@@ -26,16 +26,17 @@ from typing import Any
 import numpy as np
 import ray
 
-from arrow_split import plan_partitions, split_train_data_by_dp_raw
+from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
 from arrow_split.testing import RolloutConfig, iter_sample_groups
-from benchmarks.config import Progress
+from benchmarks import references
+from benchmarks._common import Progress, summarize
 from benchmarks.step_paths import PATHS, StepPath, boundary, check_agreement, rollout
 from benchmarks.step_ranks import StepRankActor, largest_ranks
-from benchmarks.timing import summarize
 
 __all__ = [
     "Groups",
     "StepOptions",
+    "measure_references",
     "measure_workload",
     "per_object_costs",
     "pickle_cost",
@@ -57,7 +58,7 @@ class StepOptions:
     group_size: int = 8
     seed: int = 0
     balance_data: bool = True
-    out: Path = Path("benchmarks/results")
+    out: Path = Path("docs/benchmarks")
     progress: bool = True
 
 
@@ -181,7 +182,6 @@ def pickle_cost(groups: Groups, repeats: int) -> dict[str, Any]:
 
 def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
     """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
-    from arrow_split import RolloutBatch
 
     def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
         seconds = []
@@ -210,3 +210,26 @@ def warm_up_driver(groups: Groups, options: StepOptions) -> None:
             state, _ = rollout(path, groups.for_path(path))
             refs, _ = boundary(path, mode, state, 2, options.balance_data)
             del refs, state
+
+
+def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
+    """The physical references (:mod:`benchmarks.references`) on ``groups`` at ``dp_size``.
+
+    The memcpy copies the Arrow bytes of the largest of the ``ranks`` measured ranks, in a fresh
+    :class:`StepRankActor` (a rank's process).
+    """
+    data, _ = rollout("classic", groups.lists)
+    batch = RolloutBatch.from_train_data(data)
+    partitions = plan_partitions(batch.total_lengths, dp_size, balance_data=True)
+    measured = largest_ranks(partitions, groups.total_lengths, ranks)
+    rank_bytes = max(take_rows(batch, partitions[rank]).nbytes for rank in measured)
+    actor = StepRankActor.remote()  # type: ignore[attr-defined]
+    memcpy = ray.get(actor.memcpy.remote(rank_bytes, 5 * repeats))
+    ray.kill(actor)
+    return {
+        "workload": groups.name,
+        "batch_bytes": batch.nbytes,
+        "one_buffer_put": references.one_buffer_put(batch.nbytes, 2 * repeats),
+        "memcpy_rank": {"dp_size": dp_size, "ranks": measured, **memcpy},
+        **references.planner_and_take(data, batch, dp_size, repeats),
+    }

@@ -1,9 +1,10 @@
-"""Smoke test of the benchmarks on tiny sizes: figures, files, equal shards, equal plans.
+"""Smoke test of the benchmarks in their smallest mode: agreement, JSON schema, stamp, files.
 
-Speed is never asserted here: only that every figure is produced and positive, that the JSON,
-markdown and plot files are written, that the baseline and arrow_split hand each rank the same
-shard, and that the baseline's own Karmarkar-Karp plans exactly as the tests' reference does.
-This is the one test module that imports ``benchmarks``.
+Speed is never asserted here. What is: every path of the step benchmark hands each rank the
+classic shard (and the check fails when one does not); every JSON has its keys, their types and
+the stamp (commit, machine, load, versions, command line); the plots are PNGs; the baseline's
+own Karmarkar-Karp plans exactly as the tests' reference does. This is the one test module that
+imports ``benchmarks`` besides the simulated cluster's users.
 """
 
 from __future__ import annotations
@@ -26,134 +27,63 @@ pytest.importorskip("tqdm")
 pytest.importorskip("psutil")
 
 from arrow_split import split_train_data_by_dp_raw
-from benchmarks import baseline, bench_build, bench_planner, bench_take, harness
-from benchmarks.config import STEPS, Options, Workload
-from benchmarks.phases import shard_differences
-from benchmarks.timing import Repeats
+from arrow_split.testing import WORKLOADS, make_train_data
+from benchmarks import baseline
+from benchmarks.__main__ import BENCHMARKS
+from benchmarks.step_paths import PATHS, rollout_dict, shard_differences
 from tests.reference_plan import reference_partitions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+PNG = b"\x89PNG\r\n\x1a\n"
 
-DP_SIZES = (2, 4)
+
+def _is_seconds(value: Any) -> bool:
+    return isinstance(value, float) and math.isfinite(value) and value >= 0
 
 
-def _positive(value: Any) -> bool:
-    return isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+def assert_stamped(results: dict[str, Any]) -> None:
+    """The stamp every JSON carries: commit, machine, load, versions, command line."""
+    stamp = results["stamp"]
+    assert isinstance(stamp["commit"], str)
+    assert len(stamp["commit"]) == 40
+    assert isinstance(stamp["dirty"], bool)
+    assert isinstance(stamp["started"], str)
+    machine = stamp["machine"]
+    assert isinstance(machine["cpu_count"], int)
+    assert machine["cpu_count"] >= 1
+    assert isinstance(machine["ram_bytes"], int)
+    assert machine["ram_bytes"] > 0
+    assert isinstance(machine["platform"], str)
+    for point in ("start", "end"):
+        load = stamp["load_average"][point]
+        assert len(load) == 3
+        assert all(isinstance(value, float) for value in load)
+    versions = stamp["versions"]
+    for package in ("python", "pyarrow", "numpy", "ray", "torch", "arrow_split"):
+        assert isinstance(versions[package], str), package
+    assert isinstance(stamp["command"], list)
+    assert all(isinstance(a, str) for a in stamp["command"])
+    assert _is_seconds(stamp["wall_seconds"])
 
 
 @pytest.mark.parametrize("balance_data", [True, False])
-@pytest.mark.parametrize("moe", [False, True])
+@pytest.mark.parametrize("moe", [None, (2, 2)])
 def test_baseline_and_arrow_split_give_every_rank_the_same_shard(
-    balance_data: bool, moe: bool
+    balance_data: bool, moe: tuple[int, int] | None
 ) -> None:
-    workload = Workload.generate("tiny", seed=3, moe=moe)
-    classic = baseline.classic_split(workload.lists, 4, balance_data)
-    shards = split_train_data_by_dp_raw(workload.lists, 4, balance_data=balance_data)
+    data = make_train_data(dataclasses.replace(WORKLOADS["tiny"], seed=3, moe_shape=moe))
+    classic = baseline.classic_split(data, 4, balance_data)
+    shards = split_train_data_by_dp_raw(data, 4, balance_data=balance_data)
     for expected, shard in zip(classic, shards, strict=True):
-        assert shard_differences(expected, shard.to_train_data(layout="rollout")) == []
+        assert shard_differences(expected, rollout_dict(shard)) == []
 
 
-def test_the_agreement_check_sees_a_difference() -> None:
-    workload = Workload.generate("tiny")
-    classic = baseline.classic_split(workload.lists, 2, True)[0]
+def test_shard_differences_name_the_keys_that_differ() -> None:
+    data = make_train_data(WORKLOADS["tiny"])
+    classic = baseline.classic_split(data, 2, True)[0]
     changed = {**classic, "rewards": [1.0 - reward for reward in classic["rewards"]]}
     assert shard_differences(classic, changed) == ["rewards"]
     assert shard_differences(classic, {**classic, "extra": []}) == ["extra"]
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Path]]:
-    out = tmp_path_factory.mktemp("bench")
-    options = Options(
-        workload="tiny",
-        dp_sizes=DP_SIZES,
-        repeats=1,
-        min_seconds=0.0,
-        ranks_per_config=1,
-        out=out,
-        progress=False,
-    )
-    results = harness.run(options)
-    return results, harness.write_outputs(results, out)
-
-
-@pytest.mark.ray
-def test_every_figure_is_produced(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
-    results, _ = tiny_run
-    assert [entry["dp_size"] for entry in results["agreement"]] == list(DP_SIZES)
-    for figures in (results["build"]["from_lists"], results["build"]["from_numpy"]):
-        assert _positive(figures["seconds"]["min"])
-    put = results["put"]
-    for figures in [put["single_buffer"], put["arrow_delayed"], put["baseline_delayed"]]:
-        assert _positive(figures["seconds"]["median"])
-        assert _positive(figures["store_bytes"])
-    for key in ("arrow_eager", "baseline_eager"):
-        assert sorted(put[key]) == sorted(str(dp) for dp in DP_SIZES)
-        assert all(_positive(figures["store_bytes"]) for figures in put[key].values())
-    configs = {(r["path"], r["mode"], r["dp_size"]) for r in results["per_rank"]}
-    assert len(configs) == 4 * len(DP_SIZES)
-    for record in results["per_rank"]:
-        assert _positive(record["sum"]["median"])
-        assert set(record["steps"]) <= set(STEPS)
-        assert record["memory"]["peak_rss_bytes"] > 0
-    assert all(_positive(entry["seconds"]["median"]) for entry in results["memcpy"])
-    assert [(e["n"], e["dp_size"]) for e in results["planner"]][-1] == (65_536, 256)
-
-
-@pytest.mark.ray
-def test_ratios_targets_and_metadata(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
-    results, _ = tiny_run
-    ratios = results["ratios"]
-    for key in ("delayed_per_rank", "eager_per_rank", "eager_put"):
-        assert sorted(ratios[key]) == sorted(str(dp) for dp in DP_SIZES)
-        assert all(_positive(value) for value in ratios[key].values())
-    assert _positive(ratios["arrow_put_over_single_buffer"]["delayed"])
-    assert len(results["targets"]) == 6
-    assert all(_positive(target["value"]) for target in results["targets"])
-    meta = results["meta"]
-    assert meta["machine"]["cpu_count"] >= 1
-    assert meta["machine"]["ram_bytes"] > 0
-    assert {"python", "pyarrow", "numpy", "ray", "torch", "arrow_split"} <= set(meta["versions"])
-
-
-@pytest.mark.ray
-def test_files_are_written(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
-    results, paths = tiny_run
-    assert json.loads(paths["json"].read_text())["ratios"] == json.loads(
-        json.dumps(results["ratios"])
-    )
-    table = paths["markdown"].read_text()
-    assert "### Targets" in table
-    assert "| 4 | delayed | arrow_split |" in table
-    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-
-
-@pytest.mark.ray
-def test_no_ray_is_left_behind(tiny_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
-    import psutil
-    import ray
-
-    assert not ray.is_initialized()
-    children = psutil.Process().children(recursive=True)
-    alive = [child for child in children if child.is_running() and child.status() != "zombie"]
-    assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]
-
-
-def test_the_cluster_and_soak_plots_are_drawn(tmp_path: Path) -> None:
-    from benchmarks.report import plot_cluster, plot_soak
-
-    mode = {"cross_node_mib": 4.0, "rank_ms_median": 2.0, "rank_ms_max": 3.0}
-    cluster = {
-        "layout": "head + 2 nodes",
-        "batch": {"object_bytes": 4 * 2**20},
-        "summary": {"eager": mode, "local": {**mode, "cross_node_mib": 8.0}},
-    }
-    sample = {"store_used": 1.0, "driver_rss_private": 2.0, "driver_rss_shmem": 3.0}
-    soak = {"batch_nbytes": 2**20, "samples": [{"step": i, **sample} for i in range(3)]}
-    plot_cluster(cluster, tmp_path / "cluster.png")
-    plot_soak(soak, tmp_path / "soak.png")
-    assert (tmp_path / "cluster.png").stat().st_size > 1000
-    assert (tmp_path / "soak.png").stat().st_size > 1000
 
 
 @pytest.mark.parametrize("seed", range(40))
@@ -164,57 +94,6 @@ def test_the_baseline_plans_exactly_as_the_reference(seed: int) -> None:
     for balance_data in (True, False):
         expected = reference_partitions(lengths, dp_size, balance_data)
         assert baseline.classic_partitions(lengths, dp_size, balance_data) == expected
-
-
-def test_the_planner_benchmark(tmp_path: Path) -> None:
-    assert (
-        bench_planner.main(
-            ["--sizes", "512:8,256:16", "--repeats", "1", "--json", str(tmp_path / "p.json")]
-        )
-        == 0
-    )
-    report = json.loads((tmp_path / "p.json").read_text())
-    assert [(r["n"], r["dp_size"]) for r in report["results"]] == [(512, 8), (256, 16)]
-    assert all(r["identical"] and _positive(r["speedup_median"]) for r in report["results"])
-
-
-def test_the_build_benchmark() -> None:
-    result = bench_build.measure_build("tiny", 1)
-    assert result["samples"] == 32
-    assert set(result["ratios"]) == {
-        "lists_vs_pa_array_inferred",
-        "lists_vs_pa_array_typed",
-        "numpy_vs_concatenate",
-    }
-    assert all(_positive(ratio) for ratio in result["ratios"].values())
-
-
-@pytest.mark.parametrize("moe", [False, True])
-def test_the_take_benchmark(moe: bool) -> None:
-    result = bench_take.measure_take("tiny", 4, 3, Repeats(1, 0.0), moe=moe)
-    assert result["rows"] == 8
-    assert _positive(result["speedup_median"])
-    assert set(result["seconds"]) == {"take_rows", "record_batch_take"}
-
-
-def test_nothing_under_benchmarks_imports_tests() -> None:
-    sources = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
-    assert sources
-    for source in sources:
-        text = source.read_text(encoding="utf-8")
-        assert "from tests" not in text, source.name
-        assert "import tests" not in text, source.name
-
-
-def test_the_baseline_imports_nothing_from_arrow_split() -> None:
-    code = "import sys, benchmarks.baseline; print('arrow_split' in sys.modules)"
-    output = subprocess.run(
-        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT
-    ).stdout
-    assert output.strip() == "False"
-
-
-# --- the step benchmark (benchmarks.step) ------------------------------------------------------
 
 
 def _step_groups(samples: int = 32) -> Any:
@@ -237,26 +116,6 @@ def test_the_step_groups_come_in_a_seeded_order_in_both_forms() -> None:
         assert isinstance(listed["tokens"][0], list)
 
 
-def test_the_step_builders_give_the_batch_of_from_train_data() -> None:
-    from arrow_split import RolloutBatch
-    from benchmarks.step_paths import Builder, _FallbackBuilder, is_per_sample, rollout
-
-    groups = _step_groups()
-    data, figures = rollout("classic", groups.lists)
-    assert figures["cpu_seconds"] >= 0
-    assert figures["wall_seconds"] > 0
-    expected = RolloutBatch.from_train_data(data)
-    for builder_class in {Builder, _FallbackBuilder}:
-        by_group, by_sample = builder_class(), builder_class()
-        for group in groups.lists:
-            by_group.extend(group)
-            rows = len(group["tokens"])
-            for row in range(rows):
-                by_sample.append({k: v[row] for k, v in group.items() if is_per_sample(k)})
-        assert by_group.finish().equals(expected)
-        assert by_sample.finish().equals(expected)
-
-
 def test_the_step_paths_agree_and_the_largest_ranks_are_measured() -> None:
     from arrow_split import plan_partitions
     from benchmarks.step_paths import check_agreement
@@ -274,79 +133,145 @@ def test_the_step_paths_agree_and_the_largest_ranks_are_measured() -> None:
         assert check["builder_equals_from_train_data"]
 
 
-def test_the_step_command_line() -> None:
-    from benchmarks import step
+def test_the_agreement_check_fails_when_a_path_gives_other_rows() -> None:
+    from benchmarks.step_paths import check_agreement
 
-    options = step.parse_args(["--workload", "small", "--quick", "--delayed-dp-sizes", "8,16"])
-    assert (options.repeats, options.ranks, options.eager_dp_sizes) == (1, 1, (64,))
-    assert options.delayed_dp_sizes == (8, 16)
-    with pytest.raises(SystemExit):
-        step.parse_args(["--eager-dp-sizes", "0"])
+    groups = _step_groups()
+    arrays = [dict(group) for group in groups.arrays]
+    arrays[0]["rewards"] = np.asarray(arrays[0]["rewards"]) + 1.0
+    with pytest.raises(AssertionError, match="classic and numpy differ on \\['rewards'\\]"):
+        check_agreement(groups.lists, arrays, 2, [0, 1], True)
+
+
+def test_every_benchmark_of_make_bench_has_a_smoke_mode() -> None:
+    import importlib
+
+    assert sorted(BENCHMARKS) == ["cluster", "dump", "moe", "soak", "step"]
+    for module, *_ in BENCHMARKS.values():
+        parsed = importlib.import_module(module).parse_args(["--smoke", "--out", "x"])
+        out = parsed.out if hasattr(parsed, "out") else None
+        assert out == Path("x"), module
+
+
+def test_a_result_without_a_stamp_is_not_written(tmp_path: Path) -> None:
+    from benchmarks._common import stamp, start_stamp, write_json
+
+    with pytest.raises(ValueError, match="no stamp"):
+        write_json({"figure": 1.0}, tmp_path / "x.json")
+    path = write_json({"figure": 1.0, "stamp": stamp(start_stamp())}, tmp_path / "x.json")
+    assert_stamped(json.loads(path.read_text()))
+
+
+def test_the_dump_benchmark_writes_a_stamped_json(tmp_path: Path) -> None:
+    from benchmarks import dump
+
+    assert dump.main(["--smoke", "--out", str(tmp_path)]) == 0
+    results = json.loads((tmp_path / "dump.json").read_text())
+    assert_stamped(results)
+    assert results["samples"] == 16
+    assert set(results["file_bytes"]) == {"torch_save", "arrow", "arrow_zstd"}
+    assert all(_is_seconds(figure["median"]) for figure in results["seconds"].values())
+
+
+def test_nothing_under_benchmarks_imports_tests() -> None:
+    sources = sorted((REPO_ROOT / "benchmarks").glob("*.py"))
+    assert sources
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        assert "from tests" not in text, source.name
+        assert "import tests" not in text, source.name
+
+
+def test_the_baseline_imports_nothing_from_arrow_split() -> None:
+    code = "import sys, benchmarks.baseline; print('arrow_split' in sys.modules)"
+    output = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO_ROOT
+    ).stdout
+    assert output.strip() == "False"
+
+
+# --- the step benchmark in its smoke mode (starts Ray) ---------------------------------------
 
 
 @pytest.fixture(scope="module")
 def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Path]]:
     from benchmarks import step
-    from benchmarks.step_run import StepOptions
 
     out = tmp_path_factory.mktemp("step")
-    options = StepOptions(
-        workload="tiny",
-        eager_dp_sizes=(2,),
-        delayed_dp_sizes=(2,),
-        small_samples=0,
-        repeats=1,
-        ranks=1,
-        out=out,
-        progress=False,
-    )
+    options = step.parse_args(["--smoke", "--no-progress", "--out", str(out)])
     results = step.run(options)
     return results, step.write_outputs(results, out)
 
 
 @pytest.mark.ray
-def test_the_step_benchmark_measures_every_path(
+def test_the_step_benchmark_checks_agreement_and_measures_every_path(
     step_run: tuple[dict[str, Any], dict[str, Path]],
 ) -> None:
-    from benchmarks.step_paths import BUILDER_NAME, PATHS
-
     results, _ = step_run
-    assert results["builder"] == BUILDER_NAME
-    assert sorted(results["summary"]) == ["tiny"]
-    for summary in results["summary"].values():
-        assert sorted(summary) == sorted(f"{m}/2/{p}" for m in ("eager", "delayed") for p in PATHS)
-        for entry in summary.values():
-            for key in ("boundary_seconds", "slowest_rank_seconds", "critical_path_seconds"):
-                assert _positive(entry[key]), key
-            assert entry["critical_path_seconds"] > entry["boundary_seconds"]
-            assert _positive(entry["cold_start"]["first_seconds"])
-            assert _positive(entry["store_bytes"])
-            assert entry["appends_cpu_seconds"] >= 0
-    parts = {
-        key: list(entry["boundary_steps"]) for key, entry in results["summary"]["tiny"].items()
-    }
+    agreement = results["workloads"]["tiny"]["agreement"]
+    assert agreement["agree"]
+    assert agreement["builder_equals_from_train_data"]
+    assert agreement["paths"] == ["numpy", "arrow", "builder"]
+    summary = results["summary"]["tiny"]
+    assert sorted(summary) == sorted(f"{m}/2/{p}" for m in ("eager", "delayed") for p in PATHS)
+    for entry in summary.values():
+        for key in ("boundary_seconds", "slowest_rank_seconds", "critical_path_seconds"):
+            assert _is_seconds(entry[key]), key
+        assert entry["critical_path_seconds"] >= entry["boundary_seconds"]
+        assert isinstance(entry["store_bytes"], int)
+        assert entry["store_bytes"] > 0
+        memory = entry["slowest_rank_memory"]
+        assert set(memory) == {"peak_rss_bytes", "private_increase_bytes", "shared_touched_bytes"}
+        assert all(isinstance(value, int) for value in memory.values())
+    parts = {key: list(entry["boundary_steps"]) for key, entry in summary.items()}
     assert parts["eager/2/classic"] == ["split", "put"]
     assert parts["delayed/2/numpy"] == ["concat", "put"]
     assert parts["eager/2/arrow"] == ["convert", "put"]
     assert parts["delayed/2/builder"] == ["finish", "put"]
-    per_object = results["per_object"]
-    assert (per_object["workload"], per_object["dp_size"]) == ("tiny", 2)
-    assert _positive(per_object["tiny_put_seconds"]["median"])
-    assert _positive(per_object["arrow_shard_put_seconds"]["median"])
-    assert _positive(results["pickle"]["cpu_seconds"]["median"])
-    assert len(results["targets"]) == 7
-    assert all(_positive(target["value"]) for target in results["targets"])
 
 
 @pytest.mark.ray
-def test_the_step_benchmark_writes_its_files(
+def test_the_step_benchmark_measures_its_references_in_the_same_run(
+    step_run: tuple[dict[str, Any], dict[str, Path]],
+) -> None:
+    results, _ = step_run
+    refs = results["references"]
+    assert refs["workload"] == "tiny"
+    assert refs["batch_bytes"] > 0
+    assert refs["one_buffer_put"]["bytes"] == refs["batch_bytes"]
+    assert refs["memcpy_rank"]["dp_size"] == 2
+    assert refs["memcpy_rank"]["bytes"] > 0
+    assert (refs["planner"]["samples"], refs["planner"]["dp_size"]) == (65_536, 256)
+    for figure in ("planner", "take"):
+        for path in ("classic_seconds", "arrow_seconds"):
+            assert _is_seconds(refs[figure][path]["median"]), (figure, path)
+    assert [target["target"] for target in results["targets"]][-1].startswith("first step")
+    assert all(
+        set(t) == {"target", "where", "value", "goal", "reached"} for t in results["targets"]
+    )
+
+
+@pytest.mark.ray
+def test_the_step_benchmark_writes_a_stamped_json_a_table_and_a_plot(
     step_run: tuple[dict[str, Any], dict[str, Path]],
 ) -> None:
     results, paths = step_run
-    assert json.loads(paths["json"].read_text())["targets"] == json.loads(
-        json.dumps(results["targets"])
-    )
+    written = json.loads(paths["json"].read_text())
+    assert_stamped(written)
+    assert written["summary"] == json.loads(json.dumps(results["summary"]))
     table = paths["markdown"].read_text()
-    assert "### Targets" in table
+    for heading in ("### Targets", "### References, measured in the same run", "### Memory"):
+        assert heading in table
     assert "| delayed | 2 | arrow_split builder |" in table
-    assert paths["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert paths["plot"].read_bytes()[:8] == PNG
+
+
+@pytest.mark.ray
+def test_no_ray_is_left_behind(step_run: tuple[dict[str, Any], dict[str, Path]]) -> None:
+    import psutil
+    import ray
+
+    assert not ray.is_initialized()
+    children = psutil.Process().children(recursive=True)
+    alive = [child for child in children if child.is_running() and child.status() != "zombie"]
+    assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]

@@ -1,7 +1,7 @@
 """The numeric core shared by the per-token, tensor and scalar codecs.
 
 Numbers take one of two paths. Python lists go through ``pyarrow.array`` with an explicit wide type
-(the column's integer type, or float64), which is faster than letting pyarrow infer one; numpy
+(the column's integer type, or float64), so that pyarrow does not infer one; numpy
 arrays are concatenated once. Either way the column ends as one flat numpy array (and offsets)
 that :mod:`arrow_split._codecs._checks` validates in vectorised passes before it is cast to the
 column's type.

@@ -1,9 +1,9 @@
 """The fast path for numbers given as Python lists: one ``struct.pack`` per sample.
 
-``struct.pack(f"{n}i", *values)`` converts a list of Python numbers to C values two to three
-times faster than ``pyarrow.array`` (and ``bytes(values)`` a 0/1 mask four times faster),
-and rejects what the column cannot hold on its own: a float or ``None`` in an integer column, a
-value out of the type's range, a non-number anywhere. Only a ``bool`` in an integer column
+``struct.pack(f"{n}i", *values)`` converts a list of Python numbers to C values (and
+``bytes(values)`` a 0/1 mask) without ``pyarrow.array``'s per-value type inference, and rejects
+what the column cannot hold on its own: a float or ``None`` in an integer column, a value out of
+the type's range, a non-number anywhere. Only a ``bool`` in an integer column
 passes unseen (``True`` is an ``int``); it can only hide where the value is 0 or 1, so those few
 places are looked at one by one. A float column with a value as large as 2**53 goes the careful
 way (an int that large may not be exact as a double, which ``pyarrow.array`` refuses). When

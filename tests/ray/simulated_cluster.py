@@ -1,11 +1,10 @@
-"""A simulated multi-node Ray cluster on this machine, shared by the cluster and fault tests.
+"""Test helpers around the simulated cluster of :mod:`benchmarks.simulated_cluster`.
 
-``ray.cluster_utils.Cluster`` starts the head node and each worker node as its own raylet with
-its own object store (objects cross between them as between machines). Node ``i`` carries the
-custom resource ``node_<i>``; an actor that asks for ``0.01`` of it lands there. The driver runs
-on the head, node 0, so what it puts lives there. Each node spills to its own directory.
+The cluster itself (start, stop, ``on_node``, ``cross_node_bytes``) is the benchmarks' module, so
+the cluster and fault tests and the cluster benchmarks run on one setup; this module adds what
+only the tests need: a seeded batch, CRCs of shards, the spill figures, the driver's memory.
 
-A module starts one such cluster in a module-scoped fixture and stops it (``ray.shutdown`` and
+A module starts one cluster in a module-scoped fixture and stops it (``ray.shutdown`` and
 ``Cluster.shutdown``) after its last test, so it never meets the module-scoped local Ray of
 ``conftest.py``, which test modules request by name.
 """
@@ -13,9 +12,7 @@ A module starts one such cluster in a module-scoped fixture and stops it (``ray.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import time
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,96 +25,34 @@ import pytest
 from arrow_split import KNOWN_COLUMNS, RolloutBatch
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
-REPO_ROOT = str(Path(__file__).resolve().parents[2])
-MIB = 1024 * 1024
+from benchmarks.simulated_cluster import (  # noqa: E402
+    FAST_FAILURE_CONFIG,
+    MIB,
+    SimulatedCluster,
+    cross_node_bytes,
+    on_node,
+    start_cluster,
+    stop_cluster,
+)
 
-# Node death is noticed within about a second (Ray's default is 15 s of missed health checks).
-FAST_FAILURE_CONFIG: dict[str, Any] = {
-    "health_check_initial_delay_ms": 0,
-    "health_check_period_ms": 200,
-    "health_check_timeout_ms": 200,
-    "health_check_failure_threshold": 3,
-}
-
-
-@dataclasses.dataclass
-class SimulatedCluster:
-    """A running simulated cluster: node ``i`` is ``nodes[i]`` with id ``node_ids[i]``."""
-
-    cluster: Any
-    nodes: list[Any]
-    node_ids: list[str]
-    spill_dirs: list[Path]
-
-    def add_node(self, *, object_store_bytes: int, spill_root: Path) -> int:
-        """Start one more worker node; return its index."""
-        index = len(self.nodes)
-        spill_dir = spill_root / f"node_{index}"
-        spill_dir.mkdir(parents=True, exist_ok=True)
-        node = self.cluster.add_node(
-            num_cpus=1,
-            object_store_memory=object_store_bytes,
-            resources={f"node_{index}": 1.0},
-            object_spilling_directory=str(spill_dir),
-        )
-        self.nodes.append(node)
-        self.spill_dirs.append(spill_dir)
-        self.node_ids.append(_node_id_of(index))
-        return index
-
-
-def start_cluster(
-    num_nodes: int,
-    *,
-    object_store_bytes: int,
-    spill_root: Path,
-    system_config: dict[str, Any] | None = None,
-) -> SimulatedCluster:
-    """Start a head and ``num_nodes - 1`` worker nodes and connect this driver to them."""
-    python_path = os.pathsep.join(filter(None, [REPO_ROOT, os.environ.get("PYTHONPATH")]))
-    spill_dir = spill_root / "node_0"
-    spill_dir.mkdir(parents=True, exist_ok=True)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("PYTHONPATH", python_path)  # the raylets pass it on to their workers
-        cluster = Cluster(
-            initialize_head=True,
-            head_node_args={
-                "num_cpus": 1,
-                "object_store_memory": object_store_bytes,
-                "resources": {"node_0": 1.0},
-                "include_dashboard": False,
-                "object_spilling_directory": str(spill_dir),
-                "_system_config": {**FAST_FAILURE_CONFIG, **(system_config or {})},
-            },
-        )
-        ray.init(address=cluster.address, log_to_driver=False, logging_level="ERROR")
-        simulated = SimulatedCluster(cluster, [cluster.head_node], [_node_id_of(0)], [spill_dir])
-        for _ in range(num_nodes - 1):
-            simulated.add_node(object_store_bytes=object_store_bytes, spill_root=spill_root)
-    return simulated
-
-
-def stop_cluster(simulated: SimulatedCluster) -> None:
-    ray.shutdown()
-    simulated.cluster.shutdown()
-
-
-def _node_id_of(index: int) -> str:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for node in ray.nodes():
-            if node["Alive"] and f"node_{index}" in node["Resources"]:
-                return str(node["NodeID"])
-        time.sleep(0.1)
-    msg = f"node {index} did not join the cluster"
-    raise RuntimeError(msg)
-
-
-def on_node(actor_class: Any, index: int, **options: Any) -> Any:
-    """Start an actor of ``actor_class`` on node ``index``."""
-    return actor_class.options(resources={f"node_{index}": 0.01}, **options).remote()
+__all__ = [
+    "FAST_FAILURE_CONFIG",
+    "MIB",
+    "SimulatedCluster",
+    "box",
+    "bytes_on_disk",
+    "crc32_of",
+    "cross_node_bytes",
+    "driver_memory_bytes",
+    "gather",
+    "make_batch",
+    "on_node",
+    "raylet_spill_stats",
+    "start_cluster",
+    "stop_cluster",
+    "store_capacity",
+]
 
 
 def box(refs_or_ref: Any) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import ray
@@ -11,7 +11,7 @@ import ray
 from arrow_split import ArrowSplitError
 from arrow_split.ray import process_rollout_data
 
-__all__ = ["cross_node_bytes", "rollout_failure", "store_bytes_free", "wait_until"]
+__all__ = ["rollout_failure", "store_bytes_free", "wait_until"]
 
 
 def wait_until(condition: Callable[[], bool], timeout_s: float = 20.0) -> bool:
@@ -36,20 +36,3 @@ def rollout_failure(refs: Any, dp_rank: int, dp_size: int, **kwargs: Any) -> tup
     except ArrowSplitError as exc:
         return type(exc).__name__, str(exc)
     return "", ""
-
-
-def cross_node_bytes(refs: Iterable[Any], *, timeout_s: float = 10.0) -> int:
-    """Bytes that crossed nodes to place the copies of these objects, from Ray's own records.
-
-    The sum over distinct live objects of ``object_size * (nodes holding a copy - 1)``; an
-    object that travels inline counts 0. One lookup per object (a lookup of objects with several
-    owners can misbehave in Ray 2.60).
-    """
-    total = 0
-    for ref in {ref.hex(): ref for ref in refs}.values():
-        found = ray.experimental.get_object_locations([ref], timeout_ms=int(timeout_s * 1000))
-        location = found.get(ref)
-        if location:
-            copies = len(location.get("node_ids") or ())
-            total += int(location.get("object_size") or 0) * max(copies - 1, 0)
-    return total

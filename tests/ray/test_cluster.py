@@ -20,6 +20,7 @@ from tests.ray.simulated_cluster import (
     MIB,
     SimulatedCluster,
     box,
+    cross_node_bytes,
     gather,
     make_batch,
     on_node,
@@ -34,7 +35,6 @@ from arrow_split.ray import (  # noqa: E402
     process_rollout_data,
     split_train_data_by_dp,
 )
-from tests.ray.support import cross_node_bytes  # noqa: E402
 
 pytestmark = pytest.mark.ray
 

@@ -1,25 +1,21 @@
-"""Rollout dumps: ``write_batch``/``read_batch`` against ``torch.save``/``torch.load`` of the dict.
+"""Rollout dumps: ``RolloutBatch.write``/``read`` against ``torch.save``/``torch.load`` of the dict.
 
 The classic way to keep a step's rollout for debugging or replay is ``torch.save`` of the train
-data dict (Python lists), read back with ``torch.load``. This script times both on the same
+data dict (Python lists), read back with ``torch.load``. This benchmark times both on the same
 seeded batch in one run: the Arrow dump uncompressed (read maps the file: no copy) and with zstd
-(read decompresses), plus ``read_batch(...).to_train_data()`` for the same Python lists that
-``torch.load`` returns. Reads follow writes, so the file is in the page cache: the figures are
-the CPU cost of each format, not the disk's. Each write includes an fsync (``write_batch`` is
-atomic); ``torch.save`` does not sync. Figures are min/median over ``--repeats``.
+(read decompresses), plus ``RolloutBatch.read(...).to_train_data()`` for the same Python lists that
+``torch.load`` returns. Reads follow writes, so the file is in the page cache: the figures are the
+CPU cost of each format, not the disk's. Each write includes an fsync (the write is atomic);
+``torch.save`` does not sync. Figures are min/median over ``--repeats``.
 
-Run: ``python -m benchmarks.bench_dump --samples 1024 --repeats 3 --json out.json``
+Run: ``python -m benchmarks.dump`` (2,048 samples, 3 repeats; ``--smoke``: 16 samples, once).
+Writes ``dump.json`` under ``--out``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,9 @@ import numpy as np
 import torch
 
 from arrow_split import RolloutBatch
-from arrow_split._dump import read_batch, write_batch
+from benchmarks._common import DOCS, stamp, start_stamp, timed, write_json
+
+__all__ = ["main", "make_train_data", "measure", "parse_args"]
 
 
 def make_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
@@ -50,31 +48,24 @@ def make_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
     }
 
 
-def _time(function: Callable[[], object], repeats: int) -> dict[str, float]:
-    seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        function()
-        seconds.append(time.perf_counter() - start)
-    return {"min": min(seconds), "median": statistics.median(seconds)}
-
-
 def measure(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
     """Time every write and read on one batch; return the figures, the sizes and the ratios."""
     train_data = make_train_data(samples)
     batch = RolloutBatch.from_train_data(train_data)
     arrow, zstd, pickled = folder / "step.arrow", folder / "step.zstd.arrow", folder / "step.pt"
     figures = {
-        "from_train_data": _time(lambda: RolloutBatch.from_train_data(train_data), repeats),
-        "torch_save": _time(lambda: torch.save(train_data, pickled), repeats),
-        "torch_load": _time(lambda: torch.load(pickled, weights_only=False), repeats),
-        "write_batch": _time(lambda: write_batch(batch, arrow), repeats),
-        "read_batch": _time(lambda: read_batch(arrow), repeats),
-        "read_batch_to_train_data": _time(lambda: read_batch(arrow).to_train_data(), repeats),
-        "write_batch_zstd": _time(lambda: write_batch(batch, zstd, compression="zstd"), repeats),
-        "read_batch_zstd": _time(lambda: read_batch(zstd), repeats),
+        "from_train_data": timed(lambda: RolloutBatch.from_train_data(train_data), repeats),
+        "torch_save": timed(lambda: torch.save(train_data, pickled), repeats),
+        "torch_load": timed(lambda: torch.load(pickled, weights_only=False), repeats),
+        "write_batch": timed(lambda: batch.write(arrow), repeats),
+        "read_batch": timed(lambda: RolloutBatch.read(arrow), repeats),
+        "read_batch_to_train_data": timed(
+            lambda: RolloutBatch.read(arrow).to_train_data(), repeats
+        ),
+        "write_batch_zstd": timed(lambda: batch.write(zstd, compression="zstd"), repeats),
+        "read_batch_zstd": timed(lambda: RolloutBatch.read(zstd), repeats),
     }
-    if not (read_batch(arrow).equals(batch) and read_batch(zstd).equals(batch)):
+    if not (RolloutBatch.read(arrow).equals(batch) and RolloutBatch.read(zstd).equals(batch)):
         msg = "a dump did not read back equal to the batch written"
         raise RuntimeError(msg)
     median = {name: figure["median"] for name, figure in figures.items()}
@@ -111,21 +102,30 @@ def _print(result: dict[str, Any]) -> None:
         print(f"  {name:<34} {ratio:9.1f}x")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--samples", type=int, default=1024)
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.dump", description=__doc__)
+    parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--dir", default=None, help="folder for the files (default: a temp dir)")
-    parser.add_argument("--json", default=None, help="write the figures to this file")
-    arguments = parser.parse_args()
-    with tempfile.TemporaryDirectory(dir=arguments.dir) as folder:
+    parser.add_argument("--smoke", action="store_true", help="16 samples, once")
+    parser.add_argument("--out", type=Path, default=DOCS, help="where dump.json goes")
+    arguments = parser.parse_args(argv)
+    if arguments.smoke:
+        arguments.samples, arguments.repeats = 16, 1
+    return arguments
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run, print and write ``dump.json``."""
+    arguments = parse_args(argv)
+    started = start_stamp()
+    with tempfile.TemporaryDirectory() as folder:
         result = measure(arguments.samples, arguments.repeats, Path(folder))
-    result["cpu_count"] = os.cpu_count()
+    result["stamp"] = stamp(started)
     _print(result)
-    if arguments.json:
-        with open(arguments.json, "w", encoding="utf-8") as handle:
-            json.dump(result, handle, indent=2)
+    print(f"wrote {write_json(result, arguments.out / 'dump.json')}")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -2,8 +2,8 @@
 
 Run from the repository root::
 
-    python -m benchmarks.bench_moe                       # 256 samples, 48 layers x top-8
-    python -m benchmarks.bench_moe --samples 64 --dp-sizes 8,64 --json /tmp/moe.json
+    python -m benchmarks.moe                       # 256 samples, 48 layers x top-8
+    python -m benchmarks.moe --smoke --out /tmp        # seconds: what the tests run
 
 The batch is the ``small`` workload (256 samples, responses ~2k tokens, numpy columns, seed 0)
 with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]`` ids < 128 per sample: about
@@ -18,11 +18,9 @@ with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]`` ids < 128 per sa
 
 For each variant and dp_size: the driver's build, its delayed put (one object) and eager put (one
 object per rank), with the bytes Ray stored (``object_size``) and the bytes per rank; then, in a
-fresh :class:`benchmarks.ranks.RankActor`, a few ranks' steps (get, plan, take, to_tensors with
-``layout="per_sample"``; arrow_split widens the ids to int32 there), eager and delayed; and, on the
-driver, :func:`arrow_split.torch.to_tensors` of one rank's shard alone in the packed layout, with
-the default ``id_dtype`` (int32) and with ``id_dtype=None`` (the stored type). Every figure is
-the minimum and the median over ``--repeats`` runs at least. JSON out.
+fresh :class:`benchmarks.step_ranks.StepRankActor`, a few ranks' steps (as the step benchmark's
+``classic`` and ``arrow`` paths), eager and delayed. Every figure is the minimum and the median
+over ``--repeats`` runs. Writes ``moe.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -31,7 +29,6 @@ import argparse
 import dataclasses
 import functools
 import gc
-import json
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -40,16 +37,21 @@ from typing import Any
 
 import numpy as np
 import ray
-import torch
 
-from arrow_split import KNOWN_COLUMNS, RolloutBatch, split_train_data_by_dp_raw
+from arrow_split import KNOWN_COLUMNS, RolloutBatch
+from arrow_split.ray import split_train_data_by_dp
 from arrow_split.testing import WORKLOADS, make_train_data
-from arrow_split.torch import to_tensors
-from benchmarks import arrow_path, baseline, report
-from benchmarks.config import pick_ranks
-from benchmarks.harness import REPO_ROOT, local_ray
-from benchmarks.ranks import RankActor
-from benchmarks.timing import MemoryGauge, Repeats, summarize
+from benchmarks import baseline
+from benchmarks._common import (
+    DOCS,
+    MemoryGauge,
+    local_ray,
+    stamp,
+    start_stamp,
+    summarize,
+    write_json,
+)
+from benchmarks.step_ranks import StepRankActor, largest_ranks
 
 __all__ = ["VARIANTS", "build", "main", "make_data", "parse_args", "run"]
 
@@ -81,7 +83,7 @@ def build(variant: str, data: Mapping[str, Any]) -> Any:
     return RolloutBatch.from_train_data(data, specs=specs)
 
 
-def _timed(call: Callable[[], Any], runs: Repeats) -> tuple[dict[str, Any], Any]:
+def _timed(call: Callable[[], Any], runs: range) -> tuple[dict[str, Any], Any]:
     """Seconds and the worst driver memory figures over the runs, and the last result."""
     seconds, memory, result = [], [], None
     for _ in runs:
@@ -113,12 +115,10 @@ def _put(variant: str, payload: Any, mode: str, dp_size: int) -> Any:
         if mode == "eager":
             return baseline.put_eager(payload, dp_size, BALANCE)
         return baseline.put_delayed(payload)
-    if mode == "eager":
-        return arrow_path.put_eager(payload, dp_size, BALANCE)
-    return arrow_path.put_delayed(payload, dp_size, BALANCE)
+    return split_train_data_by_dp(payload, dp_size, balance_data=BALANCE, delay=mode == "delayed")
 
 
-def _measure_put(variant: str, payload: Any, mode: str, dp: int, runs: Repeats) -> dict[str, Any]:
+def _measure_put(variant: str, payload: Any, mode: str, dp: int, runs: range) -> dict[str, Any]:
     figures, refs = _timed(lambda: _put(variant, payload, mode, dp), runs)
     stored = _stored(refs if isinstance(refs, list) else [refs])
     del refs
@@ -126,43 +126,36 @@ def _measure_put(variant: str, payload: Any, mode: str, dp: int, runs: Repeats) 
 
 
 def _measure_ranks(
-    variant: str, payload: Any, mode: str, dp: int, ranks: int, runs: Repeats
+    variant: str, payload: Any, mode: str, dp: int, ranks: int, runs: range
 ) -> list[dict[str, Any]]:
-    """A few ranks' steps in a fresh actor (see :class:`benchmarks.ranks.RankActor`)."""
+    """The largest ranks' steps in a fresh actor (the first call warms it up, untimed)."""
     refs = _put(variant, payload, mode, dp)
-    actor = RankActor.remote()  # type: ignore[attr-defined]
-    ray.get(actor.ready.remote())
-    path = "baseline" if variant == "classic" else "arrow"
+    actor = StepRankActor.remote()  # type: ignore[attr-defined]
+    path = "classic" if variant == "classic" else "arrow"
+    lengths = _lengths(payload)
+    partitions = baseline.classic_partitions(lengths.tolist(), dp, BALANCE)
     records = []
-    for rank in pick_ranks(dp, ranks):
-        record = ray.get(actor.run.remote(path, mode, [refs], rank, dp, BALANCE, runs))
-        records.append({**record, "rank": rank})
+    for rank in largest_ranks(partitions, lengths, ranks):
+        call = functools.partial(actor.run.remote, path, mode, [refs], rank, dp, BALANCE)
+        ray.get(call())
+        calls = [ray.get(call()) for _ in runs]
+        seconds = summarize(record["seconds"] for record in calls)
+        records.append({"rank": rank, "seconds": seconds, "memory": calls[-1]["memory"]})
     ray.kill(actor)
     del refs, actor
     gc.collect()
     return records
 
 
-def _measure_to_tensors(batch: RolloutBatch, dp: int, runs: Repeats) -> dict[str, Any]:
-    """``to_tensors(layout="packed")`` of rank 0's shard: widened to int32, and as stored."""
-    shard = split_train_data_by_dp_raw(batch, dp, balance_data=BALANCE)[0]
-    results: dict[str, Any] = {"shard_bytes": shard.nbytes}
-    for name, dtype in (("id_int32", torch.int32), ("id_stored", None)):
-        call = functools.partial(to_tensors, shard, layout="packed", id_dtype=dtype)
-        figures, tensors = _timed(call, runs)
-        experts = tensors[EXPERTS]
-        results[name] = {
-            **figures,
-            "dtype": str(experts.dtype),
-            "tensor_bytes": experts.element_size() * experts.nelement(),
-        }
-        del tensors, experts
-    return results
+def _lengths(payload: Any) -> np.ndarray:
+    if isinstance(payload, RolloutBatch):
+        return np.asarray(payload.total_lengths, dtype=np.int64)
+    return np.array([len(tokens) for tokens in payload["tokens"]], dtype=np.int64)
 
 
 def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace) -> dict[str, Any]:
-    runs = Repeats(options.repeats, 0.5)
-    figures, payload = _timed(lambda: build(variant, data), Repeats(1, 0.0))
+    runs = range(options.repeats)
+    figures, payload = _timed(lambda: build(variant, data), range(1))
     result: dict[str, Any] = {"build": figures}
     if isinstance(payload, RolloutBatch):
         column = payload.column(EXPERTS)
@@ -172,15 +165,13 @@ def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace)
     first = options.dp_sizes[0]
     result["put"] = {"delayed": _measure_put(variant, payload, "delayed", first, runs)}
     result["put"]["delayed"].pop("per_object_bytes")
-    result["put"]["eager"], result["ranks"], result["to_tensors"] = {}, {}, {}
+    result["put"]["eager"], result["ranks"] = {}, {}
     for dp in options.dp_sizes:
         result["put"]["eager"][str(dp)] = _measure_put(variant, payload, "eager", dp, runs)
         result["ranks"][str(dp)] = {
             mode: _measure_ranks(variant, payload, mode, dp, options.ranks, runs)
             for mode in ("eager", "delayed")
         }
-        if isinstance(payload, RolloutBatch):
-            result["to_tensors"][str(dp)] = _measure_to_tensors(payload, dp, runs)
     del payload
     gc.collect()
     return result
@@ -204,7 +195,7 @@ def _describe(data: Mapping[str, Any], options: argparse.Namespace) -> dict[str,
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """Every variant's figures, JSON-ready."""
-    started = time.perf_counter()
+    started = start_stamp()
     data = make_data(options.samples, options.layers, options.top_k, options.seed)
     workload = _describe(data, options)
     store = max(1024 * _MIB, 3 * workload["input_experts_bytes"] + 512 * _MIB)
@@ -214,11 +205,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             print(f"measuring {variant}...", file=sys.stderr)
             results["variants"][variant] = _variant(variant, data, options)
     results["summary"] = summary(results)
-    results["meta"] = {
-        **report.machine_and_versions(),
-        "object_store_bytes": store,
-        "wall_s": time.perf_counter() - started,
-    }
+    results["object_store_bytes"] = store
+    results["stamp"] = stamp(started)
     return results
 
 
@@ -227,7 +215,7 @@ def _median(figures: Mapping[str, Any]) -> float:
 
 
 def _rank_sum(records: list[dict[str, Any]]) -> float:
-    return float(np.median([record["sum"]["median"] for record in records]))
+    return float(np.median([record["seconds"]["median"] for record in records]))
 
 
 def summary(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -245,14 +233,13 @@ def summary(results: Mapping[str, Any]) -> dict[str, Any]:
                 "put_eager_s": _median(eager),
                 "rank_eager_s": _rank_sum(ranks["eager"]),
                 "rank_delayed_s": _rank_sum(ranks["delayed"]),
-                "rank_bytes": [record["rank_bytes"] for record in ranks["delayed"]],
             }
     return lines
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_moe", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__)
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--layers", type=int, default=48)
@@ -262,8 +249,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--json", type=Path, default=REPO_ROOT / "benchmarks/results/moe.json")
+    parser.add_argument("--smoke", action="store_true", help="16 samples, 4 layers x top-2, dp 2")
+    parser.add_argument("--out", type=Path, default=DOCS, help="where moe.json goes")
     options = parser.parse_args(argv)
+    if options.smoke:
+        options.samples, options.layers, options.top_k, options.dp_sizes = 16, 4, 2, "2"
+        options.repeats, options.ranks = 1, 1
     options.dp_sizes = tuple(int(item) for item in options.dp_sizes.split(","))
     options.variants = tuple(item for item in options.variants.split(",") if item)
     unknown = sorted(set(options.variants) - set(VARIANTS))
@@ -276,10 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     """Run, write the JSON, print the summary."""
     options = parse_args(argv)
     results = run(options)
-    options.json.parent.mkdir(parents=True, exist_ok=True)
-    report.write_json(results, options.json)
-    print(json.dumps({"workload": results["workload"], "summary": results["summary"]}, indent=2))
-    print(f"wrote {options.json}; wall time {results['meta']['wall_s']:.1f} s", file=sys.stderr)
+    path = write_json(results, options.out / "moe.json")
+    for line, figures in results["summary"].items():
+        print(line, {key: round(value, 4) for key, value in figures.items()})
+    print(f"wrote {path}; wall time {results['stamp']['wall_seconds']:.1f} s", file=sys.stderr)
     return 0
 
 

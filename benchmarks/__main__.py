@@ -1,0 +1,65 @@
+"""``python -m benchmarks``: every benchmark the README quotes, in one run (``make bench``).
+
+Each benchmark runs in its own process, one after the other, and writes its stamped JSON (and its
+plot) under ``--out`` (``docs/benchmarks`` by default):
+
+- ``step.json``, ``step.md``, ``step.png``: :mod:`benchmarks.step` (the whole step, its references);
+- ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
+- ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
+- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes);
+- ``soak.json``, ``soak.png``: :mod:`benchmarks.soak` (many steps, memory back where it was).
+
+``--smoke`` runs each in its smallest mode; ``--only step,dump`` runs some. A new benchmark is one
+line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks._common import DOCS, REPO_ROOT
+
+__all__ = ["BENCHMARKS", "main"]
+
+BENCHMARKS: dict[str, tuple[str, ...]] = {
+    "step": ("benchmarks.step", "--workload", "medium", "--no-progress"),
+    "moe": ("benchmarks.moe",),
+    "dump": ("benchmarks.dump",),
+    "cluster": ("benchmarks.cluster", "--steps", "8"),
+    "soak": ("benchmarks.soak",),
+}
+"""Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the chosen benchmarks one after the other; stop at the first that fails."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.add_argument("--smoke", action="store_true", help="each benchmark's smallest mode")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated names")
+    parser.add_argument("--out", type=Path, default=DOCS)
+    args = parser.parse_args(argv)
+    names = [name for name in args.only.split(",") if name]
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmarks {unknown}; expected some of {sorted(BENCHMARKS)}")
+    for name in names:
+        module, *options = BENCHMARKS[name]
+        if args.smoke:
+            options = ["--smoke", *(["--no-progress"] if name == "step" else [])]
+        command = [sys.executable, "-m", module, *options, "--out", str(args.out)]
+        print(f"== {name}: {' '.join(command[1:])}", flush=True)
+        started = time.perf_counter()
+        done = subprocess.run(command, cwd=REPO_ROOT, check=False)
+        print(f"== {name}: {time.perf_counter() - started:.0f} s", flush=True)
+        if done.returncode:
+            return done.returncode
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,352 @@
+"""What every benchmark shares: the stamp, the JSON writer, Ray, clocks, progress, formats.
+
+A new benchmark plugs into ``make bench`` in three steps: a module ``benchmarks/<name>.py`` with
+``main(argv) -> int`` that takes ``--smoke`` and ``--out`` (it may start its own Ray with
+:func:`local_ray`); ``results["stamp"] = stamp(started)`` with ``started = start_stamp()`` taken
+first, then :func:`write_json` (which refuses a result without a stamp); and one line in
+:data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the commit (and whether the
+tree was dirty), the machine, the load average at the start and at the end, the library versions
+and the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import json
+import logging
+import os
+import platform
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+__all__ = [
+    "DOCS",
+    "MIB",
+    "REPO_ROOT",
+    "GcClock",
+    "Laps",
+    "MemoryGauge",
+    "Progress",
+    "dp_sizes_arg",
+    "format_bytes",
+    "format_seconds",
+    "local_ray",
+    "pyplot",
+    "reset_peak_rss",
+    "stamp",
+    "start_stamp",
+    "summarize",
+    "timed",
+    "write_json",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DOCS = REPO_ROOT / "docs" / "benchmarks"
+"""Where ``make bench`` writes every JSON and plot the README quotes."""
+MIB = 2**20
+PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "tqdm", "psutil")
+
+
+# --- the stamp -------------------------------------------------------------------------------
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return done.stdout.strip()
+
+
+def _version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def start_stamp() -> dict[str, Any]:
+    """What is known when a run starts: time, commit, machine, versions, load, command line."""
+    import psutil
+
+    import arrow_split
+
+    versions = {package: _version(package) for package in PACKAGES}
+    versions.update(python=sys.version.split()[0], arrow_split=arrow_split.__version__)
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": None if status is None else bool(status),
+        "machine": {
+            "platform": platform.platform(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(),
+            "ram_bytes": psutil.virtual_memory().total,
+        },
+        "versions": versions,
+        "load_average": {"start": list(os.getloadavg())},
+        "command": [Path(sys.executable).name, *sys.argv],
+        "_clock": time.perf_counter(),
+    }
+
+
+def stamp(started: dict[str, Any]) -> dict[str, Any]:
+    """The finished stamp: ``started`` plus the load average at the end and the wall seconds."""
+    done = {key: value for key, value in started.items() if key != "_clock"}
+    done["load_average"] = {**started["load_average"], "end": list(os.getloadavg())}
+    done["wall_seconds"] = time.perf_counter() - started["_clock"]
+    return done
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    msg = f"cannot write {type(value).__name__} to JSON"
+    raise TypeError(msg)
+
+
+def write_json(results: dict[str, Any], path: Path) -> Path:
+    """Write ``results`` to ``path``, pretty; refuse a result without its ``stamp``."""
+    if "stamp" not in results:
+        msg = f"{path.name}: results carry no stamp; add stamp(start_stamp()) before writing"
+        raise ValueError(msg)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, default=_plain) + "\n", encoding="utf-8")
+    return path
+
+
+# --- Ray, arguments, progress, formats, plots ------------------------------------------------
+
+
+@contextmanager
+def local_ray(object_store_bytes: int) -> Iterator[None]:
+    """A local Ray (2 CPUs) whose workers import this checkout; shut down on exit."""
+    import ray
+
+    if ray.is_initialized():
+        msg = "Ray is already running in this process; each benchmark starts and stops its own"
+        raise RuntimeError(msg)
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), saved]))
+    try:
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=object_store_bytes,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def dp_sizes_arg(text: str) -> tuple[int, ...]:
+    """An argparse type: comma-separated positive ints, or ``""`` for none."""
+    try:
+        values = tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        values = (0,)
+    if min(values, default=1) < 1:
+        msg = f"expected comma-separated positive ints such as 8,64,256, got {text!r}"
+        raise argparse.ArgumentTypeError(msg)
+    return values
+
+
+class Progress:
+    """One tqdm bar over the run's tasks; each task names itself while it runs."""
+
+    def __init__(self, *, enabled: bool) -> None:
+        self.bar = tqdm(total=0, unit="task", disable=not enabled, dynamic_ncols=True)
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.bar.close()
+
+    def expect(self, tasks: int) -> None:
+        """Add ``tasks`` to the bar's total."""
+        self.bar.total += tasks
+        self.bar.refresh()
+
+    @contextmanager
+    def task(self, name: str) -> Iterator[None]:
+        """Show ``name`` while the block runs; count it as done after."""
+        self.bar.set_description(name)
+        yield
+        self.bar.update(1)
+
+
+def format_seconds(seconds: float | None) -> str:
+    """``1.23 s``, ``12.3 ms`` or ``456 µs``."""
+    if seconds is None:
+        return "—"
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def format_bytes(count: float | None) -> str:
+    """``1.2 GiB``, ``3.4 MiB``, ``5.6 KiB`` or ``78 B``."""
+    if count is None:
+        return "—"
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(count) >= size:
+            value = count / size
+            return f"{value:.0f} {unit}" if abs(value) >= 100 else f"{value:.3g} {unit}"
+    return f"{count:.0f} B"
+
+
+def pyplot() -> Any:
+    """matplotlib's pyplot on the Agg backend (no display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    return plt
+
+
+# --- clocks and memory -----------------------------------------------------------------------
+
+
+class Laps:
+    """Named intervals of one run: ``laps.lap("get")`` closes the interval that began before."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._last = time.perf_counter()
+
+    def lap(self, name: str) -> None:
+        """Record the time since the previous lap (or the start) under ``name``."""
+        now = time.perf_counter()
+        self.seconds[name] = self.seconds.get(name, 0.0) + now - self._last
+        self._last = now
+
+    @property
+    def total(self) -> float:
+        return sum(self.seconds.values())
+
+
+class GcClock:
+    """Seconds CPython's cyclic garbage collector ran inside a ``with`` block (``gc.callbacks``).
+
+    The collector is left enabled, as in a real process: the baseline's freshly unpickled lists
+    make whichever step comes next pay for a pass over all of them. This clock says how much.
+    """
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started: float | None = None
+
+    def _callback(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self._started is not None:
+            self.seconds += time.perf_counter() - self._started
+            self._started = None
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
+def summarize(seconds: Iterable[float]) -> dict[str, Any]:
+    """``{"min", "median", "all"}`` of repeated measurements."""
+    values = list(seconds)
+    return {"min": min(values), "median": statistics.median(values), "all": values}
+
+
+def timed(call: Callable[[], object], repeats: int) -> dict[str, Any]:
+    """:func:`summarize` of ``repeats`` runs of ``call`` (at least one), each after a collection."""
+    seconds = []
+    for _ in range(max(repeats, 1)):
+        gc.collect()
+        start = time.perf_counter()
+        result = call()
+        seconds.append(time.perf_counter() - start)
+        del result
+    return summarize(seconds)
+
+
+def _status_bytes(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
+    except OSError:
+        return None
+    return None if match is None else int(match.group(1)) * 1024
+
+
+def _peak_rss() -> int:
+    peak = _status_bytes("VmHWM")
+    if peak is not None:
+        return peak
+    scale = 1 if sys.platform == "darwin" else 1024
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
+
+
+def reset_peak_rss() -> bool:
+    """Reset the RSS high-water mark to the current RSS; ``False`` if this is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+class MemoryGauge:
+    """Peak memory of a ``with`` block, split into private memory and shared pages touched.
+
+    Pages of Ray's object store count in a process's RSS once it touches them, so the figures
+    keep them apart (Linux; elsewhere the shared part reads 0): ``private_increase_bytes`` (peak
+    RSS less the shared pages resident at the end, minus the private RSS before),
+    ``shared_touched_bytes`` (shared pages that became resident) and ``peak_rss_bytes``.
+    """
+
+    def __enter__(self) -> MemoryGauge:
+        reset_peak_rss()
+        self._shared = _status_bytes("RssShmem") or 0
+        self._private = (_status_bytes("VmRSS") or 0) - self._shared
+        self.figures: dict[str, int] = {}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        peak, shared = _peak_rss(), _status_bytes("RssShmem") or 0
+        self.figures = {
+            "peak_rss_bytes": peak,
+            "private_increase_bytes": max(peak - shared - self._private, 0),
+            "shared_touched_bytes": max(shared - self._shared, 0),
+        }
