@@ -5,22 +5,14 @@ Run from the repository root::
     python -m benchmarks.moe                       # 256 samples, 48 layers x top-8
     python -m benchmarks.moe --smoke --out /tmp        # seconds: what the tests run
 
-The batch is the ``small`` workload (256 samples, responses ~2k tokens, numpy columns, seed 0)
-with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]`` ids < 128 per sample: about
-204M ids, 816 MB as the producer's int32 arrays, 204 MB stored uint8. Three variants carry it:
-
-``narrow``
-    :meth:`arrow_split.RolloutBatch.from_train_data` as it is: the ids stored uint8.
-``int32``
-    The same batch with the column declared ``storage="exact"``: the int32 layout.
-``classic``
-    The train-data dict of numpy arrays itself, pickled into Ray (:mod:`benchmarks.baseline`).
-
-For each variant and dp_size: the driver's build, its delayed put (one object) and eager put (one
-object per rank), with the bytes Ray stored (``object_size``) and the bytes per rank; then, in a
-fresh :class:`benchmarks.step_ranks.StepRankActor`, a few ranks' steps (as the step benchmark's
-``classic`` and ``arrow`` paths), eager and delayed. Every figure is the minimum and the median
-over ``--repeats`` runs. Writes ``moe.json`` under ``--out``.
+The ``small`` workload (256 samples, seed 0) with ``rollout_routed_experts`` of
+``[len(tokens) - 1, 48, 8]`` ids < 128 per sample (816 MB as int32), carried three ways:
+``narrow`` (:meth:`arrow_split.RolloutBatch.from_train_data`: ids stored uint8), ``int32`` (the
+column declared ``storage="exact"``) and ``classic`` (the numpy dict pickled into Ray,
+:mod:`benchmarks.baseline`). For each and each dp_size: the driver's build, delayed and eager
+put with the bytes Ray stored (``object_size``), then a few ranks' steps in a fresh
+:class:`benchmarks.step_ranks.StepRankActor`, eager and delayed; minimum and median over
+``--repeats`` runs. Writes ``moe.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -210,12 +202,11 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
-def _median(figures: Mapping[str, Any]) -> float:
+def _median(figures: Mapping[str, Any] | list[dict[str, Any]]) -> float:
+    """The median seconds of a phase, or the median over ranks of their medians."""
+    if isinstance(figures, list):
+        return float(np.median([record["seconds"]["median"] for record in figures]))
     return float(figures["seconds"]["median"])
-
-
-def _rank_sum(records: list[dict[str, Any]]) -> float:
-    return float(np.median([record["seconds"]["median"] for record in records]))
 
 
 def summary(results: Mapping[str, Any]) -> dict[str, Any]:
@@ -231,8 +222,8 @@ def summary(results: Mapping[str, Any]) -> dict[str, Any]:
                 "bytes_per_rank_eager_max": eager["per_object_bytes"]["max"],
                 "put_delayed_s": _median(figures["put"]["delayed"]),
                 "put_eager_s": _median(eager),
-                "rank_eager_s": _rank_sum(ranks["eager"]),
-                "rank_delayed_s": _rank_sum(ranks["delayed"]),
+                "rank_eager_s": _median(ranks["eager"]),
+                "rank_delayed_s": _median(ranks["delayed"]),
             }
     return lines
 

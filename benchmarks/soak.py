@@ -19,7 +19,6 @@ summary on stdout and ``soak.json`` under ``--out``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import sys
 import time
@@ -34,25 +33,13 @@ from arrow_split.ray import split_train_data_by_dp
 from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
 from benchmarks.cluster import make_rollout_batch, start_ranks, started_cluster
 
-__all__ = ["SoakOptions", "main", "parse_args", "run"]
+__all__ = ["main", "parse_args", "run"]
 
 MODES = ("eager", "local", "auto", "holder")
 
 
-@dataclasses.dataclass(frozen=True)
-class SoakOptions:
-    """What one soak run does."""
-
-    steps: int
-    batch_mib: float
-    nodes: int
-    ranks_per_node: int
-    modes: tuple[str, ...]
-    seed: int
-    out: Path
-
-
-def parse_args(argv: list[str] | None = None) -> SoakOptions:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1000)
     parser.add_argument("--batch-mib", type=float, default=20.0)
@@ -65,15 +52,12 @@ def parse_args(argv: list[str] | None = None) -> SoakOptions:
     args = parser.parse_args(argv)
     if args.smoke:
         args.steps, args.batch_mib, args.nodes = 5, 2.0, 1
-    modes = tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
-    unknown = sorted(set(modes) - set(MODES))
-    if unknown or not modes:
+    args.modes = tuple(mode.strip() for mode in args.modes.split(",") if mode.strip())
+    if not args.modes or set(args.modes) - set(MODES):
         parser.error(f"invalid --modes {args.modes!r}; expected some of: {', '.join(MODES)}")
     if args.steps < 1 or args.batch_mib <= 0 or args.nodes < 1 or args.ranks_per_node < 1:
         parser.error("--steps, --batch-mib, --nodes and --ranks-per-node must be positive")
-    return SoakOptions(
-        args.steps, args.batch_mib, args.nodes, args.ranks_per_node, modes, args.seed, args.out
-    )
+    return args
 
 
 def _store_used(capacity: float) -> float:
@@ -116,7 +100,7 @@ def _settled_usage(capacity: float, timeout_s: float = 30.0) -> float:
     return _store_used(capacity)
 
 
-def _soak(ranks: list[Any], batch: RolloutBatch, options: SoakOptions) -> dict[str, Any]:
+def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
     capacity = float(ray.cluster_resources()["object_store_memory"])
     _one_step(ranks, batch, options.modes)  # warm-up
     start = {"store_used": _settled_usage(capacity), **_memory()}
@@ -138,7 +122,7 @@ def _soak(ranks: list[Any], batch: RolloutBatch, options: SoakOptions) -> dict[s
     }
 
 
-def run(options: SoakOptions) -> dict[str, Any]:
+def run(options: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, soak, shut down; return the figures."""
     dp_size = options.nodes * options.ranks_per_node
     batch = make_rollout_batch(options.batch_mib, dp_size, options.seed)
@@ -147,7 +131,7 @@ def run(options: SoakOptions) -> dict[str, Any]:
     with started_cluster(options.nodes, store_bytes) as simulated:
         ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         figures = _soak(ranks, batch, options)
-    options_json = {**dataclasses.asdict(options), "out": str(options.out)}
+    options_json = {**vars(options), "out": str(options.out)}
     report = {"options": options_json, "batch_nbytes": batch.nbytes, **figures}
     return {**report, "stamp": stamp(started)}
 
@@ -161,14 +145,8 @@ def _summary(report: dict[str, Any]) -> str:
         f"{report['capacity'] / MIB:.0f} MiB",
         f"{'':<24} {'start':>10} {'end':>10} {'max':>10}",
     ]
-    labels = {
-        "store_used": "object store used MiB",
-        "driver_rss": "driver RSS MiB",
-        "driver_rss_private": "  private (RssAnon)",
-        "driver_rss_shmem": "  store pages (RssShmem)",
-    }
     for key in report["start"]:
-        label = labels[key]
+        label = f"{key} MiB"
         values = [report[point][key] / MIB for point in ("start", "end", "max")]
         lines.append(f"{label:<24} {values[0]:>10.1f} {values[1]:>10.1f} {values[2]:>10.1f}")
     return "\n".join(lines)
@@ -193,9 +171,6 @@ def plot_soak(report: dict[str, Any], path: Path) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)
-
-
-_STYLES = {"baseline": ("tab:red", "o", "baseline"), "arrow": ("tab:blue", "s", "arrow_split")}
 
 
 def main(argv: list[str] | None = None) -> int:
