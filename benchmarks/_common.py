@@ -45,7 +45,6 @@ __all__ = [
     "format_seconds",
     "local_ray",
     "pyplot",
-    "reset_peak_rss",
     "stamp",
     "start_stamp",
     "summarize",
@@ -317,16 +316,6 @@ def _peak_rss() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
 
 
-def reset_peak_rss() -> bool:
-    """Reset the RSS high-water mark to the current RSS; ``False`` if this is not possible."""
-    try:
-        with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
-            clear_refs.write("5")
-    except OSError:
-        return False
-    return True
-
-
 class MemoryGauge:
     """Peak memory of a ``with`` block, split into private memory and shared pages touched.
 
@@ -337,7 +326,11 @@ class MemoryGauge:
     """
 
     def __enter__(self) -> MemoryGauge:
-        reset_peak_rss()
+        try:  # reset the RSS high-water mark to the current RSS, where Linux allows
+            with open("/proc/self/clear_refs", "w", encoding="ascii") as clear_refs:
+                clear_refs.write("5")
+        except OSError:
+            pass
         self._shared = _status_bytes("RssShmem") or 0
         self._private = (_status_bytes("VmRSS") or 0) - self._shared
         self.figures: dict[str, int] = {}

@@ -89,17 +89,10 @@ def measure(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
 
 
 def _print(result: dict[str, Any]) -> None:
-    print(
-        f"{result['samples']:,} samples, {result['tokens']:,} tokens, "
-        f"{result['arrow_bytes'] / 2**20:,.1f} MiB as Arrow"
-    )
-    for name, size in result["file_bytes"].items():
-        print(f"  file {name:<29} {size / 2**20:9.1f} MiB")
-    print(f"  {'operation':<34} {'min ms':>9} {'median ms':>10}")
+    print(f"{result['samples']:,} samples, {result['tokens']:,} tokens; ms min / median below")
+    print(result["file_bytes"], "ratios", {k: round(v, 2) for k, v in result["ratios"].items()})
     for name, figure in result["seconds"].items():
-        print(f"  {name:<34} {figure['min'] * 1e3:9.1f} {figure['median'] * 1e3:10.1f}")
-    for name, ratio in result["ratios"].items():
-        print(f"  {name:<34} {ratio:9.1f}x")
+        print(f"  {name:<34} {figure['min'] * 1e3:9.1f} / {figure['median'] * 1e3:.1f}")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
