@@ -236,24 +236,6 @@ def _references_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def _memory_table(results: dict[str, Any]) -> list[str]:
-    name = results["main_workload"]
-    lines = [
-        f"### Memory of the slowest rank (`{name}`, warm steps, peak)",
-        "",
-        "| mode | dp | path | private increase | store pages touched |",
-        "|---|---:|---|---:|---:|",
-    ]
-    for entry in results["summary"][name].values():
-        memory = entry["slowest_rank_memory"]
-        lines.append(
-            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
-            f"| {format_bytes(memory['private_increase_bytes'])} "
-            f"| {format_bytes(memory['shared_touched_bytes'])} |"
-        )
-    return [*lines, ""]
-
-
 def _parts(seconds: dict[str, float]) -> str:
     return " + ".join(f"{name} {format_seconds(value)}" for name, value in seconds.items())
 
@@ -286,18 +268,22 @@ def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _cold_table(results: dict[str, Any]) -> list[str]:
+def _rank_table(results: dict[str, Any]) -> list[str]:
+    """The slowest rank's peak memory and its cold start (a fresh actor's first call)."""
     name = results["main_workload"]
     lines = [
-        f"### Cold start (`{name}`): a fresh actor's first rank call against a warm one",
+        f"### The slowest rank (`{name}`): peak memory (warm steps) and cold start",
         "",
-        "| mode | dp | path | first | warm | first / warm |",
-        "|---|---:|---|---:|---:|---:|",
+        "| mode | dp | path | private increase | store pages touched | first call | warm "
+        "| first / warm |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for entry in results["summary"][name].values():
-        cold = entry["cold_start"]
+        memory, cold = entry["slowest_rank_memory"], entry["cold_start"]
         lines.append(
             f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+            f"| {format_bytes(memory['private_increase_bytes'])} "
+            f"| {format_bytes(memory['shared_touched_bytes'])} "
             f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
             f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))} |"
         )
@@ -351,12 +337,12 @@ def _targets_table(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """``step.md``: header, one table per workload, references, memory, cold starts, targets."""
+    """``step.md``: header, one table per workload, references, the slowest ranks, targets."""
     lines = _header(results)
     for name in results["workloads"]:
         lines += _workload_table(name, results)
-    lines += _references_table(results) + _memory_table(results)
-    lines += _cold_table(results) + _per_object_table(results) + _targets_table(results)
+    lines += _references_table(results) + _rank_table(results)
+    lines += _per_object_table(results) + _targets_table(results)
     return "\n".join(lines)
 
 
