@@ -57,16 +57,7 @@ from benchmarks.simulated_cluster import (
     stop_cluster,
 )
 
-__all__ = [
-    "BenchRank",
-    "main",
-    "make_rollout_batch",
-    "parse_args",
-    "ray_worker_processes",
-    "run",
-    "start_ranks",
-    "started_cluster",
-]
+__all__ = ["main", "parse_args", "run"]
 
 MODES = ("eager", "local", "auto", "holder")
 
@@ -94,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- the data and the cluster -----------------------------------------------------------------
 
 
-def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
+def _make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
     """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
 
     Prompts of 16..256 tokens, responses around 1,024 tokens, MoE routed experts ``[.., 2, 2]``.
@@ -111,7 +102,7 @@ def make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatc
 
 
 @contextmanager
-def started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]:
+def _started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]:
     """A head (node 0: the driver) and ``nodes`` worker nodes, stopped on exit."""
     with tempfile.TemporaryDirectory(prefix="arrow_split_spill_") as spill_root:
         simulated = start_cluster(
@@ -123,7 +114,7 @@ def started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]:
             stop_cluster(simulated)
 
 
-def ray_worker_processes() -> int:
+def _ray_worker_processes() -> int:
     """Ray worker processes running on this machine (every simulated node's)."""
     count = 0
     for process in psutil.process_iter(["cmdline"]):
@@ -136,7 +127,7 @@ def ray_worker_processes() -> int:
 
 
 @ray.remote(num_cpus=0)
-class BenchRank:
+class _BenchRank:
     """A DP rank: times its call and hands back the references it fetched (kept alive)."""
 
     def node_id(self) -> str:
@@ -155,9 +146,9 @@ class BenchRank:
         return time.perf_counter() - start, [fetched]
 
 
-def start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
+def _start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[Any]:
     """``ranks_per_node`` rank actors on each worker node (none on the head); rank-major."""
-    ranks = [on_node(BenchRank, 1 + r // ranks_per_node) for r in range(nodes * ranks_per_node)]
+    ranks = [on_node(_BenchRank, 1 + r // ranks_per_node) for r in range(nodes * ranks_per_node)]
     placed = ray.get([rank.node_id.remote() for rank in ranks], timeout=120)
     if node_ids[0] in placed:
         msg = "a rank landed on the head node; the layout needs every rank on a worker node"
@@ -199,7 +190,7 @@ def _one_step(
         "put_s": put_s,
         "step_s": step_s,
         "rank_s": [seconds for seconds, _ in results],
-        "worker_processes": ray_worker_processes(),
+        "worker_processes": _ray_worker_processes(),
     }
 
 
@@ -207,7 +198,7 @@ def _run_mode(
     ranks: list[Any], batch: RolloutBatch, mode: str, options: argparse.Namespace
 ) -> dict[str, Any]:
     capacity = float(ray.cluster_resources()["object_store_memory"])
-    processes_before = ray_worker_processes()
+    processes_before = _ray_worker_processes()
     steps = []
     for _ in range(options.steps):
         steps.append(_one_step(ranks, batch, mode, options))
@@ -287,11 +278,11 @@ def _object_bytes(batch: RolloutBatch) -> int:
 
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, run every mode, shut down; return the figures."""
-    batch = make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
+    batch = _make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
     store_bytes = max(256 * MIB, int(4 * batch.nbytes))
     started = start_stamp()
-    with started_cluster(options.nodes, store_bytes) as simulated:
-        ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
+    with _started_cluster(options.nodes, store_bytes) as simulated:
+        ranks = _start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = _object_bytes(batch)
         results = {mode: _run_mode(ranks, batch, mode, options) for mode in MODES}
         soak = _soak(ranks, batch, options) if options.soak_steps else None

@@ -78,17 +78,9 @@ def parse_args(argv: list[str] | None = None) -> StepOptions:
         parser.error("--repeats, --ranks and --small-dp-size must be >= 1, --small-samples >= 0")
     if not args.eager_dp_sizes and not args.delayed_dp_sizes:
         parser.error("give at least one dp size")
-    options = StepOptions(
-        workload=args.workload,
-        eager_dp_sizes=args.eager_dp_sizes,
-        delayed_dp_sizes=args.delayed_dp_sizes,
-        small_samples=args.small_samples,
-        small_dp_size=args.small_dp_size,
-        repeats=args.repeats,
-        ranks=args.ranks,
-        out=args.out,
-        progress=not args.no_progress,
-    )
+    names = {field.name for field in dataclasses.fields(StepOptions)} & set(vars(args))
+    options = StepOptions(**{name: getattr(args, name) for name in names})
+    options = dataclasses.replace(options, progress=not args.no_progress)
     if args.quick:
         options = dataclasses.replace(options, repeats=1, ranks=1, eager_dp_sizes=(64,))
     if args.smoke:
