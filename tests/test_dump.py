@@ -572,7 +572,7 @@ def test_summarize_counts_samples_tokens_rewards_and_globals() -> None:
     text = summarize(batch, dp_sizes=(2,))
     lengths = batch.total_lengths
     rewards = np.asarray(batch.to_train_data()["rewards"])
-    assert "rollout batch (whole batch): 6 samples, 14 columns, 5 batch-global keys" in text
+    assert "rollout batch: 6 samples, 14 columns, 5 batch-global keys" in text
     assert f"tokens: {lengths.sum():,} in all; per sample mean {lengths.mean():,.1f}, " in text
     assert f"min {lengths.min()}, max {lengths.max()}" in text
     assert f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population)" in text

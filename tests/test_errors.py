@@ -969,7 +969,9 @@ def test_torch_options() -> None:
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             to_tensors(batch, **kwargs)
-    with pytest.raises(SchemaTypeError, match=r"`shard` must be a RolloutBatch, got dict"):
+    with pytest.raises(
+        SchemaTypeError, match=r"must be a Shard or a RolloutBatch, got dict"
+    ):
         to_tensors(_data())  # type: ignore[arg-type]
 
 

@@ -536,7 +536,7 @@ def test_bad_arguments(
 
 
 def test_not_a_batch() -> None:
-    with pytest.raises(SchemaError, match=r"`shard` must be a RolloutBatch, got dict"):
+    with pytest.raises(SchemaError, match=r"`shard` must be a Shard or a RolloutBatch, got dict"):
         to_tensors({"tokens": [[1]]})  # type: ignore[arg-type]
 
 
