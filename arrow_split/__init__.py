@@ -95,4 +95,4 @@ __all__ = [
     "take_rows",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -32,7 +32,7 @@ Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sa
 
 Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
 and batch-global values are not tensors and are not in the result: read them from
-``shard.to_train_data()`` and ``shard.batch_globals``.
+``shard.rows.to_train_data()`` and ``shard.batch_globals``.
 
 dtypes: ``tokens`` is ``token_dtype`` (int64 by default, int32 allowed); per-token flag columns
 (``loss_masks``) are ``mask_dtype`` (int64 by default; bool, uint8, int32 and float32 allowed);
