@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
+from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
 from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
 from arrow_split._equality import record_batches_equal, values_equal
@@ -226,13 +226,14 @@ class RolloutBatch:
         found = []
         for name in self._record_batch.schema.names:
             spec = self._specs[name]
-            role = type(codec_for(spec)).tensor_role
+            codec = codec_for(spec)
             array = self._record_batch.column(name)
-            if role == "ragged":
-                values, offsets = ragged_values(array)
-                found.append(ColumnValues(spec, role, values, offsets, data_buffer(array)))
-            elif role == "scalar":
-                found.append(ColumnValues(spec, role, numpy_view(array), None, data_buffer(array)))
+            tensor_values = codec.tensor_values(array)
+            if tensor_values is not None:
+                values, offsets = tensor_values
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, values, offsets, data_buffer(array))
+                )
         return found
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:

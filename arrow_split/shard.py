@@ -24,7 +24,7 @@ import pyarrow as pa
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import OptionError, SchemaError
 from arrow_split.plan import PlanKey
-from arrow_split.schema import ColumnSpec, Role
+from arrow_split.schema import TOTAL_LENGTHS, ColumnSpec, Role
 
 __all__ = ["Shard", "TrainDataLayout"]
 
@@ -196,9 +196,9 @@ class Shard:
         train_data = self._rows.to_train_data()
         if layout == "rollout":
             train_data["partition"] = self._partition.tolist()
-            train_data["total_lengths"] = self._batch_total_lengths.tolist()
+            train_data[TOTAL_LENGTHS] = self._batch_total_lengths.tolist()
         else:
-            train_data["total_lengths"] = self.total_lengths.tolist()
+            train_data[TOTAL_LENGTHS] = self.total_lengths.tolist()
             train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
         return train_data
 
