@@ -26,10 +26,11 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from typing import IO, Any
+from typing import IO, Any, cast
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
 from arrow_split._journal import journal_file, read_records
+from arrow_split.errors import JournalError
 from arrow_split.testing._asserts import assert_batches_equal
 from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sample_groups
 
@@ -152,8 +153,8 @@ class _Counts:
 def _read(pipe: IO[bytes]) -> list[str]:
     line = pipe.readline().decode()
     if not line:
-        msg = "the kill test's helper process died"
-        raise RuntimeError(msg)
+        msg = "the kill test's helper process died; run it alone to see its error"
+        raise JournalError(msg)
     return line.split()
 
 
@@ -164,13 +165,12 @@ def _one_round(
 
     Returns the first group not acknowledged yet, and whether the writer was killed.
     """
-    assert zygote.stdin is not None
-    assert zygote.stdout is not None
-    zygote.stdin.write(f"run {max(0, acked - 1)}\n".encode())
-    zygote.stdin.flush()
+    commands, reports = cast(IO[bytes], zygote.stdin), cast(IO[bytes], zygote.stdout)
+    commands.write(f"run {max(0, acked - 1)}\n".encode())
+    commands.flush()
     pid, killed = 0, False
     while True:
-        words = _read(zygote.stdout)
+        words = _read(reports)
         if words[0] == "pid":
             pid = int(words[1])
         elif words[0] == "ack":
