@@ -14,11 +14,18 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields
+from arrow_split._codecs._types import list_type
 from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
+
+_TYPES: dict[ObjectCodec, pa.DataType] = {
+    "string": pa.large_string(),
+    "string_list": list_type(pa.large_string()),
+    "pickle": pa.large_binary(),
+}
 
 
 class ObjectsCodec(Codec):
@@ -29,17 +36,24 @@ class ObjectsCodec(Codec):
     ) -> tuple[pa.Array, ColumnSpec]:
         if spec.codec == "string":
             if all(isinstance(value, str) for value in samples):
-                return pa.array(samples, type=pa.large_string()), spec
+                return pa.array(samples, type=_TYPES["string"]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
         pickled = [_pickle(spec, i, value) for i, value in enumerate(samples)]
-        return pa.array(pickled, type=pa.large_binary()), spec
+        return pa.array(pickled, type=_TYPES["pickle"]), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in _views(array)]
         return list(array.to_pylist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return _TYPES[spec.codec]
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        codec = next((codec for codec, made in _TYPES.items() if made == arrow_type), None)
+        return None if codec is None else TypeFields(codec=codec)
 
 
 def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
@@ -50,7 +64,7 @@ def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
                 f"{value!r:.60}"
             )
             raise ColumnTypeError(msg)
-    return pa.array(samples, type=pa.large_list(pa.large_string()))
+    return pa.array(samples, type=_TYPES["string_list"])
 
 
 def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:

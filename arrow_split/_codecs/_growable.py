@@ -26,9 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_dtype
+from arrow_split._codecs._types import leaf_type, trailing_shape
 from arrow_split.errors import SchemaError
 
-__all__ = ["Growable", "ShapeMismatch", "growable_for", "trailing_shape"]
+__all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
 
@@ -39,23 +40,6 @@ class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a l
     def __init__(self, row: int, shape: tuple[int, ...], first_row: int, first: tuple[int, ...]):
         super().__init__(row, shape, first_row, first)
         self.row, self.shape, self.first_row, self.first = row, shape, first_row, first
-
-
-def trailing_shape(list_type: pa.DataType) -> tuple[int, ...]:
-    """The sizes of the ``fixed_size_list`` levels under a list type (``()`` for none)."""
-    sizes: list[int] = []
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        sizes.append(child.list_size)
-        child = child.value_type
-    return tuple(sizes)
-
-
-def _leaf_type(list_type: pa.DataType) -> pa.DataType:
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        child = child.value_type
-    return child
 
 
 class _Buffer:
@@ -247,7 +231,7 @@ class _BoolGrowable(Growable):
 
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     """Whether two list types have one trailing shape and integer leaves (storage may differ)."""
-    leaves = _leaf_type(left), _leaf_type(right)
+    leaves = leaf_type(left), leaf_type(right)
     integers = all(pa.types.is_integer(leaf) for leaf in leaves)
     return integers and trailing_shape(left) == trailing_shape(right)
 
@@ -391,7 +375,7 @@ class _ListGrowable(Growable):
     def finish(self) -> pa.Array:
         count = self.length
         if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
-            self._set_child(growable_for(_leaf_type(self.type)))
+            self._set_child(growable_for(leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
         self._offsets.append_one(0)
