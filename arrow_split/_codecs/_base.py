@@ -26,6 +26,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a rank's first call
 
+from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["Codec", "EncodeOptions", "TensorRole", "TypeFields", "stored_type"]
@@ -67,7 +68,7 @@ def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
         return fields.storage
     if spec.value_type is None:  # pragma: no cover - ColumnSpec guarantees it
         msg = f"column `{spec.name}` has no value type"
-        raise TypeError(msg)
+        raise ColumnTypeError(msg)
     return spec.value_type
 
 
