@@ -45,13 +45,12 @@ class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a l
 class _Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
-    __slots__ = ("_buffer", "_view", "capacity", "dtype", "grows", "size")
+    __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
 
     def __init__(self, dtype: np.dtype, capacity: int = 0) -> None:
         self.dtype = dtype
         self.capacity = capacity
         self.size = 0
-        self.grows = 0
         self._buffer: pa.ResizableBuffer | None = None
         self._view = np.empty(0, dtype=dtype)
 
@@ -63,7 +62,6 @@ class _Buffer:
             self.capacity = max(needed, 2 * self.capacity)
             self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
             self._buffer.resize(self.capacity * self.dtype.itemsize)
-            self.grows += 1
         else:
             return
         self._view = np.frombuffer(self._buffer, dtype=self.dtype)
@@ -133,10 +131,6 @@ class Growable(abc.ABC):
     def finish(self) -> pa.Array:
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
-    @abc.abstractmethod
-    def buffers(self) -> list[_Buffer]:
-        """The growable buffers (for tests of capacity and reuse)."""
-
 
 def growable_for(value_type: pa.DataType) -> Growable:
     """A growable for arrays of ``value_type`` (the types the codecs produce)."""
@@ -196,9 +190,6 @@ class _PrimitiveGrowable(Growable):
         count = self._values.size
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
-
 
 class _BoolGrowable(Growable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
@@ -224,9 +215,6 @@ class _BoolGrowable(Growable):
         array = pa.array(self._values.values(), type=pa.bool_())
         self._values.clear()
         return array
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
 
 
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
@@ -287,9 +275,6 @@ class _BinaryGrowable(Growable):
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, self._data, self._valid]
-
 
 class _FixedSizeGrowable(Growable):
     def __init__(self, size: int, child: Growable) -> None:
@@ -312,9 +297,6 @@ class _FixedSizeGrowable(Growable):
 
     def finish(self) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
-
-    def buffers(self) -> list[_Buffer]:
-        return self.child.buffers()
 
 
 class _ListGrowable(Growable):
@@ -381,6 +363,3 @@ class _ListGrowable(Growable):
         self._offsets.append_one(0)
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, *self.child.buffers()]
