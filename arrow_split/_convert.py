@@ -36,7 +36,13 @@ from arrow_split.schema import (
     role_column,
 )
 
-__all__ = ["decode_train_data", "encode_columns", "encode_train_data", "per_sample_values"]
+__all__ = [
+    "check_parts",
+    "decode_train_data",
+    "encode_columns",
+    "encode_train_data",
+    "per_sample_values",
+]
 
 _DERIVED_LENGTHS = TOTAL_LENGTHS
 
@@ -255,3 +261,24 @@ def decode_train_data(
         else:
             train_data.update(global_to_python({key: batch_globals[key]}))
     return train_data
+
+
+def check_parts(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> None:
+    """Raise unless the record batch's columns are the per-sample specs, every global valued."""
+    if not isinstance(record_batch, pa.RecordBatch):
+        msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
+        raise SchemaTypeError(msg)
+    names = record_batch.schema.names
+    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
+    source = role_column(specs, "length_source")
+    if source not in names or sorted(names) != sorted(per_sample):
+        msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
+        raise SchemaError(msg)
+    missing = sorted(set(specs) - set(names) - set(batch_globals))
+    if missing:
+        msg = f"batch-global keys without a value: {', '.join(missing)}"
+        raise SchemaError(msg)

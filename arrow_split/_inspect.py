@@ -58,17 +58,18 @@ def summarize(
 def inspect_path(
     path: PathLike, dp_sizes: Iterable[int] = (8, 64), *, balance_data: bool = True
 ) -> str:
-    """Read a dump (:func:`arrow_split._dump.read_batch`) and summarize it, file facts first.
+    """Read a dump (:meth:`RolloutBatch.read`) and summarize it, file facts first.
 
     Raises
     ------
     FileNotFoundError, DumpError
-        As :func:`arrow_split._dump.read_batch`.
+        As :meth:`RolloutBatch.read`.
     PlanTypeError, PlanError
         As :func:`summarize`.
     """
     sizes = _check_dp_sizes(dp_sizes)
-    batch, info = read_dump(path)
+    parts, info = read_dump(path)
+    batch = RolloutBatch(*parts)
     header = (
         f"file: {info.path}\n"
         f"  {_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "

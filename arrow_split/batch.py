@@ -28,7 +28,13 @@ import pyarrow as pa
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
-from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
+from arrow_split._convert import (
+    check_parts,
+    decode_train_data,
+    encode_train_data,
+    per_sample_values,
+)
+from arrow_split._dump import Compression, read_dump, write_dump, write_parquet
 from arrow_split._equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
@@ -89,7 +95,7 @@ class RolloutBatch:
         *,
         plan: Plan | None = None,
     ) -> None:
-        _check_parts(record_batch, specs, batch_globals or {})
+        check_parts(record_batch, specs, batch_globals or {})
         self._record_batch = record_batch
         self._specs = MappingProxyType(dict(specs))
         self._batch_globals = MappingProxyType(dict(batch_globals or {}))
@@ -249,16 +255,18 @@ class RolloutBatch:
             order_by=self.role_values("adapter_slot"),
         )
 
-    def write(self, path: str | os.PathLike[str], *, compression: str | None = None) -> None:
+    def write(
+        self, path: str | os.PathLike[str], *, compression: Compression | None = None
+    ) -> None:
         """Write the batch to one Arrow IPC file, specs and batch-global values included.
 
         Uncompressed by default, so that :meth:`read` maps it without a copy;
         ``compression="zstd"`` or ``"lz4"`` trades that for size. The file appears whole or not
         at all (written aside, then renamed). See :mod:`arrow_split._dump`.
         """
-        from arrow_split._dump import write_batch  # the dump module builds on this one
-
-        write_batch(self, path, compression=compression)  # type: ignore[arg-type]
+        write_dump(
+            self._record_batch, self._specs, self._batch_globals, path, compression=compression
+        )
 
     @staticmethod
     def read(path: str | os.PathLike[str], *, validate: bool = True) -> RolloutBatch:
@@ -278,9 +286,8 @@ class RolloutBatch:
         FileNotFoundError
             No such file.
         """
-        from arrow_split._dump import read_batch
-
-        return read_batch(path, validate=validate)
+        parts, _ = read_dump(path, validate=validate)
+        return RolloutBatch(*parts)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
@@ -288,9 +295,7 @@ class RolloutBatch:
         Same column names and Arrow types (pickled objects stay binary); the specs and
         batch-global values are kept in the file's key-value metadata.
         """
-        from arrow_split._dump import write_parquet
-
-        write_parquet(self, path)
+        write_parquet(self._record_batch, self._specs, self._batch_globals, path)
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
@@ -386,23 +391,3 @@ def check_batch(
         "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
     raise error(msg)
-
-
-def _check_parts(
-    record_batch: pa.RecordBatch,
-    specs: Mapping[str, ColumnSpec],
-    batch_globals: Mapping[str, object],
-) -> None:
-    if not isinstance(record_batch, pa.RecordBatch):
-        msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
-        raise SchemaTypeError(msg)
-    names = record_batch.schema.names
-    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
-    source = role_column(specs, "length_source")
-    if source not in names or sorted(names) != sorted(per_sample):
-        msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
-        raise SchemaError(msg)
-    missing = sorted(set(specs) - set(names) - set(batch_globals))
-    if missing:
-        msg = f"batch-global keys without a value: {', '.join(missing)}"
-        raise SchemaError(msg)

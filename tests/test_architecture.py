@@ -274,3 +274,31 @@ def test_the_rules_catch_what_they_should(rule: str, source: str, expected: bool
             for node in ast.walk(tree)
         )
     assert caught is expected
+
+
+def _module_name(rel: str) -> str:
+    parts = rel.removesuffix(".py").split("/")
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(["arrow_split", *parts])
+
+
+def test_no_module_imports_itself_back() -> None:
+    # Every import counts, at the top or inside a function (a lazy import is still a circle); the
+    # package itself is left out: it re-exports the public names and imports everything.
+    graph = {
+        _module_name(rel): {m for m in _package_imports(tree) if m != "arrow_split"}
+        for rel, tree in _modules()
+    }
+    circles = []
+    for start in graph:
+        stack, seen = [(start, [start])], {start}
+        while stack:
+            module, path = stack.pop()
+            for imported in graph.get(module, set()):
+                if imported == start:
+                    circles.append(" -> ".join([*path, imported]))
+                elif imported not in seen:
+                    seen.add(imported)
+                    stack.append((imported, [*path, imported]))
+    assert circles == [], "an import circle: move the shared part below both modules"
