@@ -15,6 +15,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs import codec_for
 from arrow_split._journal import (
     Record,
     pack_value,
@@ -50,9 +51,11 @@ class Group:
 
     def take(self, rows: Sequence[int]) -> Group:
         """The group of the samples at ``rows`` only (a replay's samples dropped)."""
-        indices = pa.array(np.asarray(rows, dtype=np.int64))
-        columns = {name: array.take(indices) for name, array in self.columns.items()}
         picked = np.asarray(rows, dtype=np.int64)
+        columns = {
+            name: codec_for(self.used[name]).take(array, picked)
+            for name, array in self.columns.items()
+        }
         values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
         return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
 

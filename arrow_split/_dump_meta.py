@@ -48,9 +48,9 @@ _GLOBALS = b"arrow_split.batch_globals"
 _KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
 _NUMERIC_KINDS = "biuf"
 _OBJECT_TYPES = {
-    "string": pa.large_string(),
-    "string_list": pa.large_list(pa.large_string()),
-    "pickle": pa.large_binary(),
+    "string": (pa.large_string(),),
+    "string_list": (pa.large_list(pa.large_string()),),
+    "pickle": (pa.dictionary(pa.int32(), pa.large_binary()), pa.large_binary()),  # stored once; v1
 }
 
 
@@ -337,7 +337,7 @@ def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     if spec.kind == "per_sample_scalar":
         return bool(arrow_type == spec.value_type)
     if spec.kind == "per_sample_object":
-        return bool(arrow_type == _OBJECT_TYPES.get(spec.codec))
+        return any(arrow_type == allowed for allowed in _OBJECT_TYPES.get(spec.codec, ()))
     if not pa.types.is_large_list(arrow_type):
         return False
     leaf = arrow_type.value_type

@@ -7,6 +7,7 @@ A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
 - ``lengths``: how many values (or rows) each sample holds, for the schema's length rules;
 - ``decode``: the Arrow array -> one classic Python value per sample;
 - ``take``: the rows of a set of indices, in fresh, compact buffers;
+- ``stored``: a column read from a file, in the form this version stores;
 - ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing).
 
 :mod:`arrow_split._codecs` holds one codec per kind and :func:`codec_for` picks it; nothing else
@@ -63,6 +64,10 @@ class Codec(abc.ABC):
     def lengths(self, array: pa.Array) -> np.ndarray | None:
         """Values (or rows) per sample of a list column; ``None`` for a column of single values."""
         return None
+
+    def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
+        """A column read from a file in the form this version stores (an older form converted)."""
+        return array
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         """The rows ``indices`` (int64, checked) in fresh buffers: Arrow's own take."""

@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._shared import (
+    encode_once,
+    is_shared,
+    row_views,
+    stored_once,
+    take_once,
+)
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec
 
@@ -33,13 +41,33 @@ class ObjectsCodec(Codec):
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
-        pickled = [_pickle(spec, i, value) for i, value in enumerate(samples)]
-        return pa.array(pickled, type=pa.large_binary()), spec
+        return encode_once(_pickles(spec, samples)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
-            return [None if value is None else pickle.loads(value) for value in _views(array)]
+            return [None if value is None else pickle.loads(value) for value in row_views(array)]
         return list(array.to_pylist())
+
+    def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
+        return stored_once(array) if spec.codec == "pickle" else array
+
+    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
+        if is_shared(array):
+            return take_once(array, indices)
+        return super().take(array, indices)
+
+
+def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
+    """One pickle per sample; an object met before in ``samples`` is pickled once."""
+    seen: dict[int, bytes] = {}  # id -> pickle: the objects live in `samples` meanwhile
+    pickles: list[bytes | None] = []
+    for sample, value in enumerate(samples):
+        pickled = seen.get(id(value))
+        if pickled is None and value is not None:
+            pickled = _pickle(spec, sample, value)
+            seen[id(value)] = pickled
+        pickles.append(pickled)
+    return pickles
 
 
 def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
@@ -53,9 +81,7 @@ def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
     return pa.array(samples, type=pa.large_list(pa.large_string()))
 
 
-def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:
-    if value is None:
-        return None
+def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
     try:
         return pickle.dumps(value, protocol=5)
     except Exception as exc:  # pickling runs user code: any error means "cannot be stored"
@@ -65,7 +91,3 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:
         )
         raise ColumnTypeError(msg) from None
 
-
-def _views(array: pa.Array) -> Iterator[memoryview | None]:
-    for scalar in array:
-        yield None if not scalar.is_valid else memoryview(scalar.as_buffer())
