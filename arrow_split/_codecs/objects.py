@@ -90,4 +90,3 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
             f"pickled ({exc}); store a picklable value"
         )
         raise ColumnTypeError(msg) from None
-

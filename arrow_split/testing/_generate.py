@@ -25,6 +25,7 @@ __all__ = [
     "is_per_sample",
     "iter_sample_groups",
     "make_lengths",
+    "make_multimodal_train_data",
     "make_train_data",
 ]
 
@@ -307,3 +308,54 @@ def iter_sample_groups(
         for key in per_sample:
             group[key] = data[key][start : start + group_size]
         yield group
+
+
+def make_multimodal_train_data(
+    prompts: int = 8,
+    samples_per_prompt: int = 8,
+    image_bytes: int = 2**20,
+    *,
+    seed: int = 0,
+    shared: bool = True,
+) -> dict[str, Any]:
+    """A seeded multimodal batch: the samples of a prompt share its processed image.
+
+    The numeric columns of :func:`make_train_data` (``prompts * samples_per_prompt`` samples,
+    responses around 256 tokens) and ``multimodal_train_inputs``: per prompt one dict holding
+    ``pixel_values`` (a float32 array of about ``image_bytes`` bytes) and ``image_grid_thw``,
+    given to each of the prompt's samples, the same object (``shared=True``) or an equal copy
+    each (``shared=False``). Either way a column stored once keeps one copy per prompt.
+
+    Examples
+    --------
+    >>> from arrow_split.testing import make_multimodal_train_data
+    >>> data = make_multimodal_train_data(prompts=2, samples_per_prompt=4, image_bytes=4096)
+    >>> inputs = data["multimodal_train_inputs"]
+    >>> len(inputs), inputs[0] is inputs[3], inputs[0] is inputs[4]
+    (8, True, False)
+    """
+    if min(prompts, samples_per_prompt) < 1 or image_bytes < 4:
+        msg = (
+            "`prompts` and `samples_per_prompt` must be >= 1 and `image_bytes` >= 4, got "
+            f"{prompts!r}, {samples_per_prompt!r} and {image_bytes!r}"
+        )
+        raise OptionError(msg)
+    count = prompts * samples_per_prompt
+    config = RolloutConfig(count, 256.0, 1024, seed=seed, columns="numeric")
+    data = make_train_data(config)
+    rng = _rng(seed, 1)
+    width = max(1, image_bytes // 4 // 1176)
+    images = [
+        {
+            "pixel_values": rng.random((width, 1176), dtype=np.float32),
+            "image_grid_thw": np.array([[1, 2, max(1, width // 2)]], dtype=np.int64),
+        }
+        for _ in range(prompts)
+    ]
+    data["multimodal_train_inputs"] = [
+        images[row // samples_per_prompt]
+        if shared
+        else {key: value.copy() for key, value in images[row // samples_per_prompt].items()}
+        for row in range(count)
+    ]
+    return data
