@@ -345,7 +345,7 @@ def make_multimodal_train_data(
     data = make_train_data(config)
     rng = _rng(seed, 1)
     width = max(1, image_bytes // 4 // 1176)
-    images = [
+    images: list[dict[str, np.ndarray]] = [
         {
             "pixel_values": rng.random((width, 1176), dtype=np.float32),
             "image_grid_thw": np.array([[1, 2, max(1, width // 2)]], dtype=np.int64),
