@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import pickle
+import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -114,3 +117,25 @@ def test_a_dump_round_trips_and_a_plain_column_reads_stored_once(tmp_path: Path)
     )
     RolloutBatch(plain, batch.specs, batch.batch_globals).write(tmp_path / "plain.arrow")
     assert_batches_equal(RolloutBatch.read(tmp_path / "plain.arrow"), batch)  # as version 1 wrote
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_a_dump_read_maps_the_values_stored_once_without_a_copy(tmp_path: Path) -> None:
+    data = make_multimodal_train_data(prompts=2, samples_per_prompt=8, image_bytes=2**20)
+    path = tmp_path / "multimodal.arrow"
+    RolloutBatch.from_train_data(data).write(path)
+    gc.collect()
+    before = pa.total_allocated_bytes()
+    column = RolloutBatch.read(path).record_batch.column("multimodal_train_inputs")
+    assert pa.total_allocated_bytes() - before < 4096
+    with open("/proc/self/maps") as maps:
+        ranges = [
+            tuple(int(bound, 16) for bound in line.split()[0].split("-"))
+            for line in maps
+            if line.split()[-1] == str(path.resolve())
+        ]
+    values = column.dictionary.buffers()[2]
+    assert values.size > 2 * 10**6  # two images of about 1 MB, once each
+    assert any(
+        low <= values.address and values.address + values.size <= high for low, high in ranges
+    )
