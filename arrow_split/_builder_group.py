@@ -80,8 +80,12 @@ def group_from_record(record: Record, source: str) -> Group:
     """The group a ``group`` record holds."""
     meta: dict[str, Any] = record.meta
     names, sample_globals = list(meta["names"]), list(meta["sample_globals"])
-    columns = dict(zip(names, record.arrays[: len(names)], strict=True))
     specs = [spec_from_json(item, source) for item in meta["specs"]]
+    used = {spec.name: spec for spec in specs}
+    columns = {  # a journal of an older version: its columns in this version's form
+        name: codec_for(used[name]).stored(used[name], array) if name in used else array
+        for name, array in zip(names, record.arrays[: len(names)], strict=True)
+    }
     values: dict[str, object] = {
         key: array.to_numpy(zero_copy_only=False)
         for key, array in zip(sample_globals, record.arrays[len(names) :], strict=True)
@@ -89,7 +93,7 @@ def group_from_record(record: Record, source: str) -> Group:
     group_globals = cast(dict[str, object], unpack_value(meta["globals"]))
     return Group(
         columns,
-        {spec.name: spec for spec in specs},
+        used,
         {**group_globals, **values},
         tuple(meta["sample_keys"]),
     )

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from typing import IO, Any, cast
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
-from arrow_split._journal import journal_file, read_records
+from arrow_split._journal import _FRAME, journal_file, read_records
 from arrow_split.errors import JournalError
 from arrow_split.testing._asserts import assert_batches_equal
 from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sample_groups
@@ -45,7 +45,9 @@ class KillReport:
 
     ``in_flight_kept`` counts kills whose interrupted call was in the journal whole (it may be:
     the kill came after the write, before ``extend`` returned); ``torn_tails`` counts journals
-    that ended in a partial record, dropped by recovery.
+    that ended in a partial record, dropped by recovery: a kill inside the write, or one of the
+    ``torn_injected`` (half the kills that left the interrupted call whole have that record cut at
+    a random byte, as a kill inside its write would have, and are judged again).
     """
 
     kill_points: int
@@ -55,6 +57,7 @@ class KillReport:
     torn: int
     in_flight_kept: int
     torn_tails: int
+    torn_injected: int
     rounds: int
 
     def as_dict(self) -> dict[str, int]:
@@ -125,8 +128,9 @@ def _recovered(folder: str, scratch: str) -> tuple[RolloutBatch, bool]:
 
 class _Counts:
     def __init__(self) -> None:
+        self.kept = False
         self.values = dict.fromkeys(("lost", "duplicated", "torn", "in_flight_kept"), 0)
-        self.values.update(torn_tails=0, acked_samples=0)
+        self.values.update(torn_tails=0, torn_injected=0, acked_samples=0)
 
     def judge(self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch) -> None:
         """Compare a recovery with the first ``acked`` groups (or ``acked + 1``, whole)."""
@@ -142,12 +146,26 @@ class _Counts:
             self.values["torn"] += extra
             return
         self.values["in_flight_kept"] += bool(extra)
+        self.kept = bool(extra)
         if not ids:
             return
         try:
             assert_batches_equal(got, _expected(stream, acked + bool(extra)))
         except AssertionError:
             self.values["torn"] += 1
+
+
+def _cut_last_record(folder: str, rng: random.Random) -> None:
+    """Cut the journal's last record at a random byte (a kill inside its write)."""
+    path = journal_file(folder, 0)
+    with open(path, "rb") as file:
+        data = file.read()
+    start = end = 0
+    while end < len(data):
+        _, length, _ = _FRAME.unpack_from(data, end)
+        start, end = end, end + _FRAME.size + length
+    with open(path, "r+b") as file:
+        file.truncate(rng.randrange(start + 1, end))
 
 
 def _read(pipe: IO[bytes]) -> list[str]:
@@ -226,6 +244,13 @@ def run_kill_test(
             got, torn_tail = _recovered(journal, scratch)
             counts.values["torn_tails"] += torn_tail
             counts.judge(stream, acked, got)
+            if counts.kept and rng.random() < 0.5:
+                _cut_last_record(journal, rng)
+                got, torn_tail = _recovered(journal, scratch)
+                counts.values["torn_injected"] += 1
+                counts.values["torn_tails"] += torn_tail
+                counts.judge(stream, acked, got)
+                counts.values["torn"] += counts.kept  # a cut record must be gone whole
             start, done = acked, done + 1
     finally:
         if zygote.stdin is not None:
