@@ -2,8 +2,14 @@
 
 ``string``: ``large_string``; a column whose samples are not all ``str`` falls back to
 ``pickle`` (the spec as used says so). ``string_list``: ``large_list<large_string>``. ``pickle``:
-``large_binary``, one pickle (protocol 5) per sample, ``None`` as null; decoded only on the rank
-that owns the row.
+one pickle (protocol 5) per *distinct* value, in a ``dictionary<int32, large_binary>``
+(:mod:`arrow_split._codecs._shared`), ``None`` as a null row; decoded only on the rank that
+owns the row, each row into its own object.
+
+Stored once. The samples of a prompt share values: a sample whose object is one already seen
+in the call (the same object) is not pickled again, and one whose pickle has the bytes of an
+earlier one points at that one's entry. A take keeps only the entries its rows use. A column
+read from an older dump (``large_binary``, one pickle per row) decodes and takes as before.
 """
 
 from __future__ import annotations
@@ -15,18 +21,27 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields
 from arrow_split._codecs._shared import (
+    SHARED_TYPE,
     encode_once,
     is_shared,
     row_views,
     stored_once,
     take_once,
 )
+from arrow_split._codecs._types import list_type
 from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
+
+_TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
+    "string": (pa.large_string(),),
+    "string_list": (list_type(pa.large_string()),),
+    "pickle": (SHARED_TYPE, pa.large_binary()),  # stored once; one pickle per row (format 1)
+}
+"""The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
 
 class ObjectsCodec(Codec):
@@ -37,7 +52,7 @@ class ObjectsCodec(Codec):
     ) -> tuple[pa.Array, ColumnSpec]:
         if spec.codec == "string":
             if all(isinstance(value, str) for value in samples):
-                return pa.array(samples, type=pa.large_string()), spec
+                return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
@@ -47,6 +62,16 @@ class ObjectsCodec(Codec):
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in row_views(array)]
         return list(array.to_pylist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return _TYPES[spec.codec][0]
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        codec = next((codec for codec, read in _TYPES.items() if arrow_type in read), None)
+        return None if codec is None else TypeFields(codec=codec)
+
+    def holds(self, spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
+        return arrow_type in _TYPES.get(spec.codec, ())
 
     def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
         return stored_once(array) if spec.codec == "pickle" else array
@@ -78,7 +103,7 @@ def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
                 f"{value!r:.60}"
             )
             raise ColumnTypeError(msg)
-    return pa.array(samples, type=pa.large_list(pa.large_string()))
+    return pa.array(samples, type=_TYPES["string_list"][0])
 
 
 def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:

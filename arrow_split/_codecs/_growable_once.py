@@ -15,8 +15,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs._growable import Growable, _BinaryGrowable, _Buffer
 from arrow_split._codecs._shared import canonical_codes, codes_and_validity
-from arrow_split._growable import Growable, _BinaryGrowable, _Buffer
 
 __all__ = ["OnceGrowable"]
 
@@ -88,6 +88,3 @@ class OnceGrowable(Growable):
         self._nulls = 0
         self._entries = {}
         return pa.DictionaryArray.from_arrays(codes, self._values.finish())
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._codes, self._valid, *self._values.buffers()]
