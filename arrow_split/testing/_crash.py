@@ -89,7 +89,7 @@ def _zygote() -> None:  # pragma: no cover - runs in the helper process
 def _writer(
     folder: str, stream: Sequence[dict[str, Any]], start: int, sync: str
 ) -> None:  # pragma: no cover - runs in a forked writer
-    """Append ``stream[start:]``, reporting each call; never returns."""
+    """Append ``stream[start:]``, reporting each call, then wait to be killed."""
     os.write(1, f"pid {os.getpid()}\n".encode())
     if any(name.endswith(".journal") for name in os.listdir(folder)):
         builder = RolloutBatchBuilder.recover(folder, sync=sync)  # type: ignore[arg-type]
@@ -100,7 +100,8 @@ def _writer(
         builder.extend(stream[index])
         os.write(1, f"ack {index}\n".encode())
     os.write(1, b"done\n")
-    os._exit(0)
+    while True:  # alive until the test process kills it: its pid is never another's
+        signal.pause()
 
 
 def _expected(stream: Sequence[dict[str, Any]], count: int) -> RolloutBatch:
@@ -199,6 +200,8 @@ def _one_round(
                 pass
             os.kill(pid, signal.SIGKILL)
             killed = True
+        elif words[0] == "done" and not killed:  # the end of the stream: no kill point
+            os.kill(pid, signal.SIGKILL)
         elif words[0] == "exit":
             return acked, killed
 
