@@ -179,6 +179,7 @@ def test_the_journal_benchmark_writes_a_stamped_json(tmp_path: Path) -> None:
     assert_stamped(results)
     appends = results["appends"]
     assert set(appends["vs_no_journal"]) == {"os", "step", "call"}
+    assert set(appends["appends_vs_no_journal"]) == {"os", "step", "call"}
     assert _is_seconds(appends["recovery_seconds"]["median"])
     kills = results["kill_test"]
     assert kills["kill_points"] == 8
