@@ -70,9 +70,10 @@ def test_each_distinct_value_is_stored_once(objects: list[Any], data: st.DataObj
     rows = rows if objects else []
     shard = take_rows(batch, np.asarray(rows, dtype=np.int64))
     picked = [objects[row] for row in rows]
-    assert shard.to_train_data()["metadata"] == picked
+    assert shard.rows.to_train_data()["metadata"] == picked
     expected = RolloutBatch.from_train_data(_train_data(picked))
-    assert shard.record_batch.column("metadata").equals(expected.record_batch.column("metadata"))
+    taken = shard.rows.record_batch.column("metadata")
+    assert taken.equals(expected.record_batch.column("metadata"))
 
 
 def test_the_builder_dedupes_across_calls(tmp_path: Path) -> None:
@@ -95,10 +96,10 @@ def test_a_shard_carries_only_the_images_of_its_rows() -> None:
     plain = column.cast(pa.large_binary())
     assert column.nbytes <= plain.nbytes / 8 * 1.01
     shard = take_rows(batch, np.arange(8, 24, dtype=np.int64))  # prompts 1 and 2
-    taken = shard.record_batch.column("multimodal_train_inputs")
+    taken = shard.rows.record_batch.column("multimodal_train_inputs")
     assert len(taken.dictionary) == 2
     assert taken.dictionary.equals(column.dictionary.slice(1, 2))
-    decoded = shard.to_train_data()["multimodal_train_inputs"]
+    decoded = shard.rows.to_train_data()["multimodal_train_inputs"]
     assert decoded[0] is not decoded[1]  # each row its own object
     image = data["multimodal_train_inputs"][8]["pixel_values"]
     np.testing.assert_array_equal(decoded[0]["pixel_values"], image)
