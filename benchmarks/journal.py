@@ -118,7 +118,7 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
                 ref[:] = [split_train_data_by_dp(batch, dp_size, balance_data=False, delay=True)]
 
             def rank(ref: list[Any] = ref) -> None:
-                process_rollout_data(ref[0], dp_size - 1, dp_size).to_train_data()
+                process_rollout_data(ref[0], dp_size - 1, dp_size).to_train_data(layout="actor")
 
             result[form] = {
                 "object_bytes": batch.record_batch.column(name).nbytes,
