@@ -159,7 +159,12 @@ def test_groups_of_an_empty_batch() -> None:
     ("changes", "match"),
     [
         ({"samples": -1}, r"`samples` must be >= 0"),
-        ({"response_mean": 0.0}, r"`response_mean` > 0"),
+        ({"response_mean": 0.0}, r"`response_mean` must be a finite number > 0, got 0.0"),
+        ({"response_mean": "8"}, r"`response_mean` must be a real number > 0, got str"),
+        ({"samples": "8"}, r"`samples` must be an int, got str"),
+        ({"seed": 1.5}, r"`seed` must be an int, got float"),
+        ({"prompt_tokens": [1, 2]}, r"`prompt_tokens` must be a tuple of two ints, got list"),
+        ({"as_numpy": "False"}, r"`as_numpy` must be a bool or a frozenset of keys, got str"),
         ({"prompt_tokens": (5, 2)}, r"`prompt_tokens` must be \(low, high\)"),
         ({"moe_shape": (0, 2)}, r"`moe_shape` must be \(layers, top_k\)"),
         ({"columns": "all"}, r"invalid `columns`: 'all'; expected one of"),

@@ -16,7 +16,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS, OptionError
+from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError
+from arrow_split._args import as_int, describe
 
 __all__ = [
     "ColumnSet",
@@ -42,6 +43,14 @@ config has a ``moe_shape``.
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    """A tuple of two ints (a ``(low, high)`` range or a ``(layers, top_k)`` shape)."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        msg = f"`{name}` must be a tuple of two ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    return as_int(name, value[0]), as_int(name, value[1])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -88,19 +97,26 @@ class RolloutConfig:
     columns: ColumnSet = "every"
 
     def __post_init__(self) -> None:
-        low, high = self.prompt_tokens
-        if self.samples < 0 or self.response_cap < 1 or self.response_mean <= 0:
-            msg = (
-                f"`samples` must be >= 0, `response_cap` >= 1 and `response_mean` > 0, got "
-                f"{self.samples!r}, {self.response_cap!r} and {self.response_mean!r}"
-            )
+        as_int("samples", self.samples, minimum=0)
+        as_int("response_cap", self.response_cap, minimum=1)
+        as_int("seed", self.seed, minimum=0)
+        mean = self.response_mean
+        if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
+            msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
+            raise OptionTypeError(msg)
+        if not 0 < float(mean) < float("inf"):
+            msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
             raise OptionError(msg)
+        low, high = _pair("prompt_tokens", self.prompt_tokens)
         if not 1 <= low <= high:
             msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
             raise OptionError(msg)
-        if self.moe_shape is not None and min(self.moe_shape) < 1:
+        if self.moe_shape is not None and min(_pair("moe_shape", self.moe_shape)) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
             raise OptionError(msg)
+        if not isinstance(self.as_numpy, (bool, frozenset)):
+            msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
+            raise OptionTypeError(msg)
         if self.columns not in get_args(ColumnSet):
             msg = f"invalid `columns`: {self.columns!r}; expected one of: 'every', 'numeric'"
             raise OptionError(msg)
