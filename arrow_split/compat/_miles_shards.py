@@ -29,6 +29,7 @@ from arrow_split import (
     shard_for_rank,
     take_rows,
 )
+from arrow_split._args import as_int
 from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
 from arrow_split.schema import Role, role_column
 
@@ -128,8 +129,7 @@ def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
     """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
     name = _role_name("step_batch_size")
     if name in batch_globals:
-        value: Any = batch_globals[name]  # an int, checked by its codec
-        return int(value)
+        return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
     return arg_required_int(args, "global_batch_size")
 
 

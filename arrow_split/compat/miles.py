@@ -46,6 +46,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+import numpy as np
+
 from arrow_split import (
     KNOWN_COLUMNS,
     ColumnSpec,
@@ -151,22 +153,21 @@ def can_schedule_on_rollout_side(
         return False
     if arg_flag(args, "multi_lora"):
         return False
+    name = role_column(KNOWN_COLUMNS, "rollout_id")
     if isinstance(data, RolloutBatch):
         keys = {*data.column_names, *data.batch_globals}
         batch_globals: Mapping[str, object] = data.batch_globals
         rollout_ids = data.role_values("rollout_id")
-    else:
+    elif isinstance(data, Mapping):
         keys, batch_globals = set(data), data
-        name = role_column(KNOWN_COLUMNS, "rollout_id")
         rollout_ids = data.get(name) if name is not None else None
+    else:
+        msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
+        raise SchemaTypeError(msg)
     if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
         return False
     wanted = step_batch_size(args, batch_globals)
-    return len(set(_plain(rollout_ids))) >= wanted
-
-
-def _plain(values: Iterable[Any]) -> list[Any]:
-    return values.tolist() if hasattr(values, "tolist") else list(values)
+    return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted
 
 
 def split_train_data_by_dp_scheduled_raw(
@@ -275,7 +276,11 @@ def process_rollout_data_shard(
 
 def _lengths_list(total_lengths: object) -> list[Any]:
     """The whole batch's ``total_lengths`` as a list (a list, a tuple or a 1-D array)."""
-    if isinstance(total_lengths, (str, bytes, Mapping)) or not hasattr(total_lengths, "__len__"):
+    try:
+        ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # ragged
+        ndim = -1
+    if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
         msg = (
             f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
             f"{type(total_lengths).__name__}"

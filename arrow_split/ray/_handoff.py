@@ -393,7 +393,10 @@ def _add_witness_ids(shard: Shard, witness_ids: Sequence[int] | np.ndarray, who:
     key = role_column(KNOWN_COLUMNS, "witness")
     assert key is not None  # the known columns declare a witness column
     num_samples = len(shard.batch_total_lengths)
-    count = len(witness_ids) if isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    listed = isinstance(witness_ids, (list, tuple)) or np.ndim(witness_ids) == 1  # not a 0-d array
+    count = (
+        len(witness_ids) if listed and isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    )
     if count != num_samples:
         got = "not a list" if count is None else f"{count} values"
         msg = (
