@@ -176,7 +176,7 @@ def test_invalid_configs(changes: dict[str, Any], match: str) -> None:
 
 
 def test_invalid_step_and_group_size() -> None:
-    with pytest.raises(ValueError, match=r"`step` must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"`step` must be >= 0 and <= 2147483647, got -1"):
         make_train_data(SMALL, -1)
     with pytest.raises(ValueError, match=r"`group_size` must be >= 1, got 0"):
         next(iter_sample_groups(SMALL, 0))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import array
 import copy
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -64,10 +65,11 @@ def hostile_arrays(draw: st.DrawFn, *, max_size: int = 8) -> object:
         )
     )
     dtype = np.dtype(draw(st.sampled_from(ALL_DTYPES)))
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy < 2 warns where numpy 2 raises OverflowError
         try:
             base = np.array(values, dtype=dtype)
-        except (OverflowError, ValueError):
+        except (OverflowError, ValueError, DeprecationWarning):
             base = np.array([v % 100 for v in values], dtype=dtype)
     form = draw(
         st.sampled_from(

@@ -121,6 +121,7 @@ def test_untyped_errors_data_that_is_not_a_dict(data: object) -> None:
 
 @pytest.mark.parametrize("item", [3, None, "ref", 1.5, object()])
 def test_untyped_errors_references_that_are_not_references(item: object) -> None:
+    pytest.importorskip("ray")  # imported to tell a reference from a value; not started
     with pytest.raises(OptionTypeError, match=r"`rollout_data_ref\[0\]` must be a reference"):
         miles.process_rollout_data(_args(), [item, item], 0, 2)
     delayed = _args(delay_split_train_data_by_dp=True)
