@@ -320,7 +320,7 @@ def iter_sample_groups(
     dict
         One train-data dict per group, valid on its own.
     """
-    as_int("group_size", group_size, minimum=1)
+    group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
     per_sample = [key for key in data if is_per_sample(key)]
     for start in range(0, config.samples, group_size):

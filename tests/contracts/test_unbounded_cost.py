@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from arrow_split import (
+    ArrowSplitError,
     OptionError,
     PlanError,
     RolloutBatch,
@@ -54,3 +55,24 @@ def test_unbounded_cost_a_huge_unsigned_offset_is_a_typed_error() -> None:
 
     with pytest.raises(OptionError, match=r"has a value above the int64 range"):
         to_micro_batches(BATCH, np.array([0, 2**63, 2**64 - 1], dtype=np.uint64))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"kills": "3"}, r"`kills` must be an int, got str"),
+        ({"kills": True}, r"`kills` must be an int, got bool"),
+        ({"kills": -1}, r"`kills` must be >= 0"),
+        ({"kills": 10**9}, r"`kills` must be >= 0 and <= 100000"),
+        ({"kills": 1, "groups": 0}, r"`groups` must be >= 1"),
+        ({"kills": 1, "sync": "nope"}, r"`sync`"),
+        ({"kills": 1, "folder": 3}, r"`folder` must be None or a str, got int"),
+    ],
+)
+def test_unbounded_cost_kill_test_arguments_are_parsed_first(
+    kwargs: dict[str, object], match: str
+) -> None:
+    from arrow_split.testing import run_kill_test
+
+    with pytest.raises(ArrowSplitError, match=match):
+        run_kill_test(**kwargs)  # type: ignore[arg-type]
