@@ -47,15 +47,7 @@ LEAF_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
 }
 
 # Comparisons on a column's kind outside the codecs: (file, source) -> reason.
-KIND_BRANCHES: dict[tuple[str, str], str] = {
-    ("_dump_meta.py", "spec.kind != 'batch_global'"): "to fix: use `spec.is_per_sample`",
-    ("_dump_meta.py", "spec.kind == 'batch_global'"): "to fix: use `not spec.is_per_sample`",
-    ("_dump_meta.py", "spec.kind == 'per_sample_scalar'"): (
-        "to fix: `_fits` re-derives each kind's Arrow type; a codec method should give it"
-    ),
-    ("_dump_meta.py", "spec.kind == 'per_sample_object'"): "to fix: as above (`_fits`)",
-    ("_dump_meta.py", "spec.kind == 'per_sample_tensor'"): "to fix: as above (`_fits`)",
-}
+KIND_BRANCHES: dict[tuple[str, str], str] = {}
 
 # Known field names spelled in code outside the schema: (file, name) -> reason. A file given with
 # the name "*" may spell any.

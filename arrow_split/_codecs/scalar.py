@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, stored_type
 from arrow_split._codecs._checks import locate_python_value
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
@@ -49,6 +49,12 @@ class ScalarCodec(Codec):
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         return list(numpy_view(array).tolist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return stored_type(spec, fields)
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        return TypeFields(storage=arrow_type)
 
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
