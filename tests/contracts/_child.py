@@ -8,6 +8,7 @@ kept the contract, 1 with the failing case otherwise.
 from __future__ import annotations
 
 import faulthandler
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -17,8 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import arrow_split
+from tests.contracts._groups import FOLDER, trip_ray
 from tests.contracts._groups import GROUPS as MORE_GROUPS
-from tests.contracts._groups import trip_ray
 from tests.contracts.hostile import (
     CALLS,
     check_contract,
@@ -96,6 +97,7 @@ GROUPS: dict[str, tuple[Callable[..., None], tuple[st.SearchStrategy[Any], ...]]
 def main(group: str, examples: int) -> None:
     """Run ``examples`` seeded cases of ``group``."""
     faulthandler.enable()
+    os.chdir(FOLDER)  # a hostile relative path ("False") is written there, not in the repository
     if group in ("ray", "miles"):
         trip_ray()
     function, strategies = GROUPS[group]

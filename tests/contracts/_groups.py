@@ -6,8 +6,10 @@ Each group is a function of hypothesis-drawn hostile arguments; ``_child.py`` ru
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import tempfile
 from argparse import Namespace
 from collections.abc import Callable, Iterator
@@ -30,7 +32,7 @@ from tests.contracts.hostile import (
     same,
 )
 
-__all__ = ["GROUPS", "RayReached", "trip_ray"]
+__all__ = ["FOLDER", "GROUPS", "RayReached", "trip_ray"]
 
 BASE: dict[str, Any] = {
     "tokens": [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]],
@@ -48,6 +50,7 @@ BASE: dict[str, Any] = {
 BATCH = RolloutBatch.from_train_data(BASE)
 KEYS = [*BASE, "not_a_column", "seq_witness_ids", "metadata"]
 FOLDER = Path(tempfile.mkdtemp(prefix="arrow_split_contracts_"))
+atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
 GOOD_DUMP = FOLDER / "good.arrow"
 BATCH.write(GOOD_DUMP)
 
