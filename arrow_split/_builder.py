@@ -43,12 +43,18 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = ["RolloutBatchBuilder"]
 
 _SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
-_DERIVED = "total_lengths"  # checked against the length source, never stored
+_DERIVED = TOTAL_LENGTHS  # checked against the length source, never stored
 
 
 def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:

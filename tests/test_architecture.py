@@ -60,7 +60,6 @@ FIELD_NAMES: dict[tuple[str, str], str] = {
     ("torch/_layouts.py", "tokens"): "the LengthRule value 'tokens' (same word as the field)",
     ("_args.py", "rollout_ids"): "the name of `plan_schedule`'s own argument",
     ("_dump_meta.py", "tokens"): "to fix: find the length source with `role_column`",
-    ("ray/_handoff.py", "tokens"): "to fix: build the witness batch with `role_column`",
     ("_inspect.py", "rewards"): "to fix: the summary reads rewards by name (no role for them)",
     ("_inspect.py", "response_lengths"): "to fix: use `role_column(specs, 'response_length')`",
 }
