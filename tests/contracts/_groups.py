@@ -48,6 +48,7 @@ BASE: dict[str, Any] = {
     "dynamic_global_batch_size": 4,
 }
 BATCH = RolloutBatch.from_train_data(BASE)
+PLAN = BATCH.make_plan(2, balance_data=False)
 KEYS = [*BASE, "not_a_column", "seq_witness_ids", "metadata"]
 FOLDER = Path(tempfile.mkdtemp(prefix="arrow_split_contracts_"))
 atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
@@ -252,7 +253,11 @@ def _api(lengths: object, dp_size: object, flag: object, config_value: object) -
     check_contract(arrow_split.karmarkar_karp, lengths, dp_size, equal_size=flag)
     check_contract(arrow_split.partition_for_rank, lengths, 0, dp_size, balance_data=flag)
     check_contract(arrow_split.split_train_data_by_dp_raw, BATCH, dp_size, balance_data=flag)
-    check_contract(BATCH.make_plan, dp_size, balance_data=flag)
+    plan = check_contract(BATCH.make_plan, dp_size, balance_data=flag)
+    other_plan = plan if isinstance(plan, arrow_split.Plan) else lengths
+    check_contract(arrow_split.split, BATCH, other_plan)
+    check_contract(arrow_split.take, BATCH, other_plan, config_value)
+    check_contract(arrow_split.take, lengths, PLAN, dp_size)
     check_contract(BATCH.equals, lengths)
     config = check_contract(
         arrow_split.ScheduleConfig,

@@ -38,6 +38,8 @@ COVERED = {
         "plan_schedule": "api",
         "schedule_for_rank": "api",
         "shard_for_rank": "shard",
+        "split": "api",
+        "take": "api",
         "split_train_data_by_dp_raw": "api dump",
         "take_rows": "indices",
     },
