@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError
-from arrow_split._args import as_int, describe
+from arrow_split._args import as_flag, as_int, describe
 
 __all__ = [
     "ColumnSet",
@@ -355,12 +355,11 @@ def make_multimodal_train_data(
     >>> len(inputs), inputs[0] is inputs[3], inputs[0] is inputs[4]
     (8, True, False)
     """
-    if min(prompts, samples_per_prompt) < 1 or image_bytes < 4:
-        msg = (
-            "`prompts` and `samples_per_prompt` must be >= 1 and `image_bytes` >= 4, got "
-            f"{prompts!r}, {samples_per_prompt!r} and {image_bytes!r}"
-        )
-        raise OptionError(msg)
+    prompts = as_int("prompts", prompts, minimum=1, maximum=2**16)
+    samples_per_prompt = as_int("samples_per_prompt", samples_per_prompt, minimum=1, maximum=256)
+    image_bytes = as_int("image_bytes", image_bytes, minimum=4, maximum=2**30)
+    seed = as_int("seed", seed, minimum=0, maximum=2**63 - 1)
+    shared = as_flag("shared", shared)
     count = prompts * samples_per_prompt
     config = RolloutConfig(count, 256.0, 1024, seed=seed, columns="numeric")
     data = make_train_data(config)

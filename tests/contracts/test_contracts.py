@@ -49,6 +49,7 @@ COVERED = {
         "assert_shards_equal": "testing",
         "iter_sample_groups": "testing",
         "make_lengths": "testing",
+        "make_multimodal_train_data": "testing",
         "make_train_data": "testing",
     },
     "arrow_split.torch": {"to_micro_batches": "offsets", "to_tensors": "tensors"},
