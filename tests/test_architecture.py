@@ -10,7 +10,8 @@
   public modules (``arrow_split.testing``, ``arrow_split.ray``...) included.
 - Neither a leaf nor a benchmark reads a private attribute (``obj._name`` where ``obj`` is not
   ``self`` or ``cls``).
-- Only the codecs (and the schema that declares the kinds) branch on a column's kind.
+- Only the codecs (and the schema that declares the kinds) branch on a column's kind, and only
+  they walk a nested Arrow type (a codec gives its column's type and reads one back).
 - Only the schema spells the known field names; the rest of the library finds a column by its
   role. Text (docstrings, messages) may name fields, so may a function its own parameters, a
   comparison with a spec's length rule (``rule == "tokens"``) and a value annotated as a
@@ -224,6 +225,20 @@ def _kind_branches(files: Iterator[tuple[str, ast.Module]]) -> set[tuple[str, st
 
 def test_only_the_codecs_branch_on_a_column_kind() -> None:
     assert _kind_branches(_modules()) == set(), "branch through `codec_for(spec)` instead"
+
+
+NESTED_TYPES = ("is_fixed_size_list", "is_large_list", "is_list", "is_struct", "list_size")
+
+
+def test_only_the_codecs_walk_nested_arrow_types() -> None:
+    found = [
+        f"{rel}: {ast.unparse(node)}"
+        for rel, tree in _modules()
+        if not rel.startswith("_codecs/")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute) and node.attr in NESTED_TYPES
+    ]
+    assert found == [], "ask the column's codec, or `arrow_split._codecs._types`"
 
 
 def _text_constants(tree: ast.Module) -> set[int]:
