@@ -38,11 +38,17 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = ["RolloutBatchBuilder"]
 
-_DERIVED = "total_lengths"  # checked against the length source, never stored
+_DERIVED = TOTAL_LENGTHS  # checked against the length source, never stored
 
 
 def _copy_value(value: object) -> object:

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split import PlanError, PlanTypeError, RolloutBatch, Shard, plan_fingerprint
+from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
 from arrow_split._codecs._types import short_type
 from arrow_split._dump import PathLike, read_dump
 from arrow_split.schema import KNOWN_COLUMNS, role_column
@@ -37,7 +37,7 @@ def summarize(
     Parameters
     ----------
     batch
-        A whole batch or a shard.
+        A batch (for a shard, its rows: ``shard.rows``).
     dp_sizes
         The ``dp_size`` values whose plan fingerprints are shown (both methods for each).
     balance_data
@@ -95,9 +95,8 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    kind = "shard" if isinstance(batch, Shard) else "whole batch"
     lines = [
-        f"rollout batch ({kind}): {batch.num_samples:,} samples, {len(batch.column_names)} "
+        f"rollout batch: {batch.num_samples:,} samples, {len(batch.column_names)} "
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
         f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
     ]

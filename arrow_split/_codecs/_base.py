@@ -7,7 +7,8 @@ A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
 - ``lengths``: how many values (or rows) each sample holds, for the schema's length rules;
 - ``decode``: the Arrow array -> one classic Python value per sample;
 - ``take``: the rows of a set of indices, in fresh, compact buffers;
-- ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing);
+- ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing),
+  and ``tensor_values``: the numpy values (and offsets) it makes them of;
 - ``arrow_type``: the Arrow type of a spec's column, and its inverse ``type_fields``: what a
   column's Arrow type says of its spec (``holds`` checks a stored column against its spec).
 
@@ -26,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a rank's first call
 
+from arrow_split._codecs._arrow import numpy_view, ragged_values
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
@@ -110,6 +112,14 @@ class Codec(abc.ABC):
 
     def lengths(self, array: pa.Array) -> np.ndarray | None:
         """Values (or rows) per sample of a list column; ``None`` for a column of single values."""
+        return None
+
+    def tensor_values(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray | None] | None:
+        """What a tensor is made of: values and offsets (ragged), values alone, or ``None``."""
+        if self.tensor_role == "ragged":
+            return ragged_values(array)
+        if self.tensor_role == "scalar":
+            return numpy_view(array), None
         return None
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:

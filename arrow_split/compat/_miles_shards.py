@@ -26,7 +26,7 @@ from arrow_split import (
     Shard,
     ValueRangeError,
     plan_schedule,
-    shard_for_rank,
+    take,
     take_rows,
 )
 from arrow_split.schema import Role, role_column
@@ -108,11 +108,8 @@ def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterat
     Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
     as it goes holds one rank's rows at a time.
     """
-    planned = batch.with_plan(batch.make_plan(dp_size, balance_data=balance_data))  # raises now
-    return (
-        (shard_for_rank(planned, rank, dp_size, balance_data=balance_data), rank, {})
-        for rank in range(dp_size)
-    )
+    plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
+    return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
 
 
 def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
