@@ -9,6 +9,7 @@ per-sample batch-global values and the group's other batch-global values. A jour
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -23,9 +24,12 @@ from arrow_split._journal import (
     spec_to_json,
     unpack_value,
 )
+from arrow_split.errors import ArrowSplitError
 from arrow_split.schema import ColumnSpec
 
-__all__ = ["Group", "group_from_record", "group_record"]
+__all__ = ["Group", "group_from_record", "group_record", "shifted"]
+
+_SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
 
 
 class Group:
@@ -97,3 +101,11 @@ def group_from_record(record: Record, source: str) -> Group:
         {**group_globals, **values},
         tuple(meta["sample_keys"]),
     )
+
+
+def shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
+    """The same error, its sample positions moved from the group's to the batch's."""
+    if base == 0:
+        return error
+    text = _SAMPLE_AT.sub(lambda match: f"sample {int(match.group(1)) + base}", str(error))
+    return type(error)(text)

@@ -41,8 +41,8 @@ from arrow_split import (
     split_train_data_by_dp_raw,
 )
 from arrow_split._dump import read_batch, read_dump, read_parquet, write_batch, write_parquet
-from arrow_split._inspect import inspect_path, summarize
 from arrow_split.errors import DumpError
+from arrow_split.summary import inspect_path, summarize
 from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize
 
