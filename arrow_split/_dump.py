@@ -29,6 +29,7 @@ from typing import Literal, NamedTuple, get_args
 import pyarrow as pa
 
 from arrow_split._args import as_flag
+from arrow_split._codecs import codec_for
 from arrow_split._convert import check_parts
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
 from arrow_split._validate import check_content
@@ -201,7 +202,13 @@ def write_parquet(
     """
     import pyarrow.parquet as pq
 
-    table = pa.Table.from_batches([_with_metadata(record_batch, specs, batch_globals, None)])
+    record_batch = _with_metadata(record_batch, specs, batch_globals, None)
+    plain = [  # objects stored once become one opaque binary per row, as other readers expect
+        column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        for column in record_batch.columns
+    ]
+    table = pa.Table.from_arrays(plain, names=record_batch.schema.names)
+    table = table.replace_schema_metadata(record_batch.schema.metadata)
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
@@ -237,7 +244,7 @@ def _check_compression(compression: object) -> str | None:
     if compression is None:
         return None
     choices = get_args(Compression)
-    if compression not in choices:
+    if not isinstance(compression, str) or compression not in choices:
         msg = (
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"
@@ -346,6 +353,19 @@ def _decode_names(schema: pa.Schema) -> None:
         fields.extend(field.type.field(i) for i in range(field.type.num_fields))
 
 
+def _stored(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> pa.RecordBatch:
+    """The columns in the form this version stores (a version-1 dump's pickles stored once)."""
+    arrays = [
+        codec_for(specs[name]).stored(specs[name], column) if name in specs else column
+        for name, column in zip(record_batch.schema.names, record_batch.columns, strict=True)
+    ]
+    if all(new is old for new, old in zip(arrays, record_batch.columns, strict=True)):
+        return record_batch
+    return pa.RecordBatch.from_arrays(
+        arrays, names=record_batch.schema.names, metadata=record_batch.schema.metadata
+    )
+
+
 def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> DumpParts:
     kept = {
         key: value
@@ -354,6 +374,7 @@ def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) ->
     }
     record_batch = record_batch.replace_schema_metadata(kept or None)
     try:
+        record_batch = _stored(record_batch, metadata.specs)
         check_parts(record_batch, metadata.specs, metadata.batch_globals)
     except ArrowSplitError as exc:
         msg = f"`{source}`: the stored specs do not fit the stored columns: {exc}"
