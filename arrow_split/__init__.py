@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._karmarkar_karp import karmarkar_karp
+from arrow_split._pad import pad_to_dp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -82,6 +83,7 @@ __all__ = [
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",
+    "pad_to_dp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
