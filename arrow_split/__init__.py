@@ -21,6 +21,7 @@ from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_
 from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
 from arrow_split.errors import (
     ArrowSplitError,
+    ArrowSplitWarning,
     ColumnNotFoundError,
     ColumnTypeError,
     DumpError,
@@ -36,6 +37,7 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
     TransportError,
+    UnknownKeyWarning,
     ValueRangeError,
 )
 from arrow_split.plan import (
@@ -50,6 +52,7 @@ from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
 
 __all__ = [
     "ArrowSplitError",
+    "ArrowSplitWarning",
     "ColumnKind",
     "ColumnNotFoundError",
     "ColumnSpec",
@@ -80,6 +83,7 @@ __all__ = [
     "SplitMethod",
     "TrainDataLayout",
     "TransportError",
+    "UnknownKeyWarning",
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",

@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from arrow_split import KNOWN_COLUMNS, ColumnSpec, OptionError, PlanError, RolloutBatch, SchemaError
-from arrow_split._args import check_dp_rank, check_dp_size
+from arrow_split._args import as_flag, check_dp_rank, check_dp_size
 from arrow_split.compat._miles_install import Installation, install
 from arrow_split.compat._miles_shards import (
     SCHEDULE_CONFIG_KEYS,
@@ -62,6 +62,7 @@ from arrow_split.compat._miles_shards import (
 )
 from arrow_split.compat._miles_store import (
     ArrowRef,
+    KeyOptions,
     StoreGetResult,
     check_no_witness,
     fetch_delayed,
@@ -113,15 +114,28 @@ def split_train_data_by_dp_raw(
     *,
     dp_size: int,
     specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split the train data into one rollout-layout dict per rank (strided or balanced).
 
     ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
-    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``).
+    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``). ``specs``,
+    ``strict_keys`` and ``pad_to_dp``: see the module docstring.
     """
-    batch = to_batch(args, data, specs)
-    parts = plan_shards(batch, check_dp_size(dp_size), bool(args.balance_data))
+    size = check_dp_size(dp_size)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, size))
+    parts = plan_shards(batch, size, bool(args.balance_data))
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def _options(strict_keys: bool, pad_to_dp: bool, dp_size: int | None) -> dict[str, Any]:
+    """``to_batch``'s keywords: strictness about unknown keys, the size to pad to (if any)."""
+    pad = as_flag("pad_to_dp", pad_to_dp) and dp_size is not None
+    return {
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_dp_size": dp_size if pad else None,
+    }
 
 
 def can_schedule_on_rollout_side(
@@ -163,6 +177,8 @@ def split_train_data_by_dp_scheduled_raw(
     train_parallel_config: Mapping[str, Any],
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split with the micro-batch schedule planned on the rollout side, exactly as miles does.
 
@@ -177,7 +193,7 @@ def split_train_data_by_dp_scheduled_raw(
             "`can_schedule_on_rollout_side` first"
         )
         raise OptionError(msg)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
@@ -189,7 +205,9 @@ def split_train_data_by_dp(
     *,
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
-) -> list[ArrowRef] | ArrowRef:
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[Any] | Any:
     """Put the train data into Ray's object store for the data-parallel ranks.
 
     Eager (default): one reference per rank, each to a :class:`RolloutShard`, planned by the
@@ -199,12 +217,12 @@ def split_train_data_by_dp(
     validated before anything is put. Call it on the driver, which then owns the objects.
     """
     if getattr(args, "delay_split_train_data_by_dp", False):
-        batch = to_batch(args, data, specs)
         config = train_parallel_config or {}
         dp_size = _dp_size_of(config) if "dp_size" in config else None
+        batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
         return put_delayed(batch, dp_size, bool(args.balance_data))
     dp_size = _dp_size_of(train_parallel_config)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
         config = {**train_parallel_config, "dp_size": dp_size}
@@ -257,6 +275,8 @@ def process_rollout_data(
     *,
     specs: Iterable[ColumnSpec] = (),
     on_batch_lengths: OnBatchLengths | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Return this rank's actor-layout dict and the get result, as miles' train side does.
 
@@ -265,12 +285,19 @@ def process_rollout_data(
     reference to the whole batch, put by :func:`split_train_data_by_dp` (only this rank's rows are
     gathered) or by miles' own store (the dict is fetched and validated); ``witness_info``
     (anything with ``witness_ids``, one per sample of the whole batch) adds ``seq_witness_ids``.
+    ``specs``, ``strict_keys``: for a dict miles' own store put; ``pad_to_dp``: a delayed batch
+    that is split here again (no plan for this ``dp_size``) is padded first.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     if getattr(args, "delay_split_train_data_by_dp", False):
         witness_ids = None if witness_info is None else witness_info.witness_ids
-        rollout_data, result = fetch_delayed(args, rollout_data_ref, rank, size, witness_ids, specs)
+        options = KeyOptions(
+            specs, as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
+        )
+        rollout_data, result = fetch_delayed(
+            args, rollout_data_ref, rank, size, witness_ids, options
+        )
     else:
         check_no_witness(witness_info)
         rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
