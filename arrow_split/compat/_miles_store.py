@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Any, NamedTuple
 
 from arrow_split import (
+    ArrowSplitError,
     ColumnSpec,
     NotARolloutBatchError,
     OptionError,
@@ -25,13 +26,14 @@ from arrow_split import (
     PlanMismatchError,
     RolloutBatch,
     Shard,
+    TransportError,
 )
 from arrow_split.compat._miles_shards import RolloutShard, rollout_dict, to_batch
 
 __all__ = [
-    "REF_FACTORY",
     "ArrowRef",
     "KeyOptions",
+    "REF_FACTORY",
     "StoreGetResult",
     "check_no_witness",
     "fetch_delayed",
@@ -131,13 +133,34 @@ class StoreGetResult:
 
 
 def put_eager(parts: Iterable[tuple[Shard, int, dict[str, Any]]], dp_size: int) -> list[Any]:
-    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time."""
+    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time.
+
+    All or nothing (miles #2248/#2286): when a put fails, the references already made are
+    dropped, which frees their objects (this process owns them), and a
+    :class:`~arrow_split.TransportError` names the rank whose put failed.
+    """
     import ray
 
-    return [
-        wrap_ref(ray.put(RolloutShard(shard, rank, dp_size, extras)))
-        for shard, rank, extras in parts
-    ]
+    refs: list[Any] = []
+    rank = 0
+    try:
+        for shard, rank, extras in parts:
+            value = RolloutShard(shard, rank, dp_size, extras)
+            refs.append(ray.put(value))
+    except ArrowSplitError:
+        raise  # a shard that could not be taken: the caller's error, nothing to report
+    except Exception as exc:
+        done = len(refs)
+        refs.clear()  # the only references: dropping them frees the objects already put
+        reason = next(iter(str(exc).splitlines()), "")
+        msg = (
+            f"the put of dp_rank {rank}'s shard ({rank + 1} of {dp_size}) failed "
+            f"({type(exc).__name__}: {reason}); the {done} shards already put were freed and "
+            "nothing of this step is in the store: make room (or lower the step's size) and "
+            "split again"
+        )
+        raise TransportError(msg) from exc
+    return [wrap_ref(ref) for ref in refs]
 
 
 def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
