@@ -126,3 +126,9 @@ def test_raw_reward_of_a_padded_batch_counts_real_samples() -> None:
     padded["raw_reward"] = [0.0, 1.0, 2.0, 3.0]  # one per row, padding included
     with pytest.raises(SchemaError, match=r"`raw_reward` has 4 values but the batch has 3"):
         RolloutBatch.from_train_data(padded)
+
+
+def test_a_padded_batch_dumps_and_reads_back(tmp_path: Any) -> None:
+    padded = pad_to_dp(RolloutBatch.from_train_data(small_batch(3)), 4)
+    padded.write(tmp_path / "padded.arrow")
+    assert RolloutBatch.read(tmp_path / "padded.arrow").equals(padded)  # validated on read
