@@ -13,7 +13,9 @@ actor takes its own part. This module has the same six functions, reading the sa
 - :func:`split_train_data_by_dp`: eager, one reference per rank, each holding a
   :class:`RolloutShard` that reads like miles' dict; with ``args.delay_split_train_data_by_dp``,
   the one reference to the whole batch (miles' manager puts the dict itself in that mode; the
-  train side takes either). References have miles' ``Box`` shape (``ref.inner``);
+  train side takes either). References have the installed miles' type: ``Box``-shaped
+  (``ref.inner``), or ``_RayStoreObjectRef(payload=...)`` from miles #2542 on (detected by
+  :func:`install`); either is read back. Eager puts are all or nothing (#2248/#2286);
 - :func:`process_rollout_data`: the actor-layout dict (no ``partition``, ``total_lengths`` of the
   rank's rows) and a get result with ``value`` and a releasing context manager.
 
@@ -24,16 +26,26 @@ sorted by adapter slot within each rank, as miles sorts them.
 
 Where this differs from miles, on purpose (the library exists to fix these):
 
-- the train data is validated before anything is split or put: an unknown key, a ``loss_masks``
-  that does not match ``response_lengths``, a ragged per-sample key raise the library's typed
-  errors (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently
-  or fails later; declare extra keys with ``specs=[ColumnSpec(...)]``;
+- the train data is validated before anything is split or put: a ``loss_masks`` that does not
+  match ``response_lengths``, a ragged per-sample key raise the library's typed errors
+  (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently or
+  fails later;
+- a key neither known nor declared (miles adds some every month) is carried to the rank with a
+  spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
+  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_keys`); ``specs=[...]``
+  declares it, ``strict_keys=True`` refuses it as the core does;
 - no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
   known or declared key reaches its rank;
 - ``data`` is never mutated (miles adds ``total_lengths`` to it);
 - float32 columns (log-probs) hold float32 values, as the trainer's tensors would;
 - a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
   :class:`~arrow_split.PlanError`, not an ``AssertionError``.
+
+``pad_to_dp=True`` (on the splits, or ``install(pad_to_dp=True)``) pads the batch first, as
+miles #2694's ``postprocess_rollout_data(..., pad_to_dp=True)`` pads its samples: the fewest
+copies of the last sample that make it a multiple of ``dp_size``, with a zero loss mask,
+``sample_indices`` and ``rollout_ids`` -1 and ``is_padding`` true
+(:func:`arrow_split.pad_to_dp`); ``raw_reward`` keeps the real samples only.
 
 :func:`install` patches these functions into an importable miles in one call. The hand-off uses
 Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
