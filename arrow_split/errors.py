@@ -38,8 +38,11 @@ of the transport::
     └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
         └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
 
-Warnings derive from :class:`ArrowSplitWarning` (a ``UserWarning``): :class:`UnknownKeyWarning`
-when the miles drop-in carries a key it infers rather than knows (once per key and process).
+Warnings, a tree of their own::
+
+    ArrowSplitWarning          (UserWarning)
+    └── UnknownKeyWarning                     the miles drop-in carries a key it does not know,
+                                              with a spec inferred from its values (once per key)
 
 Each message names the key, the sample, the expected and the actual values, and how to fix the call.
 Input errors (schema, types, lengths, ranges, options, plans) are raised before anything is put or
