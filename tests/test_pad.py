@@ -132,3 +132,14 @@ def test_a_padded_batch_dumps_and_reads_back(tmp_path: Any) -> None:
     padded = pad_to_dp(RolloutBatch.from_train_data(small_batch(3)), 4)
     padded.write(tmp_path / "padded.arrow")
     assert RolloutBatch.read(tmp_path / "padded.arrow").equals(padded)  # validated on read
+
+
+def test_the_summary_leaves_padding_rows_out() -> None:
+    from arrow_split._inspect import summarize
+
+    data = small_batch(3)
+    data["rewards"] = [1.0, 2.0, 3.0]
+    padded = pad_to_dp(RolloutBatch.from_train_data(data), 4)  # 3 -> 4 rows, reward 3.0 copied
+    text = summarize(padded, dp_sizes=(4,))
+    assert "tokens: 12 in all; per sample mean 4.0, min 3, max 5 (1 padding rows left out)" in text
+    assert "rewards: mean 2, std 0.8165 (population)" in text
