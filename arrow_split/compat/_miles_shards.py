@@ -30,7 +30,7 @@ from arrow_split import (
     shard_for_rank,
     take_rows,
 )
-from arrow_split.compat._miles_keys import infer_unknown_specs
+from arrow_split.compat._miles_infer import infer_unknown_specs
 from arrow_split.schema import Role, role_column
 
 __all__ = [
@@ -80,7 +80,7 @@ def to_batch(
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
     is set) as a batch-global value, so that every shard carries it, as miles adds it to every
     shard. A key neither known nor declared is carried with an inferred spec and a warning
-    (:mod:`arrow_split.compat._miles_keys`) unless ``strict_keys``. With ``pad_dp_size``, the
+    (:mod:`arrow_split.compat._miles_infer`) unless ``strict_keys``. With ``pad_dp_size``, the
     batch is padded to a multiple of it (:func:`arrow_split.pad_to_dp`). ``data`` is never
     mutated (miles adds ``total_lengths`` to it; the library derives it).
     """

@@ -32,7 +32,7 @@ Where this differs from miles, on purpose (the library exists to fix these):
   fails later;
 - a key neither known nor declared (miles adds some every month) is carried to the rank with a
   spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
-  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_keys`); ``specs=[...]``
+  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_infer`); ``specs=[...]``
   declares it, ``strict_keys=True`` refuses it as the core does;
 - no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
   known or declared key reaches its rank;

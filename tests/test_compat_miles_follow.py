@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from arrow_split import ColumnSpec, PlanError, RolloutBatch, SchemaError, UnknownKeyWarning
-from arrow_split.compat import _miles_keys, _miles_store, miles
+from arrow_split.compat import _miles_infer, _miles_store, miles
 from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
 
 # Keys that miles' open PRs add, with values of the shapes they produce.
@@ -41,9 +41,9 @@ EXPECTED_KINDS = {
 
 @pytest.fixture(autouse=True)
 def fresh_warnings() -> Iterator[None]:
-    _miles_keys._WARNED.clear()
+    _miles_infer._WARNED.clear()
     yield
-    _miles_keys._WARNED.clear()
+    _miles_infer._WARNED.clear()
 
 
 def new_key_data() -> dict[str, Any]:
@@ -69,7 +69,7 @@ def test_keys_miles_adds_next_reach_the_rank_with_one_warning_each() -> None:
 def test_inferred_specs() -> None:
     data = {**new_key_data(), "judge": [{"a": 1}, None, "x"], "step_tag": 7}
     with pytest.warns(UnknownKeyWarning):
-        specs = _miles_keys.infer_unknown_specs(data, [], strict_keys=False)
+        specs = _miles_infer.infer_unknown_specs(data, [], strict_keys=False)
     by_name = {spec.name: spec for spec in specs}
     for key, (kind, value_type) in EXPECTED_KINDS.items():
         assert (by_name[key].kind, by_name[key].value_type, by_name[key].length) == (
