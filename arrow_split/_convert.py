@@ -28,11 +28,17 @@ from arrow_split.errors import (
     SchemaTypeError,
     ValueRangeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = ["decode_train_data", "encode_columns", "encode_train_data", "per_sample_values"]
 
-_DERIVED_LENGTHS = "total_lengths"
+_DERIVED_LENGTHS = TOTAL_LENGTHS
 
 
 def per_sample_values(

@@ -54,6 +54,7 @@ __all__ = [
     "ObjectCodec",
     "PADDING_VALUES",
     "Role",
+    "TOTAL_LENGTHS",
     "resolve_specs",
     "role_column",
 ]
@@ -349,7 +350,14 @@ def _known() -> dict[str, ColumnSpec]:
 KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 """The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
 
-_DERIVED = ("total_lengths",)
+TOTAL_LENGTHS = "total_lengths"
+"""The derived key: each sample's token count, from the length source's offsets (never stored).
+
+The one place the name is spelled; the train-data layouts (``to_train_data``) and the builder
+find it here.
+"""
+
+_DERIVED = (TOTAL_LENGTHS,)
 
 PADDING_VALUES: Mapping[str, int] = MappingProxyType(
     {

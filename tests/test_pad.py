@@ -87,7 +87,7 @@ def test_padded_splits_match_the_reference_and_stay_balanced(
     padded = reference_pad_to_dp(data, dp_size)
     expected = reference_split(padded, dp_size, balance_data)
     for rank, (shard, reference) in enumerate(zip(shards, expected, strict=True)):
-        actual = shard.to_train_data()
+        actual = shard.to_train_data(layout="rollout")
         for key, values in reference.items():
             assert normalize(actual[key]) == values, key
         alone = shard_for_rank(data, rank, dp_size, balance_data=balance_data, pad_to_dp=True)
