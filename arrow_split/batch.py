@@ -30,7 +30,7 @@ from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
 from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
-from arrow_split._equality import record_batches_equal, values_equal
+from arrow_split.equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,

@@ -135,7 +135,7 @@ def test_a_padded_batch_dumps_and_reads_back(tmp_path: Any) -> None:
 
 
 def test_the_summary_leaves_padding_rows_out() -> None:
-    from arrow_split._inspect import summarize
+    from arrow_split.summary import summarize
 
     data = small_batch(3)
     data["rewards"] = [1.0, 2.0, 3.0]
