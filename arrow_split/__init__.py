@@ -10,6 +10,7 @@ from __future__ import annotations
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._karmarkar_karp import karmarkar_karp
+from arrow_split._pad import pad_to_dp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -21,6 +22,7 @@ from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
+    ArrowSplitWarning,
     ColumnNotFoundError,
     ColumnTypeError,
     DumpError,
@@ -36,6 +38,7 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
     TransportError,
+    UnknownKeyWarning,
     ValueRangeError,
 )
 from arrow_split.plan import (
@@ -51,6 +54,7 @@ from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [
     "ArrowSplitError",
+    "ArrowSplitWarning",
     "ColumnKind",
     "ColumnNotFoundError",
     "ColumnSpec",
@@ -83,9 +87,11 @@ __all__ = [
     "SplitMethod",
     "TrainDataLayout",
     "TransportError",
+    "UnknownKeyWarning",
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",
+    "pad_to_dp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",

@@ -27,7 +27,7 @@ from arrow_split._codecs import codec_for
 from arrow_split._codecs._arrow import numpy_view, ragged_values
 from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._numeric import is_flag
-from arrow_split._codecs.globals import check_batch_global
+from arrow_split._codecs.globals import check_batch_global, unpadded_samples
 from arrow_split._convert import LengthRules
 from arrow_split.errors import ValueRangeError
 from arrow_split.schema import ColumnSpec, role_column
@@ -50,8 +50,10 @@ def check_content(
     for name in record_batch.schema.names:
         _check_values(specs[name], record_batch.column(name))
     _check_lengths(record_batch, specs)
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    unpadded = unpadded_samples(record_batch.num_rows, columns, specs)
     for key, value in batch_globals.items():
-        check_batch_global(specs[key], value, record_batch.num_rows, True)
+        check_batch_global(specs[key], value, unpadded, True)
 
 
 def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
