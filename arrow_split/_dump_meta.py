@@ -341,6 +341,10 @@ def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     if not pa.types.is_large_list(arrow_type):
         return False
     leaf = arrow_type.value_type
+    if spec.kind == "per_token_list":
+        if not pa.types.is_large_list(leaf):
+            return False
+        leaf = leaf.value_type
     while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
         leaf = leaf.value_type
     return leaf in spec.storage_types  # a narrow column may hold a narrower integer type

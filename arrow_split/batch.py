@@ -28,7 +28,13 @@ import pyarrow as pa
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
 from arrow_split._codecs.globals import global_to_python
-from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
+from arrow_split._codecs.token_lists import token_list_values
+from arrow_split._convert import (
+    check_finite_columns,
+    decode_train_data,
+    encode_train_data,
+    per_sample_values,
+)
 from arrow_split._equality import record_batches_equal, values_equal
 from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan, PlanKey
@@ -52,6 +58,8 @@ class ColumnValues:
 
     ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
     ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
+    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
     ``buffer.is_mutable`` says whether the buffer is private to this process (see the module
     docstring).
     """
@@ -61,6 +69,7 @@ class ColumnValues:
     values: np.ndarray
     offsets: np.ndarray | None
     buffer: pa.Buffer | None
+    token_offsets: np.ndarray | None = None
 
 
 class RolloutBatch:
@@ -225,6 +234,10 @@ class RolloutBatch:
             if role == "ragged":
                 values, offsets = ragged_values(array)
                 found.append(ColumnValues(spec, role, values, offsets, data_buffer(array)))
+            elif role == "token_lists":
+                values, offsets, tokens = token_list_values(array)
+                buffer = data_buffer(array)
+                found.append(ColumnValues(spec, role, values, offsets, buffer, tokens))
             elif role == "scalar":
                 found.append(ColumnValues(spec, role, numpy_view(array), None, data_buffer(array)))
         return found
@@ -313,6 +326,7 @@ class RolloutBatch:
         for key, spec in resolved.items():
             values = per_sample_values(data, key, self.num_samples)
             array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
+            check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
         return self._replace(record_batch, {**self._specs, **resolved}, self._batch_globals)
 

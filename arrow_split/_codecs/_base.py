@@ -7,6 +7,8 @@ A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
 - ``lengths``: how many values (or rows) each sample holds, for the schema's length rules;
 - ``decode``: the Arrow array -> one classic Python value per sample;
 - ``take``: the rows of a set of indices, in fresh, compact buffers;
+- ``flat_numbers``: every number of the column as one flat numpy view, with where each sample
+  starts (for the checks a dump gets on read, and finiteness where the loss counts);
 - ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing).
 
 :mod:`arrow_split._codecs` holds one codec per kind and :func:`codec_for` picks it; nothing else
@@ -26,10 +28,11 @@ import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a 
 
 from arrow_split.schema import ColumnSpec
 
-__all__ = ["Codec", "EncodeOptions", "TensorRole"]
+__all__ = ["Codec", "EncodeOptions", "FlatNumbers", "TensorRole"]
 
-TensorRole = Literal["ragged", "scalar", "none"]
-"""What the torch leaf makes of a column: values + offsets, a 1-D tensor, or nothing."""
+TensorRole = Literal["ragged", "token_lists", "scalar", "none"]
+"""What the torch leaf makes of a column: values + offsets, values + per-token offsets +
+per-sample offsets (a list per token), a 1-D tensor, or nothing."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -43,6 +46,20 @@ class EncodeOptions:
 
     allow_nonfinite: bool = False
     exact_floats: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlatNumbers:
+    """A numeric column's numbers, flat.
+
+    ``values`` (1-D), ``offsets`` (where each sample's values start, ``n + 1`` from 0; ``None``
+    for one number per sample) and, for a list per token, ``token_offsets`` (where each token's
+    values start).
+    """
+
+    values: np.ndarray
+    offsets: np.ndarray | None
+    token_offsets: np.ndarray | None = None
 
 
 class Codec(abc.ABC):
@@ -62,6 +79,10 @@ class Codec(abc.ABC):
 
     def lengths(self, array: pa.Array) -> np.ndarray | None:
         """Values (or rows) per sample of a list column; ``None`` for a column of single values."""
+        return None
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers | None:
+        """Every number of a numeric column (see :class:`FlatNumbers`); ``None`` for objects."""
         return None
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
