@@ -52,7 +52,10 @@ def _data(**changes: Any) -> dict[str, Any]:
         "raw_reward": [1.0, 0.5, 0.0],
     }
     data.update(changes)
-    return data
+    return {key: value for key, value in data.items() if value is not _DROP}
+
+
+_DROP = object()  # _data(key=_DROP) leaves the key out
 
 
 BAD_TRAIN_DATA = [
@@ -142,10 +145,19 @@ BAD_TRAIN_DATA = [
         id="nan-reward",
     ),
     pytest.param(
-        _data(rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        _data(rollout_log_probs=[[-0.5, -1.0], [-1.0], [float("-inf")]]),
         ValueRangeError,
-        r"sample 0, position 1: `rollout_log_probs` holds -inf",
-        id="inf-log-prob",
+        r"sample 2, position 0: `rollout_log_probs` holds -inf where `loss_masks` is 1; NaN and "
+        r"infinity are refused on tokens that count toward the loss \(allowed where `loss_masks` "
+        r"is 0\).*`allow_nonfinite=True`",
+        id="inf-log-prob-where-the-loss-counts",
+    ),
+    pytest.param(
+        _data(loss_masks=_DROP, rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` holds -inf \(the batch has no `loss_masks`: "
+        r"every response token counts\)",
+        id="inf-log-prob-without-a-loss-mask",
     ),
     pytest.param(
         _data(raw_reward=[1.0, float("nan"), 0.0]),
