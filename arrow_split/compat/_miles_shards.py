@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from arrow_split import (
     KNOWN_COLUMNS,
+    ArrowSplitError,
     ColumnSpec,
     OptionError,
     RankSchedule,
@@ -29,6 +30,7 @@ from arrow_split import (
     shard_for_rank,
     take_rows,
 )
+from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.schema import Role, role_column
 
 __all__ = [
@@ -72,16 +74,23 @@ def to_batch(
 
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
     is set) as a batch-global value, so that every shard carries it, as miles adds it to every
-    shard. ``data`` is never mutated (miles adds ``total_lengths`` to it; the library derives it).
+    shard. miles' sampling-mask keys become one ``rollout_sampling_masks`` column
+    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. ``data``
+    is never mutated (miles adds ``total_lengths`` to it; the library derives it).
     """
     if isinstance(data, RolloutBatch):
         return data
+    if isinstance(data, Mapping):
+        data = from_miles_keys(data)
     slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
     if isinstance(data, Mapping) and slots in data and count not in data:
         n_adapters = getattr(args, "multi_lora_n_adapters", None)
         if n_adapters is not None:
             data = {**data, count: n_adapters}
-    batch = RolloutBatch.from_train_data(data, specs=specs)
+    try:
+        batch = RolloutBatch.from_train_data(data, specs=specs)
+    except ArrowSplitError as error:
+        raise miles_key_note(error) from None
     _check_adapter_slots(batch, slots, count)
     return batch
 
@@ -216,7 +225,7 @@ def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
     get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
     0/1 ints, as miles keeps them.
     """
-    train_data: dict[str, Any] = shard.to_train_data(layout="rollout")
+    train_data: dict[str, Any] = to_miles_keys(shard, shard.to_train_data(layout="rollout"))
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:
