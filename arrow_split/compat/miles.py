@@ -28,6 +28,9 @@ Where this differs from miles, on purpose (the library exists to fix these):
   that does not match ``response_lengths``, a ragged per-sample key raise the library's typed
   errors (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently
   or fails later; declare extra keys with ``specs=[ColumnSpec(...)]``;
+- miles' sampling masks (#2595: ``rollout_sampling_mask_ids`` and
+  ``rollout_sampling_mask_offsets``) travel as one ``rollout_sampling_masks`` column, validated
+  with miles' offsets rule, and come back as miles' two keys on every rank;
 - no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
   known or declared key reaches its rank;
 - ``data`` is never mutated (miles adds ``total_lengths`` to it);
