@@ -515,6 +515,14 @@ class RolloutBatchBuilder:
         self._close_step(batch)
         return batch
 
+    def close(self) -> None:
+        """Close the journal file, if any; the journal stays on disk, for :meth:`recover`.
+
+        A closed builder with a journal refuses further calls with :class:`JournalError`.
+        """
+        if self._journal is not None:
+            self._journal.close()
+
     def _reset(self) -> None:
         self._sample_keys = None
         self._specs = {}

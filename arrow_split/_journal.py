@@ -393,3 +393,5 @@ class StepJournal:
         """Close the file (the journal stays on disk, recoverable)."""
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
+            self._failure = "closed by `close()`"

@@ -41,6 +41,9 @@ LEAF_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
     ("testing/_asserts.py", "arrow_split._equality"): (
         "one NaN-aware equality rule, shared with `RolloutBatch.equals`"
     ),
+    ("testing/_crash.py", "arrow_split._journal"): (
+        "the kill test reads a journal's whole records to count the torn tails recovery drops"
+    ),
 }
 
 # Comparisons on a column's kind outside the codecs: (file, source) -> reason.
@@ -59,6 +62,7 @@ KIND_BRANCHES: dict[tuple[str, str], str] = {
 FIELD_NAMES: dict[tuple[str, str], str] = {
     ("testing/_generate.py", "*"): "generates the classic train-data dict, keyed by field name",
     ("testing/strategies.py", "*"): "generates the classic train-data dict, keyed by field name",
+    ("testing/_crash.py", "sample_indices"): "the identity key of the generated stream it kills",
     ("demo.py", "*"): "the demo builds and reads train data as a user does, by field name",
     ("_convert.py", "tokens"): "the LengthRule value 'tokens' (same word as the field)",
     ("torch/_layouts.py", "tokens"): "the LengthRule value 'tokens' (same word as the field)",

@@ -22,6 +22,7 @@ __all__ = [
     "ColumnSet",
     "RolloutConfig",
     "WORKLOADS",
+    "is_per_sample",
     "iter_sample_groups",
     "make_lengths",
     "make_train_data",
@@ -295,7 +296,8 @@ def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
     return {key: _in_form(config, key, value) for key, value in columns.items()}
 
 
-def _is_per_sample(key: str) -> bool:
+def is_per_sample(key: str) -> bool:
+    """Whether a known key gives one value per sample (``raw_reward`` too)."""
     spec = KNOWN_COLUMNS.get(key)
     if spec is None:
         return False
@@ -331,7 +333,7 @@ def iter_sample_groups(
         msg = f"`group_size` must be >= 1, got {group_size!r}"
         raise OptionError(msg)
     data = make_train_data(config, step)
-    per_sample = [key for key in data if _is_per_sample(key)]
+    per_sample = [key for key in data if is_per_sample(key)]
     for start in range(0, config.samples, group_size):
         group = dict(data)
         for key in per_sample:
