@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
 from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec
 
@@ -344,7 +345,7 @@ def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     if not pa.types.is_large_list(arrow_type):
         return False
     leaf = arrow_type.value_type
-    if spec.kind == "per_token_list":
+    if codec_for(spec).tensor_role == "token_lists":  # a list per token: one more list level
         if not pa.types.is_large_list(leaf):
             return False
         leaf = leaf.value_type

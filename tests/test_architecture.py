@@ -71,6 +71,9 @@ FIELD_NAMES: dict[tuple[str, str], str] = {
     ("ray/_handoff.py", "tokens"): "to fix: build the witness batch with `role_column`",
     ("_inspect.py", "rewards"): "to fix: the summary reads rewards by name (no role for them)",
     ("_inspect.py", "response_lengths"): "to fix: use `role_column(specs, 'response_length')`",
+    ("compat/_miles_keys.py", "rollout_sampling_masks"): (
+        "the one column miles' two sampling-mask keys map to (no role says it)"
+    ),
 }
 
 
