@@ -137,7 +137,10 @@ class RolloutBatch:
             :class:`ColumnSpec` declarations for keys the library does not know (an undeclared
             key is an error), or overrides of known keys.
         allow_nonfinite
-            Keep NaN and infinity in float columns instead of rejecting them.
+            Keep NaN and infinity in float columns instead of rejecting them (the float specs as
+            used then say ``finite=False``). By default they are rejected, except in a column
+            aligned to the response at the tokens whose ``loss_masks`` is 0 (they do not count
+            toward the loss; miles' log-prob guard).
         exact_floats
             Reject a wider float that a float32 column would round. By default it is rounded
             to the nearest float32, as the trainer's ``torch.tensor(..., dtype=float32)`` would.
