@@ -17,8 +17,8 @@ from arrow_split._schedule import (
     plan_schedule,
     schedule_for_rank,
 )
-from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
-from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
+from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw, take, take_rows
+from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,
@@ -47,6 +47,7 @@ from arrow_split.plan import (
     plan_partitions,
 )
 from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
+from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [
     "ArrowSplitError",
@@ -90,8 +91,10 @@ __all__ = [
     "plan_schedule",
     "schedule_for_rank",
     "shard_for_rank",
+    "split",
     "split_train_data_by_dp_raw",
+    "take",
     "take_rows",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -3,8 +3,8 @@
 :class:`RolloutBatchBuilder` encodes each appended sample (or group of samples) at once, through
 the same path as :meth:`RolloutBatch.from_train_data` (:func:`arrow_split._convert.encode_columns`
 and the codecs), so every check and message is the same; the encoded values are appended to
-growable Arrow columns (:mod:`arrow_split._growable`), which :meth:`RolloutBatchBuilder.finish`
-hands over to the batch without a copy.
+growable Arrow columns (:mod:`arrow_split._codecs._growable`), which
+:meth:`RolloutBatchBuilder.finish` hands over to the batch without a copy.
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import pyarrow as pa
 from arrow_split._args import as_choice, as_flag
 from arrow_split._builder_group import Group, group_from_record, group_record
 from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._codecs.globals import check_batch_global
 from arrow_split._convert import encode_columns, encode_train_data
-from arrow_split._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._journal import (
     JOURNAL_VERSION,
     JournalSync,
@@ -43,12 +43,18 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = ["RolloutBatchBuilder"]
 
 _SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
-_DERIVED = "total_lengths"  # checked against the length source, never stored
+_DERIVED = TOTAL_LENGTHS  # checked against the length source, never stored
 
 
 def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:

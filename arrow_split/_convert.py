@@ -32,7 +32,13 @@ from arrow_split.errors import (
     SchemaTypeError,
     ValueRangeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = [
     "check_finite_columns",
@@ -42,7 +48,7 @@ __all__ = [
     "per_sample_values",
 ]
 
-_DERIVED_LENGTHS = "total_lengths"
+_DERIVED_LENGTHS = TOTAL_LENGTHS
 
 
 def per_sample_values(

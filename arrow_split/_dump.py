@@ -31,7 +31,7 @@ import pyarrow as pa
 from arrow_split._args import as_flag
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
 from arrow_split._validate import check_content
-from arrow_split.batch import RolloutBatch, Shard
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 
 __all__ = [
@@ -221,15 +221,7 @@ def read_parquet(path: PathLike) -> RolloutBatch:
 
 
 def _check_whole(batch: object) -> None:
-    if isinstance(batch, Shard):
-        msg = (
-            "cannot dump a shard (a batch with a `partition`): a dump holds a whole batch; "
-            "write the batch the shard was split from"
-        )
-        raise DumpError(msg)
-    if not isinstance(batch, RolloutBatch):
-        msg = f"`batch` must be a RolloutBatch, got {type(batch).__name__}"
-        raise DumpError(msg)
+    check_batch(batch, "batch", DumpError)  # a dump holds a batch; a Shard holds one
 
 
 def _check_compression(compression: object) -> str | None:

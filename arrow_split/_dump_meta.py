@@ -48,11 +48,6 @@ _SPECS = b"arrow_split.specs"
 _GLOBALS = b"arrow_split.batch_globals"
 _KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
 _NUMERIC_KINDS = "biuf"
-_OBJECT_TYPES = {
-    "string": pa.large_string(),
-    "string_list": pa.large_list(pa.large_string()),
-    "pickle": pa.large_binary(),
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -317,8 +312,8 @@ def _check_against_columns(
     source: str,
 ) -> None:
     names = list(schema.names)
-    per_sample = [key for key, spec in specs.items() if spec.kind != "batch_global"]
-    global_keys = [key for key, spec in specs.items() if spec.kind == "batch_global"]
+    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
+    global_keys = [key for key, spec in specs.items() if not spec.is_per_sample]
     problems = []
     if sorted(names) != sorted(per_sample):
         problems.append(f"columns {names} but per-sample specs {per_sample}")
@@ -337,18 +332,5 @@ def _check_against_columns(
 
 
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
-    """Whether a column's Arrow type is the one its spec makes (see :mod:`arrow_split.schema`)."""
-    if spec.kind == "per_sample_scalar":
-        return bool(arrow_type == spec.value_type)
-    if spec.kind == "per_sample_object":
-        return bool(arrow_type == _OBJECT_TYPES.get(spec.codec))
-    if not pa.types.is_large_list(arrow_type):
-        return False
-    leaf = arrow_type.value_type
-    if codec_for(spec).tensor_role == "token_lists":  # a list per token: one more list level
-        if not pa.types.is_large_list(leaf):
-            return False
-        leaf = leaf.value_type
-    while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
-        leaf = leaf.value_type
-    return leaf in spec.storage_types  # a narrow column may hold a narrower integer type
+    """Whether a column's Arrow type is one its spec's codec makes (a per-sample spec)."""
+    return spec.is_per_sample and codec_for(spec).holds(spec, arrow_type)

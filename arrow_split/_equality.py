@@ -15,7 +15,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from arrow_split._codecs._types import parts
 
 __all__ = ["arrays_equal", "record_batches_equal", "values_equal"]
 
@@ -34,8 +35,7 @@ def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
         return True
     if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
         return False
-    data_type = left.type
-    if pa.types.is_floating(data_type):
+    if pa.types.is_floating(left.type):
         return bool(
             np.array_equal(
                 left.to_numpy(zero_copy_only=False),
@@ -43,14 +43,10 @@ def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
                 equal_nan=True,
             )
         )
-    if pa.types.is_struct(data_type):
-        return all(arrays_equal(left.field(i), right.field(i)) for i in range(data_type.num_fields))
-    if pa.types.is_fixed_size_list(data_type):
-        return arrays_equal(left.flatten(), right.flatten())
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        same_lengths = pc.list_value_length(left).equals(pc.list_value_length(right))
-        return bool(same_lengths) and arrays_equal(left.flatten(), right.flatten())
-    return False
+    left_parts, right_parts = parts(left), parts(right)
+    if left_parts is None or right_parts is None:
+        return False
+    return all(arrays_equal(a, b) for a, b in zip(left_parts, right_parts, strict=True))
 
 
 def record_batches_equal(left: pa.RecordBatch, right: pa.RecordBatch) -> bool:

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
-import pyarrow as pa
 
-from arrow_split import PlanError, PlanTypeError, RolloutBatch, Shard, plan_fingerprint
+from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
+from arrow_split._codecs._types import short_type
 from arrow_split._dump import PathLike, read_dump
 
 __all__ = ["inspect_path", "summarize"]
@@ -32,7 +32,7 @@ def summarize(
     Parameters
     ----------
     batch
-        A whole batch or a shard.
+        A batch (for a shard, its rows: ``shard.rows``).
     dp_sizes
         The ``dp_size`` values whose plan fingerprints are shown (both methods for each).
     balance_data
@@ -90,9 +90,8 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    kind = "shard" if isinstance(batch, Shard) else "whole batch"
     lines = [
-        f"rollout batch ({kind}): {batch.num_samples:,} samples, {len(batch.column_names)} "
+        f"rollout batch: {batch.num_samples:,} samples, {len(batch.column_names)} "
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
         f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
     ]
@@ -119,21 +118,9 @@ def _column_table(batch: RolloutBatch) -> str:
         column = batch.column(name)
         kind = batch.specs[name].kind if name in batch.specs else "?"
         share = f"{100 * column.nbytes / total:.1f}%"
-        rows.append((name, kind, _short_type(column.type), _bytes(column.nbytes), share))
+        rows.append((name, kind, short_type(column.type), _bytes(column.nbytes), share))
     rows.append(("total", "", "", _bytes(batch.nbytes), ""))
     return "bytes per column\n" + _table(rows, right=(3, 4))
-
-
-def _short_type(arrow_type: pa.DataType) -> str:
-    """``large_list<int32[4,2]>`` for a list of fixed-size lists, the Arrow name otherwise."""
-    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
-        prefix = "large_list" if pa.types.is_large_list(arrow_type) else "list"
-        return f"{prefix}<{_short_type(arrow_type.value_type)}>"
-    dims = []
-    while pa.types.is_fixed_size_list(arrow_type):
-        dims.append(str(arrow_type.list_size))
-        arrow_type = arrow_type.value_type
-    return f"{arrow_type}[{','.join(dims)}]" if dims else str(arrow_type)
 
 
 def _response_lengths(batch: RolloutBatch, lengths: np.ndarray) -> tuple[str, np.ndarray]:

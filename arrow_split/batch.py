@@ -1,10 +1,10 @@
-"""The rollout batch and its shards: one Arrow RecordBatch plus batch-global values.
+"""The rollout batch: one Arrow RecordBatch plus batch-global values.
 
 :class:`RolloutBatch` is a whole batch: :meth:`RolloutBatch.from_train_data` validates the dict
 before it returns anything and never mutates it; ``total_lengths`` is derived from the length
-source's offsets, never trusted from input. A :class:`Shard` is what a split returns: some rows of
-a batch, with ``partition`` (the original row of each of its rows), the whole batch's total
-lengths and, when a plan made it, the plan's key and the rank. The type tells them apart.
+source's offsets, never trusted from input. What a split returns is a
+:class:`~arrow_split.Shard` (:mod:`arrow_split.shard`), which holds a batch of its rows: a shard
+is not a batch, and :func:`check_batch` is the one check every function that takes a batch uses.
 
 Immutability. No attribute of a batch or a shard can be rebound, and the numpy arrays they hand
 out (``partition``, ``total_lengths``...) are read-only. The Arrow buffers are read-only too,
@@ -20,13 +20,13 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
+from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
 from arrow_split._codecs.token_lists import token_list_values
 from arrow_split._convert import (
@@ -36,20 +36,16 @@ from arrow_split._convert import (
     per_sample_values,
 )
 from arrow_split._equality import record_batches_equal, values_equal
-from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
-from arrow_split.plan import Plan, PlanKey
+from arrow_split.errors import (
+    ArrowSplitError,
+    ColumnNotFoundError,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
 
-__all__ = ["ColumnValues", "RolloutBatch", "Shard", "TrainDataLayout"]
-
-TrainDataLayout = Literal["rollout", "actor"]
-"""The classic layouts of a shard's train data.
-
-``rollout``: what the rollout side's classic split ships: ``partition`` (list of ints) and
-``total_lengths`` of the WHOLE batch. ``actor``: what a train actor works with after
-``process_rollout_data``: no ``partition``, ``total_lengths`` of this shard's rows, and the whole
-batch's as ``global_total_lengths``.
-"""
+__all__ = ["ColumnValues", "RolloutBatch", "check_batch"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -91,7 +87,8 @@ class RolloutBatch:
         against it (and need not re-plan). Not part of equality.
     """
 
-    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs")
+    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs", "_total_lengths")
+    _total_lengths: np.ndarray  # computed on first use (see `total_lengths`)
 
     def __init__(
         self,
@@ -194,10 +191,19 @@ class RolloutBatch:
 
     @property
     def total_lengths(self) -> np.ndarray:
-        """Token count of each of this batch's rows (int64), from the length source's offsets."""
+        """Token count of each of this batch's rows (int64, read-only), from the length source.
+
+        Computed once per batch and shared: every shard taken of this batch holds this array.
+        """
+        try:
+            return self._total_lengths
+        except AttributeError:
+            pass
         source = role_column(self._specs, "length_source")
-        lengths: np.ndarray = np.diff(self._record_batch.column(source).offsets.to_numpy())
+        offsets = self._record_batch.column(source).offsets.to_numpy()
+        lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
         lengths.flags.writeable = False
+        self._total_lengths = lengths  # set once: the batch is immutable
         return lengths
 
     @property
@@ -232,17 +238,21 @@ class RolloutBatch:
         found = []
         for name in self._record_batch.schema.names:
             spec = self._specs[name]
-            role = type(codec_for(spec)).tensor_role
+            codec = codec_for(spec)
             array = self._record_batch.column(name)
-            if role == "ragged":
-                values, offsets = ragged_values(array)
-                found.append(ColumnValues(spec, role, values, offsets, data_buffer(array)))
-            elif role == "token_lists":
-                values, offsets, tokens = token_list_values(array)
+            if codec.tensor_role == "token_lists":
+                flat, sample_offsets, tokens = token_list_values(array)
                 buffer = data_buffer(array)
-                found.append(ColumnValues(spec, role, values, offsets, buffer, tokens))
-            elif role == "scalar":
-                found.append(ColumnValues(spec, role, numpy_view(array), None, data_buffer(array)))
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, flat, sample_offsets, buffer, tokens)
+                )
+                continue
+            tensor_values = codec.tensor_values(array)
+            if tensor_values is not None:
+                values, offsets = tensor_values
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, values, offsets, data_buffer(array))
+                )
         return found
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
@@ -308,7 +318,7 @@ class RolloutBatch:
     def add_train_data(
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
     ) -> RolloutBatch:
-        """A new batch (or shard) with more per-sample scalar keys, one value per row.
+        """A new batch with more per-sample scalar keys, one value per row.
 
         The new keys are validated as :meth:`from_train_data` would; existing keys cannot be
         replaced.
@@ -331,15 +341,8 @@ class RolloutBatch:
             array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
             check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
-        return self._replace(record_batch, {**self._specs, **resolved}, self._batch_globals)
-
-    def _replace(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object],
-    ) -> RolloutBatch:
-        return RolloutBatch(record_batch, specs, batch_globals, plan=self._plan)
+        merged = {**self._specs, **resolved}
+        return RolloutBatch(record_batch, merged, self._batch_globals, plan=self._plan)
 
     def to_train_data(self) -> dict[str, object]:
         """The batch in the classic train-data layout, as fresh Python objects.
@@ -355,9 +358,8 @@ class RolloutBatch:
 
         NaN equals NaN at the same place (a NaN-position compare, whatever the NaN's bits).
         """
-        if type(other) is not type(self):
+        if not isinstance(other, RolloutBatch):
             return False
-        assert isinstance(other, RolloutBatch)  # for the type checker: same type as self
         return (
             record_batches_equal(self._record_batch, other._record_batch)
             and dict(self._specs) == dict(other._specs)
@@ -381,161 +383,6 @@ class RolloutBatch:
         )
 
 
-class Shard(RolloutBatch):
-    """One rank's rows of a batch: what a split returns.
-
-    Parameters
-    ----------
-    record_batch, specs, batch_globals
-        As for :class:`RolloutBatch`, for the shard's rows.
-    partition
-        The original row index of each row (int64).
-    batch_total_lengths
-        The whole batch's total lengths.
-    plan_key, dp_rank
-        The key of the plan that made the shard and its rank, or ``None`` for rows taken
-        without a plan (:func:`arrow_split.take_rows`).
-    layout
-        The default layout of :meth:`to_train_data`; a display choice, not part of equality.
-    """
-
-    __slots__ = ("_batch_total_lengths", "_dp_rank", "_layout", "_partition", "_plan_key")
-
-    def __init__(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object] | None = None,
-        *,
-        partition: np.ndarray,
-        batch_total_lengths: np.ndarray,
-        plan_key: PlanKey | None = None,
-        dp_rank: int | None = None,
-        layout: TrainDataLayout = "rollout",
-    ) -> None:
-        super().__init__(record_batch, specs, batch_globals)
-        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise OptionError(msg)
-        self._partition = _frozen(partition, record_batch.num_rows, "partition")
-        self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
-        self._plan_key = plan_key
-        self._dp_rank = dp_rank
-        self._layout: TrainDataLayout = layout
-
-    @property
-    def partition(self) -> np.ndarray:
-        """The original row index of each row (int64, read-only)."""
-        return self._partition
-
-    @property
-    def batch_total_lengths(self) -> np.ndarray:
-        """Token count of every sample of the WHOLE batch this shard was taken from."""
-        return self._batch_total_lengths
-
-    @property
-    def plan_key(self) -> PlanKey | None:
-        """The key of the plan that made this shard, or ``None`` for rows taken without one."""
-        return self._plan_key
-
-    @property
-    def plan_fingerprint(self) -> str | None:
-        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
-        return None if self._plan_key is None else self._plan_key.fingerprint
-
-    @property
-    def dp_rank(self) -> int | None:
-        """The rank this shard belongs to, or ``None`` for rows taken without a plan."""
-        return self._dp_rank
-
-    @property
-    def layout(self) -> TrainDataLayout:
-        """The default layout of :meth:`to_train_data` (see :data:`TrainDataLayout`)."""
-        return self._layout
-
-    def with_layout(self, layout: TrainDataLayout) -> Shard:
-        """The same shard (same buffers) with another default :meth:`to_train_data` layout."""
-        return self._replace_shard(layout=layout)
-
-    def _replace(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object],
-    ) -> Shard:
-        return self._replace_shard(
-            record_batch=record_batch, specs=specs, batch_globals=batch_globals
-        )
-
-    def _replace_shard(self, **changes: Any) -> Shard:
-        arguments: dict[str, Any] = {
-            "record_batch": self._record_batch,
-            "specs": self._specs,
-            "batch_globals": self._batch_globals,
-            "partition": self._partition,
-            "batch_total_lengths": self._batch_total_lengths,
-            "plan_key": self._plan_key,
-            "dp_rank": self._dp_rank,
-            "layout": self._layout,
-        }
-        arguments.update(changes)
-        return Shard(**arguments)
-
-    def to_train_data(self, *, layout: TrainDataLayout | None = None) -> dict[str, object]:
-        """The shard in the classic train-data layout, as fresh Python objects.
-
-        The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
-        of ``layout`` (default: :attr:`layout`), see :data:`TrainDataLayout`.
-        """
-        layout = self._layout if layout is None else layout
-        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise OptionError(msg)
-        train_data = super().to_train_data()
-        if layout == "rollout":
-            train_data["partition"] = self._partition.tolist()
-            train_data["total_lengths"] = self._batch_total_lengths.tolist()
-        else:
-            train_data["total_lengths"] = self.total_lengths.tolist()
-            train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
-        return train_data
-
-    def equals(self, other: object) -> bool:
-        """Same values as :meth:`RolloutBatch.equals`, same partition, lengths, plan and rank."""
-        if not super().equals(other):
-            return False
-        assert isinstance(other, Shard)  # for the type checker: same type as self
-        return (
-            np.array_equal(self._partition, other._partition)
-            and np.array_equal(self._batch_total_lengths, other._batch_total_lengths)
-            and self._plan_key == other._plan_key
-            and self._dp_rank == other._dp_rank
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _rebuild_shard,
-            (
-                self._record_batch,
-                dict(self._specs),
-                dict(self._batch_globals),
-                self._partition,
-                self._batch_total_lengths,
-                self._plan_key,
-                self._dp_rank,
-                self._layout,
-            ),
-        )
-
-    def __repr__(self) -> str:
-        rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
-        return (
-            f"Shard({rank}{self.num_samples} of {len(self._batch_total_lengths)} samples, "
-            f"columns=[{', '.join(self.column_names)}], "
-            f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
-        )
-
-
 def _rebuild_batch(
     record_batch: pa.RecordBatch,
     specs: dict[str, ColumnSpec],
@@ -545,26 +392,20 @@ def _rebuild_batch(
     return RolloutBatch(record_batch, specs, batch_globals, plan=plan)
 
 
-def _rebuild_shard(
-    record_batch: pa.RecordBatch,
-    specs: dict[str, ColumnSpec],
-    batch_globals: dict[str, object],
-    partition: np.ndarray,
-    batch_total_lengths: np.ndarray,
-    plan_key: PlanKey | None,
-    dp_rank: int | None,
-    layout: TrainDataLayout,
-) -> Shard:
-    return Shard(
-        record_batch,
-        specs,
-        batch_globals,
-        partition=partition,
-        batch_total_lengths=batch_total_lengths,
-        plan_key=plan_key,
-        dp_rank=dp_rank,
-        layout=layout,
+def check_batch(
+    value: object, name: str = "batch", error: type[ArrowSplitError] = SchemaTypeError
+) -> RolloutBatch:
+    """``value`` if it is a RolloutBatch, else ``error`` naming ``name`` and the fix.
+
+    The one check of every function that takes a batch: a Shard is not one (it holds one).
+    """
+    if isinstance(value, RolloutBatch):
+        return value
+    msg = (
+        f"`{name}` must be a RolloutBatch, got {type(value).__name__}; build one with "
+        "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
+    raise error(msg)
 
 
 def _check_parts(
@@ -585,16 +426,3 @@ def _check_parts(
     if missing:
         msg = f"batch-global keys without a value: {', '.join(missing)}"
         raise SchemaError(msg)
-
-
-def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
-    try:
-        array = np.array(values, dtype=np.int64, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg) from None
-    if array.ndim != 1 or (length is not None and len(array) != length):
-        msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise SchemaError(msg)
-    array.flags.writeable = False
-    return array

@@ -57,6 +57,7 @@ __all__ = [
     "LengthRule",
     "ObjectCodec",
     "Role",
+    "TOTAL_LENGTHS",
     "resolve_specs",
     "role_column",
 ]
@@ -373,7 +374,14 @@ def _known() -> dict[str, ColumnSpec]:
 KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 """The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
 
-_DERIVED = ("total_lengths",)
+TOTAL_LENGTHS = "total_lengths"
+"""The derived key: each sample's token count, from the length source's offsets (never stored).
+
+The one place the name is spelled; the train-data layouts (``to_train_data``) and the builder
+find it here.
+"""
+
+_DERIVED = (TOTAL_LENGTHS,)
 
 
 def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:

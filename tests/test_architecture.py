@@ -47,15 +47,7 @@ LEAF_PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
 }
 
 # Comparisons on a column's kind outside the codecs: (file, source) -> reason.
-KIND_BRANCHES: dict[tuple[str, str], str] = {
-    ("_dump_meta.py", "spec.kind != 'batch_global'"): "to fix: use `spec.is_per_sample`",
-    ("_dump_meta.py", "spec.kind == 'batch_global'"): "to fix: use `not spec.is_per_sample`",
-    ("_dump_meta.py", "spec.kind == 'per_sample_scalar'"): (
-        "to fix: `_fits` re-derives each kind's Arrow type; a codec method should give it"
-    ),
-    ("_dump_meta.py", "spec.kind == 'per_sample_object'"): "to fix: as above (`_fits`)",
-    ("_dump_meta.py", "spec.kind == 'per_sample_tensor'"): "to fix: as above (`_fits`)",
-}
+KIND_BRANCHES: dict[tuple[str, str], str] = {}
 
 # Known field names spelled in code outside the schema: (file, name) -> reason. A file given with
 # the name "*" may spell any.
@@ -68,7 +60,6 @@ FIELD_NAMES: dict[tuple[str, str], str] = {
     ("torch/_layouts.py", "tokens"): "the LengthRule value 'tokens' (same word as the field)",
     ("_args.py", "rollout_ids"): "the name of `plan_schedule`'s own argument",
     ("_dump_meta.py", "tokens"): "to fix: find the length source with `role_column`",
-    ("ray/_handoff.py", "tokens"): "to fix: build the witness batch with `role_column`",
     ("_inspect.py", "rewards"): "to fix: the summary reads rewards by name (no role for them)",
     ("_inspect.py", "response_lengths"): "to fix: use `role_column(specs, 'response_length')`",
     ("compat/_miles_keys.py", "rollout_sampling_masks"): (

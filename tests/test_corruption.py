@@ -410,7 +410,7 @@ def _convert(train: dict[str, Any]) -> RolloutBatch | ArrowSplitError:
 
 
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
-@settings(max_examples=260, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(deadline=None, suppress_health_check=list(HealthCheck))  # examples: the profile's
 @given(data=st.data())
 def test_corrupted_train_data_is_accepted_or_rejected_with_a_typed_error(
     corruption: str, data: st.DataObject

@@ -503,10 +503,11 @@ _V1_BYTES = V1_DUMP.read_bytes() if V1_DUMP.exists() else b""
 
 def test_a_shard_is_refused(tmp_path: Path) -> None:
     shard = split_train_data_by_dp_raw(v1_batch(), 2, balance_data=False)[0]
-    with pytest.raises(DumpError, match=r"cannot dump a shard \(a batch with a `partition`\)"):
-        write_batch(shard, tmp_path / "shard.arrow")
-    with pytest.raises(DumpError, match=r"cannot dump a shard"):
-        write_parquet(shard, tmp_path / "shard.parquet")
+    match = r"`batch` must be a RolloutBatch, got Shard; .* \(a Shard's rows are `shard.rows`"
+    with pytest.raises(DumpError, match=match):
+        write_batch(shard, tmp_path / "shard.arrow")  # type: ignore[arg-type]
+    with pytest.raises(DumpError, match=match):
+        write_parquet(shard, tmp_path / "shard.parquet")  # type: ignore[arg-type]
     assert os.listdir(tmp_path) == []
 
 
@@ -572,7 +573,7 @@ def test_summarize_counts_samples_tokens_rewards_and_globals() -> None:
     text = summarize(batch, dp_sizes=(2,))
     lengths = batch.total_lengths
     rewards = np.asarray(batch.to_train_data()["rewards"])
-    assert "rollout batch (whole batch): 6 samples, 14 columns, 5 batch-global keys" in text
+    assert "rollout batch: 6 samples, 14 columns, 5 batch-global keys" in text
     assert f"tokens: {lengths.sum():,} in all; per sample mean {lengths.mean():,.1f}, " in text
     assert f"min {lengths.min()}, max {lengths.max()}" in text
     assert f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population)" in text

@@ -232,7 +232,7 @@ def test_every_rank_sees_the_same_arrow_type(balance_data: bool) -> None:
     expected = batch.column(EXPERTS).type
     assert leaf_type(batch.column(EXPERTS)) == pa.uint16()
     shards = split_train_data_by_dp_raw(batch, 4, balance_data=balance_data)
-    assert any(int(np.max(s.to_train_data()[EXPERTS][0])) < 256 for s in shards)  # type: ignore[index]
+    assert any(int(np.max(s.rows.to_train_data()[EXPERTS][0])) < 256 for s in shards)  # type: ignore[index]
     for rank, shard in enumerate(shards):
         assert shard.column(EXPERTS).type == expected
         alone = shard_for_rank(batch, rank, 4, balance_data=balance_data)
@@ -262,7 +262,7 @@ def test_stored_type_is_the_narrowest_and_values_round_trip(
     assert leaf_type(batch.column(EXPERTS)) == fits[0]
     shard = take_rows(batch, np.arange(len(totals))[::-1].copy())
     assert shard.column(EXPERTS).type == batch.column(EXPERTS).type
-    for got, expected in zip(shard.to_train_data()[EXPERTS], experts[::-1], strict=True):  # type: ignore[call-overload]
+    for got, expected in zip(shard.rows.to_train_data()[EXPERTS], experts[::-1], strict=True):  # type: ignore[call-overload]
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, expected)
 
@@ -329,7 +329,7 @@ class TestToTensors:
         from arrow_split.torch import to_tensors
 
         shard = self.shard(high)
-        expected = shard.to_train_data()[EXPERTS]
+        expected = shard.rows.to_train_data()[EXPERTS]
         tensors = to_tensors(shard, layout=layout)  # type: ignore[arg-type]
         experts = tensors[EXPERTS]
         if layout == "per_sample":
@@ -343,7 +343,7 @@ class TestToTensors:
 
     @staticmethod
     def split(shard: Any, experts: Any, layout: str) -> list[np.ndarray]:
-        rows = [len(a) for a in shard.to_train_data()[EXPERTS]]
+        rows = [len(a) for a in shard.rows.to_train_data()[EXPERTS]]
         if layout == "packed":
             return [t.numpy() for t in experts.split(rows)]
         if layout == "nested":

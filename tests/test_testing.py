@@ -180,20 +180,11 @@ def test_invalid_step_and_group_size() -> None:
 # --- the assertions ---------------------------------------------------------------------------
 
 
-def _with_column(batch: RolloutBatch, name: str, column: pa.Array) -> RolloutBatch:
+def _with_column(batch: RolloutBatch | Shard, name: str, column: pa.Array) -> RolloutBatch | Shard:
     index = batch.record_batch.schema.get_field_index(name)
     record_batch = batch.record_batch.set_column(index, name, column)
-    if isinstance(batch, Shard):
-        return Shard(
-            record_batch,
-            batch.specs,
-            batch.batch_globals,
-            partition=batch.partition,
-            batch_total_lengths=batch.batch_total_lengths,
-            plan_key=batch.plan_key,
-            dp_rank=batch.dp_rank,
-        )
-    return RolloutBatch(record_batch, batch.specs, batch.batch_globals)
+    rows = RolloutBatch(record_batch, batch.specs, batch.batch_globals)
+    return batch.with_rows(rows) if isinstance(batch, Shard) else rows
 
 
 def test_equal_batches_and_shards_pass() -> None:
@@ -257,7 +248,13 @@ def test_batch_globals_and_specs_are_compared() -> None:
 def test_shards_differ_in_partition() -> None:
     batch = _batch()
     left = shard_for_rank(batch, 0, 4, balance_data=False)
-    right = left._replace_shard(partition=left.partition + 1)
+    right = Shard(
+        left.rows,
+        partition=left.partition + 1,
+        batch_total_lengths=left.batch_total_lengths,
+        plan_key=left.plan_key,
+        dp_rank=left.dp_rank,
+    )
     with pytest.raises(AssertionError, match=r"`partition` differ"):
         assert_shards_equal(left, right)
     assert_batches_equal(left, right)  # as batches they are equal
@@ -265,7 +262,13 @@ def test_shards_differ_in_partition() -> None:
 
 def test_shards_of_different_plans_differ() -> None:
     shard = shard_for_rank(_batch(), 0, 4, balance_data=False)
-    other = shard._replace_shard(plan_key=PlanKey("strided", 4, "0" * 16))
+    other = Shard(
+        shard.rows,
+        partition=shard.partition,
+        batch_total_lengths=shard.batch_total_lengths,
+        plan_key=PlanKey("strided", 4, "0" * 16),
+        dp_rank=shard.dp_rank,
+    )
     assert_shards_equal(shard, shard_for_rank(_batch(), 0, 4, balance_data=False))
     with pytest.raises(AssertionError, match=r"`plan_fingerprint` differ"):
         assert_shards_equal(shard, other)

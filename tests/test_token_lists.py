@@ -81,7 +81,9 @@ def test_round_trip_take_and_split_equal_the_reference(
     for dp_size in (1, 3):
         shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=False)
         expected = reference_split(data, dp_size, balance_data=False)
-        assert [s.to_train_data()[_MASKS] for s in shards] == [e[_MASKS] for e in expected]
+        assert [s.to_train_data(layout="rollout")[_MASKS] for s in shards] == [
+            e[_MASKS] for e in expected
+        ]
 
 
 def test_every_form_of_a_sample_gives_the_same_column() -> None:

@@ -14,11 +14,19 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields
+from arrow_split._codecs._types import list_type
 from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
+
+_TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
+    "string": (pa.large_string(),),
+    "string_list": (list_type(pa.large_string()),),
+    "pickle": (pa.large_binary(),),
+}
+"""The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
 
 class ObjectsCodec(Codec):
@@ -29,17 +37,27 @@ class ObjectsCodec(Codec):
     ) -> tuple[pa.Array, ColumnSpec]:
         if spec.codec == "string":
             if all(isinstance(value, str) for value in samples):
-                return pa.array(samples, type=pa.large_string()), spec
+                return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
         pickled = [_pickle(spec, i, value) for i, value in enumerate(samples)]
-        return pa.array(pickled, type=pa.large_binary()), spec
+        return pa.array(pickled, type=_TYPES["pickle"][0]), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in _views(array)]
         return list(array.to_pylist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return _TYPES[spec.codec][0]
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        codec = next((codec for codec, read in _TYPES.items() if arrow_type in read), None)
+        return None if codec is None else TypeFields(codec=codec)
+
+    def holds(self, spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
+        return arrow_type in _TYPES.get(spec.codec, ())
 
 
 def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
@@ -50,7 +68,7 @@ def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
                 f"{value!r:.60}"
             )
             raise ColumnTypeError(msg)
-    return pa.array(samples, type=pa.large_list(pa.large_string()))
+    return pa.array(samples, type=_TYPES["string_list"][0])
 
 
 def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:

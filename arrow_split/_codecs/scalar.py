@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import locate_python_value
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
@@ -47,6 +47,12 @@ class ScalarCodec(Codec):
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         return list(numpy_view(array).tolist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return stored_type(spec, fields)
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        return TypeFields(storage=arrow_type)
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(numpy_view(array), None)

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import ragged_values
-from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -39,6 +39,7 @@ from arrow_split._codecs._numeric import (
     is_array,
     offsets_from_lengths,
 )
+from arrow_split._codecs._types import is_list, list_type
 from arrow_split.errors import ArrowSplitError, ColumnTypeError, RaggedLengthError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
@@ -221,6 +222,14 @@ class TokenListsCodec(Codec):
             [flat[tokens[t] : tokens[t + 1]] for t in range(start, stop)]
             for start, stop in itertools.pairwise(sample_offsets.tolist())
         ]
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return list_type(list_type(stored_type(spec, fields)))
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        if not is_list(arrow_type) or not is_list(arrow_type.value_type):
+            return None
+        return TypeFields(storage=arrow_type.value_type.value_type)
 
     def lengths(self, array: pa.Array) -> np.ndarray:
         return np.diff(array.offsets.to_numpy())

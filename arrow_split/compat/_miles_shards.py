@@ -27,7 +27,7 @@ from arrow_split import (
     Shard,
     ValueRangeError,
     plan_schedule,
-    shard_for_rank,
+    take,
     take_rows,
 )
 from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
@@ -117,11 +117,8 @@ def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterat
     Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
     as it goes holds one rank's rows at a time.
     """
-    planned = batch.with_plan(batch.make_plan(dp_size, balance_data=balance_data))  # raises now
-    return (
-        (shard_for_rank(planned, rank, dp_size, balance_data=balance_data), rank, {})
-        for rank in range(dp_size)
-    )
+    plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
+    return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
 
 
 def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
@@ -225,7 +222,7 @@ def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
     get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
     0/1 ints, as miles keeps them.
     """
-    train_data: dict[str, Any] = to_miles_keys(shard, shard.to_train_data(layout="rollout"))
+    train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:

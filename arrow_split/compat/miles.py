@@ -72,7 +72,7 @@ from arrow_split.compat._miles_store import (
     put_delayed,
     put_eager,
 )
-from arrow_split.schema import role_column
+from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
     "ArrowRef",
@@ -97,7 +97,7 @@ for its throughput metrics; :func:`install` passes that hook)."""
 
 # The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
 _PARTITION = "partition"
-_TOTAL_LENGTHS = "total_lengths"
+_TOTAL_LENGTHS = TOTAL_LENGTHS
 
 
 def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:

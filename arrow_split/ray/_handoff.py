@@ -185,11 +185,8 @@ def split_train_data_by_dp(
     nodes = check_rank_nodes(rank_nodes, size)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
-    else:
+    else:  # a dict, or the typed error of anything else (a Shard's rows are `shard.rows`)
         batch = RolloutBatch.from_train_data(data_or_batch)
-    if isinstance(batch, Shard):
-        msg = "`split_train_data_by_dp` puts a whole batch; got a shard"
-        raise PlanError(msg)
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
@@ -209,12 +206,12 @@ def process_rollout_data(
     step: int | None = None,
     on_fetch: OnFetch | None = None,
 ) -> Shard:
-    """Return this rank's shard, in the actor layout, from what :func:`split_train_data_by_dp` put.
+    """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
     Call it in the train actor of rank ``dp_rank``. Only this rank's rows are fetched (eager) or
-    gathered (delayed); ``shard.to_train_data()`` gives the classic actor dict: this rank's
-    per-sample keys, ``total_lengths`` of its rows, ``global_total_lengths`` of the whole batch
-    and the batch-global keys whole.
+    gathered (delayed); ``shard.to_train_data(layout="actor")`` gives the classic actor dict:
+    this rank's per-sample keys, ``total_lengths`` of its rows, ``global_total_lengths`` of the
+    whole batch and the batch-global keys whole.
 
     Parameters
     ----------
@@ -246,8 +243,9 @@ def process_rollout_data(
     Returns
     -------
     Shard
-        This rank's shard with layout ``"actor"``. Delayed: fresh buffers, writable by this rank,
-        no view of the store. Eager: a zero-copy slice (read-only) of its node's object.
+        This rank's shard. Delayed: fresh buffers, writable by this rank, no view of the store
+        (built once, from the fetched batch). Eager: a zero-copy slice (read-only) of its node's
+        object.
 
     Raises
     ------
@@ -282,10 +280,12 @@ def process_rollout_data(
             "balance_data": balance_data,
             "resplit": resplit,
         }
-        shard = _delayed_shard(refs_or_ref, request, where, who, on_fetch)
+        return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
-        shard = _add_witness_ids(shard, witness_ids, who)
-    return shard.with_layout("actor")
+        whole = len(shard.batch_total_lengths)
+        rows = _with_witness_ids(shard.rows, witness_ids, shard.partition, who, whole)
+        shard = shard.with_rows(rows)
+    return shard
 
 
 def _eager_shard(
@@ -316,23 +316,34 @@ def _delayed_shard(
     locality: Locality,
     who: str,
     on_fetch: OnFetch | None,
+    witness_ids: Sequence[int] | np.ndarray | None,
 ) -> Shard:
-    """Take this rank's rows of the whole batch, here or on a node that holds it."""
+    """Take this rank's rows of the whole batch, here or on a node that holds it.
+
+    Here, the fetched batch gets its own copy of numpy batch-global values and the witness
+    column first, so that the take builds the rank's one Shard.
+    """
     if isinstance(ref_or_batch, ray.ObjectRef):
         node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
             shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
-                return _detach_globals(shard)
+                rows = _detached(shard.rows)
+                if witness_ids is not None:
+                    whole = len(shard.batch_total_lengths)
+                    rows = _with_witness_ids(rows, witness_ids, shard.partition, who, whole)
+                return shard if rows is shard.rows else shard.with_rows(rows)
     value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
-    shard = shard_for_rank(_whole_batch(value, who), **request)
+    batch = _detached(_whole_batch(value, who))
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
-    return _detach_globals(shard)
+    if witness_ids is not None:
+        batch = _with_witness_ids(batch, witness_ids, None, who)
+    return shard_for_rank(batch, **request)
 
 
 def _whole_batch(value: object, who: str) -> RolloutBatch:
     """The whole batch a delayed reference holds; refuse an eager object or anything else."""
-    if isinstance(value, (NodeRows, Shard)):
+    if isinstance(value, NodeRows):
         msg = (
             f"{who}: got {len(value.partition)} rows of "
             f"{len(value.batch_total_lengths)} samples put for ranks where the whole batch was "
@@ -368,12 +379,12 @@ def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) 
     return value
 
 
-def _detach_globals(shard: Shard) -> Shard:
+def _detached(batch: RolloutBatch) -> RolloutBatch:
     """Copy numpy batch-global values, which Ray hands over as views of the store."""
-    if not any(isinstance(value, np.ndarray) for value in shard.batch_globals.values()):
-        return shard
-    batch_globals = {key: _owned(value) for key, value in shard.batch_globals.items()}
-    return shard._replace_shard(batch_globals=batch_globals)
+    if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
+        return batch
+    batch_globals = {key: _owned(value) for key, value in batch.batch_globals.items()}
+    return RolloutBatch(batch.record_batch, batch.specs, batch_globals, plan=batch.plan)
 
 
 def _owned(value: object) -> object:
@@ -384,21 +395,33 @@ def _owned(value: object) -> object:
     return array
 
 
-def _add_witness_ids(shard: Shard, witness_ids: Sequence[int] | np.ndarray, who: str) -> Shard:
-    """Attach this rank's witness ids, after checking their count against the whole batch."""
+def _with_witness_ids(
+    batch: RolloutBatch,
+    witness_ids: Sequence[int] | np.ndarray,
+    partition: np.ndarray | None,
+    who: str,
+    num_samples: int | None = None,
+) -> RolloutBatch:
+    """``batch`` with its witness ids, after checking their count against the whole batch.
+
+    ``batch`` is the whole batch (``partition`` None), or a shard's rows: ``partition`` maps
+    them to the whole batch of ``num_samples`` samples, which ``witness_ids`` must cover.
+    """
     key = role_column(KNOWN_COLUMNS, "witness")
     assert key is not None  # the known columns declare a witness column
-    num_samples = len(shard.batch_total_lengths)
+    whole = batch.num_samples if num_samples is None else num_samples
     count = len(witness_ids) if isinstance(witness_ids, (list, tuple, np.ndarray)) else None
-    if count != num_samples:
+    if count != whole:
         got = "not a list" if count is None else f"{count} values"
         msg = (
-            f"{who}: `witness_ids` has {got} but the whole batch has {num_samples} samples; "
+            f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
             "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
         )
         raise RaggedLengthError(msg)
-    whole = RolloutBatch.from_train_data({"tokens": [[]] * num_samples, key: witness_ids})
-    values = whole.record_batch.column(key).to_numpy()
-    added = shard.add_train_data({key: values[shard.partition]})
-    assert isinstance(added, Shard)  # add_train_data keeps the type
-    return added
+    if partition is None:
+        return batch.add_train_data({key: witness_ids})
+    source = role_column(KNOWN_COLUMNS, "length_source")
+    assert source is not None  # the known columns declare a length source
+    checked = RolloutBatch.from_train_data({source: [[]] * whole, key: witness_ids})
+    values = checked.record_batch.column(key).to_numpy()
+    return batch.add_train_data({key: values[partition]})

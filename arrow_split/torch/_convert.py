@@ -42,7 +42,7 @@ These keys come after the other columns; the values follow the memory rule below
 
 Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
 and batch-global values are not tensors and are not in the result: read them from
-``shard.to_train_data()`` and ``shard.batch_globals``.
+``shard.rows.to_train_data()`` and ``shard.batch_globals``.
 
 dtypes: ``tokens`` is ``token_dtype`` (int64 by default, int32 allowed); per-token flag columns
 (``loss_masks``) are ``mask_dtype`` (int64 by default; bool, uint8, int32 and float32 allowed);
@@ -88,6 +88,7 @@ from arrow_split import (
     OptionTypeError,
     RolloutBatch,
     SchemaTypeError,
+    Shard,
     ValueRangeError,
 )
 from arrow_split._args import as_offsets
@@ -120,7 +121,7 @@ _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
 
 
 def to_tensors(
-    shard: RolloutBatch,
+    shard: Shard | RolloutBatch,
     *,
     layout: TensorLayout = "per_sample",
     device: torch.device | str | None = None,
@@ -165,7 +166,7 @@ def to_tensors(
     Raises
     ------
     SchemaTypeError
-        ``shard`` is not a RolloutBatch.
+        ``shard`` is neither a Shard nor a RolloutBatch.
     OptionError
         An unknown ``layout`` or ``device``, or a ``token_dtype``/``mask_dtype``/``id_dtype`` not
         listed above.
@@ -188,12 +189,11 @@ def to_tensors(
     >>> to_tensors(batch, layout="packed")["cu_seqlens"]
     tensor([0, 3, 5], dtype=torch.int32)
     """
-    options = _check_options(
-        shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
-    )
+    rows = _rows_of(shard)
+    options = _check_options(layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of)
     ids = _check_id_dtype(id_dtype)
     columns: AllColumns = {}
-    for column in shard.numeric_columns():
+    for column in rows.numeric_columns():
         if column.token_offsets is not None:
             tensor = move(_tensor_of(column.values, column.buffer), options)
             sample_offsets = np.asarray(column.offsets, dtype=np.int64)
@@ -212,7 +212,7 @@ def to_tensors(
 
 
 def to_micro_batches(
-    shard: RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
+    shard: Shard | RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
 ) -> list[dict[str, torch.Tensor | list[torch.Tensor]]]:
     """One :func:`to_tensors` result per micro-batch of a shard whose rows are in micro-batch order.
 
@@ -237,29 +237,39 @@ def to_micro_batches(
         Offsets that are not integers, or not non-decreasing from 0 to the shard's rows; and
         what :func:`to_tensors` raises for its options.
     """
-    if not isinstance(shard, RolloutBatch):
-        msg = f"`shard` must be a RolloutBatch, got {type(shard).__name__}"
-        raise SchemaTypeError(msg)
+    rows = _rows_of(shard)
     offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
-    if int(offsets[-1]) != len(shard):
+    if int(offsets[-1]) != len(rows):
         msg = (
-            f"`micro_batch_offsets` must rise from 0 to the shard's {len(shard)} rows, got "
+            f"`micro_batch_offsets` must rise from 0 to the shard's {len(rows)} rows, got "
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
         raise OptionError(msg)
     bounds = offsets.tolist()
-    record_batch = shard.record_batch
+    record_batch = rows.record_batch
     return [
         to_tensors(
-            RolloutBatch(record_batch.slice(start, stop - start), shard.specs, shard.batch_globals),
+            RolloutBatch(record_batch.slice(start, stop - start), rows.specs, rows.batch_globals),
             **options,
         )
         for start, stop in itertools.pairwise(bounds)
     ]
 
 
+def _rows_of(shard: object) -> RolloutBatch:
+    """A shard's rows (``shard.rows``), or a whole batch as it is."""
+    if isinstance(shard, Shard):
+        return shard.rows
+    if isinstance(shard, RolloutBatch):
+        return shard
+    msg = (
+        f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
+        "`RolloutBatch.from_train_data(data)` or take one from a split"
+    )
+    raise SchemaTypeError(msg)
+
+
 def _check_options(
-    shard: object,
     layout: object,
     device: object,
     token_dtype: object,
@@ -267,12 +277,6 @@ def _check_options(
     pad_value: object,
     pad_to_multiple_of: object,
 ) -> TensorOptions:
-    if not isinstance(shard, RolloutBatch):
-        msg = (
-            f"`shard` must be a RolloutBatch, got {type(shard).__name__}; build one with "
-            "`RolloutBatch.from_train_data(data)` or take one from a split"
-        )
-        raise SchemaTypeError(msg)
     _check_layout(layout)
     multiple = _check_multiple(pad_to_multiple_of)
     return TensorOptions(

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from arrow_split import KNOWN_COLUMNS, RolloutBatch
+from arrow_split import KNOWN_COLUMNS, RolloutBatch, Shard
 
 ray = pytest.importorskip("ray")
 
@@ -82,7 +82,7 @@ def make_batch(num_samples: int, seed: int, *, max_tokens: int = 400) -> Rollout
     )
 
 
-def crc32_of(shard: RolloutBatch) -> int:
+def crc32_of(shard: Shard) -> int:
     """A CRC32 of a shard's values: its record batch's Arrow IPC bytes, rows and globals."""
     # Compact columns first: the IPC bytes of a slice (an eager shard) depend on its parent's.
     record_batch = shard.record_batch

@@ -27,6 +27,7 @@ from arrow_split import (
     PlanMismatchError,
     RaggedLengthError,
     RolloutBatch,
+    Shard,
     TokenLists,
     TransportError,
     shard_for_rank,
@@ -216,13 +217,12 @@ def gather(calls: list[Any]) -> list[Any]:
     return ray.get(calls, timeout=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
 
 
-def expected_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[RolloutBatch]:
-    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
-    return [shard.with_layout("actor") for shard in shards]
+def expected_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[Shard]:
+    return split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
 
 
-def assert_actor_train_data(shard: RolloutBatch, expected: RolloutBatch) -> None:
-    train_data = shard.to_train_data()
+def assert_actor_train_data(shard: Shard, expected: Shard) -> None:
+    train_data = shard.to_train_data(layout="actor")
     assert "partition" not in train_data
     assert train_data["total_lengths"] == expected.total_lengths.tolist()
     assert train_data["global_total_lengths"] == expected.batch_total_lengths.tolist()
@@ -255,7 +255,6 @@ def test_eager_and_delayed_give_the_core_split(workers: list[Any], balance_data:
     )
     for rank in range(dp_size):
         for shard in (eager[rank], delayed[rank], resolved[rank]):
-            assert shard.layout == "actor"
             assert shard.equals(expected[rank]), rank
             assert_actor_train_data(shard, expected[rank])
 
@@ -493,14 +492,14 @@ def test_ranks_asking_for_another_method_get_a_plan_mismatch(
     batch = make_batch(16, seed=4)
     put = split_train_data_by_dp(batch, 2, balance_data=True, delay=delay)
     good = gather([workers[0].process.remote(box(put), 0, 2, balance_data=True)])[0]
-    assert good.equals(shard_for_rank(batch, 0, 2, balance_data=True).with_layout("actor"))
+    assert good.equals(shard_for_rank(batch, 0, 2, balance_data=True))
     kind, message = gather([workers[1].failure.remote(box(put), 1, 2, balance_data=False)])[0]
     assert kind == "PlanMismatchError"
     assert "strided" in message
     assert "balanced" in message
     followed = gather([workers[1].process.remote(box(put), 1, 2)])[0]  # no balance_data: follow
     assert followed.plan_fingerprint == good.plan_fingerprint
-    assert followed.equals(shard_for_rank(batch, 1, 2, balance_data=True).with_layout("actor"))
+    assert followed.equals(shard_for_rank(batch, 1, 2, balance_data=True))
 
 
 def test_a_delayed_rank_with_another_dp_size_must_ask_for_a_resplit(workers: list[Any]) -> None:

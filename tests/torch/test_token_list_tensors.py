@@ -23,7 +23,7 @@ def _shard() -> tuple[RolloutBatch, list[list[list[int]]]]:
     config = RolloutConfig(samples=7, response_mean=6.0, response_cap=12, seed=9, sampling_top_k=5)
     batch = RolloutBatch.from_train_data(make_train_data(config))
     shard = take_rows(batch, np.array([5, 0, 3]))
-    expected = shard.to_train_data()[_MASKS]
+    expected = shard.to_train_data(layout="rollout")[_MASKS]
     return shard, expected  # type: ignore[return-value]
 
 

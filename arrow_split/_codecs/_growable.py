@@ -26,9 +26,10 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_dtype
+from arrow_split._codecs._types import leaf_type, trailing_shape
 from arrow_split.errors import SchemaError
 
-__all__ = ["Growable", "ShapeMismatch", "growable_for", "trailing_shape"]
+__all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
 
@@ -41,33 +42,15 @@ class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a l
         self.row, self.shape, self.first_row, self.first = row, shape, first_row, first
 
 
-def trailing_shape(list_type: pa.DataType) -> tuple[int, ...]:
-    """The sizes of the ``fixed_size_list`` levels under a list type (``()`` for none)."""
-    sizes: list[int] = []
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        sizes.append(child.list_size)
-        child = child.value_type
-    return tuple(sizes)
-
-
-def _leaf_type(list_type: pa.DataType) -> pa.DataType:
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        child = child.value_type
-    return child
-
-
 class _Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
-    __slots__ = ("_buffer", "_view", "capacity", "dtype", "grows", "size")
+    __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
 
     def __init__(self, dtype: np.dtype, capacity: int = 0) -> None:
         self.dtype = dtype
         self.capacity = capacity
         self.size = 0
-        self.grows = 0
         self._buffer: pa.ResizableBuffer | None = None
         self._view = np.empty(0, dtype=dtype)
 
@@ -79,7 +62,6 @@ class _Buffer:
             self.capacity = max(needed, 2 * self.capacity)
             self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
             self._buffer.resize(self.capacity * self.dtype.itemsize)
-            self.grows += 1
         else:
             return
         self._view = np.frombuffer(self._buffer, dtype=self.dtype)
@@ -149,10 +131,6 @@ class Growable(abc.ABC):
     def finish(self) -> pa.Array:
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
-    @abc.abstractmethod
-    def buffers(self) -> list[_Buffer]:
-        """The growable buffers (for tests of capacity and reuse)."""
-
 
 def growable_for(value_type: pa.DataType) -> Growable:
     """A growable for arrays of ``value_type`` (the types the codecs produce)."""
@@ -212,9 +190,6 @@ class _PrimitiveGrowable(Growable):
         count = self._values.size
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
-
 
 class _BoolGrowable(Growable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
@@ -241,13 +216,10 @@ class _BoolGrowable(Growable):
         self._values.clear()
         return array
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
-
 
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     """Whether two list types have one trailing shape and integer leaves (storage may differ)."""
-    leaves = _leaf_type(left), _leaf_type(right)
+    leaves = leaf_type(left), leaf_type(right)
     integers = all(pa.types.is_integer(leaf) for leaf in leaves)
     return integers and trailing_shape(left) == trailing_shape(right)
 
@@ -303,9 +275,6 @@ class _BinaryGrowable(Growable):
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, self._data, self._valid]
-
 
 class _FixedSizeGrowable(Growable):
     def __init__(self, size: int, child: Growable) -> None:
@@ -328,9 +297,6 @@ class _FixedSizeGrowable(Growable):
 
     def finish(self) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
-
-    def buffers(self) -> list[_Buffer]:
-        return self.child.buffers()
 
 
 class _ListGrowable(Growable):
@@ -391,12 +357,9 @@ class _ListGrowable(Growable):
     def finish(self) -> pa.Array:
         count = self.length
         if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
-            self._set_child(growable_for(_leaf_type(self.type)))
+            self._set_child(growable_for(leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
         self._offsets.append_one(0)
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, *self.child.buffers()]
