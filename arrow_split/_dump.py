@@ -228,7 +228,7 @@ def _check_compression(compression: object) -> str | None:
     if compression is None:
         return None
     choices = get_args(Compression)
-    if compression not in choices:
+    if not isinstance(compression, str) or compression not in choices:
         msg = (
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"

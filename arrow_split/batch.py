@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import as_flag
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
@@ -152,7 +153,10 @@ class RolloutBatch:
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
             The first problem found, naming the key, the sample and the fix.
         """
-        options = EncodeOptions(allow_nonfinite=allow_nonfinite, exact_floats=exact_floats)
+        options = EncodeOptions(
+            allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
+            exact_floats=as_flag("exact_floats", exact_floats),
+        )
         record_batch, used, batch_globals = encode_train_data(data, specs, options)
         return cls(record_batch, used, batch_globals)
 

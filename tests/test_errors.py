@@ -1030,9 +1030,10 @@ def test_torch_options() -> None:
             r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
         ),
         (
-            {"pad_to_multiple_of": 2**40},
+            {"pad_to_multiple_of": 2**31 - 1},
             ValueRangeError,
-            r"`pad_to_multiple_of` must be at most 2147483647, got 1099511627776",
+            r"`pad_to_multiple_of` must be at most 1048576, got 2147483647; every padded row is "
+            r"at least that wide: pass a token multiple such as 8 or 128",
         ),
     ]
     for kwargs, error, match in cases:

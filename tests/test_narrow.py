@@ -30,6 +30,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split.testing import assert_batches_equal
 
 EXPERTS = "rollout_routed_experts"
@@ -268,7 +269,7 @@ def test_stored_type_is_the_narrowest_and_values_round_trip(
 
 
 def _holds(arrow_type: pa.DataType, low: int, high: int) -> bool:
-    info = np.iinfo(arrow_type.to_pandas_dtype())
+    info = np.iinfo(numpy_dtype(arrow_type))
     return bool(info.min <= low and high <= info.max)
 
 

@@ -159,7 +159,12 @@ def test_groups_of_an_empty_batch() -> None:
     ("changes", "match"),
     [
         ({"samples": -1}, r"`samples` must be >= 0"),
-        ({"response_mean": 0.0}, r"`response_mean` > 0"),
+        ({"response_mean": 0.0}, r"`response_mean` must be a finite number > 0, got 0.0"),
+        ({"response_mean": "8"}, r"`response_mean` must be a real number > 0, got str"),
+        ({"samples": "8"}, r"`samples` must be an int, got str"),
+        ({"seed": 1.5}, r"`seed` must be an int, got float"),
+        ({"prompt_tokens": [1, 2]}, r"`prompt_tokens` must be a tuple of two ints, got list"),
+        ({"as_numpy": "False"}, r"`as_numpy` must be a bool or a frozenset of keys, got str"),
         ({"prompt_tokens": (5, 2)}, r"`prompt_tokens` must be \(low, high\)"),
         ({"moe_shape": (0, 2)}, r"`moe_shape` must be \(layers, top_k\)"),
         ({"columns": "all"}, r"invalid `columns`: 'all'; expected one of"),
@@ -171,7 +176,7 @@ def test_invalid_configs(changes: dict[str, Any], match: str) -> None:
 
 
 def test_invalid_step_and_group_size() -> None:
-    with pytest.raises(ValueError, match=r"`step` must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"`step` must be >= 0 and <= 2147483647, got -1"):
         make_train_data(SMALL, -1)
     with pytest.raises(ValueError, match=r"`group_size` must be >= 1, got 0"):
         next(iter_sample_groups(SMALL, 0))

@@ -1,6 +1,6 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
-``string``: ``large_string``; a column whose samples are not all ``str`` falls back to
+``string``: ``large_string``; a column whose samples are not all exactly ``str`` falls back to
 ``pickle`` (the spec as used says so). ``string_list``: ``large_list<large_string>``. ``pickle``:
 ``large_binary``, one pickle (protocol 5) per sample, ``None`` as null; decoded only on the rank
 that owns the row.
@@ -36,7 +36,9 @@ class ObjectsCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         if spec.codec == "string":
-            if all(isinstance(value, str) for value in samples):
+            # exactly `str`: a subclass (numpy.str_, a StrEnum) is pickled, keeping its type,
+            # so a builder's step gives the bytes from_train_data gives whatever the grouping
+            if all(type(value) is str for value in samples):
                 return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":

@@ -30,6 +30,8 @@ from arrow_split import (
     take,
     take_rows,
 )
+from arrow_split._args import as_int
+from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
 from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.schema import Role, role_column
 
@@ -78,13 +80,14 @@ def to_batch(
     (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. ``data``
     is never mutated (miles adds ``total_lengths`` to it; the library derives it).
     """
+    check_args(args)
     if isinstance(data, RolloutBatch):
         return data
     if isinstance(data, Mapping):
         data = from_miles_keys(data)
     slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
     if isinstance(data, Mapping) and slots in data and count not in data:
-        n_adapters = getattr(args, "multi_lora_n_adapters", None)
+        n_adapters = arg_int(args, "multi_lora_n_adapters")
         if n_adapters is not None:
             data = {**data, count: n_adapters}
     try:
@@ -128,35 +131,35 @@ def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) ->
     return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
 
 
-def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> object:
+def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
     """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
     name = _role_name("step_batch_size")
     if name in batch_globals:
-        return batch_globals[name]
-    return args.global_batch_size
+        return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
+    return arg_required_int(args, "global_batch_size")
 
 
 def schedule_config(
     args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
 ) -> ScheduleConfig:
     """The schedule's parameters, read from miles' ``args`` and train parallel config."""
-    use_dynamic = bool(args.use_dynamic_batch_size)
-    micro_batch_size = getattr(args, "micro_batch_size", None)
+    use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
+    micro_batch_size = arg_int(args, "micro_batch_size")
     if micro_batch_size is None and use_dynamic:
         micro_batch_size = 1  # unused by the token-budget packing
     return ScheduleConfig(
-        global_batch_size=step_batch_size(args, batch.batch_globals),  # type: ignore[arg-type]
+        global_batch_size=step_batch_size(args, batch.batch_globals),
         micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
         use_dynamic_batch_size=use_dynamic,
-        max_tokens_per_gpu=getattr(args, "max_tokens_per_gpu", None),
+        max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
         cp_size=train_parallel_config["cp_size"],
         vpp_size=train_parallel_config["vpp_size"],
         microbatch_group_size_per_vp_stage=train_parallel_config[
             "microbatch_group_size_per_vp_stage"
         ],
-        balance_data=bool(args.balance_data),
-        balance_by_flops=bool(getattr(args, "balance_by_flops", False)),
-        allow_partial_train_step=bool(getattr(args, "allow_partial_train_step", False)),
+        balance_data=arg_flag(args, "balance_data", required=True),
+        balance_by_flops=arg_flag(args, "balance_by_flops"),
+        allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
     )
 
 

@@ -14,11 +14,13 @@ from arrow_split import (
     ColumnSpec,
     NotARolloutBatchError,
     OptionError,
+    OptionTypeError,
     PlanError,
     PlanMismatchError,
     RolloutBatch,
     Shard,
 )
+from arrow_split.compat._miles_args import arg_flag
 from arrow_split.compat._miles_shards import RolloutShard, rollout_dict, to_batch
 
 __all__ = [
@@ -131,7 +133,15 @@ def fetch_eager(
             "`args.delay_split_train_data_by_dp` pass the one delayed reference"
         )
         raise PlanError(msg)
-    value = ray.get(_unwrap(refs[dp_rank]))
+    for index, item in enumerate(refs):
+        if not isinstance(_unwrap(item), (ray.ObjectRef, RolloutShard, Mapping)):
+            msg = (
+                f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
+                f"returned, got {type(item).__name__} {item!r:.40}"
+            )
+            raise OptionTypeError(msg)
+    item = _unwrap(refs[dp_rank])
+    value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
     if isinstance(value, RolloutShard):
         if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
             msg = (
@@ -165,13 +175,20 @@ def fetch_delayed(
 
     from arrow_split.ray import process_rollout_data
 
+    balance_data = arg_flag(args, "balance_data", required=True)
     target: object
     if isinstance(ref, ArrowRef):
         target = ref.inner
     elif isinstance(ref, (RolloutBatch, Mapping)):
         target = ref
-    else:
+    elif isinstance(_unwrap(ref), ray.ObjectRef):
         target = ray.get(_unwrap(ref))
+    else:
+        msg = (
+            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
+            f"{type(ref).__name__} {ref!r:.40}"
+        )
+        raise OptionTypeError(msg)
     if isinstance(target, RolloutShard):
         msg = (
             "the delayed reference holds one rank's shard, not the whole batch; pass the "
@@ -187,7 +204,7 @@ def fetch_delayed(
         target,
         dp_rank,
         dp_size,
-        balance_data=bool(args.balance_data),
+        balance_data=balance_data,
         resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
         witness_ids=witness_ids,
     )

@@ -49,13 +49,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from arrow_split import KNOWN_COLUMNS, ColumnSpec, OptionError, PlanError, RolloutBatch, SchemaError
-from arrow_split._args import check_dp_rank, check_dp_size
+import numpy as np
+
+from arrow_split import (
+    KNOWN_COLUMNS,
+    ColumnSpec,
+    OptionError,
+    PlanError,
+    RolloutBatch,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split._args import as_index_array, check_dp_rank, check_dp_size
+from arrow_split.compat._miles_args import arg_flag, check_args, witness_ids_of
 from arrow_split.compat._miles_install import Installation, install
 from arrow_split.compat._miles_shards import (
     SCHEDULE_CONFIG_KEYS,
     FlopsFn,
     RolloutShard,
+    ShardParts,
     has_full_schedule_config,
     plan_shards,
     rollout_dict,
@@ -122,8 +134,10 @@ def split_train_data_by_dp_raw(
     ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
     sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``).
     """
+    balance_data = arg_flag(args, "balance_data", required=True)
+    size = check_dp_size(dp_size)
     batch = to_batch(args, data, specs)
-    parts = plan_shards(batch, check_dp_size(dp_size), bool(args.balance_data))
+    parts = plan_shards(batch, size, balance_data)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
 
@@ -137,26 +151,26 @@ def can_schedule_on_rollout_side(
     It can when the backend gave its full parallel config, multi-LoRA is off, no sample has
     multimodal inputs, and the batch has rollout ids for at least one step of rollouts.
     """
+    check_args(args)
     if not has_full_schedule_config(train_parallel_config):
         return False
-    if getattr(args, "multi_lora", False):
+    if arg_flag(args, "multi_lora"):
         return False
+    name = role_column(KNOWN_COLUMNS, "rollout_id")
     if isinstance(data, RolloutBatch):
         keys = {*data.column_names, *data.batch_globals}
         batch_globals: Mapping[str, object] = data.batch_globals
         rollout_ids = data.role_values("rollout_id")
-    else:
+    elif isinstance(data, Mapping):
         keys, batch_globals = set(data), data
-        name = role_column(KNOWN_COLUMNS, "rollout_id")
         rollout_ids = data.get(name) if name is not None else None
+    else:
+        msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
+        raise SchemaTypeError(msg)
     if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
         return False
     wanted = step_batch_size(args, batch_globals)
-    return len(set(_plain(rollout_ids))) >= wanted  # type: ignore[operator]
-
-
-def _plain(values: Iterable[Any]) -> list[Any]:
-    return values.tolist() if hasattr(values, "tolist") else list(values)
+    return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted
 
 
 def split_train_data_by_dp_scheduled_raw(
@@ -201,19 +215,22 @@ def split_train_data_by_dp(
     its plan when the config names ``dp_size``); each rank takes its own rows. Everything is
     validated before anything is put. Call it on the driver, which then owns the objects.
     """
-    if getattr(args, "delay_split_train_data_by_dp", False):
-        batch = to_batch(args, data, specs)
-        config = train_parallel_config or {}
+    balance_data = arg_flag(args, "balance_data", required=True)
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        config = {} if train_parallel_config is None else train_parallel_config
         dp_size = _dp_size_of(config) if "dp_size" in config else None
-        return put_delayed(batch, dp_size, bool(args.balance_data))
+        batch = to_batch(args, data, specs)
+        if dp_size is not None:  # checked (plan included) before the put
+            batch.make_plan(dp_size, balance_data=balance_data)
+        return put_delayed(batch, dp_size, balance_data)
     dp_size = _dp_size_of(train_parallel_config)
     batch = to_batch(args, data, specs)
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
         config = {**train_parallel_config, "dp_size": dp_size}
-        parts = scheduled_shards(args, batch, config, flops)
+        parts: Iterable[ShardParts] = list(scheduled_shards(args, batch, config, flops))
     else:
-        parts = plan_shards(batch, dp_size, bool(args.balance_data))
+        parts = plan_shards(batch, dp_size, balance_data)
     return put_eager(parts, dp_size)
 
 
@@ -227,7 +244,15 @@ def process_rollout_data_shard(
 
     Pops ``partition`` and replaces the whole batch's ``total_lengths`` by those of the rank's
     rows; ``on_batch_lengths`` receives the whole batch's (miles' throughput metrics read them).
+    Everything is checked, and ``on_batch_lengths`` called, before the dict is changed: a failure
+    leaves it as it was.
     """
+    if not isinstance(rollout_data, dict):
+        msg = (
+            f"`rollout_data` must be a rollout-layout dict, as `split_train_data_by_dp_raw` "
+            f"returns it, got {type(rollout_data).__name__}"
+        )
+        raise SchemaTypeError(msg)
     missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
     if missing:
         msg = (
@@ -235,8 +260,8 @@ def process_rollout_data_shard(
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
         raise SchemaError(msg)
-    partition = rollout_data[_PARTITION]
-    total_lengths = list(rollout_data[_TOTAL_LENGTHS])
+    partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
+    total_lengths = _lengths_list(rollout_data[_TOTAL_LENGTHS])
     outside = [row for row in partition if not 0 <= row < len(total_lengths)]
     if outside:
         msg = (
@@ -244,11 +269,28 @@ def process_rollout_data_shard(
             f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
         )
         raise PlanError(msg)
-    del rollout_data[_PARTITION]
+    rank_lengths = [total_lengths[row] for row in partition]
     if on_batch_lengths is not None:
-        on_batch_lengths(total_lengths)
-    rollout_data[_TOTAL_LENGTHS] = [total_lengths[row] for row in partition]
+        on_batch_lengths(list(total_lengths))
+    del rollout_data[_PARTITION]
+    rollout_data[_TOTAL_LENGTHS] = rank_lengths
     return rollout_data
+
+
+def _lengths_list(total_lengths: object) -> list[Any]:
+    """The whole batch's ``total_lengths`` as a list (a list, a tuple or a 1-D array)."""
+    try:
+        ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # ragged
+        ndim = -1
+    if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
+        msg = (
+            f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
+            f"{type(total_lengths).__name__}"
+        )
+        raise SchemaTypeError(msg)
+    values: Any = total_lengths
+    return list(values)
 
 
 def process_rollout_data(
@@ -271,8 +313,8 @@ def process_rollout_data(
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    if getattr(args, "delay_split_train_data_by_dp", False):
-        witness_ids = None if witness_info is None else witness_info.witness_ids
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        witness_ids = witness_ids_of(witness_info)
         rollout_data, result = fetch_delayed(args, rollout_data_ref, rank, size, witness_ids, specs)
     else:
         check_no_witness(witness_info)

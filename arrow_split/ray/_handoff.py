@@ -80,7 +80,7 @@ from arrow_split import (
     TransportError,
     shard_for_rank,
 )
-from arrow_split._args import check_dp_rank, check_dp_size, method_of
+from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
 from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
 from arrow_split.schema import role_column
@@ -182,6 +182,7 @@ def split_train_data_by_dp(
     """
     size = check_dp_size(dp_size)
     method_of(balance_data)
+    delay = as_flag("delay", delay)
     nodes = check_rank_nodes(rank_nodes, size)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
@@ -266,6 +267,9 @@ def process_rollout_data(
     rank = check_dp_rank(dp_rank, size)
     if balance_data is not None:
         method_of(balance_data)
+    resplit = as_flag("resplit", resplit)
+    if step is not None:
+        step = as_int("step", step, minimum=0)
     where = check_locality(locality)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
@@ -410,7 +414,10 @@ def _with_witness_ids(
     key = role_column(KNOWN_COLUMNS, "witness")
     assert key is not None  # the known columns declare a witness column
     whole = batch.num_samples if num_samples is None else num_samples
-    count = len(witness_ids) if isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    listed = isinstance(witness_ids, (list, tuple)) or np.ndim(witness_ids) == 1  # not a 0-d array
+    count = (
+        len(witness_ids) if listed and isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    )
     if count != whole:
         got = "not a list" if count is None else f"{count} values"
         msg = (

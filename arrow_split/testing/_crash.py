@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from typing import IO, Any, cast
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
-from arrow_split._journal import journal_file, read_records
-from arrow_split.errors import JournalError
+from arrow_split._args import as_choice, as_int, describe
+from arrow_split._journal import JournalSync, journal_file, read_records
+from arrow_split.errors import JournalError, OptionTypeError
 from arrow_split.testing._asserts import assert_batches_equal
 from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sample_groups
 
@@ -185,6 +186,10 @@ def _one_round(
             return acked, killed
 
 
+_MAX_KILLS = 100_000  # each kill starts a writer: a bound on the time one argument can cost
+_MAX_GROUPS = 1_000_000
+
+
 def run_kill_test(
     kills: int, *, seed: int = 0, groups: int = 48, sync: str = "os", folder: str | None = None
 ) -> KillReport:
@@ -203,6 +208,13 @@ def run_kill_test(
     folder
         Where the journals go (a temporary folder by default).
     """
+    kills = as_int("kills", kills, minimum=0, maximum=_MAX_KILLS)
+    seed = as_int("seed", seed, minimum=0)
+    groups = as_int("groups", groups, minimum=1, maximum=_MAX_GROUPS)
+    sync = as_choice("sync", sync, JournalSync)
+    if folder is not None and not isinstance(folder, str):
+        msg = f"`folder` must be None or a str, got {describe(folder)}"
+        raise OptionTypeError(msg)
     rng = random.Random(seed)
     base = folder or tempfile.mkdtemp(prefix="arrow_split_kill_")
     journal, scratch = os.path.join(base, "journal"), os.path.join(base, "scratch")

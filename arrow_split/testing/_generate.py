@@ -16,7 +16,8 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS, OptionError, TokenLists
+from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
+from arrow_split._args import as_int, describe
 
 __all__ = [
     "ColumnSet",
@@ -44,6 +45,17 @@ config has a ``moe_shape``, and ``rollout_sampling_masks`` (a list per token) wh
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
+
+
+_MAX_STEP = 2**31 - 1  # steps times samples stay far inside int64 (the rollout ids)
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    """A tuple of two ints (a ``(low, high)`` range or a ``(layers, top_k)`` shape)."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        msg = f"`{name}` must be a tuple of two ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    return as_int(name, value[0]), as_int(name, value[1])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -95,22 +107,35 @@ class RolloutConfig:
     sampling_top_k: int | None = None
 
     def __post_init__(self) -> None:
-        low, high = self.prompt_tokens
-        if self.samples < 0 or self.response_cap < 1 or self.response_mean <= 0:
-            msg = (
-                f"`samples` must be >= 0, `response_cap` >= 1 and `response_mean` > 0, got "
-                f"{self.samples!r}, {self.response_cap!r} and {self.response_mean!r}"
-            )
+        # numpy ints are accepted and stored as Python ints (slices, ranges and sums take them)
+        object.__setattr__(self, "samples", as_int("samples", self.samples, minimum=0))
+        object.__setattr__(
+            self, "response_cap", as_int("response_cap", self.response_cap, minimum=1)
+        )
+        object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=2**63 - 1))
+        mean = self.response_mean
+        if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
+            msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
+            raise OptionTypeError(msg)
+        if not 0 < float(mean) < float("inf"):
+            msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
             raise OptionError(msg)
+        low, high = _pair("prompt_tokens", self.prompt_tokens)
+        object.__setattr__(self, "prompt_tokens", (low, high))
         if not 1 <= low <= high:
             msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
             raise OptionError(msg)
+        if self.moe_shape is not None:
+            object.__setattr__(self, "moe_shape", _pair("moe_shape", self.moe_shape))
         if self.moe_shape is not None and min(self.moe_shape) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
             raise OptionError(msg)
         if self.sampling_top_k is not None and self.sampling_top_k < 1:
             msg = f"`sampling_top_k` must be None or >= 1, got {self.sampling_top_k!r}"
             raise OptionError(msg)
+        if not isinstance(self.as_numpy, (bool, frozenset)):
+            msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
+            raise OptionTypeError(msg)
         if self.columns not in get_args(ColumnSet):
             msg = f"invalid `columns`: {self.columns!r}; expected one of: 'every', 'numeric'"
             raise OptionError(msg)
@@ -177,14 +202,12 @@ def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
     numpy.ndarray
         ``config.samples`` int64 lengths.
     """
-    _check_step(step)
+    step = _check_step(step)
     return _lengths(config, _rng(config.seed, step))[0]
 
 
-def _check_step(step: int) -> None:
-    if step < 0:
-        msg = f"`step` must be >= 0, got {step!r}"
-        raise OptionError(msg)
+def _check_step(step: object) -> int:
+    return as_int("step", step, minimum=0, maximum=_MAX_STEP)
 
 
 def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -285,7 +308,7 @@ def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
         Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys,
         accepted as they are by :meth:`arrow_split.RolloutBatch.from_train_data`.
     """
-    _check_step(step)
+    step = _check_step(step)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
     if config.columns == "every":
@@ -329,9 +352,7 @@ def iter_sample_groups(
     dict
         One train-data dict per group, valid on its own.
     """
-    if group_size < 1:
-        msg = f"`group_size` must be >= 1, got {group_size!r}"
-        raise OptionError(msg)
+    group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
     per_sample = [key for key in data if is_per_sample(key)]
     for start in range(0, config.samples, group_size):

@@ -107,7 +107,13 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
 
-_INT32_MAX = 2**31 - 1
+MAX_PAD_MULTIPLE = 2**20
+"""The largest ``pad_to_multiple_of``: 1,048,576 tokens, beyond any model's context.
+
+Every padded row is at least this wide, so the padded tensors' size grows with it whatever the
+data; a larger value is a mistake (a byte count, ``2**31 - 1`` as "no limit") and is refused
+before anything is allocated.
+"""
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _ID_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
@@ -332,8 +338,11 @@ def _check_multiple(pad_to_multiple_of: object) -> int | None:
     if pad_to_multiple_of < 1:
         msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
         raise ValueRangeError(msg)
-    if pad_to_multiple_of > _INT32_MAX:
-        msg = f"`pad_to_multiple_of` must be at most {_INT32_MAX}, got {pad_to_multiple_of!r}"
+    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
+        msg = (
+            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
+            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+        )
         raise ValueRangeError(msg)
     return int(pad_to_multiple_of)
 

@@ -28,6 +28,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split.testing.strategies import train_data
 
 torch = pytest.importorskip("torch")
@@ -88,11 +89,11 @@ def reference(
         if spec.kind == "per_sample_tensor":
             expected[name] = [np.asarray(sample) for sample in train_data[name]]  # type: ignore[attr-defined]
         elif spec.kind == "per_token":
-            dtype = spec.value_type.to_pandas_dtype()
+            dtype = numpy_dtype(spec.value_type)
             dtype = token_dtype if name == "tokens" else mask_dtype if spec.flag else dtype
             expected[name] = [np.asarray(s, dtype=dtype) for s in train_data[name]]  # type: ignore[attr-defined]
         elif spec.kind == "per_sample_scalar":
-            expected[name] = np.asarray(train_data[name], dtype=spec.value_type.to_pandas_dtype())
+            expected[name] = np.asarray(train_data[name], dtype=numpy_dtype(spec.value_type))
     return expected
 
 
