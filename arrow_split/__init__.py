@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.token_lists import TokenLists
+from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._karmarkar_karp import karmarkar_karp
 from arrow_split._schedule import (
     RankSchedule,
@@ -59,8 +60,10 @@ __all__ = [
     "DumpError",
     "DuplicateSampleError",
     "JournalError",
+    "JournalSync",
     "KNOWN_COLUMNS",
     "NotARolloutBatchError",
+    "OnDuplicate",
     "OptionError",
     "OptionTypeError",
     "Plan",

@@ -23,16 +23,18 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Literal, get_args
 
 import pyarrow as pa
 
 from arrow_split._args import as_flag
+from arrow_split._codecs import codec_for
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
 from arrow_split._validate import check_content
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
+from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "Compression",
@@ -188,7 +190,13 @@ def write_parquet(batch: RolloutBatch, path: PathLike) -> None:
     import pyarrow.parquet as pq
 
     _check_whole(batch)
-    table = pa.Table.from_batches([_with_metadata(batch, None)])
+    record_batch = _with_metadata(batch, None)
+    plain = [  # objects stored once become one opaque binary per row, as other readers expect
+        column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        for column in record_batch.columns
+    ]
+    table = pa.Table.from_arrays(plain, names=record_batch.schema.names)
+    table = table.replace_schema_metadata(record_batch.schema.metadata)
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
@@ -333,6 +341,19 @@ def _decode_names(schema: pa.Schema) -> None:
         fields.extend(field.type.field(i) for i in range(field.type.num_fields))
 
 
+def _stored(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> pa.RecordBatch:
+    """The columns in the form this version stores (a version-1 dump's pickles stored once)."""
+    arrays = [
+        codec_for(specs[name]).stored(specs[name], column) if name in specs else column
+        for name, column in zip(record_batch.schema.names, record_batch.columns, strict=True)
+    ]
+    if all(new is old for new, old in zip(arrays, record_batch.columns, strict=True)):
+        return record_batch
+    return pa.RecordBatch.from_arrays(
+        arrays, names=record_batch.schema.names, metadata=record_batch.schema.metadata
+    )
+
+
 def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> RolloutBatch:
     kept = {
         key: value
@@ -341,6 +362,7 @@ def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) ->
     }
     record_batch = record_batch.replace_schema_metadata(kept or None)
     try:
+        record_batch = _stored(record_batch, metadata.specs)
         return RolloutBatch(record_batch, metadata.specs, metadata.batch_globals)
     except ArrowSplitError as exc:
         msg = f"`{source}`: the stored specs do not fit the stored columns: {exc}"

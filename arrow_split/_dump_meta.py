@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, role_column
 
 __all__ = ["DUMP_VERSION", "DumpMetadata", "decode_metadata", "encode_metadata"]
 
@@ -324,8 +324,9 @@ def _check_against_columns(
         for name in names
         if name in specs and not _fits(specs[name], schema.field(name).type)
     )
-    if "tokens" not in names:
-        problems.append("no `tokens` column")
+    length_source = role_column(specs, "length_source")
+    if length_source is None or length_source not in names:
+        problems.append(f"no `{role_column(KNOWN_COLUMNS, 'length_source')}` column")
     if problems:
         msg = f"`{source}`: the stored specs do not match the columns: {'; '.join(problems)}"
         raise DumpError(msg)

@@ -36,7 +36,7 @@ from arrow_split._convert import (
     encode_train_data,
     per_sample_values,
 )
-from arrow_split._equality import record_batches_equal, values_equal
+from arrow_split.equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,

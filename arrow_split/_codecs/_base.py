@@ -7,6 +7,7 @@ A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
 - ``lengths``: how many values (or rows) each sample holds, for the schema's length rules;
 - ``decode``: the Arrow array -> one classic Python value per sample;
 - ``take``: the rows of a set of indices, in fresh, compact buffers;
+- ``stored``: a column read from a file, in the form this version stores;
 - ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing),
   and ``tensor_values``: the numpy values (and offsets) it makes them of;
 - ``flat_numbers``: every number of the column as one flat numpy view, with where each sample
@@ -134,6 +135,10 @@ class Codec(abc.ABC):
     def flat_numbers(self, array: pa.Array) -> FlatNumbers | None:
         """Every number of a numeric column (see :class:`FlatNumbers`); ``None`` for objects."""
         return None
+
+    def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
+        """A column read from a file in the form this version stores (an older form converted)."""
+        return array
 
     def tensor_values(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray | None] | None:
         """What a tensor is made of: values and offsets (ragged), values alone, or ``None``."""

@@ -3,7 +3,8 @@
 The streaming builder (:mod:`arrow_split._builder`) encodes every appended group with the
 codecs, then appends the group's arrays here. A growable column mirrors the Arrow layout of the
 arrays the codecs produce, and nothing else: fixed-width numbers, booleans, ``large_binary`` /
-``large_string``, ``fixed_size_list`` and ``large_list`` of those. It never looks at a column's
+``large_string``, ``fixed_size_list`` and ``large_list`` of those, and dictionaries of
+``large_binary`` (:mod:`arrow_split._codecs._growable_once`). It never looks at a column's
 kind, only at Arrow types.
 
 Memory. Values go into resizable buffers of Arrow's memory pool, grown by doubling (a pool
@@ -140,6 +141,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
         return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
         return _BinaryGrowable(value_type)
+    if pa.types.is_dictionary(value_type):  # objects stored once; imports this module
+        from arrow_split._codecs._growable_once import OnceGrowable
+
+        return OnceGrowable(value_type)
     if pa.types.is_boolean(value_type):
         return _BoolGrowable()
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
@@ -263,6 +268,14 @@ class _BinaryGrowable(Growable):
         self._offsets.extend(offsets[1:] + (self._offsets.last() - start))
         self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
         self._nulls += array.null_count
+
+    def offsets(self) -> np.ndarray:
+        """The ``length + 1`` offsets so far (a view valid until the next append)."""
+        return self._offsets.values()
+
+    def data(self) -> np.ndarray:
+        """The bytes so far (a view valid until the next append)."""
+        return self._data.values()
 
     def finish(self) -> pa.Array:
         count = self.length

@@ -6,7 +6,8 @@ in :mod:`arrow_split.testing.strategies` (``pip install arrow-split[test]``).
 
 - :func:`make_train_data` and :func:`iter_sample_groups`: seeded train-data dicts of every kind
   of column, shaped by a :class:`RolloutConfig`; :data:`WORKLOADS` names the benchmark sizes;
-  :func:`make_lengths`: the same batch's sample lengths alone.
+  :func:`make_lengths`: the same batch's sample lengths alone;
+  :func:`make_multimodal_train_data`: samples of a prompt sharing its image (objects stored once).
 - :func:`run_kill_test`: a journaling writer SIGKILLed at random points, each recovery checked
   (:class:`KillReport`); POSIX only (it forks).
 - :func:`assert_batches_equal` and :func:`assert_shards_equal`: ``AssertionError`` naming the
@@ -25,6 +26,7 @@ from arrow_split.testing._generate import (
     RolloutConfig,
     iter_sample_groups,
     make_lengths,
+    make_multimodal_train_data,
     make_train_data,
 )
 
@@ -37,6 +39,7 @@ __all__ = [
     "assert_shards_equal",
     "iter_sample_groups",
     "make_lengths",
+    "make_multimodal_train_data",
     "make_train_data",
     "run_kill_test",
 ]

@@ -16,11 +16,13 @@ start.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 import random
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tempfile
@@ -28,9 +30,8 @@ import time
 from collections.abc import Sequence
 from typing import IO, Any, cast
 
-from arrow_split import RolloutBatch, RolloutBatchBuilder
+from arrow_split import JournalSync, RolloutBatch, RolloutBatchBuilder
 from arrow_split._args import as_choice, as_int, describe
-from arrow_split._journal import JournalSync, journal_file, read_records
 from arrow_split.errors import JournalError, OptionTypeError
 from arrow_split.testing._asserts import assert_batches_equal
 from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sample_groups
@@ -38,6 +39,7 @@ from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sam
 __all__ = ["KillReport", "kill_stream", "run_kill_test"]
 
 _IDENTITY = "sample_indices"
+_RECORD_FRAME = struct.Struct("<4sQI")  # a journal record's frame (format 1: arrow_split._journal)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -46,7 +48,9 @@ class KillReport:
 
     ``in_flight_kept`` counts kills whose interrupted call was in the journal whole (it may be:
     the kill came after the write, before ``extend`` returned); ``torn_tails`` counts journals
-    that ended in a partial record, dropped by recovery.
+    that ended in a partial record, dropped by recovery: a kill inside the write, or one of the
+    ``torn_injected`` (half the kills that left the interrupted call whole have that record cut at
+    a random byte, as a kill inside its write would have, and are judged again).
     """
 
     kill_points: int
@@ -56,6 +60,7 @@ class KillReport:
     torn: int
     in_flight_kept: int
     torn_tails: int
+    torn_injected: int
     rounds: int
 
     def as_dict(self) -> dict[str, int]:
@@ -87,7 +92,7 @@ def _zygote() -> None:  # pragma: no cover - runs in the helper process
 def _writer(
     folder: str, stream: Sequence[dict[str, Any]], start: int, sync: str
 ) -> None:  # pragma: no cover - runs in a forked writer
-    """Append ``stream[start:]``, reporting each call; never returns."""
+    """Append ``stream[start:]``, reporting each call, then wait to be killed."""
     os.write(1, f"pid {os.getpid()}\n".encode())
     if any(name.endswith(".journal") for name in os.listdir(folder)):
         builder = RolloutBatchBuilder.recover(folder, sync=sync)  # type: ignore[arg-type]
@@ -98,7 +103,8 @@ def _writer(
         builder.extend(stream[index])
         os.write(1, f"ack {index}\n".encode())
     os.write(1, b"done\n")
-    os._exit(0)
+    while True:  # alive until the test process kills it: its pid is never another's
+        signal.pause()
 
 
 def _expected(stream: Sequence[dict[str, Any]], count: int) -> RolloutBatch:
@@ -114,10 +120,10 @@ def _recovered(folder: str, scratch: str) -> tuple[RolloutBatch, bool]:
     """The batch recovered from a copy of ``folder``, and whether its journal had a torn tail."""
     shutil.rmtree(scratch, ignore_errors=True)
     shutil.copytree(folder, scratch)
-    path = journal_file(scratch, 0)
-    _, end = read_records(path)
-    torn = os.path.getsize(path) > end
+    (path,) = glob.glob(os.path.join(scratch, "*.journal"))
+    size = os.path.getsize(path)
     builder = RolloutBatchBuilder.recover(scratch)
+    torn = os.path.getsize(path) < size  # recovery cuts a torn record off
     try:
         return builder.finish(), torn
     finally:
@@ -126,8 +132,9 @@ def _recovered(folder: str, scratch: str) -> tuple[RolloutBatch, bool]:
 
 class _Counts:
     def __init__(self) -> None:
+        self.kept = False
         self.values = dict.fromkeys(("lost", "duplicated", "torn", "in_flight_kept"), 0)
-        self.values.update(torn_tails=0, acked_samples=0)
+        self.values.update(torn_tails=0, torn_injected=0, acked_samples=0)
 
     def judge(self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch) -> None:
         """Compare a recovery with the first ``acked`` groups (or ``acked + 1``, whole)."""
@@ -143,12 +150,26 @@ class _Counts:
             self.values["torn"] += extra
             return
         self.values["in_flight_kept"] += bool(extra)
+        self.kept = bool(extra)
         if not ids:
             return
         try:
             assert_batches_equal(got, _expected(stream, acked + bool(extra)))
         except AssertionError:
             self.values["torn"] += 1
+
+
+def _cut_last_record(folder: str, rng: random.Random) -> None:
+    """Cut the journal's last record at a random byte (a kill inside its write)."""
+    (path,) = glob.glob(os.path.join(folder, "*.journal"))
+    with open(path, "rb") as file:
+        data = file.read()
+    start = end = 0
+    while end < len(data):
+        _, length, _ = _RECORD_FRAME.unpack_from(data, end)
+        start, end = end, end + _RECORD_FRAME.size + length
+    with open(path, "r+b") as file:
+        file.truncate(rng.randrange(start + 1, end))
 
 
 def _read(pipe: IO[bytes]) -> list[str]:
@@ -182,6 +203,8 @@ def _one_round(
                 pass
             os.kill(pid, signal.SIGKILL)
             killed = True
+        elif words[0] == "done" and not killed:  # the end of the stream: no kill point
+            os.kill(pid, signal.SIGKILL)
         elif words[0] == "exit":
             return acked, killed
 
@@ -238,6 +261,13 @@ def run_kill_test(
             got, torn_tail = _recovered(journal, scratch)
             counts.values["torn_tails"] += torn_tail
             counts.judge(stream, acked, got)
+            if counts.kept and rng.random() < 0.5:
+                _cut_last_record(journal, rng)
+                got, torn_tail = _recovered(journal, scratch)
+                counts.values["torn_injected"] += 1
+                counts.values["torn_tails"] += torn_tail
+                counts.judge(stream, acked, got)
+                counts.values["torn"] += counts.kept  # a cut record must be gone whole
             start, done = acked, done + 1
     finally:
         if zygote.stdin is not None:

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
-from arrow_split._args import as_int, describe
+from arrow_split._args import as_flag, as_int, describe
 
 __all__ = [
     "ColumnSet",
@@ -26,6 +26,7 @@ __all__ = [
     "is_per_sample",
     "iter_sample_groups",
     "make_lengths",
+    "make_multimodal_train_data",
     "make_train_data",
 ]
 
@@ -360,3 +361,53 @@ def iter_sample_groups(
         for key in per_sample:
             group[key] = data[key][start : start + group_size]
         yield group
+
+
+def make_multimodal_train_data(
+    prompts: int = 8,
+    samples_per_prompt: int = 8,
+    image_bytes: int = 2**20,
+    *,
+    seed: int = 0,
+    shared: bool = True,
+) -> dict[str, Any]:
+    """A seeded multimodal batch: the samples of a prompt share its processed image.
+
+    The numeric columns of :func:`make_train_data` (``prompts * samples_per_prompt`` samples,
+    responses around 256 tokens) and ``multimodal_train_inputs``: per prompt one dict holding
+    ``pixel_values`` (a float32 array of about ``image_bytes`` bytes) and ``image_grid_thw``,
+    given to each of the prompt's samples, the same object (``shared=True``) or an equal copy
+    each (``shared=False``). Either way a column stored once keeps one copy per prompt.
+
+    Examples
+    --------
+    >>> from arrow_split.testing import make_multimodal_train_data
+    >>> data = make_multimodal_train_data(prompts=2, samples_per_prompt=4, image_bytes=4096)
+    >>> inputs = data["multimodal_train_inputs"]
+    >>> len(inputs), inputs[0] is inputs[3], inputs[0] is inputs[4]
+    (8, True, False)
+    """
+    prompts = as_int("prompts", prompts, minimum=1, maximum=2**16)
+    samples_per_prompt = as_int("samples_per_prompt", samples_per_prompt, minimum=1, maximum=256)
+    image_bytes = as_int("image_bytes", image_bytes, minimum=4, maximum=2**30)
+    seed = as_int("seed", seed, minimum=0, maximum=2**63 - 1)
+    shared = as_flag("shared", shared)
+    count = prompts * samples_per_prompt
+    config = RolloutConfig(count, 256.0, 1024, seed=seed, columns="numeric")
+    data = make_train_data(config)
+    rng = _rng(seed, 1)
+    width = max(1, image_bytes // 4 // 1176)
+    images: list[dict[str, np.ndarray]] = [
+        {
+            "pixel_values": rng.random((width, 1176), dtype=np.float32),
+            "image_grid_thw": np.array([[1, 2, max(1, width // 2)]], dtype=np.int64),
+        }
+        for _ in range(prompts)
+    ]
+    data["multimodal_train_inputs"] = [
+        images[row // samples_per_prompt]
+        if shared
+        else {key: value.copy() for key, value in images[row // samples_per_prompt].items()}
+        for row in range(count)
+    ]
+    return data

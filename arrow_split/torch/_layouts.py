@@ -12,7 +12,7 @@ import dataclasses
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias
+from typing import TypeAlias, cast
 
 import numpy as np
 
@@ -23,6 +23,7 @@ except ImportError:
     raise ImportError(msg) from None
 
 from arrow_split import ColumnSpec, SchemaError, ValueRangeError
+from arrow_split.schema import LengthRule
 
 __all__ = [
     "AllColumns",
@@ -40,8 +41,8 @@ Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
 AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
-_SEQLENS_KEYS = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
-_MASK_KEYS = {"tokens": "attention_mask", "response": "response_mask"}
+_SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
+_MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
 # Known noise of torch's nested tensors, silenced only around their construction: a log line
 # (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
 # warning some torch versions give.
@@ -66,10 +67,11 @@ class RaggedColumn:
     @property
     def group(self) -> tuple[str, str]:
         """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        if self.spec.role == "length_source" or self.spec.length == "tokens":
-            return ("rule", "tokens")
-        if self.spec.length == "response":
-            return ("rule", "response")
+        rule: LengthRule | None = (
+            "tokens" if self.spec.role == "length_source" else self.spec.length
+        )
+        if rule is not None and rule in _SEQLENS_KEYS:
+            return ("rule", rule)
         return ("column", self.spec.name)
 
 
@@ -174,7 +176,7 @@ def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
             continue
         tensors[name] = column.values
         kind, group = column.group
-        key = _SEQLENS_KEYS[group] if kind == "rule" else f"{group}_cu_seqlens"
+        key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
         if key not in extras:
             extras[key] = move(_cu_seqlens(column), options)
     return _merge(tensors, extras, "packed")
@@ -202,7 +204,11 @@ def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
             tensors[name] = _pad(column, masks[column.group], options)
         else:
             tensors[name] = column
-    extras = {_MASK_KEYS[group]: mask for (kind, group), mask in masks.items() if kind == "rule"}
+    extras = {
+        _MASK_KEYS[cast("LengthRule", group)]: mask
+        for (kind, group), mask in masks.items()
+        if kind == "rule"
+    }
     return _merge(tensors, extras, "padded")
 
 

@@ -293,6 +293,7 @@ def _testing(samples: object, cap: object, seed: object, group_size: object) -> 
             testing.assert_batches_equal(batch, batch)
             testing.assert_shards_equal(batch, batch)
         assert isinstance(groups, (list, Exception))
+        check_contract(testing.make_multimodal_train_data, samples, group_size, cap, seed=seed)
     for left, right in ((BATCH, samples), (samples, BATCH)):
         check_contract(testing.assert_batches_equal, left, right, allow=(AssertionError,))
 

@@ -49,6 +49,7 @@ COVERED = {
         "assert_shards_equal": "testing",
         "iter_sample_groups": "testing",
         "make_lengths": "testing",
+        "make_multimodal_train_data": "testing",
         "make_train_data": "testing",
     },
     "arrow_split.torch": {"to_micro_batches": "offsets", "to_tensors": "tensors"},
@@ -68,6 +69,7 @@ NOT_ENTRY_POINTS = {
     "Schedule", "Shard", "SplitMethod", "TrainDataLayout", "__version__", "ColumnSet",
     "WORKLOADS", "TensorLayout", "HELPER_NAME_PREFIX", "Locality", "OnFetch", "ArrowRef",
     "FlopsFn", "Installation", "OnBatchLengths", "RolloutShard", "SCHEDULE_CONFIG_KEYS",
+    "JournalSync", "OnDuplicate",
     "StoreGetResult",
     "clear_caches",  # takes no argument
     "install",  # patches miles: tests/test_compat_miles.py covers its arguments

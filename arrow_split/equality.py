@@ -4,8 +4,10 @@ Arrow's ``equals`` follows IEEE 754: a NaN is unequal to itself, so a batch hold
 (``allow_nonfinite=True``) would not equal itself. The rule here is a *NaN-position* compare:
 two float values are equal when they are equal as numbers, or when both are NaN, whatever the
 NaN's sign or payload bits. ``0.0`` and ``-0.0`` are equal, as numbers. Nulls are equal when they
-are at the same rows. :meth:`arrow_split.RolloutBatch.equals` and the assertions of
-:mod:`arrow_split.testing` both use it.
+are at the same rows. Dictionary arrays (objects stored once) are equal when their rows' values
+are: a rank's zero-copy slice keeps its node's whole dictionary, a take only the values it uses.
+:meth:`arrow_split.RolloutBatch.equals` and the assertions of :mod:`arrow_split.testing` both
+use it.
 """
 
 from __future__ import annotations
@@ -33,6 +35,9 @@ def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
         return False
     if left.equals(right):
         return True
+    if pa.types.is_dictionary(left.type):  # the same values, whatever each dictionary holds
+        value_type = left.type.value_type
+        return arrays_equal(left.cast(value_type), right.cast(value_type))
     if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
         return False
     if pa.types.is_floating(left.type):

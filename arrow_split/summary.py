@@ -1,10 +1,13 @@
 """A text summary of a rollout batch or a dump, for a person to read (``arrow-split inspect``).
 
 The summary shows the sample and token counts, the bytes of each column, a histogram of the
-response lengths, the rewards' mean and standard deviation, the batch-global keys, and the plan
-fingerprints (:func:`arrow_split.plan_fingerprint`) of both methods for a few ``dp_size`` values,
-so that a dump can be matched with the plans a training run logged. A plan the batch cannot meet
-(balanced mode on a sample count that ``dp_size`` does not divide) shows the reason instead.
+response lengths, the mean and standard deviation of each float column (the rewards), the
+batch-global keys, and the plan fingerprints (:func:`arrow_split.plan_fingerprint`) of both
+methods for a few ``dp_size`` values, so that a dump can be matched with the plans a training run
+logged. A plan the batch cannot meet (balanced mode on a sample count that ``dp_size`` does not
+divide) shows the reason instead.
+
+Public: :func:`summarize` (a batch) and :func:`inspect_path` (a dump file).
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+import pyarrow as pa
 
 from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
 from arrow_split._codecs._types import short_type
 from arrow_split._dump import PathLike, read_dump
+from arrow_split.schema import KNOWN_COLUMNS, role_column
 
 __all__ = ["inspect_path", "summarize"]
 
@@ -95,12 +100,13 @@ def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
         f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
     ]
-    if "rewards" in batch.column_names:
-        rewards = np.asarray(batch.column("rewards").to_numpy(zero_copy_only=False), np.float64)
-        if rewards.size:
+    for name in batch.column_names:  # one number per sample, a float: rewards, scores...
+        column = batch.column(name)
+        if pa.types.is_floating(column.type) and len(column):
+            values = np.asarray(column.to_numpy(zero_copy_only=False), np.float64)
             lines.append(
-                f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population), "
-                f"min {rewards.min():.4g}, max {rewards.max():.4g}"
+                f"{name}: mean {values.mean():.4g}, std {values.std():.4g} (population), "
+                f"min {values.min():.4g}, max {values.max():.4g}"
             )
     return "\n".join(lines)
 
@@ -124,10 +130,12 @@ def _column_table(batch: RolloutBatch) -> str:
 
 
 def _response_lengths(batch: RolloutBatch, lengths: np.ndarray) -> tuple[str, np.ndarray]:
-    if "response_lengths" in batch.column_names:
-        values = batch.column("response_lengths").to_numpy(zero_copy_only=False)
+    name = role_column(batch.specs, "response_length")
+    if name is not None:
+        values = batch.column(name).to_numpy(zero_copy_only=False)
         return "response lengths", np.asarray(values, dtype=np.int64)
-    return "total lengths (no `response_lengths` column)", lengths
+    missing = role_column(KNOWN_COLUMNS, "response_length")
+    return f"total lengths (no `{missing}` column)", lengths
 
 
 def _histogram(title: str, values: np.ndarray) -> str:
