@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._arrow import ragged_values
+from arrow_split._codecs._arrow import child_nulls, ragged_values
 from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._numeric import is_flag
 from arrow_split._codecs.globals import check_batch_global
@@ -66,11 +66,8 @@ def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
         return
     if array.null_count:
         _null_error(spec, array.is_null())
-    child = array
-    while pa.types.is_large_list(child.type) or pa.types.is_fixed_size_list(child.type):
-        child = child.values
-        if child.null_count:
-            _null_error(spec, None)
+    if child_nulls(array):
+        _null_error(spec, None)
     numbers = codec.flat_numbers(array)
     if numbers is None:  # pragma: no cover - every numeric codec has its numbers
         return

@@ -112,6 +112,7 @@ Role = Literal[
     "length_source",
     "response_length",
     "loss_mask",
+    "sampling_mask",
     "extra_rows",
     "witness",
     "adapter_slot",
@@ -126,6 +127,8 @@ Role = Literal[
 ``loss_mask``: the per-token 0/1 column saying which response tokens count toward the loss
 (``loss_masks``); NaN and infinity in a response-aligned float column are refused only where it
 is 1.
+``sampling_mask``: the ``per_token_list`` of the ids the sampler could pick at each response
+token (``rollout_sampling_masks``; miles ships it as two flat keys).
 ``extra_rows``: a per-sample column whose non-null values allow extra ``tokens_minus_one`` rows
 (``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
 (``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
@@ -139,6 +142,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "length_source": ("per_token",),
     "response_length": ("per_sample_scalar",),
     "loss_mask": ("per_token",),
+    "sampling_mask": ("per_token_list",),
     "extra_rows": ("per_sample_object", "per_sample_scalar"),
     "witness": ("per_sample_scalar",),
     "adapter_slot": ("per_sample_scalar",),
@@ -327,7 +331,12 @@ def _known() -> dict[str, ColumnSpec]:
         ),
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
         ColumnSpec(
-            "rollout_sampling_masks", "per_token_list", int32, length="response", nonempty=True
+            "rollout_sampling_masks",
+            "per_token_list",
+            int32,
+            length="response",
+            nonempty=True,
+            role="sampling_mask",
         ),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),

@@ -18,18 +18,20 @@ from typing import Any
 import numpy as np
 
 from arrow_split import (
+    KNOWN_COLUMNS,
     ArrowSplitError,
     RaggedLengthError,
     RolloutBatch,
     SchemaError,
     TokenLists,
 )
+from arrow_split.schema import role_column
 
 __all__ = ["SAMPLING_MASK_KEYS", "from_miles_keys", "miles_key_note", "to_miles_keys"]
 
 _IDS = "rollout_sampling_mask_ids"
 _OFFSETS = "rollout_sampling_mask_offsets"
-_COLUMN = "rollout_sampling_masks"
+_COLUMN = str(role_column(KNOWN_COLUMNS, "sampling_mask"))
 SAMPLING_MASK_KEYS = (_IDS, _OFFSETS)
 """miles' two per-sample keys of the sampling masks."""
 
