@@ -11,6 +11,7 @@ from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.token_lists import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._karmarkar_karp import karmarkar_karp
+from arrow_split._pad import pad_to_dp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -22,6 +23,7 @@ from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
+    ArrowSplitWarning,
     ColumnNotFoundError,
     ColumnTypeError,
     DumpError,
@@ -37,6 +39,7 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
     TransportError,
+    UnknownKeyWarning,
     ValueRangeError,
 )
 from arrow_split.plan import (
@@ -52,6 +55,7 @@ from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [
     "ArrowSplitError",
+    "ArrowSplitWarning",
     "ColumnKind",
     "ColumnNotFoundError",
     "ColumnSpec",
@@ -85,9 +89,11 @@ __all__ = [
     "TokenLists",
     "TrainDataLayout",
     "TransportError",
+    "UnknownKeyWarning",
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",
+    "pad_to_dp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",

@@ -24,7 +24,7 @@ import pyarrow as pa
 from arrow_split._codecs import EncodeOptions, codec_for
 from arrow_split._codecs._checks import check_finite
 from arrow_split._codecs._numeric import is_array
-from arrow_split._codecs.globals import check_batch_global, global_to_python
+from arrow_split._codecs.globals import check_batch_global, global_to_python, unpadded_samples
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -126,8 +126,9 @@ def encode_columns(
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
     else:
         check_finite_columns(columns, used)
+    unpadded = unpadded_samples(num_samples, columns, used)
     batch_globals = {
-        key: check_batch_global(spec, data[key], num_samples, options.allow_nonfinite)
+        key: check_batch_global(spec, data[key], unpadded, options.allow_nonfinite)
         for key, spec in resolved.items()
         if not spec.is_per_sample
     }

@@ -18,8 +18,16 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_index_array, check_dp_rank, check_dp_size, describe, method_of
+from arrow_split._args import (
+    as_flag,
+    as_index_array,
+    check_dp_rank,
+    check_dp_size,
+    describe,
+    method_of,
+)
 from arrow_split._codecs import codec_for
+from arrow_split._pad import pad_to_dp
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,
@@ -166,7 +174,11 @@ def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
 
 
 def split_train_data_by_dp_raw(
-    data_or_batch: RolloutBatch | Mapping[str, Any], dp_size: int, *, balance_data: bool
+    data_or_batch: RolloutBatch | Mapping[str, Any],
+    dp_size: int,
+    *,
+    balance_data: bool,
+    pad_to_dp: bool = False,
 ) -> list[Shard]:
     """Split a batch into ``dp_size`` shards, one per data-parallel rank.
 
@@ -181,6 +193,10 @@ def split_train_data_by_dp_raw(
         ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``. ``True``: Karmarkar-Karp
         partitions of equal size balanced by total length (see :func:`plan_partitions`).
         Either way, a batch with adapter slots has each rank's rows stably sorted by slot.
+    pad_to_dp
+        First add the fewest padding rows that make the batch a multiple of ``dp_size``
+        (:func:`arrow_split.pad_to_dp`: zero loss mask, ``sample_indices`` -1, ``is_padding``
+        true), so that a balanced split of any size works.
 
     Returns
     -------
@@ -190,7 +206,7 @@ def split_train_data_by_dp_raw(
     """
     check_dp_size(dp_size)
     method_of(balance_data)
-    batch = as_rollout_batch(data_or_batch)
+    batch = _padded(as_rollout_batch(data_or_batch), dp_size, pad_to_dp)
     return split(batch, batch.make_plan(dp_size, balance_data=balance_data))
 
 
@@ -201,6 +217,7 @@ def shard_for_rank(
     *,
     balance_data: bool | None,
     resplit: bool = False,
+    pad_to_dp: bool = False,
 ) -> Shard:
     """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
@@ -220,6 +237,10 @@ def shard_for_rank(
         Only for a batch that carries a plan: allow a ``dp_size`` other than the plan's (the
         batch is planned again for the new size, e.g. after a rank was lost). Without it a
         different ``dp_size`` is a :class:`PlanMismatchError`.
+    pad_to_dp
+        As for :func:`split_train_data_by_dp_raw`: pad the batch to a multiple of ``dp_size``
+        first (every rank pads the same way). A batch that carries a plan for this ``dp_size``
+        was padded, if at all, before it was planned, and is taken as it is.
 
     Raises
     ------
@@ -231,6 +252,7 @@ def shard_for_rank(
     if not isinstance(resplit, (bool, np.bool_)):
         msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
         raise PlanTypeError(msg)
+    as_flag("pad_to_dp", pad_to_dp)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
     if balance_data is None:
@@ -246,12 +268,20 @@ def shard_for_rank(
         _check_against(plan, method, int(dp_size), resplit)
         if plan.dp_size == dp_size:
             return take(batch, plan, rank)
+    batch = _padded(batch, dp_size, pad_to_dp)
     order_by = batch.role_values("adapter_slot")
     lengths = batch.total_lengths
     rows = partition_for_rank(lengths, rank, dp_size, balance_data=balance_data, order_by=order_by)
     fingerprint = plan_fingerprint(lengths, dp_size, balance_data=balance_data, order_by=order_by)
     key = PlanKey(method, int(dp_size), fingerprint)
     return _gather(batch, rows, None, lengths, key, rank)
+
+
+def _padded(batch: RolloutBatch, dp_size: int, pad: object) -> RolloutBatch:
+    """The batch padded to a multiple of ``dp_size`` when ``pad`` is true (a whole batch only)."""
+    if not as_flag("pad_to_dp", pad):
+        return batch
+    return pad_to_dp(batch, dp_size)
 
 
 def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None:

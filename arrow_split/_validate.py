@@ -30,7 +30,7 @@ from arrow_split._codecs import codec_for
 from arrow_split._codecs._arrow import child_nulls, ragged_values
 from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._numeric import is_flag
-from arrow_split._codecs.globals import check_batch_global
+from arrow_split._codecs.globals import check_batch_global, unpadded_samples
 from arrow_split._codecs.token_lists import check_nonempty, token_list_values
 from arrow_split._convert import LengthRules, check_finite_columns
 from arrow_split.errors import ValueRangeError
@@ -56,8 +56,9 @@ def check_content(
     _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
     check_finite_columns(columns, specs)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, specs)
     for key, value in batch_globals.items():
-        check_batch_global(specs[key], value, record_batch.num_rows, True)
+        check_batch_global(specs[key], value, unpadded, True)
 
 
 def _check_values(spec: ColumnSpec, array: pa.Array) -> None:

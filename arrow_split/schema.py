@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Literal, get_args
 
 import pyarrow as pa
@@ -56,6 +57,7 @@ __all__ = [
     "KNOWN_COLUMNS",
     "LengthRule",
     "ObjectCodec",
+    "PADDING_VALUES",
     "Role",
     "TOTAL_LENGTHS",
     "resolve_specs",
@@ -119,6 +121,7 @@ Role = Literal[
     "rollout_id",
     "step_batch_size",
     "adapter_count",
+    "padding",
 ]
 """The part a column plays beyond its values (see the module docstring); one column per role.
 
@@ -135,7 +138,8 @@ token (``rollout_sampling_masks``; miles ships it as two flat keys).
 ordered by it (``adapter_slots``). ``rollout_id``: the rollout a sample belongs to
 (``rollout_ids``). Batch-global: ``step_batch_size``, the rollouts per training step when the
 batch sets it (``dynamic_global_batch_size``); ``adapter_count``, the number of LoRA adapters
-(``n_adapters``), which every shard of a batch with adapter slots carries.
+(``n_adapters``), which every shard of a batch with adapter slots carries. ``padding``: a bool
+per-sample column that is true on the rows :func:`arrow_split.pad_to_dp` added (``is_padding``).
 """
 
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
@@ -149,6 +153,7 @@ _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "rollout_id": ("per_sample_scalar",),
     "step_batch_size": ("batch_global",),
     "adapter_count": ("batch_global",),
+    "padding": ("per_sample_scalar",),
 }
 
 _NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
@@ -266,7 +271,11 @@ class ColumnSpec:
             )
             raise SchemaError(msg)
         integer = self.value_type is None or pa.types.is_integer(self.value_type)
-        if self.role != "extra_rows" and self.kind == "per_sample_scalar" and not integer:
+        if self.role == "padding" and not (self.value_type == pa.bool_() and self.flag):
+            msg = f"column `{self.name}`: role 'padding' needs a bool flag column"
+            raise SchemaError(msg)
+        scalar = self.kind == "per_sample_scalar"
+        if self.role not in ("extra_rows", "padding") and scalar and not integer:
             msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
             raise SchemaError(msg)
 
@@ -363,6 +372,7 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("rollout_mask_sums", "per_sample_scalar", pa.int64()),
         ColumnSpec("seq_witness_ids", "per_sample_scalar", pa.int64(), role="witness"),
         ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64(), role="adapter_slot"),
+        ColumnSpec("is_padding", "per_sample_scalar", pa.bool_(), flag=True, role="padding"),
         ColumnSpec("prompt", "per_sample_object", codec="string"),
         ColumnSpec("metadata", "per_sample_object", codec="pickle"),
         ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
@@ -391,6 +401,22 @@ find it here.
 """
 
 _DERIVED = (TOTAL_LENGTHS,)
+
+PADDING_VALUES: Mapping[str, int] = MappingProxyType(
+    {
+        "loss_masks": 0,
+        "sample_indices": -1,
+        "rollout_ids": -1,
+        "rollout_mask_sums": 0,
+        "is_padding": 1,
+    }
+)
+"""What :func:`arrow_split.pad_to_dp` writes into the rows it adds, by key (miles #2694).
+
+A padding row is a copy of the batch's last row, except these keys when the batch has them:
+every value of a per-token key (a zero loss mask), or the one value of a per-sample key (no
+sample index, no rollout id, no tokens counted toward a rollout, the padding flag set).
+"""
 
 
 def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:

@@ -95,20 +95,33 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
+    real = _unpadded(batch)  # padding rows never enter the statistics
+    padding = "" if real.all() else f" ({int((~real).sum()):,} padding rows left out)"
+    lengths = lengths[real]
     lines = [
         f"rollout batch: {batch.num_samples:,} samples, {len(batch.column_names)} "
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
-        f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
+        f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}{padding}",
     ]
     for name in batch.column_names:  # one number per sample, a float: rewards, scores...
         column = batch.column(name)
         if pa.types.is_floating(column.type) and len(column):
-            values = np.asarray(column.to_numpy(zero_copy_only=False), np.float64)
+            values = np.asarray(column.to_numpy(zero_copy_only=False), np.float64)[real]
+            if not values.size:
+                continue
             lines.append(
                 f"{name}: mean {values.mean():.4g}, std {values.std():.4g} (population), "
                 f"min {values.min():.4g}, max {values.max():.4g}"
             )
     return "\n".join(lines)
+
+
+def _unpadded(batch: RolloutBatch) -> np.ndarray:
+    """Whether each row is a real sample (not a row :func:`arrow_split.pad_to_dp` added)."""
+    flags = batch.role_values("padding")
+    if flags is None:
+        return np.ones(batch.num_samples, dtype=np.bool_)
+    return ~np.asarray(flags, dtype=np.bool_)
 
 
 def _stats(values: np.ndarray) -> str:

@@ -1147,6 +1147,9 @@ def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
         error = getattr(errors, name)
         assert re.search(rf"(── |^    ){name}\b", errors.__doc__ or "", re.MULTILINE), name
         assert getattr(arrow_split, name) is error, name
+        if issubclass(error, Warning):
+            assert issubclass(error, (arrow_split.ArrowSplitWarning, UserWarning))
+            continue
         assert issubclass(error, ArrowSplitError)
         if error is not ArrowSplitError:
             builtin = (TypeError, ValueError, KeyError, RuntimeError)
@@ -1189,3 +1192,18 @@ def test_arguments_of_the_wrong_type_get_a_typed_error(call: Any) -> None:
     with pytest.raises(ArrowSplitError) as caught:
         call()
     assert isinstance(caught.value, (TypeError, ValueError))
+
+
+def test_padding_messages() -> None:
+    from arrow_split import ColumnSpec, RolloutBatch, pad_to_dp, split_train_data_by_dp_raw
+
+    with pytest.raises(arrow_split.SchemaError, match=r"role 'padding' needs a bool flag column"):
+        ColumnSpec("pads", "per_sample_scalar", pa.int64(), role="padding")
+    shard = split_train_data_by_dp_raw({"tokens": [[1], [2]]}, 1, balance_data=False)[0]
+    with pytest.raises(arrow_split.SchemaTypeError, match=r"`pad_to_dp` pads a whole Rollout"):
+        pad_to_dp(shard, 2)
+    with pytest.raises(arrow_split.OptionTypeError, match=r"`pad_to_dp` must be a bool"):
+        split_train_data_by_dp_raw({"tokens": [[1]]}, 2, balance_data=False, pad_to_dp="yes")  # type: ignore[arg-type]
+    batch = RolloutBatch.from_train_data({"tokens": [[1]]})
+    with pytest.raises(arrow_split.PlanError, match=r"`dp_size` must be a positive int, got 0"):
+        pad_to_dp(batch, 0)

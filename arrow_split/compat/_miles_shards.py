@@ -26,6 +26,7 @@ from arrow_split import (
     SchemaError,
     Shard,
     ValueRangeError,
+    pad_to_dp,
     plan_schedule,
     take,
     take_rows,
@@ -33,6 +34,7 @@ from arrow_split import (
 from arrow_split._args import as_int
 from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
 from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
+from arrow_split.compat._miles_infer import infer_unknown_specs
 from arrow_split.schema import Role, role_column
 
 __all__ = [
@@ -70,26 +72,45 @@ def _role_name(role: Role) -> str:
 
 
 def to_batch(
-    args: Any, data: Mapping[str, Any] | RolloutBatch, specs: Iterable[ColumnSpec]
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    specs: Iterable[ColumnSpec],
+    *,
+    strict_keys: bool = False,
+    pad_dp_size: int | None = None,
 ) -> RolloutBatch:
     """Validate and convert miles' train data; add ``n_adapters`` from ``args`` where miles does.
 
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
     is set) as a batch-global value, so that every shard carries it, as miles adds it to every
     shard. miles' sampling-mask keys become one ``rollout_sampling_masks`` column
-    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. ``data``
-    is never mutated (miles adds ``total_lengths`` to it; the library derives it).
+    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. A key
+    neither known nor declared is carried with an inferred spec and a warning
+    (:mod:`arrow_split.compat._miles_infer`) unless ``strict_keys``. With ``pad_dp_size``, the
+    batch is padded to a multiple of it (:func:`arrow_split.pad_to_dp`). ``data`` is never
+    mutated (miles adds ``total_lengths`` to it; the library derives it).
     """
     check_args(args)
     if isinstance(data, RolloutBatch):
-        return data
-    if isinstance(data, Mapping):
-        data = from_miles_keys(data)
+        batch = data
+    else:
+        batch = _from_train_data(args, data, specs, strict_keys)
+    if pad_dp_size is not None:
+        batch = pad_to_dp(batch, pad_dp_size)
+    return batch
+
+
+def _from_train_data(
+    args: Any, data: Mapping[str, Any], specs: Iterable[ColumnSpec], strict_keys: bool
+) -> RolloutBatch:
     slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
     if isinstance(data, Mapping) and slots in data and count not in data:
         n_adapters = arg_int(args, "multi_lora_n_adapters")
         if n_adapters is not None:
             data = {**data, count: n_adapters}
+    if isinstance(data, Mapping):
+        data = from_miles_keys(data)
+        specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
     try:
         batch = RolloutBatch.from_train_data(data, specs=specs)
     except ArrowSplitError as error:

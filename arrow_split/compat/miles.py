@@ -13,7 +13,9 @@ actor takes its own part. This module has the same six functions, reading the sa
 - :func:`split_train_data_by_dp`: eager, one reference per rank, each holding a
   :class:`RolloutShard` that reads like miles' dict; with ``args.delay_split_train_data_by_dp``,
   the one reference to the whole batch (miles' manager puts the dict itself in that mode; the
-  train side takes either). References have miles' ``Box`` shape (``ref.inner``);
+  train side takes either). References have the installed miles' type: ``Box``-shaped
+  (``ref.inner``), or ``_RayStoreObjectRef(payload=...)`` from miles #2542 on (detected by
+  :func:`install`); either is read back. Eager puts are all or nothing (#2248/#2286);
 - :func:`process_rollout_data`: the actor-layout dict (no ``partition``, ``total_lengths`` of the
   rank's rows) and a get result with ``value`` and a releasing context manager.
 
@@ -24,10 +26,14 @@ sorted by adapter slot within each rank, as miles sorts them.
 
 Where this differs from miles, on purpose (the library exists to fix these):
 
-- the train data is validated before anything is split or put: an unknown key, a ``loss_masks``
-  that does not match ``response_lengths``, a ragged per-sample key raise the library's typed
-  errors (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently
-  or fails later; declare extra keys with ``specs=[ColumnSpec(...)]``;
+- the train data is validated before anything is split or put: a ``loss_masks`` that does not
+  match ``response_lengths``, a ragged per-sample key raise the library's typed errors
+  (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently or
+  fails later;
+- a key neither known nor declared (miles adds some every month) is carried to the rank with a
+  spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
+  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_infer`); ``specs=[...]``
+  declares it, ``strict_keys=True`` refuses it as the core does;
 - miles' sampling masks (#2595: ``rollout_sampling_mask_ids`` and
   ``rollout_sampling_mask_offsets``) travel as one ``rollout_sampling_masks`` column, validated
   with miles' offsets rule, and come back as miles' two keys on every rank;
@@ -37,6 +43,12 @@ Where this differs from miles, on purpose (the library exists to fix these):
 - float32 columns (log-probs) hold float32 values, as the trainer's tensors would;
 - a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
   :class:`~arrow_split.PlanError`, not an ``AssertionError``.
+
+``pad_to_dp=True`` (on the splits, or ``install(pad_to_dp=True)``) pads the batch first, as
+miles #2694's ``postprocess_rollout_data(..., pad_to_dp=True)`` pads its samples: the fewest
+copies of the last sample that make it a multiple of ``dp_size``, with a zero loss mask,
+``sample_indices`` and ``rollout_ids`` -1 and ``is_padding`` true
+(:func:`arrow_split.pad_to_dp`); ``raw_reward`` keeps the real samples only.
 
 :func:`install` patches these functions into an importable miles in one call. The hand-off uses
 Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
@@ -60,7 +72,7 @@ from arrow_split import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split._args import as_index_array, check_dp_rank, check_dp_size
+from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
 from arrow_split.compat._miles_args import arg_flag, check_args, witness_ids_of
 from arrow_split.compat._miles_install import Installation, install
 from arrow_split.compat._miles_shards import (
@@ -77,6 +89,7 @@ from arrow_split.compat._miles_shards import (
 )
 from arrow_split.compat._miles_store import (
     ArrowRef,
+    KeyOptions,
     StoreGetResult,
     check_no_witness,
     fetch_delayed,
@@ -128,17 +141,29 @@ def split_train_data_by_dp_raw(
     *,
     dp_size: int,
     specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split the train data into one rollout-layout dict per rank (strided or balanced).
 
     ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
-    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``).
+    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``). ``specs``,
+    ``strict_keys`` and ``pad_to_dp``: see the module docstring.
     """
     balance_data = arg_flag(args, "balance_data", required=True)
     size = check_dp_size(dp_size)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, size))
     parts = plan_shards(batch, size, balance_data)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def _options(strict_keys: bool, pad_to_dp: bool, dp_size: int | None) -> dict[str, Any]:
+    """``to_batch``'s keywords: strictness about unknown keys, the size to pad to (if any)."""
+    pad = as_flag("pad_to_dp", pad_to_dp) and dp_size is not None
+    return {
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_dp_size": dp_size if pad else None,
+    }
 
 
 def can_schedule_on_rollout_side(
@@ -180,6 +205,8 @@ def split_train_data_by_dp_scheduled_raw(
     train_parallel_config: Mapping[str, Any],
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split with the micro-batch schedule planned on the rollout side, exactly as miles does.
 
@@ -194,7 +221,7 @@ def split_train_data_by_dp_scheduled_raw(
             "`can_schedule_on_rollout_side` first"
         )
         raise OptionError(msg)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
@@ -206,7 +233,9 @@ def split_train_data_by_dp(
     *,
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
-) -> list[ArrowRef] | ArrowRef:
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[Any] | Any:
     """Put the train data into Ray's object store for the data-parallel ranks.
 
     Eager (default): one reference per rank, each to a :class:`RolloutShard`, planned by the
@@ -219,12 +248,12 @@ def split_train_data_by_dp(
     if arg_flag(args, "delay_split_train_data_by_dp"):
         config = {} if train_parallel_config is None else train_parallel_config
         dp_size = _dp_size_of(config) if "dp_size" in config else None
-        batch = to_batch(args, data, specs)
+        batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
         if dp_size is not None:  # checked (plan included) before the put
             batch.make_plan(dp_size, balance_data=balance_data)
         return put_delayed(batch, dp_size, balance_data)
     dp_size = _dp_size_of(train_parallel_config)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
         config = {**train_parallel_config, "dp_size": dp_size}
@@ -302,6 +331,8 @@ def process_rollout_data(
     *,
     specs: Iterable[ColumnSpec] = (),
     on_batch_lengths: OnBatchLengths | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Return this rank's actor-layout dict and the get result, as miles' train side does.
 
@@ -310,12 +341,19 @@ def process_rollout_data(
     reference to the whole batch, put by :func:`split_train_data_by_dp` (only this rank's rows are
     gathered) or by miles' own store (the dict is fetched and validated); ``witness_info``
     (anything with ``witness_ids``, one per sample of the whole batch) adds ``seq_witness_ids``.
+    ``specs``, ``strict_keys``: for a dict miles' own store put; ``pad_to_dp``: a delayed batch
+    that is split here again (no plan for this ``dp_size``) is padded first.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     if arg_flag(args, "delay_split_train_data_by_dp"):
         witness_ids = witness_ids_of(witness_info)
-        rollout_data, result = fetch_delayed(args, rollout_data_ref, rank, size, witness_ids, specs)
+        options = KeyOptions(
+            specs, as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
+        )
+        rollout_data, result = fetch_delayed(
+            args, rollout_data_ref, rank, size, witness_ids, options
+        )
     else:
         check_no_witness(witness_info)
         rollout_data, result = fetch_eager(rollout_data_ref, rank, size)

@@ -80,6 +80,7 @@ from arrow_split import (
     TransportError,
     shard_for_rank,
 )
+from arrow_split import pad_to_dp as pad_batch
 from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
 from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
@@ -104,6 +105,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: Literal[False] = False,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]]: ...
 
 
@@ -115,6 +117,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: Literal[True],
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> ObjectRef[RolloutBatch]: ...
 
 
@@ -126,6 +129,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: bool,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]: ...
 
 
@@ -136,6 +140,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: bool = False,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
@@ -160,6 +165,10 @@ def split_train_data_by_dp(
         train actor's is ``ray.get_runtime_context().get_node_id()``). Ranks with the same id
         share one object. ``None``: one object for all ranks (the best choice on one node). A
         wrong id still gives every rank its own rows; only more bytes cross nodes.
+    pad_to_dp
+        Pad the batch first with the fewest rows that make it a multiple of ``dp_size``
+        (:func:`arrow_split.pad_to_dp`; padding rows have ``is_padding`` true, a zero loss mask
+        and ``sample_indices`` -1), once, before planning: a balanced split of any batch size.
 
     Returns
     -------
@@ -184,10 +193,13 @@ def split_train_data_by_dp(
     method_of(balance_data)
     delay = as_flag("delay", delay)
     nodes = check_rank_nodes(rank_nodes, size)
+    pad = as_flag("pad_to_dp", pad_to_dp)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
     else:  # a dict, or the typed error of anything else (a Shard's rows are `shard.rows`)
         batch = RolloutBatch.from_train_data(data_or_batch)
+    if pad:
+        batch = pad_batch(batch, size)
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
@@ -206,6 +218,7 @@ def process_rollout_data(
     locality: Locality = "auto",
     step: int | None = None,
     on_fetch: OnFetch | None = None,
+    pad_to_dp: bool = False,
 ) -> Shard:
     """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
@@ -240,6 +253,10 @@ def process_rollout_data(
         Optional: the training step, named in error messages only.
     on_fetch
         Optional, for measuring: called with each reference this call fetched to this process.
+    pad_to_dp
+        Delayed only, when the batch is split again (``resplit`` to another ``dp_size``, or a
+        batch put without a plan): pad it to a multiple of this ``dp_size`` first, as the
+        driver's ``pad_to_dp`` does. A shard's padding rows have ``is_padding`` true.
 
     Returns
     -------
@@ -271,6 +288,7 @@ def process_rollout_data(
     if step is not None:
         step = as_int("step", step, minimum=0)
     where = check_locality(locality)
+    pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
         shard = _eager_shard(refs_or_ref, rank, size, balance_data, who, on_fetch)
@@ -283,6 +301,7 @@ def process_rollout_data(
             "dp_size": size,
             "balance_data": balance_data,
             "resplit": resplit,
+            "pad_to_dp": pad,
         }
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:

@@ -67,6 +67,8 @@ def _indices(indices: object) -> None:
 def _shard(dp_rank: object, dp_size: object, balance: object) -> None:
     _case("shard_for_rank", BATCH, dp_rank, dp_size, balance_data=balance)
     check_contract(arrow_split.shard_for_rank, BATCH, dp_rank, dp_size, balance_data=balance)
+    _case("pad_to_dp", BATCH, dp_size)
+    check_contract(arrow_split.pad_to_dp, BATCH, dp_size)
 
 
 def _plan(lengths: object, dp_size: object, balance: object) -> None:

@@ -37,6 +37,7 @@ COVERED = {
         "plan_partitions": "plan",
         "plan_schedule": "api",
         "schedule_for_rank": "api",
+        "pad_to_dp": "shard",
         "shard_for_rank": "shard",
         "split": "api",
         "take": "api",

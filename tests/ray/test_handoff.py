@@ -350,6 +350,27 @@ def test_the_delayed_ref_splits_again_for_a_smaller_dp_size(workers: list[Any]) 
 
 
 @pytest.mark.parametrize("delay", [False, True])
+def test_pad_to_dp_in_both_modes_and_on_a_resplit(workers: list[Any], delay: bool) -> None:
+    batch = make_batch(29, seed=4)  # 29 samples: 6 ranks need 1 padding row, 4 ranks need 3
+    expected = split_train_data_by_dp_raw(batch, 6, balance_data=True, pad_to_dp=True)
+    put = split_train_data_by_dp(batch, 6, balance_data=True, delay=delay, pad_to_dp=True)
+    shards = gather([w.process.remote(box(put), r, 6) for r, w in enumerate(workers)])
+    for shard, want in zip(shards, expected, strict=True):
+        assert shard.equals(want)
+    assert sum(sum(shard.to_train_data(layout="actor")["is_padding"]) for shard in shards) == 1
+    if delay:  # four survivors split the padded batch again, padding it for their size
+        again = gather(
+            [
+                w.process.remote(box(put), r, 4, resplit=True, pad_to_dp=True)
+                for r, w in enumerate(workers[:4])
+            ]
+        )
+        assert {shard.num_samples for shard in again} == {8}
+        padding = [shard.to_train_data(layout="actor")["is_padding"] for shard in again]
+        assert sum(sum(flags) for flags in padding) == 3
+
+
+@pytest.mark.parametrize("delay", [False, True])
 def test_witness_ids_follow_their_rows(workers: list[Any], delay: bool) -> None:
     batch = make_batch(64, seed=4)
     witness_ids = np.arange(1000, 1000 + len(batch), dtype=np.int64)[::-1].copy()

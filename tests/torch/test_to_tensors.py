@@ -639,3 +639,17 @@ def test_bad_micro_batch_offsets(offsets: list[Any], error: type, match: str) ->
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
     with pytest.raises(error, match=match):
         to_micro_batches(batch, offsets)
+
+
+@pytest.mark.parametrize("layout", ["per_sample", "packed", "padded"])
+def test_padding_rows_are_marked_in_the_tensors(layout: TensorLayout) -> None:
+    data = {
+        "tokens": [[1, 2, 3], [4, 5], [6, 7, 8, 9]],
+        "response_lengths": [2, 1, 2],
+        "loss_masks": [[1, 1], [1], [1, 0]],
+        "sample_indices": [0, 1, 2],
+    }
+    shards = split_train_data_by_dp_raw(data, 2, balance_data=True, pad_to_dp=True)
+    tensors = to_tensors(shards[1], layout=layout)
+    assert tensors["is_padding"].tolist() == [False, True]
+    assert tensors["sample_indices"].tolist() == [1, -1]
