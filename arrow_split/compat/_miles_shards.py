@@ -33,8 +33,8 @@ from arrow_split import (
 )
 from arrow_split._args import as_int
 from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
-from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.compat._miles_infer import infer_unknown_specs
+from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.schema import Role, role_column
 
 __all__ = [
