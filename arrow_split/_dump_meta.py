@@ -215,6 +215,9 @@ def _spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
             msg = f"`{source}`: column `{column}`: spec field `{key}` must be a bool, got {value!r}"
             raise DumpError(msg)
     arguments: dict[str, Any] = {**_missing_fields(column, stored, fields, source), **stored}
+    known = KNOWN_COLUMNS.get(column)
+    if arguments.get("role") is None and known is not None and known.role is not None:
+        arguments["role"] = known.role  # a role added since (loss_mask), as resolve_specs does
     try:
         return ColumnSpec(**arguments)
     except (ArrowSplitError, TypeError, ValueError) as exc:

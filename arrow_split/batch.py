@@ -29,7 +29,9 @@ from arrow_split._args import as_flag
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
 from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
+from arrow_split._codecs.token_lists import token_list_values
 from arrow_split._convert import (
+    check_finite_columns,
     check_parts,
     decode_train_data,
     encode_train_data,
@@ -55,6 +57,8 @@ class ColumnValues:
 
     ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
     ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
+    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
     ``buffer.is_mutable`` says whether the buffer is private to this process (see the module
     docstring).
     """
@@ -64,6 +68,7 @@ class ColumnValues:
     values: np.ndarray
     offsets: np.ndarray | None
     buffer: pa.Buffer | None
+    token_offsets: np.ndarray | None = None
 
 
 class RolloutBatch:
@@ -132,7 +137,10 @@ class RolloutBatch:
             :class:`ColumnSpec` declarations for keys the library does not know (an undeclared
             key is an error), or overrides of known keys.
         allow_nonfinite
-            Keep NaN and infinity in float columns instead of rejecting them.
+            Keep NaN and infinity in float columns instead of rejecting them (the float specs as
+            used then say ``finite=False``). By default they are rejected, except in a column
+            aligned to the response at the tokens whose ``loss_masks`` is 0 (they do not count
+            toward the loss; miles' log-prob guard).
         exact_floats
             Reject a wider float that a float32 column would round. By default it is rounded
             to the nearest float32, as the trainer's ``torch.tensor(..., dtype=float32)`` would.
@@ -238,6 +246,13 @@ class RolloutBatch:
             spec = self._specs[name]
             codec = codec_for(spec)
             array = self._record_batch.column(name)
+            if codec.tensor_role == "token_lists":
+                flat, sample_offsets, tokens = token_list_values(array)
+                buffer = data_buffer(array)
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, flat, sample_offsets, buffer, tokens)
+                )
+                continue
             tensor_values = codec.tensor_values(array)
             if tensor_values is not None:
                 values, offsets = tensor_values
@@ -329,6 +344,7 @@ class RolloutBatch:
         for key, spec in resolved.items():
             values = per_sample_values(data, key, self.num_samples)
             array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
+            check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
         merged = {**self._specs, **resolved}
         return RolloutBatch(record_batch, merged, self._batch_globals, plan=self._plan)

@@ -1,10 +1,15 @@
 """Which rollout field is which kind of column, and the Arrow type it becomes.
 
-A rollout batch holds five kinds of values (:data:`ColumnKind`):
+A rollout batch holds six kinds of values (:data:`ColumnKind`):
 
 ``per_token``
     One ragged list per sample: ``tokens`` (prompt + response ids) and the columns aligned to the
     response (``loss_masks``, ``rollout_log_probs``, ...). Arrow type ``large_list<value_type>``.
+``per_token_list``
+    A list of numbers per token: one ragged list of ragged lists per sample, aligned like a
+    per-token column (``rollout_sampling_masks``: for each response token, the ids the sampler
+    could pick). Arrow type ``large_list<large_list<value_type>>``. A sample is given as a list
+    of lists or as :class:`~arrow_split.TokenLists` (flat values + per-token offsets).
 ``per_sample_tensor``
     One array per sample of shape ``[rows, *trailing]``, with the same trailing shape across
     samples (``rollout_routed_experts``: ``[len(tokens) - 1, layers, top_k]``). Arrow type
@@ -60,9 +65,14 @@ __all__ = [
 ]
 
 ColumnKind = Literal[
-    "per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object", "batch_global"
+    "per_token",
+    "per_token_list",
+    "per_sample_tensor",
+    "per_sample_scalar",
+    "per_sample_object",
+    "batch_global",
 ]
-"""The five kinds of values in a rollout batch."""
+"""The six kinds of values in a rollout batch."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
 """How long a sample's value must be.
@@ -103,6 +113,8 @@ column's logical type: values are checked against it, ``to_train_data`` gives it
 Role = Literal[
     "length_source",
     "response_length",
+    "loss_mask",
+    "sampling_mask",
     "extra_rows",
     "witness",
     "adapter_slot",
@@ -115,6 +127,11 @@ Role = Literal[
 
 ``length_source``: a ``per_token`` column whose lengths are the samples' token counts (``tokens``).
 ``response_length``: a ``per_sample_scalar`` of response lengths (``response_lengths``).
+``loss_mask``: the per-token 0/1 column saying which response tokens count toward the loss
+(``loss_masks``); NaN and infinity in a response-aligned float column are refused only where it
+is 1.
+``sampling_mask``: the ``per_token_list`` of the ids the sampler could pick at each response
+token (``rollout_sampling_masks``; miles ships it as two flat keys).
 ``extra_rows``: a per-sample column whose non-null values allow extra ``tokens_minus_one`` rows
 (``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
 (``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
@@ -128,6 +145,8 @@ per-sample column that is true on the rows :func:`arrow_split.pad_to_dp` added (
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "length_source": ("per_token",),
     "response_length": ("per_sample_scalar",),
+    "loss_mask": ("per_token",),
+    "sampling_mask": ("per_token_list",),
     "extra_rows": ("per_sample_object", "per_sample_scalar"),
     "witness": ("per_sample_scalar",),
     "adapter_slot": ("per_sample_scalar",),
@@ -153,17 +172,25 @@ class ColumnSpec:
     kind
         Which kind of value the key holds (:data:`ColumnKind`).
     value_type
-        The Arrow type of one value: the list items of a ``per_token`` column, the tensor
+        The Arrow type of one value: the list items of a ``per_token`` column (the innermost
+        items of a ``per_token_list``), the tensor
         elements of a ``per_sample_tensor`` column, the column type of a ``per_sample_scalar``.
         Unused (``None``) for objects and batch-global values.
     length
-        For ``per_token`` and ``per_sample_tensor``: the :data:`LengthRule` a sample's value must
-        follow, or ``None`` for no rule (the sample's own length is kept as it is).
+        For ``per_token``, ``per_token_list`` and ``per_sample_tensor``: the :data:`LengthRule`
+        a sample's value must follow, or ``None`` for no rule (the sample's own length is kept
+        as it is).
     flag
         Values are 0/1 (``bool`` accepted); anything else is rejected.
     finite
-        Reject NaN and infinity in a float column (the default). ``from_train_data`` has a switch
-        that lifts this check for all columns.
+        Reject NaN and infinity in a float column (the default). In a column aligned to the
+        response (``length="response"``) they are rejected only where the loss mask
+        (``loss_masks``) is 1, and everywhere when the batch has no loss mask.
+        ``from_train_data(allow_nonfinite=True)`` lifts the check for all columns (the specs as
+        used then say ``finite=False``, so that a dump of the batch reads back).
+    nonempty
+        For ``per_token_list``: every token's list holds at least one value (a sampling support
+        is never empty); a sample given as offsets needs them strictly increasing.
     codec
         For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
     global_shape
@@ -177,12 +204,14 @@ class ColumnSpec:
 
     Examples
     --------
-    Declare a per-token advantage column aligned to the response, and a per-sample score:
+    Declare a per-token advantage column aligned to the response, a per-sample score, and a
+    list of ids per response token:
 
     >>> import pyarrow as pa
     >>> from arrow_split import ColumnSpec
     >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
     >>> score = ColumnSpec("score", "per_sample_scalar", pa.float64())
+    >>> tops = ColumnSpec("top_ids", "per_token_list", pa.int32(), length="response")
     """
 
     name: str
@@ -191,6 +220,7 @@ class ColumnSpec:
     length: LengthRule | None = None
     flag: bool = False
     finite: bool = True
+    nonempty: bool = False
     codec: ObjectCodec = "pickle"
     global_shape: GlobalShape | None = None
     role: Role | None = None
@@ -204,12 +234,15 @@ class ColumnSpec:
         if self.length is not None:
             _check_choice("length", self.length, LengthRule)
         _check_choice("codec", self.codec, ObjectCodec)
-        for switch in ("flag", "finite"):
+        for switch in ("flag", "finite", "nonempty"):
             if not isinstance(getattr(self, switch), bool):
                 value = getattr(self, switch)
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
                 raise SchemaTypeError(msg)
-        if self.kind in ("per_token", "per_sample_tensor", "per_sample_scalar"):
+        if self.nonempty and self.kind != "per_token_list":
+            msg = f"column `{self.name}`: `nonempty=True` is for per_token_list columns only"
+            raise SchemaError(msg)
+        if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         if self.kind == "batch_global":
             _check_choice("global_shape", self.global_shape, GlobalShape)
@@ -302,8 +335,18 @@ def _known() -> dict[str, ColumnSpec]:
     int32, float32 = pa.int32(), pa.float32()
     specs = [
         ColumnSpec("tokens", "per_token", int32, role="length_source"),
-        ColumnSpec("loss_masks", "per_token", pa.uint8(), length="response", flag=True),
+        ColumnSpec(
+            "loss_masks", "per_token", pa.uint8(), length="response", flag=True, role="loss_mask"
+        ),
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
+        ColumnSpec(
+            "rollout_sampling_masks",
+            "per_token_list",
+            int32,
+            length="response",
+            nonempty=True,
+            role="sampling_mask",
+        ),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
         ColumnSpec(

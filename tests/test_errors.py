@@ -29,6 +29,7 @@ from arrow_split import (
     SchemaError,
     SchemaTypeError,
     Shard,
+    TokenLists,
     ValueRangeError,
     shard_for_rank,
     split_train_data_by_dp_raw,
@@ -52,7 +53,10 @@ def _data(**changes: Any) -> dict[str, Any]:
         "raw_reward": [1.0, 0.5, 0.0],
     }
     data.update(changes)
-    return data
+    return {key: value for key, value in data.items() if value is not _DROP}
+
+
+_DROP = object()  # _data(key=_DROP) leaves the key out
 
 
 BAD_TRAIN_DATA = [
@@ -142,10 +146,19 @@ BAD_TRAIN_DATA = [
         id="nan-reward",
     ),
     pytest.param(
-        _data(rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        _data(rollout_log_probs=[[-0.5, -1.0], [-1.0], [float("-inf")]]),
         ValueRangeError,
-        r"sample 0, position 1: `rollout_log_probs` holds -inf",
-        id="inf-log-prob",
+        r"sample 2, position 0: `rollout_log_probs` holds -inf where `loss_masks` is 1; NaN and "
+        r"infinity are refused on tokens that count toward the loss \(allowed where `loss_masks` "
+        r"is 0\).*`allow_nonfinite=True`",
+        id="inf-log-prob-where-the-loss-counts",
+    ),
+    pytest.param(
+        _data(loss_masks=_DROP, rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` holds -inf \(the batch has no `loss_masks`: "
+        r"every response token counts\)",
+        id="inf-log-prob-without-a-loss-mask",
     ),
     pytest.param(
         _data(raw_reward=[1.0, float("nan"), 0.0]),
@@ -249,6 +262,60 @@ BAD_TRAIN_DATA = [
         RaggedLengthError,
         r"sample 2: `total_lengths` has 3 values but `tokens` says 2",
         id="total-lengths-disagree",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], []], [[2]], [[3]]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_sampling_masks` has an empty list for this token "
+        r"\(offsets 1 -> 1\); the column is `nonempty`: every token needs at least one value",
+        id="empty-sampling-support",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3, 4], [0, 2, 1])]),
+        ValueRangeError,
+        r"sample 2, position 1: `rollout_sampling_masks` offsets fall from 2 to 1; offsets never "
+        r"decrease",
+        id="falling-sampling-offsets",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3], [1, 1])]),
+        ValueRangeError,
+        r"sample 2: `rollout_sampling_masks` offsets must start at 0, got 1",
+        id="sampling-offsets-not-from-0",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3, 4], [0, 1])]),
+        RaggedLengthError,
+        r"sample 2: `rollout_sampling_masks` offsets end at 1 but the sample has 2 values; the "
+        r"last offset is the number of values",
+        id="sampling-offsets-short-of-the-ids",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3], [[0, 1]])]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` offsets must be a 1-D list of ints with one more "
+        r"entry than the sample has tokens",
+        id="sampling-offsets-not-a-list-of-ints",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists(None, [0])]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` values must be a list or a 1-D array, got NoneType",
+        id="sampling-ids-missing",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], "12"]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` must be one list of numbers per token \(a list of "
+        r"lists, a 2-D array or TokenLists\(values, offsets\)\), got str",
+        id="sampling-mask-not-lists",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], [[3, 2.5]]]),
+        ColumnTypeError,
+        r"sample 2, position 0, item 1: `rollout_sampling_masks` is an integer column but holds a "
+        r"float",
+        id="float-in-sampling-mask",
     ),
 ]
 
@@ -371,6 +438,10 @@ def test_empty_batch_splits_into_empty_strided_shards_and_refuses_balance() -> N
             r"invalid `length`: 'prompt'",
         ),
         (lambda: ColumnSpec("x", "batch_global"), r"invalid `global_shape`: None"),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), nonempty=True),
+            r"column `x`: `nonempty=True` is for per_token_list columns only",
+        ),
     ],
 )
 def test_bad_column_specs(make_spec: Any, match: str) -> None:

@@ -24,6 +24,7 @@ import pyarrow as pa
 from arrow_split._codecs._types import is_list, leaf_type, nest, trailing_shape
 
 __all__ = [
+    "child_nulls",
     "data_buffer",
     "numpy_dtype",
     "numpy_view",
@@ -67,6 +68,15 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     values = numpy_view(child).reshape(-1, *trailing) if trailing else numpy_view(child)
     offsets = raw_offsets - start if start else raw_offsets
     return values, offsets
+
+
+def child_nulls(array: pa.Array) -> int:
+    """Nulls in the values of a list column, at any level of nesting (0 for a flat column)."""
+    count = 0
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+        count += array.null_count
+    return count
 
 
 def data_buffer(array: pa.Array) -> pa.Buffer | None:

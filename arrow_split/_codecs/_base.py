@@ -10,6 +10,8 @@ A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
 - ``stored``: a column read from a file, in the form this version stores;
 - ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing),
   and ``tensor_values``: the numpy values (and offsets) it makes them of;
+- ``flat_numbers``: every number of the column as one flat numpy view, with where each sample
+  starts (for the checks a dump gets on read, and finiteness where the loss counts);
 - ``arrow_type``: the Arrow type of a spec's column, and its inverse ``type_fields``: what a
   column's Arrow type says of its spec (``holds`` checks a stored column against its spec).
 
@@ -32,10 +34,11 @@ from arrow_split._codecs._arrow import numpy_view, ragged_values
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
-__all__ = ["Codec", "EncodeOptions", "TensorRole", "TypeFields", "stored_type"]
+__all__ = ["Codec", "EncodeOptions", "FlatNumbers", "TensorRole", "TypeFields", "stored_type"]
 
-TensorRole = Literal["ragged", "scalar", "none"]
-"""What the torch leaf makes of a column: values + offsets, a 1-D tensor, or nothing."""
+TensorRole = Literal["ragged", "token_lists", "scalar", "none"]
+"""What the torch leaf makes of a column: values + offsets, values + per-token offsets +
+per-sample offsets (a list per token), a 1-D tensor, or nothing."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -49,6 +52,20 @@ class EncodeOptions:
 
     allow_nonfinite: bool = False
     exact_floats: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FlatNumbers:
+    """A numeric column's numbers, flat.
+
+    ``values`` (1-D), ``offsets`` (where each sample's values start, ``n + 1`` from 0; ``None``
+    for one number per sample) and, for a list per token, ``token_offsets`` (where each token's
+    values start).
+    """
+
+    values: np.ndarray
+    offsets: np.ndarray | None
+    token_offsets: np.ndarray | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,6 +130,10 @@ class Codec(abc.ABC):
 
     def lengths(self, array: pa.Array) -> np.ndarray | None:
         """Values (or rows) per sample of a list column; ``None`` for a column of single values."""
+        return None
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers | None:
+        """Every number of a numeric column (see :class:`FlatNumbers`); ``None`` for objects."""
         return None
 
     def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:

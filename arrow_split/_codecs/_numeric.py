@@ -21,7 +21,6 @@ import pyarrow as pa
 from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._checks import (
-    check_finite,
     check_flag,
     check_float32_exact,
     check_int_range,
@@ -148,7 +147,11 @@ def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
 def finish(
     spec: ColumnSpec, values: np.ndarray, offsets: np.ndarray | None, options: EncodeOptions
 ) -> np.ndarray:
-    """Check flat ``values`` for ``spec`` and cast them to the column's dtype."""
+    """Check flat ``values`` for ``spec`` and cast them to the column's dtype.
+
+    Finiteness is checked once the whole batch is encoded (it depends on the loss mask): see
+    :func:`arrow_split._convert.check_finite_columns`.
+    """
     target = target_dtype(spec)
     if is_flag(spec):
         check_flag(spec.name, values, offsets)
@@ -160,8 +163,6 @@ def finish(
             values = wide.astype(target, copy=False)
         if options.exact_floats:
             check_float32_exact(spec.name, wide, values, offsets)
-        if spec.finite and not options.allow_nonfinite:
-            check_finite(spec.name, values, offsets)
     return values.astype(target, copy=False)
 
 

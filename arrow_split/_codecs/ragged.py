@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
-from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, stored_type
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import check_list_samples
 from arrow_split._codecs._numeric import (
     as_array,
@@ -57,6 +57,9 @@ class RaggedCodec(Codec):
 
     def lengths(self, array: pa.Array) -> np.ndarray:
         return np.diff(array.offsets.to_numpy())
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(*ragged_values(array))
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         return take_runs(array, indices)

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, stored_type
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import locate_python_value
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
@@ -55,6 +55,9 @@ class ScalarCodec(Codec):
 
     def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
         return TypeFields(storage=arrow_type)
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(numpy_view(array), None)
 
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:

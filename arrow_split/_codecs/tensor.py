@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_dtype, ragged_values, split_by_offsets, take_runs
-from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, stored_type
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import flatten_nested, locate_python_value
 from arrow_split._codecs._numeric import (
     as_array,
@@ -173,6 +173,11 @@ class TensorCodec(Codec):
 
     def lengths(self, array: pa.Array) -> np.ndarray:
         return np.diff(array.offsets.to_numpy())
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        values, offsets = ragged_values(array)
+        width = int(np.prod(values.shape[1:], dtype=np.int64))
+        return FlatNumbers(values.reshape(-1), offsets * width)
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         return take_runs(array, indices)

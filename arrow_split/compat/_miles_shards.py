@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from arrow_split import (
     KNOWN_COLUMNS,
+    ArrowSplitError,
     ColumnSpec,
     OptionError,
     RankSchedule,
@@ -33,6 +34,7 @@ from arrow_split import (
 from arrow_split._args import as_int
 from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
 from arrow_split.compat._miles_infer import infer_unknown_specs
+from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.schema import Role, role_column
 
 __all__ = [
@@ -81,7 +83,9 @@ def to_batch(
 
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
     is set) as a batch-global value, so that every shard carries it, as miles adds it to every
-    shard. A key neither known nor declared is carried with an inferred spec and a warning
+    shard. miles' sampling-mask keys become one ``rollout_sampling_masks`` column
+    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. A key
+    neither known nor declared is carried with an inferred spec and a warning
     (:mod:`arrow_split.compat._miles_infer`) unless ``strict_keys``. With ``pad_dp_size``, the
     batch is padded to a multiple of it (:func:`arrow_split.pad_to_dp`). ``data`` is never
     mutated (miles adds ``total_lengths`` to it; the library derives it).
@@ -105,8 +109,12 @@ def _from_train_data(
         if n_adapters is not None:
             data = {**data, count: n_adapters}
     if isinstance(data, Mapping):
+        data = from_miles_keys(data)
         specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
-    batch = RolloutBatch.from_train_data(data, specs=specs)
+    try:
+        batch = RolloutBatch.from_train_data(data, specs=specs)
+    except ArrowSplitError as error:
+        raise miles_key_note(error) from None
     _check_adapter_slots(batch, slots, count)
     return batch
 
@@ -238,7 +246,7 @@ def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
     get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
     0/1 ints, as miles keeps them.
     """
-    train_data: dict[str, Any] = shard.to_train_data(layout="rollout")
+    train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:

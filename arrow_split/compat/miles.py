@@ -34,6 +34,9 @@ Where this differs from miles, on purpose (the library exists to fix these):
   spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
   the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_infer`); ``specs=[...]``
   declares it, ``strict_keys=True`` refuses it as the core does;
+- miles' sampling masks (#2595: ``rollout_sampling_mask_ids`` and
+  ``rollout_sampling_mask_offsets``) travel as one ``rollout_sampling_masks`` column, validated
+  with miles' offsets rule, and come back as miles' two keys on every rank;
 - no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
   known or declared key reaches its rank;
 - ``data`` is never mutated (miles adds ``total_lengths`` to it);

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError
+from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
 from arrow_split._args import as_flag, as_int, describe
 
 __all__ = [
@@ -39,7 +39,8 @@ benchmarks compare, since the classic path makes a tensor of every per-sample ke
 those, plus ``teacher_log_probs``, ``rollout_ids``, the objects ``prompt``, ``metadata`` and
 ``weight_versions`` and the batch-global ``dynamic_global_batch_size`` and
 ``step_adapter_names``: every kind of column. Either set gets ``rollout_routed_experts`` when the
-config has a ``moe_shape``.
+config has a ``moe_shape``, and ``rollout_sampling_masks`` (a list per token) when it has a
+``sampling_top_k``.
 """
 
 VOCAB_SIZE = 151_936
@@ -77,6 +78,10 @@ class RolloutConfig:
         top_k]`` per sample), or ``None`` for no routed experts.
     seed
         Seed of every draw: equal configs give equal batches.
+    sampling_top_k
+        Give ``rollout_sampling_masks``: for each response token, 1 to ``sampling_top_k`` distinct
+        ids (int32, as :class:`arrow_split.TokenLists` per sample), or ``None`` for none. Drawn
+        from a stream of their own: the other columns are the same with or without them.
     as_numpy
         Which columns come as numpy (one array per sample, one array for a scalar column or
         ``raw_reward``) rather than Python lists: ``True`` for all, ``False`` for none, or a set
@@ -100,6 +105,7 @@ class RolloutConfig:
     seed: int = 0
     as_numpy: bool | frozenset[str] = False
     columns: ColumnSet = "every"
+    sampling_top_k: int | None = None
 
     def __post_init__(self) -> None:
         # numpy ints are accepted and stored as Python ints (slices, ranges and sums take them)
@@ -124,6 +130,9 @@ class RolloutConfig:
             object.__setattr__(self, "moe_shape", _pair("moe_shape", self.moe_shape))
         if self.moe_shape is not None and min(self.moe_shape) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
+            raise OptionError(msg)
+        if self.sampling_top_k is not None and self.sampling_top_k < 1:
+            msg = f"`sampling_top_k` must be None or >= 1, got {self.sampling_top_k!r}"
             raise OptionError(msg)
         if not isinstance(self.as_numpy, (bool, frozenset)):
             msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
@@ -228,6 +237,26 @@ def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
     return columns
 
 
+def _sampling_masks(
+    config: RolloutConfig, step: int, response: npt.NDArray[np.int64]
+) -> list[TokenLists]:
+    """1 to ``sampling_top_k`` ids per response token, from a stream of their own."""
+    top_k = int(config.sampling_top_k or 1)
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(step, 1)))
+    counts = rng.integers(1, top_k + 1, size=int(response.sum()), dtype=np.int64)
+    ids = rng.integers(0, VOCAB_SIZE, size=int(counts.sum()), dtype=np.int32)
+    token_offsets = np.concatenate([[0], np.cumsum(counts)])
+    sample_offsets = np.concatenate([[0], np.cumsum(response)])
+    masks = []
+    for begin, end in zip(sample_offsets[:-1].tolist(), sample_offsets[1:].tolist(), strict=True):
+        start, stop = int(token_offsets[begin]), int(token_offsets[end])
+        values, offsets = ids[start:stop], token_offsets[begin : end + 1] - start
+        if not config.numpy_for("rollout_sampling_masks"):
+            values, offsets = values.tolist(), offsets.tolist()
+        masks.append(TokenLists(values, offsets))
+    return masks
+
+
 def _extras(
     config: RolloutConfig, rng: np.random.Generator, numeric: Mapping[str, Any], step: int
 ) -> dict[str, Any]:
@@ -285,6 +314,9 @@ def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
     columns = _numeric(config, rng)
     if config.columns == "every":
         columns.update(_extras(config, rng, columns, step))
+    if config.sampling_top_k is not None:
+        response = np.asarray(columns["response_lengths"])
+        columns["rollout_sampling_masks"] = _sampling_masks(config, step, response)
     return {key: _in_form(config, key, value) for key, value in columns.items()}
 
 

@@ -30,6 +30,16 @@ Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sa
     known noise of torch's nested tensors (a log line of torch 2.13, the prototype warning of older
     versions) is silenced around these calls only.
 
+A list per token (``per_token_list``: ``rollout_sampling_masks``, the ids the sampler could pick
+at each response token) has no dense shape. In the ``per_sample`` layout it gives ``<name>``, one
+flat tensor of values per sample, and ``<name>_offsets``, one int64 tensor per sample of its
+``tokens + 1`` per-token offsets from 0 (miles' ``rollout_sampling_mask_ids`` /
+``rollout_sampling_mask_offsets`` per sample). In every other layout it is packed: ``<name>``
+(every value of the shard), ``<name>_offsets`` (int64, one more than the shard's tokens, from 0:
+token ``t`` holds ``values[offsets[t]:offsets[t + 1]]``) and ``<name>_cu_seqlens`` (int32,
+``n + 1`` cumulative token counts from 0: sample ``i`` holds tokens ``cu[i]`` to ``cu[i + 1]``).
+These keys come after the other columns; the values follow the memory rule below.
+
 Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
 and batch-global values are not tensors and are not in the result: read them from
 ``shard.rows.to_train_data()`` and ``shard.batch_globals``.
@@ -82,7 +92,14 @@ from arrow_split import (
     ValueRangeError,
 )
 from arrow_split._args import as_offsets
-from arrow_split.torch._layouts import LAYOUTS, RaggedColumn, TensorOptions, move
+from arrow_split.torch._layouts import (
+    LAYOUTS,
+    AllColumns,
+    RaggedColumn,
+    TensorOptions,
+    TokenListColumn,
+    move,
+)
 
 __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
 
@@ -181,9 +198,16 @@ def to_tensors(
     rows = _rows_of(shard)
     options = _check_options(layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of)
     ids = _check_id_dtype(id_dtype)
-    columns: dict[str, RaggedColumn | torch.Tensor] = {}
+    columns: AllColumns = {}
     for column in rows.numeric_columns():
-        if column.offsets is None:
+        if column.token_offsets is not None:
+            tensor = move(_tensor_of(column.values, column.buffer), options)
+            sample_offsets = np.asarray(column.offsets, dtype=np.int64)
+            token_offsets = np.asarray(column.token_offsets, dtype=np.int64)
+            columns[column.spec.name] = TokenListColumn(
+                column.spec, tensor, sample_offsets, token_offsets
+            )
+        elif column.offsets is None:
             tensor = _tensor_of(column.values, column.buffer)
             columns[column.spec.name] = move(tensor, options)
         elif column.spec.storage == "narrow":

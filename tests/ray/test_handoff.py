@@ -28,6 +28,7 @@ from arrow_split import (
     RaggedLengthError,
     RolloutBatch,
     Shard,
+    TokenLists,
     TransportError,
     shard_for_rank,
     split_train_data_by_dp_raw,
@@ -57,12 +58,24 @@ def make_train_data(num_samples: int, seed: int, *, experts: bool = False) -> di
         "rewards": rng.random(num_samples).tolist(),
         "prompt": [f"prompt {seed}-{i}" for i in range(num_samples)],
         "raw_reward": rng.random(num_samples).tolist(),
+        "rollout_sampling_masks": sampling_masks(response.tolist(), seed),
     }
     if experts:
         data["rollout_routed_experts"] = [
             rng.integers(0, 8, size=(int(n) - 1, 2, 2), dtype=np.int32) for n in total
         ]
     return data
+
+
+def sampling_masks(response_lengths: list[int], seed: int) -> list[TokenLists]:
+    """1 to 4 ids per response token (a list per token), from a stream of their own."""
+    rng = np.random.default_rng(seed + 1)
+    masks = []
+    for length in response_lengths:
+        counts = rng.integers(1, 5, size=length)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        masks.append(TokenLists(rng.integers(0, 32000, size=int(offsets[-1])), offsets))
+    return masks
 
 
 def make_batch(num_samples: int, seed: int, *, experts: bool = False) -> RolloutBatch:
