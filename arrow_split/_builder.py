@@ -159,6 +159,7 @@ class RolloutBatchBuilder:
         "_length",
         "_on_duplicate",
         "_options",
+        "_per_sample_of",
         "_sample_globals",
         "_sample_keys",
         "_seen",
@@ -193,6 +194,7 @@ class RolloutBatchBuilder:
             None if journal is None else StepJournal.create(journal, self._header(), sync)
         )
         self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
+        self._per_sample_of: dict[str, bool] = {_DERIVED: True}  # of the keys resolved so far
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
         self._sample_globals: dict[str, Growable] = {}
         self._sample_keys: tuple[str, ...] | None = None
@@ -214,13 +216,17 @@ class RolloutBatchBuilder:
 
     def _per_sample(self, key: str) -> bool:
         """Whether ``key`` gives one value per sample (unknown keys too: resolving raises)."""
-        if key == _DERIVED:
-            return True
+        known = self._per_sample_of.get(key)
+        if known is not None:
+            return known
         declared = any(spec.name == key for spec in self._declared)
         if key not in self._known and key not in KNOWN_COLUMNS and not declared:
             return True
-        spec = self._spec(key)
-        return spec.is_per_sample or spec.global_shape == "float_per_sample"
+        spec = self._spec(key)  # a key's spec never changes once resolved: remember the answer
+        known = self._per_sample_of[key] = (
+            spec.is_per_sample or spec.global_shape == "float_per_sample"
+        )
+        return known
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -372,6 +378,7 @@ class RolloutBatchBuilder:
         if self._sample_keys is None:
             resolved = resolve_specs(train_data.keys(), self._declared)  # role checks too
             self._known.update(resolved)
+            self._per_sample_of = {_DERIVED: True}  # answered again from the specs now known
             return {key: self._specs.get(key, spec) for key, spec in resolved.items()}
         return {
             key: self._specs[key] if key in self._specs else self._spec(key)

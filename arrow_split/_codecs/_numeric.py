@@ -108,7 +108,7 @@ def is_flag(spec: ColumnSpec) -> bool:
     Both take bools and the ints 0 and 1, whatever their container, and refuse anything else
     (a 2, a float); a bool column is never filled by ``astype(bool)``.
     """
-    return spec.flag or target_dtype(spec).kind == "b"
+    return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
 def _allowed_kinds(spec: ColumnSpec) -> str:

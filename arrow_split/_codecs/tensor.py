@@ -164,7 +164,9 @@ class TensorCodec(Codec):
         return list(split_by_offsets(values, offsets))
 
     def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
+        offsets: np.ndarray = array.offsets.to_numpy()
+        lengths: np.ndarray = offsets[1:] - offsets[:-1]
+        return lengths
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         return take_runs(array, indices)
