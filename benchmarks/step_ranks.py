@@ -3,10 +3,10 @@
 A :class:`StepRankActor` (``num_cpus=0``, like a train actor that leaves the CPUs to its model) is
 started fresh for every configuration; it records each call's memory
 (:class:`benchmarks._common.MemoryGauge`) and times a memcpy of a rank's bytes on request. It is
-NOT warmed up beyond importing torch (which a train actor has done long before its first step): its
-first call is the cold start of a train actor's first step; the later calls (on fresh objects of
-later steps) are warm. References travel inside a list so that Ray does not resolve them before the
-clock starts.
+started as a framework starts a train actor: it imports torch and ``arrow_split.torch`` and calls
+:func:`arrow_split.ray.warm_up`; nothing else is warmed. Its first call is the cold start of a
+train actor's first step; the later calls (on fresh objects of later steps) are warm. References
+travel inside a list so that Ray does not resolve them before the clock starts.
 """
 
 from __future__ import annotations
@@ -37,6 +37,10 @@ class StepRankActor:
     def __init__(self) -> None:
         import torch  # a train actor has imported torch long before its first step
 
+        import arrow_split.torch  # noqa: F401 - as a train actor's module imports it
+        from arrow_split.ray import warm_up
+
+        warm_up()
         self.torch_version = torch.__version__
 
     def ready(self) -> bool:
