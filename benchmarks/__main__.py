@@ -6,8 +6,8 @@ plot) under ``--out`` (``docs/benchmarks`` by default):
 - ``step.json``, ``step.md``, ``step.png``: :mod:`benchmarks.step` (the whole step, its references);
 - ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
 - ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
-- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes);
-- ``soak.json``, ``soak.png``: :mod:`benchmarks.soak` (many steps, memory back where it was).
+- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; a soak of
+  many steps, memory back where it was).
 
 ``--smoke`` runs each in its smallest mode; ``--only step,dump`` runs some. A new benchmark is one
 line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
@@ -30,7 +30,6 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "moe": ("benchmarks.moe",),
     "dump": ("benchmarks.dump",),
     "cluster": ("benchmarks.cluster", "--steps", "8"),
-    "soak": ("benchmarks.soak",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

@@ -30,13 +30,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
 __all__ = [
     "DOCS",
     "MIB",
     "REPO_ROOT",
-    "GcClock",
     "Laps",
     "MemoryGauge",
     "Progress",
@@ -56,7 +53,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs" / "benchmarks"
 """Where ``make bench`` writes every JSON and plot the README quotes."""
 MIB = 2**20
-PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "tqdm", "psutil")
+PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "psutil")
 
 
 # --- the stamp -------------------------------------------------------------------------------
@@ -178,28 +175,26 @@ def dp_sizes_arg(text: str) -> tuple[int, ...]:
 
 
 class Progress:
-    """One tqdm bar over the run's tasks; each task names itself while it runs."""
+    """The run's tasks, one line on stderr as each ends (``[3/12] name: 4.2 s``)."""
 
     def __init__(self, *, enabled: bool) -> None:
-        self.bar = tqdm(total=0, unit="task", disable=not enabled, dynamic_ncols=True)
-
-    def __enter__(self) -> Progress:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.bar.close()
+        self.enabled, self.done, self.total = enabled, 0, 0
 
     def expect(self, tasks: int) -> None:
-        """Add ``tasks`` to the bar's total."""
-        self.bar.total += tasks
-        self.bar.refresh()
+        """Add ``tasks`` to the count of tasks to come."""
+        self.total += tasks
 
     @contextmanager
     def task(self, name: str) -> Iterator[None]:
-        """Show ``name`` while the block runs; count it as done after."""
-        self.bar.set_description(name)
+        """Time the block; print ``name`` and its seconds when it ends."""
+        start = time.perf_counter()
         yield
-        self.bar.update(1)
+        self.done += 1
+        if self.enabled:
+            seconds = time.perf_counter() - start
+            print(
+                f"[{self.done}/{self.total}] {name}: {seconds:.1f} s", file=sys.stderr, flush=True
+            )
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -253,32 +248,6 @@ class Laps:
     @property
     def total(self) -> float:
         return sum(self.seconds.values())
-
-
-class GcClock:
-    """Seconds CPython's cyclic garbage collector ran inside a ``with`` block (``gc.callbacks``).
-
-    The collector is left enabled, as in a real process: the baseline's freshly unpickled lists
-    make whichever step comes next pay for a pass over all of them. This clock says how much.
-    """
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started: float | None = None
-
-    def _callback(self, phase: str, info: dict[str, int]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        elif self._started is not None:
-            self.seconds += time.perf_counter() - self._started
-            self._started = None
-
-    def __enter__(self) -> GcClock:
-        gc.callbacks.append(self._callback)
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        gc.callbacks.remove(self._callback)
 
 
 def summarize(seconds: Iterable[float]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Bytes that cross nodes, and per-rank time, for eager, plain delayed and node-aware delayed.
+"""Bytes that cross nodes and per-rank time for eager, plain and node-aware delayed; then a soak.
 
 Run from the repository root::
 
@@ -17,7 +17,15 @@ dropped: the driver's, and those each rank's call fetched, as the library's ``on
 reports them), the driver's put time, each rank's
 ``process_rollout_data`` time, and how many Ray worker processes were running. The first step of
 a mode pays one-off costs (the node-aware mode starts the head's helper actor); the table shows
-it apart. Output: a table on stdout and ``cluster.json`` under ``--out``.
+it apart.
+
+Then the soak (``--soak-steps``, 0 to skip): that many more steps on the same cluster, each
+putting the batch eager and node-aware delayed and dropping it after every rank took its shard.
+After each step's ranks are done it samples the object store's usage over all nodes (capacity
+minus ``ray.available_resources()['object_store_memory']``) and the driver's private and
+shared-memory RSS; the start is measured after one warm-up step, the end once Ray has freed the
+step's objects (bounded polls: it frees asynchronously): both must come back where they were.
+Output: a table on stdout, ``cluster.json`` and ``cluster.png`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -51,7 +59,6 @@ from benchmarks.simulated_cluster import (
 
 __all__ = [
     "BenchRank",
-    "ClusterOptions",
     "main",
     "make_rollout_batch",
     "parse_args",
@@ -64,46 +71,24 @@ __all__ = [
 MODES = ("eager", "local", "auto", "holder")
 
 
-@dataclasses.dataclass(frozen=True)
-class ClusterOptions:
-    """What one run measures."""
-
-    nodes: int
-    ranks_per_node: int
-    batch_mib: float
-    steps: int
-    seed: int
-    out: Path
-
-    @property
-    def dp_size(self) -> int:
-        return self.nodes * self.ranks_per_node
-
-
-def parse_args(argv: list[str] | None = None) -> ClusterOptions:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (see the module docstring); ``dp_size`` added."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--nodes", type=int, default=3, help="worker nodes (besides the head)")
     parser.add_argument("--ranks-per-node", type=int, default=4)
     parser.add_argument("--batch-mib", type=float, default=40.0, help="about this many MiB")
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
+    parser.add_argument("--soak-steps", type=int, default=300, help="soak steps; 0: no soak")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--smoke", action="store_true", help="1 worker node x 2 ranks, 2 MiB, 2 steps"
-    )
+    parser.add_argument("--smoke", action="store_true", help="1 node x 2 ranks, 2 MiB, 2+3 steps")
     parser.add_argument("--out", type=Path, default=DOCS, help="where cluster.json goes")
     args = parser.parse_args(argv)
     if args.smoke:
-        args.nodes, args.ranks_per_node, args.batch_mib, args.steps = 1, 2, 2.0, 2
-    if args.nodes < 1 or args.ranks_per_node < 1 or args.steps < 1 or args.batch_mib <= 0:
+        args.nodes, args.ranks_per_node, args.batch_mib, args.steps, args.soak_steps = 1, 2, 2, 2, 3
+    if min(args.nodes, args.ranks_per_node, args.steps, args.batch_mib) <= 0 or args.soak_steps < 0:
         parser.error("--nodes, --ranks-per-node, --steps and --batch-mib must be positive")
-    return ClusterOptions(
-        args.nodes,
-        args.ranks_per_node,
-        args.batch_mib,
-        args.steps,
-        args.seed,
-        args.out,
-    )
+    args.dp_size = args.nodes * args.ranks_per_node
+    return args
 
 
 # --- the data and the cluster -----------------------------------------------------------------
@@ -194,7 +179,7 @@ def _wait_for_free_store(capacity: float, timeout_s: float = 20.0) -> None:
 
 
 def _one_step(
-    ranks: list[Any], batch: RolloutBatch, mode: str, options: ClusterOptions
+    ranks: list[Any], batch: RolloutBatch, mode: str, options: argparse.Namespace
 ) -> dict[str, Any]:
     # Eager: one object per node, from each rank's node id (as a framework collects them).
     nodes = ray.get([rank.node_id.remote() for rank in ranks]) if mode == "eager" else None
@@ -219,7 +204,7 @@ def _one_step(
 
 
 def _run_mode(
-    ranks: list[Any], batch: RolloutBatch, mode: str, options: ClusterOptions
+    ranks: list[Any], batch: RolloutBatch, mode: str, options: argparse.Namespace
 ) -> dict[str, Any]:
     capacity = float(ray.cluster_resources()["object_store_memory"])
     processes_before = ray_worker_processes()
@@ -228,6 +213,49 @@ def _run_mode(
         steps.append(_one_step(ranks, batch, mode, options))
         _wait_for_free_store(capacity)  # the next step starts from an empty store
     return {"worker_processes_before": processes_before, "steps": steps}
+
+
+# --- the soak ---------------------------------------------------------------------------------
+
+
+def _memory(capacity: float) -> dict[str, float]:
+    """The store's usage, the driver's RSS and its private and shared-memory parts (Linux)."""
+    used = capacity - _store_free()
+    memory = {"store_used": used, "driver_rss": float(psutil.Process().memory_info().rss)}
+    status = Path("/proc/self/status")
+    if status.exists():
+        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        for name, key in (("RssAnon", "driver_rss_private"), ("RssShmem", "driver_rss_shmem")):
+            memory[key] = 1024.0 * int(fields[name].split()[0])
+    return memory
+
+
+def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
+    """``soak_steps`` steps of eager + node-aware delayed; memory at start, end and each step."""
+    capacity = float(ray.cluster_resources()["object_store_memory"])
+    nodes = ray.get([rank.node_id.remote() for rank in ranks])
+
+    def step() -> None:
+        eager = split_train_data_by_dp(batch, len(ranks), balance_data=True, rank_nodes=nodes)
+        delayed = split_train_data_by_dp(batch, len(ranks), balance_data=True, delay=True)
+        calls = [
+            rank.step.remote({"refs": refs}, r, len(ranks), mode)
+            for mode, refs in (("eager", eager), ("auto", delayed))
+            for r, rank in enumerate(ranks)
+        ]
+        ray.get(calls, timeout=600)
+
+    step()  # warm-up: the helper actor, connections, caches
+    _wait_for_free_store(capacity, timeout_s=30)
+    start, samples, began = _memory(capacity), [], time.perf_counter()
+    for index in range(options.soak_steps):
+        step()
+        samples.append({"step": index, **_memory(capacity)})
+    seconds = time.perf_counter() - began
+    _wait_for_free_store(capacity, timeout_s=30)
+    end = _memory(capacity)
+    maxima = {key: max(sample[key] for sample in samples) for key in start}
+    return {"start": start, "end": end, "max": maxima, "seconds": seconds, "samples": samples}
 
 
 # --- the report -------------------------------------------------------------------------------
@@ -257,7 +285,7 @@ def _object_bytes(batch: RolloutBatch) -> int:
     return int(ray.experimental.get_object_locations([ref])[ref]["object_size"])
 
 
-def run(options: ClusterOptions) -> dict[str, Any]:
+def run(options: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, run every mode, shut down; return the figures."""
     batch = make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
     store_bytes = max(256 * MIB, int(4 * batch.nbytes))
@@ -266,36 +294,45 @@ def run(options: ClusterOptions) -> dict[str, Any]:
         ranks = start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = _object_bytes(batch)
         results = {mode: _run_mode(ranks, batch, mode, options) for mode in MODES}
+        soak = _soak(ranks, batch, options) if options.soak_steps else None
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
     summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
     return {
-        "options": {**dataclasses.asdict(options), "out": str(options.out)},
+        "options": {**vars(options), "out": str(options.out)},
         "layout": f"head: driver + batch; {options.nodes} worker nodes x "
         f"{options.ranks_per_node} ranks",
         "batch": {"num_samples": len(batch), "nbytes": batch.nbytes, "object_bytes": batch_bytes},
         "store_bytes_per_node": store_bytes,
         "summary": summaries,
         "modes": results,
+        "soak": soak,
         "stamp": stamp(started),
     }
 
 
 def plot_cluster(report: dict[str, Any], path: Path) -> None:
-    """Bytes crossing nodes per step and per-rank time, one bar per mode."""
+    """Bytes crossing nodes and per-rank time per mode; the soak's memory over its steps."""
     plt = pyplot()
-    summary = report["summary"]
+    summary, soak = report["summary"], report["soak"]
     modes = list(summary)
-    figure, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.bar(modes, [summary[mode]["cross_node_mib"] for mode in modes], color="tab:blue")
-    left.axhline(report["batch"]["object_bytes"] / MIB, color="gray", linestyle="--", label="batch")
-    left.set_ylabel("MiB crossing nodes per step")
-    left.legend()
-    medians = [summary[mode]["rank_ms_median"] for mode in modes]
-    maxima = [summary[mode]["rank_ms_max"] for mode in modes]
-    right.bar(modes, maxima, color="tab:orange", alpha=0.4, label="max")
-    right.bar(modes, medians, color="tab:orange", label="median")
-    right.set_ylabel("per-rank ms")
-    right.legend()
+    figure, axes = plt.subplots(1, 3 if soak else 2, figsize=(15 if soak else 10, 4))
+    axes[0].bar(modes, [summary[mode]["cross_node_mib"] for mode in modes], color="tab:blue")
+    batch_mib = report["batch"]["object_bytes"] / MIB
+    axes[0].axhline(batch_mib, color="gray", linestyle="--", label="batch")
+    axes[0].set_ylabel("MiB crossing nodes per step")
+    for key, alpha in (("rank_ms_max", 0.4), ("rank_ms_median", 1.0)):
+        values = [summary[mode][key] for mode in modes]
+        axes[1].bar(modes, values, color="tab:orange", alpha=alpha, label=key[8:])
+    axes[1].set_ylabel("per-rank ms")
+    if soak:
+        steps = [sample["step"] for sample in soak["samples"]]
+        for key in ("store_used", "driver_rss_private", "driver_rss_shmem"):
+            values = [sample.get(key, 0.0) / MIB for sample in soak["samples"]]
+            axes[2].plot(steps, values, label=key)
+        axes[2].set_xlabel("soak step")
+        axes[2].set_ylabel("MiB")
+    for axis in axes:
+        axis.legend(fontsize="small")
     figure.suptitle(report["layout"])
     figure.tight_layout()
     figure.savefig(path, dpi=120)
@@ -308,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
     print(report["layout"])
     for mode, row in report["summary"].items():
         print(f"{mode:<8}", ", ".join(f"{key} {value:.4g}" for key, value in row.items()))
+    if report["soak"]:
+        for point in ("start", "end", "max"):
+            figures = report["soak"][point].items()
+            print(f"soak {point:<5}", ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in figures))
     path = write_json(report, options.out / "cluster.json")
     plot_cluster(report, path.with_suffix(".png"))
     print(f"wrote {path} and {path.with_suffix('.png')}")

@@ -16,7 +16,7 @@ the cold start of a fresh actor, a small workload (``--small-samples`` at ``--sm
 the per-object cost of an eager put against Ray's own (on the main workload at its largest dp size
 when the small one is skipped), and the targets. :mod:`benchmarks.step_run` says what one step is;
 :mod:`benchmarks.step_report` how figures are combined. Also measured in the same run, on the main
-workload (:mod:`benchmarks.references`): one ``ray.put`` of a buffer of the batch's size, a memcpy
+workload: one ``ray.put`` of a buffer of the batch's size, a memcpy
 of a rank's bytes in a rank's process, both planners and both gathers. Writes ``step.json``,
 ``step.md`` and ``step.png`` under ``--out`` (``docs/benchmarks`` by default).
 """
@@ -140,13 +140,13 @@ def _measure(
 def run(options: StepOptions) -> dict[str, Any]:
     """Run the whole benchmark; return every figure, stamped and JSON-ready (nothing is written)."""
     started = start_stamp()
-    with Progress(enabled=options.progress) as progress:
-        progress.expect(2)
-        with progress.task("generate the sample groups"):
-            groups = _generate(options)
-        store = max(_store_bytes(g) for g in groups if g is not None)
-        with local_ray(store):
-            results = _measure(options, groups, progress)
+    progress = Progress(enabled=options.progress)
+    progress.expect(2)
+    with progress.task("generate the sample groups"):
+        groups = _generate(options)
+    store = max(_store_bytes(g) for g in groups if g is not None)
+    with local_ray(store):
+        results = _measure(options, groups, progress)
     results.update(
         main_workload=options.workload,
         plan="balanced" if options.balance_data else "strided",

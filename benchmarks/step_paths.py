@@ -23,6 +23,7 @@ one, row for row, in the classic rollout layout.
 
 from __future__ import annotations
 
+import gc
 import time
 import warnings
 from collections.abc import Mapping, Sequence
@@ -34,14 +35,16 @@ import ray
 from arrow_split import KNOWN_COLUMNS, RolloutBatch, RolloutBatchBuilder, shard_for_rank
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from benchmarks import baseline
-from benchmarks._common import Laps
+from benchmarks._common import Laps, MemoryGauge, timed
 
 __all__ = [
     "PATHS",
+    "StepRankActor",
     "StepPath",
     "boundary",
     "check_agreement",
     "is_per_sample",
+    "largest_ranks",
     "rank_steps",
     "rollout",
     "rollout_dict",
@@ -243,6 +246,57 @@ def rank_steps(
     if path == "numpy":
         return _numpy_rank(box, mode, rank, dp_size, balance)
     return _arrow_rank(box, rank, dp_size, balance)
+
+
+# --- the rank's process ---------------------------------------------------------------------
+
+
+def largest_ranks(partitions: list[Any], lengths: Any, count: int) -> list[int]:
+    """The ``count`` ranks with the most tokens (the slowest candidates), lowest rank on a tie."""
+    tokens = [int(lengths[rows].sum()) for rows in partitions]
+    order = sorted(range(len(partitions)), key=lambda rank: (-tokens[rank], rank))
+    return sorted(order[: max(count, 1)])
+
+
+@ray.remote(num_cpus=0)
+class StepRankActor:
+    """One train rank's process (``num_cpus=0``: a train actor leaves the CPUs to its model).
+
+    Started fresh for every configuration as a framework starts a train actor: it imports torch
+    and ``arrow_split.torch`` and calls :func:`arrow_split.ray.warm_up`, nothing else. Its first
+    call is the cold start of a train actor's first step; later calls, on later steps' fresh
+    objects, are warm. References travel inside a list so that Ray does not resolve them before
+    the clock starts.
+    """
+
+    def __init__(self) -> None:
+        import torch  # a train actor has imported torch long before its first step
+
+        import arrow_split.torch  # noqa: F401 - as a train actor's module imports it
+        from arrow_split.ray import warm_up
+
+        warm_up()
+        self.torch_version = torch.__version__
+
+    def ready(self) -> bool:
+        return True
+
+    def run(
+        self, path: StepPath, mode: str, box: list[Any], rank: int, dp_size: int, balance: bool
+    ) -> dict[str, Any]:
+        """Run and time one rank's steps once: ``{"steps", "seconds", "memory"}``."""
+        gc.collect()
+        with MemoryGauge() as memory:
+            laps = rank_steps(path, mode, box, rank, dp_size, balance)
+        return {"steps": laps.seconds, "seconds": laps.total, "memory": memory.figures}
+
+    def memcpy(self, nbytes: int, repeats: int) -> dict[str, Any]:
+        """The floor of a delayed rank: a copy of ``nbytes`` into fresh memory in this process."""
+        source = np.ones(max(nbytes, 1), dtype=np.uint8)
+        return {
+            "bytes": nbytes,
+            "seconds": timed(lambda: np.copyto(np.empty_like(source), source), repeats),
+        }
 
 
 # --- agreement (before anything is timed) ----------------------------------------------------

@@ -105,60 +105,59 @@ def _divide(top: float | None, bottom: float | None) -> float | None:
     return top / bottom
 
 
-def _dp_of(summary: dict[str, Any], mode: str) -> int | None:
-    sizes = sorted({entry["dp_size"] for entry in summary.values() if entry["mode"] == mode})
-    if not sizes:
+def _ratio_of(results: dict[str, Any], workload: str, config: str, over: str) -> float | None:
+    """``over``'s step boundary / the builder's, in ``config`` (``"eager/64"``) of ``workload``."""
+    summary = results["summary"].get(workload, {})
+    top, bottom = summary.get(f"{config}/{over}"), summary.get(f"{config}/builder")
+    if top is None or bottom is None:
         return None
-    return TARGET_DP if TARGET_DP in sizes else sizes[-1]
+    return _divide(top["boundary_seconds"], bottom["boundary_seconds"])
 
 
-def _figure(summary: dict[str, Any], mode: str, dp: int | None, path: str, key: str) -> Any:
-    entry = summary.get(f"{mode}/{dp}/{path}")
-    return None if entry is None else entry[key]
-
-
-_RATIO_TARGETS = (  # (target, mode, figure, the path over the builder's, goal)
-    ("step boundary: classic / builder", "delayed", "boundary_seconds", "classic", 20),
-    ("step boundary: classic / builder", "eager", "boundary_seconds", "classic", 5),
-    ("critical path: classic / builder", "delayed", "critical_path_seconds", "classic", 10),
-    ("critical path: classic / builder", "eager", "critical_path_seconds", "classic", 3),
-    ("slowest rank: numpy classic / builder", "delayed", "slowest_rank_seconds", "numpy", 5),
+_BOUNDARY_TARGETS = (  # (configuration, the path over the builder's, goal)
+    ("eager/64", "classic", 20),
+    ("eager/256", "classic", 20),
+    ("eager/64", "numpy", 3),
+    ("eager/256", "numpy", 3),
+    ("delayed/64", "classic", 20),
 )
 
 
-def _target_rows(results: dict[str, Any]) -> list[tuple[str, str, float | None, float, bool]]:
-    """``(target, where, value, goal, at_least)`` of every target."""
-    name = results["main_workload"]
-    summary = results["summary"][name]
-    dps = {mode: _dp_of(summary, mode) for mode in ("eager", "delayed")}
-    where = {mode: f"{name}, {mode} dp {dp}" for mode, dp in dps.items()}
-    rows: list[tuple[str, str, float | None, float, bool]] = []
-    for target, mode, key, over, goal in _RATIO_TARGETS:
-        top = _figure(summary, mode, dps[mode], over, key)
-        value = _divide(top, _figure(summary, mode, dps[mode], "builder", key))
-        rows.append((target, where[mode], value, goal, True))
-    builder = summary.get(f"delayed/{dps['delayed']}/builder")
-    appends = None if builder is None else builder["appends_cpu_seconds"]
-    pickled = results["pickle"]["cpu_seconds"]["median"]
-    ratio = _divide(appends, pickled)
-    rows.append(("builder appends' CPU / pickle of the classic dict", name, ratio, 1, False))
-    cold = None if builder is None else builder["cold_start"]
-    first = None if cold is None else _divide(cold["first_seconds"], cold["warm_seconds"])
-    target = "first step / warm step (a fresh actor's first rank call)"
-    rows.append((target, where["delayed"], first, 2, False))
-    return rows
-
-
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """The brief's targets on the main workload, each with its value and whether it was reached."""
-    found = []
-    for target, where, value, limit, at_least in _target_rows(results):
-        reached = None if value is None else (value >= limit if at_least else value <= limit)
-        goal = f"{'>=' if at_least else '<='} {limit:g}x"
-        found.append(
-            {"target": target, "where": where, "value": value, "goal": goal, "reached": reached}
-        )
-    return found
+    """The targets (issue 17's), each with its value, goal and whether it was reached."""
+    main = results["main_workload"]
+    small = next((name for name in results["summary"] if name.startswith("small-")), None)
+    rows: list[tuple[str, str, float | None, float, bool]] = []
+    for config in ("eager/64", "eager/256", "delayed/64"):
+        for over, goal in (("classic", 20), ("numpy", 3)):
+            value = _ratio_of(results, main, config, over)
+            rows.append(
+                (f"step boundary: {over} / builder", f"{main}, {config}", value, goal, True)
+            )
+    if small is not None:
+        value = _ratio_of(results, small, f"eager/{TARGET_DP}", "classic")
+        rows.append(("step boundary: classic / builder", f"{small}, eager/64", value, 2.5, True))
+    colds = [
+        _divide(entry["cold_start"]["first_seconds"], entry["cold_start"]["warm_seconds"])
+        for entry in results["summary"][main].values()
+        if entry["path"] in ("arrow", "builder")
+    ]
+    worst = max((cold for cold in colds if cold is not None), default=None)
+    rows.append(("first / warm rank call, worst arrow_split configuration", main, worst, 2, False))
+    builder = results["summary"][main].get(f"delayed/{TARGET_DP}/builder")
+    appends = None if builder is None else builder["appends_cpu_seconds"]
+    value = _divide(appends, results["pickle"]["cpu_seconds"]["median"])
+    rows.append(("builder appends' CPU / pickle of the classic dict", main, value, 1, False))
+    return [
+        {
+            "target": target,
+            "where": where,
+            "value": value,
+            "goal": f"{'>=' if at_least else '<='} {goal:g}x",
+            "reached": None if value is None else (value >= goal if at_least else value <= goal),
+        }
+        for target, where, value, goal, at_least in rows
+    ]
 
 
 # --- markdown --------------------------------------------------------------------------------
@@ -236,24 +235,6 @@ def _references_table(results: dict[str, Any]) -> list[str]:
     ]
 
 
-def _memory_table(results: dict[str, Any]) -> list[str]:
-    name = results["main_workload"]
-    lines = [
-        f"### Memory of the slowest rank (`{name}`, warm steps, peak)",
-        "",
-        "| mode | dp | path | private increase | store pages touched |",
-        "|---|---:|---|---:|---:|",
-    ]
-    for entry in results["summary"][name].values():
-        memory = entry["slowest_rank_memory"]
-        lines.append(
-            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
-            f"| {format_bytes(memory['private_increase_bytes'])} "
-            f"| {format_bytes(memory['shared_touched_bytes'])} |"
-        )
-    return [*lines, ""]
-
-
 def _parts(seconds: dict[str, float]) -> str:
     return " + ".join(f"{name} {format_seconds(value)}" for name, value in seconds.items())
 
@@ -286,18 +267,22 @@ def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def _cold_table(results: dict[str, Any]) -> list[str]:
+def _rank_table(results: dict[str, Any]) -> list[str]:
+    """The slowest rank's peak memory and its cold start (a fresh actor's first call)."""
     name = results["main_workload"]
     lines = [
-        f"### Cold start (`{name}`): a fresh actor's first rank call against a warm one",
+        f"### The slowest rank (`{name}`): peak memory (warm steps) and cold start",
         "",
-        "| mode | dp | path | first | warm | first / warm |",
-        "|---|---:|---|---:|---:|---:|",
+        "| mode | dp | path | private increase | store pages touched | first call | warm "
+        "| first / warm |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
     ]
     for entry in results["summary"][name].values():
-        cold = entry["cold_start"]
+        memory, cold = entry["slowest_rank_memory"], entry["cold_start"]
         lines.append(
             f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+            f"| {format_bytes(memory['private_increase_bytes'])} "
+            f"| {format_bytes(memory['shared_touched_bytes'])} "
             f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
             f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))} |"
         )
@@ -351,12 +336,12 @@ def _targets_table(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """``step.md``: header, one table per workload, references, memory, cold starts, targets."""
+    """``step.md``: header, one table per workload, references, the slowest ranks, targets."""
     lines = _header(results)
     for name in results["workloads"]:
         lines += _workload_table(name, results)
-    lines += _references_table(results) + _memory_table(results)
-    lines += _cold_table(results) + _per_object_table(results) + _targets_table(results)
+    lines += _references_table(results) + _rank_table(results)
+    lines += _per_object_table(results) + _targets_table(results)
     return "\n".join(lines)
 
 

@@ -19,7 +19,7 @@ import dataclasses
 import gc
 import pickle
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,18 @@ import numpy as np
 import ray
 
 from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
-from arrow_split.testing import RolloutConfig, iter_sample_groups
-from benchmarks import references
-from benchmarks._common import Progress, summarize
-from benchmarks.step_paths import PATHS, StepPath, boundary, check_agreement, rollout
-from benchmarks.step_ranks import StepRankActor, largest_ranks
+from arrow_split.testing import WORKLOADS, RolloutConfig, iter_sample_groups, make_lengths
+from benchmarks import baseline
+from benchmarks._common import Progress, summarize, timed
+from benchmarks.step_paths import (
+    PATHS,
+    StepPath,
+    StepRankActor,
+    boundary,
+    check_agreement,
+    largest_ranks,
+    rollout,
+)
 
 __all__ = [
     "Groups",
@@ -212,8 +219,54 @@ def warm_up_driver(groups: Groups, options: StepOptions) -> None:
             del refs, state
 
 
+# --- the physical references ---------------------------------------------------------------
+
+
+PLANNER_TARGET = (65_536, 256)
+"""The planner's reference point: (samples, dp_size)."""
+
+
+def one_buffer_put(nbytes: int, repeats: int) -> dict[str, Any]:
+    """``ray.put`` of one contiguous buffer of ``nbytes`` (the object dropped after each run)."""
+    buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
+    return {"bytes": nbytes, "seconds": timed(lambda: ray.put(buffer), repeats)}
+
+
+def planner_and_take(
+    data: Mapping[str, Any], batch: RolloutBatch, dp_size: int, repeats: int
+) -> dict[str, Any]:
+    """Both planners at :data:`PLANNER_TARGET`; both gathers of rank 0's rows at ``dp_size``.
+
+    ``data`` is the classic dict of lists, ``batch`` the same samples as arrow_split's batch.
+    """
+    samples, planner_dp = PLANNER_TARGET
+    lengths = make_lengths(dataclasses.replace(WORKLOADS["medium"], samples=samples))
+    as_list = [int(length) for length in lengths]
+    classic = timed(lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats)
+    arrow = timed(lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats)
+    total = [int(length) for length in batch.total_lengths]
+    rows = plan_partitions(batch.total_lengths, dp_size, balance_data=True)[0]
+    row_list = [int(row) for row in rows]
+    take_classic = timed(lambda: baseline.classic_shard(data, row_list, total), repeats)
+    take_arrow = timed(lambda: take_rows(batch, rows), repeats)
+    return {
+        "planner": {
+            "samples": samples,
+            "dp_size": planner_dp,
+            "classic_seconds": classic,
+            "arrow_seconds": arrow,
+        },
+        "take": {
+            "dp_size": dp_size,
+            "rows": len(row_list),
+            "classic_seconds": take_classic,
+            "arrow_seconds": take_arrow,
+        },
+    }
+
+
 def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
-    """The physical references (:mod:`benchmarks.references`) on ``groups`` at ``dp_size``.
+    """The physical references on ``groups`` at ``dp_size``: one buffer put, memcpy, plan, take.
 
     The memcpy copies the Arrow bytes of the largest of the ``ranks`` measured ranks, in a fresh
     :class:`StepRankActor` (a rank's process).
@@ -229,7 +282,7 @@ def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -
     return {
         "workload": groups.name,
         "batch_bytes": batch.nbytes,
-        "one_buffer_put": references.one_buffer_put(batch.nbytes, 2 * repeats),
+        "one_buffer_put": one_buffer_put(batch.nbytes, 2 * repeats),
         "memcpy_rank": {"dp_size": dp_size, "ranks": measured, **memcpy},
-        **references.planner_and_take(data, batch, dp_size, repeats),
+        **planner_and_take(data, batch, dp_size, repeats),
     }
