@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-min lint bench clean
 
 $(STAMP): pyproject.toml requirements-dev.txt
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,21 @@ test: $(STAMP)
 	$(BIN)/python -m mypy
 	ARROW_SPLIT_HYPOTHESIS_PROFILE=$${ARROW_SPLIT_HYPOTHESIS_PROFILE:-ci} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The suite without Ray under the lowest numpy and pyarrow that pyproject.toml allows, in a second
+# virtualenv (requirements-min.txt); CI runs it after `make test`.
+MIN_VENV ?= .venv-min
+MIN_STAMP := $(MIN_VENV)/.installed
+
+$(MIN_STAMP): pyproject.toml requirements-min.txt
+	$(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MIN_VENV)/bin/python -m pip install --quiet -r requirements-min.txt
+	touch $(MIN_STAMP)
+
+test-min: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -c "import numpy, pyarrow; print('numpy', numpy.__version__, 'pyarrow', pyarrow.__version__)"
+	ARROW_SPLIT_HYPOTHESIS_PROFILE=$${ARROW_SPLIT_HYPOTHESIS_PROFILE:-ci} $(MIN_VENV)/bin/python -m pytest -m "not ray" --ignore=tests/ray --ignore=tests/test_benchmarks_smoke.py $(PYTEST_ARGS)
+
 lint: $(STAMP)
 	$(BIN)/python -m ruff check arrow_split tests benchmarks
 	$(BIN)/python -m mypy
@@ -33,4 +48,4 @@ bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(MIN_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -8,7 +8,10 @@ helpers in :mod:`arrow_split.testing`.
 from __future__ import annotations
 
 from arrow_split._builder import RolloutBatchBuilder
+from arrow_split._codecs.token_lists import TokenLists
+from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._karmarkar_karp import karmarkar_karp
+from arrow_split._pad import pad_to_dp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -16,10 +19,11 @@ from arrow_split._schedule import (
     plan_schedule,
     schedule_for_rank,
 )
-from arrow_split._split import shard_for_rank, split_train_data_by_dp_raw, take_rows
-from arrow_split.batch import ColumnValues, RolloutBatch, Shard, TrainDataLayout
+from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw, take, take_rows
+from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
+    ArrowSplitWarning,
     ColumnNotFoundError,
     ColumnTypeError,
     DumpError,
@@ -35,6 +39,7 @@ from arrow_split.errors import (
     SchemaError,
     SchemaTypeError,
     TransportError,
+    UnknownKeyWarning,
     ValueRangeError,
 )
 from arrow_split.plan import (
@@ -46,9 +51,11 @@ from arrow_split.plan import (
     plan_partitions,
 )
 from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
+from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [
     "ArrowSplitError",
+    "ArrowSplitWarning",
     "ColumnKind",
     "ColumnNotFoundError",
     "ColumnSpec",
@@ -57,8 +64,10 @@ __all__ = [
     "DumpError",
     "DuplicateSampleError",
     "JournalError",
+    "JournalSync",
     "KNOWN_COLUMNS",
     "NotARolloutBatchError",
+    "OnDuplicate",
     "OptionError",
     "OptionTypeError",
     "Plan",
@@ -77,19 +86,24 @@ __all__ = [
     "SchemaTypeError",
     "Shard",
     "SplitMethod",
+    "TokenLists",
     "TrainDataLayout",
     "TransportError",
+    "UnknownKeyWarning",
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",
+    "pad_to_dp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
     "plan_schedule",
     "schedule_for_rank",
     "shard_for_rank",
+    "split",
     "split_train_data_by_dp_raw",
+    "take",
     "take_rows",
 ]
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -3,14 +3,13 @@
 :class:`RolloutBatchBuilder` encodes each appended sample (or group of samples) at once, through
 the same path as :meth:`RolloutBatch.from_train_data` (:func:`arrow_split._convert.encode_columns`
 and the codecs), so every check and message is the same; the encoded values are appended to
-growable Arrow columns (:mod:`arrow_split._growable`), which :meth:`RolloutBatchBuilder.finish`
-hands over to the batch without a copy.
+growable Arrow columns (:mod:`arrow_split._codecs._growable`), which
+:meth:`RolloutBatchBuilder.finish` hands over to the batch without a copy.
 """
 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -18,45 +17,38 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice, as_flag
-from arrow_split._builder_group import Group, group_from_record, group_record
-from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._builder_group import Group, group_record, shifted
+from arrow_split._builder_journal import journal_header, recover_journal
+from arrow_split._builder_step import StepState
+from arrow_split._codecs import EncodeOptions
+from arrow_split._codecs._growable import Growable
 from arrow_split._codecs.globals import check_batch_global
 from arrow_split._convert import encode_columns, encode_train_data
-from arrow_split._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._journal import (
-    JOURNAL_VERSION,
     JournalSync,
     OnDuplicate,
-    Record,
     StepJournal,
     pack_value,
-    spec_from_json,
     spec_to_json,
-    unpack_value,
 )
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
-    DuplicateSampleError,
     JournalError,
-    RaggedLengthError,
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
 __all__ = ["RolloutBatchBuilder"]
 
-_SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
-_DERIVED = "total_lengths"  # checked against the length source, never stored
-
-
-def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
-    """The same error, its sample positions moved from the group's to the batch's."""
-    if base == 0:
-        return error
-    text = _SAMPLE_AT.sub(lambda match: f"sample {int(match.group(1)) + base}", str(error))
-    return type(error)(text)
+_DERIVED = TOTAL_LENGTHS  # checked against the length source, never stored
 
 
 def _copy_value(value: object) -> object:
@@ -66,7 +58,7 @@ def _copy_value(value: object) -> object:
     return list(value) if isinstance(value, (list, tuple)) else value
 
 
-class RolloutBatchBuilder:
+class RolloutBatchBuilder(StepState):
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
     Each :meth:`append` (one sample) or :meth:`extend` (a group in the train-data layout) is
@@ -149,22 +141,7 @@ class RolloutBatchBuilder:
     (2, 0)
     """
 
-    __slots__ = (
-        "_columns",
-        "_declared",
-        "_globals",
-        "_identity",
-        "_journal",
-        "_known",
-        "_length",
-        "_on_duplicate",
-        "_options",
-        "_per_sample_of",
-        "_sample_globals",
-        "_sample_keys",
-        "_seen",
-        "_specs",
-    )
+    __slots__ = ("_declared", "_journal", "_known")
 
     def __init__(
         self,
@@ -191,10 +168,13 @@ class RolloutBatchBuilder:
         self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
         self._journal = (
-            None if journal is None else StepJournal.create(journal, self._header(), sync)
+            None
+            if journal is None
+            else StepJournal.create(
+                journal, journal_header(self._declared, self._options, self._identity), sync
+            )
         )
         self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
-        self._per_sample_of: dict[str, bool] = {_DERIVED: True}  # of the keys resolved so far
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
         self._sample_globals: dict[str, Growable] = {}
         self._sample_keys: tuple[str, ...] | None = None
@@ -216,17 +196,13 @@ class RolloutBatchBuilder:
 
     def _per_sample(self, key: str) -> bool:
         """Whether ``key`` gives one value per sample (unknown keys too: resolving raises)."""
-        known = self._per_sample_of.get(key)
-        if known is not None:
-            return known
+        if key == _DERIVED:
+            return True
         declared = any(spec.name == key for spec in self._declared)
         if key not in self._known and key not in KNOWN_COLUMNS and not declared:
             return True
-        spec = self._spec(key)  # a key's spec never changes once resolved: remember the answer
-        known = self._per_sample_of[key] = (
-            spec.is_per_sample or spec.global_shape == "float_per_sample"
-        )
-        return known
+        spec = self._spec(key)
+        return spec.is_per_sample or spec.global_shape == "float_per_sample"
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -303,10 +279,6 @@ class RolloutBatchBuilder:
             self._journal.write("global", meta, [])
         self._set_global(key, spec, value)
 
-    def _set_global(self, key: str, spec: ColumnSpec, value: object) -> None:
-        self._specs.setdefault(key, spec)
-        self._globals[key] = value
-
     def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
         sample_keys = self._check_keys(train_data, base)
@@ -314,7 +286,7 @@ class RolloutBatchBuilder:
             resolved = self._resolve(train_data)
             columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
         except ArrowSplitError as error:
-            raise _shifted(error, base) from None
+            raise shifted(error, base) from None
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
         group = self._first_seen(checked)
@@ -325,131 +297,17 @@ class RolloutBatchBuilder:
         self._commit(group)
         return group.count
 
-    def _identities(self, group: Group) -> list[object]:
-        if self._identity is None or self._identity not in group.columns:
-            return []
-        return list(group.columns[self._identity].to_pylist())
-
-    def _first_seen(self, group: Group) -> Group | None:
-        """The group without its replayed samples (``skip``), or raise (``error``)."""
-        identities = self._identities(group)
-        seen: dict[object, int] = {}
-        keep: list[int] = []
-        for row, identity in enumerate(identities):
-            first = self._seen.get(identity, seen.get(identity))
-            if first is None:
-                seen[identity] = self._length + len(keep)
-                keep.append(row)
-            elif self._on_duplicate == "error":
-                msg = (
-                    f"sample {self._length + row}: `{self._identity}` {identity!r:.40} is "
-                    f"sample {first}'s already; a replayed sample is refused "
-                    '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
-                )
-                raise DuplicateSampleError(msg)
-        if len(keep) == len(identities):
-            return group
-        return group.take(keep) if keep else None
-
-    def _check_keys(self, train_data: Mapping[str, Any], base: int) -> tuple[str, ...]:
-        sample_keys = tuple(key for key in train_data if self._per_sample(key))
-        for key in sample_keys:
-            if key in self._globals:
-                msg = (
-                    f"sample {base}: batch-global key `{key}` was given whole by `set_global` "
-                    "in this step; give it one way only"
-                )
-                raise SchemaError(msg)
-        if self._sample_keys is None:
-            return sample_keys
-        missing = [key for key in self._sample_keys if key not in sample_keys]
-        added = [key for key in sample_keys if key not in self._sample_keys]
-        if missing or added:
-            what = f"lacks key `{missing[0]}`" if missing else f"has the new key `{added[0]}`"
-            msg = (
-                f"sample {base} {what}; every sample of a batch has the same per-sample keys "
-                f"(this step's: {', '.join(self._sample_keys)})"
-            )
-            raise SchemaError(msg)
-        return sample_keys
-
     def _resolve(self, train_data: Mapping[str, Any]) -> dict[str, ColumnSpec]:
         """The specs of a group's keys: as used so far this step, or resolved anew."""
         if self._sample_keys is None:
             resolved = resolve_specs(train_data.keys(), self._declared)  # role checks too
             self._known.update(resolved)
-            self._per_sample_of = {_DERIVED: True}  # answered again from the specs now known
             return {key: self._specs.get(key, spec) for key, spec in resolved.items()}
         return {
             key: self._specs[key] if key in self._specs else self._spec(key)
             for key in train_data
             if key != _DERIVED
         }
-
-    def _check_group(self, group: Group) -> None:
-        """Raise if the group cannot join the batch: a tensor shape, a batch-global value."""
-        for name, array in group.columns.items():
-            growable = self._columns.get(name)
-            if growable is None or growable.length == 0:
-                continue
-            try:
-                growable.check(array)
-            except ShapeMismatch as mismatch:
-                msg = (
-                    f"sample {mismatch.row}: `{name}` has trailing shape {mismatch.shape} but "
-                    f"sample {mismatch.first_row} has {mismatch.first}; every sample must have "
-                    "the same shape after the first axis"
-                )
-                raise RaggedLengthError(msg) from None
-        for key, value in group.globals.items():
-            if key in self._globals and not _same(self._globals[key], value):
-                msg = (
-                    f"batch-global key `{key}` is {value!r:.60} in sample {self._length}'s group "
-                    f"but {self._globals[key]!r:.60} before; a batch-global key has one value "
-                    "for the whole batch (set it once with `set_global`)"
-                )
-                raise SchemaError(msg)
-
-    def _commit(self, group: Group) -> None:
-        """Add a checked group: nothing here raises on the caller's values."""
-        if self._sample_keys is None:
-            self._sample_keys = group.sample_keys
-        for key, spec in group.used.items():
-            previous = self._specs.get(key)
-            self._specs[key] = spec
-            if previous is not None and previous != spec and key in self._columns:
-                self._reencode(key, previous, spec)
-        for name, array in group.columns.items():
-            self._growable(self._columns, name, array).append(array)
-        for key, values in group.sample_globals.items():
-            array = pa.array(values)
-            self._growable(self._sample_globals, key, array).append(array)
-        for key, value in group.globals.items():
-            self._globals.setdefault(key, value)
-        for row, identity in enumerate(self._identities(group)):
-            self._seen[identity] = self._length + row
-        self._length += group.count
-
-    @staticmethod
-    def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-        """The column's growable; a new one where an empty one holds another Arrow type.
-
-        An empty growable of another type (the previous step's narrow storage, tensor shape or
-        object codec) is replaced: a step's types depend on its own samples only.
-        """
-        growable = growables.get(name)
-        reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
-        if growable is None or not reusable:
-            growable = growables[name] = growable_for(array.type)
-        return growable
-
-    def _reencode(self, key: str, previous: ColumnSpec, spec: ColumnSpec) -> None:
-        """Store the rows so far as ``spec`` says (a ``string`` column that fell back to pickle)."""
-        codec = codec_for(spec)
-        rows = codec.decode(previous, self._columns[key].finish())
-        array, _ = codec.encode(spec, rows, self._options)
-        self._columns[key] = growable_for(array.type)
-        self._columns[key].append(array)
 
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended; the builder is then empty, its capacity kept.
@@ -501,14 +359,6 @@ class RolloutBatchBuilder:
             self._journal.finish_step(batch)
         self._reset()
 
-    def _checked_globals(self) -> dict[str, object]:
-        return {
-            key: check_batch_global(
-                self._specs[key], value, self._length, self._options.allow_nonfinite
-            )
-            for key, value in self._globals.items()
-        }
-
     def _finish_empty(self) -> RolloutBatch:
         declared = {spec.name: spec for spec in self._declared}
         source = role_column(declared, "length_source") or role_column(
@@ -522,25 +372,13 @@ class RolloutBatchBuilder:
         self._close_step(batch)
         return batch
 
-    def _reset(self) -> None:
-        self._sample_keys = None
-        self._specs = {}
-        self._globals = {}
-        self._seen = {}
-        self._length = 0
+    def close(self) -> None:
+        """Close the journal file, if any; the journal stays on disk, for :meth:`recover`.
 
-    def _header(self) -> dict[str, object]:
-        """What a journal's ``open`` record holds: enough to build this builder again."""
-        from arrow_split import __version__
-
-        return {
-            "journal_version": JOURNAL_VERSION,
-            "library_version": __version__,
-            "declared": [spec_to_json(spec) for spec in self._declared],
-            "allow_nonfinite": self._options.allow_nonfinite,
-            "exact_floats": self._options.exact_floats,
-            "identity": self._identity,
-        }
+        A closed builder with a journal refuses further calls with :class:`JournalError`.
+        """
+        if self._journal is not None:
+            self._journal.close()
 
     @classmethod
     def recover(
@@ -565,38 +403,10 @@ class RolloutBatchBuilder:
             journal of an unknown version, or several unfinished steps.
         """
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
-        step_journal, records = StepJournal.recover(journal, sync)
-        header = step_journal.header
+        step_journal, records, arguments = recover_journal(journal, sync)
+        builder = cls(**arguments, on_duplicate=on_duplicate)
         source = os.fspath(journal)
-        if header.get("journal_version") != JOURNAL_VERSION:
-            step_journal.close()
-            msg = (
-                f"`{source}` is a journal of version {header.get('journal_version')!r:.20}; "
-                f"this arrow_split reads version {JOURNAL_VERSION!r}"
-            )
-            raise JournalError(msg)
-        builder = cls(
-            [spec_from_json(item, source) for item in header["declared"]],
-            allow_nonfinite=bool(header["allow_nonfinite"]),
-            exact_floats=bool(header["exact_floats"]),
-            identity=header["identity"],
-            on_duplicate=on_duplicate,
-        )
         for record in records:
             builder._replay(record, source)
         builder._journal = step_journal
         return builder
-
-    def _replay(self, record: Record, source: str) -> None:
-        if record.kind == "global":
-            key = str(record.meta["key"])
-            self._set_global(
-                key, spec_from_json(record.meta["spec"], source), unpack_value(record.meta["value"])
-            )
-        else:
-            self._commit(group_from_record(record, source))
-
-
-def _same(left: object, right: object) -> bool:
-    """Equal batch-global values (lists of ints or str, or ints)."""
-    return type(left) is type(right) and left == right

@@ -9,12 +9,14 @@ per-sample batch-global values and the group's other batch-global values. A jour
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs import codec_for
 from arrow_split._journal import (
     Record,
     pack_value,
@@ -22,9 +24,12 @@ from arrow_split._journal import (
     spec_to_json,
     unpack_value,
 )
+from arrow_split.errors import ArrowSplitError
 from arrow_split.schema import ColumnSpec
 
-__all__ = ["Group", "group_from_record", "group_record"]
+__all__ = ["Group", "group_from_record", "group_record", "shifted"]
+
+_SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
 
 
 class Group:
@@ -50,9 +55,11 @@ class Group:
 
     def take(self, rows: Sequence[int]) -> Group:
         """The group of the samples at ``rows`` only (a replay's samples dropped)."""
-        indices = pa.array(np.asarray(rows, dtype=np.int64))
-        columns = {name: array.take(indices) for name, array in self.columns.items()}
         picked = np.asarray(rows, dtype=np.int64)
+        columns = {
+            name: codec_for(self.used[name]).take(array, picked)
+            for name, array in self.columns.items()
+        }
         values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
         return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
 
@@ -77,8 +84,12 @@ def group_from_record(record: Record, source: str) -> Group:
     """The group a ``group`` record holds."""
     meta: dict[str, Any] = record.meta
     names, sample_globals = list(meta["names"]), list(meta["sample_globals"])
-    columns = dict(zip(names, record.arrays[: len(names)], strict=True))
     specs = [spec_from_json(item, source) for item in meta["specs"]]
+    used = {spec.name: spec for spec in specs}
+    columns = {  # a journal of an older version: its columns in this version's form
+        name: codec_for(used[name]).stored(used[name], array) if name in used else array
+        for name, array in zip(names, record.arrays[: len(names)], strict=True)
+    }
     values: dict[str, object] = {
         key: array.to_numpy(zero_copy_only=False)
         for key, array in zip(sample_globals, record.arrays[len(names) :], strict=True)
@@ -86,7 +97,15 @@ def group_from_record(record: Record, source: str) -> Group:
     group_globals = cast(dict[str, object], unpack_value(meta["globals"]))
     return Group(
         columns,
-        {spec.name: spec for spec in specs},
+        used,
         {**group_globals, **values},
         tuple(meta["sample_keys"]),
     )
+
+
+def shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
+    """The same error, its sample positions moved from the group's to the batch's."""
+    if base == 0:
+        return error
+    text = _SAMPLE_AT.sub(lambda match: f"sample {int(match.group(1)) + base}", str(error))
+    return type(error)(text)

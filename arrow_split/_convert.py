@@ -4,7 +4,9 @@ dict -> Arrow (:func:`encode_train_data`): the shape of every per-sample key is 
 (a sequence with one value per sample of the length source, for all keys before any value is
 converted); then the length source (``tokens``), whose offsets give each sample's length; then the
 response lengths; then the other columns, each by its codec and then against its
-:data:`~arrow_split.schema.LengthRule`; then the batch-global values. Columns are found by their
+:data:`~arrow_split.schema.LengthRule`; then finiteness (:func:`check_finite_columns`: NaN and
+infinity in a float column, refused only where the loss mask is 1 in a response-aligned one);
+then the batch-global values. Columns are found by their
 :data:`~arrow_split.schema.Role`, never by name.
 
 Arrow -> dict (:func:`decode_train_data`): each column by its codec, batch-global values copied.
@@ -12,6 +14,7 @@ Arrow -> dict (:func:`decode_train_data`): each column by its codec, batch-globa
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,8 +22,9 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._codecs._checks import check_finite
 from arrow_split._codecs._numeric import is_array
-from arrow_split._codecs.globals import check_batch_global, global_to_python
+from arrow_split._codecs.globals import check_batch_global, global_to_python, unpadded_samples
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -28,11 +32,24 @@ from arrow_split.errors import (
     SchemaTypeError,
     ValueRangeError,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, resolve_specs, role_column
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
+    ColumnSpec,
+    resolve_specs,
+    role_column,
+)
 
-__all__ = ["decode_train_data", "encode_columns", "encode_train_data", "per_sample_values"]
+__all__ = [
+    "check_finite_columns",
+    "check_parts",
+    "decode_train_data",
+    "encode_columns",
+    "encode_train_data",
+    "per_sample_values",
+]
 
-_DERIVED_LENGTHS = "total_lengths"
+_DERIVED_LENGTHS = TOTAL_LENGTHS
 
 
 def per_sample_values(
@@ -106,8 +123,13 @@ def encode_columns(
         if spec.is_per_sample
     }
     columns, used = _encode_columns(data, resolved, per_sample, options)
+    if options.allow_nonfinite:
+        used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
+    else:
+        check_finite_columns(columns, used)
+    unpadded = unpadded_samples(num_samples, columns, used)
     batch_globals = {
-        key: check_batch_global(spec, data[key], num_samples, options.allow_nonfinite)
+        key: check_batch_global(spec, data[key], unpadded, options.allow_nonfinite)
         for key, spec in resolved.items()
         if not spec.is_per_sample
     }
@@ -145,6 +167,47 @@ def _encode_columns(
             columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
             rules.check(specs[key], columns[key])
     return columns, used
+
+
+def _nonfinite_allowed(spec: ColumnSpec) -> ColumnSpec:
+    """The spec as used under ``allow_nonfinite=True``: a float column says ``finite=False``."""
+    floats = spec.value_type is not None and pa.types.is_floating(spec.value_type)
+    return dataclasses.replace(spec, finite=False) if floats and spec.finite else spec
+
+
+def check_finite_columns(columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]) -> None:
+    """Raise on the first NaN or infinity that counts, column by column.
+
+    A float column with ``finite`` set refuses them everywhere, except a column aligned to the
+    response (``length="response"``) when the batch has a response-aligned loss mask (role
+    ``loss_mask``): there only the positions whose mask is 1 count (miles' log-prob guard). Call
+    it once the length rules hold (the mask and the column are then aligned).
+    """
+    mask_name = role_column(specs, "loss_mask")
+    mask: np.ndarray | None = None
+    if mask_name is not None and mask_name in columns and specs[mask_name].length == "response":
+        numbers = codec_for(specs[mask_name]).flat_numbers(columns[mask_name])
+        mask = None if numbers is None else numbers.values
+    for name, array in columns.items():
+        spec = specs[name]
+        if not spec.finite or spec.value_type is None or not pa.types.is_floating(spec.value_type):
+            continue
+        numbers = codec_for(spec).flat_numbers(array)
+        if numbers is None:
+            continue
+        counted = mask if spec.length == "response" else None
+        if counted is not None and numbers.token_offsets is not None:
+            counted = np.repeat(counted, np.diff(numbers.token_offsets))  # a list per token
+        response_aligned = spec.length == "response"
+        check_finite(
+            name,
+            numbers.values,
+            numbers.offsets,
+            counted=counted,
+            mask_name=(mask_name or role_column(KNOWN_COLUMNS, "loss_mask"))
+            if response_aligned
+            else None,
+        )
 
 
 def _check_total_lengths(
@@ -250,3 +313,24 @@ def decode_train_data(
         else:
             train_data.update(global_to_python({key: batch_globals[key]}))
     return train_data
+
+
+def check_parts(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> None:
+    """Raise unless the record batch's columns are the per-sample specs, every global valued."""
+    if not isinstance(record_batch, pa.RecordBatch):
+        msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
+        raise SchemaTypeError(msg)
+    names = record_batch.schema.names
+    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
+    source = role_column(specs, "length_source")
+    if source not in names or sorted(names) != sorted(per_sample):
+        msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
+        raise SchemaError(msg)
+    missing = sorted(set(specs) - set(names) - set(batch_globals))
+    if missing:
+        msg = f"batch-global keys without a value: {', '.join(missing)}"
+        raise SchemaError(msg)

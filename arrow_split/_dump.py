@@ -14,7 +14,7 @@ written, bit for bit, and splits, converts and pickles like any other.
 A write goes to a temporary file in the target's folder (``.<name>.<random>.tmp``), is flushed to
 disk and then renamed over the target, so a crash never leaves a partial file under the target's
 name (at worst a stray temporary file). A batch read from a dump keeps the file mapped: replacing
-the file with :func:`write_batch` (a rename) is safe, but truncating or rewriting it in place while
+the file with :func:`write_dump` (a rename) is safe, but truncating or rewriting it in place while
 the batch lives is not (the process would fault on the missing pages).
 """
 
@@ -23,24 +23,26 @@ from __future__ import annotations
 import dataclasses
 import os
 import secrets
-from collections.abc import Callable
-from typing import Literal, get_args
+from collections.abc import Callable, Mapping
+from typing import Literal, NamedTuple, get_args
 
 import pyarrow as pa
 
 from arrow_split._args import as_flag
+from arrow_split._codecs import codec_for
+from arrow_split._convert import check_parts
 from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
 from arrow_split._validate import check_content
-from arrow_split.batch import RolloutBatch, Shard
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
+from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "Compression",
     "DumpInfo",
-    "read_batch",
+    "DumpParts",
     "read_dump",
     "read_parquet",
-    "write_batch",
+    "write_dump",
     "write_parquet",
 ]
 
@@ -48,6 +50,14 @@ Compression = Literal["zstd", "lz4"]
 """The buffer compressions a dump may use (``None``, the default, maps without a copy)."""
 
 PathLike = str | os.PathLike[str]
+
+
+class DumpParts(NamedTuple):
+    """What a dump holds: a :class:`~arrow_split.RolloutBatch`'s parts, checked to fit."""
+
+    record_batch: pa.RecordBatch
+    specs: dict[str, ColumnSpec]
+    batch_globals: dict[str, object]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -75,42 +85,45 @@ class DumpInfo:
     compression: str | None
 
 
-def write_batch(
-    batch: RolloutBatch, path: PathLike, *, compression: Compression | None = None
+def write_dump(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+    path: PathLike,
+    *,
+    compression: Compression | None = None,
 ) -> None:
-    """Write a whole rollout batch to one Arrow IPC file, atomically.
+    """Write a batch's parts to one Arrow IPC file, atomically (:meth:`RolloutBatch.write`).
 
     Parameters
     ----------
-    batch
-        A whole batch (a shard is refused: dump the batch it came from).
+    record_batch, specs, batch_globals
+        The parts of a :class:`~arrow_split.RolloutBatch` (already checked by it).
     path
         The file to write; an existing file is replaced only once the new one is complete.
     compression
-        ``None`` (the default) writes the buffers as they are, so that :func:`read_batch` maps
+        ``None`` (the default) writes the buffers as they are, so that :func:`read_dump` maps
         them without a copy; ``"zstd"`` or ``"lz4"`` compress each buffer (smaller files, and a
         read that decompresses, i.e. copies, every buffer).
 
     Raises
     ------
     DumpError
-        ``batch`` is a shard or not a rollout batch, ``compression`` is not a known codec, or a
-        spec or batch-global value cannot be stored.
+        ``compression`` is not a known codec, or a spec or batch-global value cannot be stored.
     """
-    _check_whole(batch)
     codec = _check_compression(compression)
-    record_batch = _with_metadata(batch, compression)
+    with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
     options = pa.ipc.IpcWriteOptions(compression=codec)
 
     def write(sink: pa.NativeFile) -> None:
-        with pa.ipc.new_file(sink, record_batch.schema, options=options) as writer:
-            writer.write_batch(record_batch)
+        with pa.ipc.new_file(sink, with_metadata.schema, options=options) as writer:
+            writer.write_batch(with_metadata)
 
     _write_atomically(path, write)
 
 
-def read_batch(path: PathLike, *, validate: bool = True) -> RolloutBatch:
-    """Read a dump written by :func:`write_batch`; an uncompressed one without copying a buffer.
+def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, DumpInfo]:
+    """Read a dump written by :func:`write_dump`; an uncompressed one without copying a buffer.
 
     Parameters
     ----------
@@ -123,9 +136,11 @@ def read_batch(path: PathLike, *, validate: bool = True) -> RolloutBatch:
 
     Returns
     -------
-    RolloutBatch
-        The whole batch, equal to the one written. Its buffers map the file (read-only; the
-        mapping lives as long as any of them); a compressed dump's buffers are fresh memory.
+    DumpParts, DumpInfo
+        The parts of the batch written, checked to fit together (:meth:`RolloutBatch.read`
+        makes the batch of them), and what the file says about itself. The buffers map the
+        file (read-only; the mapping lives as long as any of them); a compressed dump's
+        buffers are fresh memory.
 
     Raises
     ------
@@ -137,11 +152,6 @@ def read_batch(path: PathLike, *, validate: bool = True) -> RolloutBatch:
         match its columns, or (``validate=True``) its content breaks a rule of the library
         (naming the file, the column and the sample). Nothing is returned in part.
     """
-    return read_dump(path, validate=validate)[0]
-
-
-def read_dump(path: PathLike, *, validate: bool = True) -> tuple[RolloutBatch, DumpInfo]:
-    """Read a dump like :func:`read_batch`, and also return what the file says about itself."""
     validate = as_flag("validate", validate)
     source = _check_path(path)
     if not os.path.exists(source):
@@ -158,9 +168,9 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[RolloutBatch, D
         file_bytes = mapped.size()
         record_batch = _read_single_batch(mapped, source)
     metadata = decode_metadata(record_batch.schema, source)
-    batch = _build(record_batch, metadata, source)
+    parts = _build(record_batch, metadata, source)
     if validate:
-        _validate(batch, source)
+        _validate(parts, source)
     info = DumpInfo(
         path=source,
         file_bytes=int(file_bytes),
@@ -168,39 +178,49 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[RolloutBatch, D
         library_version=metadata.library_version,
         compression=metadata.compression,
     )
-    return batch, info
+    return parts, info
 
 
-def write_parquet(batch: RolloutBatch, path: PathLike) -> None:
-    """Write a whole rollout batch as one Parquet file, for analysis tools (pandas, DuckDB...).
+def write_parquet(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+    path: PathLike,
+) -> None:
+    """Write a batch's parts as one Parquet file, for analysis tools (pandas, DuckDB...).
 
     The columns keep their names and Arrow types (pyarrow restores them from the stored Arrow
     schema; other readers see the Parquet equivalents: lists, strings, binaries). Objects stored
     pickled (``metadata``, ...) stay opaque binary values. The specs and the batch-global values
     are kept in the file's key-value metadata, in the same JSON as a dump's, so that
-    :func:`read_parquet` rebuilds the batch. The write is atomic, as :func:`write_batch`'s.
+    :func:`read_parquet` rebuilds the batch. The write is atomic, as :func:`write_dump`'s.
 
     Raises
     ------
     DumpError
-        As :func:`write_batch`.
+        As :func:`write_dump`.
     """
     import pyarrow.parquet as pq
 
-    _check_whole(batch)
-    table = pa.Table.from_batches([_with_metadata(batch, None)])
+    record_batch = _with_metadata(record_batch, specs, batch_globals, None)
+    plain = [  # objects stored once become one opaque binary per row, as other readers expect
+        column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        for column in record_batch.columns
+    ]
+    table = pa.Table.from_arrays(plain, names=record_batch.schema.names)
+    table = table.replace_schema_metadata(record_batch.schema.metadata)
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
-def read_parquet(path: PathLike) -> RolloutBatch:
-    """Read a Parquet file written by :func:`write_parquet` back into a batch (a copy).
+def read_parquet(path: PathLike) -> DumpParts:
+    """Read a Parquet file written by :func:`write_parquet` back into a batch's parts (a copy).
 
     Raises
     ------
     FileNotFoundError
         No file at ``path``.
     DumpError
-        As :func:`read_batch`, for a Parquet file.
+        As :func:`read_dump`, for a Parquet file.
     """
     import pyarrow.parquet as pq
 
@@ -220,23 +240,11 @@ def read_parquet(path: PathLike) -> RolloutBatch:
     return _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
 
 
-def _check_whole(batch: object) -> None:
-    if isinstance(batch, Shard):
-        msg = (
-            "cannot dump a shard (a batch with a `partition`): a dump holds a whole batch; "
-            "write the batch the shard was split from"
-        )
-        raise DumpError(msg)
-    if not isinstance(batch, RolloutBatch):
-        msg = f"`batch` must be a RolloutBatch, got {type(batch).__name__}"
-        raise DumpError(msg)
-
-
 def _check_compression(compression: object) -> str | None:
     if compression is None:
         return None
     choices = get_args(Compression)
-    if compression not in choices:
+    if not isinstance(compression, str) or compression not in choices:
         msg = (
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"
@@ -248,12 +256,16 @@ def _check_compression(compression: object) -> str | None:
     return str(compression)
 
 
-def _with_metadata(batch: RolloutBatch, compression: str | None) -> pa.RecordBatch:
+def _with_metadata(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+    compression: str | None,
+) -> pa.RecordBatch:
     from arrow_split import __version__
 
-    record_batch = batch.record_batch
     metadata = dict(record_batch.schema.metadata or {})
-    metadata.update(encode_metadata(batch.specs, batch.batch_globals, __version__, compression))
+    metadata.update(encode_metadata(specs, batch_globals, __version__, compression))
     return record_batch.replace_schema_metadata(metadata)
 
 
@@ -305,9 +317,9 @@ def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBat
     return record_batch
 
 
-def _validate(batch: RolloutBatch, source: str) -> None:
+def _validate(parts: DumpParts, source: str) -> None:
     try:
-        check_content(batch.record_batch, batch.specs, batch.batch_globals)
+        check_content(*parts)
     except ArrowSplitError as exc:
         msg = (
             f"`{source}`: the content breaks a rule of the library: {exc}; the file was "
@@ -341,7 +353,20 @@ def _decode_names(schema: pa.Schema) -> None:
         fields.extend(field.type.field(i) for i in range(field.type.num_fields))
 
 
-def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> RolloutBatch:
+def _stored(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> pa.RecordBatch:
+    """The columns in the form this version stores (a version-1 dump's pickles stored once)."""
+    arrays = [
+        codec_for(specs[name]).stored(specs[name], column) if name in specs else column
+        for name, column in zip(record_batch.schema.names, record_batch.columns, strict=True)
+    ]
+    if all(new is old for new, old in zip(arrays, record_batch.columns, strict=True)):
+        return record_batch
+    return pa.RecordBatch.from_arrays(
+        arrays, names=record_batch.schema.names, metadata=record_batch.schema.metadata
+    )
+
+
+def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> DumpParts:
     kept = {
         key: value
         for key, value in (record_batch.schema.metadata or {}).items()
@@ -349,7 +374,9 @@ def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) ->
     }
     record_batch = record_batch.replace_schema_metadata(kept or None)
     try:
-        return RolloutBatch(record_batch, metadata.specs, metadata.batch_globals)
+        record_batch = _stored(record_batch, metadata.specs)
+        check_parts(record_batch, metadata.specs, metadata.batch_globals)
     except ArrowSplitError as exc:
         msg = f"`{source}`: the stored specs do not fit the stored columns: {exc}"
         raise DumpError(msg) from exc
+    return DumpParts(record_batch, dict(metadata.specs), dict(metadata.batch_globals))

@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, role_column
 
 __all__ = ["DUMP_VERSION", "DumpMetadata", "decode_metadata", "encode_metadata"]
 
@@ -47,11 +48,6 @@ _SPECS = b"arrow_split.specs"
 _GLOBALS = b"arrow_split.batch_globals"
 _KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
 _NUMERIC_KINDS = "biuf"
-_OBJECT_TYPES = {
-    "string": pa.large_string(),
-    "string_list": pa.large_list(pa.large_string()),
-    "pickle": pa.large_binary(),
-}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -219,6 +215,9 @@ def _spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
             msg = f"`{source}`: column `{column}`: spec field `{key}` must be a bool, got {value!r}"
             raise DumpError(msg)
     arguments: dict[str, Any] = {**_missing_fields(column, stored, fields, source), **stored}
+    known = KNOWN_COLUMNS.get(column)
+    if arguments.get("role") is None and known is not None and known.role is not None:
+        arguments["role"] = known.role  # a role added since (loss_mask), as resolve_specs does
     try:
         return ColumnSpec(**arguments)
     except (ArrowSplitError, TypeError, ValueError) as exc:
@@ -313,8 +312,8 @@ def _check_against_columns(
     source: str,
 ) -> None:
     names = list(schema.names)
-    per_sample = [key for key, spec in specs.items() if spec.kind != "batch_global"]
-    global_keys = [key for key, spec in specs.items() if spec.kind == "batch_global"]
+    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
+    global_keys = [key for key, spec in specs.items() if not spec.is_per_sample]
     problems = []
     if sorted(names) != sorted(per_sample):
         problems.append(f"columns {names} but per-sample specs {per_sample}")
@@ -325,22 +324,14 @@ def _check_against_columns(
         for name in names
         if name in specs and not _fits(specs[name], schema.field(name).type)
     )
-    if "tokens" not in names:
-        problems.append("no `tokens` column")
+    length_source = role_column(specs, "length_source")
+    if length_source is None or length_source not in names:
+        problems.append(f"no `{role_column(KNOWN_COLUMNS, 'length_source')}` column")
     if problems:
         msg = f"`{source}`: the stored specs do not match the columns: {'; '.join(problems)}"
         raise DumpError(msg)
 
 
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
-    """Whether a column's Arrow type is the one its spec makes (see :mod:`arrow_split.schema`)."""
-    if spec.kind == "per_sample_scalar":
-        return bool(arrow_type == spec.value_type)
-    if spec.kind == "per_sample_object":
-        return bool(arrow_type == _OBJECT_TYPES.get(spec.codec))
-    if not pa.types.is_large_list(arrow_type):
-        return False
-    leaf = arrow_type.value_type
-    while spec.kind == "per_sample_tensor" and pa.types.is_fixed_size_list(leaf):
-        leaf = leaf.value_type
-    return leaf in spec.storage_types  # a narrow column may hold a narrower integer type
+    """Whether a column's Arrow type is one its spec's codec makes (a per-sample spec)."""
+    return spec.is_per_sample and codec_for(spec).holds(spec, arrow_type)

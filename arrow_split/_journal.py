@@ -3,8 +3,8 @@
 A journal is a folder. Step ``n`` of a :class:`~arrow_split.RolloutBatchBuilder` writes
 ``step-<n>.journal`` (``n`` zero-padded to six digits) while it is being built, and
 :meth:`~arrow_split.RolloutBatchBuilder.finish` closes it into the step's dump
-``step-<n>.arrow`` (:func:`~arrow_split._dump.write_batch`: the same bytes as ``batch.write``),
-then starts ``step-<n+1>.journal`` and removes the finished journal.
+``step-<n>.arrow`` (``batch.write``), then starts ``step-<n+1>.journal`` and removes the
+finished journal.
 
 File format (version ``"1"``). A journal file is a sequence of records; each record is a frame
 ``magic (b"ASJ1") | payload length (uint64, little-endian) | CRC-32 of the payload (uint32)``
@@ -48,7 +48,6 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from arrow_split._dump import write_batch
 from arrow_split._dump_meta import _spec_from_json, _spec_to_json
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import DumpError, JournalError
@@ -377,7 +376,7 @@ class StepJournal:
         """
         writer = self._file()
         try:
-            write_batch(batch, dump_file(self.folder, self.step))
+            batch.write(dump_file(self.folder, self.step))
         except OSError as exc:
             raise _journal_error(f"cannot write the step's dump in `{self.folder}`", exc) from None
         writer.close()
@@ -393,3 +392,5 @@ class StepJournal:
         """Close the file (the journal stays on disk, recoverable)."""
         if self._writer is not None:
             self._writer.close()
+            self._writer = None
+            self._failure = "closed by `close()`"

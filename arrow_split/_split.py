@@ -1,10 +1,13 @@
 """RecordBatch + Plan -> shards, by a take per column; one rank's shard alone.
 
-There is one implementation of the split: :func:`take_rows` gathers a set of rows into a new,
+This module is the one place rows are gathered: :func:`_gather` takes a set of rows into a new,
 compact record batch, each column by its codec (fresh buffers, never a slice view of the parent,
-so pickling a shard ships only its own bytes). :func:`split_train_data_by_dp_raw` applies it to
-every rank of a plan; :func:`shard_for_rank` applies it to one rank and never touches the other
-ranks' rows.
+so pickling a shard ships only its own bytes), and wraps it in a :class:`~arrow_split.Shard`.
+:func:`take` applies it to one rank of a :class:`~arrow_split.Plan` (never touching the other
+ranks' rows), :func:`split` to every rank (the shards share one array of the batch's total
+lengths), :func:`take_rows` to any rows. :func:`split_train_data_by_dp_raw` and
+:func:`shard_for_rank` are the classic entry points, built on them; the Ray and compat leaves
+call these functions and gather nothing themselves.
 """
 
 from __future__ import annotations
@@ -15,15 +18,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_index_array, check_dp_rank, check_dp_size, describe, method_of
+from arrow_split._args import (
+    as_flag,
+    as_index_array,
+    check_dp_rank,
+    check_dp_size,
+    describe,
+    method_of,
+)
 from arrow_split._codecs import codec_for
-from arrow_split.batch import RolloutBatch, Shard
+from arrow_split._pad import pad_to_dp
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,
     PlanError,
     PlanMismatchError,
     PlanTypeError,
-    SchemaTypeError,
 )
 from arrow_split.plan import (
     Plan,
@@ -31,26 +41,23 @@ from arrow_split.plan import (
     partition_for_rank,
     plan_fingerprint,
 )
+from arrow_split.shard import Shard
 
 __all__ = [
     "as_rollout_batch",
     "shard_for_rank",
+    "split",
     "split_train_data_by_dp_raw",
+    "take",
     "take_rows",
 ]
 
 
 def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> RolloutBatch:
     """Return a RolloutBatch as it is, or build one from a train-data dict."""
-    if isinstance(data_or_batch, RolloutBatch):
-        return data_or_batch
     if isinstance(data_or_batch, Mapping):
         return RolloutBatch.from_train_data(data_or_batch)
-    msg = (
-        "expected a train-data dict or a RolloutBatch, got "
-        f"{type(data_or_batch).__name__}; build one with `RolloutBatch.from_train_data(data)`"
-    )
-    raise SchemaTypeError(msg)
+    return check_batch(data_or_batch, "data_or_batch")
 
 
 def _check_indices(indices: object, num_samples: int) -> np.ndarray:
@@ -71,50 +78,107 @@ def _check_indices(indices: object, num_samples: int) -> np.ndarray:
     return rows
 
 
-def _take_record_batch(batch: RolloutBatch, indices: np.ndarray) -> pa.RecordBatch:
+def _gather(
+    batch: RolloutBatch,
+    indices: object,
+    partition: np.ndarray | None,
+    batch_total_lengths: np.ndarray,
+    plan_key: PlanKey | None,
+    dp_rank: int | None,
+) -> Shard:
+    """The one gatherer: ``indices`` of ``batch`` in fresh buffers, as a Shard.
+
+    ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
+    """
+    rows = _check_indices(indices, batch.num_samples)
     record_batch = batch.record_batch
     columns = [
-        codec_for(batch.specs[name]).take(record_batch.column(name), indices)
+        codec_for(batch.specs[name]).take(record_batch.column(name), rows)
         for name in record_batch.schema.names
     ]
-    return pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-
-
-def take_rows(batch: RolloutBatch, indices: np.ndarray) -> Shard:
-    """Gather ``indices`` (rows of ``batch``) into a shard with fresh, compact buffers.
-
-    The shard's ``partition`` maps each row to the row of the original whole batch, and it keeps
-    the whole batch's total lengths. Rows taken of a shard keep that shard's plan and rank.
-    """
-    if isinstance(batch, Shard):
-        return _take(batch, indices, batch.plan_key, batch.dp_rank)
-    if not isinstance(batch, RolloutBatch):
-        msg = (
-            f"`batch` must be a RolloutBatch, got {type(batch).__name__}; build one with "
-            "`RolloutBatch.from_train_data(data)`"
-        )
-        raise SchemaTypeError(msg)
-    return _take(batch, indices, None, None)
-
-
-def _take(
-    batch: RolloutBatch, indices: object, plan_key: PlanKey | None, dp_rank: int | None
-) -> Shard:
-    indices = _check_indices(indices, batch.num_samples)
-    partition = batch.partition[indices] if isinstance(batch, Shard) else indices
+    taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
     return Shard(
-        _take_record_batch(batch, indices),
-        batch.specs,
-        batch.batch_globals,
-        partition=partition,
-        batch_total_lengths=batch.batch_total_lengths,
+        RolloutBatch(taken, batch.specs, batch.batch_globals),
+        partition=rows if partition is None else partition[rows],
+        batch_total_lengths=batch_total_lengths,
         plan_key=plan_key,
         dp_rank=dp_rank,
     )
 
 
+def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
+    """Gather ``indices`` (rows of ``source``) into a shard with fresh, compact buffers.
+
+    The shard's ``partition`` maps each row to the row of the original whole batch, and it keeps
+    the whole batch's total lengths. Rows taken of a shard keep that shard's plan and rank.
+    """
+    if isinstance(source, Shard):  # its rows, mapped back to its whole batch
+        return _gather(
+            source.rows,
+            indices,
+            source.partition,
+            source.batch_total_lengths,
+            source.plan_key,
+            source.dp_rank,
+        )
+    batch = check_batch(source)
+    return _gather(batch, indices, None, batch.total_lengths, None, None)
+
+
+def _check_plan(batch: RolloutBatch, plan: object) -> Plan:
+    if not isinstance(plan, Plan):
+        msg = f"`plan` must be a Plan, got {type(plan).__name__}; make one with `batch.make_plan`"
+        raise PlanTypeError(msg)
+    if plan.num_samples != batch.num_samples:
+        msg = (
+            f"the plan is for {plan.num_samples} samples but the batch has "
+            f"{batch.num_samples}; plan this batch (`batch.make_plan(dp_size, ...)`)"
+        )
+        raise PlanError(msg)
+    return plan
+
+
+def take(batch: RolloutBatch, plan: Plan, dp_rank: int) -> Shard:
+    """Rank ``dp_rank``'s rows of ``plan``, gathered alone into a shard.
+
+    No other rank's rows are gathered, converted or copied.
+
+    Raises
+    ------
+    SchemaTypeError
+        ``batch`` is not a RolloutBatch (a Shard's rows are ``shard.rows``).
+    PlanError, PlanTypeError
+        ``plan`` is not a Plan of this batch's sample count, or ``dp_rank`` is out of range.
+    """
+    batch = check_batch(batch)
+    plan = _check_plan(batch, plan)
+    rank = check_dp_rank(dp_rank, plan.dp_size)
+    return _gather(batch, plan.rows(rank), None, batch.total_lengths, plan.key, rank)
+
+
+def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
+    """Every rank's shard of ``plan``; the shards share one array of the batch's total lengths.
+
+    Raises
+    ------
+    SchemaTypeError, PlanError, PlanTypeError
+        As :func:`take`.
+    """
+    batch = check_batch(batch)
+    plan = _check_plan(batch, plan)
+    lengths = batch.total_lengths  # one read-only array, shared by every shard
+    return [
+        _gather(batch, rows, None, lengths, plan.key, rank)
+        for rank, rows in enumerate(plan.partitions)
+    ]
+
+
 def split_train_data_by_dp_raw(
-    data_or_batch: RolloutBatch | Mapping[str, Any], dp_size: int, *, balance_data: bool
+    data_or_batch: RolloutBatch | Mapping[str, Any],
+    dp_size: int,
+    *,
+    balance_data: bool,
+    pad_to_dp: bool = False,
 ) -> list[Shard]:
     """Split a batch into ``dp_size`` shards, one per data-parallel rank.
 
@@ -122,13 +186,17 @@ def split_train_data_by_dp_raw(
     ----------
     data_or_batch
         A train-data dict (converted with :meth:`RolloutBatch.from_train_data`) or a
-        RolloutBatch (a shard is split again: its shards map back to the whole batch).
+        RolloutBatch (to split a shard's rows again, pass ``shard.rows``).
     dp_size
         The number of data-parallel ranks.
     balance_data
         ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``. ``True``: Karmarkar-Karp
         partitions of equal size balanced by total length (see :func:`plan_partitions`).
         Either way, a batch with adapter slots has each rank's rows stably sorted by slot.
+    pad_to_dp
+        First add the fewest padding rows that make the batch a multiple of ``dp_size``
+        (:func:`arrow_split.pad_to_dp`: zero loss mask, ``sample_indices`` -1, ``is_padding``
+        true), so that a balanced split of any size works.
 
     Returns
     -------
@@ -138,9 +206,8 @@ def split_train_data_by_dp_raw(
     """
     check_dp_size(dp_size)
     method_of(balance_data)
-    batch = as_rollout_batch(data_or_batch)
-    plan = batch.make_plan(dp_size, balance_data=balance_data)
-    return [_take(batch, rows, plan.key, rank) for rank, rows in enumerate(plan.partitions)]
+    batch = _padded(as_rollout_batch(data_or_batch), dp_size, pad_to_dp)
+    return split(batch, batch.make_plan(dp_size, balance_data=balance_data))
 
 
 def shard_for_rank(
@@ -150,6 +217,7 @@ def shard_for_rank(
     *,
     balance_data: bool | None,
     resplit: bool = False,
+    pad_to_dp: bool = False,
 ) -> Shard:
     """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
@@ -169,6 +237,10 @@ def shard_for_rank(
         Only for a batch that carries a plan: allow a ``dp_size`` other than the plan's (the
         batch is planned again for the new size, e.g. after a rank was lost). Without it a
         different ``dp_size`` is a :class:`PlanMismatchError`.
+    pad_to_dp
+        As for :func:`split_train_data_by_dp_raw`: pad the batch to a multiple of ``dp_size``
+        first (every rank pads the same way). A batch that carries a plan for this ``dp_size``
+        was padded, if at all, before it was planned, and is taken as it is.
 
     Raises
     ------
@@ -180,6 +252,7 @@ def shard_for_rank(
     if not isinstance(resplit, (bool, np.bool_)):
         msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
         raise PlanTypeError(msg)
+    as_flag("pad_to_dp", pad_to_dp)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
     if balance_data is None:
@@ -194,12 +267,21 @@ def shard_for_rank(
     if plan is not None:
         _check_against(plan, method, int(dp_size), resplit)
         if plan.dp_size == dp_size:
-            return _take(batch, plan.rows(rank), plan.key, rank)
+            return take(batch, plan, rank)
+    batch = _padded(batch, dp_size, pad_to_dp)
     order_by = batch.role_values("adapter_slot")
     lengths = batch.total_lengths
     rows = partition_for_rank(lengths, rank, dp_size, balance_data=balance_data, order_by=order_by)
     fingerprint = plan_fingerprint(lengths, dp_size, balance_data=balance_data, order_by=order_by)
-    return _take(batch, rows, PlanKey(method, int(dp_size), fingerprint), rank)
+    key = PlanKey(method, int(dp_size), fingerprint)
+    return _gather(batch, rows, None, lengths, key, rank)
+
+
+def _padded(batch: RolloutBatch, dp_size: int, pad: object) -> RolloutBatch:
+    """The batch padded to a multiple of ``dp_size`` when ``pad`` is true (a whole batch only)."""
+    if not as_flag("pad_to_dp", pad):
+        return batch
+    return pad_to_dp(batch, dp_size)
 
 
 def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None:

@@ -5,15 +5,18 @@ can be self-consistent while its content breaks the library's rules. :func:`chec
 applies the rules that :meth:`RolloutBatch.from_train_data` applies, vectorised over the
 buffers (no Python object per value):
 
-- no nulls in a numeric column (nor in its values);
+- no nulls in a numeric column (nor in its values, at any level);
 - flag columns (``loss_masks``, ``truncated``) hold only 0 and 1;
+- a ``nonempty`` list per token (``rollout_sampling_masks``) has no empty token list;
 - every length rule (per-token columns vs ``tokens`` or the response, the extra rows of the
   routed experts, response lengths between 0 and the sample's tokens);
 - every batch-global value has its documented shape (``raw_reward`` one float per sample,
   counts non-negative ints).
 
-Finiteness is not checked: a dump does not record whether it was built with
-``allow_nonfinite=True``, so a NaN log-prob may be legitimate.
+- no NaN or infinity where they count (:func:`~arrow_split._convert.check_finite_columns`: where
+  the loss mask is 1 in a response-aligned float column, everywhere in another float column).
+  A batch built with ``allow_nonfinite=True`` has ``finite=False`` in its stored specs, so its
+  NaN values read back.
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._arrow import numpy_view, ragged_values
+from arrow_split._codecs._arrow import child_nulls, ragged_values
 from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._numeric import is_flag
-from arrow_split._codecs.globals import check_batch_global
-from arrow_split._convert import LengthRules
+from arrow_split._codecs.globals import check_batch_global, unpadded_samples
+from arrow_split._codecs.token_lists import check_nonempty, token_list_values
+from arrow_split._convert import LengthRules, check_finite_columns
 from arrow_split.errors import ValueRangeError
 from arrow_split.schema import ColumnSpec, role_column
 
@@ -50,24 +54,29 @@ def check_content(
     for name in record_batch.schema.names:
         _check_values(specs[name], record_batch.column(name))
     _check_lengths(record_batch, specs)
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    check_finite_columns(columns, specs)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, specs)
     for key, value in batch_globals.items():
-        check_batch_global(specs[key], value, record_batch.num_rows, True)
+        check_batch_global(specs[key], value, unpadded, True)
 
 
 def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
-    role = codec_for(spec).tensor_role
-    if role == "none":
+    codec = codec_for(spec)
+    if codec.tensor_role == "none":
         return
     if array.null_count:
         _null_error(spec, array.is_null())
-    if role == "scalar":
-        values, offsets = numpy_view(array), None
-    else:
-        if array.values.null_count:
-            _null_error(spec, None)
-        values, offsets = ragged_values(array)
+    if child_nulls(array):
+        _null_error(spec, None)
+    numbers = codec.flat_numbers(array)
+    if numbers is None:  # pragma: no cover - every numeric codec has its numbers
+        return
     if is_flag(spec):
-        check_flag(spec.name, values.reshape(-1), offsets)
+        check_flag(spec.name, numbers.values, numbers.offsets)
+    if spec.nonempty:
+        _, sample_offsets, token_offsets = token_list_values(array)
+        check_nonempty(spec, sample_offsets, token_offsets)
 
 
 def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:

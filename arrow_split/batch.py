@@ -1,10 +1,10 @@
-"""The rollout batch and its shards: one Arrow RecordBatch plus batch-global values.
+"""The rollout batch: one Arrow RecordBatch plus batch-global values.
 
 :class:`RolloutBatch` is a whole batch: :meth:`RolloutBatch.from_train_data` validates the dict
 before it returns anything and never mutates it; ``total_lengths`` is derived from the length
-source's offsets, never trusted from input. A :class:`Shard` is what a split returns: some rows of
-a batch, with ``partition`` (the original row of each of its rows), the whole batch's total
-lengths and, when a plan made it, the plan's key and the rank. The type tells them apart.
+source's offsets, never trusted from input. What a split returns is a
+:class:`~arrow_split.Shard` (:mod:`arrow_split.shard`), which holds a batch of its rows: a shard
+is not a batch, and :func:`check_batch` is the one check every function that takes a batch uses.
 
 Immutability. No attribute of a batch or a shard can be rebound, and the numpy arrays they hand
 out (``partition``, ``total_lengths``...) are read-only. The Arrow buffers are read-only too,
@@ -20,30 +20,35 @@ import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import as_flag
 from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer, numpy_view, ragged_values
+from arrow_split._codecs._arrow import data_buffer, numpy_view
 from arrow_split._codecs.globals import global_to_python
-from arrow_split._convert import decode_train_data, encode_train_data, per_sample_values
-from arrow_split._equality import record_batches_equal, values_equal
-from arrow_split.errors import ColumnNotFoundError, OptionError, SchemaError, SchemaTypeError
-from arrow_split.plan import Plan, PlanKey
+from arrow_split._codecs.token_lists import token_list_values
+from arrow_split._convert import (
+    check_finite_columns,
+    check_parts,
+    decode_train_data,
+    encode_train_data,
+    per_sample_values,
+)
+from arrow_split._dump import Compression, read_dump, write_dump, write_parquet
+from arrow_split.equality import record_batches_equal, values_equal
+from arrow_split.errors import (
+    ArrowSplitError,
+    ColumnNotFoundError,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
 
-__all__ = ["ColumnValues", "RolloutBatch", "Shard", "TrainDataLayout"]
-
-TrainDataLayout = Literal["rollout", "actor"]
-"""The classic layouts of a shard's train data.
-
-``rollout``: what the rollout side's classic split ships: ``partition`` (list of ints) and
-``total_lengths`` of the WHOLE batch. ``actor``: what a train actor works with after
-``process_rollout_data``: no ``partition``, ``total_lengths`` of this shard's rows, and the whole
-batch's as ``global_total_lengths``.
-"""
+__all__ = ["ColumnValues", "RolloutBatch", "check_batch"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,6 +57,8 @@ class ColumnValues:
 
     ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
     ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
+    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
     ``buffer.is_mutable`` says whether the buffer is private to this process (see the module
     docstring).
     """
@@ -61,6 +68,7 @@ class ColumnValues:
     values: np.ndarray
     offsets: np.ndarray | None
     buffer: pa.Buffer | None
+    token_offsets: np.ndarray | None = None
 
 
 class RolloutBatch:
@@ -82,7 +90,8 @@ class RolloutBatch:
         against it (and need not re-plan). Not part of equality.
     """
 
-    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs")
+    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs", "_total_lengths")
+    _total_lengths: np.ndarray  # computed on first use (see `total_lengths`)
 
     def __init__(
         self,
@@ -92,7 +101,7 @@ class RolloutBatch:
         *,
         plan: Plan | None = None,
     ) -> None:
-        _check_parts(record_batch, specs, batch_globals or {})
+        check_parts(record_batch, specs, batch_globals or {})
         self._record_batch = record_batch
         self._specs = MappingProxyType(dict(specs))
         self._batch_globals = MappingProxyType(dict(batch_globals or {}))
@@ -128,7 +137,10 @@ class RolloutBatch:
             :class:`ColumnSpec` declarations for keys the library does not know (an undeclared
             key is an error), or overrides of known keys.
         allow_nonfinite
-            Keep NaN and infinity in float columns instead of rejecting them.
+            Keep NaN and infinity in float columns instead of rejecting them (the float specs as
+            used then say ``finite=False``). By default they are rejected, except in a column
+            aligned to the response at the tokens whose ``loss_masks`` is 0 (they do not count
+            toward the loss; miles' log-prob guard).
         exact_floats
             Reject a wider float that a float32 column would round. By default it is rounded
             to the nearest float32, as the trainer's ``torch.tensor(..., dtype=float32)`` would.
@@ -143,7 +155,10 @@ class RolloutBatch:
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
             The first problem found, naming the key, the sample and the fix.
         """
-        options = EncodeOptions(allow_nonfinite=allow_nonfinite, exact_floats=exact_floats)
+        options = EncodeOptions(
+            allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
+            exact_floats=as_flag("exact_floats", exact_floats),
+        )
         record_batch, used, batch_globals = encode_train_data(data, specs, options)
         return cls(record_batch, used, batch_globals)
 
@@ -182,10 +197,19 @@ class RolloutBatch:
 
     @property
     def total_lengths(self) -> np.ndarray:
-        """Token count of each of this batch's rows (int64), from the length source's offsets."""
+        """Token count of each of this batch's rows (int64, read-only), from the length source.
+
+        Computed once per batch and shared: every shard taken of this batch holds this array.
+        """
+        try:
+            return self._total_lengths
+        except AttributeError:
+            pass
         source = role_column(self._specs, "length_source")
-        lengths: np.ndarray = np.diff(self._record_batch.column(source).offsets.to_numpy())
+        offsets = self._record_batch.column(source).offsets.to_numpy()
+        lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
         lengths.flags.writeable = False
+        self._total_lengths = lengths  # set once: the batch is immutable
         return lengths
 
     @property
@@ -220,13 +244,21 @@ class RolloutBatch:
         found = []
         for name in self._record_batch.schema.names:
             spec = self._specs[name]
-            role = type(codec_for(spec)).tensor_role
+            codec = codec_for(spec)
             array = self._record_batch.column(name)
-            if role == "ragged":
-                values, offsets = ragged_values(array)
-                found.append(ColumnValues(spec, role, values, offsets, data_buffer(array)))
-            elif role == "scalar":
-                found.append(ColumnValues(spec, role, numpy_view(array), None, data_buffer(array)))
+            if codec.tensor_role == "token_lists":
+                flat, sample_offsets, tokens = token_list_values(array)
+                buffer = data_buffer(array)
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, flat, sample_offsets, buffer, tokens)
+                )
+                continue
+            tensor_values = codec.tensor_values(array)
+            if tensor_values is not None:
+                values, offsets = tensor_values
+                found.append(
+                    ColumnValues(spec, codec.tensor_role, values, offsets, data_buffer(array))
+                )
         return found
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
@@ -242,16 +274,18 @@ class RolloutBatch:
             order_by=self.role_values("adapter_slot"),
         )
 
-    def write(self, path: str | os.PathLike[str], *, compression: str | None = None) -> None:
+    def write(
+        self, path: str | os.PathLike[str], *, compression: Compression | None = None
+    ) -> None:
         """Write the batch to one Arrow IPC file, specs and batch-global values included.
 
         Uncompressed by default, so that :meth:`read` maps it without a copy;
         ``compression="zstd"`` or ``"lz4"`` trades that for size. The file appears whole or not
         at all (written aside, then renamed). See :mod:`arrow_split._dump`.
         """
-        from arrow_split._dump import write_batch  # the dump module builds on this one
-
-        write_batch(self, path, compression=compression)  # type: ignore[arg-type]
+        write_dump(
+            self._record_batch, self._specs, self._batch_globals, path, compression=compression
+        )
 
     @staticmethod
     def read(path: str | os.PathLike[str], *, validate: bool = True) -> RolloutBatch:
@@ -271,9 +305,8 @@ class RolloutBatch:
         FileNotFoundError
             No such file.
         """
-        from arrow_split._dump import read_batch
-
-        return read_batch(path, validate=validate)
+        parts, _ = read_dump(path, validate=validate)
+        return RolloutBatch(*parts)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
@@ -281,9 +314,7 @@ class RolloutBatch:
         Same column names and Arrow types (pickled objects stay binary); the specs and
         batch-global values are kept in the file's key-value metadata.
         """
-        from arrow_split._dump import write_parquet
-
-        write_parquet(self, path)
+        write_parquet(self._record_batch, self._specs, self._batch_globals, path)
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
@@ -292,7 +323,7 @@ class RolloutBatch:
     def add_train_data(
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
     ) -> RolloutBatch:
-        """A new batch (or shard) with more per-sample scalar keys, one value per row.
+        """A new batch with more per-sample scalar keys, one value per row.
 
         The new keys are validated as :meth:`from_train_data` would; existing keys cannot be
         replaced.
@@ -313,16 +344,10 @@ class RolloutBatch:
         for key, spec in resolved.items():
             values = per_sample_values(data, key, self.num_samples)
             array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
+            check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
-        return self._replace(record_batch, {**self._specs, **resolved}, self._batch_globals)
-
-    def _replace(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object],
-    ) -> RolloutBatch:
-        return RolloutBatch(record_batch, specs, batch_globals, plan=self._plan)
+        merged = {**self._specs, **resolved}
+        return RolloutBatch(record_batch, merged, self._batch_globals, plan=self._plan)
 
     def to_train_data(self) -> dict[str, object]:
         """The batch in the classic train-data layout, as fresh Python objects.
@@ -338,9 +363,8 @@ class RolloutBatch:
 
         NaN equals NaN at the same place (a NaN-position compare, whatever the NaN's bits).
         """
-        if type(other) is not type(self):
+        if not isinstance(other, RolloutBatch):
             return False
-        assert isinstance(other, RolloutBatch)  # for the type checker: same type as self
         return (
             record_batches_equal(self._record_batch, other._record_batch)
             and dict(self._specs) == dict(other._specs)
@@ -364,161 +388,6 @@ class RolloutBatch:
         )
 
 
-class Shard(RolloutBatch):
-    """One rank's rows of a batch: what a split returns.
-
-    Parameters
-    ----------
-    record_batch, specs, batch_globals
-        As for :class:`RolloutBatch`, for the shard's rows.
-    partition
-        The original row index of each row (int64).
-    batch_total_lengths
-        The whole batch's total lengths.
-    plan_key, dp_rank
-        The key of the plan that made the shard and its rank, or ``None`` for rows taken
-        without a plan (:func:`arrow_split.take_rows`).
-    layout
-        The default layout of :meth:`to_train_data`; a display choice, not part of equality.
-    """
-
-    __slots__ = ("_batch_total_lengths", "_dp_rank", "_layout", "_partition", "_plan_key")
-
-    def __init__(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object] | None = None,
-        *,
-        partition: np.ndarray,
-        batch_total_lengths: np.ndarray,
-        plan_key: PlanKey | None = None,
-        dp_rank: int | None = None,
-        layout: TrainDataLayout = "rollout",
-    ) -> None:
-        super().__init__(record_batch, specs, batch_globals)
-        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise OptionError(msg)
-        self._partition = _frozen(partition, record_batch.num_rows, "partition")
-        self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
-        self._plan_key = plan_key
-        self._dp_rank = dp_rank
-        self._layout: TrainDataLayout = layout
-
-    @property
-    def partition(self) -> np.ndarray:
-        """The original row index of each row (int64, read-only)."""
-        return self._partition
-
-    @property
-    def batch_total_lengths(self) -> np.ndarray:
-        """Token count of every sample of the WHOLE batch this shard was taken from."""
-        return self._batch_total_lengths
-
-    @property
-    def plan_key(self) -> PlanKey | None:
-        """The key of the plan that made this shard, or ``None`` for rows taken without one."""
-        return self._plan_key
-
-    @property
-    def plan_fingerprint(self) -> str | None:
-        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
-        return None if self._plan_key is None else self._plan_key.fingerprint
-
-    @property
-    def dp_rank(self) -> int | None:
-        """The rank this shard belongs to, or ``None`` for rows taken without a plan."""
-        return self._dp_rank
-
-    @property
-    def layout(self) -> TrainDataLayout:
-        """The default layout of :meth:`to_train_data` (see :data:`TrainDataLayout`)."""
-        return self._layout
-
-    def with_layout(self, layout: TrainDataLayout) -> Shard:
-        """The same shard (same buffers) with another default :meth:`to_train_data` layout."""
-        return self._replace_shard(layout=layout)
-
-    def _replace(
-        self,
-        record_batch: pa.RecordBatch,
-        specs: Mapping[str, ColumnSpec],
-        batch_globals: Mapping[str, object],
-    ) -> Shard:
-        return self._replace_shard(
-            record_batch=record_batch, specs=specs, batch_globals=batch_globals
-        )
-
-    def _replace_shard(self, **changes: Any) -> Shard:
-        arguments: dict[str, Any] = {
-            "record_batch": self._record_batch,
-            "specs": self._specs,
-            "batch_globals": self._batch_globals,
-            "partition": self._partition,
-            "batch_total_lengths": self._batch_total_lengths,
-            "plan_key": self._plan_key,
-            "dp_rank": self._dp_rank,
-            "layout": self._layout,
-        }
-        arguments.update(changes)
-        return Shard(**arguments)
-
-    def to_train_data(self, *, layout: TrainDataLayout | None = None) -> dict[str, object]:
-        """The shard in the classic train-data layout, as fresh Python objects.
-
-        The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
-        of ``layout`` (default: :attr:`layout`), see :data:`TrainDataLayout`.
-        """
-        layout = self._layout if layout is None else layout
-        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise OptionError(msg)
-        train_data = super().to_train_data()
-        if layout == "rollout":
-            train_data["partition"] = self._partition.tolist()
-            train_data["total_lengths"] = self._batch_total_lengths.tolist()
-        else:
-            train_data["total_lengths"] = self.total_lengths.tolist()
-            train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
-        return train_data
-
-    def equals(self, other: object) -> bool:
-        """Same values as :meth:`RolloutBatch.equals`, same partition, lengths, plan and rank."""
-        if not super().equals(other):
-            return False
-        assert isinstance(other, Shard)  # for the type checker: same type as self
-        return (
-            np.array_equal(self._partition, other._partition)
-            and np.array_equal(self._batch_total_lengths, other._batch_total_lengths)
-            and self._plan_key == other._plan_key
-            and self._dp_rank == other._dp_rank
-        )
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (
-            _rebuild_shard,
-            (
-                self._record_batch,
-                dict(self._specs),
-                dict(self._batch_globals),
-                self._partition,
-                self._batch_total_lengths,
-                self._plan_key,
-                self._dp_rank,
-                self._layout,
-            ),
-        )
-
-    def __repr__(self) -> str:
-        rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
-        return (
-            f"Shard({rank}{self.num_samples} of {len(self._batch_total_lengths)} samples, "
-            f"columns=[{', '.join(self.column_names)}], "
-            f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
-        )
-
-
 def _rebuild_batch(
     record_batch: pa.RecordBatch,
     specs: dict[str, ColumnSpec],
@@ -528,56 +397,17 @@ def _rebuild_batch(
     return RolloutBatch(record_batch, specs, batch_globals, plan=plan)
 
 
-def _rebuild_shard(
-    record_batch: pa.RecordBatch,
-    specs: dict[str, ColumnSpec],
-    batch_globals: dict[str, object],
-    partition: np.ndarray,
-    batch_total_lengths: np.ndarray,
-    plan_key: PlanKey | None,
-    dp_rank: int | None,
-    layout: TrainDataLayout,
-) -> Shard:
-    return Shard(
-        record_batch,
-        specs,
-        batch_globals,
-        partition=partition,
-        batch_total_lengths=batch_total_lengths,
-        plan_key=plan_key,
-        dp_rank=dp_rank,
-        layout=layout,
+def check_batch(
+    value: object, name: str = "batch", error: type[ArrowSplitError] = SchemaTypeError
+) -> RolloutBatch:
+    """``value`` if it is a RolloutBatch, else ``error`` naming ``name`` and the fix.
+
+    The one check of every function that takes a batch: a Shard is not one (it holds one).
+    """
+    if isinstance(value, RolloutBatch):
+        return value
+    msg = (
+        f"`{name}` must be a RolloutBatch, got {type(value).__name__}; build one with "
+        "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
-
-
-def _check_parts(
-    record_batch: pa.RecordBatch,
-    specs: Mapping[str, ColumnSpec],
-    batch_globals: Mapping[str, object],
-) -> None:
-    if not isinstance(record_batch, pa.RecordBatch):
-        msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
-        raise SchemaTypeError(msg)
-    names = record_batch.schema.names
-    per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
-    source = role_column(specs, "length_source")
-    if source not in names or sorted(names) != sorted(per_sample):
-        msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
-        raise SchemaError(msg)
-    missing = sorted(set(specs) - set(names) - set(batch_globals))
-    if missing:
-        msg = f"batch-global keys without a value: {', '.join(missing)}"
-        raise SchemaError(msg)
-
-
-def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
-    try:
-        array = np.array(values, dtype=np.int64, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg) from None
-    if array.ndim != 1 or (length is not None and len(array) != length):
-        msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise SchemaError(msg)
-    array.flags.writeable = False
-    return array
+    raise error(msg)

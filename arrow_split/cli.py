@@ -66,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _inspect(arguments: argparse.Namespace) -> int:
-    from arrow_split._inspect import inspect_path
+    from arrow_split.summary import inspect_path
 
     try:
         print(inspect_path(arguments.path, tuple(arguments.dp_size or (8, 64))))

@@ -38,6 +38,12 @@ of the transport::
     └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
         └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
 
+Warnings, a tree of their own::
+
+    ArrowSplitWarning          (UserWarning)
+    └── UnknownKeyWarning                     the miles drop-in carries a key it does not know,
+                                              with a spec inferred from its values (once per key)
+
 Each message names the key, the sample, the expected and the actual values, and how to fix the call.
 Input errors (schema, types, lengths, ranges, options, plans) are raised before anything is put or
 split; a :class:`TransportError` is raised on a rank, when what was put cannot be had.
@@ -47,6 +53,7 @@ from __future__ import annotations
 
 __all__ = [
     "ArrowSplitError",
+    "ArrowSplitWarning",
     "ColumnNotFoundError",
     "ColumnTypeError",
     "DumpError",
@@ -62,6 +69,7 @@ __all__ = [
     "SchemaError",
     "SchemaTypeError",
     "TransportError",
+    "UnknownKeyWarning",
     "ValueRangeError",
 ]
 
@@ -139,3 +147,14 @@ class TransportError(ArrowSplitError, RuntimeError):
 
 class NotARolloutBatchError(TransportError, TypeError):
     """An object reference that holds something other than a rollout batch."""
+
+
+class ArrowSplitWarning(UserWarning):
+    """Base class of every warning arrow_split issues."""
+
+
+class UnknownKeyWarning(ArrowSplitWarning):
+    """A train-data key the library does not know, carried with a spec inferred from its values.
+
+    The message gives the ``ColumnSpec(...)`` to declare, which fixes the type and silences it.
+    """

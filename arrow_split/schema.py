@@ -1,10 +1,15 @@
 """Which rollout field is which kind of column, and the Arrow type it becomes.
 
-A rollout batch holds five kinds of values (:data:`ColumnKind`):
+A rollout batch holds six kinds of values (:data:`ColumnKind`):
 
 ``per_token``
     One ragged list per sample: ``tokens`` (prompt + response ids) and the columns aligned to the
     response (``loss_masks``, ``rollout_log_probs``, ...). Arrow type ``large_list<value_type>``.
+``per_token_list``
+    A list of numbers per token: one ragged list of ragged lists per sample, aligned like a
+    per-token column (``rollout_sampling_masks``: for each response token, the ids the sampler
+    could pick). Arrow type ``large_list<large_list<value_type>>``. A sample is given as a list
+    of lists or as :class:`~arrow_split.TokenLists` (flat values + per-token offsets).
 ``per_sample_tensor``
     One array per sample of shape ``[rows, *trailing]``, with the same trailing shape across
     samples (``rollout_routed_experts``: ``[len(tokens) - 1, layers, top_k]``). Arrow type
@@ -37,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Literal, get_args
 
 import pyarrow as pa
@@ -51,15 +57,22 @@ __all__ = [
     "KNOWN_COLUMNS",
     "LengthRule",
     "ObjectCodec",
+    "PADDING_VALUES",
     "Role",
+    "TOTAL_LENGTHS",
     "resolve_specs",
     "role_column",
 ]
 
 ColumnKind = Literal[
-    "per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object", "batch_global"
+    "per_token",
+    "per_token_list",
+    "per_sample_tensor",
+    "per_sample_scalar",
+    "per_sample_object",
+    "batch_global",
 ]
-"""The five kinds of values in a rollout batch."""
+"""The six kinds of values in a rollout batch."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
 """How long a sample's value must be.
@@ -100,35 +113,47 @@ column's logical type: values are checked against it, ``to_train_data`` gives it
 Role = Literal[
     "length_source",
     "response_length",
+    "loss_mask",
+    "sampling_mask",
     "extra_rows",
     "witness",
     "adapter_slot",
     "rollout_id",
     "step_batch_size",
     "adapter_count",
+    "padding",
 ]
 """The part a column plays beyond its values (see the module docstring); one column per role.
 
 ``length_source``: a ``per_token`` column whose lengths are the samples' token counts (``tokens``).
 ``response_length``: a ``per_sample_scalar`` of response lengths (``response_lengths``).
+``loss_mask``: the per-token 0/1 column saying which response tokens count toward the loss
+(``loss_masks``); NaN and infinity in a response-aligned float column are refused only where it
+is 1.
+``sampling_mask``: the ``per_token_list`` of the ids the sampler could pick at each response
+token (``rollout_sampling_masks``; miles ships it as two flat keys).
 ``extra_rows``: a per-sample column whose non-null values allow extra ``tokens_minus_one`` rows
 (``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
 (``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
 ordered by it (``adapter_slots``). ``rollout_id``: the rollout a sample belongs to
 (``rollout_ids``). Batch-global: ``step_batch_size``, the rollouts per training step when the
 batch sets it (``dynamic_global_batch_size``); ``adapter_count``, the number of LoRA adapters
-(``n_adapters``), which every shard of a batch with adapter slots carries.
+(``n_adapters``), which every shard of a batch with adapter slots carries. ``padding``: a bool
+per-sample column that is true on the rows :func:`arrow_split.pad_to_dp` added (``is_padding``).
 """
 
 _ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "length_source": ("per_token",),
     "response_length": ("per_sample_scalar",),
+    "loss_mask": ("per_token",),
+    "sampling_mask": ("per_token_list",),
     "extra_rows": ("per_sample_object", "per_sample_scalar"),
     "witness": ("per_sample_scalar",),
     "adapter_slot": ("per_sample_scalar",),
     "rollout_id": ("per_sample_scalar",),
     "step_batch_size": ("batch_global",),
     "adapter_count": ("batch_global",),
+    "padding": ("per_sample_scalar",),
 }
 
 _NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
@@ -147,17 +172,25 @@ class ColumnSpec:
     kind
         Which kind of value the key holds (:data:`ColumnKind`).
     value_type
-        The Arrow type of one value: the list items of a ``per_token`` column, the tensor
+        The Arrow type of one value: the list items of a ``per_token`` column (the innermost
+        items of a ``per_token_list``), the tensor
         elements of a ``per_sample_tensor`` column, the column type of a ``per_sample_scalar``.
         Unused (``None``) for objects and batch-global values.
     length
-        For ``per_token`` and ``per_sample_tensor``: the :data:`LengthRule` a sample's value must
-        follow, or ``None`` for no rule (the sample's own length is kept as it is).
+        For ``per_token``, ``per_token_list`` and ``per_sample_tensor``: the :data:`LengthRule`
+        a sample's value must follow, or ``None`` for no rule (the sample's own length is kept
+        as it is).
     flag
         Values are 0/1 (``bool`` accepted); anything else is rejected.
     finite
-        Reject NaN and infinity in a float column (the default). ``from_train_data`` has a switch
-        that lifts this check for all columns.
+        Reject NaN and infinity in a float column (the default). In a column aligned to the
+        response (``length="response"``) they are rejected only where the loss mask
+        (``loss_masks``) is 1, and everywhere when the batch has no loss mask.
+        ``from_train_data(allow_nonfinite=True)`` lifts the check for all columns (the specs as
+        used then say ``finite=False``, so that a dump of the batch reads back).
+    nonempty
+        For ``per_token_list``: every token's list holds at least one value (a sampling support
+        is never empty); a sample given as offsets needs them strictly increasing.
     codec
         For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
     global_shape
@@ -171,12 +204,14 @@ class ColumnSpec:
 
     Examples
     --------
-    Declare a per-token advantage column aligned to the response, and a per-sample score:
+    Declare a per-token advantage column aligned to the response, a per-sample score, and a
+    list of ids per response token:
 
     >>> import pyarrow as pa
     >>> from arrow_split import ColumnSpec
     >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
     >>> score = ColumnSpec("score", "per_sample_scalar", pa.float64())
+    >>> tops = ColumnSpec("top_ids", "per_token_list", pa.int32(), length="response")
     """
 
     name: str
@@ -185,6 +220,7 @@ class ColumnSpec:
     length: LengthRule | None = None
     flag: bool = False
     finite: bool = True
+    nonempty: bool = False
     codec: ObjectCodec = "pickle"
     global_shape: GlobalShape | None = None
     role: Role | None = None
@@ -198,12 +234,15 @@ class ColumnSpec:
         if self.length is not None:
             _check_choice("length", self.length, LengthRule)
         _check_choice("codec", self.codec, ObjectCodec)
-        for switch in ("flag", "finite"):
+        for switch in ("flag", "finite", "nonempty"):
             if not isinstance(getattr(self, switch), bool):
                 value = getattr(self, switch)
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
                 raise SchemaTypeError(msg)
-        if self.kind in ("per_token", "per_sample_tensor", "per_sample_scalar"):
+        if self.nonempty and self.kind != "per_token_list":
+            msg = f"column `{self.name}`: `nonempty=True` is for per_token_list columns only"
+            raise SchemaError(msg)
+        if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         if self.kind == "batch_global":
             _check_choice("global_shape", self.global_shape, GlobalShape)
@@ -232,7 +271,11 @@ class ColumnSpec:
             )
             raise SchemaError(msg)
         integer = self.value_type is None or pa.types.is_integer(self.value_type)
-        if self.role != "extra_rows" and self.kind == "per_sample_scalar" and not integer:
+        if self.role == "padding" and not (self.value_type == pa.bool_() and self.flag):
+            msg = f"column `{self.name}`: role 'padding' needs a bool flag column"
+            raise SchemaError(msg)
+        scalar = self.kind == "per_sample_scalar"
+        if self.role not in ("extra_rows", "padding") and scalar and not integer:
             msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
             raise SchemaError(msg)
 
@@ -292,8 +335,18 @@ def _known() -> dict[str, ColumnSpec]:
     int32, float32 = pa.int32(), pa.float32()
     specs = [
         ColumnSpec("tokens", "per_token", int32, role="length_source"),
-        ColumnSpec("loss_masks", "per_token", pa.uint8(), length="response", flag=True),
+        ColumnSpec(
+            "loss_masks", "per_token", pa.uint8(), length="response", flag=True, role="loss_mask"
+        ),
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
+        ColumnSpec(
+            "rollout_sampling_masks",
+            "per_token_list",
+            int32,
+            length="response",
+            nonempty=True,
+            role="sampling_mask",
+        ),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
         ColumnSpec(
@@ -319,6 +372,7 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("rollout_mask_sums", "per_sample_scalar", pa.int64()),
         ColumnSpec("seq_witness_ids", "per_sample_scalar", pa.int64(), role="witness"),
         ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64(), role="adapter_slot"),
+        ColumnSpec("is_padding", "per_sample_scalar", pa.bool_(), flag=True, role="padding"),
         ColumnSpec("prompt", "per_sample_object", codec="string"),
         ColumnSpec("metadata", "per_sample_object", codec="pickle"),
         ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
@@ -339,7 +393,30 @@ def _known() -> dict[str, ColumnSpec]:
 KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 """The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
 
-_DERIVED = ("total_lengths",)
+TOTAL_LENGTHS = "total_lengths"
+"""The derived key: each sample's token count, from the length source's offsets (never stored).
+
+The one place the name is spelled; the train-data layouts (``to_train_data``) and the builder
+find it here.
+"""
+
+_DERIVED = (TOTAL_LENGTHS,)
+
+PADDING_VALUES: Mapping[str, int] = MappingProxyType(
+    {
+        "loss_masks": 0,
+        "sample_indices": -1,
+        "rollout_ids": -1,
+        "rollout_mask_sums": 0,
+        "is_padding": 1,
+    }
+)
+"""What :func:`arrow_split.pad_to_dp` writes into the rows it adds, by key (miles #2694).
+
+A padding row is a copy of the batch's last row, except these keys when the batch has them:
+every value of a per-token key (a zero loss mask), or the one value of a per-sample key (no
+sample index, no rollout id, no tokens counted toward a rollout, the padding flag set).
+"""
 
 
 def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:

@@ -6,6 +6,7 @@ plot) under ``--out`` (``docs/benchmarks`` by default):
 - ``step.json``, ``step.md``, ``step.png``: :mod:`benchmarks.step` (the whole step, its references);
 - ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
 - ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
+- ``journal.json``: :mod:`benchmarks.journal` (the journal, objects stored once, the kill test);
 - ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; a soak of
   many steps, memory back where it was).
 
@@ -30,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "moe": ("benchmarks.moe",),
     "dump": ("benchmarks.dump",),
     "cluster": ("benchmarks.cluster", "--steps", "8"),
+    "journal": ("benchmarks.journal",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

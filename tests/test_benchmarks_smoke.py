@@ -144,7 +144,7 @@ def test_the_agreement_check_fails_when_a_path_gives_other_rows() -> None:
 def test_every_benchmark_of_make_bench_has_a_smoke_mode() -> None:
     import importlib
 
-    assert sorted(BENCHMARKS) == ["cluster", "dump", "moe", "step"]
+    assert sorted(BENCHMARKS) == ["cluster", "dump", "journal", "moe", "step"]
     for module, *_ in BENCHMARKS.values():
         parsed = importlib.import_module(module).parse_args(["--smoke", "--out", "x"])
         out = parsed.out if hasattr(parsed, "out") else None
@@ -169,6 +169,25 @@ def test_the_dump_benchmark_writes_a_stamped_json(tmp_path: Path) -> None:
     assert results["samples"] == 16
     assert set(results["file_bytes"]) == {"torch_save", "arrow", "arrow_zstd"}
     assert all(_is_seconds(figure["median"]) for figure in results["seconds"].values())
+
+
+def test_the_journal_benchmark_writes_a_stamped_json(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "benchmarks.journal", "--smoke", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "journal.json").read_text())
+    assert_stamped(results)
+    appends = results["appends"]
+    assert set(appends["vs_no_journal"]) == {"os", "step", "call"}
+    assert set(appends["appends_vs_no_journal"]) == {"os", "step", "call"}
+    assert _is_seconds(appends["recovery_seconds"]["median"])
+    kills = results["kill_test"]
+    assert kills["kill_points"] == 8
+    assert (kills["lost"], kills["duplicated"], kills["torn"]) == (0, 0, 0)
+    multimodal = results["multimodal"]
+    assert multimodal["bytes_ratio"] <= multimodal["target_bytes_ratio"]
+    for form in ("stored_once", "one_per_row"):
+        assert _is_seconds(multimodal[form]["delayed_rank_seconds"]["median"])
 
 
 def test_nothing_under_benchmarks_imports_tests() -> None:

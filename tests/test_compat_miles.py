@@ -166,10 +166,10 @@ def test_invalid_data_raises_the_library_error_where_miles_splits_silently() -> 
         miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
 
 
-def test_unknown_keys_need_a_spec_and_are_then_kept() -> None:
+def test_strict_unknown_keys_need_a_spec_and_are_then_kept() -> None:
     data = make_data([3, 4], score=[0.5, 0.25])
     with pytest.raises(SchemaError, match=r"unknown key `score`"):
-        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, strict_keys=True)
     spec = ColumnSpec("score", "per_sample_scalar", pa.float64())
     shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, specs=[spec])[0]
     assert shard["score"] == [0.5, 0.25]

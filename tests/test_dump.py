@@ -4,8 +4,7 @@ The checked-in dump ``tests/data/rollout_v1.arrow`` is the batch of :func:`v1_ba
 with arrow_split 0.1.0 (dump format 1) from the repository root by::
 
     PYTHONPATH=. python -c "from tests.test_dump import v1_batch; \\
-        from arrow_split._dump import write_batch; \\
-        write_batch(v1_batch(), 'tests/data/rollout_v1.arrow')"
+        v1_batch().write('tests/data/rollout_v1.arrow')"
 
 Never write it again: :func:`test_the_v1_dump_still_reads` checks that this version, and every
 later one, reads it back equal to the batch rebuilt from the same seeded values.
@@ -37,16 +36,41 @@ from arrow_split import (
     PlanError,
     PlanTypeError,
     RolloutBatch,
+    _dump,
     plan_fingerprint,
     split_train_data_by_dp_raw,
 )
-from arrow_split._dump import read_batch, read_dump, read_parquet, write_batch, write_parquet
-from arrow_split._inspect import inspect_path, summarize
+from arrow_split._dump import DumpInfo
 from arrow_split.errors import DumpError
+from arrow_split.summary import inspect_path, summarize
 from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize
 
 V1_DUMP = Path(__file__).parent / "data" / "rollout_v1.arrow"
+
+
+# The dump functions as users reach them: methods of the batch.
+def write_batch(batch: RolloutBatch, path: Any, **options: Any) -> None:
+    batch.write(path, **options)
+
+
+def read_batch(path: Any, **options: Any) -> RolloutBatch:
+    return RolloutBatch.read(path, **options)
+
+
+def read_dump(path: Any, **options: Any) -> tuple[RolloutBatch, DumpInfo]:
+    parts, info = _dump.read_dump(path, **options)
+    return RolloutBatch(*parts), info
+
+
+def write_parquet(batch: RolloutBatch, path: Any) -> None:
+    batch.to_parquet(path)
+
+
+def read_parquet(path: Any) -> RolloutBatch:
+    return RolloutBatch(*_dump.read_parquet(path))
+
+
 ADVANTAGES = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
 
 
@@ -255,8 +279,13 @@ def test_parquet_keeps_names_types_specs_and_globals(tmp_path: Path) -> None:
     write_parquet(batch, path)
     table = pq.read_table(path)
     assert table.column_names == batch.column_names
-    assert table.schema.remove_metadata() == batch.record_batch.schema.remove_metadata()
     assert table.schema.field("metadata").type == pa.large_binary()  # pickled: opaque bytes
+    stored_once = batch.record_batch.schema.field("metadata").type
+    assert stored_once == pa.dictionary(pa.int32(), pa.large_binary())
+    expected = batch.record_batch.schema.set(
+        batch.column_names.index("metadata"), pa.field("metadata", pa.large_binary())
+    )
+    assert table.schema.remove_metadata() == expected.remove_metadata()
     first = table.column("metadata")[0].as_py()
     assert pickle.loads(first) == {"turn": 0, "tags": ["a", "b"]}
     stored = pq.read_metadata(path).metadata
@@ -501,18 +530,11 @@ _V1_BYTES = V1_DUMP.read_bytes() if V1_DUMP.exists() else b""
 # --- what cannot be written ----------------------------------------------------------------------
 
 
-def test_a_shard_is_refused(tmp_path: Path) -> None:
+def test_a_shard_has_no_dump() -> None:
     shard = split_train_data_by_dp_raw(v1_batch(), 2, balance_data=False)[0]
-    with pytest.raises(DumpError, match=r"cannot dump a shard \(a batch with a `partition`\)"):
-        write_batch(shard, tmp_path / "shard.arrow")
-    with pytest.raises(DumpError, match=r"cannot dump a shard"):
-        write_parquet(shard, tmp_path / "shard.parquet")
-    assert os.listdir(tmp_path) == []
-
-
-def test_only_a_rollout_batch_is_written(tmp_path: Path) -> None:
-    with pytest.raises(DumpError, match=r"`batch` must be a RolloutBatch, got dict"):
-        write_batch({"tokens": [[1]]}, tmp_path / "dict.arrow")  # type: ignore[arg-type]
+    # A dump holds a whole batch (its per-sample globals cover every sample); a shard is a part.
+    assert not hasattr(shard, "write")
+    assert not hasattr(shard, "to_parquet")
 
 
 def test_an_unknown_compression_is_refused(tmp_path: Path) -> None:
@@ -572,7 +594,7 @@ def test_summarize_counts_samples_tokens_rewards_and_globals() -> None:
     text = summarize(batch, dp_sizes=(2,))
     lengths = batch.total_lengths
     rewards = np.asarray(batch.to_train_data()["rewards"])
-    assert "rollout batch (whole batch): 6 samples, 14 columns, 5 batch-global keys" in text
+    assert "rollout batch: 6 samples, 14 columns, 5 batch-global keys" in text
     assert f"tokens: {lengths.sum():,} in all; per sample mean {lengths.mean():,.1f}, " in text
     assert f"min {lengths.min()}, max {lengths.max()}" in text
     assert f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population)" in text

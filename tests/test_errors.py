@@ -29,6 +29,7 @@ from arrow_split import (
     SchemaError,
     SchemaTypeError,
     Shard,
+    TokenLists,
     ValueRangeError,
     shard_for_rank,
     split_train_data_by_dp_raw,
@@ -52,7 +53,10 @@ def _data(**changes: Any) -> dict[str, Any]:
         "raw_reward": [1.0, 0.5, 0.0],
     }
     data.update(changes)
-    return data
+    return {key: value for key, value in data.items() if value is not _DROP}
+
+
+_DROP = object()  # _data(key=_DROP) leaves the key out
 
 
 BAD_TRAIN_DATA = [
@@ -142,10 +146,19 @@ BAD_TRAIN_DATA = [
         id="nan-reward",
     ),
     pytest.param(
-        _data(rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        _data(rollout_log_probs=[[-0.5, -1.0], [-1.0], [float("-inf")]]),
         ValueRangeError,
-        r"sample 0, position 1: `rollout_log_probs` holds -inf",
-        id="inf-log-prob",
+        r"sample 2, position 0: `rollout_log_probs` holds -inf where `loss_masks` is 1; NaN and "
+        r"infinity are refused on tokens that count toward the loss \(allowed where `loss_masks` "
+        r"is 0\).*`allow_nonfinite=True`",
+        id="inf-log-prob-where-the-loss-counts",
+    ),
+    pytest.param(
+        _data(loss_masks=_DROP, rollout_log_probs=[[-0.5, float("-inf")], [-1.0], [0.0]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_log_probs` holds -inf \(the batch has no `loss_masks`: "
+        r"every response token counts\)",
+        id="inf-log-prob-without-a-loss-mask",
     ),
     pytest.param(
         _data(raw_reward=[1.0, float("nan"), 0.0]),
@@ -250,6 +263,60 @@ BAD_TRAIN_DATA = [
         r"sample 2: `total_lengths` has 3 values but `tokens` says 2",
         id="total-lengths-disagree",
     ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], []], [[2]], [[3]]]),
+        ValueRangeError,
+        r"sample 0, position 1: `rollout_sampling_masks` has an empty list for this token "
+        r"\(offsets 1 -> 1\); the column is `nonempty`: every token needs at least one value",
+        id="empty-sampling-support",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3, 4], [0, 2, 1])]),
+        ValueRangeError,
+        r"sample 2, position 1: `rollout_sampling_masks` offsets fall from 2 to 1; offsets never "
+        r"decrease",
+        id="falling-sampling-offsets",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3], [1, 1])]),
+        ValueRangeError,
+        r"sample 2: `rollout_sampling_masks` offsets must start at 0, got 1",
+        id="sampling-offsets-not-from-0",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3, 4], [0, 1])]),
+        RaggedLengthError,
+        r"sample 2: `rollout_sampling_masks` offsets end at 1 but the sample has 2 values; the "
+        r"last offset is the number of values",
+        id="sampling-offsets-short-of-the-ids",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists([3], [[0, 1]])]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` offsets must be a 1-D list of ints with one more "
+        r"entry than the sample has tokens",
+        id="sampling-offsets-not-a-list-of-ints",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], TokenLists(None, [0])]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` values must be a list or a 1-D array, got NoneType",
+        id="sampling-ids-missing",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], "12"]),
+        ColumnTypeError,
+        r"sample 2: `rollout_sampling_masks` must be one list of numbers per token \(a list of "
+        r"lists, a 2-D array or TokenLists\(values, offsets\)\), got str",
+        id="sampling-mask-not-lists",
+    ),
+    pytest.param(
+        _data(rollout_sampling_masks=[[[1], [2]], [[2]], [[3, 2.5]]]),
+        ColumnTypeError,
+        r"sample 2, position 0, item 1: `rollout_sampling_masks` is an integer column but holds a "
+        r"float",
+        id="float-in-sampling-mask",
+    ),
 ]
 
 
@@ -295,7 +362,7 @@ def test_data_must_be_a_mapping() -> None:
 
 
 def test_split_needs_a_dict_or_a_batch() -> None:
-    with pytest.raises(SchemaError, match=r"expected a train-data dict or a RolloutBatch, got str"):
+    with pytest.raises(SchemaTypeError, match=r"`data_or_batch` must be a RolloutBatch, got str"):
         split_train_data_by_dp_raw("tokens", 2, balance_data=False)  # type: ignore[arg-type]
 
 
@@ -371,6 +438,10 @@ def test_empty_batch_splits_into_empty_strided_shards_and_refuses_balance() -> N
             r"invalid `length`: 'prompt'",
         ),
         (lambda: ColumnSpec("x", "batch_global"), r"invalid `global_shape`: None"),
+        (
+            lambda: ColumnSpec("x", "per_token", pa.int32(), nonempty=True),
+            r"column `x`: `nonempty=True` is for per_token_list columns only",
+        ),
     ],
 )
 def test_bad_column_specs(make_spec: Any, match: str) -> None:
@@ -892,8 +963,6 @@ def test_shard_layout_options() -> None:
     shard = split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0]
     expected = r"invalid `layout`: 'flat'; expected one of: 'rollout', 'actor'"
     with pytest.raises(OptionError, match=expected):
-        shard.with_layout("flat")  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match=expected):
         shard.to_train_data(layout="flat")  # type: ignore[arg-type]
 
 
@@ -913,11 +982,11 @@ def test_batch_parts_are_checked() -> None:
     with pytest.raises(
         SchemaError, match=r"`partition` must be a 1-D int array of 3 values, got shape \(2,\)"
     ):
+        Shard(batch, partition=np.arange(2), batch_total_lengths=batch.total_lengths)
+    with pytest.raises(SchemaTypeError, match=r"`rows` must be a RolloutBatch, got Shard"):
         Shard(
-            record_batch,
-            specs,
-            batch.batch_globals,
-            partition=np.arange(2),
+            split_train_data_by_dp_raw(_data(), 1, balance_data=False)[0],  # type: ignore[arg-type]
+            partition=np.arange(3),
             batch_total_lengths=batch.total_lengths,
         )
 
@@ -961,15 +1030,16 @@ def test_torch_options() -> None:
             r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
         ),
         (
-            {"pad_to_multiple_of": 2**40},
+            {"pad_to_multiple_of": 2**31 - 1},
             ValueRangeError,
-            r"`pad_to_multiple_of` must be at most 2147483647, got 1099511627776",
+            r"`pad_to_multiple_of` must be at most 1048576, got 2147483647; every padded row is "
+            r"at least that wide: pass a token multiple such as 8 or 128",
         ),
     ]
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             to_tensors(batch, **kwargs)
-    with pytest.raises(SchemaTypeError, match=r"`shard` must be a RolloutBatch, got dict"):
+    with pytest.raises(SchemaTypeError, match=r"must be a Shard or a RolloutBatch, got dict"):
         to_tensors(_data())  # type: ignore[arg-type]
 
 
@@ -998,6 +1068,7 @@ BUILTIN_EXCEPTIONS = frozenset(
 # Builtin exceptions the package may raise: (file, exception) -> reason.
 BUILTIN_RAISES = {
     ("batch.py", "AttributeError"): "a write to a frozen batch, as a frozen dataclass refuses it",
+    ("shard.py", "AttributeError"): "a write to a frozen shard, as a frozen dataclass refuses it",
     ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
     ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
     ("testing/_asserts.py", "AssertionError"): "what an assertion helper raises, by contract",
@@ -1015,10 +1086,8 @@ BUILTIN_RAISES = {
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.
 ALLOWED_ASSERTS = {
-    ("batch.py", "isinstance(other, RolloutBatch)"): "`type(other) is type(self)` was checked",
-    ("batch.py", "isinstance(other, Shard)"): "`type(other) is type(self)` was checked",
     ("ray/_handoff.py", "key is not None"): "the known columns declare a witness column",
-    ("ray/_handoff.py", "isinstance(added, Shard)"): "`add_train_data` keeps the type",
+    ("ray/_handoff.py", "source is not None"): "the known columns declare a length source",
     ("compat/miles.py", "train_parallel_config is not None"): "`_dp_size_of` refused None",
 }
 
@@ -1078,6 +1147,9 @@ def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
         error = getattr(errors, name)
         assert re.search(rf"(── |^    ){name}\b", errors.__doc__ or "", re.MULTILINE), name
         assert getattr(arrow_split, name) is error, name
+        if issubclass(error, Warning):
+            assert issubclass(error, (arrow_split.ArrowSplitWarning, UserWarning))
+            continue
         assert issubclass(error, ArrowSplitError)
         if error is not ArrowSplitError:
             builtin = (TypeError, ValueError, KeyError, RuntimeError)
@@ -1093,7 +1165,6 @@ def _shard() -> Shard:
 
 ESCAPES_TO_FIX = [
     pytest.param(lambda: RolloutBatch.from_train_data(_data()).column(np.arange(2)), id="column"),
-    pytest.param(lambda: _shard().with_layout(np.arange(2)), id="with-layout"),
     pytest.param(lambda: _shard().to_train_data(layout=np.arange(2)), id="to-train-data"),
     pytest.param(
         lambda: shard_for_rank(_planned(), 0, 4, balance_data=True, resplit=np.arange(2)),
@@ -1106,9 +1177,7 @@ ESCAPES_TO_FIX = [
     pytest.param(lambda: RolloutBatch.read(3), id="read-an-int"),
     pytest.param(
         lambda: Shard(
-            _shard().record_batch,
-            _shard().specs,
-            _shard().batch_globals,
+            _shard().rows,
             partition=["a", "b", "c"],
             batch_total_lengths=[4, 3, 2],
         ),
@@ -1123,3 +1192,18 @@ def test_arguments_of_the_wrong_type_get_a_typed_error(call: Any) -> None:
     with pytest.raises(ArrowSplitError) as caught:
         call()
     assert isinstance(caught.value, (TypeError, ValueError))
+
+
+def test_padding_messages() -> None:
+    from arrow_split import ColumnSpec, RolloutBatch, pad_to_dp, split_train_data_by_dp_raw
+
+    with pytest.raises(arrow_split.SchemaError, match=r"role 'padding' needs a bool flag column"):
+        ColumnSpec("pads", "per_sample_scalar", pa.int64(), role="padding")
+    shard = split_train_data_by_dp_raw({"tokens": [[1], [2]]}, 1, balance_data=False)[0]
+    with pytest.raises(arrow_split.SchemaTypeError, match=r"`pad_to_dp` pads a whole Rollout"):
+        pad_to_dp(shard, 2)
+    with pytest.raises(arrow_split.OptionTypeError, match=r"`pad_to_dp` must be a bool"):
+        split_train_data_by_dp_raw({"tokens": [[1]]}, 2, balance_data=False, pad_to_dp="yes")  # type: ignore[arg-type]
+    batch = RolloutBatch.from_train_data({"tokens": [[1]]})
+    with pytest.raises(arrow_split.PlanError, match=r"`dp_size` must be a positive int, got 0"):
+        pad_to_dp(batch, 0)

@@ -24,7 +24,7 @@ def test_using_the_core_leaves_torch_and_ray_out() -> None:
     statement = (
         "import arrow_split as a; "
         "b = a.RolloutBatch.from_train_data({'tokens': [[1, 2], [3]]}); "
-        "a.split_train_data_by_dp_raw(b, 2, balance_data=False)[0].to_train_data()"
+        "a.split_train_data_by_dp_raw(b, 2, balance_data=False)[0].to_train_data(layout='rollout')"
     )
     loaded = _modules_after(statement)
     assert "torch" not in loaded

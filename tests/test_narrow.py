@@ -30,6 +30,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split.testing import assert_batches_equal
 
 EXPERTS = "rollout_routed_experts"
@@ -232,7 +233,7 @@ def test_every_rank_sees_the_same_arrow_type(balance_data: bool) -> None:
     expected = batch.column(EXPERTS).type
     assert leaf_type(batch.column(EXPERTS)) == pa.uint16()
     shards = split_train_data_by_dp_raw(batch, 4, balance_data=balance_data)
-    assert any(int(np.max(s.to_train_data()[EXPERTS][0])) < 256 for s in shards)  # type: ignore[index]
+    assert any(int(np.max(s.rows.to_train_data()[EXPERTS][0])) < 256 for s in shards)  # type: ignore[index]
     for rank, shard in enumerate(shards):
         assert shard.column(EXPERTS).type == expected
         alone = shard_for_rank(batch, rank, 4, balance_data=balance_data)
@@ -262,13 +263,13 @@ def test_stored_type_is_the_narrowest_and_values_round_trip(
     assert leaf_type(batch.column(EXPERTS)) == fits[0]
     shard = take_rows(batch, np.arange(len(totals))[::-1].copy())
     assert shard.column(EXPERTS).type == batch.column(EXPERTS).type
-    for got, expected in zip(shard.to_train_data()[EXPERTS], experts[::-1], strict=True):  # type: ignore[call-overload]
+    for got, expected in zip(shard.rows.to_train_data()[EXPERTS], experts[::-1], strict=True):  # type: ignore[call-overload]
         assert got.dtype == np.int32
         np.testing.assert_array_equal(got, expected)
 
 
 def _holds(arrow_type: pa.DataType, low: int, high: int) -> bool:
-    info = np.iinfo(arrow_type.to_pandas_dtype())
+    info = np.iinfo(numpy_dtype(arrow_type))
     return bool(info.min <= low and high <= info.max)
 
 
@@ -329,7 +330,7 @@ class TestToTensors:
         from arrow_split.torch import to_tensors
 
         shard = self.shard(high)
-        expected = shard.to_train_data()[EXPERTS]
+        expected = shard.rows.to_train_data()[EXPERTS]
         tensors = to_tensors(shard, layout=layout)  # type: ignore[arg-type]
         experts = tensors[EXPERTS]
         if layout == "per_sample":
@@ -343,7 +344,7 @@ class TestToTensors:
 
     @staticmethod
     def split(shard: Any, experts: Any, layout: str) -> list[np.ndarray]:
-        rows = [len(a) for a in shard.to_train_data()[EXPERTS]]
+        rows = [len(a) for a in shard.rows.to_train_data()[EXPERTS]]
         if layout == "packed":
             return [t.numpy() for t in experts.split(rows)]
         if layout == "nested":

@@ -35,7 +35,10 @@ def test_every_public_top_level_object_is_exported() -> None:
 
 @pytest.mark.parametrize("module_name", MODULES)
 def test_every_module_declares_a_sorted_all(module_name: str) -> None:
-    module = importlib.import_module(f"arrow_split.{module_name}")
+    try:
+        module = importlib.import_module(f"arrow_split.{module_name}")
+    except ImportError as exc:  # a leaf whose dependency is not installed (the min-version run)
+        pytest.skip(str(exc))
     assert module.__all__ == sorted(module.__all__), module_name
     for name in module.__all__:
         assert hasattr(module, name), f"{module_name}.{name}"

@@ -14,3 +14,10 @@ def test_the_core_example_runs() -> None:
     exec(compile(blocks[0], str(README), "exec"), namespace)
     shards = namespace["shards"]
     assert [shard.partition.tolist() for shard in shards] == [[0], [1]]  # type: ignore[attr-defined]
+
+
+def test_the_crash_example_runs() -> None:
+    text = README.read_text(encoding="utf-8")
+    section = text.split("### Surviving a crash", 1)[1]
+    block = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    exec(compile(block, str(README), "exec"), {})

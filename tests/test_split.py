@@ -14,9 +14,12 @@ from hypothesis import strategies as st
 from arrow_split import (
     PlanError,
     RolloutBatch,
+    SchemaTypeError,
     partition_for_rank,
     shard_for_rank,
+    split,
     split_train_data_by_dp_raw,
+    take,
     take_rows,
 )
 from arrow_split.testing.strategies import train_data
@@ -36,8 +39,17 @@ def split_cases(draw: st.DrawFn) -> tuple[dict[str, Any], int, bool]:
     return data, dp_size, balance_data
 
 
+def _plain(record_batch: pa.RecordBatch) -> pa.RecordBatch:
+    """Objects stored once (dictionaries: each shard has its own) as one value per row."""
+    columns = [
+        column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+        for column in record_batch.columns
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=record_batch.schema.names)
+
+
 def _concat(shards: list[RolloutBatch]) -> pa.Table:
-    return pa.Table.from_batches([shard.record_batch for shard in shards])
+    return pa.Table.from_batches([_plain(shard.record_batch) for shard in shards])
 
 
 @given(split_cases())
@@ -61,7 +73,7 @@ def test_shards_put_back_together_give_the_original_bit_for_bit(
     shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
     rows = np.concatenate([shard.partition for shard in shards])
     table = _concat(shards).take(pa.array(np.argsort(rows), type=pa.int64()))
-    assert table.equals(pa.Table.from_batches([batch.record_batch]))
+    assert table.equals(pa.Table.from_batches([_plain(batch.record_batch)]))
 
 
 @given(split_cases())
@@ -70,7 +82,7 @@ def test_split_matches_the_plain_python_reference(case: tuple[dict[str, Any], in
     shards = split_train_data_by_dp_raw(data, dp_size, balance_data=balance_data)
     expected = reference_split(data, dp_size, balance_data)
     for shard, reference in zip(shards, expected, strict=True):
-        actual = shard.to_train_data()
+        actual = shard.to_train_data(layout="rollout")
         assert actual.keys() == reference.keys()
         for key, values in reference.items():
             assert normalize(actual[key]) == values, key
@@ -111,7 +123,6 @@ def test_actor_layout_reorders_total_lengths(case: tuple[dict[str, Any], int, bo
         assert "partition" not in actor
         assert actor["total_lengths"] == [len(data["tokens"][row]) for row in shard.partition]
         assert actor["global_total_lengths"] == [len(tokens) for tokens in data["tokens"]]
-        assert normalize(shard.with_layout("actor").to_train_data()) == normalize(actor)
 
 
 def test_a_shard_is_compact_and_ships_only_its_own_bytes() -> None:
@@ -132,10 +143,33 @@ def test_a_shard_is_compact_and_ships_only_its_own_bytes() -> None:
 def test_a_shard_of_a_shard_maps_back_to_the_whole_batch() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[i] * (i + 1) for i in range(12)]})
     shard = shard_for_rank(batch, 1, 2, balance_data=False)  # rows 1, 3, ..., 11
-    inner = shard_for_rank(shard, 2, 3, balance_data=False)  # its rows 2, 5
+    inner = take_rows(shard, np.array([2, 5]))  # its rows 2, 5
     assert inner.partition.tolist() == [5, 11]
-    assert inner.to_train_data()["tokens"] == [[5] * 6, [11] * 12]
+    assert (inner.plan_key, inner.dp_rank) == (shard.plan_key, 1)
+    assert inner.to_train_data(layout="rollout")["tokens"] == [[5] * 6, [11] * 12]
+    assert inner.batch_total_lengths is shard.batch_total_lengths  # shared, not copied
     assert inner.batch_total_lengths.tolist() == list(range(1, 13))
+
+
+def test_a_shard_is_not_a_batch_its_rows_are() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[i] * (i + 1) for i in range(12)]})
+    shard = shard_for_rank(batch, 1, 2, balance_data=False)
+    with pytest.raises(SchemaTypeError, match=r"a Shard's rows are `shard.rows`"):
+        shard_for_rank(shard, 0, 3, balance_data=False)  # type: ignore[arg-type]
+    again = shard_for_rank(shard.rows, 2, 3, balance_data=False)  # rows of the shard's rows
+    assert again.partition.tolist() == [2, 5]
+    assert again.batch_total_lengths.tolist() == shard.total_lengths.tolist()
+
+
+def test_the_shards_of_a_split_share_the_batch_lengths() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[i] * (i + 1) for i in range(12)]})
+    shards = split(batch, batch.make_plan(3, balance_data=True))
+    assert all(shard.batch_total_lengths is batch.total_lengths for shard in shards)
+    assert not batch.total_lengths.flags.writeable
+    assert [
+        take(batch, batch.make_plan(3, balance_data=True), r).equals(s)
+        for r, s in enumerate(shards)
+    ] == [True] * 3
 
 
 def test_rank_indices_for_strided_plans_need_no_full_plan() -> None:
@@ -149,8 +183,11 @@ def test_the_run_copying_take_equals_arrows_take(data: dict[str, Any], draw: st.
     rows = draw.draw(st.lists(st.integers(0, max(batch.num_samples - 1, 0)), max_size=30))
     indices = np.asarray(rows if batch.num_samples else [], dtype=np.int64)
     taken = take_rows(batch, indices).record_batch
-    assert taken.equals(batch.record_batch.take(pa.array(indices, type=pa.int64())))
+    arrows = batch.record_batch.take(pa.array(indices, type=pa.int64()))
+    assert _plain(taken).equals(_plain(arrows))
     for column in taken.columns:
+        if pa.types.is_dictionary(column.type):  # only the values its rows use, once each
+            assert len(column.dictionary) == len(column.indices.drop_null().unique())
         for buffer in column.buffers():
             assert buffer is None or buffer.is_mutable  # fresh, private buffers
 

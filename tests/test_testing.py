@@ -159,7 +159,12 @@ def test_groups_of_an_empty_batch() -> None:
     ("changes", "match"),
     [
         ({"samples": -1}, r"`samples` must be >= 0"),
-        ({"response_mean": 0.0}, r"`response_mean` > 0"),
+        ({"response_mean": 0.0}, r"`response_mean` must be a finite number > 0, got 0.0"),
+        ({"response_mean": "8"}, r"`response_mean` must be a real number > 0, got str"),
+        ({"samples": "8"}, r"`samples` must be an int, got str"),
+        ({"seed": 1.5}, r"`seed` must be an int, got float"),
+        ({"prompt_tokens": [1, 2]}, r"`prompt_tokens` must be a tuple of two ints, got list"),
+        ({"as_numpy": "False"}, r"`as_numpy` must be a bool or a frozenset of keys, got str"),
         ({"prompt_tokens": (5, 2)}, r"`prompt_tokens` must be \(low, high\)"),
         ({"moe_shape": (0, 2)}, r"`moe_shape` must be \(layers, top_k\)"),
         ({"columns": "all"}, r"invalid `columns`: 'all'; expected one of"),
@@ -171,7 +176,7 @@ def test_invalid_configs(changes: dict[str, Any], match: str) -> None:
 
 
 def test_invalid_step_and_group_size() -> None:
-    with pytest.raises(ValueError, match=r"`step` must be >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"`step` must be >= 0 and <= 2147483647, got -1"):
         make_train_data(SMALL, -1)
     with pytest.raises(ValueError, match=r"`group_size` must be >= 1, got 0"):
         next(iter_sample_groups(SMALL, 0))
@@ -180,20 +185,11 @@ def test_invalid_step_and_group_size() -> None:
 # --- the assertions ---------------------------------------------------------------------------
 
 
-def _with_column(batch: RolloutBatch, name: str, column: pa.Array) -> RolloutBatch:
+def _with_column(batch: RolloutBatch | Shard, name: str, column: pa.Array) -> RolloutBatch | Shard:
     index = batch.record_batch.schema.get_field_index(name)
     record_batch = batch.record_batch.set_column(index, name, column)
-    if isinstance(batch, Shard):
-        return Shard(
-            record_batch,
-            batch.specs,
-            batch.batch_globals,
-            partition=batch.partition,
-            batch_total_lengths=batch.batch_total_lengths,
-            plan_key=batch.plan_key,
-            dp_rank=batch.dp_rank,
-        )
-    return RolloutBatch(record_batch, batch.specs, batch.batch_globals)
+    rows = RolloutBatch(record_batch, batch.specs, batch.batch_globals)
+    return batch.with_rows(rows) if isinstance(batch, Shard) else rows
 
 
 def test_equal_batches_and_shards_pass() -> None:
@@ -257,7 +253,13 @@ def test_batch_globals_and_specs_are_compared() -> None:
 def test_shards_differ_in_partition() -> None:
     batch = _batch()
     left = shard_for_rank(batch, 0, 4, balance_data=False)
-    right = left._replace_shard(partition=left.partition + 1)
+    right = Shard(
+        left.rows,
+        partition=left.partition + 1,
+        batch_total_lengths=left.batch_total_lengths,
+        plan_key=left.plan_key,
+        dp_rank=left.dp_rank,
+    )
     with pytest.raises(AssertionError, match=r"`partition` differ"):
         assert_shards_equal(left, right)
     assert_batches_equal(left, right)  # as batches they are equal
@@ -265,7 +267,13 @@ def test_shards_differ_in_partition() -> None:
 
 def test_shards_of_different_plans_differ() -> None:
     shard = shard_for_rank(_batch(), 0, 4, balance_data=False)
-    other = shard._replace_shard(plan_key=PlanKey("strided", 4, "0" * 16))
+    other = Shard(
+        shard.rows,
+        partition=shard.partition,
+        batch_total_lengths=shard.batch_total_lengths,
+        plan_key=PlanKey("strided", 4, "0" * 16),
+        dp_rank=shard.dp_rank,
+    )
     assert_shards_equal(shard, shard_for_rank(_batch(), 0, 4, balance_data=False))
     with pytest.raises(AssertionError, match=r"`plan_fingerprint` differ"):
         assert_shards_equal(shard, other)

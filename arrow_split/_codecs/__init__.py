@@ -6,17 +6,19 @@ See :mod:`arrow_split._codecs._base` for what a codec owns. Batch-global values 
 
 from __future__ import annotations
 
-from arrow_split._codecs._base import Codec, EncodeOptions, TensorRole
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TensorRole, TypeFields
 from arrow_split._codecs.objects import ObjectsCodec
 from arrow_split._codecs.ragged import RaggedCodec
 from arrow_split._codecs.scalar import ScalarCodec
 from arrow_split._codecs.tensor import TensorCodec
+from arrow_split._codecs.token_lists import TokenListsCodec
 from arrow_split.schema import ColumnSpec
 
-__all__ = ["Codec", "EncodeOptions", "TensorRole", "codec_for"]
+__all__ = ["Codec", "EncodeOptions", "FlatNumbers", "TensorRole", "TypeFields", "codec_for"]
 
 _CODECS: dict[str, Codec] = {
     "per_token": RaggedCodec(),
+    "per_token_list": TokenListsCodec(),
     "per_sample_tensor": TensorCodec(),
     "per_sample_scalar": ScalarCodec(),
     "per_sample_object": ObjectsCodec(),

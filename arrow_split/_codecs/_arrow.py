@@ -21,7 +21,10 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs._types import is_list, leaf_type, nest, trailing_shape
+
 __all__ = [
+    "child_nulls",
     "data_buffer",
     "numpy_dtype",
     "numpy_view",
@@ -67,6 +70,15 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return values, offsets
 
 
+def child_nulls(array: pa.Array) -> int:
+    """Nulls in the values of a list column, at any level of nesting (0 for a flat column)."""
+    count = 0
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+        count += array.null_count
+    return count
+
+
 def data_buffer(array: pa.Array) -> pa.Buffer | None:
     """The buffer that holds a column's numbers (the innermost child's data buffer)."""
     while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
@@ -80,18 +92,11 @@ def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.nda
         yield values[begin:end]
 
 
-def _leaf_type(list_type: pa.DataType) -> pa.DataType:
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        child = child.value_type
-    return child
-
-
 def copies_runs(array: pa.Array) -> bool:
     """Whether a column is a ``large_list`` of fixed-width numbers without nulls."""
-    if not pa.types.is_large_list(array.type) or array.null_count:
+    if not is_list(array.type) or array.null_count:
         return False
-    leaf = _leaf_type(array.type)
+    leaf = leaf_type(array.type)
     return (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)) and not leaf.bit_width % 8
 
 
@@ -103,15 +108,8 @@ def _pool_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[pa.Buffer, np.
 
 def _rebuild(list_type: pa.DataType, offsets: pa.Array, values: pa.Buffer, count: int) -> pa.Array:
     """Wrap gathered leaf values (``count`` of them) and offsets as a column of ``list_type``."""
-    child = pa.Array.from_buffers(_leaf_type(list_type), count, [None, values])
-    sizes = []
-    nested = list_type.value_type
-    while pa.types.is_fixed_size_list(nested):
-        sizes.append(nested.list_size)
-        nested = nested.value_type
-    for size in reversed(sizes):
-        child = pa.FixedSizeListArray.from_arrays(child, size)
-    return pa.LargeListArray.from_arrays(offsets, child)
+    child = pa.Array.from_buffers(leaf_type(list_type), count, [None, values])
+    return pa.LargeListArray.from_arrays(offsets, nest(child, trailing_shape(list_type)))
 
 
 def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:

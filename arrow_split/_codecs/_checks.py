@@ -52,19 +52,46 @@ def check_int_range(
         raise ValueRangeError(msg)
 
 
-def check_finite(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
-    """Raise :class:`ValueRangeError` on the first NaN or infinity."""
+def check_finite(
+    name: str,
+    values: np.ndarray,
+    offsets: np.ndarray | None,
+    *,
+    counted: np.ndarray | None = None,
+    mask_name: str | None = None,
+) -> None:
+    """Raise :class:`ValueRangeError` on the first NaN or infinity the loss counts.
+
+    ``counted`` (one value per value, aligned) is the loss mask of a response-aligned column
+    named ``mask_name``: NaN and infinity are refused only where it is not 0. Without it they are
+    refused everywhere; ``mask_name`` then says the column is response-aligned but the batch has
+    no loss mask.
+    """
     if values.size == 0 or values.dtype.kind != "f":
         return
-    finite = np.isfinite(values)
-    if not finite.all():
-        index = int(np.argmin(finite))
+    bad = ~np.isfinite(values)
+    if counted is not None:
+        bad &= counted != 0
+    if not bad.any():
+        return
+    index = int(np.argmax(bad))
+    if counted is not None:
         msg = (
-            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r}; NaN and infinity "
-            "are rejected by default; fix the producer, or pass `allow_nonfinite=True` to "
-            "`from_train_data` to keep them"
+            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r} where "
+            f"`{mask_name}` is {counted[index].item()!r}; NaN and infinity are refused on tokens "
+            f"that count toward the loss (allowed where `{mask_name}` is 0); fix the producer, "
+            "or pass `allow_nonfinite=True` to `from_train_data` to keep them everywhere"
         )
-        raise ValueRangeError(msg)
+    else:
+        unmasked = (
+            f" (the batch has no `{mask_name}`: every response token counts)" if mask_name else ""
+        )
+        msg = (
+            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r}{unmasked}; NaN "
+            "and infinity are rejected by default; fix the producer, or pass "
+            "`allow_nonfinite=True` to `from_train_data` to keep them"
+        )
+    raise ValueRangeError(msg)
 
 
 def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:

@@ -21,13 +21,12 @@ import pyarrow as pa
 from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._checks import (
-    check_finite,
     check_flag,
     check_float32_exact,
     check_int_range,
     locate_python_value,
 )
-from arrow_split._codecs._pylists import flat_from_lists
+from arrow_split._codecs._pylists import flat_from_lists, is_bool_value
 from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
@@ -35,12 +34,15 @@ __all__ = [
     "ARROW_ERRORS",
     "as_array",
     "check_array_dtype",
+    "check_only_bools",
     "exact_integers",
     "finish",
     "flat_from_arrays",
     "flat_from_python",
     "is_array",
+    "is_flag",
     "offsets_from_lengths",
+    "only_bools",
     "target_dtype",
 ]
 
@@ -103,15 +105,28 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
 
 
 def is_flag(spec: ColumnSpec) -> bool:
-    """One rule for 0/1 columns: a declared flag, or any column of Arrow type ``bool``.
+    """Whether a column holds 0/1 values: a declared flag, or any column of Arrow type ``bool``.
 
-    Both take bools and the ints 0 and 1, whatever their container, and refuse anything else
-    (a 2, a float); a bool column is never filled by ``astype(bool)``.
+    A declared flag (``flag=True``: ``loss_masks``, ``truncated``, which RL frameworks fill with
+    the ints 0 and 1) takes bools and the ints 0 and 1, whatever their container. A column of
+    Arrow type ``bool`` not declared a flag takes bools only (:func:`only_bools`). Both refuse
+    anything else (a 2, a float); a bool column is never filled by ``astype(bool)``.
     """
     return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
+def only_bools(spec: ColumnSpec) -> bool:
+    """Whether a column takes bools only: Arrow type ``bool`` and not declared ``flag=True``.
+
+    The one rule for a bool: it is a ``bool`` or ``numpy.bool_`` (a bool array), the same as for
+    a flag argument; ``[1, 0]`` is refused, as ``"False"`` is where a flag argument goes.
+    """
+    return target_dtype(spec).kind == "b" and not spec.flag
+
+
 def _allowed_kinds(spec: ColumnSpec) -> str:
+    if only_bools(spec):
+        return "b"
     if is_flag(spec):
         return "iub"
     return "iuf" if target_dtype(spec).kind == "f" else "iu"
@@ -120,7 +135,7 @@ def _allowed_kinds(spec: ColumnSpec) -> str:
 def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
     """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values."""
     if dtype.kind not in _allowed_kinds(spec):
-        kind = "a float" if target_dtype(spec).kind == "f" else "an integer"
+        kind = {"f": "a float", "b": "a bool"}.get(target_dtype(spec).kind, "an integer")
         msg = (
             f"{location}: `{spec.name}` is {kind} column ({spec.value_type}) but the array has "
             f"dtype {dtype}; convert it with `.astype(...)` in the producer, or declare the "
@@ -132,7 +147,11 @@ def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
 def finish(
     spec: ColumnSpec, values: np.ndarray, offsets: np.ndarray | None, options: EncodeOptions
 ) -> np.ndarray:
-    """Check flat ``values`` for ``spec`` and cast them to the column's dtype."""
+    """Check flat ``values`` for ``spec`` and cast them to the column's dtype.
+
+    Finiteness is checked once the whole batch is encoded (it depends on the loss mask): see
+    :func:`arrow_split._convert.check_finite_columns`.
+    """
     target = target_dtype(spec)
     if is_flag(spec):
         check_flag(spec.name, values, offsets)
@@ -144,8 +163,6 @@ def finish(
             values = wide.astype(target, copy=False)
         if options.exact_floats:
             check_float32_exact(spec.name, wide, values, offsets)
-        if spec.finite and not options.allow_nonfinite:
-            check_finite(spec.name, values, offsets)
     return values.astype(target, copy=False)
 
 
@@ -214,6 +231,8 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
             spec.name, samples, target=target, flag=is_flag(spec), ragged=True, cause=cause
         )
 
+    if only_bools(spec):
+        check_only_bools(spec, samples, ragged=True)
     try:
         array = pa.array(samples, type=pa.large_list(wide))
     except ARROW_ERRORS as exc:
@@ -239,10 +258,28 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
     return array.values.to_numpy(zero_copy_only=False), offsets
 
 
+def check_only_bools(spec: ColumnSpec, samples: Sequence[object], *, ragged: bool) -> None:
+    """Raise :class:`ColumnTypeError` on a value that is not a bool in a bool-only column.
+
+    See :func:`only_bools`; ``ragged`` says whether each sample is a list of values.
+    """
+    for sample, values in enumerate(samples):
+        items = values if ragged and isinstance(values, (list, tuple)) else [values]
+        for position, value in enumerate(items):
+            if not is_bool_value(value):
+                at = f"sample {sample}, position {position}" if ragged else f"sample {sample}"
+                msg = (
+                    f"{at}: `{spec.name}` is a bool column but holds {type(value).__name__} "
+                    f"{value!r:.40}; pass True/False (0 and 1 are ints), or declare the column "
+                    "with `flag=True` to take 0/1 ints"
+                )
+                raise ColumnTypeError(msg)
+
+
 def _holds_a_bool(samples: Sequence[object]) -> bool:
     """Whether a sample's list holds a bool (the careful path only: one look per value)."""
     return any(
-        isinstance(value, (bool, np.bool_))
+        is_bool_value(value)
         for sample in samples
         if isinstance(sample, (list, tuple))
         for value in sample

@@ -21,7 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
-__all__ = ["flat_from_lists", "scalars_from_list"]
+__all__ = ["flat_from_lists", "is_bool_value", "scalars_from_list"]
 
 _TYPECODES = {("i" if code.islower() else "u", struct.calcsize(code)): code for code in "bhiqBHIQ"}
 """``(numpy kind, item size)`` -> the typecode of that integer type (``struct``'s are the same)."""
@@ -55,10 +55,20 @@ def _hides_a_bool(
         return None
     rows = np.searchsorted(offsets, candidates, side="right") - 1
     for index, row in zip(candidates.tolist(), rows.tolist(), strict=True):
-        value = samples[row][index - int(offsets[row])]
-        if value is True or value is False:
+        if is_bool_value(samples[row][index - int(offsets[row])]):
             return True
     return False
+
+
+def is_bool_value(value: object) -> bool:
+    """Whether ``value`` is a bool in any container: ``bool``, ``numpy.bool_``, a 0-d bool array.
+
+    A numpy or torch 0-d bool packs as 0 or 1 like ``True`` does: the same value gets the same
+    verdict whatever holds it.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
 
 
 def _beyond_exact_ints(values: np.ndarray) -> bool:
@@ -138,6 +148,6 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
     # A bool packs as 0 or 1 in either column: look only at those places for one.
     zero_or_one = (values == 0) | (values == 1)
     for index in np.flatnonzero(zero_or_one).tolist():
-        if isinstance(samples[index], (bool, np.bool_)):
+        if is_bool_value(samples[index]):
             return None
     return values

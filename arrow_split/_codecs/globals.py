@@ -10,11 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, role_column
 
-__all__ = ["check_batch_global", "global_to_python"]
+__all__ = ["check_batch_global", "global_to_python", "unpadded_samples"]
 
 _SHAPE_TEXT = {
     "int": "one int",
@@ -144,6 +146,21 @@ def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
             raise _shape_error(spec, value, f"the value of key {key!r} is {item!r:.40}")
         checked[int(key)] = int(item)
     return checked
+
+
+def unpadded_samples(
+    num_samples: int, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]
+) -> int:
+    """The samples a per-sample batch-global value covers: every row but the padding rows.
+
+    Padding rows (true in the column with the ``padding`` role, see
+    :func:`arrow_split.pad_to_dp`) never enter batch statistics such as ``raw_reward``.
+    """
+    marker = role_column(specs, "padding")
+    if marker is None or marker not in columns:
+        return num_samples
+    flags = columns[marker]
+    return num_samples - int(pc.sum(flags.fill_null(False)).as_py() or 0)
 
 
 def global_to_python(values: Mapping[str, object]) -> dict[str, object]:

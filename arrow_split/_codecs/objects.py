@@ -1,24 +1,47 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
-``string``: ``large_string``; a column whose samples are not all ``str`` falls back to
+``string``: ``large_string``; a column whose samples are not all exactly ``str`` falls back to
 ``pickle`` (the spec as used says so). ``string_list``: ``large_list<large_string>``. ``pickle``:
-``large_binary``, one pickle (protocol 5) per sample, ``None`` as null; decoded only on the rank
-that owns the row.
+one pickle (protocol 5) per *distinct* value, in a ``dictionary<int32, large_binary>``
+(:mod:`arrow_split._codecs._shared`), ``None`` as a null row; decoded only on the rank that
+owns the row, each row into its own object.
+
+Stored once. The samples of a prompt share values: a sample whose object is one already seen
+in the call (the same object) is not pickled again, and one whose pickle has the bytes of an
+earlier one points at that one's entry. A take keeps only the entries its rows use. A column
+read from an older dump (``large_binary``, one pickle per row) decodes and takes as before.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pickle
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 
+import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields
+from arrow_split._codecs._shared import (
+    SHARED_TYPE,
+    encode_once,
+    is_shared,
+    row_views,
+    stored_once,
+    take_once,
+)
+from arrow_split._codecs._types import list_type
 from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
+
+_TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
+    "string": (pa.large_string(),),
+    "string_list": (list_type(pa.large_string()),),
+    "pickle": (SHARED_TYPE, pa.large_binary()),  # stored once; one pickle per row (format 1)
+}
+"""The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
 
 class ObjectsCodec(Codec):
@@ -28,18 +51,50 @@ class ObjectsCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         if spec.codec == "string":
-            if all(isinstance(value, str) for value in samples):
-                return pa.array(samples, type=pa.large_string()), spec
+            # exactly `str`: a subclass (numpy.str_, a StrEnum) is pickled, keeping its type,
+            # so a builder's step gives the bytes from_train_data gives whatever the grouping
+            if all(type(value) is str for value in samples):
+                return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
-        pickled = [_pickle(spec, i, value) for i, value in enumerate(samples)]
-        return pa.array(pickled, type=pa.large_binary()), spec
+        return encode_once(_pickles(spec, samples)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
-            return [None if value is None else pickle.loads(value) for value in _views(array)]
+            return [None if value is None else pickle.loads(value) for value in row_views(array)]
         return list(array.to_pylist())
+
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return _TYPES[spec.codec][0]
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        codec = next((codec for codec, read in _TYPES.items() if arrow_type in read), None)
+        return None if codec is None else TypeFields(codec=codec)
+
+    def holds(self, spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
+        return arrow_type in _TYPES.get(spec.codec, ())
+
+    def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
+        return stored_once(array) if spec.codec == "pickle" else array
+
+    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
+        if is_shared(array):
+            return take_once(array, indices)
+        return super().take(array, indices)
+
+
+def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
+    """One pickle per sample; an object met before in ``samples`` is pickled once."""
+    seen: dict[int, bytes] = {}  # id -> pickle: the objects live in `samples` meanwhile
+    pickles: list[bytes | None] = []
+    for sample, value in enumerate(samples):
+        pickled = seen.get(id(value))
+        if pickled is None and value is not None:
+            pickled = _pickle(spec, sample, value)
+            seen[id(value)] = pickled
+        pickles.append(pickled)
+    return pickles
 
 
 def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
@@ -50,12 +105,10 @@ def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
                 f"{value!r:.60}"
             )
             raise ColumnTypeError(msg)
-    return pa.array(samples, type=pa.large_list(pa.large_string()))
+    return pa.array(samples, type=_TYPES["string_list"][0])
 
 
-def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:
-    if value is None:
-        return None
+def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
     try:
         return pickle.dumps(value, protocol=5)
     except Exception as exc:  # pickling runs user code: any error means "cannot be stored"
@@ -64,8 +117,3 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes | None:
             f"pickled ({exc}); store a picklable value"
         )
         raise ColumnTypeError(msg) from None
-
-
-def _views(array: pa.Array) -> Iterator[memoryview | None]:
-    for scalar in array:
-        yield None if not scalar.is_valid else memoryview(scalar.as_buffer())

@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import check_list_samples
 from arrow_split._codecs._numeric import (
     as_array,
@@ -17,6 +17,7 @@ from arrow_split._codecs._numeric import (
     flat_from_python,
     is_array,
 )
+from arrow_split._codecs._types import is_list, list_type, trailing_shape
 from arrow_split.schema import ColumnSpec
 
 __all__ = ["RaggedCodec"]
@@ -48,10 +49,21 @@ class RaggedCodec(Codec):
         values, offsets = ragged_values(array)
         return [part.tolist() for part in split_by_offsets(values, offsets)]
 
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return list_type(stored_type(spec, fields))
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        if not is_list(arrow_type) or trailing_shape(arrow_type):
+            return None
+        return TypeFields(storage=arrow_type.value_type)
+
     def lengths(self, array: pa.Array) -> np.ndarray:
         offsets: np.ndarray = array.offsets.to_numpy()
         lengths: np.ndarray = offsets[1:] - offsets[:-1]
         return lengths
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(*ragged_values(array))
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         return take_runs(array, indices)

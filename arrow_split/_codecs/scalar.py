@@ -8,18 +8,20 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import locate_python_value
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
     as_array,
     check_array_dtype,
+    check_only_bools,
     finish,
     is_array,
     is_flag,
+    only_bools,
     target_dtype,
 )
-from arrow_split._codecs._pylists import scalars_from_list
+from arrow_split._codecs._pylists import is_bool_value, scalars_from_list
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec
 
@@ -48,6 +50,15 @@ class ScalarCodec(Codec):
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         return list(numpy_view(array).tolist())
 
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        return stored_type(spec, fields)
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        return TypeFields(storage=arrow_type)
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(numpy_view(array), None)
+
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
     target = target_dtype(spec)
@@ -57,6 +68,8 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
             spec.name, samples, target=target, flag=is_flag(spec), ragged=False, cause=cause
         )
 
+    if only_bools(spec):
+        check_only_bools(spec, samples, ragged=False)
     if is_flag(spec):  # bools, 0/1 ints, or both mixed
         try:
             flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
@@ -80,7 +93,7 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
         locate("null values")
     if integer and not all(map(_is_plain_int, samples)):
         locate("a value that is not an int among integer values")  # pyarrow truncates floats
-    if not integer and any(isinstance(value, (bool, np.bool_)) for value in samples):
+    if not integer and any(map(is_bool_value, samples)):
         locate("a bool among float values")  # pyarrow would store 0.0 or 1.0 silently
     return np.asarray(array.to_numpy(zero_copy_only=False))
 

@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_dtype, ragged_values, split_by_offsets, take_runs
-from arrow_split._codecs._base import Codec, EncodeOptions
+from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import flatten_nested, locate_python_value
 from arrow_split._codecs._numeric import (
     as_array,
@@ -32,6 +32,7 @@ from arrow_split._codecs._numeric import (
     offsets_from_lengths,
     target_dtype,
 )
+from arrow_split._codecs._types import is_list, leaf_type, list_type, nest, trailing_shape
 from arrow_split.errors import ColumnTypeError, RaggedLengthError
 from arrow_split.schema import ColumnSpec
 
@@ -152,9 +153,7 @@ class TensorCodec(Codec):
             stacked = np.concatenate(filled) if filled else np.empty(0, dtype=target)
             width = int(np.prod(trailing, dtype=np.int64))
             child = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
-        for size in reversed(trailing):
-            child = pa.FixedSizeListArray.from_arrays(child, size)
-        return pa.LargeListArray.from_arrays(pa.array(offsets), child), spec
+        return pa.LargeListArray.from_arrays(pa.array(offsets), nest(child, trailing)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         values, offsets = ragged_values(array)
@@ -163,10 +162,24 @@ class TensorCodec(Codec):
             values = values.astype(target)
         return list(split_by_offsets(values, offsets))
 
+    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
+        trailing = fields.trailing if fields is not None else ()
+        return list_type(stored_type(spec, fields), trailing)
+
+    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
+        if not is_list(arrow_type):
+            return None
+        return TypeFields(storage=leaf_type(arrow_type), trailing=trailing_shape(arrow_type))
+
     def lengths(self, array: pa.Array) -> np.ndarray:
         offsets: np.ndarray = array.offsets.to_numpy()
         lengths: np.ndarray = offsets[1:] - offsets[:-1]
         return lengths
+
+    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
+        values, offsets = ragged_values(array)
+        width = int(np.prod(values.shape[1:], dtype=np.int64))
+        return FlatNumbers(values.reshape(-1), offsets * width)
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
         return take_runs(array, indices)

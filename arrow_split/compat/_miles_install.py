@@ -16,6 +16,9 @@ from types import ModuleType
 from typing import Any
 
 from arrow_split import ColumnSpec
+from arrow_split._args import as_flag
+from arrow_split.compat import _miles_store as _store
+from arrow_split.compat._miles_store import ref_factory_of
 
 __all__ = ["Installation", "install"]
 
@@ -23,6 +26,7 @@ _LOG = logging.getLogger("arrow_split.compat.miles")
 _ABSENT = object()  # a name the module did not have before install()
 
 _CONVERSION = "miles.ray.rollout.train_data_conversion"
+_OBJECT_STORE = "miles.utils.object_store"
 _DATA = "miles.utils.data"
 _REQUIRED: dict[str, tuple[str, ...]] = {
     _CONVERSION: (
@@ -62,8 +66,10 @@ class Installation:
         patched: Sequence[str],
         skipped: Sequence[str],
         originals: Sequence[tuple[ModuleType, str, object]],
+        ref_type: str = "ArrowRef",
     ) -> None:
         self.patched = tuple(patched)
+        self.ref_type = ref_type
         self.skipped = tuple(skipped)
         self._originals = list(originals)
 
@@ -135,6 +141,8 @@ def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     keywords = {}
     if name in _TAKES_SPECS and hooks["specs"]:
         keywords["specs"] = hooks["specs"]
+    if name in _TAKES_SPECS:
+        keywords.update({key: hooks[key] for key in ("strict_keys", "pad_to_dp") if hooks[key]})
     if name in _TAKES_FLOPS and hooks["flops"] is not None:
         keywords["flops"] = hooks["flops"]
     if name in _TAKES_LENGTHS and hooks["on_batch_lengths"] is not None:
@@ -145,7 +153,13 @@ def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     return patched
 
 
-def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Installation:
+def install(
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+    verbose: bool = False,
+) -> Installation:
     """Patch arrow_split's drop-in into miles; return what was patched (and how to undo it).
 
     Parameters
@@ -153,6 +167,12 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
     specs
         Column specs for keys the library does not know (miles' custom converters may add
         some), passed to every function that converts train data.
+    strict_keys
+        Refuse a key that is neither known nor declared (the core's ``SchemaError``) instead of
+        carrying it with an inferred spec and an :class:`~arrow_split.UnknownKeyWarning`.
+    pad_to_dp
+        Pad every split batch to a multiple of the DP size (:func:`arrow_split.pad_to_dp`,
+        miles #2694's rows), so that a balanced split of any batch size works.
     verbose
         Also print the summary (it is always logged at INFO).
 
@@ -160,7 +180,8 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
     -------
     Installation
         ``patched``: every ``module.name`` now bound to arrow_split; ``skipped``: names in
-        modules that did not import here; ``undo()`` restores miles' functions.
+        modules that did not import here; ``ref_type``: the reference type the drop-in now
+        returns (miles' own, detected); ``undo()`` restores miles' functions.
 
     Raises
     ------
@@ -170,6 +191,8 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
     modules = {name: _import_required(name) for name in _REQUIRED}
     hooks = {
         "specs": list(specs),
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_to_dp": as_flag("pad_to_dp", pad_to_dp),
         "flops": _flops_hook(),
         "on_batch_lengths": _timer_hook(),
     }
@@ -192,8 +215,14 @@ def install(*, specs: Iterable[ColumnSpec] = (), verbose: bool = False) -> Insta
             originals.append((module, name, getattr(module, name, _ABSENT)))
             setattr(module, name, _bound(name, hooks))
             patched.append(f"{module_name}.{name}")
-    installation = Installation(patched, skipped, originals)
-    summary = f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}"
+    factory = ref_factory_of(_import_optional(_OBJECT_STORE))
+    originals.append((_store, "REF_FACTORY", _store.REF_FACTORY))
+    _store.REF_FACTORY = factory
+    installation = Installation(patched, skipped, originals, factory.__qualname__)
+    summary = (
+        f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}; "
+        f"references: {installation.ref_type}"
+    )
     if skipped:
         summary += f"; skipped (not importable here): {', '.join(skipped)}"
     _LOG.info(summary)

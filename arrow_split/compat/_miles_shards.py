@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from arrow_split import (
     KNOWN_COLUMNS,
+    ArrowSplitError,
     ColumnSpec,
     OptionError,
     RankSchedule,
@@ -25,10 +26,15 @@ from arrow_split import (
     SchemaError,
     Shard,
     ValueRangeError,
+    pad_to_dp,
     plan_schedule,
-    shard_for_rank,
+    take,
     take_rows,
 )
+from arrow_split._args import as_int
+from arrow_split.compat._miles_args import arg_flag, arg_int, arg_required_int, check_args
+from arrow_split.compat._miles_infer import infer_unknown_specs
+from arrow_split.compat._miles_keys import from_miles_keys, miles_key_note, to_miles_keys
 from arrow_split.schema import Role, role_column
 
 __all__ = [
@@ -66,22 +72,49 @@ def _role_name(role: Role) -> str:
 
 
 def to_batch(
-    args: Any, data: Mapping[str, Any] | RolloutBatch, specs: Iterable[ColumnSpec]
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    specs: Iterable[ColumnSpec],
+    *,
+    strict_keys: bool = False,
+    pad_dp_size: int | None = None,
 ) -> RolloutBatch:
     """Validate and convert miles' train data; add ``n_adapters`` from ``args`` where miles does.
 
     A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
     is set) as a batch-global value, so that every shard carries it, as miles adds it to every
-    shard. ``data`` is never mutated (miles adds ``total_lengths`` to it; the library derives it).
+    shard. miles' sampling-mask keys become one ``rollout_sampling_masks`` column
+    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. A key
+    neither known nor declared is carried with an inferred spec and a warning
+    (:mod:`arrow_split.compat._miles_infer`) unless ``strict_keys``. With ``pad_dp_size``, the
+    batch is padded to a multiple of it (:func:`arrow_split.pad_to_dp`). ``data`` is never
+    mutated (miles adds ``total_lengths`` to it; the library derives it).
     """
+    check_args(args)
     if isinstance(data, RolloutBatch):
-        return data
+        batch = data
+    else:
+        batch = _from_train_data(args, data, specs, strict_keys)
+    if pad_dp_size is not None:
+        batch = pad_to_dp(batch, pad_dp_size)
+    return batch
+
+
+def _from_train_data(
+    args: Any, data: Mapping[str, Any], specs: Iterable[ColumnSpec], strict_keys: bool
+) -> RolloutBatch:
     slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
     if isinstance(data, Mapping) and slots in data and count not in data:
-        n_adapters = getattr(args, "multi_lora_n_adapters", None)
+        n_adapters = arg_int(args, "multi_lora_n_adapters")
         if n_adapters is not None:
             data = {**data, count: n_adapters}
-    batch = RolloutBatch.from_train_data(data, specs=specs)
+    if isinstance(data, Mapping):
+        data = from_miles_keys(data)
+        specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
+    try:
+        batch = RolloutBatch.from_train_data(data, specs=specs)
+    except ArrowSplitError as error:
+        raise miles_key_note(error) from None
     _check_adapter_slots(batch, slots, count)
     return batch
 
@@ -108,11 +141,8 @@ def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterat
     Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
     as it goes holds one rank's rows at a time.
     """
-    planned = batch.with_plan(batch.make_plan(dp_size, balance_data=balance_data))  # raises now
-    return (
-        (shard_for_rank(planned, rank, dp_size, balance_data=balance_data), rank, {})
-        for rank in range(dp_size)
-    )
+    plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
+    return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
 
 
 def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
@@ -122,35 +152,35 @@ def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) ->
     return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
 
 
-def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> object:
+def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
     """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
     name = _role_name("step_batch_size")
     if name in batch_globals:
-        return batch_globals[name]
-    return args.global_batch_size
+        return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
+    return arg_required_int(args, "global_batch_size")
 
 
 def schedule_config(
     args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
 ) -> ScheduleConfig:
     """The schedule's parameters, read from miles' ``args`` and train parallel config."""
-    use_dynamic = bool(args.use_dynamic_batch_size)
-    micro_batch_size = getattr(args, "micro_batch_size", None)
+    use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
+    micro_batch_size = arg_int(args, "micro_batch_size")
     if micro_batch_size is None and use_dynamic:
         micro_batch_size = 1  # unused by the token-budget packing
     return ScheduleConfig(
-        global_batch_size=step_batch_size(args, batch.batch_globals),  # type: ignore[arg-type]
+        global_batch_size=step_batch_size(args, batch.batch_globals),
         micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
         use_dynamic_batch_size=use_dynamic,
-        max_tokens_per_gpu=getattr(args, "max_tokens_per_gpu", None),
+        max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
         cp_size=train_parallel_config["cp_size"],
         vpp_size=train_parallel_config["vpp_size"],
         microbatch_group_size_per_vp_stage=train_parallel_config[
             "microbatch_group_size_per_vp_stage"
         ],
-        balance_data=bool(args.balance_data),
-        balance_by_flops=bool(getattr(args, "balance_by_flops", False)),
-        allow_partial_train_step=bool(getattr(args, "allow_partial_train_step", False)),
+        balance_data=arg_flag(args, "balance_data", required=True),
+        balance_by_flops=arg_flag(args, "balance_by_flops"),
+        allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
     )
 
 
@@ -216,7 +246,7 @@ def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
     get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
     0/1 ints, as miles keeps them.
     """
-    train_data: dict[str, Any] = shard.to_train_data(layout="rollout")
+    train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:

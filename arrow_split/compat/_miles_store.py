@@ -1,4 +1,11 @@
-"""The Ray side of the miles drop-in: references that travel like miles' ``Box``, and get results.
+"""The Ray side of the miles drop-in: references of the installed miles' type, and get results.
+
+miles' ``StoreObjectRef`` was ``Box`` (the Ray reference read through ``.inner``) at the commit
+this drop-in first followed; miles #2542 makes it a pydantic union whose Ray member is
+``_RayStoreObjectRef(payload=...)``. The drop-in returns whichever the installed miles defines:
+:func:`~arrow_split.compat.miles.install` detects it (:func:`ref_factory_of`) and sets
+:data:`REF_FACTORY` (``undo()`` puts it back); without ``install()`` references are
+:class:`ArrowRef`, ``Box``-shaped. Either shape (and a bare Ray reference) is read back.
 
 Ray is imported when a function here is called, never when the module is imported, so the
 rollout-side functions of :mod:`arrow_split.compat.miles` work without Ray.
@@ -6,29 +13,37 @@ rollout-side functions of :mod:`arrow_split.compat.miles` work without Ray.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from arrow_split import (
+    ArrowSplitError,
     ColumnSpec,
     NotARolloutBatchError,
     OptionError,
+    OptionTypeError,
     PlanError,
     PlanMismatchError,
     RolloutBatch,
     Shard,
+    TransportError,
 )
+from arrow_split.compat._miles_args import arg_flag
 from arrow_split.compat._miles_shards import RolloutShard, rollout_dict, to_batch
 
 __all__ = [
     "ArrowRef",
+    "KeyOptions",
+    "REF_FACTORY",
     "StoreGetResult",
     "check_no_witness",
     "fetch_delayed",
     "fetch_eager",
     "put_delayed",
     "put_eager",
+    "ref_factory_of",
+    "wrap_ref",
 ]
 
 
@@ -53,6 +68,34 @@ class ArrowRef:
 
     def __repr__(self) -> str:
         return f"ArrowRef({self._inner!r})"
+
+
+RefFactory = Callable[[Any], Any]
+
+REF_FACTORY: RefFactory = ArrowRef
+"""What wraps each Ray reference the drop-in returns (``install()`` sets it, see above)."""
+
+
+def ref_factory_of(object_store: object) -> RefFactory:
+    """The reference type of miles' ``miles.utils.object_store`` module (or :class:`ArrowRef`).
+
+    A module with ``_RayStoreObjectRef`` (miles #2542 on) gets that class, built with
+    ``payload=``; any other (``StoreObjectRef = Box``) gets the ``Box``-shaped :class:`ArrowRef`.
+    """
+    pydantic_ref = getattr(object_store, "_RayStoreObjectRef", None)
+    if pydantic_ref is None:
+        return ArrowRef
+
+    def wrap(ray_ref: Any) -> Any:
+        return pydantic_ref(payload=ray_ref)
+
+    wrap.__qualname__ = f"{pydantic_ref.__name__}(payload=...)"
+    return wrap
+
+
+def wrap_ref(ray_ref: Any) -> Any:
+    """A Ray reference in the reference type of the installed miles (:data:`REF_FACTORY`)."""
+    return REF_FACTORY(ray_ref)
 
 
 class StoreGetResult:
@@ -91,30 +134,54 @@ class StoreGetResult:
         self.release()
 
 
-def put_eager(parts: Iterable[tuple[Shard, int, dict[str, Any]]], dp_size: int) -> list[ArrowRef]:
-    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time."""
+def put_eager(parts: Iterable[tuple[Shard, int, dict[str, Any]]], dp_size: int) -> list[Any]:
+    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time.
+
+    All or nothing (miles #2248/#2286): when a put fails, the references already made are
+    dropped, which frees their objects (this process owns them), and a
+    :class:`~arrow_split.TransportError` names the rank whose put failed.
+    """
     import ray
 
-    return [
-        ArrowRef(ray.put(RolloutShard(shard, rank, dp_size, extras)))
-        for shard, rank, extras in parts
-    ]
+    refs: list[Any] = []
+    rank = 0
+    try:
+        for shard, rank, extras in parts:
+            value = RolloutShard(shard, rank, dp_size, extras)
+            refs.append(ray.put(value))
+    except ArrowSplitError:
+        raise  # a shard that could not be taken: the caller's error, nothing to report
+    except Exception as exc:
+        done = len(refs)
+        refs.clear()  # the only references: dropping them frees the objects already put
+        reason = next(iter(str(exc).splitlines()), "")
+        msg = (
+            f"the put of dp_rank {rank}'s shard ({rank + 1} of {dp_size}) failed "
+            f"({type(exc).__name__}: {reason}); the {done} shards already put were freed and "
+            "nothing of this step is in the store: make room (or lower the step's size) and "
+            "split again"
+        )
+        raise TransportError(msg) from exc
+    return [wrap_ref(ref) for ref in refs]
 
 
-def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> ArrowRef:
+def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
     """Put the whole batch once (with its plan when ``dp_size`` is known)."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp
 
     if dp_size is None:
-        return ArrowRef(ray.put(batch))
-    return ArrowRef(split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True))
+        return wrap_ref(ray.put(batch))
+    return wrap_ref(split_train_data_by_dp(batch, dp_size, balance_data=balance_data, delay=True))
 
 
 def _unwrap(ref: object) -> Any:
-    """The Ray reference in an :class:`ArrowRef` or a miles ``Box`` (anything with ``inner``)."""
-    return getattr(ref, "inner", ref)
+    """The Ray reference in a reference of either shape (``inner`` or ``payload``), or itself."""
+    for attribute in ("inner", "payload"):
+        if hasattr(ref, attribute):
+            return getattr(ref, attribute)
+    return ref
 
 
 def fetch_eager(
@@ -131,7 +198,15 @@ def fetch_eager(
             "`args.delay_split_train_data_by_dp` pass the one delayed reference"
         )
         raise PlanError(msg)
-    value = ray.get(_unwrap(refs[dp_rank]))
+    for index, item in enumerate(refs):
+        if not isinstance(_unwrap(item), (ray.ObjectRef, RolloutShard, Mapping)):
+            msg = (
+                f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
+                f"returned, got {type(item).__name__} {item!r:.40}"
+            )
+            raise OptionTypeError(msg)
+    item = _unwrap(refs[dp_rank])
+    value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
     if isinstance(value, RolloutShard):
         if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
             msg = (
@@ -147,31 +222,47 @@ def fetch_eager(
     raise NotARolloutBatchError(msg)
 
 
+class KeyOptions(NamedTuple):
+    """How a delayed rank converts and splits: specs, unknown keys refused, padding."""
+
+    specs: Iterable[ColumnSpec]
+    strict_keys: bool
+    pad_to_dp: bool
+
+
 def fetch_delayed(
     args: Any,
     ref: object,
     dp_rank: int,
     dp_size: int,
     witness_ids: Sequence[int] | None,
-    specs: Iterable[ColumnSpec],
+    options: KeyOptions,
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
 
     An :class:`ArrowRef` holds a RolloutBatch: only this rank's rows are gathered (on a node that
-    holds the batch if this one does not). Any other reference (miles' own delayed put of the
-    dict) is fetched whole and converted here, validated as any batch is.
+    holds the batch if this one does not). Any other reference (miles' pydantic reference, or
+    miles' own delayed put of the dict) is fetched here: a batch is mapped from this node's
+    store (zero-copy) and this rank's rows taken; a dict is converted, validated as any batch.
     """
     import ray
 
     from arrow_split.ray import process_rollout_data
 
+    balance_data = arg_flag(args, "balance_data", required=True)
     target: object
     if isinstance(ref, ArrowRef):
         target = ref.inner
     elif isinstance(ref, (RolloutBatch, Mapping)):
         target = ref
-    else:
+    elif isinstance(_unwrap(ref), ray.ObjectRef):
         target = ray.get(_unwrap(ref))
+    else:
+        msg = (
+            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
+            f"{type(ref).__name__} {ref!r:.40}"
+        )
+        raise OptionTypeError(msg)
     if isinstance(target, RolloutShard):
         msg = (
             "the delayed reference holds one rank's shard, not the whole batch; pass the "
@@ -179,7 +270,7 @@ def fetch_delayed(
         )
         raise PlanError(msg)
     if isinstance(target, Mapping):
-        target = to_batch(args, target, specs)
+        target = to_batch(args, target, options.specs, strict_keys=options.strict_keys)
     elif not isinstance(target, (RolloutBatch, ray.ObjectRef)):
         msg = f"the delayed reference holds a {type(target).__name__}, not a train-data dict"
         raise NotARolloutBatchError(msg)
@@ -187,9 +278,10 @@ def fetch_delayed(
         target,
         dp_rank,
         dp_size,
-        balance_data=bool(args.balance_data),
+        balance_data=balance_data,
         resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
         witness_ids=witness_ids,
+        pad_to_dp=options.pad_to_dp,
     )
     return rollout_dict(shard, {}), StoreGetResult(shard)
 

@@ -13,7 +13,9 @@ actor takes its own part. This module has the same six functions, reading the sa
 - :func:`split_train_data_by_dp`: eager, one reference per rank, each holding a
   :class:`RolloutShard` that reads like miles' dict; with ``args.delay_split_train_data_by_dp``,
   the one reference to the whole batch (miles' manager puts the dict itself in that mode; the
-  train side takes either). References have miles' ``Box`` shape (``ref.inner``);
+  train side takes either). References have the installed miles' type: ``Box``-shaped
+  (``ref.inner``), or ``_RayStoreObjectRef(payload=...)`` from miles #2542 on (detected by
+  :func:`install`); either is read back. Eager puts are all or nothing (#2248/#2286);
 - :func:`process_rollout_data`: the actor-layout dict (no ``partition``, ``total_lengths`` of the
   rank's rows) and a get result with ``value`` and a releasing context manager.
 
@@ -24,16 +26,29 @@ sorted by adapter slot within each rank, as miles sorts them.
 
 Where this differs from miles, on purpose (the library exists to fix these):
 
-- the train data is validated before anything is split or put: an unknown key, a ``loss_masks``
-  that does not match ``response_lengths``, a ragged per-sample key raise the library's typed
-  errors (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently
-  or fails later; declare extra keys with ``specs=[ColumnSpec(...)]``;
+- the train data is validated before anything is split or put: a ``loss_masks`` that does not
+  match ``response_lengths``, a ragged per-sample key raise the library's typed errors
+  (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently or
+  fails later;
+- a key neither known nor declared (miles adds some every month) is carried to the rank with a
+  spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
+  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_infer`); ``specs=[...]``
+  declares it, ``strict_keys=True`` refuses it as the core does;
+- miles' sampling masks (#2595: ``rollout_sampling_mask_ids`` and
+  ``rollout_sampling_mask_offsets``) travel as one ``rollout_sampling_masks`` column, validated
+  with miles' offsets rule, and come back as miles' two keys on every rank;
 - no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
   known or declared key reaches its rank;
 - ``data`` is never mutated (miles adds ``total_lengths`` to it);
 - float32 columns (log-probs) hold float32 values, as the trainer's tensors would;
 - a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
   :class:`~arrow_split.PlanError`, not an ``AssertionError``.
+
+``pad_to_dp=True`` (on the splits, or ``install(pad_to_dp=True)``) pads the batch first, as
+miles #2694's ``postprocess_rollout_data(..., pad_to_dp=True)`` pads its samples: the fewest
+copies of the last sample that make it a multiple of ``dp_size``, with a zero loss mask,
+``sample_indices`` and ``rollout_ids`` -1 and ``is_padding`` true
+(:func:`arrow_split.pad_to_dp`); ``raw_reward`` keeps the real samples only.
 
 :func:`install` patches these functions into an importable miles in one call. The hand-off uses
 Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
@@ -46,13 +61,25 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from arrow_split import KNOWN_COLUMNS, ColumnSpec, OptionError, PlanError, RolloutBatch, SchemaError
-from arrow_split._args import check_dp_rank, check_dp_size
+import numpy as np
+
+from arrow_split import (
+    KNOWN_COLUMNS,
+    ColumnSpec,
+    OptionError,
+    PlanError,
+    RolloutBatch,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
+from arrow_split.compat._miles_args import arg_flag, check_args, witness_ids_of
 from arrow_split.compat._miles_install import Installation, install
 from arrow_split.compat._miles_shards import (
     SCHEDULE_CONFIG_KEYS,
     FlopsFn,
     RolloutShard,
+    ShardParts,
     has_full_schedule_config,
     plan_shards,
     rollout_dict,
@@ -62,6 +89,7 @@ from arrow_split.compat._miles_shards import (
 )
 from arrow_split.compat._miles_store import (
     ArrowRef,
+    KeyOptions,
     StoreGetResult,
     check_no_witness,
     fetch_delayed,
@@ -69,7 +97,7 @@ from arrow_split.compat._miles_store import (
     put_delayed,
     put_eager,
 )
-from arrow_split.schema import role_column
+from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
     "ArrowRef",
@@ -94,7 +122,7 @@ for its throughput metrics; :func:`install` passes that hook)."""
 
 # The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
 _PARTITION = "partition"
-_TOTAL_LENGTHS = "total_lengths"
+_TOTAL_LENGTHS = TOTAL_LENGTHS
 
 
 def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
@@ -113,15 +141,29 @@ def split_train_data_by_dp_raw(
     *,
     dp_size: int,
     specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split the train data into one rollout-layout dict per rank (strided or balanced).
 
     ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
-    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``).
+    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``). ``specs``,
+    ``strict_keys`` and ``pad_to_dp``: see the module docstring.
     """
-    batch = to_batch(args, data, specs)
-    parts = plan_shards(batch, check_dp_size(dp_size), bool(args.balance_data))
+    balance_data = arg_flag(args, "balance_data", required=True)
+    size = check_dp_size(dp_size)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, size))
+    parts = plan_shards(batch, size, balance_data)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def _options(strict_keys: bool, pad_to_dp: bool, dp_size: int | None) -> dict[str, Any]:
+    """``to_batch``'s keywords: strictness about unknown keys, the size to pad to (if any)."""
+    pad = as_flag("pad_to_dp", pad_to_dp) and dp_size is not None
+    return {
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_dp_size": dp_size if pad else None,
+    }
 
 
 def can_schedule_on_rollout_side(
@@ -134,26 +176,26 @@ def can_schedule_on_rollout_side(
     It can when the backend gave its full parallel config, multi-LoRA is off, no sample has
     multimodal inputs, and the batch has rollout ids for at least one step of rollouts.
     """
+    check_args(args)
     if not has_full_schedule_config(train_parallel_config):
         return False
-    if getattr(args, "multi_lora", False):
+    if arg_flag(args, "multi_lora"):
         return False
+    name = role_column(KNOWN_COLUMNS, "rollout_id")
     if isinstance(data, RolloutBatch):
         keys = {*data.column_names, *data.batch_globals}
         batch_globals: Mapping[str, object] = data.batch_globals
         rollout_ids = data.role_values("rollout_id")
-    else:
+    elif isinstance(data, Mapping):
         keys, batch_globals = set(data), data
-        name = role_column(KNOWN_COLUMNS, "rollout_id")
         rollout_ids = data.get(name) if name is not None else None
+    else:
+        msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
+        raise SchemaTypeError(msg)
     if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
         return False
     wanted = step_batch_size(args, batch_globals)
-    return len(set(_plain(rollout_ids))) >= wanted  # type: ignore[operator]
-
-
-def _plain(values: Iterable[Any]) -> list[Any]:
-    return values.tolist() if hasattr(values, "tolist") else list(values)
+    return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted
 
 
 def split_train_data_by_dp_scheduled_raw(
@@ -163,6 +205,8 @@ def split_train_data_by_dp_scheduled_raw(
     train_parallel_config: Mapping[str, Any],
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
     """Split with the micro-batch schedule planned on the rollout side, exactly as miles does.
 
@@ -177,7 +221,7 @@ def split_train_data_by_dp_scheduled_raw(
             "`can_schedule_on_rollout_side` first"
         )
         raise OptionError(msg)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
@@ -189,7 +233,9 @@ def split_train_data_by_dp(
     *,
     specs: Iterable[ColumnSpec] = (),
     flops: FlopsFn | None = None,
-) -> list[ArrowRef] | ArrowRef:
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[Any] | Any:
     """Put the train data into Ray's object store for the data-parallel ranks.
 
     Eager (default): one reference per rank, each to a :class:`RolloutShard`, planned by the
@@ -198,19 +244,22 @@ def split_train_data_by_dp(
     its plan when the config names ``dp_size``); each rank takes its own rows. Everything is
     validated before anything is put. Call it on the driver, which then owns the objects.
     """
-    if getattr(args, "delay_split_train_data_by_dp", False):
-        batch = to_batch(args, data, specs)
-        config = train_parallel_config or {}
+    balance_data = arg_flag(args, "balance_data", required=True)
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        config = {} if train_parallel_config is None else train_parallel_config
         dp_size = _dp_size_of(config) if "dp_size" in config else None
-        return put_delayed(batch, dp_size, bool(args.balance_data))
+        batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
+        if dp_size is not None:  # checked (plan included) before the put
+            batch.make_plan(dp_size, balance_data=balance_data)
+        return put_delayed(batch, dp_size, balance_data)
     dp_size = _dp_size_of(train_parallel_config)
-    batch = to_batch(args, data, specs)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
         config = {**train_parallel_config, "dp_size": dp_size}
-        parts = scheduled_shards(args, batch, config, flops)
+        parts: Iterable[ShardParts] = list(scheduled_shards(args, batch, config, flops))
     else:
-        parts = plan_shards(batch, dp_size, bool(args.balance_data))
+        parts = plan_shards(batch, dp_size, balance_data)
     return put_eager(parts, dp_size)
 
 
@@ -224,7 +273,15 @@ def process_rollout_data_shard(
 
     Pops ``partition`` and replaces the whole batch's ``total_lengths`` by those of the rank's
     rows; ``on_batch_lengths`` receives the whole batch's (miles' throughput metrics read them).
+    Everything is checked, and ``on_batch_lengths`` called, before the dict is changed: a failure
+    leaves it as it was.
     """
+    if not isinstance(rollout_data, dict):
+        msg = (
+            f"`rollout_data` must be a rollout-layout dict, as `split_train_data_by_dp_raw` "
+            f"returns it, got {type(rollout_data).__name__}"
+        )
+        raise SchemaTypeError(msg)
     missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
     if missing:
         msg = (
@@ -232,8 +289,8 @@ def process_rollout_data_shard(
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
         raise SchemaError(msg)
-    partition = rollout_data[_PARTITION]
-    total_lengths = list(rollout_data[_TOTAL_LENGTHS])
+    partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
+    total_lengths = _lengths_list(rollout_data[_TOTAL_LENGTHS])
     outside = [row for row in partition if not 0 <= row < len(total_lengths)]
     if outside:
         msg = (
@@ -241,11 +298,28 @@ def process_rollout_data_shard(
             f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
         )
         raise PlanError(msg)
-    del rollout_data[_PARTITION]
+    rank_lengths = [total_lengths[row] for row in partition]
     if on_batch_lengths is not None:
-        on_batch_lengths(total_lengths)
-    rollout_data[_TOTAL_LENGTHS] = [total_lengths[row] for row in partition]
+        on_batch_lengths(list(total_lengths))
+    del rollout_data[_PARTITION]
+    rollout_data[_TOTAL_LENGTHS] = rank_lengths
     return rollout_data
+
+
+def _lengths_list(total_lengths: object) -> list[Any]:
+    """The whole batch's ``total_lengths`` as a list (a list, a tuple or a 1-D array)."""
+    try:
+        ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # ragged
+        ndim = -1
+    if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
+        msg = (
+            f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
+            f"{type(total_lengths).__name__}"
+        )
+        raise SchemaTypeError(msg)
+    values: Any = total_lengths
+    return list(values)
 
 
 def process_rollout_data(
@@ -257,6 +331,8 @@ def process_rollout_data(
     *,
     specs: Iterable[ColumnSpec] = (),
     on_batch_lengths: OnBatchLengths | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Return this rank's actor-layout dict and the get result, as miles' train side does.
 
@@ -265,12 +341,19 @@ def process_rollout_data(
     reference to the whole batch, put by :func:`split_train_data_by_dp` (only this rank's rows are
     gathered) or by miles' own store (the dict is fetched and validated); ``witness_info``
     (anything with ``witness_ids``, one per sample of the whole batch) adds ``seq_witness_ids``.
+    ``specs``, ``strict_keys``: for a dict miles' own store put; ``pad_to_dp``: a delayed batch
+    that is split here again (no plan for this ``dp_size``) is padded first.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    if getattr(args, "delay_split_train_data_by_dp", False):
-        witness_ids = None if witness_info is None else witness_info.witness_ids
-        rollout_data, result = fetch_delayed(args, rollout_data_ref, rank, size, witness_ids, specs)
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        witness_ids = witness_ids_of(witness_info)
+        options = KeyOptions(
+            specs, as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
+        )
+        rollout_data, result = fetch_delayed(
+            args, rollout_data_ref, rank, size, witness_ids, options
+        )
     else:
         check_no_witness(witness_info)
         rollout_data, result = fetch_eager(rollout_data_ref, rank, size)

@@ -146,7 +146,7 @@ def _node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
         batch.specs,
         batch.batch_globals,
         taken.partition,
-        batch.batch_total_lengths,
+        taken.batch_total_lengths,
         plan.key,
         bounds,
     )
@@ -226,13 +226,13 @@ def rank_slice(
         )
         raise PlanMismatchError(msg)
     start, stop = bounds
+    rows = RolloutBatch(
+        value.record_batch.slice(start, stop - start), value.specs, value.batch_globals
+    )
     return Shard(
-        value.record_batch.slice(start, stop - start),
-        value.specs,
-        value.batch_globals,
+        rows,
         partition=value.partition[start:stop],
         batch_total_lengths=value.batch_total_lengths,
         plan_key=key,
         dp_rank=dp_rank,
-        layout="actor",
     )

@@ -80,7 +80,8 @@ from arrow_split import (
     TransportError,
     shard_for_rank,
 )
-from arrow_split._args import check_dp_rank, check_dp_size, method_of
+from arrow_split import pad_to_dp as pad_batch
+from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
 from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
 from arrow_split.schema import role_column
@@ -104,6 +105,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: Literal[False] = False,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]]: ...
 
 
@@ -115,6 +117,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: Literal[True],
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> ObjectRef[RolloutBatch]: ...
 
 
@@ -126,6 +129,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: bool,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]: ...
 
 
@@ -136,6 +140,7 @@ def split_train_data_by_dp(
     balance_data: bool,
     delay: bool = False,
     rank_nodes: Sequence[str] | None = None,
+    pad_to_dp: bool = False,
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
@@ -160,6 +165,10 @@ def split_train_data_by_dp(
         train actor's is ``ray.get_runtime_context().get_node_id()``). Ranks with the same id
         share one object. ``None``: one object for all ranks (the best choice on one node). A
         wrong id still gives every rank its own rows; only more bytes cross nodes.
+    pad_to_dp
+        Pad the batch first with the fewest rows that make it a multiple of ``dp_size``
+        (:func:`arrow_split.pad_to_dp`; padding rows have ``is_padding`` true, a zero loss mask
+        and ``sample_indices`` -1), once, before planning: a balanced split of any batch size.
 
     Returns
     -------
@@ -182,14 +191,15 @@ def split_train_data_by_dp(
     """
     size = check_dp_size(dp_size)
     method_of(balance_data)
+    delay = as_flag("delay", delay)
     nodes = check_rank_nodes(rank_nodes, size)
+    pad = as_flag("pad_to_dp", pad_to_dp)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
-    else:
+    else:  # a dict, or the typed error of anything else (a Shard's rows are `shard.rows`)
         batch = RolloutBatch.from_train_data(data_or_batch)
-    if isinstance(batch, Shard):
-        msg = "`split_train_data_by_dp` puts a whole batch; got a shard"
-        raise PlanError(msg)
+    if pad:
+        batch = pad_batch(batch, size)
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
@@ -208,13 +218,14 @@ def process_rollout_data(
     locality: Locality = "auto",
     step: int | None = None,
     on_fetch: OnFetch | None = None,
+    pad_to_dp: bool = False,
 ) -> Shard:
-    """Return this rank's shard, in the actor layout, from what :func:`split_train_data_by_dp` put.
+    """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
     Call it in the train actor of rank ``dp_rank``. Only this rank's rows are fetched (eager) or
-    gathered (delayed); ``shard.to_train_data()`` gives the classic actor dict: this rank's
-    per-sample keys, ``total_lengths`` of its rows, ``global_total_lengths`` of the whole batch
-    and the batch-global keys whole.
+    gathered (delayed); ``shard.to_train_data(layout="actor")`` gives the classic actor dict:
+    this rank's per-sample keys, ``total_lengths`` of its rows, ``global_total_lengths`` of the
+    whole batch and the batch-global keys whole.
 
     Parameters
     ----------
@@ -242,12 +253,17 @@ def process_rollout_data(
         Optional: the training step, named in error messages only.
     on_fetch
         Optional, for measuring: called with each reference this call fetched to this process.
+    pad_to_dp
+        Delayed only, when the batch is split again (``resplit`` to another ``dp_size``, or a
+        batch put without a plan): pad it to a multiple of this ``dp_size`` first, as the
+        driver's ``pad_to_dp`` does. A shard's padding rows have ``is_padding`` true.
 
     Returns
     -------
     Shard
-        This rank's shard with layout ``"actor"``. Delayed: fresh buffers, writable by this rank,
-        no view of the store. Eager: a zero-copy slice (read-only) of its node's object.
+        This rank's shard. Delayed: fresh buffers, writable by this rank, no view of the store
+        (built once, from the fetched batch). Eager: a zero-copy slice (read-only) of its node's
+        object.
 
     Raises
     ------
@@ -268,7 +284,11 @@ def process_rollout_data(
     rank = check_dp_rank(dp_rank, size)
     if balance_data is not None:
         method_of(balance_data)
+    resplit = as_flag("resplit", resplit)
+    if step is not None:
+        step = as_int("step", step, minimum=0)
     where = check_locality(locality)
+    pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
         shard = _eager_shard(refs_or_ref, rank, size, balance_data, who, on_fetch)
@@ -281,11 +301,14 @@ def process_rollout_data(
             "dp_size": size,
             "balance_data": balance_data,
             "resplit": resplit,
+            "pad_to_dp": pad,
         }
-        shard = _delayed_shard(refs_or_ref, request, where, who, on_fetch)
+        return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
-        shard = _add_witness_ids(shard, witness_ids, who)
-    return shard.with_layout("actor")
+        whole = len(shard.batch_total_lengths)
+        rows = _with_witness_ids(shard.rows, witness_ids, shard.partition, who, whole)
+        shard = shard.with_rows(rows)
+    return shard
 
 
 def _eager_shard(
@@ -316,23 +339,34 @@ def _delayed_shard(
     locality: Locality,
     who: str,
     on_fetch: OnFetch | None,
+    witness_ids: Sequence[int] | np.ndarray | None,
 ) -> Shard:
-    """Take this rank's rows of the whole batch, here or on a node that holds it."""
+    """Take this rank's rows of the whole batch, here or on a node that holds it.
+
+    Here, the fetched batch gets its own copy of numpy batch-global values and the witness
+    column first, so that the take builds the rank's one Shard.
+    """
     if isinstance(ref_or_batch, ray.ObjectRef):
         node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
             shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
-                return _detach_globals(shard)
+                rows = _detached(shard.rows)
+                if witness_ids is not None:
+                    whole = len(shard.batch_total_lengths)
+                    rows = _with_witness_ids(rows, witness_ids, shard.partition, who, whole)
+                return shard if rows is shard.rows else shard.with_rows(rows)
     value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
-    shard = shard_for_rank(_whole_batch(value, who), **request)
+    batch = _detached(_whole_batch(value, who))
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
-    return _detach_globals(shard)
+    if witness_ids is not None:
+        batch = _with_witness_ids(batch, witness_ids, None, who)
+    return shard_for_rank(batch, **request)
 
 
 def _whole_batch(value: object, who: str) -> RolloutBatch:
     """The whole batch a delayed reference holds; refuse an eager object or anything else."""
-    if isinstance(value, (NodeRows, Shard)):
+    if isinstance(value, NodeRows):
         msg = (
             f"{who}: got {len(value.partition)} rows of "
             f"{len(value.batch_total_lengths)} samples put for ranks where the whole batch was "
@@ -368,12 +402,12 @@ def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) 
     return value
 
 
-def _detach_globals(shard: Shard) -> Shard:
+def _detached(batch: RolloutBatch) -> RolloutBatch:
     """Copy numpy batch-global values, which Ray hands over as views of the store."""
-    if not any(isinstance(value, np.ndarray) for value in shard.batch_globals.values()):
-        return shard
-    batch_globals = {key: _owned(value) for key, value in shard.batch_globals.items()}
-    return shard._replace_shard(batch_globals=batch_globals)
+    if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
+        return batch
+    batch_globals = {key: _owned(value) for key, value in batch.batch_globals.items()}
+    return RolloutBatch(batch.record_batch, batch.specs, batch_globals, plan=batch.plan)
 
 
 def _owned(value: object) -> object:
@@ -384,21 +418,36 @@ def _owned(value: object) -> object:
     return array
 
 
-def _add_witness_ids(shard: Shard, witness_ids: Sequence[int] | np.ndarray, who: str) -> Shard:
-    """Attach this rank's witness ids, after checking their count against the whole batch."""
+def _with_witness_ids(
+    batch: RolloutBatch,
+    witness_ids: Sequence[int] | np.ndarray,
+    partition: np.ndarray | None,
+    who: str,
+    num_samples: int | None = None,
+) -> RolloutBatch:
+    """``batch`` with its witness ids, after checking their count against the whole batch.
+
+    ``batch`` is the whole batch (``partition`` None), or a shard's rows: ``partition`` maps
+    them to the whole batch of ``num_samples`` samples, which ``witness_ids`` must cover.
+    """
     key = role_column(KNOWN_COLUMNS, "witness")
     assert key is not None  # the known columns declare a witness column
-    num_samples = len(shard.batch_total_lengths)
-    count = len(witness_ids) if isinstance(witness_ids, (list, tuple, np.ndarray)) else None
-    if count != num_samples:
+    whole = batch.num_samples if num_samples is None else num_samples
+    listed = isinstance(witness_ids, (list, tuple)) or np.ndim(witness_ids) == 1  # not a 0-d array
+    count = (
+        len(witness_ids) if listed and isinstance(witness_ids, (list, tuple, np.ndarray)) else None
+    )
+    if count != whole:
         got = "not a list" if count is None else f"{count} values"
         msg = (
-            f"{who}: `witness_ids` has {got} but the whole batch has {num_samples} samples; "
+            f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
             "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
         )
         raise RaggedLengthError(msg)
-    whole = RolloutBatch.from_train_data({"tokens": [[]] * num_samples, key: witness_ids})
-    values = whole.record_batch.column(key).to_numpy()
-    added = shard.add_train_data({key: values[shard.partition]})
-    assert isinstance(added, Shard)  # add_train_data keeps the type
-    return added
+    if partition is None:
+        return batch.add_train_data({key: witness_ids})
+    source = role_column(KNOWN_COLUMNS, "length_source")
+    assert source is not None  # the known columns declare a length source
+    checked = RolloutBatch.from_train_data({source: [[]] * whole, key: witness_ids})
+    values = checked.record_batch.column(key).to_numpy()
+    return batch.add_train_data({key: values[partition]})

@@ -230,6 +230,6 @@ class _HolderTake:
 
     def take(self, boxed: dict[str, Any], request: dict[str, Any]) -> Shard | None:
         batch = ray.get(boxed["ref"])
-        if not isinstance(batch, RolloutBatch) or isinstance(batch, Shard):
+        if not isinstance(batch, RolloutBatch):
             return None
         return shard_for_rank(batch, **request)

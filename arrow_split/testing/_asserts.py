@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from arrow_split._equality import arrays_equal, values_equal
+from arrow_split.equality import arrays_equal, values_equal
 
 __all__ = ["assert_batches_equal", "assert_shards_equal"]
 
@@ -83,7 +83,7 @@ def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     ------
     AssertionError
         Naming the first difference: a column's name, type, or first differing row (with both
-        values), a spec, or a batch-global key.
+        values), a spec, or a batch-global key; or that one side is not a batch at all.
 
     Examples
     --------
@@ -92,6 +92,9 @@ def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     >>> batch = RolloutBatch.from_train_data({"tokens": [[1, 2], [3]]})
     >>> assert_batches_equal(batch, RolloutBatch.from_train_data({"tokens": [[1, 2], [3]]}))
     """
+    for side, value in (("left", left), ("right", right)):
+        if not all(hasattr(value, name) for name in ("record_batch", "specs", "batch_globals")):
+            _fail(f"types ({side} is not a rollout batch)", type(left), type(right))
     _check_record_batches(left.record_batch, right.record_batch)
     _check_mapping("specs", left.specs, right.specs)
     _check_mapping("batch globals", left.batch_globals, right.batch_globals)

@@ -16,14 +16,17 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS, OptionError
+from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
+from arrow_split._args import as_flag, as_int, describe
 
 __all__ = [
     "ColumnSet",
     "RolloutConfig",
     "WORKLOADS",
+    "is_per_sample",
     "iter_sample_groups",
     "make_lengths",
+    "make_multimodal_train_data",
     "make_train_data",
 ]
 
@@ -36,12 +39,24 @@ benchmarks compare, since the classic path makes a tensor of every per-sample ke
 those, plus ``teacher_log_probs``, ``rollout_ids``, the objects ``prompt``, ``metadata`` and
 ``weight_versions`` and the batch-global ``dynamic_global_batch_size`` and
 ``step_adapter_names``: every kind of column. Either set gets ``rollout_routed_experts`` when the
-config has a ``moe_shape``.
+config has a ``moe_shape``, and ``rollout_sampling_masks`` (a list per token) when it has a
+``sampling_top_k``.
 """
 
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
+
+
+_MAX_STEP = 2**31 - 1  # steps times samples stay far inside int64 (the rollout ids)
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    """A tuple of two ints (a ``(low, high)`` range or a ``(layers, top_k)`` shape)."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        msg = f"`{name}` must be a tuple of two ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    return as_int(name, value[0]), as_int(name, value[1])
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,6 +78,10 @@ class RolloutConfig:
         top_k]`` per sample), or ``None`` for no routed experts.
     seed
         Seed of every draw: equal configs give equal batches.
+    sampling_top_k
+        Give ``rollout_sampling_masks``: for each response token, 1 to ``sampling_top_k`` distinct
+        ids (int32, as :class:`arrow_split.TokenLists` per sample), or ``None`` for none. Drawn
+        from a stream of their own: the other columns are the same with or without them.
     as_numpy
         Which columns come as numpy (one array per sample, one array for a scalar column or
         ``raw_reward``) rather than Python lists: ``True`` for all, ``False`` for none, or a set
@@ -86,21 +105,38 @@ class RolloutConfig:
     seed: int = 0
     as_numpy: bool | frozenset[str] = False
     columns: ColumnSet = "every"
+    sampling_top_k: int | None = None
 
     def __post_init__(self) -> None:
-        low, high = self.prompt_tokens
-        if self.samples < 0 or self.response_cap < 1 or self.response_mean <= 0:
-            msg = (
-                f"`samples` must be >= 0, `response_cap` >= 1 and `response_mean` > 0, got "
-                f"{self.samples!r}, {self.response_cap!r} and {self.response_mean!r}"
-            )
+        # numpy ints are accepted and stored as Python ints (slices, ranges and sums take them)
+        object.__setattr__(self, "samples", as_int("samples", self.samples, minimum=0))
+        object.__setattr__(
+            self, "response_cap", as_int("response_cap", self.response_cap, minimum=1)
+        )
+        object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=2**63 - 1))
+        mean = self.response_mean
+        if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
+            msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
+            raise OptionTypeError(msg)
+        if not 0 < float(mean) < float("inf"):
+            msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
             raise OptionError(msg)
+        low, high = _pair("prompt_tokens", self.prompt_tokens)
+        object.__setattr__(self, "prompt_tokens", (low, high))
         if not 1 <= low <= high:
             msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
             raise OptionError(msg)
+        if self.moe_shape is not None:
+            object.__setattr__(self, "moe_shape", _pair("moe_shape", self.moe_shape))
         if self.moe_shape is not None and min(self.moe_shape) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
             raise OptionError(msg)
+        if self.sampling_top_k is not None and self.sampling_top_k < 1:
+            msg = f"`sampling_top_k` must be None or >= 1, got {self.sampling_top_k!r}"
+            raise OptionError(msg)
+        if not isinstance(self.as_numpy, (bool, frozenset)):
+            msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
+            raise OptionTypeError(msg)
         if self.columns not in get_args(ColumnSet):
             msg = f"invalid `columns`: {self.columns!r}; expected one of: 'every', 'numeric'"
             raise OptionError(msg)
@@ -167,14 +203,12 @@ def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
     numpy.ndarray
         ``config.samples`` int64 lengths.
     """
-    _check_step(step)
+    step = _check_step(step)
     return _lengths(config, _rng(config.seed, step))[0]
 
 
-def _check_step(step: int) -> None:
-    if step < 0:
-        msg = f"`step` must be >= 0, got {step!r}"
-        raise OptionError(msg)
+def _check_step(step: object) -> int:
+    return as_int("step", step, minimum=0, maximum=_MAX_STEP)
 
 
 def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -201,6 +235,26 @@ def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
         experts = rng.integers(0, NUM_EXPERTS, size=shape, dtype=np.int32)
         columns["rollout_routed_experts"] = _ragged(experts, rows)
     return columns
+
+
+def _sampling_masks(
+    config: RolloutConfig, step: int, response: npt.NDArray[np.int64]
+) -> list[TokenLists]:
+    """1 to ``sampling_top_k`` ids per response token, from a stream of their own."""
+    top_k = int(config.sampling_top_k or 1)
+    rng = np.random.default_rng(np.random.SeedSequence(config.seed, spawn_key=(step, 1)))
+    counts = rng.integers(1, top_k + 1, size=int(response.sum()), dtype=np.int64)
+    ids = rng.integers(0, VOCAB_SIZE, size=int(counts.sum()), dtype=np.int32)
+    token_offsets = np.concatenate([[0], np.cumsum(counts)])
+    sample_offsets = np.concatenate([[0], np.cumsum(response)])
+    masks = []
+    for begin, end in zip(sample_offsets[:-1].tolist(), sample_offsets[1:].tolist(), strict=True):
+        start, stop = int(token_offsets[begin]), int(token_offsets[end])
+        values, offsets = ids[start:stop], token_offsets[begin : end + 1] - start
+        if not config.numpy_for("rollout_sampling_masks"):
+            values, offsets = values.tolist(), offsets.tolist()
+        masks.append(TokenLists(values, offsets))
+    return masks
 
 
 def _extras(
@@ -255,15 +309,19 @@ def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
         Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys,
         accepted as they are by :meth:`arrow_split.RolloutBatch.from_train_data`.
     """
-    _check_step(step)
+    step = _check_step(step)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
     if config.columns == "every":
         columns.update(_extras(config, rng, columns, step))
+    if config.sampling_top_k is not None:
+        response = np.asarray(columns["response_lengths"])
+        columns["rollout_sampling_masks"] = _sampling_masks(config, step, response)
     return {key: _in_form(config, key, value) for key, value in columns.items()}
 
 
-def _is_per_sample(key: str) -> bool:
+def is_per_sample(key: str) -> bool:
+    """Whether a known key gives one value per sample (``raw_reward`` too)."""
     spec = KNOWN_COLUMNS.get(key)
     if spec is None:
         return False
@@ -295,13 +353,61 @@ def iter_sample_groups(
     dict
         One train-data dict per group, valid on its own.
     """
-    if group_size < 1:
-        msg = f"`group_size` must be >= 1, got {group_size!r}"
-        raise OptionError(msg)
+    group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
-    per_sample = [key for key in data if _is_per_sample(key)]
+    per_sample = [key for key in data if is_per_sample(key)]
     for start in range(0, config.samples, group_size):
         group = dict(data)
         for key in per_sample:
             group[key] = data[key][start : start + group_size]
         yield group
+
+
+def make_multimodal_train_data(
+    prompts: int = 8,
+    samples_per_prompt: int = 8,
+    image_bytes: int = 2**20,
+    *,
+    seed: int = 0,
+    shared: bool = True,
+) -> dict[str, Any]:
+    """A seeded multimodal batch: the samples of a prompt share its processed image.
+
+    The numeric columns of :func:`make_train_data` (``prompts * samples_per_prompt`` samples,
+    responses around 256 tokens) and ``multimodal_train_inputs``: per prompt one dict holding
+    ``pixel_values`` (a float32 array of about ``image_bytes`` bytes) and ``image_grid_thw``,
+    given to each of the prompt's samples, the same object (``shared=True``) or an equal copy
+    each (``shared=False``). Either way a column stored once keeps one copy per prompt.
+
+    Examples
+    --------
+    >>> from arrow_split.testing import make_multimodal_train_data
+    >>> data = make_multimodal_train_data(prompts=2, samples_per_prompt=4, image_bytes=4096)
+    >>> inputs = data["multimodal_train_inputs"]
+    >>> len(inputs), inputs[0] is inputs[3], inputs[0] is inputs[4]
+    (8, True, False)
+    """
+    prompts = as_int("prompts", prompts, minimum=1, maximum=2**16)
+    samples_per_prompt = as_int("samples_per_prompt", samples_per_prompt, minimum=1, maximum=256)
+    image_bytes = as_int("image_bytes", image_bytes, minimum=4, maximum=2**30)
+    seed = as_int("seed", seed, minimum=0, maximum=2**63 - 1)
+    shared = as_flag("shared", shared)
+    count = prompts * samples_per_prompt
+    config = RolloutConfig(count, 256.0, 1024, seed=seed, columns="numeric")
+    data = make_train_data(config)
+    rng = _rng(seed, 1)
+    width = max(1, image_bytes // 4 // 1176)
+    images: list[dict[str, np.ndarray]] = [
+        {
+            "pixel_values": rng.random((width, 1176), dtype=np.float32),
+            "image_grid_thw": np.array([[1, 2, max(1, width // 2)]], dtype=np.int64),
+        }
+        for _ in range(prompts)
+    ]
+    data["multimodal_train_inputs"] = [
+        images[row // samples_per_prompt]
+        if shared
+        else {key: value.copy() for key, value in images[row // samples_per_prompt].items()}
+        for row in range(count)
+    ]
+    return data

@@ -30,9 +30,19 @@ Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sa
     known noise of torch's nested tensors (a log line of torch 2.13, the prototype warning of older
     versions) is silenced around these calls only.
 
+A list per token (``per_token_list``: ``rollout_sampling_masks``, the ids the sampler could pick
+at each response token) has no dense shape. In the ``per_sample`` layout it gives ``<name>``, one
+flat tensor of values per sample, and ``<name>_offsets``, one int64 tensor per sample of its
+``tokens + 1`` per-token offsets from 0 (miles' ``rollout_sampling_mask_ids`` /
+``rollout_sampling_mask_offsets`` per sample). In every other layout it is packed: ``<name>``
+(every value of the shard), ``<name>_offsets`` (int64, one more than the shard's tokens, from 0:
+token ``t`` holds ``values[offsets[t]:offsets[t + 1]]``) and ``<name>_cu_seqlens`` (int32,
+``n + 1`` cumulative token counts from 0: sample ``i`` holds tokens ``cu[i]`` to ``cu[i + 1]``).
+These keys come after the other columns; the values follow the memory rule below.
+
 Per-sample scalars become 1-D tensors in every layout. Object columns (``prompt``, ``metadata``...)
 and batch-global values are not tensors and are not in the result: read them from
-``shard.to_train_data()`` and ``shard.batch_globals``.
+``shard.rows.to_train_data()`` and ``shard.batch_globals``.
 
 dtypes: ``tokens`` is ``token_dtype`` (int64 by default, int32 allowed); per-token flag columns
 (``loss_masks``) are ``mask_dtype`` (int64 by default; bool, uint8, int32 and float32 allowed);
@@ -78,10 +88,18 @@ from arrow_split import (
     OptionTypeError,
     RolloutBatch,
     SchemaTypeError,
+    Shard,
     ValueRangeError,
 )
 from arrow_split._args import as_offsets
-from arrow_split.torch._layouts import LAYOUTS, RaggedColumn, TensorOptions, move
+from arrow_split.torch._layouts import (
+    LAYOUTS,
+    AllColumns,
+    RaggedColumn,
+    TensorOptions,
+    TokenListColumn,
+    move,
+)
 
 __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
 
@@ -89,7 +107,13 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
 
 
-_INT32_MAX = 2**31 - 1
+MAX_PAD_MULTIPLE = 2**20
+"""The largest ``pad_to_multiple_of``: 1,048,576 tokens, beyond any model's context.
+
+Every padded row is at least this wide, so the padded tensors' size grows with it whatever the
+data; a larger value is a mistake (a byte count, ``2**31 - 1`` as "no limit") and is refused
+before anything is allocated.
+"""
 
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
 _ID_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
@@ -103,7 +127,7 @@ _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
 
 
 def to_tensors(
-    shard: RolloutBatch,
+    shard: Shard | RolloutBatch,
     *,
     layout: TensorLayout = "per_sample",
     device: torch.device | str | None = None,
@@ -148,7 +172,7 @@ def to_tensors(
     Raises
     ------
     SchemaTypeError
-        ``shard`` is not a RolloutBatch.
+        ``shard`` is neither a Shard nor a RolloutBatch.
     OptionError
         An unknown ``layout`` or ``device``, or a ``token_dtype``/``mask_dtype``/``id_dtype`` not
         listed above.
@@ -171,13 +195,19 @@ def to_tensors(
     >>> to_tensors(batch, layout="packed")["cu_seqlens"]
     tensor([0, 3, 5], dtype=torch.int32)
     """
-    options = _check_options(
-        shard, layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of
-    )
+    rows = _rows_of(shard)
+    options = _check_options(layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of)
     ids = _check_id_dtype(id_dtype)
-    columns: dict[str, RaggedColumn | torch.Tensor] = {}
-    for column in shard.numeric_columns():
-        if column.offsets is None:
+    columns: AllColumns = {}
+    for column in rows.numeric_columns():
+        if column.token_offsets is not None:
+            tensor = move(_tensor_of(column.values, column.buffer), options)
+            sample_offsets = np.asarray(column.offsets, dtype=np.int64)
+            token_offsets = np.asarray(column.token_offsets, dtype=np.int64)
+            columns[column.spec.name] = TokenListColumn(
+                column.spec, tensor, sample_offsets, token_offsets
+            )
+        elif column.offsets is None:
             tensor = _tensor_of(column.values, column.buffer)
             columns[column.spec.name] = move(tensor, options)
         elif column.spec.storage == "narrow":
@@ -188,7 +218,7 @@ def to_tensors(
 
 
 def to_micro_batches(
-    shard: RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
+    shard: Shard | RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
 ) -> list[dict[str, torch.Tensor | list[torch.Tensor]]]:
     """One :func:`to_tensors` result per micro-batch of a shard whose rows are in micro-batch order.
 
@@ -213,29 +243,39 @@ def to_micro_batches(
         Offsets that are not integers, or not non-decreasing from 0 to the shard's rows; and
         what :func:`to_tensors` raises for its options.
     """
-    if not isinstance(shard, RolloutBatch):
-        msg = f"`shard` must be a RolloutBatch, got {type(shard).__name__}"
-        raise SchemaTypeError(msg)
+    rows = _rows_of(shard)
     offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
-    if int(offsets[-1]) != len(shard):
+    if int(offsets[-1]) != len(rows):
         msg = (
-            f"`micro_batch_offsets` must rise from 0 to the shard's {len(shard)} rows, got "
+            f"`micro_batch_offsets` must rise from 0 to the shard's {len(rows)} rows, got "
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
         raise OptionError(msg)
     bounds = offsets.tolist()
-    record_batch = shard.record_batch
+    record_batch = rows.record_batch
     return [
         to_tensors(
-            RolloutBatch(record_batch.slice(start, stop - start), shard.specs, shard.batch_globals),
+            RolloutBatch(record_batch.slice(start, stop - start), rows.specs, rows.batch_globals),
             **options,
         )
         for start, stop in itertools.pairwise(bounds)
     ]
 
 
+def _rows_of(shard: object) -> RolloutBatch:
+    """A shard's rows (``shard.rows``), or a whole batch as it is."""
+    if isinstance(shard, Shard):
+        return shard.rows
+    if isinstance(shard, RolloutBatch):
+        return shard
+    msg = (
+        f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
+        "`RolloutBatch.from_train_data(data)` or take one from a split"
+    )
+    raise SchemaTypeError(msg)
+
+
 def _check_options(
-    shard: object,
     layout: object,
     device: object,
     token_dtype: object,
@@ -243,12 +283,6 @@ def _check_options(
     pad_value: object,
     pad_to_multiple_of: object,
 ) -> TensorOptions:
-    if not isinstance(shard, RolloutBatch):
-        msg = (
-            f"`shard` must be a RolloutBatch, got {type(shard).__name__}; build one with "
-            "`RolloutBatch.from_train_data(data)` or take one from a split"
-        )
-        raise SchemaTypeError(msg)
     _check_layout(layout)
     multiple = _check_multiple(pad_to_multiple_of)
     return TensorOptions(
@@ -304,8 +338,11 @@ def _check_multiple(pad_to_multiple_of: object) -> int | None:
     if pad_to_multiple_of < 1:
         msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
         raise ValueRangeError(msg)
-    if pad_to_multiple_of > _INT32_MAX:
-        msg = f"`pad_to_multiple_of` must be at most {_INT32_MAX}, got {pad_to_multiple_of!r}"
+    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
+        msg = (
+            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
+            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+        )
         raise ValueRangeError(msg)
     return int(pad_to_multiple_of)
 

@@ -11,8 +11,8 @@ import contextlib
 import dataclasses
 import logging
 import warnings
-from collections.abc import Callable, Iterator
-from typing import TypeAlias
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeAlias, cast
 
 import numpy as np
 
@@ -23,15 +23,26 @@ except ImportError:
     raise ImportError(msg) from None
 
 from arrow_split import ColumnSpec, SchemaError, ValueRangeError
+from arrow_split.schema import LengthRule
 
-__all__ = ["Columns", "LAYOUTS", "RaggedColumn", "TensorOptions", "Tensors", "move"]
+__all__ = [
+    "AllColumns",
+    "Columns",
+    "LAYOUTS",
+    "RaggedColumn",
+    "TensorOptions",
+    "Tensors",
+    "TokenListColumn",
+    "move",
+]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
 Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
+AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
-_SEQLENS_KEYS = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
-_MASK_KEYS = {"tokens": "attention_mask", "response": "response_mask"}
+_SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
+_MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
 # Known noise of torch's nested tensors, silenced only around their construction: a log line
 # (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
 # warning some torch versions give.
@@ -56,11 +67,78 @@ class RaggedColumn:
     @property
     def group(self) -> tuple[str, str]:
         """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        if self.spec.role == "length_source" or self.spec.length == "tokens":
-            return ("rule", "tokens")
-        if self.spec.length == "response":
-            return ("rule", "response")
+        rule: LengthRule | None = (
+            "tokens" if self.spec.role == "length_source" else self.spec.length
+        )
+        if rule is not None and rule in _SEQLENS_KEYS:
+            return ("rule", rule)
         return ("column", self.spec.name)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TokenListColumn:
+    """A list per token: flat values (on the target device) and two levels of offsets (numpy).
+
+    ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (tokens + 1) the values.
+    Every layout but ``per_sample`` gives it packed (:meth:`packed`): a list per token has no
+    dense shape to pad to, and torch's nested tensors have one ragged dimension only.
+    """
+
+    spec: ColumnSpec
+    values: torch.Tensor
+    sample_offsets: np.ndarray
+    token_offsets: np.ndarray
+
+    def per_sample(self, options: TensorOptions) -> dict[str, Tensors]:
+        """``name``: one flat tensor per sample; ``name_offsets``: its per-token offsets from 0."""
+        starts = self.token_offsets[self.sample_offsets]
+        values = list(torch.split(self.values, np.diff(starts).tolist()))
+        offsets = [
+            move(
+                torch.from_numpy(self.token_offsets[begin : end + 1] - self.token_offsets[begin]),
+                options,
+            )
+            for begin, end in zip(
+                self.sample_offsets[:-1].tolist(), self.sample_offsets[1:].tolist(), strict=True
+            )
+        ]
+        return {self.spec.name: values, f"{self.spec.name}_offsets": offsets}
+
+    def packed(self, options: TensorOptions) -> dict[str, Tensors]:
+        """The column packed: values, per-token offsets and per-sample cumulative tokens.
+
+        ``name``: every value; ``name_offsets``: per-token offsets (int64, from 0);
+        ``name_cu_seqlens``: per-sample cumulative tokens (int32, from 0).
+        """
+        tokens = int(self.sample_offsets[-1])
+        if tokens > _INT32_MAX:
+            msg = (
+                f"column `{self.spec.name}` holds {tokens} tokens, more than int32 cumulative "
+                f"lengths can index ({_INT32_MAX}); split the batch over more ranks"
+            )
+            raise ValueRangeError(msg)
+        return {
+            self.spec.name: self.values,
+            f"{self.spec.name}_offsets": move(torch.from_numpy(self.token_offsets.copy()), options),
+            f"{self.spec.name}_cu_seqlens": move(
+                torch.from_numpy(self.sample_offsets.astype(np.int32)), options
+            ),
+        }
+
+
+def _token_lists(
+    columns: AllColumns, options: TensorOptions, layout: str
+) -> tuple[Columns, dict[str, Tensors]]:
+    """The columns without the lists per token, and the tensors those give in ``layout``."""
+    rest: Columns = {}
+    lists: dict[str, Tensors] = {}
+    for name, column in columns.items():
+        if isinstance(column, TokenListColumn):
+            parts = column.per_sample(options) if layout == "per_sample" else column.packed(options)
+            lists.update(parts)
+        else:
+            rest[name] = column
+    return rest, lists
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -98,7 +176,7 @@ def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
             continue
         tensors[name] = column.values
         kind, group = column.group
-        key = _SEQLENS_KEYS[group] if kind == "rule" else f"{group}_cu_seqlens"
+        key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
         if key not in extras:
             extras[key] = move(_cu_seqlens(column), options)
     return _merge(tensors, extras, "packed")
@@ -126,7 +204,11 @@ def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
             tensors[name] = _pad(column, masks[column.group], options)
         else:
             tensors[name] = column
-    extras = {_MASK_KEYS[group]: mask for (kind, group), mask in masks.items() if kind == "rule"}
+    extras = {
+        _MASK_KEYS[cast("LengthRule", group)]: mask
+        for (kind, group), mask in masks.items()
+        if kind == "rule"
+    }
     return _merge(tensors, extras, "padded")
 
 
@@ -218,7 +300,7 @@ def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
 
 
 def _merge(
-    tensors: dict[str, Tensors], extras: dict[str, torch.Tensor], layout: str
+    tensors: dict[str, Tensors], extras: Mapping[str, Tensors], layout: str
 ) -> dict[str, Tensors]:
     clash = sorted(set(tensors) & set(extras))
     if clash:
@@ -230,9 +312,24 @@ def _merge(
     return {**tensors, **extras}
 
 
-LAYOUTS: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
-    "per_sample": _per_sample,
-    "packed": _packed,
-    "padded": _padded,
-    "nested": _nested,
+def _with_token_lists(
+    layout: str, arrange: Callable[[Columns, TensorOptions], dict[str, Tensors]]
+) -> Callable[[AllColumns, TensorOptions], dict[str, Tensors]]:
+    """``arrange`` for the other columns; the lists per token after them (see TokenListColumn)."""
+
+    def run(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
+        rest, lists = _token_lists(columns, options, layout)
+        return _merge(arrange(rest, options), lists, layout)
+
+    return run
+
+
+LAYOUTS: dict[str, Callable[[AllColumns, TensorOptions], dict[str, Tensors]]] = {
+    name: _with_token_lists(name, arrange)
+    for name, arrange in {
+        "per_sample": _per_sample,
+        "packed": _packed,
+        "padded": _padded,
+        "nested": _nested,
+    }.items()
 }

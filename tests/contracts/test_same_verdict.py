@@ -66,11 +66,27 @@ def test_same_value_same_verdict_whatever_the_container(
     assert len(verdicts) == 1, verdicts
 
 
-def test_bool_column_takes_bools_and_refuses_two() -> None:
+def test_bool_column_takes_bools_and_refuses_ints() -> None:
+    # one rule for a bool: a bool or numpy.bool_; 0 and 1 are ints (declare `flag=True` for 0/1)
     assert _verdict("done", [True, False]) == [True, False]
     assert _verdict("done", np.array([True, False])) == [True, False]
-    assert _verdict("done", [1, 0]) == [True, False]
-    assert _verdict("done", [2, 0]) is ValueRangeError
+    assert _verdict("done", [np.bool_(True), torch.tensor(False)]) == [True, False]
+    for ints in ([1, 0], np.array([1, 0]), torch.tensor([1, 0]), [True, 0], [2, 0]):
+        assert _verdict("done", ints) is ColumnTypeError, ints
+    flag = ColumnSpec("done", "per_sample_scalar", pa.bool_(), flag=True)
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2]], "done": [1, 0]}, specs=[flag])
+    assert batch.to_train_data()["done"] == [True, False]
+    with pytest.raises(ValueRangeError, match=r"`done` must hold 0/1"):
+        RolloutBatch.from_train_data({"tokens": [[1], [2]], "done": [2, 0]}, specs=[flag])
+
+
+def test_bool_in_any_container_is_refused_in_a_number_column() -> None:
+    data = {"tokens": [[1]], "response_lengths": [1], "loss_masks": [[1]]}
+    for value in (True, np.bool_(True), np.array(True), torch.tensor(True)):
+        with pytest.raises(ColumnTypeError, match=r"`rollout_log_probs`"):
+            RolloutBatch.from_train_data({**data, "rollout_log_probs": [[value]]})
+        with pytest.raises(ColumnTypeError, match=r"`rewards`"):
+            RolloutBatch.from_train_data({**data, "rewards": [value]})
 
 
 def test_bool_in_a_float_list_is_refused_like_a_bool_array() -> None:

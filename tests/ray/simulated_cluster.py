@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from arrow_split import KNOWN_COLUMNS, RolloutBatch
+from arrow_split import KNOWN_COLUMNS, RolloutBatch, Shard
 
 ray = pytest.importorskip("ray")
 
@@ -82,14 +82,22 @@ def make_batch(num_samples: int, seed: int, *, max_tokens: int = 400) -> Rollout
     )
 
 
-def crc32_of(shard: RolloutBatch) -> int:
+def crc32_of(shard: Shard) -> int:
     """A CRC32 of a shard's values: its record batch's Arrow IPC bytes, rows and globals."""
-    # Compact columns first: the IPC bytes of a slice (an eager shard) depend on its parent's.
+    # Compact columns first: the IPC bytes of a slice (an eager shard) depend on its parent's,
+    # and a slice of objects stored once keeps its node's whole dictionary: one value per row.
     record_batch = shard.record_batch
-    columns = [pa.concat_arrays([column]) for column in record_batch.columns]
+    columns = [
+        column.cast(column.type.value_type)
+        if pa.types.is_dictionary(column.type)
+        else pa.concat_arrays([column])
+        for column in record_batch.columns
+    ]
+    compact = pa.RecordBatch.from_arrays(columns, names=record_batch.schema.names)
+    compact = compact.replace_schema_metadata(record_batch.schema.metadata)
     sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, record_batch.schema) as writer:
-        writer.write_batch(pa.RecordBatch.from_arrays(columns, schema=record_batch.schema))
+    with pa.ipc.new_stream(sink, compact.schema) as writer:
+        writer.write_batch(compact)
     crc = zlib.crc32(sink.getvalue())
     arrays = [shard.partition, shard.batch_total_lengths]
     arrays += [np.asarray(shard.batch_globals[key]) for key in sorted(shard.batch_globals)]

@@ -244,7 +244,7 @@ def test_offsets_beyond_2_31_take_the_int64_paths() -> None:
         shard = shard_for_rank(batch, rank, 2, balance_data=balance_data)
         rows = shard.partition.tolist()
         assert shard.column("tokens").to_pylist() == [expected[row] for row in rows]
-        assert shard.to_train_data()["sample_indices"] == rows
+        assert shard.rows.to_train_data()["sample_indices"] == rows
         assert shard.total_lengths.tolist() == [len(expected[row]) for row in rows]
         assert len(pickle.dumps(shard, protocol=5)) < 64 * 1024  # fresh buffers, not the parent
     picked = take_rows(batch, np.array([7, 2, 5, 1]))

@@ -131,7 +131,7 @@ def test_every_mode_gives_every_rank_the_core_shard(
         refs_or_ref = put_step(batch, mode, rank_nodes, balance_data=balance_data)
         shards, _, _ = run_step(ranks, refs_or_ref, mode, balance_data=balance_data)
         for rank, shard in enumerate(shards):
-            assert shard.equals(expected[rank].with_layout("actor")), (mode, rank)
+            assert shard.equals(expected[rank]), (mode, rank)
 
 
 def test_node_aware_moves_what_eager_moves_and_local_moves_the_batch_per_node(

@@ -7,6 +7,7 @@ exactly the actor-layout dict of the raw split, in both modes.
 
 from __future__ import annotations
 
+import gc
 from argparse import Namespace
 from collections.abc import Iterator
 from typing import Any
@@ -14,8 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from arrow_split import PlanError, PlanMismatchError, Shard
-from arrow_split.compat import miles
+from arrow_split import PlanError, PlanMismatchError, Shard, TransportError
+from arrow_split.compat import _miles_store, miles
+from tests.ray.support import store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")
 
@@ -219,3 +221,61 @@ def test_what_a_reference_holds_is_checked(actors: list[Any]) -> None:
     assert not_a_dict == (
         "NotARolloutBatchError: the delayed reference holds a int, not a train-data dict"
     )
+
+
+class PayloadRef:
+    """The shape of miles' reference after #2542: ``_RayStoreObjectRef(payload=...)``."""
+
+    def __init__(self, *, payload: Any) -> None:
+        self.payload = payload
+
+
+@pytest.mark.parametrize("delay", [False, True])
+def test_references_of_miles_2542_shape_work_both_ways(
+    actors: list[Any], monkeypatch: pytest.MonkeyPatch, delay: bool
+) -> None:
+    monkeypatch.setattr(_miles_store, "REF_FACTORY", lambda ref: PayloadRef(payload=ref))
+    args = make_args(balance_data=True, delay_split_train_data_by_dp=delay)
+    data = make_data(9, seed=8)
+    refs = miles.split_train_data_by_dp(args, data, {"dp_size": 2}, pad_to_dp=True)
+    handles = refs if isinstance(refs, list) else [refs]
+    assert all(isinstance(handle, PayloadRef) for handle in handles)
+    results = gather([actor.process.remote(args, refs, r, 2) for r, actor in enumerate(actors[:2])])
+    raw = miles.split_train_data_by_dp_raw(args, data, dp_size=2, pad_to_dp=True)
+    for result, shard in zip(results, raw, strict=True):
+        assert_same(result["data"], miles.process_rollout_data_shard(args, dict(shard)))
+        assert len(result["data"]["tokens"]) == 5  # 9 samples padded to 10, 5 per rank
+    paddings = [flag for result in results for flag in result["data"]["is_padding"]]
+    indices = [index for result in results for index in result["data"]["sample_indices"]]
+    assert sum(paddings) == 1
+    assert sorted(indices) == [-1, *range(9)]
+
+
+def test_a_failed_compat_put_frees_what_was_put_and_names_the_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    args = make_args()
+    data = make_data(64, seed=9)
+    gc.collect()
+    capacity = float(ray.cluster_resources()["object_store_memory"])
+    assert wait_until(lambda: store_bytes_free() == capacity), "earlier objects are still alive"
+    put = ray.put
+    calls: list[int] = []
+
+    def third_put_fails(value: object, **kwargs: Any) -> Any:
+        calls.append(len(calls))
+        if len(calls) == 3:
+            raise ray.exceptions.ObjectStoreFullError("the store is full")
+        return put(value, **kwargs)
+
+    monkeypatch.setattr(ray, "put", third_put_fails)
+    with pytest.raises(
+        TransportError,
+        match=r"the put of dp_rank 2's shard \(3 of 4\) failed \(ObjectStoreFullError: .*the "
+        r"store is full.*\); the 2 shards already put were freed",
+    ) as caught:
+        miles.split_train_data_by_dp(args, data, {"dp_size": 4})
+    assert isinstance(caught.value.__cause__, ray.exceptions.ObjectStoreFullError)
+    assert calls == [0, 1, 2]
+    monkeypatch.undo()
+    assert wait_until(lambda: store_bytes_free() == capacity), "the shards put were not freed"

@@ -27,6 +27,8 @@ from arrow_split import (
     PlanMismatchError,
     RaggedLengthError,
     RolloutBatch,
+    Shard,
+    TokenLists,
     TransportError,
     shard_for_rank,
     split_train_data_by_dp_raw,
@@ -56,12 +58,24 @@ def make_train_data(num_samples: int, seed: int, *, experts: bool = False) -> di
         "rewards": rng.random(num_samples).tolist(),
         "prompt": [f"prompt {seed}-{i}" for i in range(num_samples)],
         "raw_reward": rng.random(num_samples).tolist(),
+        "rollout_sampling_masks": sampling_masks(response.tolist(), seed),
     }
     if experts:
         data["rollout_routed_experts"] = [
             rng.integers(0, 8, size=(int(n) - 1, 2, 2), dtype=np.int32) for n in total
         ]
     return data
+
+
+def sampling_masks(response_lengths: list[int], seed: int) -> list[TokenLists]:
+    """1 to 4 ids per response token (a list per token), from a stream of their own."""
+    rng = np.random.default_rng(seed + 1)
+    masks = []
+    for length in response_lengths:
+        counts = rng.integers(1, 5, size=length)
+        offsets = np.concatenate([[0], np.cumsum(counts)])
+        masks.append(TokenLists(rng.integers(0, 32000, size=int(offsets[-1])), offsets))
+    return masks
 
 
 def make_batch(num_samples: int, seed: int, *, experts: bool = False) -> RolloutBatch:
@@ -203,13 +217,12 @@ def gather(calls: list[Any]) -> list[Any]:
     return ray.get(calls, timeout=CALL_TIMEOUT_S)  # type: ignore[no-any-return]
 
 
-def expected_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[RolloutBatch]:
-    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
-    return [shard.with_layout("actor") for shard in shards]
+def expected_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> list[Shard]:
+    return split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)
 
 
-def assert_actor_train_data(shard: RolloutBatch, expected: RolloutBatch) -> None:
-    train_data = shard.to_train_data()
+def assert_actor_train_data(shard: Shard, expected: Shard) -> None:
+    train_data = shard.to_train_data(layout="actor")
     assert "partition" not in train_data
     assert train_data["total_lengths"] == expected.total_lengths.tolist()
     assert train_data["global_total_lengths"] == expected.batch_total_lengths.tolist()
@@ -242,7 +255,6 @@ def test_eager_and_delayed_give_the_core_split(workers: list[Any], balance_data:
     )
     for rank in range(dp_size):
         for shard in (eager[rank], delayed[rank], resolved[rank]):
-            assert shard.layout == "actor"
             assert shard.equals(expected[rank]), rank
             assert_actor_train_data(shard, expected[rank])
 
@@ -335,6 +347,27 @@ def test_the_delayed_ref_splits_again_for_a_smaller_dp_size(workers: list[Any]) 
         assert np.bincount(partitions, minlength=len(batch)).tolist() == [1] * len(batch)
         for shard, expected in zip(shards, expected_shards(batch, dp_size, True), strict=True):
             assert shard.equals(expected)
+
+
+@pytest.mark.parametrize("delay", [False, True])
+def test_pad_to_dp_in_both_modes_and_on_a_resplit(workers: list[Any], delay: bool) -> None:
+    batch = make_batch(29, seed=4)  # 29 samples: 6 ranks need 1 padding row, 4 ranks need 3
+    expected = split_train_data_by_dp_raw(batch, 6, balance_data=True, pad_to_dp=True)
+    put = split_train_data_by_dp(batch, 6, balance_data=True, delay=delay, pad_to_dp=True)
+    shards = gather([w.process.remote(box(put), r, 6) for r, w in enumerate(workers)])
+    for shard, want in zip(shards, expected, strict=True):
+        assert shard.equals(want)
+    assert sum(sum(shard.to_train_data(layout="actor")["is_padding"]) for shard in shards) == 1
+    if delay:  # four survivors split the padded batch again, padding it for their size
+        again = gather(
+            [
+                w.process.remote(box(put), r, 4, resplit=True, pad_to_dp=True)
+                for r, w in enumerate(workers[:4])
+            ]
+        )
+        assert {shard.num_samples for shard in again} == {8}
+        padding = [shard.to_train_data(layout="actor")["is_padding"] for shard in again]
+        assert sum(sum(flags) for flags in padding) == 3
 
 
 @pytest.mark.parametrize("delay", [False, True])
@@ -480,14 +513,14 @@ def test_ranks_asking_for_another_method_get_a_plan_mismatch(
     batch = make_batch(16, seed=4)
     put = split_train_data_by_dp(batch, 2, balance_data=True, delay=delay)
     good = gather([workers[0].process.remote(box(put), 0, 2, balance_data=True)])[0]
-    assert good.equals(shard_for_rank(batch, 0, 2, balance_data=True).with_layout("actor"))
+    assert good.equals(shard_for_rank(batch, 0, 2, balance_data=True))
     kind, message = gather([workers[1].failure.remote(box(put), 1, 2, balance_data=False)])[0]
     assert kind == "PlanMismatchError"
     assert "strided" in message
     assert "balanced" in message
     followed = gather([workers[1].process.remote(box(put), 1, 2)])[0]  # no balance_data: follow
     assert followed.plan_fingerprint == good.plan_fingerprint
-    assert followed.equals(shard_for_rank(batch, 1, 2, balance_data=True).with_layout("actor"))
+    assert followed.equals(shard_for_rank(batch, 1, 2, balance_data=True))
 
 
 def test_a_delayed_rank_with_another_dp_size_must_ask_for_a_resplit(workers: list[Any]) -> None:

@@ -28,6 +28,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
+from arrow_split._codecs._arrow import numpy_dtype
 from arrow_split.testing.strategies import train_data
 
 torch = pytest.importorskip("torch")
@@ -66,7 +67,12 @@ def batch() -> RolloutBatch:
     return RolloutBatch.from_train_data(make_train_data())
 
 
-def sources(batch: RolloutBatch) -> list[RolloutBatch]:
+def rows_of(source: RolloutBatch | Shard) -> RolloutBatch:
+    """A shard's rows, or a whole batch as it is."""
+    return source.rows if isinstance(source, Shard) else source
+
+
+def sources(batch: RolloutBatch) -> list[RolloutBatch | Shard]:
     """The whole batch and the shards of both split methods (their buffers come from `take`)."""
     strided = split_train_data_by_dp_raw(batch, 3, balance_data=False)
     balanced = split_train_data_by_dp_raw(batch, 2, balance_data=True)
@@ -74,20 +80,20 @@ def sources(batch: RolloutBatch) -> list[RolloutBatch]:
 
 
 def reference(
-    shard: RolloutBatch, token_dtype: Any = np.int64, mask_dtype: Any = np.int64
+    shard: RolloutBatch | Shard, token_dtype: Any = np.int64, mask_dtype: Any = np.int64
 ) -> dict[str, Any]:
     """Per-sample numpy arrays (ragged columns) or one array (scalars) from `to_train_data`."""
-    train_data = shard.to_train_data()
+    train_data = rows_of(shard).to_train_data()
     expected: dict[str, Any] = {}
     for name, spec in shard.specs.items():
         if spec.kind == "per_sample_tensor":
             expected[name] = [np.asarray(sample) for sample in train_data[name]]  # type: ignore[attr-defined]
         elif spec.kind == "per_token":
-            dtype = spec.value_type.to_pandas_dtype()
+            dtype = numpy_dtype(spec.value_type)
             dtype = token_dtype if name == "tokens" else mask_dtype if spec.flag else dtype
             expected[name] = [np.asarray(s, dtype=dtype) for s in train_data[name]]  # type: ignore[attr-defined]
         elif spec.kind == "per_sample_scalar":
-            expected[name] = np.asarray(train_data[name], dtype=spec.value_type.to_pandas_dtype())
+            expected[name] = np.asarray(train_data[name], dtype=numpy_dtype(spec.value_type))
     return expected
 
 
@@ -111,7 +117,7 @@ def assert_same(tensor: Any, expected: np.ndarray) -> None:
 
 
 def assert_matches_reference(
-    shard: RolloutBatch, tensors: dict[str, Any], layout: str, **dtypes: Any
+    shard: RolloutBatch | Shard, tensors: dict[str, Any], layout: str, **dtypes: Any
 ) -> None:
     expected = reference(shard, **dtypes)
     assert list(tensors)[: len(expected)] == list(expected)
@@ -134,7 +140,7 @@ def writable_tensors(tensors: dict[str, Any]) -> list[Any]:
     return [tensor.values() if tensor.is_nested else tensor for tensor in found]
 
 
-def read_only_copy(shard: RolloutBatch, how: str) -> RolloutBatch:
+def read_only_copy(shard: Shard, how: str) -> Shard:
     """The shard as another process reads it from shared memory: immutable Arrow buffers."""
     if how == "ipc":
         sink = pa.BufferOutputStream()
@@ -143,15 +149,13 @@ def read_only_copy(shard: RolloutBatch, how: str) -> RolloutBatch:
         frozen = memoryview(sink.getvalue().to_pybytes())
         record_batch = pa.ipc.open_stream(pa.py_buffer(frozen)).read_next_batch()
         return Shard(
-            record_batch,
-            shard.specs,
-            shard.batch_globals,
+            RolloutBatch(record_batch, shard.specs, shard.batch_globals),
             partition=shard.partition,
             batch_total_lengths=shard.batch_total_lengths,
         )
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(shard, protocol=5, buffer_callback=buffers.append)
-    loaded: RolloutBatch = pickle.loads(
+    loaded: Shard = pickle.loads(
         payload, buffers=[memoryview(bytes(buffer.raw())) for buffer in buffers]
     )
     return loaded
@@ -188,7 +192,7 @@ def test_objects_and_globals_are_left_out(batch: RolloutBatch) -> None:
 def test_packed_cu_seqlens(batch: RolloutBatch) -> None:
     for shard in sources(batch):
         tensors = to_tensors(shard, layout="packed")
-        train_data = shard.to_train_data()
+        train_data = rows_of(shard).to_train_data()
         for key, name in [
             ("cu_seqlens", "tokens"),
             ("response_cu_seqlens", "loss_masks"),
@@ -219,7 +223,7 @@ def test_packed_keys_follow_the_schema_not_the_data() -> None:
 def test_padded_shapes_and_masks(batch: RolloutBatch, multiple: int | None) -> None:
     for shard in sources(batch):
         tensors = to_tensors(shard, layout="padded", pad_to_multiple_of=multiple, pad_value=-1)
-        train_data = shard.to_train_data()
+        train_data = rows_of(shard).to_train_data()
         n = shard.num_samples
         for name, mask_key in [("tokens", "attention_mask"), ("loss_masks", "response_mask")]:
             lengths = [len(sample) for sample in train_data[name]]  # type: ignore[attr-defined]
@@ -398,7 +402,7 @@ def test_read_only_buffers_are_copied(batch: RolloutBatch, layout: TensorLayout,
             tensor.fill_(True if tensor.dtype == torch.bool else 7)
     assert caught == []
     assert frozen.record_batch.equals(shard.record_batch)
-    assert frozen.to_train_data().keys() == shard.to_train_data().keys()
+    assert frozen.to_train_data(layout="actor").keys() == shard.to_train_data(layout="actor").keys()
     assert_matches_reference(frozen, to_tensors(frozen, layout=layout), layout)
 
 
@@ -536,7 +540,7 @@ def test_bad_arguments(
 
 
 def test_not_a_batch() -> None:
-    with pytest.raises(SchemaError, match=r"`shard` must be a RolloutBatch, got dict"):
+    with pytest.raises(SchemaError, match=r"`shard` must be a Shard or a RolloutBatch, got dict"):
         to_tensors({"tokens": [[1]]})  # type: ignore[arg-type]
 
 
@@ -635,3 +639,17 @@ def test_bad_micro_batch_offsets(offsets: list[Any], error: type, match: str) ->
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
     with pytest.raises(error, match=match):
         to_micro_batches(batch, offsets)
+
+
+@pytest.mark.parametrize("layout", ["per_sample", "packed", "padded"])
+def test_padding_rows_are_marked_in_the_tensors(layout: TensorLayout) -> None:
+    data = {
+        "tokens": [[1, 2, 3], [4, 5], [6, 7, 8, 9]],
+        "response_lengths": [2, 1, 2],
+        "loss_masks": [[1, 1], [1], [1, 0]],
+        "sample_indices": [0, 1, 2],
+    }
+    shards = split_train_data_by_dp_raw(data, 2, balance_data=True, pad_to_dp=True)
+    tensors = to_tensors(shards[1], layout=layout)
+    assert tensors["is_padding"].tolist() == [False, True]
+    assert tensors["sample_indices"].tolist() == [1, -1]

@@ -1,10 +1,13 @@
 """A text summary of a rollout batch or a dump, for a person to read (``arrow-split inspect``).
 
 The summary shows the sample and token counts, the bytes of each column, a histogram of the
-response lengths, the rewards' mean and standard deviation, the batch-global keys, and the plan
-fingerprints (:func:`arrow_split.plan_fingerprint`) of both methods for a few ``dp_size`` values,
-so that a dump can be matched with the plans a training run logged. A plan the batch cannot meet
-(balanced mode on a sample count that ``dp_size`` does not divide) shows the reason instead.
+response lengths, the mean and standard deviation of each float column (the rewards), the
+batch-global keys, and the plan fingerprints (:func:`arrow_split.plan_fingerprint`) of both
+methods for a few ``dp_size`` values, so that a dump can be matched with the plans a training run
+logged. A plan the batch cannot meet (balanced mode on a sample count that ``dp_size`` does not
+divide) shows the reason instead.
+
+Public: :func:`summarize` (a batch) and :func:`inspect_path` (a dump file).
 """
 
 from __future__ import annotations
@@ -14,8 +17,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split import PlanError, PlanTypeError, RolloutBatch, Shard, plan_fingerprint
+from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
+from arrow_split._codecs._types import short_type
 from arrow_split._dump import PathLike, read_dump
+from arrow_split.schema import KNOWN_COLUMNS, role_column
 
 __all__ = ["inspect_path", "summarize"]
 
@@ -32,7 +37,7 @@ def summarize(
     Parameters
     ----------
     batch
-        A whole batch or a shard.
+        A batch (for a shard, its rows: ``shard.rows``).
     dp_sizes
         The ``dp_size`` values whose plan fingerprints are shown (both methods for each).
     balance_data
@@ -58,17 +63,18 @@ def summarize(
 def inspect_path(
     path: PathLike, dp_sizes: Iterable[int] = (8, 64), *, balance_data: bool = True
 ) -> str:
-    """Read a dump (:func:`arrow_split._dump.read_batch`) and summarize it, file facts first.
+    """Read a dump (:meth:`RolloutBatch.read`) and summarize it, file facts first.
 
     Raises
     ------
     FileNotFoundError, DumpError
-        As :func:`arrow_split._dump.read_batch`.
+        As :meth:`RolloutBatch.read`.
     PlanTypeError, PlanError
         As :func:`summarize`.
     """
     sizes = _check_dp_sizes(dp_sizes)
-    batch, info = read_dump(path)
+    parts, info = read_dump(path)
+    batch = RolloutBatch(*parts)
     header = (
         f"file: {info.path}\n"
         f"  {_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "
@@ -90,20 +96,33 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    kind = "shard" if isinstance(batch, Shard) else "whole batch"
+    real = _unpadded(batch)  # padding rows never enter the statistics
+    padding = "" if real.all() else f" ({int((~real).sum()):,} padding rows left out)"
+    lengths = lengths[real]
     lines = [
-        f"rollout batch ({kind}): {batch.num_samples:,} samples, {len(batch.column_names)} "
+        f"rollout batch: {batch.num_samples:,} samples, {len(batch.column_names)} "
         f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
-        f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}",
+        f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}{padding}",
     ]
-    if "rewards" in batch.column_names:
-        rewards = np.asarray(batch.column("rewards").to_numpy(zero_copy_only=False), np.float64)
-        if rewards.size:
+    for name in batch.column_names:  # one number per sample, a float: rewards, scores...
+        column = batch.column(name)
+        if pa.types.is_floating(column.type) and len(column):
+            values = np.asarray(column.to_numpy(zero_copy_only=False), np.float64)[real]
+            if not values.size:
+                continue
             lines.append(
-                f"rewards: mean {rewards.mean():.4g}, std {rewards.std():.4g} (population), "
-                f"min {rewards.min():.4g}, max {rewards.max():.4g}"
+                f"{name}: mean {values.mean():.4g}, std {values.std():.4g} (population), "
+                f"min {values.min():.4g}, max {values.max():.4g}"
             )
     return "\n".join(lines)
+
+
+def _unpadded(batch: RolloutBatch) -> np.ndarray:
+    """Whether each row is a real sample (not a row :func:`arrow_split.pad_to_dp` added)."""
+    flags = batch.role_values("padding")
+    if flags is None:
+        return np.ones(batch.num_samples, dtype=np.bool_)
+    return ~np.asarray(flags, dtype=np.bool_)
 
 
 def _stats(values: np.ndarray) -> str:
@@ -119,28 +138,18 @@ def _column_table(batch: RolloutBatch) -> str:
         column = batch.column(name)
         kind = batch.specs[name].kind if name in batch.specs else "?"
         share = f"{100 * column.nbytes / total:.1f}%"
-        rows.append((name, kind, _short_type(column.type), _bytes(column.nbytes), share))
+        rows.append((name, kind, short_type(column.type), _bytes(column.nbytes), share))
     rows.append(("total", "", "", _bytes(batch.nbytes), ""))
     return "bytes per column\n" + _table(rows, right=(3, 4))
 
 
-def _short_type(arrow_type: pa.DataType) -> str:
-    """``large_list<int32[4,2]>`` for a list of fixed-size lists, the Arrow name otherwise."""
-    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
-        prefix = "large_list" if pa.types.is_large_list(arrow_type) else "list"
-        return f"{prefix}<{_short_type(arrow_type.value_type)}>"
-    dims = []
-    while pa.types.is_fixed_size_list(arrow_type):
-        dims.append(str(arrow_type.list_size))
-        arrow_type = arrow_type.value_type
-    return f"{arrow_type}[{','.join(dims)}]" if dims else str(arrow_type)
-
-
 def _response_lengths(batch: RolloutBatch, lengths: np.ndarray) -> tuple[str, np.ndarray]:
-    if "response_lengths" in batch.column_names:
-        values = batch.column("response_lengths").to_numpy(zero_copy_only=False)
+    name = role_column(batch.specs, "response_length")
+    if name is not None:
+        values = batch.column(name).to_numpy(zero_copy_only=False)
         return "response lengths", np.asarray(values, dtype=np.int64)
-    return "total lengths (no `response_lengths` column)", lengths
+    missing = role_column(KNOWN_COLUMNS, "response_length")
+    return f"total lengths (no `{missing}` column)", lengths
 
 
 def _histogram(title: str, values: np.ndarray) -> str:

@@ -4,8 +4,10 @@ Arrow's ``equals`` follows IEEE 754: a NaN is unequal to itself, so a batch hold
 (``allow_nonfinite=True``) would not equal itself. The rule here is a *NaN-position* compare:
 two float values are equal when they are equal as numbers, or when both are NaN, whatever the
 NaN's sign or payload bits. ``0.0`` and ``-0.0`` are equal, as numbers. Nulls are equal when they
-are at the same rows. :meth:`arrow_split.RolloutBatch.equals` and the assertions of
-:mod:`arrow_split.testing` both use it.
+are at the same rows. Dictionary arrays (objects stored once) are equal when their rows' values
+are: a rank's zero-copy slice keeps its node's whole dictionary, a take only the values it uses.
+:meth:`arrow_split.RolloutBatch.equals` and the assertions of :mod:`arrow_split.testing` both
+use it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Mapping
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from arrow_split._codecs._types import parts
 
 __all__ = ["arrays_equal", "record_batches_equal", "values_equal"]
 
@@ -32,10 +35,12 @@ def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
         return False
     if left.equals(right):
         return True
+    if pa.types.is_dictionary(left.type):  # the same values, whatever each dictionary holds
+        value_type = left.type.value_type
+        return arrays_equal(left.cast(value_type), right.cast(value_type))
     if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
         return False
-    data_type = left.type
-    if pa.types.is_floating(data_type):
+    if pa.types.is_floating(left.type):
         return bool(
             np.array_equal(
                 left.to_numpy(zero_copy_only=False),
@@ -43,14 +48,10 @@ def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
                 equal_nan=True,
             )
         )
-    if pa.types.is_struct(data_type):
-        return all(arrays_equal(left.field(i), right.field(i)) for i in range(data_type.num_fields))
-    if pa.types.is_fixed_size_list(data_type):
-        return arrays_equal(left.flatten(), right.flatten())
-    if pa.types.is_list(data_type) or pa.types.is_large_list(data_type):
-        same_lengths = pc.list_value_length(left).equals(pc.list_value_length(right))
-        return bool(same_lengths) and arrays_equal(left.flatten(), right.flatten())
-    return False
+    left_parts, right_parts = parts(left), parts(right)
+    if left_parts is None or right_parts is None:
+        return False
+    return all(arrays_equal(a, b) for a, b in zip(left_parts, right_parts, strict=True))
 
 
 def record_batches_equal(left: pa.RecordBatch, right: pa.RecordBatch) -> bool:

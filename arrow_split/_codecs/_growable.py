@@ -3,7 +3,8 @@
 The streaming builder (:mod:`arrow_split._builder`) encodes every appended group with the
 codecs, then appends the group's arrays here. A growable column mirrors the Arrow layout of the
 arrays the codecs produce, and nothing else: fixed-width numbers, booleans, ``large_binary`` /
-``large_string``, ``fixed_size_list`` and ``large_list`` of those. It never looks at a column's
+``large_string``, ``fixed_size_list`` and ``large_list`` of those, and dictionaries of
+``large_binary`` (:mod:`arrow_split._codecs._growable_once`). It never looks at a column's
 kind, only at Arrow types.
 
 Memory. Values go into resizable buffers of Arrow's memory pool, grown by doubling (a pool
@@ -26,9 +27,10 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._arrow import numpy_dtype
+from arrow_split._codecs._types import leaf_type, trailing_shape
 from arrow_split.errors import SchemaError
 
-__all__ = ["Growable", "ShapeMismatch", "growable_for", "trailing_shape"]
+__all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
 
@@ -41,33 +43,15 @@ class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a l
         self.row, self.shape, self.first_row, self.first = row, shape, first_row, first
 
 
-def trailing_shape(list_type: pa.DataType) -> tuple[int, ...]:
-    """The sizes of the ``fixed_size_list`` levels under a list type (``()`` for none)."""
-    sizes: list[int] = []
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        sizes.append(child.list_size)
-        child = child.value_type
-    return tuple(sizes)
-
-
-def _leaf_type(list_type: pa.DataType) -> pa.DataType:
-    child = list_type.value_type
-    while pa.types.is_fixed_size_list(child):
-        child = child.value_type
-    return child
-
-
 class _Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
-    __slots__ = ("_buffer", "_view", "capacity", "dtype", "grows", "size")
+    __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
 
     def __init__(self, dtype: np.dtype, capacity: int = 0) -> None:
         self.dtype = dtype
         self.capacity = capacity
         self.size = 0
-        self.grows = 0
         self._buffer: pa.ResizableBuffer | None = None
         self._view = np.empty(0, dtype=dtype)
 
@@ -79,7 +63,6 @@ class _Buffer:
             self.capacity = max(needed, 2 * self.capacity)
             self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
             self._buffer.resize(self.capacity * self.dtype.itemsize)
-            self.grows += 1
         else:
             return
         self._view = np.frombuffer(self._buffer, dtype=self.dtype)
@@ -149,10 +132,6 @@ class Growable(abc.ABC):
     def finish(self) -> pa.Array:
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
-    @abc.abstractmethod
-    def buffers(self) -> list[_Buffer]:
-        """The growable buffers (for tests of capacity and reuse)."""
-
 
 def growable_for(value_type: pa.DataType) -> Growable:
     """A growable for arrays of ``value_type`` (the types the codecs produce)."""
@@ -162,6 +141,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
         return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
         return _BinaryGrowable(value_type)
+    if pa.types.is_dictionary(value_type):  # objects stored once; imports this module
+        from arrow_split._codecs._growable_once import OnceGrowable
+
+        return OnceGrowable(value_type)
     if pa.types.is_boolean(value_type):
         return _BoolGrowable()
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
@@ -212,9 +195,6 @@ class _PrimitiveGrowable(Growable):
         count = self._values.size
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
-
 
 class _BoolGrowable(Growable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
@@ -241,13 +221,10 @@ class _BoolGrowable(Growable):
         self._values.clear()
         return array
 
-    def buffers(self) -> list[_Buffer]:
-        return [self._values]
-
 
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     """Whether two list types have one trailing shape and integer leaves (storage may differ)."""
-    leaves = _leaf_type(left), _leaf_type(right)
+    leaves = leaf_type(left), leaf_type(right)
     integers = all(pa.types.is_integer(leaf) for leaf in leaves)
     return integers and trailing_shape(left) == trailing_shape(right)
 
@@ -292,6 +269,14 @@ class _BinaryGrowable(Growable):
         self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
         self._nulls += array.null_count
 
+    def offsets(self) -> np.ndarray:
+        """The ``length + 1`` offsets so far (a view valid until the next append)."""
+        return self._offsets.values()
+
+    def data(self) -> np.ndarray:
+        """The bytes so far (a view valid until the next append)."""
+        return self._data.values()
+
     def finish(self) -> pa.Array:
         count = self.length
         validity = None
@@ -302,9 +287,6 @@ class _BinaryGrowable(Growable):
         self._valid.clear()
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, self._data, self._valid]
 
 
 class _FixedSizeGrowable(Growable):
@@ -332,9 +314,6 @@ class _FixedSizeGrowable(Growable):
 
     def finish(self) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
-
-    def buffers(self) -> list[_Buffer]:
-        return self.child.buffers()
 
 
 class _ListGrowable(Growable):
@@ -399,12 +378,9 @@ class _ListGrowable(Growable):
     def finish(self) -> pa.Array:
         count = self.length
         if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
-            self._set_child(growable_for(_leaf_type(self.type)))
+            self._set_child(growable_for(leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
         self._offsets.append_one(0)
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)
-
-    def buffers(self) -> list[_Buffer]:
-        return [self._offsets, *self.child.buffers()]

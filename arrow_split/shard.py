@@ -1,0 +1,268 @@
+"""One rank's rows of a batch: a value made of the rows and where they came from.
+
+A :class:`Shard` is what a split returns. It is not a :class:`~arrow_split.RolloutBatch`: it
+HOLDS one (:attr:`Shard.rows`, this rank's rows) beside ``partition`` (the original row of each),
+the whole batch's total lengths, and the key and rank of the plan that made it. A function that
+takes a batch refuses a shard with the same typed error as any other non-batch; pass
+``shard.rows`` to use its rows as a batch of their own.
+
+The whole batch's total lengths are one read-only array shared by every shard of a split (a
+read-only int64 array is kept as given, never copied per shard).
+
+A shard stores no display choice: :meth:`Shard.to_train_data` takes the layout every time
+(``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
+from arrow_split.errors import OptionError, SchemaError
+from arrow_split.plan import PlanKey
+from arrow_split.schema import TOTAL_LENGTHS, ColumnSpec, Role
+
+__all__ = ["Shard", "TrainDataLayout"]
+
+TrainDataLayout = Literal["rollout", "actor"]
+"""The classic layouts of a shard's train data.
+
+``rollout``: what the rollout side's classic split ships: ``partition`` (list of ints) and
+``total_lengths`` of the WHOLE batch. ``actor``: what a train actor works with after
+``process_rollout_data``: no ``partition``, ``total_lengths`` of this shard's rows, and the whole
+batch's as ``global_total_lengths``.
+"""
+
+
+class Shard:
+    """One rank's rows of a batch: what a split returns.
+
+    Parameters
+    ----------
+    rows
+        This shard's rows, as a batch of their own (:attr:`rows`).
+    partition
+        The original row index of each row (int64).
+    batch_total_lengths
+        The whole batch's total lengths; a read-only int64 array is shared, not copied.
+    plan_key, dp_rank
+        The key of the plan that made the shard and its rank, or ``None`` for rows taken
+        without a plan (:func:`arrow_split.take_rows`).
+    """
+
+    __slots__ = ("_batch_total_lengths", "_dp_rank", "_partition", "_plan_key", "_rows")
+
+    def __init__(
+        self,
+        rows: RolloutBatch,
+        *,
+        partition: np.ndarray,
+        batch_total_lengths: np.ndarray,
+        plan_key: PlanKey | None = None,
+        dp_rank: int | None = None,
+    ) -> None:
+        self._rows = check_batch(rows, "rows")
+        self._partition = _frozen(partition, rows.num_samples, "partition")
+        self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
+        if plan_key is not None and not isinstance(plan_key, PlanKey):
+            msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
+            raise SchemaError(msg)
+        if dp_rank is not None and (
+            isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
+        ):
+            msg = f"`dp_rank` must be an int or None, got {type(dp_rank).__name__}"
+            raise SchemaError(msg)
+        self._plan_key = plan_key
+        self._dp_rank = None if dp_rank is None else int(dp_rank)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if hasattr(self, name):
+            msg = f"Shard is immutable: `{name}` cannot be set"
+            raise AttributeError(msg)
+        object.__setattr__(self, name, value)
+
+    @property
+    def rows(self) -> RolloutBatch:
+        """The shard's rows as a batch of their own (no partition, no plan)."""
+        return self._rows
+
+    @property
+    def partition(self) -> np.ndarray:
+        """The original row index of each row (int64, read-only)."""
+        return self._partition
+
+    @property
+    def batch_total_lengths(self) -> np.ndarray:
+        """Token count of every sample of the WHOLE batch (read-only, shared by the split)."""
+        return self._batch_total_lengths
+
+    @property
+    def plan_key(self) -> PlanKey | None:
+        """The key of the plan that made this shard, or ``None`` for rows taken without one."""
+        return self._plan_key
+
+    @property
+    def plan_fingerprint(self) -> str | None:
+        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
+        return None if self._plan_key is None else self._plan_key.fingerprint
+
+    @property
+    def dp_rank(self) -> int | None:
+        """The rank this shard belongs to, or ``None`` for rows taken without a plan."""
+        return self._dp_rank
+
+    # What the rows are, read through: the shard's own rows, never the whole batch's.
+
+    @property
+    def record_batch(self) -> pa.RecordBatch:
+        """The rows' per-sample columns (``rows.record_batch``)."""
+        return self._rows.record_batch
+
+    @property
+    def specs(self) -> Mapping[str, ColumnSpec]:
+        """The spec of every key (``rows.specs``)."""
+        return self._rows.specs
+
+    @property
+    def batch_globals(self) -> Mapping[str, object]:
+        """The batch-global values, whole (``rows.batch_globals``)."""
+        return self._rows.batch_globals
+
+    @property
+    def num_samples(self) -> int:
+        """The number of this shard's rows."""
+        return self._rows.num_samples
+
+    def __len__(self) -> int:
+        return self._rows.num_samples
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the rows' buffers (``rows.nbytes``)."""
+        return self._rows.nbytes
+
+    @property
+    def total_lengths(self) -> np.ndarray:
+        """Token count of each of this shard's rows (``rows.total_lengths``)."""
+        return self._rows.total_lengths
+
+    @property
+    def column_names(self) -> list[str]:
+        """The per-sample keys, in order."""
+        return self._rows.column_names
+
+    def column(self, name: str) -> pa.Array:
+        """The Arrow array of one per-sample key (``rows.column(name)``)."""
+        return self._rows.column(name)
+
+    def role_values(self, role: Role) -> np.ndarray | None:
+        """The values of the per-sample scalar column that plays ``role`` (see ``rows``)."""
+        return self._rows.role_values(role)
+
+    def numeric_columns(self) -> list[ColumnValues]:
+        """The rows' numeric columns as numpy views (``rows.numeric_columns()``)."""
+        return self._rows.numeric_columns()
+
+    def with_rows(self, rows: RolloutBatch) -> Shard:
+        """The same shard (partition, lengths, plan, rank) holding ``rows`` instead.
+
+        ``rows`` must have as many rows; e.g. the rows with batch-global values replaced.
+        """
+        return Shard(
+            rows,
+            partition=self._partition,
+            batch_total_lengths=self._batch_total_lengths,
+            plan_key=self._plan_key,
+            dp_rank=self._dp_rank,
+        )
+
+    def add_train_data(self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()) -> Shard:
+        """The same shard with more per-sample scalar keys (:meth:`RolloutBatch.add_train_data`)."""
+        return self.with_rows(self._rows.add_train_data(data, specs=specs))
+
+    def to_train_data(self, *, layout: TrainDataLayout) -> dict[str, object]:
+        """The shard in the classic train-data layout ``layout``, as fresh Python objects.
+
+        The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
+        of ``layout`` (required: ``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`).
+        """
+        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
+            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
+            raise OptionError(msg)
+        train_data = self._rows.to_train_data()
+        if layout == "rollout":
+            train_data["partition"] = self._partition.tolist()
+            train_data[TOTAL_LENGTHS] = self._batch_total_lengths.tolist()
+        else:
+            train_data[TOTAL_LENGTHS] = self.total_lengths.tolist()
+            train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
+        return train_data
+
+    def equals(self, other: object) -> bool:
+        """Same rows (:meth:`RolloutBatch.equals`), partition, lengths, plan key and rank."""
+        if not isinstance(other, Shard):
+            return False
+        return (
+            self._rows.equals(other._rows)
+            and np.array_equal(self._partition, other._partition)
+            and np.array_equal(self._batch_total_lengths, other._batch_total_lengths)
+            and self._plan_key == other._plan_key
+            and self._dp_rank == other._dp_rank
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The rows pickle their buffers out of band (protocol 5): Ray stores them without a copy.
+        return (
+            _rebuild_shard,
+            (self._rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank),
+        )
+
+    def __repr__(self) -> str:
+        rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
+        return (
+            f"Shard({rank}{self.num_samples} of {len(self._batch_total_lengths)} samples, "
+            f"columns=[{', '.join(self.column_names)}], "
+            f"globals=[{', '.join(self.batch_globals)}], {self.nbytes} bytes)"
+        )
+
+
+def _rebuild_shard(
+    rows: RolloutBatch,
+    partition: np.ndarray,
+    batch_total_lengths: np.ndarray,
+    plan_key: PlanKey | None,
+    dp_rank: int | None,
+) -> Shard:
+    return Shard(
+        rows,
+        partition=partition,
+        batch_total_lengths=batch_total_lengths,
+        plan_key=plan_key,
+        dp_rank=dp_rank,
+    )
+
+
+def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
+    """``values`` as a read-only 1-D int64 array: kept if it already is one, else a copy."""
+    if (
+        isinstance(values, np.ndarray)
+        and values.dtype == np.int64
+        and values.ndim == 1
+        and not values.flags.writeable
+        and (length is None or len(values) == length)
+    ):
+        return values
+    try:
+        array = np.array(values, dtype=np.int64, copy=True)
+    except (TypeError, ValueError, OverflowError) as exc:
+        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
+        raise SchemaError(msg) from None
+    if array.ndim != 1 or (length is not None and len(array) != length):
+        msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
+        raise SchemaError(msg)
+    array.flags.writeable = False
+    return array

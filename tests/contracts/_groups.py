@@ -1,0 +1,361 @@
+"""Contract groups for the entry points past the plan and the tensors: conversion, the builder,
+dumps, the Ray and miles leaves (Ray itself replaced by a tripwire) and ``arrow_split.testing``.
+
+Each group is a function of hypothesis-drawn hostile arguments; ``_child.py`` runs it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import shutil
+import tempfile
+from argparse import Namespace
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import strategies as st
+
+import arrow_split
+from arrow_split import RolloutBatch, RolloutBatchBuilder
+from arrow_split.testing import RolloutConfig, assert_batches_equal
+from tests.contracts.hostile import (
+    check_contract,
+    copy_of,
+    hostile_arrays,
+    hostile_ints,
+    hostile_values,
+    same,
+)
+
+__all__ = ["FOLDER", "GROUPS", "RayReached", "trip_ray"]
+
+BASE: dict[str, Any] = {
+    "tokens": [[1, 2, 3], [4, 5], [6], [7, 8, 9, 10]],
+    "response_lengths": [2, 1, 1, 3],
+    "loss_masks": [[1, 0], [1], [0], [1, 1, 1]],
+    "rollout_log_probs": [[-0.1, -0.2], [-0.3], [-0.4], [-0.5, -0.6, -0.7]],
+    "rewards": [1.0, 0.0, 0.5, 0.25],
+    "truncated": [False, True, False, False],
+    "rollout_ids": [0, 0, 1, 1],
+    "prompt": ["a", "b", "c", "d"],
+    "rollout_routed_experts": [np.zeros((n - 1, 1, 2), dtype=np.int32) for n in (3, 2, 1, 4)],
+    "raw_reward": [1.0, 0.0, 0.5, 0.25],
+    "dynamic_global_batch_size": 4,
+}
+BATCH = RolloutBatch.from_train_data(BASE)
+PLAN = BATCH.make_plan(2, balance_data=False)
+KEYS = [*BASE, "not_a_column", "seq_witness_ids", "metadata"]
+FOLDER = Path(tempfile.mkdtemp(prefix="arrow_split_contracts_"))
+atexit.register(shutil.rmtree, FOLDER, ignore_errors=True)
+GOOD_DUMP = FOLDER / "good.arrow"
+BATCH.write(GOOD_DUMP)
+
+
+class RayReached(Exception):  # noqa: N818 - a tripwire, not an error of the library
+    """Every check passed and the call reached Ray: the contract holds up to here."""
+
+
+def trip_ray() -> None:
+    """Replace the Ray calls the leaves make by a tripwire (no Ray is started in the child)."""
+    import ray
+
+    def reached(*args: object, **kwargs: object) -> None:
+        raise RayReached
+
+    for name in ("put", "get", "init", "wait", "get_runtime_context"):
+        setattr(ray, name, reached)
+
+
+def _per_sample(draw: st.DrawFn) -> object:
+    """A column of four samples whose values are hostile, or a hostile column as a whole."""
+    if draw(st.booleans()):
+        return draw(st.one_of(hostile_arrays(max_size=6), hostile_values()))
+    sample = st.one_of(hostile_arrays(max_size=4), hostile_values(), hostile_ints())
+    return draw(st.lists(sample, min_size=3, max_size=5))
+
+
+@st.composite
+def hostile_train_data(draw: st.DrawFn) -> dict[str, Any]:
+    """``BASE`` with one or two keys replaced by hostile values (or removed)."""
+    data = dict(BASE)
+    for key in draw(st.lists(st.sampled_from(KEYS), min_size=1, max_size=2)):
+        if draw(st.integers(0, 9)) == 0:
+            data.pop(key, None)
+        else:
+            data[key] = _per_sample(draw)
+    return data
+
+
+def _verdict(call: Callable[[], Any]) -> object:
+    outcome = check_contract(call)
+    return type(outcome) if isinstance(outcome, Exception) else outcome
+
+
+def _train_data(data: dict[str, Any], nonfinite: object, exact: object) -> None:
+    """from_train_data and the builder give the same verdict and, if accepted, the same batch."""
+    options = {"allow_nonfinite": nonfinite, "exact_floats": exact}
+    converted = check_contract(RolloutBatch.from_train_data, data, **options)
+
+    def build() -> RolloutBatch:
+        builder = RolloutBatchBuilder(**options)  # type: ignore[arg-type]
+        builder.extend(data)
+        return builder.finish()
+
+    built = check_contract(build)
+    if isinstance(converted, RolloutBatch) != isinstance(built, RolloutBatch):
+        msg = f"from_train_data gave {converted!r:.200}, the builder {built!r:.200}"
+        raise AssertionError(msg)
+    if isinstance(converted, RolloutBatch):
+        assert_batches_equal(converted, built)  # type: ignore[arg-type]
+
+
+def _builder(sample: object, key: object, value: object, journal: bool) -> None:
+    """append / set_global / finish (with a journal or not): typed errors, nothing half-done."""
+    with contextlib.ExitStack() as stack:
+        folder = stack.enter_context(tempfile.TemporaryDirectory(dir=FOLDER))
+        builder = RolloutBatchBuilder(journal=Path(folder) / "journal" if journal else None)
+        builder.extend({key: BASE[key] for key in ("tokens", "rewards", "prompt")})
+        expected = RolloutBatch.from_train_data(
+            {k: BASE[k] for k in ("tokens", "rewards", "prompt")}
+        )
+        appended = check_contract(builder.append, sample)
+        set_global = check_contract(builder.set_global, key, value)
+        if isinstance(appended, Exception) and isinstance(set_global, Exception):
+            assert len(builder) == 4
+            assert_batches_equal(builder.finish(), expected)
+        else:
+            check_contract(builder.finish)
+
+
+@contextlib.contextmanager
+def _file_of(content: str, offset: int, byte: int) -> Iterator[object]:
+    """A dump (good, truncated or with one byte changed), or a path that is not a dump."""
+    path = FOLDER / f"case_{os.getpid()}.arrow"
+    data = GOOD_DUMP.read_bytes()
+    if content == "truncated":
+        path.write_bytes(data[: offset % len(data)])
+    elif content == "flipped":
+        changed = bytearray(data)
+        changed[offset % len(data)] = byte
+        path.write_bytes(bytes(changed))
+    elif content == "folder":
+        yield FOLDER
+        return
+    elif content == "missing":
+        yield FOLDER / "missing.arrow"
+        return
+    else:
+        path.write_bytes(data)
+    yield path
+
+
+def _dump(content: str, offset: int, byte: int, validate: object, path: object) -> None:
+    """read/write: a batch, a typed error or an OS error (documented to pass through)."""
+    with _file_of(content, offset, byte) as source:
+        batch = check_contract(RolloutBatch.read, source, validate=validate, allow=(OSError,))
+        if isinstance(batch, RolloutBatch) and validate is True:
+            batch.to_train_data()  # a validated dump is usable
+            arrow_split.split_train_data_by_dp_raw(batch, 2, balance_data=False)
+    check_contract(BATCH.write, path, allow=(OSError,))
+    check_contract(BATCH.write, FOLDER / "out.arrow", compression=validate, allow=(OSError,))
+
+
+def _ray_leaf(data: object, dp_size: object, flags: tuple[object, object], nodes: object) -> None:
+    from arrow_split.ray import process_rollout_data, split_train_data_by_dp
+
+    balance, delay = flags
+    check_contract(
+        split_train_data_by_dp,
+        data,
+        dp_size,
+        balance_data=balance,
+        delay=delay,
+        rank_nodes=nodes,
+        allow=(RayReached,),
+    )
+    refs = nodes if isinstance(nodes, (list, tuple)) else BATCH
+    check_contract(
+        process_rollout_data,
+        refs,
+        dp_size if isinstance(dp_size, int) else 0,
+        2,
+        balance_data=balance,
+        resplit=delay,
+        witness_ids=data if not isinstance(data, dict) else None,
+        step=dp_size,
+        allow=(RayReached,),
+    )
+
+
+def _miles(args: Any, data: object, dp_size: object, shard: object) -> None:
+    from arrow_split.compat import miles
+
+    config = {
+        "dp_size": dp_size,
+        "cp_size": 1,
+        "vpp_size": 1,
+        "microbatch_group_size_per_vp_stage": 1,
+    }
+    allow = (RayReached,)
+    check_contract(miles.split_train_data_by_dp_raw, args, data, dp_size=dp_size, allow=allow)
+    check_contract(miles.can_schedule_on_rollout_side, args, data, config, allow=allow)
+    check_contract(
+        miles.split_train_data_by_dp_scheduled_raw, args, data, train_parallel_config=config
+    )
+    check_contract(miles.split_train_data_by_dp, args, data, config, allow=allow)
+    check_contract(miles.process_rollout_data, args, [shard, shard], 0, 2, allow=allow)
+    check_contract(miles.process_rollout_data, args, data, 1, 2, shard, allow=allow)
+    if isinstance(shard, dict):  # completed in place, as miles does: unchanged if it fails
+        before = copy_of(shard)
+        outcome = check_contract(miles.process_rollout_data_shard, args, shard, mutates=True)
+        if isinstance(outcome, Exception):
+            assert same(shard, before), f"a failed call changed the shard: {shard!r:.200}"
+
+
+@st.composite
+def miles_args(draw: st.DrawFn) -> object:
+    """miles' args: a namespace with hostile fields, or no namespace at all."""
+    if draw(st.integers(0, 5)) == 0:
+        return draw(hostile_values())
+    fields = {
+        "balance_data": False,
+        "delay_split_train_data_by_dp": False,
+        "use_dynamic_batch_size": False,
+        "global_batch_size": 2,
+        "micro_batch_size": 1,
+    }
+    for name in draw(st.lists(st.sampled_from([*fields, "multi_lora", "max_tokens_per_gpu"]))):
+        if draw(st.integers(0, 4)) == 0:
+            fields.pop(name, None)
+        else:
+            fields[name] = draw(st.one_of(hostile_values(), hostile_ints()))
+    return Namespace(**fields)
+
+
+@st.composite
+def hostile_shards(draw: st.DrawFn) -> object:
+    """A rollout-layout dict with hostile ``partition`` / ``total_lengths``, or anything."""
+    if draw(st.booleans()):
+        return draw(hostile_values())
+    shard = {"partition": [0, 2], "total_lengths": [3, 2, 1, 4], "tokens": [[1, 2, 3], [6]]}
+    key = draw(st.sampled_from(["partition", "total_lengths"]))
+    shard[key] = draw(st.one_of(hostile_arrays(max_size=5), hostile_values()))
+    return shard
+
+
+def _api(lengths: object, dp_size: object, flag: object, config_value: object) -> None:
+    """The planners, the schedule and the batch's own methods."""
+    check_contract(arrow_split.karmarkar_karp, lengths, dp_size, equal_size=flag)
+    check_contract(arrow_split.partition_for_rank, lengths, 0, dp_size, balance_data=flag)
+    check_contract(arrow_split.split_train_data_by_dp_raw, BATCH, dp_size, balance_data=flag)
+    plan = check_contract(BATCH.make_plan, dp_size, balance_data=flag)
+    other_plan = plan if isinstance(plan, arrow_split.Plan) else lengths
+    check_contract(arrow_split.split, BATCH, other_plan)
+    check_contract(arrow_split.take, BATCH, other_plan, config_value)
+    check_contract(arrow_split.take, lengths, PLAN, dp_size)
+    check_contract(BATCH.equals, lengths)
+    config = check_contract(
+        arrow_split.ScheduleConfig,
+        global_batch_size=config_value,
+        micro_batch_size=dp_size,
+        use_dynamic_batch_size=flag,
+        max_tokens_per_gpu=config_value,
+    )
+    if isinstance(config, arrow_split.ScheduleConfig):
+        check_contract(arrow_split.plan_schedule, lengths, lengths, dp_size, config)
+        check_contract(arrow_split.schedule_for_rank, lengths, lengths, dp_size, 0, config)
+    check_contract(arrow_split.ColumnSpec, "x", config_value, flag=flag)
+    check_contract(arrow_split.ColumnSpec, "x", "per_sample_scalar", pa.int64(), flag=flag)
+
+
+def _testing(samples: object, cap: object, seed: object, group_size: object) -> None:
+    from arrow_split import testing
+
+    config = check_contract(
+        RolloutConfig,
+        samples=samples,
+        response_cap=cap,
+        seed=seed,
+        response_mean=8.0,
+        prompt_tokens=(1, 4),
+    )
+    if isinstance(config, RolloutConfig) and config.samples <= 16 and config.response_cap <= 64:
+        check_contract(testing.make_lengths, config, seed)
+        data = check_contract(testing.make_train_data, config, seed)
+        groups = check_contract(lambda: list(testing.iter_sample_groups(config, group_size)))
+        if isinstance(data, dict):
+            batch = RolloutBatch.from_train_data(data)
+            testing.assert_batches_equal(batch, batch)
+            testing.assert_shards_equal(batch, batch)
+        assert isinstance(groups, (list, Exception))
+        check_contract(testing.make_multimodal_train_data, samples, group_size, cap, seed=seed)
+    for left, right in ((BATCH, samples), (samples, BATCH)):
+        check_contract(testing.assert_batches_equal, left, right, allow=(AssertionError,))
+
+
+small_ints = hostile_ints(low=-2, high=6)
+GROUPS: dict[str, tuple[Callable[..., None], tuple[st.SearchStrategy[Any], ...]]] = {
+    "train_data": (_train_data, (hostile_train_data(), hostile_values(), hostile_values())),
+    "builder": (
+        _builder,
+        (
+            st.one_of(
+                hostile_values(),
+                hostile_train_data().map(
+                    lambda d: {k: v[0] if isinstance(v, list) and v else v for k, v in d.items()}
+                ),
+            ),
+            st.sampled_from(["raw_reward", "dynamic_global_batch_size", "tokens", "x", 1, None]),
+            st.one_of(hostile_values(), hostile_ints()),
+            st.booleans(),
+        ),
+    ),
+    "dump": (
+        _dump,
+        (
+            st.sampled_from(["good", "truncated", "flipped", "folder", "missing"]),
+            st.integers(0, 10**6),
+            st.integers(0, 255),
+            hostile_values(),
+            st.one_of(hostile_values(), st.sampled_from(["", "a\0b", str(FOLDER), b"x.arrow"])),
+        ),
+    ),
+    "ray": (
+        _ray_leaf,
+        (
+            st.one_of(hostile_train_data(), hostile_arrays(max_size=6), hostile_values()),
+            small_ints,
+            st.tuples(hostile_values(), hostile_values()),
+            st.one_of(
+                st.none(), st.lists(st.one_of(st.text(max_size=2), hostile_values()), max_size=4)
+            ),
+        ),
+    ),
+    "miles": (
+        _miles,
+        (
+            miles_args(),
+            st.one_of(hostile_train_data(), hostile_values()),
+            small_ints,
+            hostile_shards(),
+        ),
+    ),
+    "api": (
+        _api,
+        (
+            st.one_of(hostile_arrays(), hostile_values()),
+            small_ints,
+            hostile_values(),
+            hostile_ints(),
+        ),
+    ),
+    "testing": (
+        _testing,
+        (hostile_ints(low=-2, high=12), hostile_ints(low=-1, high=40), hostile_ints(), small_ints),
+    ),
+}

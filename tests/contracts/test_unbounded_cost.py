@@ -1,0 +1,78 @@
+"""Unbounded cost from one argument: the work is bounded by the data, or the argument refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from arrow_split import (
+    ArrowSplitError,
+    OptionError,
+    PlanError,
+    RolloutBatch,
+    ValueRangeError,
+    shard_for_rank,
+    split_train_data_by_dp_raw,
+)
+from arrow_split._args import MAX_DP_SIZE
+
+BATCH = RolloutBatch.from_train_data(
+    {"tokens": [[1, 2], [3]], "response_lengths": [1, 1], "loss_masks": [[1], [0]]}
+)
+
+
+@pytest.mark.parametrize("dp_size", [MAX_DP_SIZE + 1, 2**31 - 1, 10**9, np.int64(2**40)])
+def test_unbounded_cost_a_huge_dp_size_is_refused_before_any_work(dp_size: object) -> None:
+    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+        split_train_data_by_dp_raw(BATCH, dp_size, balance_data=False)  # type: ignore[arg-type]
+    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+        shard_for_rank(BATCH, 0, dp_size, balance_data=False)  # type: ignore[arg-type]
+
+
+def test_unbounded_cost_the_largest_dp_size_gives_one_shard_per_rank() -> None:
+    shard = shard_for_rank(BATCH, MAX_DP_SIZE - 1, MAX_DP_SIZE, balance_data=False)
+    assert len(shard) == 0  # a rank beyond the samples is empty; nothing else was built
+
+
+@pytest.mark.torch
+def test_unbounded_cost_a_huge_pad_multiple_is_refused() -> None:
+    pytest.importorskip("torch")
+    from arrow_split.torch import to_tensors
+    from arrow_split.torch._convert import MAX_PAD_MULTIPLE
+
+    for multiple in (MAX_PAD_MULTIPLE + 1, 2**31 - 1, 2**63):
+        with pytest.raises(ValueRangeError, match=r"`pad_to_multiple_of` must be at most 1048576"):
+            to_tensors(BATCH, layout="padded", pad_to_multiple_of=multiple)
+    one = RolloutBatch.from_train_data({"tokens": [[1, 2]]})
+    padded = to_tensors(one, layout="padded", pad_to_multiple_of=MAX_PAD_MULTIPLE)
+    assert tuple(padded["tokens"].shape) == (1, MAX_PAD_MULTIPLE)  # type: ignore[union-attr]
+
+
+@pytest.mark.torch
+def test_unbounded_cost_a_huge_unsigned_offset_is_a_typed_error() -> None:
+    pytest.importorskip("torch")
+    from arrow_split.torch import to_micro_batches
+
+    with pytest.raises(OptionError, match=r"has a value above the int64 range"):
+        to_micro_batches(BATCH, np.array([0, 2**63, 2**64 - 1], dtype=np.uint64))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"kills": "3"}, r"`kills` must be an int, got str"),
+        ({"kills": True}, r"`kills` must be an int, got bool"),
+        ({"kills": -1}, r"`kills` must be >= 0"),
+        ({"kills": 10**9}, r"`kills` must be >= 0 and <= 100000"),
+        ({"kills": 1, "groups": 0}, r"`groups` must be >= 1"),
+        ({"kills": 1, "sync": "nope"}, r"`sync`"),
+        ({"kills": 1, "folder": 3}, r"`folder` must be None or a str, got int"),
+    ],
+)
+def test_unbounded_cost_kill_test_arguments_are_parsed_first(
+    kwargs: dict[str, object], match: str
+) -> None:
+    from arrow_split.testing import run_kill_test
+
+    with pytest.raises(ArrowSplitError, match=match):
+        run_kill_test(**kwargs)  # type: ignore[arg-type]

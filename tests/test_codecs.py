@@ -1,0 +1,75 @@
+"""Each codec owns its Arrow type: the type of a spec, and the walk back from a type to its spec."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+
+from arrow_split import ColumnSpec, RolloutBatch
+from arrow_split._codecs import TypeFields, codec_for
+from arrow_split.testing.strategies import train_data
+
+MOE = ColumnSpec("experts", "per_sample_tensor", pa.int32(), storage="narrow")
+EXACT = ColumnSpec("scores", "per_sample_tensor", pa.int32())
+
+
+@given(train_data(max_samples=6, cap=6))
+def test_every_column_has_the_type_its_codec_gives_and_reads_back(data: dict[str, Any]) -> None:
+    batch = RolloutBatch.from_train_data(data)
+    for name in batch.column_names:
+        spec, arrow_type = batch.specs[name], batch.column(name).type
+        codec = codec_for(spec)
+        fields = codec.type_fields(arrow_type)
+        assert fields is not None, name
+        assert codec.arrow_type(spec, fields) == arrow_type, name
+        assert codec.holds(spec, arrow_type), name
+
+
+@pytest.mark.parametrize(
+    ("spec", "arrow_type", "held"),
+    [
+        (MOE, pa.large_list(pa.list_(pa.list_(pa.uint8(), 2), 3)), True),
+        (MOE, pa.large_list(pa.list_(pa.int32(), 2)), True),
+        (MOE, pa.large_list(pa.list_(pa.int64(), 2)), False),
+        (EXACT, pa.large_list(pa.list_(pa.uint8(), 2)), False),
+        (EXACT, pa.large_list(pa.int32()), True),
+        (EXACT, pa.list_(pa.int32()), False),
+        (ColumnSpec("t", "per_token", pa.int32()), pa.large_list(pa.int32()), True),
+        (ColumnSpec("t", "per_token", pa.int32()), pa.large_list(pa.list_(pa.int32(), 2)), False),
+        (ColumnSpec("t", "per_token", pa.int32()), pa.int32(), False),
+        (ColumnSpec("s", "per_sample_scalar", pa.float64()), pa.float64(), True),
+        (ColumnSpec("s", "per_sample_scalar", pa.float64()), pa.float32(), False),
+        (ColumnSpec("o", "per_sample_object"), pa.large_binary(), True),
+        (ColumnSpec("o", "per_sample_object"), pa.large_string(), False),
+        (ColumnSpec("o", "per_sample_object", codec="string"), pa.large_string(), True),
+        (
+            ColumnSpec("o", "per_sample_object", codec="string_list"),
+            pa.large_list(pa.large_string()),
+            True,
+        ),
+    ],
+)
+def test_a_codec_holds_exactly_the_types_it_makes(
+    spec: ColumnSpec, arrow_type: pa.DataType, held: bool
+) -> None:
+    assert codec_for(spec).holds(spec, arrow_type) is held
+
+
+def test_the_type_of_a_spec_without_values_has_no_shape_and_the_logical_storage() -> None:
+    assert codec_for(MOE).arrow_type(MOE) == pa.large_list(pa.int32())
+    narrow = TypeFields(storage=pa.uint16(), trailing=(4, 2))
+    expected = pa.large_list(pa.list_(pa.list_(pa.uint16(), 2), 4))
+    assert codec_for(MOE).arrow_type(MOE, narrow) == expected
+
+
+def test_an_encoded_tensor_column_has_the_type_of_its_values() -> None:
+    experts = [np.zeros((3, 4, 2), dtype=np.int32), np.ones((1, 4, 2), dtype=np.int32)]
+    batch = RolloutBatch.from_train_data(
+        {"tokens": [[1, 2, 3, 4], [1, 2]], "experts": experts}, specs=[MOE]
+    )
+    arrow_type = batch.column("experts").type
+    assert arrow_type == codec_for(MOE).arrow_type(MOE, TypeFields(pa.uint8(), (4, 2)))

@@ -1,0 +1,211 @@
+"""The miles drop-in follows miles as it moves: unknown keys carried, padding, reference types.
+
+Keys from miles' open PRs reach the rank with an inferred spec and one warning per key; a strict
+switch restores the error; the core stays strict. References take the installed miles' shape.
+"""
+
+from __future__ import annotations
+
+import textwrap
+import warnings
+from argparse import Namespace
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from arrow_split import ColumnSpec, PlanError, RolloutBatch, SchemaError, UnknownKeyWarning
+from arrow_split.compat import _miles_infer, _miles_store, miles
+from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
+
+# Keys that miles' open PRs add, with values of the shapes they produce.
+NEW_KEYS: dict[str, Any] = {
+    "teacher_tokens": [[5, 6, 7, 8], [9, 10], [11, 12, 13]],
+    "teacher_gather_positions": [[0, 2], [1], [0, 1, 2]],
+    "teacher_response_lengths": [2, 1, 3],
+    "start_weight_version": [3, 3, 4],
+    "loss_weights": [[0.5], [1.0, 0.25], [1.0]],
+    "advantages": [[0.5], [-1.0, 2.0], [0.0]],
+}
+EXPECTED_KINDS = {
+    "teacher_tokens": ("per_token", pa.int64()),
+    "teacher_gather_positions": ("per_token", pa.int64()),
+    "teacher_response_lengths": ("per_sample_scalar", pa.int64()),
+    "start_weight_version": ("per_sample_scalar", pa.int64()),
+    "loss_weights": ("per_token", pa.float32()),
+    "advantages": ("per_token", pa.float32()),
+}
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings() -> Iterator[None]:
+    _miles_infer._WARNED.clear()
+    yield
+    _miles_infer._WARNED.clear()
+
+
+def new_key_data() -> dict[str, Any]:
+    return make_data([3, 4, 2], **NEW_KEYS)
+
+
+def test_keys_miles_adds_next_reach_the_rank_with_one_warning_each() -> None:
+    data = new_key_data()
+    with pytest.warns(UnknownKeyWarning) as caught:
+        shards = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
+    named = sorted(str(w.message).split("`")[1] for w in caught)
+    assert named == sorted(NEW_KEYS)
+    for shard in shards:
+        for key, values in NEW_KEYS.items():
+            assert shard[key] == [values[row] for row in shard["partition"]], key
+    advantages = next(str(w.message) for w in caught if "`advantages`" in str(w.message))
+    assert 'ColumnSpec("advantages", "per_token", pa.float32(), length="response")' in advantages
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per key: a second step warns no more
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
+
+
+def test_inferred_specs() -> None:
+    data = {**new_key_data(), "judge": [{"a": 1}, None, "x"], "step_tag": 7}
+    with pytest.warns(UnknownKeyWarning):
+        specs = _miles_infer.infer_unknown_specs(data, [], strict_keys=False)
+    by_name = {spec.name: spec for spec in specs}
+    for key, (kind, value_type) in EXPECTED_KINDS.items():
+        assert (by_name[key].kind, by_name[key].value_type, by_name[key].length) == (
+            kind,
+            value_type,
+            None,
+        )
+    assert by_name["judge"].kind == "per_sample_object"
+    assert (by_name["step_tag"].kind, by_name["step_tag"].global_shape) == ("batch_global", "int")
+    shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)[0]
+    assert shard["judge"] == [{"a": 1}, None, "x"]
+    assert shard["step_tag"] == 7
+
+
+def test_a_declared_spec_wins_and_does_not_warn() -> None:
+    spec = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
+    data = make_data([3, 4], advantages=[[0.5], [1.0, 2.0]])
+    shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, specs=[spec])[0]
+    assert shard["advantages"] == [[0.5], [1.0, 2.0]]
+
+
+def test_strict_keys_and_the_core_refuse_unknown_keys() -> None:
+    data = new_key_data()
+    with pytest.raises(SchemaError, match=r"unknown key `teacher_tokens`"):
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, strict_keys=True)
+    with pytest.raises(SchemaError, match=r"unknown key `teacher_tokens`"):
+        RolloutBatch.from_train_data(data)
+
+
+def test_a_value_that_fits_no_shape_is_the_core_error() -> None:
+    data = make_data([3, 4], odd={"not": "per sample"})
+    with pytest.raises(SchemaError, match=r"unknown key `odd`"):
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)
+
+
+# --- padding to the DP size (miles #2694) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_compat_pads_as_miles_2694(balance_data: bool) -> None:
+    # miles' test: 7 samples of one group each, dp 2, pad_to_dp -> indices [0..6, -1], 4 per rank
+    data = make_data([3, 5, 4, 6, 2, 7, 3], rollout_ids=list(range(7)))
+    args = make_args(balance_data=balance_data)
+    shards = miles.split_train_data_by_dp_raw(args, data, dp_size=2, pad_to_dp=True)
+    assert [len(shard["tokens"]) for shard in shards] == [4, 4]
+    rows = sorted(row for shard in shards for row in shard["partition"])
+    assert rows == list(range(8))
+    by_row = {
+        row: (index, mask, padding)
+        for shard in shards
+        for row, index, mask, padding in zip(
+            shard["partition"],
+            shard["sample_indices"],
+            shard["loss_masks"],
+            shard["is_padding"],
+            strict=True,
+        )
+    }
+    assert [by_row[row][0] for row in range(8)] == [0, 1, 2, 3, 4, 5, 6, -1]
+    assert by_row[7][1] == [0] * len(by_row[6][1])
+    assert [by_row[row][2] for row in range(8)] == [False] * 7 + [True]
+    with pytest.raises(PlanError, match=r"drop 1 samples or pad with 1"):
+        miles.split_train_data_by_dp_raw(make_args(balance_data=True), data, dp_size=2)
+
+
+def test_install_binds_pad_to_dp_and_strict_keys(fake_miles: Path) -> None:  # noqa: F811
+    import miles.ray.rollout.train_data_conversion as conversion
+
+    installation = miles.install(pad_to_dp=True, strict_keys=True)
+    try:
+        shards = conversion.split_train_data_by_dp_raw(
+            make_args(balance_data=True), make_data([3, 4, 5]), dp_size=2
+        )
+        assert [len(shard["tokens"]) for shard in shards] == [2, 2]
+        with pytest.raises(SchemaError, match=r"unknown key `score`"):
+            conversion.split_train_data_by_dp_raw(
+                make_args(), make_data([3], score=[0.5]), dp_size=1
+            )
+    finally:
+        installation.undo()
+
+
+# --- the reference type of the installed miles (miles #2542) --------------------------------------
+
+_PYDANTIC_STORE = """
+    class _BaseStoreObjectRef:
+        pass
+
+    class _RayStoreObjectRef(_BaseStoreObjectRef):
+        def __init__(self, *, payload):
+            self.payload = payload
+"""
+_BOX_STORE = """
+    from miles.utils.ray_utils import Box
+    StoreObjectRef = Box
+"""
+_RAY_UTILS = """
+    class Box:
+        def __init__(self, inner):
+            self._inner = inner
+
+        @property
+        def inner(self):
+            return self._inner
+"""
+
+
+@pytest.mark.parametrize(
+    ("store", "expected"), [(_PYDANTIC_STORE, "payload"), (_BOX_STORE, "inner")]
+)
+def test_install_returns_the_installed_miles_reference_type(
+    fake_miles: Path,  # noqa: F811
+    store: str,
+    expected: str,
+) -> None:
+    (fake_miles / "miles/utils/object_store.py").write_text(textwrap.dedent(store))
+    (fake_miles / "miles/utils/ray_utils.py").write_text(textwrap.dedent(_RAY_UTILS))
+    before = _miles_store.REF_FACTORY
+    installation = miles.install()
+    try:
+        ref = _miles_store.wrap_ref("a ray reference")
+        assert getattr(ref, expected) == "a ray reference"
+        assert _miles_store._unwrap(ref) == "a ray reference"
+        name = "_RayStoreObjectRef(payload=...)" if expected == "payload" else "ArrowRef"
+        assert installation.ref_type == name
+        if expected == "payload":
+            from miles.utils.object_store import _RayStoreObjectRef
+
+            assert isinstance(ref, _RayStoreObjectRef)
+    finally:
+        installation.undo()
+    assert _miles_store.REF_FACTORY is before
+
+
+def test_both_reference_shapes_are_read() -> None:
+    box = _miles_store.ArrowRef("r")
+    pydantic_like = Namespace(payload="r")
+    assert _miles_store._unwrap(box) == _miles_store._unwrap(pydantic_like) == "r"
+    assert _miles_store._unwrap("r") == "r"
