@@ -43,7 +43,7 @@ def _through_pickle(value: object) -> object:
 def _use(shard: Shard) -> None:
     """What a rank does next with its shard: its numeric columns, its actor dict."""
     shard.numeric_columns()
-    shard.to_train_data()
+    shard.to_train_data(layout="actor")
 
 
 def warm_up() -> None:
