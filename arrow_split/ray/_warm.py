@@ -16,19 +16,22 @@ from __future__ import annotations
 import pickle
 from typing import cast
 
-from arrow_split import RolloutBatch, Shard, shard_for_rank
+from arrow_split import KNOWN_COLUMNS, RolloutBatch, Shard, shard_for_rank
 from arrow_split.ray._eager import _node_rows, rank_slice
+from arrow_split.schema import role_column
 
 __all__ = ["warm_up"]
 
-_TRAIN_DATA = {
-    "tokens": [[1, 2, 3], [4, 5]],
-    "response_lengths": [2, 1],
-    "loss_masks": [[1, 0], [1]],
-    "rollout_log_probs": [[-0.5, -0.25], [-1.0]],
-    "rewards": [1.0, 0.0],
-    "sample_indices": [0, 1],
-}
+
+def _train_data() -> dict[str, object]:
+    """Two samples: the columns every batch has, found by their roles."""
+    tokens, response, mask = (
+        role_column(KNOWN_COLUMNS, role)
+        for role in ("length_source", "response_length", "loss_mask")
+    )
+    return {str(tokens): [[1, 2, 3], [4, 5]], str(response): [2, 1], str(mask): [[1, 0], [1]]}
+
+
 _done = False
 
 
@@ -63,7 +66,7 @@ def warm_up() -> None:
     global _done  # once per process
     if _done:
         return
-    batch = RolloutBatch.from_train_data(_TRAIN_DATA)
+    batch = RolloutBatch.from_train_data(_train_data())
     plan = batch.make_plan(2, balance_data=True)
     rows = _through_pickle(_node_rows(batch, plan, [0, 1]))
     for rank in (0, 1):

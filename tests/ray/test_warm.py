@@ -34,8 +34,8 @@ def test_warm_up_then_both_hand_offs_give_the_core_split() -> None:
         expected = shard_for_rank(batch, rank, 2, balance_data=True)
         eager = process_rollout_data([rows, rows], rank, 2, balance_data=True)
         delayed = process_rollout_data(batch.with_plan(plan), rank, 2, balance_data=True)
-        assert eager.to_train_data() == expected.to_train_data(layout="actor")
-        assert delayed.to_train_data() == expected.to_train_data(layout="actor")
+        assert eager.to_train_data(layout="actor") == expected.to_train_data(layout="actor")
+        assert delayed.to_train_data(layout="actor") == expected.to_train_data(layout="actor")
 
 
 def test_a_second_warm_up_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
