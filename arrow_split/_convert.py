@@ -148,7 +148,8 @@ def _encode_columns(
     columns[source], used[source] = codec_for(specs[source]).encode(
         specs[source], per_sample[source], options
     )
-    total_lengths = np.diff(columns[source].offsets.to_numpy())
+    offsets = columns[source].offsets.to_numpy()
+    total_lengths = offsets[1:] - offsets[:-1]
     if _DERIVED_LENGTHS in data:
         _check_total_lengths(data, total_lengths, source, options)
     rules = LengthRules(source, total_lengths)

@@ -262,15 +262,20 @@ def largest_ranks(partitions: list[Any], lengths: Any, count: int) -> list[int]:
 class StepRankActor:
     """One train rank's process (``num_cpus=0``: a train actor leaves the CPUs to its model).
 
-    Started fresh for every configuration and warmed up by nothing but torch's import (which a
-    train actor did long before its first step): its first call is the cold start of a train
-    actor's first step; later calls, on later steps' fresh objects, are warm. References travel
-    inside a list so that Ray does not resolve them before the clock starts.
+    Started fresh for every configuration as a framework starts a train actor: it imports torch
+    and ``arrow_split.torch`` and calls :func:`arrow_split.ray.warm_up`, nothing else. Its first
+    call is the cold start of a train actor's first step; later calls, on later steps' fresh
+    objects, are warm. References travel inside a list so that Ray does not resolve them before
+    the clock starts.
     """
 
     def __init__(self) -> None:
         import torch  # a train actor has imported torch long before its first step
 
+        import arrow_split.torch  # noqa: F401 - as a train actor's module imports it
+        from arrow_split.ray import warm_up
+
+        warm_up()
         self.torch_version = torch.__version__
 
     def ready(self) -> bool:

@@ -293,10 +293,14 @@ class _FixedSizeGrowable(Growable):
     def __init__(self, size: int, child: Growable) -> None:
         self.size = size
         self.child = child
+        self._types = (child.type, pa.list_(child.type, size))
 
     @property
     def type(self) -> pa.DataType:
-        return pa.list_(self.child.type, self.size)  # the child's type may widen
+        child = self.child.type  # it may widen: the list type follows (built once per child type)
+        if child is not self._types[0]:
+            self._types = (child, pa.list_(child, self.size))
+        return self._types[1]
 
     @property
     def length(self) -> int:
@@ -323,10 +327,14 @@ class _ListGrowable(Growable):
 
     def _set_child(self, child: Growable) -> None:
         self.child = child
+        self._types = (child.type, pa.large_list(child.type))
 
     @property
     def type(self) -> pa.DataType:
-        return pa.large_list(self.child.type)  # the child's type may widen (narrow ids)
+        child = self.child.type  # it may widen (narrow ids): the list type follows, built once
+        if child is not self._types[0]:
+            self._types = (child, pa.large_list(child))
+        return self._types[1]
 
     @property
     def length(self) -> int:

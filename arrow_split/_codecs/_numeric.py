@@ -112,7 +112,7 @@ def is_flag(spec: ColumnSpec) -> bool:
     Arrow type ``bool`` not declared a flag takes bools only (:func:`only_bools`). Both refuse
     anything else (a 2, a float); a bool column is never filled by ``astype(bool)``.
     """
-    return spec.flag or target_dtype(spec).kind == "b"
+    return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
 def only_bools(spec: ColumnSpec) -> bool:

@@ -49,6 +49,8 @@ def _hides_a_bool(
     else:
         unsigned = values.view(np.dtype(f"u{values.dtype.itemsize}"))
         candidates = np.flatnonzero(unsigned <= 1)
+    if not len(candidates):
+        return False
     if len(candidates) > _MAX_LOOKS + len(values) // 64:
         return None
     rows = np.searchsorted(offsets, candidates, side="right") - 1
@@ -71,15 +73,23 @@ def is_bool_value(value: object) -> bool:
 
 def _beyond_exact_ints(values: np.ndarray) -> bool:
     """Whether a value is as large as 2**53 (where an int may not be exact as a double)."""
-    return bool((values >= 2.0**53).any() or (values <= -(2.0**53)).any())  # no float64 copy
+    if not values.size:
+        return False
+    # fmax / fmin skip NaN (max would return it and hide a large value); no float64 copy
+    return bool(np.fmax.reduce(values) >= 2.0**53 or np.fmin.reduce(values) <= -(2.0**53))
 
 
-def _strict(pack: Callable[..., bytes], *args: Any) -> bytes:
-    """``pack(*args)`` with warnings raised as errors.
+def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
+    """``pack(*args)``, with warnings raised as errors where a float is packed (``code`` "d").
 
-    A numpy complex packs as its real part with only a ``ComplexWarning``: that must send the
-    column to the careful path, not drop the imaginary part.
+    A numpy complex packs as a float (``__float__``) as its real part with only a
+    ``ComplexWarning``: that must send the column to the careful path, not drop the imaginary
+    part. An integer code or a mask takes ``__index__`` only, which a complex, a float or a
+    numpy bool does not have (a ``TypeError`` or ``struct.error``): no warning to catch there,
+    and catching costs more than packing a group's few values.
     """
+    if code != "d":
+        return pack(*args)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         return pack(*args)
@@ -104,7 +114,7 @@ def flat_from_lists(
         return None
     lists = cast("Sequence[list[Any]]", samples)
     try:
-        joined = _strict(_join, code, lists)
+        joined = _strict(code, _join, code, lists)
     except (TypeError, ValueError, OverflowError, struct.error, Warning):
         return None
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -129,7 +139,7 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
     if code is None or not samples:
         return None
     try:
-        packed = _strict(struct.pack, f"{len(samples)}{code}", *samples)
+        packed = _strict(code, struct.pack, f"{len(samples)}{code}", *samples)
     except (TypeError, ValueError, OverflowError, struct.error, Warning):
         return None
     values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)

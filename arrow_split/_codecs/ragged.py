@@ -31,7 +31,9 @@ class RaggedCodec(Codec):
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
-        if len(samples) and all(is_array(sample) for sample in samples):
+        if all(type(sample) is list for sample in samples):  # the common case: plain lists
+            values, offsets = flat_from_python(spec, samples)
+        elif all(is_array(sample) for sample in samples):
             values, offsets = flat_from_arrays(spec, samples)
         else:
             mixed = [
@@ -56,7 +58,9 @@ class RaggedCodec(Codec):
         return TypeFields(storage=arrow_type.value_type)
 
     def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
+        offsets: np.ndarray = array.offsets.to_numpy()
+        lengths: np.ndarray = offsets[1:] - offsets[:-1]
+        return lengths
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(*ragged_values(array))

@@ -172,7 +172,9 @@ class TensorCodec(Codec):
         return TypeFields(storage=leaf_type(arrow_type), trailing=trailing_shape(arrow_type))
 
     def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
+        offsets: np.ndarray = array.offsets.to_numpy()
+        lengths: np.ndarray = offsets[1:] - offsets[:-1]
+        return lengths
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         values, offsets = ragged_values(array)

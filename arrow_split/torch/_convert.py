@@ -397,12 +397,18 @@ def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray
         return values if values.flags.writeable else values.copy()
     if not buffer.is_mutable:
         return values.copy()
-    start = values.ctypes.data - buffer.address
+    start = _address(values) - buffer.address
     return np.frombuffer(buffer, values.dtype, values.size, start).reshape(values.shape)
 
 
+def _address(values: np.ndarray) -> int:
+    """Where ``values`` starts (``.ctypes.data`` would import ctypes on a process's first use)."""
+    address: int = values.__array_interface__["data"][0]
+    return address
+
+
 def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
-    start = values.ctypes.data
+    start = _address(values)
     return bool(
         values.size > 0
         and values.flags.c_contiguous
