@@ -201,12 +201,20 @@ def _one_round(
             deadline = time.perf_counter() + delay
             while time.perf_counter() < deadline:
                 pass
-            os.kill(pid, signal.SIGKILL)
-            killed = True
+            killed = _kill(pid)  # False when the writer ended first: no kill point
         elif words[0] == "done" and not killed:  # the end of the stream: no kill point
-            os.kill(pid, signal.SIGKILL)
+            _kill(pid)
         elif words[0] == "exit":
             return acked, killed
+
+
+def _kill(pid: int) -> bool:
+    """SIGKILL ``pid``; ``False`` if it had already exited."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 _MAX_KILLS = 100_000  # each kill starts a writer: a bound on the time one argument can cost

@@ -331,6 +331,18 @@ def test_a_node_removed_without_warning_leaves_the_survivors_to_finish(
 # --- many steps in a row ----------------------------------------------------------------------
 
 
+def _settled_store_free(timeout_s: float = 20.0) -> float:
+    """The store's free bytes once they stop changing for a second (or ``timeout_s`` passes)."""
+    deadline = time.monotonic() + timeout_s
+    last, since = store_bytes_free(), time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - since < 1.0:
+        time.sleep(0.1)
+        now = store_bytes_free()
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 def test_many_steps_leave_the_store_and_the_driver_as_they_were(ranks: list[Any]) -> None:
     batch = make_batch(400, seed=27)
     assert 1.5 * MIB < batch.nbytes < 4 * MIB
@@ -343,21 +355,24 @@ def test_many_steps_leave_the_store_and_the_driver_as_they_were(ranks: list[Any]
     one_step()  # warm-up: helpers, connections, caches
     gc.collect()
     capacity = store_capacity()
-    assert wait_until(lambda: store_bytes_free() == capacity), "earlier objects are alive"
+    # What this test starts from: the store once Ray has freed the warm-up step (earlier tests
+    # of the module, whose objects Ray may still be reclaiming, count in it, never against it).
+    start_free = _settled_store_free()
     memory_start = driver_memory_bytes()
     lowest_free = capacity
     for _ in range(30):
         one_step()
         lowest_free = min(lowest_free, store_bytes_free())
     gc.collect()
-    assert wait_until(lambda: store_bytes_free() == capacity), (
-        f"{capacity - store_bytes_free():.0f} bytes stay pinned in the store"
+    assert wait_until(lambda: store_bytes_free() >= start_free), (
+        f"{start_free - store_bytes_free():.0f} bytes stay pinned in the store after 30 steps"
     )
     memory_end = driver_memory_bytes()
     assert memory_end["private"] - memory_start["private"] < 16 * MIB, (memory_start, memory_end)
     print(
         f"30 steps: store {capacity / MIB:.0f} MiB, lowest free {lowest_free / MIB:.1f} MiB, "
-        f"back to full; driver RSS {memory_start['rss'] / MIB:.1f} -> "
+        f"back to {start_free / MIB:.1f} MiB free as at the start; "
+        f"driver RSS {memory_start['rss'] / MIB:.1f} -> "
         f"{memory_end['rss'] / MIB:.1f} MiB, private {memory_start['private'] / MIB:.1f} -> "
         f"{memory_end['private'] / MIB:.1f} MiB"
     )
