@@ -22,7 +22,7 @@ from arrow_split._builder_journal import journal_header, recover_journal
 from arrow_split._builder_step import StepState
 from arrow_split._codecs import EncodeOptions
 from arrow_split._codecs._growable import Growable
-from arrow_split._codecs.globals import check_batch_global
+from arrow_split._codecs.globals import check_batch_global, check_per_sample_values
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
     JournalSync,
@@ -271,6 +271,7 @@ class RolloutBatchBuilder(StepState):
             )
             raise SchemaError(msg)
         if spec.global_shape == "float_per_sample":
+            check_per_sample_values(spec, value, self._options.allow_nonfinite)
             value = _copy_value(value)  # its length is checked by `finish`
         else:
             value = check_batch_global(spec, value, 0, self._options.allow_nonfinite)

@@ -89,3 +89,18 @@ def test_a_reused_builder_keeps_no_narrow_storage_of_the_step_before() -> None:
     builder.finish()
     builder.extend(narrow)
     assert_batches_equal(builder.finish(), RolloutBatch.from_train_data(narrow))
+
+
+@pytest.mark.parametrize("value", [memoryview(b"ab"), [memoryview(b"a")], ["0.5"], 3.0])
+def test_a_per_sample_global_that_is_not_a_list_of_numbers_is_refused_before_the_journal(
+    tmp_path: Path, value: object
+) -> None:
+    from arrow_split.errors import ColumnTypeError, SchemaError
+
+    builder = _built(tmp_path, 2)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises((SchemaError, ColumnTypeError), match="raw_reward"):
+        builder.set_global("raw_reward", value)
+    assert sorted(os.listdir(tmp_path)) == before
+    builder.set_global("raw_reward", [1.0] * 4)
+    assert len(builder.finish()) == 4

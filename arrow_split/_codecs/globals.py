@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
 from arrow_split.schema import ColumnSpec, role_column
 
-__all__ = ["check_batch_global", "global_to_python", "unpadded_samples"]
+__all__ = ["check_batch_global", "check_per_sample_values", "global_to_python", "unpadded_samples"]
 
 _SHAPE_TEXT = {
     "int": "one int",
@@ -101,6 +101,11 @@ def _fits_float64(item: object) -> bool:
     except OverflowError:
         return False
     return True
+
+
+def check_per_sample_values(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> None:
+    """The checks of a per-sample global that need no batch size (its length comes later)."""
+    _check_per_sample(spec, value, len(_as_list(spec, value)), allow_nonfinite)
 
 
 def check_batch_global(
