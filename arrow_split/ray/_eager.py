@@ -1,12 +1,4 @@
-"""Eager hand-off: one object per node, whose ranks each slice their own rows out of it.
-
-The driver gathers the batch's rows once, in plan order (one take per node group, of that group's
-ranks' rows concatenated), so each rank's rows are one contiguous row range of its group's record
-batch, and puts ONE object per group: a :class:`NodeRows`. The list it returns has one reference
-per rank, as before; the ranks of a group share theirs. A rank fetches ``refs[dp_rank]``, checks
-in O(1) that the object holds its rows of the plan it asked for (the object carries the plan's
-key and each of its ranks' row range) and slices its range: a zero-copy Arrow slice of the
-object's buffers in the store, no allocation for the values.
+"""Eager hand-off: one object per node; a rank takes or slices its own rows out of its node's.
 
 Which ranks share an object. ``rank_nodes`` (an argument of
 :func:`arrow_split.ray.split_train_data_by_dp`) gives each rank's node: ranks with the same label
@@ -17,30 +9,44 @@ node that is the cheapest hand-off (one put). On several nodes without ``rank_no
 that hosts a rank pulls the whole batch; with it, each node pulls its own ranks' rows only (the
 bytes of one object per rank, as a put per rank moves, in one object per node).
 
+What the object holds.
+
+- **One group** (every rank): the batch itself, with its plan (:meth:`RolloutBatch.with_plan`),
+  put as it is: the driver gathers nothing, and the put is one copy of the batch into the store,
+  as a delayed put. A rank checks the plan's key against its request in O(1) and takes its own
+  rows (:func:`arrow_split.take`): fresh, private buffers of its bytes only (the one copy the
+  torch leaf would otherwise make of a read-only store view), so its shard pins nothing.
+- **Several groups**: a :class:`NodeRows`, the group's rows gathered once in plan order (one
+  take per group, of its ranks' rows concatenated), so each rank's rows are one contiguous row
+  range; the object carries the plan's key and each of its ranks' range. A rank checks them in
+  O(1) and slices its range: a zero-copy Arrow slice of the object's buffers in the store, no
+  allocation for the values.
+
 A wrong ``rank_nodes`` never gives a wrong shard: a rank reads whichever object its reference
 names, wherever it lives, and the object carries that rank's rows. A rank on another node than
 its label says pulls its group's whole object to its node: more bytes cross nodes, nothing else.
 
-Object count and cost. One put per group, whatever ``dp_size``: the step boundary costs one take
-of the batch plus one put per node, instead of a take and a put per rank. Each object carries the
-specs, the batch-global values and the whole batch's total lengths once (what every rank's
-actor-layout dict needs) and each column's buffers out of band.
+Object count and cost. One put per group, whatever ``dp_size``: the step boundary costs one put
+(one group) or one take of the batch plus one put per node, instead of a take and a put per rank.
+Each object carries the specs, the batch-global values and the whole batch's total lengths once
+(what every rank's actor-layout dict needs) and each column's buffers out of band.
 
 All or nothing. If a put fails part-way (a full object store, a value that cannot be pickled),
 the references already made are dropped before the error leaves, which frees their objects, and
 the failure is a :class:`~arrow_split.TransportError` naming the group and its ranks.
 
-Lifetimes. A rank's shard is a view of its group's object: it pins that object (every rank of its
-node's rows) in the store until the shard is dropped, and its buffers are read-only. A slice
-pickles with its parent's whole buffers: a rank that passes its shard on (``ray.put``, an actor
-call) ships its whole node's object; take its rows first (``take_rows(shard, range)``).
+Lifetimes. A sliced rank's shard (several groups) is a view of its group's object: it pins that
+object (every rank of its node's rows) in the store until the shard is dropped, and its buffers
+are read-only. A slice pickles with its parent's whole buffers: a rank that passes its shard on
+(``ray.put``, an actor call) ships its whole node's object; take its rows first
+(``take_rows(shard, range)``). A taken rank's shard (one group) owns its buffers.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -51,11 +57,13 @@ from arrow_split import (
     OptionError,
     OptionTypeError,
     Plan,
+    PlanError,
     PlanKey,
     PlanMismatchError,
     RolloutBatch,
     Shard,
     TransportError,
+    take,
     take_rows,
 )
 from arrow_split.schema import ColumnSpec
@@ -154,17 +162,21 @@ def _node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
 
 def put_by_node(
     batch: RolloutBatch, plan: Plan, rank_nodes: list[str] | None
-) -> list[ObjectRef[NodeRows]]:
-    """Put one :class:`NodeRows` per node group; return one reference per rank (shared).
+) -> list[ObjectRef[Any]]:
+    """Put one object per node group; return one reference per rank (shared by its group's).
+
+    One group: the batch with its plan, as it is. Several: a :class:`NodeRows` per group.
 
     All or nothing: when a put fails, the objects already put are freed and a TransportError
     names the group that failed.
     """
     groups = _groups(rank_nodes, plan.dp_size)
-    refs: list[ObjectRef[NodeRows]] = []
+    refs: list[ObjectRef[Any]] = []
     try:
-        # `extend` keeps every reference made before a failing put (it appends one by one).
-        refs.extend(ray.put(_node_rows(batch, plan, ranks)) for ranks in groups)
+        if len(groups) == 1:  # every rank: the batch as it is, no gather
+            refs.append(ray.put(batch.with_plan(plan)))
+        else:  # `extend` keeps every reference made before a failing put (one by one)
+            refs.extend(ray.put(_node_rows(batch, plan, ranks)) for ranks in groups)
     except Exception as exc:
         done = len(refs)
         refs.clear()  # the only references: dropping them frees the objects already put
@@ -199,7 +211,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 def rank_slice(
     value: object, dp_rank: int, dp_size: int, method: str | None, who: str, what: str
 ) -> Shard:
-    """Rank ``dp_rank``'s rows of a fetched :class:`NodeRows`, as a zero-copy slice.
+    """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced.
 
     Raises
     ------
@@ -208,6 +220,25 @@ def rank_slice(
     PlanMismatchError
         It holds other ranks' rows, or rows of another plan.
     """
+    if isinstance(value, RolloutBatch) and value.plan is not None:
+        plan = value.plan
+        if plan.dp_size != dp_size or (method is not None and plan.method != method):
+            _mismatch(
+                f"a whole batch put for a {plan.dp_size}-rank ",
+                plan.key,
+                dp_rank,
+                dp_size,
+                method,
+                who,
+                what,
+            )
+        return take(value, plan, dp_rank)
+    if isinstance(value, RolloutBatch):
+        msg = (
+            f"{who}: {what} holds a whole batch put without a plan (a delayed put's?); pass a "
+            "delayed reference alone, not in a list, or the list `split_train_data_by_dp` returned"
+        )
+        raise PlanError(msg)
     if not isinstance(value, NodeRows):
         msg = (
             f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch's rows; "
@@ -218,13 +249,7 @@ def rank_slice(
     bounds = value.bounds.get(dp_rank)
     if bounds is None or key.dp_size != dp_size or (method is not None and key.method != method):
         got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
-        asked = "" if method is None else f" {method}"
-        msg = (
-            f"{who}: {what} holds {got}{key.method} plan, not rank {dp_rank}'s rows of a "
-            f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
-            "returned it, with the same `dp_size` and `balance_data`"
-        )
-        raise PlanMismatchError(msg)
+        _mismatch(got, key, dp_rank, dp_size, method, who, what)
     start, stop = bounds
     rows = RolloutBatch(
         value.record_batch.slice(start, stop - start), value.specs, value.batch_globals
@@ -236,3 +261,15 @@ def rank_slice(
         plan_key=key,
         dp_rank=dp_rank,
     )
+
+
+def _mismatch(
+    got: str, key: PlanKey, dp_rank: int, dp_size: int, method: str | None, who: str, what: str
+) -> NoReturn:
+    asked = "" if method is None else f" {method}"
+    msg = (
+        f"{who}: {what} holds {got}{key.method} plan, not rank {dp_rank}'s rows of a "
+        f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
+        "returned it, with the same `dp_size` and `balance_data`"
+    )
+    raise PlanMismatchError(msg)

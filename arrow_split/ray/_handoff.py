@@ -157,9 +157,11 @@ def split_train_data_by_dp(
     balance_data
         The plan: ``False`` strided, ``True`` balanced (see :func:`arrow_split.plan_partitions`).
     delay
-        ``False``: gather the rows now, in plan order, and put one object per node (see
-        :mod:`arrow_split.ray._eager`). ``True``: put the whole batch once, with its plan, and
-        let each rank take its own rows.
+        ``False``: plan now and put one object per node (see :mod:`arrow_split.ray._eager`):
+        on one node (or without ``rank_nodes``) the batch with its plan, each rank taking its
+        own rows; on several, each node's rows gathered in plan order, each rank slicing its
+        range. ``True``: put the whole batch once, with its plan, and let each rank take its
+        own rows (or split it again for another ``dp_size``).
     rank_nodes
         Eager only, optional: the node id of each rank (``dp_size`` strings, in rank order; a
         train actor's is ``ray.get_runtime_context().get_node_id()``). Ranks with the same id
@@ -174,7 +176,7 @@ def split_train_data_by_dp(
     -------
     list of ObjectRef or ObjectRef
         Eager: one reference per rank, ``refs[r]`` holding rank ``r``'s node's object, from
-        which :func:`process_rollout_data` slices ``split_train_data_by_dp_raw(...)[r]``'s rows.
+        which :func:`process_rollout_data` takes ``split_train_data_by_dp_raw(...)[r]``'s rows.
         Delayed: one reference to the whole batch. Drop them (``del refs``) once every rank has
         processed the step to free the store.
 
@@ -261,9 +263,10 @@ def process_rollout_data(
     Returns
     -------
     Shard
-        This rank's shard. Delayed: fresh buffers, writable by this rank, no view of the store
-        (built once, from the fetched batch). Eager: a zero-copy slice (read-only) of its node's
-        object.
+        This rank's shard. Delayed, and eager with one object for every rank: fresh buffers,
+        writable by this rank, no view of the store (built once, from the fetched object).
+        Eager with several node groups (``rank_nodes``): a zero-copy slice (read-only) of its
+        node's object.
 
     Raises
     ------
@@ -319,7 +322,7 @@ def _eager_shard(
     who: str,
     on_fetch: OnFetch | None,
 ) -> Shard:
-    """Fetch ``refs[dp_rank]`` alone (its node's object) and slice this rank's rows out of it."""
+    """Fetch ``refs[dp_rank]`` alone (its node's object); take or slice this rank's rows."""
     if len(refs) != dp_size:
         msg = (
             f"got {len(refs)} references but `dp_size` is {dp_size}; pass the whole list that "
@@ -329,6 +332,8 @@ def _eager_shard(
         raise PlanError(msg)
     what = f"`refs[{dp_rank}]`"
     value = _fetch(refs[dp_rank], who, what, on_fetch)
+    if isinstance(value, RolloutBatch):  # one group: the rank takes its rows into its own shard
+        value = _detached(value)
     method = None if balance_data is None else method_of(balance_data)
     return rank_slice(value, dp_rank, dp_size, method, who, what)
 

@@ -277,9 +277,13 @@ def test_eager_objects_hold_only_their_nodes_rows() -> None:
         assert size < batch.nbytes / 3
         total += node_rows.record_batch.nbytes
     assert total == pytest.approx(batch.nbytes, rel=0.01)
-    # Without `rank_nodes`: one object for every rank.
+    # Without `rank_nodes`: one object for every rank, the batch as it is with its plan (the
+    # driver gathers nothing).
     refs = split_train_data_by_dp(train_data, 8, balance_data=False)
     assert len({ref.hex() for ref in refs}) == 1
+    whole = ray.get(refs[0], timeout=CALL_TIMEOUT_S)
+    assert whole.equals(batch)
+    assert whole.plan is not None and whole.plan.key == batch.make_plan(8, balance_data=False).key
 
 
 @pytest.mark.parametrize("balance_data", [False, True])
@@ -409,10 +413,13 @@ def test_the_delayed_get_maps_the_store_without_a_copy(workers: list[Any]) -> No
     assert not any(buffer.is_mutable for buffer in driver_views)
 
 
-def test_an_actor_pays_for_its_shard_not_the_batch(workers: list[Any]) -> None:
+@pytest.mark.parametrize("delay", [True, False])
+def test_an_actor_pays_for_its_shard_not_the_batch(workers: list[Any], delay: bool) -> None:
+    # Delayed, and eager on one node (the batch put once with its plan): each rank takes its
+    # own rows into fresh buffers and holds no view of the store.
     batch = make_batch(512, seed=6, experts=True)
     assert batch.nbytes > 1_000_000
-    ref = split_train_data_by_dp(batch, 4, balance_data=True, delay=True)
+    ref = split_train_data_by_dp(batch, 4, balance_data=True, delay=delay)
     probes = gather(
         [
             w.allocation_of.remote(box(ref), r, 4, balance_data=True)
@@ -428,20 +435,24 @@ def test_an_actor_pays_for_its_shard_not_the_batch(workers: list[Any]) -> None:
         assert probe["arrays_own_memory"] == [True, True, True]
 
 
-@pytest.mark.parametrize("delay", [False, True])
-def test_writes_stay_in_the_writing_actor(workers: list[Any], delay: bool) -> None:
+@pytest.mark.parametrize("mode", ["delayed", "eager", "eager by node"])
+def test_writes_stay_in_the_writing_actor(workers: list[Any], mode: str) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("arrow_split.torch")
     batch = make_batch(64, seed=7)
-    refs_or_ref = split_train_data_by_dp(batch, 2, balance_data=False, delay=delay)
+    nodes = ["a", "b"] if mode == "eager by node" else None
+    refs_or_ref = split_train_data_by_dp(
+        batch, 2, balance_data=False, delay=mode == "delayed", rank_nodes=nodes
+    )
     written = gather(
         [workers[0].write_into_tensors.remote(box(refs_or_ref), 0, 2, balance_data=False)]
     )[0]
     assert set(written["tokens"]) == {-7}
     assert set(written["log_probs"]) == {99.0}
-    # Delayed: the tensors wrap the actor's own fresh shard. Eager: the shard maps the store
-    # read-only, so the tensors are copies and the shard keeps its values.
-    assert (set(written["shard_tokens"]) == {-7}) is delay
+    # Delayed, and eager on one node: the tensors wrap the actor's own fresh shard (taken from
+    # the batch). Eager by node: the shard maps its node's object read-only, so the tensors are
+    # copies and the shard keeps its values.
+    assert (set(written["shard_tokens"]) == {-7}) is (mode != "eager by node")
     # Another actor, and the driver, still read the original values from the same object.
     expected = expected_shards(batch, 2, False)[0]
     other = gather([workers[1].process.remote(box(refs_or_ref), 0, 2, balance_data=False)])[0]
