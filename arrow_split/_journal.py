@@ -24,7 +24,8 @@ JSON: its kind and what the columns (named ``c0``, ``c1``, ...) are.
 - ``global``: one accepted ``set_global``: the key, its spec and its value.
 
 Specs are stored as in a dump's metadata (:mod:`arrow_split._dump_meta`); batch-global values as
-a base64 pickle (protocol 5). A record is written whole before the call returns. Reading stops at
+a base64 pickle (protocol 5). A record is written whole before the call returns, from the
+columns' own buffers (gathered writes: the IPC stream is never copied into one buffer first). Reading stops at
 the first frame that is short, has a wrong magic or CRC, or does not parse: a record torn by a
 crash is dropped whole, and the file is cut back to its last whole record before appends resume.
 A write that fails (a full disk: ``ENOSPC``, a file size limit: ``EFBIG``) cuts the file back in
@@ -77,6 +78,7 @@ OnDuplicate = Literal["skip", "error"]
 JOURNAL_VERSION = "1"
 _MAGIC = b"ASJ1"
 _FRAME = struct.Struct("<4sQI")
+_IOV_MAX = 512  # pieces per gathered write (Linux allows 1024)
 _META = b"arrow_split.journal"
 _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
 
@@ -93,9 +95,25 @@ def dump_file(folder: str, step: int) -> str:
     return os.path.join(folder, f"step-{step:06d}.arrow")
 
 
+_SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
+_SPEC_JSON_SIZE = 4096
+
+
 def spec_to_json(spec: ColumnSpec) -> dict[str, object]:
-    """A spec as a dump stores it."""
-    return _spec_to_json(spec)
+    """A spec as a dump stores it (shared: read it, do not change it).
+
+    Every group record stores the specs it used, which are the builder's same objects call
+    after call: their JSON is made once per object (keyed by identity, the object kept alive
+    with it, so an equal spec with another Arrow field name is never given a stale JSON).
+    """
+    cached = _SPEC_JSON.get(id(spec))
+    if cached is not None and cached[0] is spec:
+        return cached[1]
+    stored = _spec_to_json(spec)
+    if len(_SPEC_JSON) >= _SPEC_JSON_SIZE:
+        _SPEC_JSON.clear()
+    _SPEC_JSON[id(spec)] = (spec, stored)
+    return stored
 
 
 def spec_from_json(item: object, source: str) -> ColumnSpec:
@@ -125,16 +143,58 @@ class Record:
     arrays: list[pa.Array]
 
 
-def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> pa.Buffer:
-    """A record's payload: one Arrow IPC stream."""
+class Payload:
+    """A record's payload as the IPC writer produced it: its pieces, their size and CRC-32.
+
+    The pieces are the Arrow buffers by reference and the small metadata as bytes: nothing is
+    copied into a payload buffer, the pieces go to the file in gathered writes. It is a
+    write-only file object for :class:`pyarrow.PythonFile`.
+    """
+
+    def __init__(self) -> None:
+        self.pieces: list[memoryview] = []
+        self.size = 0
+        self.closed = False
+
+    def write(self, data: bytes | pa.Buffer) -> int:
+        view = memoryview(data).cast("B")
+        self.pieces.append(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def crc(self) -> int:
+        """The CRC-32 of the payload's bytes."""
+        crc = 0
+        for piece in self.pieces:
+            crc = zlib.crc32(piece, crc)
+        return crc
+
+    def tell(self) -> int:
+        return self.size
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+    def writable(self) -> bool:
+        return True
+
+
+def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> Payload:
+    """A record's payload: one Arrow IPC stream, as pieces (see :class:`Payload`)."""
     text = json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
     names = [f"c{i}" for i in range(len(arrays))]
     record_batch = pa.RecordBatch.from_arrays(list(arrays), names=names)
     record_batch = record_batch.replace_schema_metadata({_META: text})
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, record_batch.schema) as writer:
+    payload = Payload()
+    with (
+        pa.PythonFile(payload, mode="w") as sink,
+        pa.ipc.new_stream(sink, record_batch.schema) as writer,
+    ):
         writer.write_batch(record_batch)
-    return sink.getvalue()
+    return payload
 
 
 def _decode_record(payload: pa.Buffer) -> Record:
@@ -175,16 +235,22 @@ def read_records(path: str) -> tuple[list[Record], int]:
     return records, end
 
 
-def _framed(payload: pa.Buffer) -> tuple[bytes, memoryview]:
-    view = memoryview(payload)
-    return _FRAME.pack(_MAGIC, payload.size, zlib.crc32(view)), view
+def _write_views(descriptor: int, views: list[memoryview]) -> None:
+    """``views`` one after the other, in gathered writes (none lost to a short write)."""
+    first = 0
+    while first < len(views):
+        written = os.writev(descriptor, views[first : first + _IOV_MAX])
+        while first < len(views) and written >= views[first].nbytes:
+            written -= views[first].nbytes
+            first += 1
+        if written:
+            views[first] = views[first][written:]
 
 
-def _write_all(descriptor: int, data: bytes | memoryview) -> None:
-    view = memoryview(data).cast("B")
-    while view:
-        written = os.write(descriptor, view)
-        view = view[written:]
+def _write_record(descriptor: int, payload: Payload) -> None:
+    """The frame, then the payload's pieces, where the descriptor is (the file's end)."""
+    frame = _FRAME.pack(_MAGIC, payload.size, payload.crc())
+    _write_views(descriptor, [memoryview(frame), *payload.pieces])
 
 
 def _journal_error(what: str, exc: OSError) -> JournalError:
@@ -208,23 +274,21 @@ class _Writer:
             os.close(self._descriptor)
             raise
 
-    def write(self, payload: pa.Buffer) -> None:
+    def write(self, payload: Payload) -> None:
         if self._broken:
             msg = (
                 f"`{self.path}` could not be cut back after a failed write; recover the "
                 "builder with `RolloutBatchBuilder.recover`"
             )
             raise JournalError(msg)
-        frame, view = _framed(payload)
         try:
-            _write_all(self._descriptor, frame)
-            _write_all(self._descriptor, view)
+            _write_record(self._descriptor, payload)
             if self.sync == "call":
                 os.fsync(self._descriptor)
         except OSError as exc:
             self._cut_back()
             raise _journal_error(f"cannot append to the journal `{self.path}`", exc) from None
-        self._end += len(frame) + payload.size
+        self._end += _FRAME.size + payload.size
 
     def _cut_back(self) -> None:
         try:
@@ -330,18 +394,16 @@ class StepJournal:
         path = journal_file(self.folder, self.step)
         temporary = f"{path}.tmp"
         payload = encode_record("open", {**self.header, "step": self.step}, [])
-        frame, view = _framed(payload)
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                _write_all(descriptor, frame)
-                _write_all(descriptor, view)
+                _write_record(descriptor, payload)
                 if self.sync != "os":
                     os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             os.replace(temporary, path)
-            self._writer = _Writer(path, len(frame) + payload.size, self.sync)
+            self._writer = _Writer(path, _FRAME.size + payload.size, self.sync)
         except OSError as exc:
             _remove(temporary)
             raise _journal_error(f"cannot start the journal `{path}`", exc) from None
