@@ -16,7 +16,8 @@ Strided: rank ``r`` gets rows ``r, r + dp_size, ...``.
 Eager (driver): plan, build every rank's dict by list indexing (per-sample keys in partition
 order, batch-global keys whole, ``partition`` and the WHOLE batch's ``total_lengths``), and
 ``ray.put`` each. Delayed: the driver puts the whole dict once; every rank gets it, plans, builds
-ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample.
+ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample. (The
+driver's puts are the classic path's step boundary, :func:`benchmarks.step_paths.boundary`.)
 
 Nothing here imports arrow_split: the baseline stands on its own.
 """
@@ -38,8 +39,6 @@ __all__ = [
     "classic_split",
     "delayed_rank_steps",
     "eager_rank_steps",
-    "put_delayed",
-    "put_eager",
 ]
 
 GLOBAL_KEYS = frozenset(
@@ -125,18 +124,6 @@ def classic_split(
     total_lengths = [len(tokens) for tokens in data["tokens"]]
     plan = classic_partitions(total_lengths, dp_size, balance_data)
     return [classic_shard(data, partition, total_lengths) for partition in plan]
-
-
-def put_eager(
-    data: Mapping[str, Any], dp_size: int, balance_data: bool
-) -> list[ray.ObjectRef[Any]]:
-    """Eager driver side: plan, split and ``ray.put`` one dict per rank."""
-    return [ray.put(shard) for shard in classic_split(data, dp_size, balance_data)]
-
-
-def put_delayed(data: Mapping[str, Any]) -> ray.ObjectRef[Any]:
-    """Delayed driver side: ``ray.put`` the whole dict once."""
-    return ray.put(dict(data))
 
 
 def _to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:
