@@ -7,8 +7,8 @@ plot) under ``--out`` (``docs/benchmarks`` by default):
 - ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
 - ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
 - ``journal.json``: :mod:`benchmarks.journal` (the journal, objects stored once, the kill test);
-- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; then the
-  soak, ``--soak-steps 300``: 300 more steps, memory back where it was; the run takes the longer).
+- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; then a soak
+  of 300 more steps, ``--soak-steps 300`` as the README quotes it, memory back where it was).
 
 ``--smoke`` runs each in its smallest mode; ``--only step,dump`` runs some. A new benchmark is one
 line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
