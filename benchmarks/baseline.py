@@ -25,7 +25,7 @@ Nothing here imports arrow_split: the baseline stands on its own.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -34,6 +34,7 @@ from benchmarks._common import Laps
 
 __all__ = [
     "GLOBAL_KEYS",
+    "ShardBuilder",
     "classic_partitions",
     "classic_shard",
     "classic_split",
@@ -54,6 +55,9 @@ GLOBAL_KEYS = frozenset(
 """Keys shipped whole with every shard (one value for the whole batch)."""
 
 _DTYPES = {"tokens": "long", "loss_masks": "int", "rollout_log_probs": "float32"}
+
+ShardBuilder = Callable[[Mapping[str, Any], Sequence[int], list[int]], dict[str, Any]]
+"""Builds one rank's dict from the data, its partition and the whole batch's lengths."""
 
 _Set = list[Any]  # [sum, [(row, length), ...]], items in insertion order
 
@@ -118,12 +122,12 @@ def classic_shard(
 
 
 def classic_split(
-    data: Mapping[str, Any], dp_size: int, balance_data: bool
+    data: Mapping[str, Any], dp_size: int, balance_data: bool, shard: ShardBuilder = classic_shard
 ) -> list[dict[str, Any]]:
-    """Every rank's dict, in rank order."""
+    """Every rank's dict, in rank order; ``shard(data, partition, total_lengths)`` builds one."""
     total_lengths = [len(tokens) for tokens in data["tokens"]]
     plan = classic_partitions(total_lengths, dp_size, balance_data)
-    return [classic_shard(data, partition, total_lengths) for partition in plan]
+    return [shard(data, partition, total_lengths) for partition in plan]
 
 
 def _to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:

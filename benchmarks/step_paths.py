@@ -129,12 +129,6 @@ def _numpy_shard(
     return shard
 
 
-def _numpy_split(data: Mapping[str, Any], dp_size: int, balance: bool) -> list[dict[str, Any]]:
-    total_lengths = [len(tokens) for tokens in data["tokens"]]
-    plan = baseline.classic_partitions(total_lengths, dp_size, balance)
-    return [_numpy_shard(data, partition, total_lengths) for partition in plan]
-
-
 def boundary(
     path: StepPath, mode: str, state: Any, dp_size: int, balance: bool
 ) -> tuple[Any, Laps]:
@@ -155,8 +149,8 @@ def boundary(
         if delay:
             refs: Any = ray.put(dict(data))
         else:
-            split = baseline.classic_split if path == "classic" else _numpy_split
-            shards = split(data, dp_size, balance)
+            shard = baseline.classic_shard if path == "classic" else _numpy_shard
+            shards = baseline.classic_split(data, dp_size, balance, shard)
             laps.lap("split")
             refs = [ray.put(shard) for shard in shards]
         laps.lap("put")
@@ -336,7 +330,7 @@ def check_agreement(
         msg = "RolloutBatchBuilder.finish() differs from RolloutBatch.from_train_data"
         raise AssertionError(msg)
     classic = baseline.classic_split(lists, dp_size, balance)
-    numpy_shards = _numpy_split(_numpy_dict(arrays), dp_size, balance)
+    numpy_shards = baseline.classic_split(_numpy_dict(arrays), dp_size, balance, _numpy_shard)
     for rank in ranks:
         arrow = shard_for_rank(batch, rank, dp_size, balance_data=balance)
         for where, shard in (("numpy", numpy_shards[rank]), ("arrow", rollout_dict(arrow))):
