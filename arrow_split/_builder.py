@@ -19,6 +19,7 @@ import pyarrow as pa
 from arrow_split._args import as_choice, as_flag
 from arrow_split._builder_group import Group, group_record, shifted
 from arrow_split._builder_journal import journal_header, recover_journal
+from arrow_split._builder_specs import KeySpecs
 from arrow_split._builder_step import StepState
 from arrow_split._codecs import EncodeOptions
 from arrow_split._codecs._growable import Growable
@@ -40,15 +41,11 @@ from arrow_split.errors import (
 )
 from arrow_split.schema import (
     KNOWN_COLUMNS,
-    TOTAL_LENGTHS,
     ColumnSpec,
-    resolve_specs,
     role_column,
 )
 
 __all__ = ["RolloutBatchBuilder"]
-
-_DERIVED = TOTAL_LENGTHS  # checked against the length source, never stored
 
 
 def _copy_value(value: object) -> object:
@@ -141,7 +138,7 @@ class RolloutBatchBuilder(StepState):
     (2, 0)
     """
 
-    __slots__ = ("_declared", "_journal", "_known")
+    __slots__ = ("_journal", "_keys")
 
     def __init__(
         self,
@@ -154,8 +151,7 @@ class RolloutBatchBuilder(StepState):
         identity: str | None = None,
         on_duplicate: OnDuplicate = "skip",
     ) -> None:
-        self._declared = tuple(specs)
-        resolve_specs((), self._declared)  # type and duplicate checks, before any sample
+        self._keys = KeySpecs(specs)
         self._options = EncodeOptions(
             allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
             exact_floats=as_flag("exact_floats", exact_floats),
@@ -171,10 +167,9 @@ class RolloutBatchBuilder(StepState):
             None
             if journal is None
             else StepJournal.create(
-                journal, journal_header(self._declared, self._options, self._identity), sync
+                journal, journal_header(self._keys.declared, self._options, self._identity), sync
             )
         )
-        self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
         self._sample_globals: dict[str, Growable] = {}
         self._sample_keys: tuple[str, ...] | None = None
@@ -189,20 +184,8 @@ class RolloutBatchBuilder(StepState):
         keys = ", ".join(self._specs) or "no keys yet"
         return f"RolloutBatchBuilder({self._length} samples; {keys})"
 
-    def _spec(self, key: str) -> ColumnSpec:
-        if key not in self._known:
-            self._known[key] = resolve_specs([key], self._declared)[key]
-        return self._known[key]
-
     def _per_sample(self, key: str) -> bool:
-        """Whether ``key`` gives one value per sample (unknown keys too: resolving raises)."""
-        if key == _DERIVED:
-            return True
-        declared = any(spec.name == key for spec in self._declared)
-        if key not in self._known and key not in KNOWN_COLUMNS and not declared:
-            return True
-        spec = self._spec(key)
-        return spec.is_per_sample or spec.global_shape == "float_per_sample"
+        return self._keys.per_sample(key)
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -260,7 +243,7 @@ class RolloutBatchBuilder(StepState):
             ``key`` is not a batch-global key, is given per sample already, or ``value`` does
             not have the key's documented shape.
         """
-        spec = self._spec(key)
+        spec = self._keys.spec(key)
         if spec.is_per_sample:
             msg = f"`{key}` is a {spec.kind} key; pass it with `append` or `extend`"
             raise SchemaError(msg)
@@ -284,7 +267,8 @@ class RolloutBatchBuilder(StepState):
         base = self._length
         sample_keys = self._check_keys(train_data, base)
         try:
-            resolved = self._resolve(train_data)
+            first = self._sample_keys is None
+            resolved = self._keys.resolve(train_data.keys(), self._specs, first)
             columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
         except ArrowSplitError as error:
             raise shifted(error, base) from None
@@ -297,18 +281,6 @@ class RolloutBatchBuilder(StepState):
             self._journal.write("group", *group_record(group))
         self._commit(group)
         return group.count
-
-    def _resolve(self, train_data: Mapping[str, Any]) -> dict[str, ColumnSpec]:
-        """The specs of a group's keys: as used so far this step, or resolved anew."""
-        if self._sample_keys is None:
-            resolved = resolve_specs(train_data.keys(), self._declared)  # role checks too
-            self._known.update(resolved)
-            return {key: self._specs.get(key, spec) for key, spec in resolved.items()}
-        return {
-            key: self._specs[key] if key in self._specs else self._spec(key)
-            for key in train_data
-            if key != _DERIVED
-        }
 
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended; the builder is then empty, its capacity kept.
@@ -361,13 +333,13 @@ class RolloutBatchBuilder(StepState):
         self._reset()
 
     def _finish_empty(self) -> RolloutBatch:
-        declared = {spec.name: spec for spec in self._declared}
+        declared = {spec.name: spec for spec in self._keys.declared}
         source = role_column(declared, "length_source") or role_column(
             KNOWN_COLUMNS, "length_source"
         )
         train_data: dict[str, object] = {str(source): [], **self._globals}
         record_batch, used, batch_globals = encode_train_data(
-            train_data, self._declared, self._options
+            train_data, self._keys.declared, self._options
         )
         batch = RolloutBatch(record_batch, used, batch_globals)
         self._close_step(batch)

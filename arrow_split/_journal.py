@@ -25,34 +25,39 @@ JSON: its kind and what the columns (named ``c0``, ``c1``, ...) are.
 
 Specs are stored as in a dump's metadata (:mod:`arrow_split._dump_meta`); batch-global values as
 a base64 pickle (protocol 5). A record is written whole before the call returns, from the
-columns' own buffers (gathered writes: the IPC stream is never copied into one buffer first). Reading stops at
-the first frame that is short, has a wrong magic or CRC, or does not parse: a record torn by a
-crash is dropped whole, and the file is cut back to its last whole record before appends resume.
+columns' own buffers (gathered writes: the IPC stream is never copied into one buffer first).
+Reading stops at the first frame that is short, has a wrong magic or CRC, or does not
+parse: a record torn by a crash is dropped whole, and the file is cut back to its last whole
+record before appends resume (:mod:`arrow_split._journal_records` reads and writes records).
 A write that fails (a full disk: ``ENOSPC``, a file size limit: ``EFBIG``) cuts the file back in
 the same way and raises :class:`~arrow_split.errors.JournalError`.
 """
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
-import json
 import os
-import pickle
 import re
-import struct
-import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
 
-from arrow_split._dump_meta import _spec_from_json, _spec_to_json
+from arrow_split._journal_records import (
+    FRAME,
+    Payload,
+    Record,
+    encode_record,
+    pack_value,
+    read_records,
+    spec_from_json,
+    spec_to_json,
+    unpack_value,
+    write_record,
+)
 from arrow_split.batch import RolloutBatch
-from arrow_split.errors import DumpError, JournalError
-from arrow_split.schema import ColumnSpec
+from arrow_split.errors import JournalError
 
 __all__ = [
     "JOURNAL_VERSION",
@@ -76,10 +81,6 @@ OnDuplicate = Literal["skip", "error"]
 """What an append of a sample whose identity the builder holds already does."""
 
 JOURNAL_VERSION = "1"
-_MAGIC = b"ASJ1"
-_FRAME = struct.Struct("<4sQI")
-_IOV_MAX = 512  # pieces per gathered write (Linux allows 1024)
-_META = b"arrow_split.journal"
 _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
 
 PathLike = str | os.PathLike[str]
@@ -93,164 +94,6 @@ def journal_file(folder: str, step: int) -> str:
 def dump_file(folder: str, step: int) -> str:
     """The dump that step ``step``'s :meth:`finish` writes."""
     return os.path.join(folder, f"step-{step:06d}.arrow")
-
-
-_SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
-_SPEC_JSON_SIZE = 4096
-
-
-def spec_to_json(spec: ColumnSpec) -> dict[str, object]:
-    """A spec as a dump stores it (shared: read it, do not change it).
-
-    Every group record stores the specs it used, which are the builder's same objects call
-    after call: their JSON is made once per object (keyed by identity, the object kept alive
-    with it, so an equal spec with another Arrow field name is never given a stale JSON).
-    """
-    cached = _SPEC_JSON.get(id(spec))
-    if cached is not None and cached[0] is spec:
-        return cached[1]
-    stored = _spec_to_json(spec)
-    if len(_SPEC_JSON) >= _SPEC_JSON_SIZE:
-        _SPEC_JSON.clear()
-    _SPEC_JSON[id(spec)] = (spec, stored)
-    return stored
-
-
-def spec_from_json(item: object, source: str) -> ColumnSpec:
-    """A spec stored by :func:`spec_to_json` (a :class:`JournalError` if it is not one)."""
-    try:
-        return _spec_from_json(item, 0, source)
-    except DumpError as exc:
-        raise JournalError(str(exc)) from None
-
-
-def pack_value(value: object) -> str:
-    """A batch-global value as text (a base64 pickle)."""
-    return base64.b64encode(pickle.dumps(value, protocol=5)).decode("ascii")
-
-
-def unpack_value(text: str) -> object:
-    """The value packed by :func:`pack_value`."""
-    return pickle.loads(base64.b64decode(text))
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record read back: its kind, its JSON and its columns."""
-
-    kind: str
-    meta: dict[str, Any]
-    arrays: list[pa.Array]
-
-
-class Payload:
-    """A record's payload as the IPC writer produced it: its pieces, their size and CRC-32.
-
-    The pieces are the Arrow buffers by reference and the small metadata as bytes: nothing is
-    copied into a payload buffer, the pieces go to the file in gathered writes. It is a
-    write-only file object for :class:`pyarrow.PythonFile`.
-    """
-
-    def __init__(self) -> None:
-        self.pieces: list[memoryview] = []
-        self.size = 0
-        self.closed = False
-
-    def write(self, data: bytes | pa.Buffer) -> int:
-        view = memoryview(data).cast("B")
-        self.pieces.append(view)
-        self.size += view.nbytes
-        return view.nbytes
-
-    def crc(self) -> int:
-        """The CRC-32 of the payload's bytes."""
-        crc = 0
-        for piece in self.pieces:
-            crc = zlib.crc32(piece, crc)
-        return crc
-
-    def tell(self) -> int:
-        return self.size
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def writable(self) -> bool:
-        return True
-
-
-def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> Payload:
-    """A record's payload: one Arrow IPC stream, as pieces (see :class:`Payload`)."""
-    text = json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
-    names = [f"c{i}" for i in range(len(arrays))]
-    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=names)
-    record_batch = record_batch.replace_schema_metadata({_META: text})
-    payload = Payload()
-    with (
-        pa.PythonFile(payload, mode="w") as sink,
-        pa.ipc.new_stream(sink, record_batch.schema) as writer,
-    ):
-        writer.write_batch(record_batch)
-    return payload
-
-
-def _decode_record(payload: pa.Buffer) -> Record:
-    reader = pa.ipc.open_stream(payload)
-    record_batch = reader.read_next_batch()
-    meta = json.loads((reader.schema.metadata or {})[_META])
-    return Record(str(meta.pop("kind")), meta, list(record_batch.columns))
-
-
-def read_records(path: str) -> tuple[list[Record], int]:
-    """The whole records of a journal file, and the byte offset where the last one ends.
-
-    Raises
-    ------
-    JournalError
-        The file does not start with an ``open`` record: it is not a journal.
-    """
-    with open(path, "rb") as file:
-        data = pa.py_buffer(file.read())
-    records: list[Record] = []
-    end = 0
-    while end + _FRAME.size <= data.size:
-        magic, length, crc = _FRAME.unpack(data.slice(end, _FRAME.size).to_pybytes())
-        start = end + _FRAME.size
-        if magic != _MAGIC or start + length > data.size:
-            break
-        payload = data.slice(start, length)
-        if zlib.crc32(memoryview(payload)) != crc:
-            break
-        try:
-            records.append(_decode_record(payload))
-        except (pa.ArrowException, ValueError, KeyError, OSError):
-            break
-        end = start + length
-    if not records or records[0].kind != "open":
-        msg = f"`{path}` is not a rollout journal (no `open` record); remove it"
-        raise JournalError(msg)
-    return records, end
-
-
-def _write_views(descriptor: int, views: list[memoryview]) -> None:
-    """``views`` one after the other, in gathered writes (none lost to a short write)."""
-    first = 0
-    while first < len(views):
-        written = os.writev(descriptor, views[first : first + _IOV_MAX])
-        while first < len(views) and written >= views[first].nbytes:
-            written -= views[first].nbytes
-            first += 1
-        if written:
-            views[first] = views[first][written:]
-
-
-def _write_record(descriptor: int, payload: Payload) -> None:
-    """The frame, then the payload's pieces, where the descriptor is (the file's end)."""
-    frame = _FRAME.pack(_MAGIC, payload.size, payload.crc())
-    _write_views(descriptor, [memoryview(frame), *payload.pieces])
 
 
 def _journal_error(what: str, exc: OSError) -> JournalError:
@@ -282,13 +125,13 @@ class _Writer:
             )
             raise JournalError(msg)
         try:
-            _write_record(self._descriptor, payload)
+            write_record(self._descriptor, payload)
             if self.sync == "call":
                 os.fsync(self._descriptor)
         except OSError as exc:
             self._cut_back()
             raise _journal_error(f"cannot append to the journal `{self.path}`", exc) from None
-        self._end += _FRAME.size + payload.size
+        self._end += FRAME.size + payload.size
 
     def _cut_back(self) -> None:
         try:
@@ -397,13 +240,13 @@ class StepJournal:
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
-                _write_record(descriptor, payload)
+                write_record(descriptor, payload)
                 if self.sync != "os":
                     os.fsync(descriptor)
             finally:
                 os.close(descriptor)
             os.replace(temporary, path)
-            self._writer = _Writer(path, _FRAME.size + payload.size, self.sync)
+            self._writer = _Writer(path, FRAME.size + payload.size, self.sync)
         except OSError as exc:
             _remove(temporary)
             raise _journal_error(f"cannot start the journal `{path}`", exc) from None

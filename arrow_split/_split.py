@@ -35,12 +35,7 @@ from arrow_split.errors import (
     PlanMismatchError,
     PlanTypeError,
 )
-from arrow_split.plan import (
-    Plan,
-    PlanKey,
-    partition_for_rank,
-    plan_fingerprint,
-)
+from arrow_split.plan import Plan, PlanKey
 from arrow_split.shard import Shard
 
 __all__ = [
@@ -221,9 +216,11 @@ def shard_for_rank(
 ) -> Shard:
     """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
-    The plan is computed from the length source's offsets (and the adapter slots) alone; no
-    other rank's rows are gathered, converted or copied. A batch that carries the driver's plan
-    (:meth:`RolloutBatch.with_plan`) is checked against it and not re-planned.
+    The plan is computed from the length source's offsets (and the adapter slots) alone, as
+    :func:`split_train_data_by_dp_raw` computes it (:meth:`RolloutBatch.make_plan`), and the
+    rank's rows are taken by :func:`take`: no other rank's rows are gathered, converted or
+    copied. A batch that carries the driver's plan (:meth:`RolloutBatch.with_plan`) is checked
+    against it and not re-planned.
 
     Parameters
     ----------
@@ -269,12 +266,7 @@ def shard_for_rank(
         if plan.dp_size == dp_size:
             return take(batch, plan, rank)
     batch = _padded(batch, dp_size, pad_to_dp)
-    order_by = batch.role_values("adapter_slot")
-    lengths = batch.total_lengths
-    rows = partition_for_rank(lengths, rank, dp_size, balance_data=balance_data, order_by=order_by)
-    fingerprint = plan_fingerprint(lengths, dp_size, balance_data=balance_data, order_by=order_by)
-    key = PlanKey(method, int(dp_size), fingerprint)
-    return _gather(batch, rows, None, lengths, key, rank)
+    return take(batch, batch.make_plan(dp_size, balance_data=balance_data), rank)
 
 
 def _padded(batch: RolloutBatch, dp_size: int, pad: object) -> RolloutBatch:

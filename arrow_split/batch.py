@@ -16,7 +16,6 @@ tensor is a write into that shard, which nobody else can see). Buffers read from
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -26,10 +25,10 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_flag
-from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer, numpy_view
+from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._codecs._arrow import numpy_view
 from arrow_split._codecs.globals import global_to_python
-from arrow_split._codecs.token_lists import token_list_values
+from arrow_split._column_values import ColumnValues, numeric_columns
 from arrow_split._convert import (
     check_finite_columns,
     check_parts,
@@ -49,26 +48,6 @@ from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
 
 __all__ = ["ColumnValues", "RolloutBatch", "check_batch"]
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ColumnValues:
-    """A numeric column as numpy, for the leaves that turn columns into tensors.
-
-    ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
-    ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
-    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
-    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
-    ``buffer.is_mutable`` says whether the buffer is private to this process (see the module
-    docstring).
-    """
-
-    spec: ColumnSpec
-    role: TensorRole
-    values: np.ndarray
-    offsets: np.ndarray | None
-    buffer: pa.Buffer | None
-    token_offsets: np.ndarray | None = None
 
 
 class RolloutBatch:
@@ -241,25 +220,7 @@ class RolloutBatch:
 
     def numeric_columns(self) -> list[ColumnValues]:
         """The columns a tensor can be made of, as numpy views (see :class:`ColumnValues`)."""
-        found = []
-        for name in self._record_batch.schema.names:
-            spec = self._specs[name]
-            codec = codec_for(spec)
-            array = self._record_batch.column(name)
-            if codec.tensor_role == "token_lists":
-                flat, sample_offsets, tokens = token_list_values(array)
-                buffer = data_buffer(array)
-                found.append(
-                    ColumnValues(spec, codec.tensor_role, flat, sample_offsets, buffer, tokens)
-                )
-                continue
-            tensor_values = codec.tensor_values(array)
-            if tensor_values is not None:
-                values, offsets = tensor_values
-                found.append(
-                    ColumnValues(spec, codec.tensor_role, values, offsets, data_buffer(array))
-                )
-        return found
+        return numeric_columns(self._record_batch, self._specs)
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
         """The batch's plan for ``dp_size`` ranks (see :func:`arrow_split.plan_partitions`).

@@ -36,6 +36,9 @@ in its ``tokens_minus_one`` tensors), the witness ids, the adapter slots (rows o
 ordered by them) and the rollout ids; and two batch-global values: the rollouts per training step
 and the number of LoRA adapters. Roles are declared here, on the specs, and the rest of the
 library finds a column by its role (:func:`role_column`), never by its name.
+
+The ``Literal`` types above and the checks of a spec's fields live in
+:mod:`arrow_split._schema_types`; this module exports them with the specs.
 """
 
 from __future__ import annotations
@@ -43,10 +46,23 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Literal, get_args
+from typing import Literal
 
 import pyarrow as pa
 
+from arrow_split._schema_types import (
+    NARROWABLE_TYPES,
+    ROLE_KINDS,
+    ColumnKind,
+    ColumnStorage,
+    GlobalShape,
+    ObjectCodec,
+    Role,
+    check_choice,
+    check_roles,
+    check_value_type,
+    storage_types,
+)
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
@@ -64,15 +80,6 @@ __all__ = [
     "role_column",
 ]
 
-ColumnKind = Literal[
-    "per_token",
-    "per_token_list",
-    "per_sample_tensor",
-    "per_sample_scalar",
-    "per_sample_object",
-    "batch_global",
-]
-"""The six kinds of values in a rollout batch."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
 """How long a sample's value must be.
@@ -81,84 +88,6 @@ LengthRule = Literal["tokens", "response", "tokens_minus_one"]
 ``len(tokens[i]) - 1`` rows (more are allowed for a sample whose ``multimodal_train_inputs`` is
 set, since expanded media tokens add rows).
 """
-
-ObjectCodec = Literal["string", "string_list", "pickle"]
-"""How a per-sample object is stored.
-
-``string``: ``large_string``; a sample that is not a ``str`` makes the whole column fall back to
-``pickle``. ``string_list``: ``large_list<large_string>``. ``pickle``: ``large_binary`` holding one
-pickle (protocol 5) per sample, ``None`` as null; objects round-trip exactly and are decoded only on
-the rank that owns the row.
-"""
-
-GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
-"""The documented shape of a batch-global value.
-
-``int``: one int. ``int_list``: a list of ints. ``int_map``: a dict of int keys to non-negative
-int values (e.g. ``{adapter_slot: batch_size}``), kept a dict. ``str_list``: a list of strings.
-``float_per_sample``: one number per sample of the whole batch.
-"""
-
-ColumnStorage = Literal["exact", "narrow"]
-"""How the integers of a ``per_sample_tensor`` column are stored.
-
-``exact``: as ``value_type``. ``narrow`` (id columns such as ``rollout_routed_experts``, whose
-values are small: expert ids < 256): in the narrowest of uint8, uint16, int32 and ``value_type``
-that holds every value of the batch (:attr:`ColumnSpec.storage_types`), chosen once per batch
-when it is built, so that every shard of a step has the same Arrow type. ``value_type`` stays the
-column's logical type: values are checked against it, ``to_train_data`` gives it back and
-:func:`arrow_split.torch.to_tensors` widens to the dtype the trainer asks for (``id_dtype``).
-"""
-
-Role = Literal[
-    "length_source",
-    "response_length",
-    "loss_mask",
-    "sampling_mask",
-    "extra_rows",
-    "witness",
-    "adapter_slot",
-    "rollout_id",
-    "step_batch_size",
-    "adapter_count",
-    "padding",
-]
-"""The part a column plays beyond its values (see the module docstring); one column per role.
-
-``length_source``: a ``per_token`` column whose lengths are the samples' token counts (``tokens``).
-``response_length``: a ``per_sample_scalar`` of response lengths (``response_lengths``).
-``loss_mask``: the per-token 0/1 column saying which response tokens count toward the loss
-(``loss_masks``); NaN and infinity in a response-aligned float column are refused only where it
-is 1.
-``sampling_mask``: the ``per_token_list`` of the ids the sampler could pick at each response
-token (``rollout_sampling_masks``; miles ships it as two flat keys).
-``extra_rows``: a per-sample column whose non-null values allow extra ``tokens_minus_one`` rows
-(``multimodal_train_inputs``). ``witness``: the per-sample witness ids a rank can attach
-(``seq_witness_ids``). ``adapter_slot``: the LoRA adapter of each sample; a rank's rows are
-ordered by it (``adapter_slots``). ``rollout_id``: the rollout a sample belongs to
-(``rollout_ids``). Batch-global: ``step_batch_size``, the rollouts per training step when the
-batch sets it (``dynamic_global_batch_size``); ``adapter_count``, the number of LoRA adapters
-(``n_adapters``), which every shard of a batch with adapter slots carries. ``padding``: a bool
-per-sample column that is true on the rows :func:`arrow_split.pad_to_dp` added (``is_padding``).
-"""
-
-_ROLE_KINDS: dict[str, tuple[str, ...]] = {
-    "length_source": ("per_token",),
-    "response_length": ("per_sample_scalar",),
-    "loss_mask": ("per_token",),
-    "sampling_mask": ("per_token_list",),
-    "extra_rows": ("per_sample_object", "per_sample_scalar"),
-    "witness": ("per_sample_scalar",),
-    "adapter_slot": ("per_sample_scalar",),
-    "rollout_id": ("per_sample_scalar",),
-    "step_batch_size": ("batch_global",),
-    "adapter_count": ("batch_global",),
-    "padding": ("per_sample_scalar",),
-}
-
-_NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
-_NARROWABLE = (pa.int32(), pa.int64())
-_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -230,10 +159,10 @@ class ColumnSpec:
         if not isinstance(self.name, str) or not self.name:
             msg = f"`name` must be a non-empty str, got {self.name!r}"
             raise SchemaTypeError(msg)
-        _check_choice("kind", self.kind, ColumnKind)
+        check_choice("kind", self.kind, ColumnKind)
         if self.length is not None:
-            _check_choice("length", self.length, LengthRule)
-        _check_choice("codec", self.codec, ObjectCodec)
+            check_choice("length", self.length, LengthRule)
+        check_choice("codec", self.codec, ObjectCodec)
         for switch in ("flag", "finite", "nonempty"):
             if not isinstance(getattr(self, switch), bool):
                 value = getattr(self, switch)
@@ -245,15 +174,15 @@ class ColumnSpec:
         if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         if self.kind == "batch_global":
-            _check_choice("global_shape", self.global_shape, GlobalShape)
+            check_choice("global_shape", self.global_shape, GlobalShape)
         if self.role is not None:
             self._check_role()
         if self.storage != "exact":
             self._check_storage()
 
     def _check_storage(self) -> None:
-        _check_choice("storage", self.storage, ColumnStorage)
-        if self.kind != "per_sample_tensor" or self.value_type not in _NARROWABLE or self.flag:
+        check_choice("storage", self.storage, ColumnStorage)
+        if self.kind != "per_sample_tensor" or self.value_type not in NARROWABLE_TYPES or self.flag:
             msg = (
                 f"column `{self.name}`: `storage='narrow'` needs a per_sample_tensor column of "
                 f"value_type int32 or int64 without `flag`, got a {self.kind} column of "
@@ -262,8 +191,8 @@ class ColumnSpec:
             raise SchemaError(msg)
 
     def _check_role(self) -> None:
-        _check_choice("role", self.role, Role)
-        kinds = _ROLE_KINDS[str(self.role)]
+        check_choice("role", self.role, Role)
+        kinds = ROLE_KINDS[str(self.role)]
         if self.kind not in kinds:
             msg = (
                 f"column `{self.name}`: role {self.role!r} needs a column of kind "
@@ -280,21 +209,7 @@ class ColumnSpec:
             raise SchemaError(msg)
 
     def _check_value_type(self) -> None:
-        value_type = self.value_type
-        if not isinstance(value_type, pa.DataType):
-            msg = (
-                f"column `{self.name}`: a {self.kind} column needs `value_type`, an Arrow type "
-                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
-            )
-            raise SchemaTypeError(msg)
-        numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
-        if not (numeric or pa.types.is_boolean(value_type)):
-            msg = (
-                f"column `{self.name}`: unsupported `value_type` {value_type}; expected a signed "
-                "integer, uint8, uint16, a float or bool type (store other values as a "
-                "per_sample_object column)"
-            )
-            raise SchemaError(msg)
+        value_type = check_value_type(self.name, self.kind, self.value_type)
         if self.kind == "per_sample_tensor" and pa.types.is_boolean(value_type):
             msg = f"column `{self.name}`: tensor columns hold integers or floats, got bool"
             raise SchemaError(msg)
@@ -308,27 +223,12 @@ class ColumnSpec:
         """
         if self.value_type is None:
             return ()
-        if self.storage == "exact":
-            return (self.value_type,)
-        width = self.value_type.bit_width
-        narrower = tuple(t for t in _NARROW_TYPES if t.bit_width < width)
-        return (*narrower, self.value_type)
+        return storage_types(self.value_type, self.storage)
 
     @property
     def is_per_sample(self) -> bool:
         """Whether the key holds one value per sample (every kind but ``batch_global``)."""
         return self.kind != "batch_global"
-
-
-def _check_choice(name: str, value: object, allowed: object) -> None:
-    choices = get_args(allowed)
-    expected = f"expected one of: {', '.join(map(repr, choices))}"
-    if not isinstance(value, str):
-        msg = f"invalid `{name}`: {value!r:.40} of type {type(value).__name__}; {expected}"
-        raise SchemaTypeError(msg)
-    if value not in choices:
-        msg = f"invalid `{name}`: {value!r}; {expected}"
-        raise SchemaError(msg)
 
 
 def _known() -> dict[str, ColumnSpec]:
@@ -457,7 +357,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
             )
             raise SchemaError(msg)
         resolved[key] = found
-    _check_roles(resolved)
+    check_roles((spec.name, spec.role) for spec in resolved.values())
     return resolved
 
 
@@ -482,21 +382,6 @@ def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> Colu
     if known is not None and known.role is not None and declared.role is None:
         return dataclasses.replace(declared, role=known.role)
     return declared
-
-
-def _check_roles(specs: Mapping[str, ColumnSpec]) -> None:
-    """Raise unless every role is held by at most one column and the length source exists."""
-    holders: dict[str, str] = {}
-    for spec in specs.values():
-        if spec.role is None:
-            continue
-        if spec.role in holders:
-            msg = (
-                f"columns `{holders[spec.role]}` and `{spec.name}` both have role "
-                f"{spec.role!r}; give the role to one column only"
-            )
-            raise SchemaError(msg)
-        holders[spec.role] = spec.name
 
 
 def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:

@@ -7,8 +7,8 @@ plot) under ``--out`` (``docs/benchmarks`` by default):
 - ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
 - ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
 - ``journal.json``: :mod:`benchmarks.journal` (the journal, objects stored once, the kill test);
-- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; a soak of
-  many steps, memory back where it was).
+- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; then a soak
+  of 300 more steps, ``--soak-steps 300`` as the README quotes it, memory back where it was).
 
 ``--smoke`` runs each in its smallest mode; ``--only step,dump`` runs some. A new benchmark is one
 line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
@@ -30,7 +30,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "step": ("benchmarks.step", "--workload", "medium", "--no-progress"),
     "moe": ("benchmarks.moe",),
     "dump": ("benchmarks.dump",),
-    "cluster": ("benchmarks.cluster", "--steps", "8"),
+    "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
     "journal": ("benchmarks.journal",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""

@@ -1,12 +1,12 @@
 """What every benchmark shares: the stamp, the JSON writer, Ray, clocks, progress, formats.
 
 A new benchmark plugs into ``make bench`` in three steps: a module ``benchmarks/<name>.py`` with
-``main(argv) -> int`` that takes ``--smoke`` and ``--out`` (it may start its own Ray with
-:func:`local_ray`); ``results["stamp"] = stamp(started)`` with ``started = start_stamp()`` taken
-first, then :func:`write_json` (which refuses a result without a stamp); and one line in
-:data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the commit (and whether the
-tree was dirty), the machine, the load average at the start and at the end, the library versions
-and the command line.
+``main(argv) -> int`` whose parser, from :func:`benchmark_parser`, takes ``--smoke`` and ``--out``
+(it may start its own Ray with :func:`local_ray`); ``results["stamp"] = stamp(started)`` with
+``started = start_stamp()`` taken first, then :func:`write_json` (which refuses a result without a
+stamp); and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the
+commit (and whether the tree was dirty), the machine, the load average at the start and at the
+end, the library versions and the command line.
 """
 
 from __future__ import annotations
@@ -37,13 +37,18 @@ __all__ = [
     "Laps",
     "MemoryGauge",
     "Progress",
+    "benchmark_parser",
+    "checkout_on_pythonpath",
     "dp_sizes_arg",
     "format_bytes",
     "format_seconds",
     "local_ray",
+    "object_sizes",
     "pyplot",
+    "save_figure",
     "stamp",
     "start_stamp",
+    "status_bytes",
     "summarize",
     "timed",
     "write_json",
@@ -133,6 +138,20 @@ def write_json(results: dict[str, Any], path: Path) -> Path:
 
 
 @contextmanager
+def checkout_on_pythonpath() -> Iterator[None]:
+    """``PYTHONPATH`` led by this checkout in the block: Ray workers started then import it."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), saved]))
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+@contextmanager
 def local_ray(object_store_bytes: int) -> Iterator[None]:
     """A local Ray (2 CPUs) whose workers import this checkout; shut down on exit."""
     import ray
@@ -140,9 +159,7 @@ def local_ray(object_store_bytes: int) -> Iterator[None]:
     if ray.is_initialized():
         msg = "Ray is already running in this process; each benchmark starts and stops its own"
         raise RuntimeError(msg)
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), saved]))
-    try:
+    with checkout_on_pythonpath():
         ray.init(
             address="local",
             num_cpus=2,
@@ -151,15 +168,31 @@ def local_ray(object_store_bytes: int) -> Iterator[None]:
             log_to_driver=False,
             logging_level=logging.ERROR,
         )
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
     try:
         yield
     finally:
         ray.shutdown()
+
+
+def object_sizes(refs: Any) -> list[int]:
+    """Bytes Ray stored for each distinct object of ``refs`` (a reference or a list of them)."""
+    import ray
+
+    listed = list({ref.hex(): ref for ref in (refs if isinstance(refs, list) else [refs])}.values())
+    locations = ray.experimental.get_object_locations(listed)
+    return [int(locations[ref].get("object_size") or 0) for ref in listed]
+
+
+def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.ArgumentParser:
+    """``benchmarks.<name>``'s parser: ``doc``, ``--smoke`` (it runs ``smoke``) and ``--out``."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m benchmarks.{name}",
+        description=doc,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    parser.add_argument("--out", type=Path, default=DOCS, help=f"where {name}.json goes")
+    return parser
 
 
 def dp_sizes_arg(text: str) -> tuple[int, ...]:
@@ -229,6 +262,14 @@ def pyplot() -> Any:
     return plt
 
 
+def save_figure(figure: Any, path: Path, title: str) -> None:
+    """Title ``figure``, lay it out, save it to ``path`` (120 dpi) and close it."""
+    figure.suptitle(title)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+    pyplot().close(figure)
+
+
 # --- clocks and memory -----------------------------------------------------------------------
 
 
@@ -256,19 +297,30 @@ def summarize(seconds: Iterable[float]) -> dict[str, Any]:
     return {"min": min(values), "median": statistics.median(values), "all": values}
 
 
-def timed(call: Callable[[], object], repeats: int) -> dict[str, Any]:
-    """:func:`summarize` of ``repeats`` runs of ``call`` (at least one), each after a collection."""
+def timed(
+    call: Callable[[], object],
+    repeats: int,
+    *,
+    clock: Callable[[], float] = time.perf_counter,
+    warm_up: int = 0,
+) -> dict[str, Any]:
+    """:func:`summarize` of ``repeats`` runs of ``call`` (at least one), each after a collection.
+
+    ``clock`` reads the time (``time.thread_time``: this thread's CPU); the first ``warm_up`` runs
+    are not kept. What a run returns is dropped after its clock stops.
+    """
     seconds = []
-    for _ in range(max(repeats, 1)):
+    for _ in range(warm_up + max(repeats, 1)):
         gc.collect()
-        start = time.perf_counter()
+        start = clock()
         result = call()
-        seconds.append(time.perf_counter() - start)
+        seconds.append(clock() - start)
         del result
-    return summarize(seconds)
+    return summarize(seconds[warm_up:])
 
 
-def _status_bytes(field: str) -> int | None:
+def status_bytes(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``RssShmem``...) in bytes; else None."""
     try:
         with open("/proc/self/status", encoding="ascii") as status:
             match = re.search(rf"^{field}:\s+(\d+) kB", status.read(), re.MULTILINE)
@@ -278,7 +330,7 @@ def _status_bytes(field: str) -> int | None:
 
 
 def _peak_rss() -> int:
-    peak = _status_bytes("VmHWM")
+    peak = status_bytes("VmHWM")
     if peak is not None:
         return peak
     scale = 1 if sys.platform == "darwin" else 1024
@@ -300,13 +352,13 @@ class MemoryGauge:
                 clear_refs.write("5")
         except OSError:
             pass
-        self._shared = _status_bytes("RssShmem") or 0
-        self._private = (_status_bytes("VmRSS") or 0) - self._shared
+        self._shared = status_bytes("RssShmem") or 0
+        self._private = (status_bytes("VmRSS") or 0) - self._shared
         self.figures: dict[str, int] = {}
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        peak, shared = _peak_rss(), _status_bytes("RssShmem") or 0
+        peak, shared = _peak_rss(), status_bytes("RssShmem") or 0
         self.figures = {
             "peak_rss_bytes": peak,
             "private_increase_bytes": max(peak - shared - self._private, 0),

@@ -16,7 +16,8 @@ Strided: rank ``r`` gets rows ``r, r + dp_size, ...``.
 Eager (driver): plan, build every rank's dict by list indexing (per-sample keys in partition
 order, batch-global keys whole, ``partition`` and the WHOLE batch's ``total_lengths``), and
 ``ray.put`` each. Delayed: the driver puts the whole dict once; every rank gets it, plans, builds
-ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample.
+ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample. (The
+driver's puts are the classic path's step boundary, :func:`benchmarks.step_paths.boundary`.)
 
 Nothing here imports arrow_split: the baseline stands on its own.
 """
@@ -24,7 +25,7 @@ Nothing here imports arrow_split: the baseline stands on its own.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ray
@@ -33,13 +34,12 @@ from benchmarks._common import Laps
 
 __all__ = [
     "GLOBAL_KEYS",
+    "ShardBuilder",
     "classic_partitions",
     "classic_shard",
     "classic_split",
     "delayed_rank_steps",
     "eager_rank_steps",
-    "put_delayed",
-    "put_eager",
 ]
 
 GLOBAL_KEYS = frozenset(
@@ -55,6 +55,9 @@ GLOBAL_KEYS = frozenset(
 """Keys shipped whole with every shard (one value for the whole batch)."""
 
 _DTYPES = {"tokens": "long", "loss_masks": "int", "rollout_log_probs": "float32"}
+
+ShardBuilder = Callable[[Mapping[str, Any], Sequence[int], list[int]], dict[str, Any]]
+"""Builds one rank's dict from the data, its partition and the whole batch's lengths."""
 
 _Set = list[Any]  # [sum, [(row, length), ...]], items in insertion order
 
@@ -119,24 +122,12 @@ def classic_shard(
 
 
 def classic_split(
-    data: Mapping[str, Any], dp_size: int, balance_data: bool
+    data: Mapping[str, Any], dp_size: int, balance_data: bool, shard: ShardBuilder = classic_shard
 ) -> list[dict[str, Any]]:
-    """Every rank's dict, in rank order."""
+    """Every rank's dict, in rank order; ``shard(data, partition, total_lengths)`` builds one."""
     total_lengths = [len(tokens) for tokens in data["tokens"]]
     plan = classic_partitions(total_lengths, dp_size, balance_data)
-    return [classic_shard(data, partition, total_lengths) for partition in plan]
-
-
-def put_eager(
-    data: Mapping[str, Any], dp_size: int, balance_data: bool
-) -> list[ray.ObjectRef[Any]]:
-    """Eager driver side: plan, split and ``ray.put`` one dict per rank."""
-    return [ray.put(shard) for shard in classic_split(data, dp_size, balance_data)]
-
-
-def put_delayed(data: Mapping[str, Any]) -> ray.ObjectRef[Any]:
-    """Delayed driver side: ``ray.put`` the whole dict once."""
-    return ray.put(dict(data))
+    return [shard(data, partition, total_lengths) for partition in plan]
 
 
 def _to_tensors(shard: Mapping[str, Any]) -> dict[str, Any]:

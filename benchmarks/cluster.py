@@ -48,7 +48,17 @@ import ray
 from arrow_split import RolloutBatch
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
-from benchmarks._common import DOCS, MIB, pyplot, stamp, start_stamp, write_json
+from benchmarks._common import (
+    MIB,
+    benchmark_parser,
+    object_sizes,
+    pyplot,
+    save_figure,
+    stamp,
+    start_stamp,
+    status_bytes,
+    write_json,
+)
 from benchmarks.simulated_cluster import (
     SimulatedCluster,
     cross_node_bytes,
@@ -64,15 +74,13 @@ MODES = ("eager", "local", "auto", "holder")
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring); ``dp_size`` added."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = benchmark_parser("cluster", __doc__, "1 node x 2 ranks, 2 MiB, 2+3 steps")
     parser.add_argument("--nodes", type=int, default=3, help="worker nodes (besides the head)")
     parser.add_argument("--ranks-per-node", type=int, default=4)
     parser.add_argument("--batch-mib", type=float, default=40.0, help="about this many MiB")
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
     parser.add_argument("--soak-steps", type=int, default=300, help="soak steps; 0: no soak")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--smoke", action="store_true", help="1 node x 2 ranks, 2 MiB, 2+3 steps")
-    parser.add_argument("--out", type=Path, default=DOCS, help="where cluster.json goes")
     args = parser.parse_args(argv)
     if args.smoke:
         args.nodes, args.ranks_per_node, args.batch_mib, args.steps, args.soak_steps = 1, 2, 2, 2, 3
@@ -213,11 +221,10 @@ def _memory(capacity: float) -> dict[str, float]:
     """The store's usage, the driver's RSS and its private and shared-memory parts (Linux)."""
     used = capacity - _store_free()
     memory = {"store_used": used, "driver_rss": float(psutil.Process().memory_info().rss)}
-    status = Path("/proc/self/status")
-    if status.exists():
-        fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
-        for name, key in (("RssAnon", "driver_rss_private"), ("RssShmem", "driver_rss_shmem")):
-            memory[key] = 1024.0 * int(fields[name].split()[0])
+    for name, key in (("RssAnon", "driver_rss_private"), ("RssShmem", "driver_rss_shmem")):
+        value = status_bytes(name)
+        if value is not None:
+            memory[key] = float(value)
     return memory
 
 
@@ -271,11 +278,6 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
     }
 
 
-def _object_bytes(batch: RolloutBatch) -> int:
-    ref = ray.put(batch)
-    return int(ray.experimental.get_object_locations([ref])[ref]["object_size"])
-
-
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """Start the cluster, run every mode, shut down; return the figures."""
     batch = _make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
@@ -283,7 +285,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     started = start_stamp()
     with _started_cluster(options.nodes, store_bytes) as simulated:
         ranks = _start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
-        batch_bytes = _object_bytes(batch)
+        batch_bytes = object_sizes(ray.put(batch))[0]
         results = {mode: _run_mode(ranks, batch, mode, options) for mode in MODES}
         soak = _soak(ranks, batch, options) if options.soak_steps else None
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
@@ -324,10 +326,7 @@ def plot_cluster(report: dict[str, Any], path: Path) -> None:
         axes[2].set_ylabel("MiB")
     for axis in axes:
         axis.legend(fontsize="small")
-    figure.suptitle(report["layout"])
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path, report["layout"])
 
 
 def main(argv: list[str] | None = None) -> int:

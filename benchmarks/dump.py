@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from arrow_split import RolloutBatch
-from benchmarks._common import DOCS, stamp, start_stamp, timed, write_json
+from benchmarks._common import benchmark_parser, stamp, start_stamp, timed, write_json
 
 __all__ = ["main", "make_train_data", "measure", "parse_args"]
 
@@ -97,11 +97,9 @@ def _print(result: dict[str, Any]) -> None:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.dump", description=__doc__)
+    parser = benchmark_parser("dump", __doc__, "16 samples, once")
     parser.add_argument("--samples", type=int, default=2048)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--smoke", action="store_true", help="16 samples, once")
-    parser.add_argument("--out", type=Path, default=DOCS, help="where dump.json goes")
     arguments = parser.parse_args(argv)
     if arguments.smoke:
         arguments.samples, arguments.repeats = 16, 1

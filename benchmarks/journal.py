@@ -36,8 +36,8 @@ from arrow_split.testing import (
     run_kill_test,
 )
 from benchmarks._common import (
-    DOCS,
     MIB,
+    benchmark_parser,
     local_ray,
     stamp,
     start_stamp,
@@ -133,14 +133,12 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.journal", description=__doc__)
+    parser = benchmark_parser("journal", __doc__, "tiny workload, once, 8 kills")
     parser.add_argument("--workload", default="medium", choices=sorted(WORKLOADS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kills", type=int, default=320)
     parser.add_argument("--prompts", type=int, default=16)
     parser.add_argument("--image-bytes", type=int, default=MIB)
-    parser.add_argument("--smoke", action="store_true", help="tiny workload, once, 8 kills")
-    parser.add_argument("--out", type=Path, default=DOCS, help="where journal.json goes")
     arguments = parser.parse_args(argv)
     if arguments.smoke:
         arguments.workload, arguments.repeats, arguments.kills = "tiny", 1, 8

@@ -21,7 +21,6 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,8 +30,18 @@ from arrow_split import KNOWN_COLUMNS, RolloutBatch
 from arrow_split.ray import split_train_data_by_dp
 from arrow_split.testing import WORKLOADS, make_train_data
 from benchmarks import baseline
-from benchmarks._common import DOCS, local_ray, stamp, start_stamp, summarize, timed, write_json
-from benchmarks.step_paths import StepRankActor, largest_ranks
+from benchmarks._common import (
+    benchmark_parser,
+    dp_sizes_arg,
+    local_ray,
+    object_sizes,
+    stamp,
+    start_stamp,
+    summarize,
+    timed,
+    write_json,
+)
+from benchmarks.step_paths import StepRankActor, boundary, largest_ranks
 
 __all__ = ["VARIANTS", "build", "main", "parse_args", "run"]
 
@@ -49,31 +58,14 @@ def build(variant: str, data: Mapping[str, Any]) -> Any:
 
 
 def _put(variant: str, payload: Any, mode: str, dp_size: int) -> Any:
-    if variant != "classic":
-        delay = mode == "delayed"
-        return split_train_data_by_dp(payload, dp_size, balance_data=True, delay=delay)
-    if mode == "eager":
-        return baseline.put_eager(payload, dp_size, True)
-    return baseline.put_delayed(payload)
+    """The driver's put: the classic path's step boundary, or arrow_split's split."""
+    if variant == "classic":
+        return boundary("classic", mode, payload, dp_size, True)[0]
+    return split_train_data_by_dp(payload, dp_size, balance_data=True, delay=mode == "delayed")
 
 
-def _stored_bytes(refs: Any) -> list[int]:
-    """Bytes Ray stored for each object of a put (one per rank or node group when eager)."""
-    listed = list(refs) if isinstance(refs, list) else [refs]
-    locations = ray.experimental.get_object_locations(listed)
-    return sorted(
-        {ref.hex(): int(locations[ref].get("object_size") or 0) for ref in listed}.values()
-    )
-
-
-def _rank_seconds(variant: str, payload: Any, mode: str, dp: int, repeats: int) -> dict[str, Any]:
-    """The rank with the most tokens, in a fresh actor: its step's seconds (first call untimed)."""
-    refs = _put(variant, payload, mode, dp)
-    if isinstance(payload, RolloutBatch):
-        lengths = np.asarray(payload.total_lengths, dtype=np.int64)
-    else:
-        lengths = np.array([len(tokens) for tokens in payload["tokens"]], dtype=np.int64)
-    rank = largest_ranks(baseline.classic_partitions(lengths.tolist(), dp, True), lengths, 1)[0]
+def _rank_seconds(variant: str, refs: Any, mode: str, dp: int, rank: int, repeats: int) -> Any:
+    """``rank`` (the most tokens) in a fresh actor: its step's seconds (first call untimed)."""
     actor = StepRankActor.remote()  # type: ignore[attr-defined]
     path = "classic" if variant == "classic" else "arrow"
     calls = [
@@ -89,14 +81,16 @@ def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace)
     if isinstance(payload, RolloutBatch):
         figures["experts_type"] = str(payload.column(EXPERTS).type)
         figures["experts_nbytes"] = payload.column(EXPERTS).nbytes
+    lengths = np.array([len(tokens) for tokens in data["tokens"]], dtype=np.int64)
     for dp in options.dp_sizes:
+        rank = largest_ranks(baseline.classic_partitions(lengths.tolist(), dp, True), lengths, 1)[0]
         for mode in ("delayed", "eager"):
             refs = _put(variant, payload, mode, dp)
-            stored = _stored_bytes(refs)
+            stored = sorted(object_sizes(refs))  # one per rank or node group when eager
+            ranked = _rank_seconds(variant, refs, mode, dp, rank, options.repeats)
             del refs
             put = timed(lambda mode=mode, dp=dp: _put(variant, payload, mode, dp), options.repeats)
-            rank = _rank_seconds(variant, payload, mode, dp, options.repeats)
-            figures[f"{mode}/{dp}"] = {"stored_bytes": stored, "put_seconds": put, "rank": rank}
+            figures[f"{mode}/{dp}"] = {"stored_bytes": stored, "put_seconds": put, "rank": ranked}
     return figures
 
 
@@ -124,7 +118,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
     store = max(2**30, 3 * workload["input_experts_bytes"] + 2**29)
     variants = {}
     with local_ray(store):
-        for variant in options.variants:
+        for variant in VARIANTS:
             print(f"measuring {variant}...", file=sys.stderr)
             variants[variant] = _variant(variant, data, options)
     results = {"workload": workload, "variants": variants, "object_store_bytes": store}
@@ -154,26 +148,19 @@ def summary(variants: Mapping[str, Any]) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The command line (see the module docstring)."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.moe", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser = benchmark_parser("moe", __doc__, "16 samples, 4 layers x top-2, dp 2")
     parser.add_argument("--samples", type=int, default=256)
     parser.add_argument("--layers", type=int, default=48)
     parser.add_argument("--top-k", type=int, default=8)
-    parser.add_argument("--dp-sizes", default="8", help="comma-separated, e.g. 8,64")
+    parser.add_argument("--dp-sizes", type=dp_sizes_arg, default=(8,), help="e.g. 8,64")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--smoke", action="store_true", help="16 samples, 4 layers x top-2, dp 2")
-    parser.add_argument("--out", type=Path, default=DOCS, help="where moe.json goes")
     options = parser.parse_args(argv)
     if options.smoke:
-        options.samples, options.layers, options.top_k, options.dp_sizes = 16, 4, 2, "2"
+        options.samples, options.layers, options.top_k, options.dp_sizes = 16, 4, 2, (2,)
         options.repeats = 1
-    options.dp_sizes = tuple(int(item) for item in options.dp_sizes.split(","))
-    options.variants = tuple(item for item in options.variants.split(",") if item)
-    unknown = sorted(set(options.variants) - set(VARIANTS))
-    if unknown or options.repeats < 1 or min(options.dp_sizes) < 1:
-        parser.error(f"bad --variants {unknown}, --repeats or --dp-sizes")
+    if options.repeats < 1 or not options.dp_sizes:
+        parser.error("--repeats must be >= 1 and --dp-sizes name one at least")
     return options
 
 

@@ -12,7 +12,6 @@ to place a set of objects.
 from __future__ import annotations
 
 import dataclasses
-import os
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import Any
 
 import ray
 from ray.cluster_utils import Cluster
+
+from benchmarks._common import MIB, checkout_on_pythonpath
 
 __all__ = [
     "FAST_FAILURE_CONFIG",
@@ -30,9 +31,6 @@ __all__ = [
     "start_cluster",
     "stop_cluster",
 ]
-
-REPO_ROOT = str(Path(__file__).resolve().parent.parent)
-MIB = 1024 * 1024
 
 FAST_FAILURE_CONFIG: dict[str, Any] = {
     "health_check_initial_delay_ms": 0,
@@ -80,11 +78,9 @@ def start_cluster(
 
     The raylets' workers import this checkout (``PYTHONPATH`` is set while they start).
     """
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [REPO_ROOT, saved]))
     spill_dir = spill_root / "node_0"
     spill_dir.mkdir(parents=True, exist_ok=True)
-    try:
+    with checkout_on_pythonpath():
         cluster = Cluster(
             initialize_head=True,
             head_node_args={
@@ -100,11 +96,6 @@ def start_cluster(
         simulated = SimulatedCluster(cluster, [cluster.head_node], [_node_id_of(0)], [spill_dir])
         for _ in range(num_nodes - 1):
             simulated.add_node(object_store_bytes=object_store_bytes, spill_root=spill_root)
-    finally:
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
     return simulated
 
 

@@ -23,7 +23,6 @@ of a rank's bytes in a rank's process, both planners and both gathers. Writes ``
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 from pathlib import Path
@@ -32,8 +31,9 @@ from typing import Any
 from arrow_split.testing import WORKLOADS
 from benchmarks import step_report
 from benchmarks._common import (
-    DOCS,
+    MIB,
     Progress,
+    benchmark_parser,
     dp_sizes_arg,
     local_ray,
     stamp,
@@ -52,15 +52,13 @@ from benchmarks.step_run import (
 
 __all__ = ["main", "parse_args", "run", "write_outputs"]
 
-_MIB = 2**20
 _SMOKE = {"workload": "tiny", "eager_dp_sizes": (2,), "delayed_dp_sizes": (2,), "small_samples": 0}
 _SMOKE.update(small_dp_size=2, repeats=1, ranks=1)
 
 
 def parse_args(argv: list[str] | None = None) -> StepOptions:
     """Parse the command line into :class:`benchmarks.step_run.StepOptions`."""
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.step", description=__doc__)
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser = benchmark_parser("step", __doc__, "the tiny workload at dp 2, once: for the tests")
     add = parser.add_argument
     add("--workload", choices=list(WORKLOADS), default="medium")
     add("--eager-dp-sizes", type=dp_sizes_arg, default=(8, 64, 256), help="default 8,64,256")
@@ -69,9 +67,6 @@ def parse_args(argv: list[str] | None = None) -> StepOptions:
     add("--small-dp-size", type=int, default=64)
     add("--repeats", type=int, default=3, help="warm steps per configuration, after the cold one")
     add("--ranks", type=int, default=2, help="ranks measured per configuration (most tokens)")
-    add("--quick", action="store_true", help="1 warm step, 1 rank, eager dp 64 only")
-    add("--smoke", action="store_true", help="the tiny workload at dp 2, once: for the tests")
-    add("--out", type=Path, default=DOCS)
     add("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.ranks < 1 or args.small_samples < 0 or args.small_dp_size < 1:
@@ -81,8 +76,6 @@ def parse_args(argv: list[str] | None = None) -> StepOptions:
     names = {field.name for field in dataclasses.fields(StepOptions)} & set(vars(args))
     options = StepOptions(**{name: getattr(args, name) for name in names})
     options = dataclasses.replace(options, progress=not args.no_progress)
-    if args.quick:
-        options = dataclasses.replace(options, repeats=1, ranks=1, eager_dp_sizes=(64,))
     if args.smoke:
         options = dataclasses.replace(options, **_SMOKE)  # type: ignore[arg-type]
     return options
@@ -92,7 +85,7 @@ def _store_bytes(groups: Groups) -> int:
     """Room for one configuration's objects: the pickled lists of a step, three times over."""
     shape = groups.describe()
     pickled = 5 * shape["num_tokens"] + 11 * shape["response_tokens"]
-    return max(768 * _MIB, 3 * pickled + 256 * _MIB)
+    return max(768 * MIB, 3 * pickled + 256 * MIB)
 
 
 def _generate(options: StepOptions) -> tuple[Groups, Groups | None, Groups]:

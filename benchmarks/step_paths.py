@@ -56,17 +56,11 @@ StepPath = Literal["classic", "numpy", "arrow", "builder"]
 
 PATHS: tuple[StepPath, ...] = ("classic", "numpy", "arrow", "builder")
 
-_PER_SAMPLE_KINDS = frozenset(
-    {"per_token", "per_sample_tensor", "per_sample_scalar", "per_sample_object"}
-)
-
 
 def is_per_sample(key: str) -> bool:
     """Whether a group's ``key`` holds one value per sample of the group (appended, not set)."""
     spec = KNOWN_COLUMNS.get(key)
-    if spec is None:
-        return False
-    return spec.kind in _PER_SAMPLE_KINDS or spec.global_shape == "float_per_sample"
+    return spec is not None and (spec.is_per_sample or spec.global_shape == "float_per_sample")
 
 
 # --- the rollout loop ------------------------------------------------------------------------
@@ -135,16 +129,6 @@ def _numpy_shard(
     return shard
 
 
-def _numpy_split(data: Mapping[str, Any], dp_size: int, balance: bool) -> list[dict[str, Any]]:
-    total_lengths = [len(tokens) for tokens in data["tokens"]]
-    plan = baseline.classic_partitions(total_lengths, dp_size, balance)
-    return [_numpy_shard(data, partition, total_lengths) for partition in plan]
-
-
-def _put_all(shards: Sequence[Any]) -> list[Any]:
-    return [ray.put(shard) for shard in shards]
-
-
 def boundary(
     path: StepPath, mode: str, state: Any, dp_size: int, balance: bool
 ) -> tuple[Any, Laps]:
@@ -165,10 +149,10 @@ def boundary(
         if delay:
             refs: Any = ray.put(dict(data))
         else:
-            split = baseline.classic_split if path == "classic" else _numpy_split
-            shards = split(data, dp_size, balance)
+            shard = baseline.classic_shard if path == "classic" else _numpy_shard
+            shards = baseline.classic_split(data, dp_size, balance, shard)
             laps.lap("split")
-            refs = _put_all(shards)
+            refs = [ray.put(shard) for shard in shards]
         laps.lap("put")
         return refs, laps
     if path == "builder":
@@ -321,9 +305,7 @@ def shard_differences(classic: Mapping[str, Any], other: Mapping[str, Any]) -> l
 
 
 def rollout_dict(shard: Any) -> dict[str, Any]:
-    """A shard in the classic rollout layout, through the public API of either Shard version."""
-    if hasattr(shard, "to_rollout_dict"):
-        return dict(shard.to_rollout_dict())
+    """A shard in the classic rollout layout (``to_train_data(layout="rollout")``), as a dict."""
     return dict(shard.to_train_data(layout="rollout"))
 
 
@@ -348,7 +330,7 @@ def check_agreement(
         msg = "RolloutBatchBuilder.finish() differs from RolloutBatch.from_train_data"
         raise AssertionError(msg)
     classic = baseline.classic_split(lists, dp_size, balance)
-    numpy_shards = _numpy_split(_numpy_dict(arrays), dp_size, balance)
+    numpy_shards = baseline.classic_split(_numpy_dict(arrays), dp_size, balance, _numpy_shard)
     for rank in ranks:
         arrow = shard_for_rank(batch, rank, dp_size, balance_data=balance)
         for where, shard in (("numpy", numpy_shards[rank]), ("arrow", rollout_dict(arrow))):

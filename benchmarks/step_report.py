@@ -11,10 +11,11 @@ warm median.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import format_bytes, format_seconds, pyplot
+from benchmarks._common import format_bytes, format_seconds, pyplot, save_figure
 from benchmarks.step_paths import PATHS
 
 __all__ = ["markdown", "plot", "summarize_config", "summarize_results", "targets"]
@@ -84,10 +85,6 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _key(record: dict[str, Any]) -> str:
-    return f"{record['mode']}/{record['dp_size']}/{record['path']}"
-
-
 def summarize_results(results: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
     """``summary[workload]["delayed/64/builder"]``: every configuration's summary."""
     return {
@@ -112,15 +109,6 @@ def _ratio_of(results: dict[str, Any], workload: str, config: str, over: str) ->
     if top is None or bottom is None:
         return None
     return _divide(top["boundary_seconds"], bottom["boundary_seconds"])
-
-
-_BOUNDARY_TARGETS = (  # (configuration, the path over the builder's, goal)
-    ("eager/64", "classic", 20),
-    ("eager/256", "classic", 20),
-    ("eager/64", "numpy", 3),
-    ("eager/256", "numpy", 3),
-    ("delayed/64", "classic", 20),
-)
 
 
 def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
@@ -189,50 +177,57 @@ def _header(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def _table(title: str, header: str, align: str, rows: Iterable[str], intro: str = "") -> list[str]:
+    """``### title``, ``intro`` (a paragraph, if any), then a table of ``header`` and ``rows``.
+
+    A header or row is its cells with `` | `` between them; ``align`` has a letter per column:
+    ``l`` left-aligned, ``r`` right-aligned (figures).
+    """
+    rule = "|".join({"l": "---", "r": "---:"}[letter] for letter in align)
+    lines = [f"### {title}", "", *([intro, ""] if intro else []), f"| {header} |", f"|{rule}|"]
+    return [*lines, *(f"| {row} |" for row in rows), ""]
+
+
 def _references_table(results: dict[str, Any]) -> list[str]:
     refs = results["references"]
     summary = results["summary"][refs["workload"]]
     dp = refs["memcpy_rank"]["dp_size"]
     builder = summary.get(f"delayed/{dp}/builder") or summary[f"eager/{dp}/builder"]
-    put = builder["boundary_steps"].get("put")
-    plan, take = refs["planner"], refs["take"]
+    plan, take, memcpy = refs["planner"], refs["take"], refs["memcpy_rank"]
 
-    def row(what: str, classic: float | None, arrow: float | None, note: str = "") -> str:
+    def row(what: str, classic: float | None, arrow: float | None) -> str:
         ratio = _ratio(_divide(classic, arrow))
-        return f"| {what} | {format_seconds(classic)} | {format_seconds(arrow)} | {ratio} {note}|"
+        return f"{what} | {format_seconds(classic)} | {format_seconds(arrow)} | {ratio}"
 
-    median = "median"
-    return [
-        f"### References, measured in the same run (`{refs['workload']}`)",
-        "",
-        "| figure | reference | arrow_split | reference / arrow_split |",
-        "|---|---:|---:|---:|",
+    rows = [
         row(
             f"{builder['mode']} put ({format_bytes(refs['batch_bytes'])}) vs one `ray.put` of "
             "a buffer that size",
-            refs["one_buffer_put"]["seconds"][median],
-            put,
+            refs["one_buffer_put"]["seconds"]["median"],
+            builder["boundary_steps"].get("put"),
         ),
         row(
-            f"{builder['mode']} rank, dp {dp}, vs a memcpy of its "
-            f"{format_bytes(refs['memcpy_rank']['bytes'])}",
-            refs["memcpy_rank"]["seconds"][median],
+            f"{builder['mode']} rank, dp {dp}, vs a memcpy of its {format_bytes(memcpy['bytes'])}",
+            memcpy["seconds"]["median"],
             builder["slowest_rank_seconds"],
         ),
         row(
             f"planner, {plan['samples']:,} samples, dp {plan['dp_size']}: classic KK vs "
             "`plan_partitions`",
-            plan["classic_seconds"][median],
-            plan["arrow_seconds"][median],
+            plan["classic_seconds"]["median"],
+            plan["arrow_seconds"]["median"],
         ),
         row(
             f"gather of one rank's {take['rows']} rows (dp {take['dp_size']}): list indexing vs "
             "`take_rows`",
-            take["classic_seconds"][median],
-            take["arrow_seconds"][median],
+            take["classic_seconds"]["median"],
+            take["arrow_seconds"]["median"],
         ),
-        "",
     ]
+    header = "figure | reference | arrow_split | reference / arrow_split"
+    return _table(
+        f"References, measured in the same run (`{refs['workload']}`)", header, "lrrr", rows
+    )
 
 
 def _parts(seconds: dict[str, float]) -> str:
@@ -242,51 +237,49 @@ def _parts(seconds: dict[str, float]) -> str:
 def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
     shape = results["workloads"][name]["workload"]
     summary = results["summary"][name]
-    lines = [
-        f"### `{name}`: {shape['num_samples']:,} samples, {shape['num_tokens']:,} tokens, "
-        f"{shape['groups']} groups of {shape['group_size']}",
-        "",
-        "| mode | dp | path | appends CPU | boundary (its parts) | slowest rank (min; rank) "
-        "| critical path "
-        "| classic / this: boundary, critical path |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
-    ]
+    rows = []
     for key, entry in summary.items():
         mode, dp, _ = key.split("/")
         classic = summary[f"{mode}/{dp}/classic"]
-        lines.append(
-            f"| {mode} | {dp} | {_LABELS[entry['path']]} "
+        rows.append(
+            f"{mode} | {dp} | {_LABELS[entry['path']]} "
             f"| {format_seconds(entry['appends_cpu_seconds'])} "
             f"| {format_seconds(entry['boundary_seconds'])} ({_parts(entry['boundary_steps'])}) "
             f"| {format_seconds(entry['slowest_rank_seconds'])} "
             f"({format_seconds(entry['slowest_rank_min_seconds'])}; {entry['slowest_rank']}) "
             f"| {format_seconds(entry['critical_path_seconds'])} "
             f"| {_ratio(_divide(classic['boundary_seconds'], entry['boundary_seconds']))}, "
-            f"{_ratio(_divide(classic['critical_path_seconds'], entry['critical_path_seconds']))} |"
+            f"{_ratio(_divide(classic['critical_path_seconds'], entry['critical_path_seconds']))}"
         )
-    return [*lines, ""]
+    title = (
+        f"`{name}`: {shape['num_samples']:,} samples, {shape['num_tokens']:,} tokens, "
+        f"{shape['groups']} groups of {shape['group_size']}"
+    )
+    header = (
+        "mode | dp | path | appends CPU | boundary (its parts) | slowest rank (min; rank) "
+        "| critical path | classic / this: boundary, critical path"
+    )
+    return _table(title, header, "lrlrrrrr", rows)
 
 
 def _rank_table(results: dict[str, Any]) -> list[str]:
     """The slowest rank's peak memory and its cold start (a fresh actor's first call)."""
     name = results["main_workload"]
-    lines = [
-        f"### The slowest rank (`{name}`): peak memory (warm steps) and cold start",
-        "",
-        "| mode | dp | path | private increase | store pages touched | first call | warm "
-        "| first / warm |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+    rows = [
+        f"{entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
+        f"| {format_bytes(memory['private_increase_bytes'])} "
+        f"| {format_bytes(memory['shared_touched_bytes'])} "
+        f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
+        f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))}"
+        for entry in results["summary"][name].values()
+        for memory, cold in [(entry["slowest_rank_memory"], entry["cold_start"])]
     ]
-    for entry in results["summary"][name].values():
-        memory, cold = entry["slowest_rank_memory"], entry["cold_start"]
-        lines.append(
-            f"| {entry['mode']} | {entry['dp_size']} | {_LABELS[entry['path']]} "
-            f"| {format_bytes(memory['private_increase_bytes'])} "
-            f"| {format_bytes(memory['shared_touched_bytes'])} "
-            f"| {format_seconds(cold['first_seconds'])} | {format_seconds(cold['warm_seconds'])} "
-            f"| {_ratio(_divide(cold['first_seconds'], cold['warm_seconds']))} |"
-        )
-    return [*lines, ""]
+    header = (
+        "mode | dp | path | private increase | store pages touched | first call | warm "
+        "| first / warm"
+    )
+    title = f"The slowest rank (`{name}`): peak memory (warm steps) and cold start"
+    return _table(title, header, "lrlrrrrr", rows)
 
 
 def _per_object_table(results: dict[str, Any]) -> list[str]:
@@ -295,44 +288,33 @@ def _per_object_table(results: dict[str, Any]) -> list[str]:
         return []
     dp, name = costs["dp_size"], costs["workload"]
     summary = results["summary"][name]
-    lines = [
-        f"### Per-object cost of an eager put (`{name}`, dp {dp})",
-        "",
-        "| what | per object |",
-        "|---|---:|",
-        "| Ray: `ray.put` of a tiny object | "
-        f"{format_seconds(costs['tiny_put_seconds']['median'])} |",
-        "| Ray: `ray.put` of an arrow_split shard (split beforehand) | "
-        f"{format_seconds(costs['arrow_shard_put_seconds']['median'])} |",
+    rows = [
+        f"Ray: `ray.put` of a tiny object | {format_seconds(costs['tiny_put_seconds']['median'])}",
+        "Ray: `ray.put` of an arrow_split shard (split beforehand) | "
+        f"{format_seconds(costs['arrow_shard_put_seconds']['median'])}",
+        *(
+            f"{_LABELS[path]}: whole eager boundary / dp | "
+            f"{format_seconds(summary[f'eager/{dp}/{path}']['boundary_seconds'] / dp)}"
+            for path in PATHS
+            if f"eager/{dp}/{path}" in summary
+        ),
     ]
-    for path in PATHS:
-        entry = summary.get(f"eager/{dp}/{path}")
-        if entry is not None:
-            lines.append(
-                f"| {_LABELS[path]}: whole eager boundary / dp | "
-                f"{format_seconds(entry['boundary_seconds'] / dp)} |"
-            )
-    return [*lines, ""]
+    title = f"Per-object cost of an eager put (`{name}`, dp {dp})"
+    return _table(title, "what | per object", "lr", rows)
 
 
 def _targets_table(results: dict[str, Any]) -> list[str]:
     pickled = results["pickle"]
-    lines = [
-        "### Targets",
-        "",
+    intro = (
         f"Pickle of the classic dict (protocol 5, CPU): "
-        f"{format_seconds(pickled['cpu_seconds']['median'])} for {format_bytes(pickled['bytes'])}.",
-        "",
-        "| target | where | measured | goal | |",
-        "|---|---|---:|---:|---|",
+        f"{format_seconds(pickled['cpu_seconds']['median'])} for {format_bytes(pickled['bytes'])}."
+    )
+    marks = {True: "reached", False: "NOT reached", None: "not measured"}
+    rows = [
+        f"{t['target']} | {t['where']} | {_ratio(t['value'])} | {t['goal']} | {marks[t['reached']]}"
+        for t in results["targets"]
     ]
-    for entry in results["targets"]:
-        mark = {True: "reached", False: "NOT reached", None: "not measured"}[entry["reached"]]
-        lines.append(
-            f"| {entry['target']} | {entry['where']} | {_ratio(entry['value'])} "
-            f"| {entry['goal']} | {mark} |"
-        )
-    return [*lines, ""]
+    return _table("Targets", "target | where | measured | goal |", "llrrl", rows, intro)
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -365,7 +347,4 @@ def plot(results: dict[str, Any], path: Path) -> None:
         axis.tick_params(axis="x", labelsize=7)
     axes[0][0].set_ylabel("critical path, s (median)")
     axes[0][-1].legend(fontsize="small")
-    figure.suptitle(f"{results['main_workload']}: critical path of one step")
-    figure.tight_layout()
-    figure.savefig(path, dpi=120)
-    plt.close(figure)
+    save_figure(figure, path, f"{results['main_workload']}: critical path of one step")

@@ -29,7 +29,7 @@ import ray
 from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
 from arrow_split.testing import WORKLOADS, RolloutConfig, iter_sample_groups, make_lengths
 from benchmarks import baseline
-from benchmarks._common import Progress, summarize, timed
+from benchmarks._common import Progress, object_sizes, summarize, timed
 from benchmarks.step_paths import (
     PATHS,
     StepPath,
@@ -107,12 +107,6 @@ class Groups:
         }
 
 
-def _store_bytes(refs: Any) -> int:
-    listed = refs if isinstance(refs, list) else [refs]
-    locations = ray.experimental.get_object_locations(listed)
-    return sum(int(entry.get("object_size") or 0) for entry in locations.values())
-
-
 def _one_step(
     path: StepPath, mode: str, dp: int, groups: Groups, actor: Any, ranks: list[int], bal: bool
 ) -> dict[str, Any]:
@@ -122,7 +116,7 @@ def _one_step(
     del state
     step: dict[str, Any] = {"rollout": loop, "boundary_seconds": laps.total}
     step["boundary_steps"] = laps.seconds
-    step["store_bytes"] = _store_bytes(refs)
+    step["store_bytes"] = sum(object_sizes(refs))
     step["ranks"] = {
         str(rank): ray.get(actor.run.remote(path, mode, [refs], rank, dp, bal)) for rank in ranks
     }
@@ -143,10 +137,6 @@ def _measure_config(
     return {"path": path, "mode": mode, "dp_size": dp, "ranks": ranks, "steps": steps}
 
 
-def _configs(eager: Sequence[int], delayed: Sequence[int]) -> list[tuple[str, int]]:
-    return [*(("eager", dp) for dp in eager), *(("delayed", dp) for dp in delayed)]
-
-
 def measure_workload(
     groups: Groups,
     eager_dp_sizes: Sequence[int],
@@ -156,7 +146,10 @@ def measure_workload(
 ) -> dict[str, Any]:
     """Every configuration of one workload, after the agreement check of its shards."""
     lengths = groups.total_lengths
-    configs = _configs(eager_dp_sizes, delayed_dp_sizes)
+    configs = [
+        *(("eager", dp) for dp in eager_dp_sizes),
+        *(("delayed", dp) for dp in delayed_dp_sizes),
+    ]
     progress.expect(1 + len(configs) * len(PATHS))
     measured: dict[int, list[int]] = {}
     for _, dp in configs:
@@ -178,27 +171,20 @@ def measure_workload(
 def pickle_cost(groups: Groups, repeats: int) -> dict[str, Any]:
     """``pickle.dumps`` (protocol 5) of the classic dict of the same values: CPU seconds."""
     data, _ = rollout("classic", groups.lists)
-    seconds, size = [], 0
-    for _ in range(max(repeats, 1)):
-        gc.collect()
-        start = time.thread_time()
-        size = len(pickle.dumps(data, protocol=5))
-        seconds.append(time.thread_time() - start)
-    return {"cpu_seconds": summarize(seconds), "bytes": size}
+    sizes: list[int] = []
+
+    def pickled() -> None:
+        sizes.append(len(pickle.dumps(data, protocol=5)))
+
+    return {"cpu_seconds": timed(pickled, repeats, clock=time.thread_time), "bytes": sizes[-1]}
 
 
 def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
     """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
 
     def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
-        seconds = []
-        for _ in range(max(repeats, 1) + 1):
-            gc.collect()
-            start = time.perf_counter()
-            refs = [ray.put(value) for value in objects]
-            seconds.append((time.perf_counter() - start) / len(objects))
-            del refs
-        return summarize(seconds[1:])
+        puts = timed(lambda: [ray.put(value) for value in objects], repeats, warm_up=1)
+        return summarize(seconds / len(objects) for seconds in puts["all"])
 
     data, _ = rollout("classic", groups.lists)
     batch = RolloutBatch.from_train_data(data)

@@ -1080,14 +1080,15 @@ BUILTIN_RAISES = {
     ("ray/_locality.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_options.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
 }
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.
 ALLOWED_ASSERTS = {
-    ("ray/_handoff.py", "key is not None"): "the known columns declare a witness column",
-    ("ray/_handoff.py", "source is not None"): "the known columns declare a length source",
+    ("ray/_witness.py", "key is not None"): "the known columns declare a witness column",
+    ("ray/_witness.py", "source is not None"): "the known columns declare a length source",
     ("compat/miles.py", "train_parallel_config is not None"): "`_dp_size_of` refused None",
 }
 

@@ -13,9 +13,12 @@ from hypothesis import strategies as st
 
 from arrow_split import (
     PlanError,
+    PlanKey,
     RolloutBatch,
     SchemaTypeError,
+    pad_to_dp,
     partition_for_rank,
+    plan_fingerprint,
     shard_for_rank,
     split,
     split_train_data_by_dp_raw,
@@ -113,6 +116,50 @@ def test_one_rank_alone_equals_that_rank_of_the_full_split(
     assert alone.equals(split_train_data_by_dp_raw(batch, dp_size, balance_data=balance_data)[rank])
     from_dict = shard_for_rank(data, rank, dp_size, balance_data=balance_data)
     assert from_dict.equals(alone)
+
+
+def _check_the_classic_planner(
+    data: dict[str, Any], rank: int, dp_size: int, balance_data: bool, pad: bool
+) -> None:
+    """One rank's shard holds the rows and fingerprint the classic wrappers give its batch."""
+    shard = shard_for_rank(data, rank, dp_size, balance_data=balance_data, pad_to_dp=pad)
+    batch = RolloutBatch.from_train_data(data)
+    whole = pad_to_dp(batch, dp_size) if pad else batch
+    lengths, order_by = whole.total_lengths, whole.role_values("adapter_slot")
+    assert (order_by is not None) == ("adapter_slots" in data)
+    rows = partition_for_rank(lengths, rank, dp_size, balance_data=balance_data, order_by=order_by)
+    fingerprint = plan_fingerprint(lengths, dp_size, balance_data=balance_data, order_by=order_by)
+    method = "balanced" if balance_data else "strided"
+    assert shard.partition.tolist() == rows.tolist()
+    assert shard.plan_key == PlanKey(method, dp_size, fingerprint)
+    assert shard.dp_rank == rank
+    assert shard.rows.equals(take_rows(whole, rows).rows)
+    assert np.array_equal(shard.batch_total_lengths, lengths)
+
+
+@given(split_cases(), st.data(), st.booleans(), st.booleans())
+def test_one_rank_alone_holds_the_classic_planners_rows_and_fingerprint(
+    case: tuple[dict[str, Any], int, bool], draw: st.DataObject, slotted: bool, pad: bool
+) -> None:
+    data, dp_size, balance_data = case
+    if slotted:
+        count = len(data["tokens"])
+        slots = draw.draw(st.lists(st.integers(0, 3), min_size=count, max_size=count))
+        data = {**data, "adapter_slots": slots}
+    rank = draw.draw(st.integers(0, dp_size - 1))
+    _check_the_classic_planner(data, rank, dp_size, balance_data, pad)
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+@pytest.mark.parametrize("rank", [0, 1, 2])
+def test_one_padded_rank_with_adapter_slots_holds_the_classic_planners_rows(
+    balance_data: bool, rank: int
+) -> None:
+    data = {
+        "tokens": [[1] * n for n in (5, 1, 4, 2, 7, 3, 6)],
+        "adapter_slots": [2, 0, 1, 0, 2, 1, 0],
+    }
+    _check_the_classic_planner(data, rank, 3, balance_data, pad=True)
 
 
 @given(split_cases())

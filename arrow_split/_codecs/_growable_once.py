@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._growable import Growable, _BinaryGrowable, _Buffer
+from arrow_split._codecs._growable_base import BinaryGrowable, Buffer, Growable
 from arrow_split._codecs._shared import canonical_codes, codes_and_validity
 
 __all__ = ["OnceGrowable"]
@@ -30,9 +30,9 @@ class OnceGrowable(Growable):
 
     def __init__(self, value_type: pa.DataType) -> None:
         self._type = value_type
-        self._codes = _Buffer(np.dtype(np.int32))
-        self._valid = _Buffer(np.dtype(np.bool_))
-        self._values = _BinaryGrowable(value_type.value_type)
+        self._codes = Buffer(np.dtype(np.int32))
+        self._valid = Buffer(np.dtype(np.bool_))
+        self._values = BinaryGrowable(value_type.value_type)
         self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
         self._nulls = 0
 

@@ -63,7 +63,6 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 try:
     import ray
-    from ray import exceptions as ray_exceptions
 except ImportError:
     msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
     raise ImportError(msg) from None
@@ -71,30 +70,22 @@ except ImportError:
 import numpy as np
 
 from arrow_split import (
-    KNOWN_COLUMNS,
-    NotARolloutBatchError,
     PlanError,
-    RaggedLengthError,
     RolloutBatch,
     Shard,
-    TransportError,
     shard_for_rank,
 )
 from arrow_split import pad_to_dp as pad_batch
 from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
 from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
+from arrow_split.ray._fetched import detached, fetch, whole_batch
 from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
-from arrow_split.schema import role_column
+from arrow_split.ray._witness import with_witness_ids
 
 if TYPE_CHECKING:
     from ray import ObjectRef
 
 __all__ = ["process_rollout_data", "split_train_data_by_dp"]
-
-# Every way Ray 2.60 reports that an object is gone (OwnerDiedError, ObjectFetchTimedOutError,
-# ReferenceCountingAssertionError, ObjectFreedError, ObjectReconstructionFailedError...) derives
-# from ObjectLostError.
-_ObjectLostError = ray_exceptions.ObjectLostError
 
 
 @overload
@@ -309,7 +300,7 @@ def process_rollout_data(
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
         whole = len(shard.batch_total_lengths)
-        rows = _with_witness_ids(shard.rows, witness_ids, shard.partition, who, whole)
+        rows = with_witness_ids(shard.rows, witness_ids, shard.partition, who, whole)
         shard = shard.with_rows(rows)
     return shard
 
@@ -331,9 +322,9 @@ def _eager_shard(
         )
         raise PlanError(msg)
     what = f"`refs[{dp_rank}]`"
-    value = _fetch(refs[dp_rank], who, what, on_fetch)
+    value = fetch(refs[dp_rank], who, what, on_fetch)
     if isinstance(value, RolloutBatch):  # one group: the rank takes its rows into its own shard
-        value = _detached(value)
+        value = detached(value)
     method = None if balance_data is None else method_of(balance_data)
     return rank_slice(value, dp_rank, dp_size, method, who, what)
 
@@ -356,103 +347,14 @@ def _delayed_shard(
         if node_id is not None:
             shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
-                rows = _detached(shard.rows)
+                rows = detached(shard.rows)
                 if witness_ids is not None:
                     whole = len(shard.batch_total_lengths)
-                    rows = _with_witness_ids(rows, witness_ids, shard.partition, who, whole)
+                    rows = with_witness_ids(rows, witness_ids, shard.partition, who, whole)
                 return shard if rows is shard.rows else shard.with_rows(rows)
-    value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
-    batch = _detached(_whole_batch(value, who))
+    value = fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    batch = detached(whole_batch(value, who))
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
     if witness_ids is not None:
-        batch = _with_witness_ids(batch, witness_ids, None, who)
+        batch = with_witness_ids(batch, witness_ids, None, who)
     return shard_for_rank(batch, **request)
-
-
-def _whole_batch(value: object, who: str) -> RolloutBatch:
-    """The whole batch a delayed reference holds; refuse an eager object or anything else."""
-    if isinstance(value, NodeRows):
-        msg = (
-            f"{who}: got {len(value.partition)} rows of "
-            f"{len(value.batch_total_lengths)} samples put for ranks where the whole batch was "
-            "expected; pass the whole eager list (not one of its references), or the reference "
-            "`split_train_data_by_dp(..., delay=True)` returned"
-        )
-        raise PlanError(msg)
-    if not isinstance(value, RolloutBatch):
-        msg = (
-            f"{who}: the delayed reference holds a {type(value).__name__}, not a RolloutBatch; "
-            "put batches with `arrow_split.ray.split_train_data_by_dp`"
-        )
-        raise NotARolloutBatchError(msg)
-    return value
-
-
-def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
-    """The value a reference holds (read-only views of the store), or the value itself."""
-    if not isinstance(ref_or_value, ray.ObjectRef):
-        return ref_or_value
-    try:
-        value = ray.get(ref_or_value)
-    except _ObjectLostError as exc:
-        msg = (
-            f"{who}: the object store lost {what} ({type(exc).__name__}); the "
-            "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
-            "in an actor that may die) and keep its references until every rank has "
-            "processed the step"
-        )
-        raise TransportError(msg) from exc
-    if on_fetch is not None:
-        on_fetch(ref_or_value)
-    return value
-
-
-def _detached(batch: RolloutBatch) -> RolloutBatch:
-    """Copy numpy batch-global values, which Ray hands over as views of the store."""
-    if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
-        return batch
-    batch_globals = {key: _owned(value) for key, value in batch.batch_globals.items()}
-    return RolloutBatch(batch.record_batch, batch.specs, batch_globals, plan=batch.plan)
-
-
-def _owned(value: object) -> object:
-    if not isinstance(value, np.ndarray):
-        return value
-    array = np.array(value, copy=True)
-    array.flags.writeable = False
-    return array
-
-
-def _with_witness_ids(
-    batch: RolloutBatch,
-    witness_ids: Sequence[int] | np.ndarray,
-    partition: np.ndarray | None,
-    who: str,
-    num_samples: int | None = None,
-) -> RolloutBatch:
-    """``batch`` with its witness ids, after checking their count against the whole batch.
-
-    ``batch`` is the whole batch (``partition`` None), or a shard's rows: ``partition`` maps
-    them to the whole batch of ``num_samples`` samples, which ``witness_ids`` must cover.
-    """
-    key = role_column(KNOWN_COLUMNS, "witness")
-    assert key is not None  # the known columns declare a witness column
-    whole = batch.num_samples if num_samples is None else num_samples
-    listed = isinstance(witness_ids, (list, tuple)) or np.ndim(witness_ids) == 1  # not a 0-d array
-    count = (
-        len(witness_ids) if listed and isinstance(witness_ids, (list, tuple, np.ndarray)) else None
-    )
-    if count != whole:
-        got = "not a list" if count is None else f"{count} values"
-        msg = (
-            f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
-            "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
-        )
-        raise RaggedLengthError(msg)
-    if partition is None:
-        return batch.add_train_data({key: witness_ids})
-    source = role_column(KNOWN_COLUMNS, "length_source")
-    assert source is not None  # the known columns declare a length source
-    checked = RolloutBatch.from_train_data({source: [[]] * whole, key: witness_ids})
-    values = checked.record_batch.column(key).to_numpy()
-    return batch.add_train_data({key: values[partition]})

@@ -1,7 +1,8 @@
 """One rank's shard -> torch tensors, in the layout a training step wants.
 
 :func:`to_tensors` turns the numeric columns of a shard into tensors; this leaf is the only part of
-arrow_split that imports torch, and nothing in the core imports it.
+arrow_split that imports torch, and nothing in the core imports it. Its keywords are parsed by
+:mod:`arrow_split.torch._options`.
 
 Layouts (:data:`TensorLayout`) of the ragged columns (``per_token`` and ``per_sample_tensor``):
 
@@ -68,10 +69,9 @@ tensor (on the CPU nothing moves, so the rule above holds there).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -85,7 +85,6 @@ except ImportError:
 from arrow_split import (
     ColumnValues,
     OptionError,
-    OptionTypeError,
     RolloutBatch,
     SchemaTypeError,
     Shard,
@@ -100,30 +99,16 @@ from arrow_split.torch._layouts import (
     TokenListColumn,
     move,
 )
+from arrow_split.torch._options import (
+    ID_DTYPES,
+    MASK_DTYPES,
+    TOKEN_DTYPES,
+    TensorLayout,
+    check_id_dtype,
+    check_options,
+)
 
 __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
-
-TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
-"""How :func:`to_tensors` lays out the ragged columns (see the module docstring)."""
-
-
-MAX_PAD_MULTIPLE = 2**20
-"""The largest ``pad_to_multiple_of``: 1,048,576 tokens, beyond any model's context.
-
-Every padded row is at least this wide, so the padded tensors' size grows with it whatever the
-data; a larger value is a mistake (a byte count, ``2**31 - 1`` as "no limit") and is refused
-before anything is allocated.
-"""
-
-_TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_ID_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
-    torch.bool: np.bool_,
-    torch.uint8: np.uint8,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.float32: np.float32,
-}
 
 
 def to_tensors(
@@ -196,8 +181,8 @@ def to_tensors(
     tensor([0, 3, 5], dtype=torch.int32)
     """
     rows = _rows_of(shard)
-    options = _check_options(layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of)
-    ids = _check_id_dtype(id_dtype)
+    options = check_options(layout, device, token_dtype, mask_dtype, pad_value, pad_to_multiple_of)
+    ids = check_id_dtype(id_dtype)
     columns: AllColumns = {}
     for column in rows.numeric_columns():
         if column.token_offsets is not None:
@@ -275,113 +260,6 @@ def _rows_of(shard: object) -> RolloutBatch:
     raise SchemaTypeError(msg)
 
 
-def _check_options(
-    layout: object,
-    device: object,
-    token_dtype: object,
-    mask_dtype: object,
-    pad_value: object,
-    pad_to_multiple_of: object,
-) -> TensorOptions:
-    _check_layout(layout)
-    multiple = _check_multiple(pad_to_multiple_of)
-    return TensorOptions(
-        _check_dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
-        _check_dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
-        _check_device(device),
-        _check_pad_value(pad_value),
-        multiple,
-    )
-
-
-def _check_pad_value(pad_value: object) -> int | float:
-    """A real number (Python or numpy, 0-d arrays too) as a Python int or float; never a bool."""
-    if isinstance(pad_value, np.ndarray) and pad_value.ndim == 0:
-        pad_value = pad_value[()]
-    if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
-        pad_value, (int, float, np.integer, np.floating)
-    ):
-        msg = (
-            f"`pad_value` must be an int or a float, got {type(pad_value).__name__} "
-            f"{pad_value!r:.40}"
-        )
-        raise OptionTypeError(msg)
-    return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
-
-
-def _check_layout(layout: object) -> None:
-    choices = ", ".join(map(repr, get_args(TensorLayout)))
-    if not isinstance(layout, str):
-        msg = (
-            f"invalid `layout`: {layout!r:.40} of type {type(layout).__name__}; expected one of: "
-            f"{choices}"
-        )
-        raise OptionTypeError(msg)
-    if layout not in get_args(TensorLayout):
-        msg = f"invalid `layout`: {layout!r}; expected one of: {choices}"
-        raise OptionError(msg)
-
-
-def _check_multiple(pad_to_multiple_of: object) -> int | None:
-    if pad_to_multiple_of is None:
-        return None
-    if isinstance(pad_to_multiple_of, np.ndarray) and pad_to_multiple_of.ndim == 0:
-        pad_to_multiple_of = pad_to_multiple_of[()]
-    if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
-        pad_to_multiple_of, (int, np.integer)
-    ):
-        msg = (
-            f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
-            f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
-        )
-        raise OptionTypeError(msg)
-    if pad_to_multiple_of < 1:
-        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
-        raise ValueRangeError(msg)
-    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
-        msg = (
-            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
-            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
-        )
-        raise ValueRangeError(msg)
-    return int(pad_to_multiple_of)
-
-
-def _check_dtype(
-    name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]
-) -> torch.dtype:
-    choices = ", ".join(map(str, allowed))
-    if not isinstance(dtype, torch.dtype):
-        msg = (
-            f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
-            f"torch.dtype, one of: {choices}"
-        )
-        raise OptionTypeError(msg)
-    if dtype not in allowed:
-        msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
-        raise OptionError(msg)
-    return dtype
-
-
-def _check_id_dtype(id_dtype: object) -> torch.dtype | None:
-    if id_dtype is None:
-        return None
-    return _check_dtype("id_dtype", id_dtype, _ID_DTYPES)
-
-
-def _check_device(device: object) -> torch.device | None:
-    if device is None or isinstance(device, torch.device):
-        return device
-    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
-    if not isinstance(device, str):
-        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
-        raise OptionTypeError(msg)
-    with contextlib.suppress(RuntimeError):
-        return torch.device(device)
-    msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg)
-
-
 # --- Arrow -> torch, and the memory rule -------------------------------------------------------
 
 
@@ -430,9 +308,9 @@ def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn
     spec = column.spec
     dtype: type[np.generic] | None = None
     if spec.role == "length_source":
-        dtype = _TOKEN_DTYPES[options.token_dtype]
+        dtype = TOKEN_DTYPES[options.token_dtype]
     elif spec.flag and column.values.ndim == 1:
-        dtype = _MASK_DTYPES[options.mask_dtype]
+        dtype = MASK_DTYPES[options.mask_dtype]
     tensor = _tensor_of(column.values, column.buffer, dtype)
     offsets = np.asarray(column.offsets, dtype=np.int64)
     return RaggedColumn(spec, move(tensor, options), offsets)
@@ -454,5 +332,5 @@ def _id_column(
     if dtype is None or not on_cpu:
         tensor = move(_tensor_of(values, column.buffer), options)
         return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
-    tensor = _tensor_of(values, column.buffer, _ID_DTYPES[dtype])
+    tensor = _tensor_of(values, column.buffer, ID_DTYPES[dtype])
     return RaggedColumn(column.spec, move(tensor, options), offsets)

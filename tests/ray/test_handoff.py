@@ -283,7 +283,8 @@ def test_eager_objects_hold_only_their_nodes_rows() -> None:
     assert len({ref.hex() for ref in refs}) == 1
     whole = ray.get(refs[0], timeout=CALL_TIMEOUT_S)
     assert whole.equals(batch)
-    assert whole.plan is not None and whole.plan.key == batch.make_plan(8, balance_data=False).key
+    assert whole.plan is not None
+    assert whole.plan.key == batch.make_plan(8, balance_data=False).key
 
 
 @pytest.mark.parametrize("balance_data", [False, True])
