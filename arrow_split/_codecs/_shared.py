@@ -97,20 +97,32 @@ def take_once(array: pa.Array, indices: np.ndarray) -> pa.Array:
     return _dictionary_array(new, valid, values)
 
 
+def _binary_views(array: pa.Array) -> list[memoryview | None]:
+    """Each row's bytes of a ``binary`` / ``large_binary`` array, a view of its data buffer."""
+    wide = pa.types.is_large_binary(array.type)
+    if not (wide or pa.types.is_binary(array.type)):
+        return [None if not s.is_valid else memoryview(s.as_buffer()) for s in array]
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
+    bounds = offsets[array.offset : array.offset + len(array) + 1].tolist()
+    data = memoryview(data_buffer if data_buffer is not None else b"").cast("B")
+    views: list[memoryview | None] = [data[bounds[i] : bounds[i + 1]] for i in range(len(array))]
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False).tolist()
+        views = [view if ok else None for view, ok in zip(views, valid, strict=True)]
+    return views
+
+
 def row_views(array: pa.Array) -> Iterator[memoryview | None]:
-    """One view of each row's bytes (``None`` for a null row), dictionary or plain binary."""
+    """One view of each row's bytes (``None`` for a null row), dictionary or plain binary.
+
+    Views of the array's own data buffer (no copy, no Arrow scalar per row); a dictionary's
+    values are viewed once each, whatever number of rows use them.
+    """
     if not is_shared(array):
-        for scalar in array:
-            yield None if not scalar.is_valid else memoryview(scalar.as_buffer())
+        yield from _binary_views(array)
         return
     codes, valid = codes_and_validity(array)
-    dictionary = array.dictionary
-    views: dict[int, memoryview] = {}
+    values = _binary_views(array.dictionary)
     for code, is_valid in zip(codes.tolist(), valid.tolist(), strict=True):
-        if not is_valid:
-            yield None
-            continue
-        view = views.get(code)
-        if view is None:
-            view = views[code] = memoryview(dictionary[code].as_buffer())
-        yield view
+        yield values[code] if is_valid else None
