@@ -1,8 +1,10 @@
 """Hostile arguments, and the contract every public function keeps under them.
 
-The contract: a call returns a correct result or raises an :class:`ArrowSplitError` subclass; it
-never changes its arguments (deep compare against a copy taken before); it never crashes the
-interpreter (the crash-prone calls run in a subprocess, see ``_child.py``).
+The contract: a call returns a correct result or raises an :class:`ArrowSplitError` subclass (or,
+since the subprocess runs with ``-W error``, an :class:`ArrowSplitWarning` subclass: a documented
+warning such as an unknown key's, typed and naming its fix); it never changes its arguments
+(deep compare against a copy taken before); it never crashes the interpreter (the crash-prone
+calls run in a subprocess, see ``_child.py``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
-from arrow_split import ArrowSplitError
+from arrow_split import ArrowSplitError, ArrowSplitWarning
 
 __all__ = [
     "ALL_DTYPES",
@@ -184,7 +186,7 @@ def check_contract(
     before = [copy_of(arg) for arg in args], {key: copy_of(v) for key, v in kwargs.items()}
     try:
         outcome: object = call(*args, **kwargs)
-    except (ArrowSplitError, *allow) as exc:
+    except (ArrowSplitError, ArrowSplitWarning, *allow) as exc:
         outcome = exc
     except Exception as exc:
         msg = f"untyped {type(exc).__name__}: {exc}; call {call.__name__}{(args, kwargs)!r:.400}"
