@@ -30,8 +30,8 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "step": ("benchmarks.step", "--workload", "medium", "--no-progress"),
     "moe": ("benchmarks.moe",),
     "dump": ("benchmarks.dump",),
-    "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
     "journal": ("benchmarks.journal",),
+    "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

@@ -5,8 +5,8 @@ A new benchmark plugs into ``make bench`` in three steps: a module ``benchmarks/
 (it may start its own Ray with :func:`local_ray`); ``results["stamp"] = stamp(started)`` with
 ``started = start_stamp()`` taken first, then :func:`write_json` (which refuses a result without a
 stamp); and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the
-commit (and whether the tree was dirty), the machine, the load average at the start and at the
-end, the library versions and the command line.
+commit (and whether the tree was dirty, outside ``docs/benchmarks``), the machine, the load
+average at the start and at the end, the library versions and the command line.
 """
 
 from __future__ import annotations
@@ -89,7 +89,10 @@ def start_stamp() -> dict[str, Any]:
 
     versions = {package: _version(package) for package in PACKAGES}
     versions.update(python=sys.version.split()[0], arrow_split=arrow_split.__version__)
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    # What a run writes (docs/benchmarks/) does not make the tree dirty for the next benchmark.
+    status = _git(
+        "status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)docs/benchmarks"
+    )
     return {
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _git("rev-parse", "HEAD"),
