@@ -3,10 +3,12 @@
 Two hand-offs, named by ``delay`` in :func:`split_train_data_by_dp`:
 
 eager (``delay=False``)
-    The driver gathers the rows once in plan order and puts one object per node (one in all
-    without ``rank_nodes``), in fresh compact buffers (never a slice view of the batch, which
-    would ship the whole parent buffer); the list it returns has a reference per rank, shared by
-    the ranks of a node. A rank fetches ``refs[dp_rank]`` alone, checks in O(1) that it holds
+    The driver puts one object per node; the list it returns has a reference per rank, shared
+    by the ranks of a node. On one node (no ``rank_nodes``) the object is the batch with its
+    plan, put as it is: a rank fetches ``refs[dp_rank]``, checks the plan's key in O(1) and
+    takes its own rows into fresh buffers. With ``rank_nodes`` each node's object holds that
+    node's rows, gathered once in plan order into fresh compact buffers (never a slice view of
+    the batch, which would ship the whole parent buffer): a rank checks in O(1) that it holds
     its rows of the plan it asked for (the object carries the plan's key and each rank's row
     range) and slices them without a copy. See :mod:`arrow_split.ray._eager`.
 delayed (``delay=True``)
