@@ -559,6 +559,23 @@ def test_an_eager_ref_passed_top_level_gives_its_ranks_rows(workers: list[Any]) 
         process_rollout_data(refs[0], 0, 4, balance_data=False)
 
 
+def test_a_one_node_eager_ref_passed_top_level_gives_each_ranks_rows(workers: list[Any]) -> None:
+    # On one node every reference names the batch with its plan: resolved top-level, it is the
+    # planned batch, and each rank takes its own rows of the driver's plan.
+    batch = make_batch(16, seed=10)
+    refs = split_train_data_by_dp(batch, 4, balance_data=True)
+    expected = expected_shards(batch, 4, True)
+    shards = gather([workers[0].process_resolved.remote(refs[r], r, 4) for r in range(4)])
+    for rank, shard in enumerate(shards):
+        assert shard.equals(expected[rank]), rank
+    # The plan travels with it: another method is a mismatch, not another split.
+    call = workers[0].process_resolved.remote(refs[0], 0, 4, balance_data=False)
+    with pytest.raises(PlanMismatchError, match=r"batch was put with a balanced plan"):
+        ray.get(call, timeout=CALL_TIMEOUT_S)
+    with pytest.raises(PlanMismatchError, match=r"holds a whole batch put for a 4-rank balanced"):
+        process_rollout_data(refs, 0, 4, balance_data=False)
+
+
 def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
     ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
 
