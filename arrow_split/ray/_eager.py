@@ -235,8 +235,9 @@ def rank_slice(
         return take(value, plan, dp_rank)
     if isinstance(value, RolloutBatch):
         msg = (
-            f"{who}: {what} holds a whole batch put without a plan (a delayed put's?); pass a "
-            "delayed reference alone, not in a list, or the list `split_train_data_by_dp` returned"
+            f"{who}: {what} holds a RolloutBatch without a plan (put with `ray.put`, not by "
+            "`split_train_data_by_dp`); put batches with `arrow_split.ray.split_train_data_by_dp`, "
+            "which puts the batch with its plan"
         )
         raise PlanError(msg)
     if not isinstance(value, NodeRows):

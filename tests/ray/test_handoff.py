@@ -576,6 +576,19 @@ def test_a_one_node_eager_ref_passed_top_level_gives_each_ranks_rows(workers: li
         process_rollout_data(refs, 0, 4, balance_data=False)
 
 
+def test_an_eager_list_of_batches_without_a_plan_is_a_plan_error() -> None:
+    # A list of what `ray.put(batch)` holds: whole batches that carry no plan to take from.
+    batch = make_batch(8, seed=13)
+    with pytest.raises(
+        PlanError, match=r"dp_rank 1: `refs\[1\]` holds a RolloutBatch without a plan"
+    ):
+        process_rollout_data([batch, batch], 1, 2)
+    # The same batches with the driver's plan: each rank takes its rows of it.
+    planned = batch.with_plan(batch.make_plan(2, balance_data=True))
+    for rank, expected in enumerate(expected_shards(batch, 2, True)):
+        assert process_rollout_data([planned, planned], rank, 2).equals(expected)
+
+
 def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
     ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
 
