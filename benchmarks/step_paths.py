@@ -35,7 +35,7 @@ import ray
 from arrow_split import KNOWN_COLUMNS, RolloutBatch, RolloutBatchBuilder, shard_for_rank
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from benchmarks import baseline
-from benchmarks._common import Laps, MemoryGauge, timed
+from benchmarks._common import MIB, Laps, MemoryGauge, timed
 
 __all__ = [
     "PATHS",
@@ -242,12 +242,17 @@ def largest_ranks(partitions: list[Any], lengths: Any, count: int) -> list[int]:
     return sorted(order[: max(count, 1)])
 
 
+RANK_RESERVE_BYTES = 256 * MIB
+"""The train actors' heap reserve: above twice a rank's private memory here (57 MB at dp 8)."""
+
+
 @ray.remote(num_cpus=0)
 class StepRankActor:
     """One train rank's process (``num_cpus=0``: a train actor leaves the CPUs to its model).
 
     Started fresh for every configuration as a framework starts a train actor: it imports torch
-    and ``arrow_split.torch`` and calls :func:`arrow_split.ray.warm_up`, nothing else. Its first
+    and ``arrow_split.torch`` and calls :func:`arrow_split.ray.warm_up` with a heap reserve of
+    :data:`RANK_RESERVE_BYTES`, as a framework that knows its shard sizes would. Its first
     call is the cold start of a train actor's first step; later calls, on later steps' fresh
     objects, are warm. References travel inside a list so that Ray does not resolve them before
     the clock starts.
@@ -259,7 +264,7 @@ class StepRankActor:
         import arrow_split.torch  # noqa: F401 - as a train actor's module imports it
         from arrow_split.ray import warm_up
 
-        warm_up()
+        warm_up(reserve_bytes=RANK_RESERVE_BYTES)
         self.torch_version = torch.__version__
 
     def ready(self) -> bool:

@@ -17,7 +17,9 @@ import pickle
 from typing import cast
 
 from arrow_split import KNOWN_COLUMNS, RolloutBatch, Shard, shard_for_rank
+from arrow_split._args import as_int
 from arrow_split.ray._eager import _node_rows, rank_slice
+from arrow_split.ray._heap import MAX_RESERVE_BYTES, reserve_heap
 from arrow_split.schema import role_column
 
 __all__ = ["warm_up"]
@@ -49,21 +51,48 @@ def _use(shard: Shard) -> None:
     shard.to_train_data(layout="actor")
 
 
-def warm_up() -> None:
+def warm_up(*, reserve_bytes: int = 0) -> None:
     """Do in this process, now, the first-time work of a rank's first step (once per process).
 
     Call it in each train actor when it starts (in its ``__init__``), before its first
-    :func:`~arrow_split.ray.process_rollout_data`; a later call returns at once. It needs no Ray
-    connection and puts nothing. Import :mod:`arrow_split.torch` in the actor too, where ranks
-    convert their shards to tensors.
+    :func:`~arrow_split.ray.process_rollout_data`; a later call returns at once (or only grows
+    the reserve). It needs no Ray connection and puts nothing. Import :mod:`arrow_split.torch` in
+    the actor too, where ranks convert their shards to tensors.
+
+    Parameters
+    ----------
+    reserve_bytes : int, default 0
+        Heap memory to fault in now and keep for the first steps (glibc; 0 to 2**30): about
+        twice the private memory of a rank's step (its shard's bytes, its tensors' bytes). A
+        fresh process otherwise maps and touches that memory in its first two calls, which is
+        what made them several times a warm one (:mod:`arrow_split.ray._heap` says why). It sets
+        glibc's ``malloc`` thresholds for the process (blocks up to 32 MiB from the heap, which
+        keeps up to twice the reserve free): the memory stays with the train actor.
+
+    Raises
+    ------
+    OptionTypeError
+        If ``reserve_bytes`` is not an int (a bool or a float is refused).
+    OptionError
+        If ``reserve_bytes`` is negative or above 2**30.
+
+    Warns
+    -----
+    ArrowSplitWarning
+        With ``reserve_bytes > 0`` where the C library is not glibc: nothing is reserved.
 
     Examples
     --------
     >>> from arrow_split.ray import warm_up
     >>> warm_up()
     >>> warm_up()  # the second call does nothing
+    >>> warm_up(reserve_bytes=64 * 2**20)  # a train actor whose rank steps use ~32 MiB
     """
     global _done  # once per process
+    fix = "about twice a rank's step memory, or 0 for none"
+    reserve = as_int("reserve_bytes", reserve_bytes, minimum=0, maximum=MAX_RESERVE_BYTES, fix=fix)
+    if reserve:
+        reserve_heap(reserve)
     if _done:
         return
     batch = RolloutBatch.from_train_data(_train_data())

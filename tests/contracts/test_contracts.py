@@ -72,7 +72,8 @@ NOT_ENTRY_POINTS = {
     "FlopsFn", "Installation", "OnBatchLengths", "RolloutShard", "SCHEDULE_CONFIG_KEYS",
     "JournalSync", "OnDuplicate",
     "StoreGetResult",
-    "clear_caches", "warm_up",  # take no argument
+    "clear_caches",  # takes no argument
+    "warm_up",  # its one option, reserve_bytes: tests/ray/test_warm.py
     "install",  # patches miles: tests/test_compat_miles.py covers its arguments
     "KillReport",
     "run_kill_test",  # SIGKILLs writers: its arguments in test_unbounded_cost.py
