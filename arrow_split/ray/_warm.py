@@ -67,7 +67,9 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
         fresh process otherwise maps and touches that memory in its first two calls, which is
         what made them several times a warm one (:mod:`arrow_split.ray._heap` says why). It sets
         glibc's ``malloc`` thresholds for the process (blocks up to 32 MiB from the heap, which
-        keeps up to twice the reserve free): the memory stays with the train actor.
+        keeps up to twice the reserve free) and makes the system allocator Arrow's default memory
+        pool (``pyarrow.system_memory_pool()``), so that Arrow's buffers reuse that heap too:
+        the memory stays with the train actor.
 
     Raises
     ------
