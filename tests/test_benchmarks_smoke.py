@@ -181,6 +181,9 @@ def test_the_journal_benchmark_writes_a_stamped_json(tmp_path: Path) -> None:
     assert set(appends["vs_no_journal"]) == {"os", "step", "call"}
     assert set(appends["appends_vs_no_journal"]) == {"os", "step", "call"}
     assert _is_seconds(appends["recovery_seconds"]["median"])
+    floor = appends["floor"]
+    assert floor["bytes"] == appends["journal_bytes"]  # the journal's own bytes, all of them
+    assert floor["seconds"] == floor["write_seconds"]["median"] + floor["crc_seconds"]["median"]
     kills = results["kill_test"]
     assert kills["kill_points"] == 8
     assert (kills["lost"], kills["duplicated"], kills["torn"]) == (0, 0, 0)
