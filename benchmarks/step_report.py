@@ -68,6 +68,7 @@ def summarize_config(record: dict[str, Any]) -> dict[str, Any]:
         "dp_size": record["dp_size"],
         "ranks": record["ranks"],
         "appends_cpu_seconds": _median([step["rollout"]["cpu_seconds"] for step in steps]),
+        "appends_system_seconds": _median([step["rollout"]["system_seconds"] for step in steps]),
         "boundary_seconds": boundary,
         "boundary_steps": _medians([step["boundary_steps"] for step in steps]),
         "rank_seconds": per_rank,
@@ -244,6 +245,7 @@ def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
         rows.append(
             f"{mode} | {dp} | {_LABELS[entry['path']]} "
             f"| {format_seconds(entry['appends_cpu_seconds'])} "
+            f"({format_seconds(entry['appends_system_seconds'])}) "
             f"| {format_seconds(entry['boundary_seconds'])} ({_parts(entry['boundary_steps'])}) "
             f"| {format_seconds(entry['slowest_rank_seconds'])} "
             f"({format_seconds(entry['slowest_rank_min_seconds'])}; {entry['slowest_rank']}) "
@@ -256,7 +258,7 @@ def _workload_table(name: str, results: dict[str, Any]) -> list[str]:
         f"{shape['groups']} groups of {shape['group_size']}"
     )
     header = (
-        "mode | dp | path | appends CPU | boundary (its parts) | slowest rank (min; rank) "
+        "mode | dp | path | appends CPU (kernel) | boundary (its parts) | slowest rank (min; rank) "
         "| critical path | classic / this: boundary, critical path"
     )
     return _table(title, header, "lrlrrrrr", rows)

@@ -238,6 +238,7 @@ def test_the_step_benchmark_checks_agreement_and_measures_every_path(
         for key in ("boundary_seconds", "slowest_rank_seconds", "critical_path_seconds"):
             assert _is_seconds(entry[key]), key
         assert entry["critical_path_seconds"] >= entry["boundary_seconds"]
+        assert 0 <= entry["appends_system_seconds"] <= entry["appends_cpu_seconds"] + 0.01
         assert isinstance(entry["store_bytes"], int)
         assert entry["store_bytes"] > 0
         memory = entry["slowest_rank_memory"]
