@@ -6,17 +6,18 @@ serves every block above its mmap threshold (128 KiB at start) with a fresh ``mm
 of it faults on first touch, and ``free`` returns it with ``munmap``. glibc then raises its
 threshold, so the second call's blocks come from the heap, which grows by fresh pages once more.
 From the third call on, the heap's pages are reused. On a virtual machine a first touch can cost
-many times a reuse (the hypervisor backs the page too); the step benchmark measured a first call
-at 10-25x a warm one there, the kernel's time, with the same code as the later calls.
+many times a reuse (the hypervisor backs the page too): there, the first two calls spent most of
+their time in the kernel, running the same code as the later calls.
 
 :func:`reserve_heap` sets glibc's two thresholds once (blocks up to 32 MiB from the heap, the
 heap trimmed only above twice the reserve) and then allocates, touches and frees ``nbytes`` in
 8 MiB blocks, so that the freed pages stay with the process for the rank's first calls. It also
 makes the system allocator Arrow's default memory pool in this process: Arrow's bundled
-allocator gives freed pages back to the OS after a short delay and maps them again on the next
-call (about 250 page faults per warm rank call at dp 64 on the medium batch; a first call paid
-tens of milliseconds of kernel time for its huge pages), where glibc's heap keeps them. That
-memory stays resident: a reserve is for a train actor, whose process lives for the whole run.
+allocator gives freed pages back to the OS after a short delay and faults them in again on a
+later call (every warm rank call did), where glibc's heap keeps them. The blocks are touched in
+the calling thread's heap: call it from the thread that runs the rank's calls (a Ray actor's
+methods run in its main thread unless the actor is threaded or async). That memory stays
+resident: a reserve is for a train actor, whose process lives for the whole run.
 Other C libraries (musl, macOS) have no such thresholds: the reserve is skipped with a warning.
 """
 
