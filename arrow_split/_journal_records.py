@@ -164,8 +164,7 @@ def read_records(path: str) -> tuple[list[Record], int]:
     JournalError
         The file does not start with an ``open`` record: it is not a journal.
     """
-    with open(path, "rb") as file:
-        data = pa.py_buffer(file.read())
+    data = pa.memory_map(path).read_buffer()  # mapped: the page cache, not a copy in fresh memory
     records: list[Record] = []
     end = 0
     while end + FRAME.size <= data.size:
