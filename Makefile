@@ -43,7 +43,7 @@ lint: $(STAMP)
 	$(BIN)/python -m mypy
 
 # Every JSON the README quotes, stamped, into docs/benchmarks/ (about 15 minutes on 2 cores);
-# BENCH_ARGS="--smoke" for seconds, BENCH_ARGS="--only step,dump" for some.
+# BENCH_ARGS="--smoke" for seconds, BENCH_ARGS="--only step,journal" for some.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 

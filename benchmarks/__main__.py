@@ -1,17 +1,17 @@
 """``python -m benchmarks``: every benchmark the README quotes, in one run (``make bench``).
 
-Each benchmark runs in its own process, one after the other, and writes its stamped JSON (and its
-plot) under ``--out`` (``docs/benchmarks`` by default):
+Each benchmark runs in its own process, one after the other, and writes its stamped JSON (and
+plots) under ``--out`` (``docs/benchmarks`` by default):
 
 - ``step.json``, ``step.md``, ``step.png``: :mod:`benchmarks.step` (the whole step, its references);
 - ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
-- ``dump.json``: :mod:`benchmarks.dump` (rollout dumps against ``torch.save``);
-- ``journal.json``: :mod:`benchmarks.journal` (the journal, objects stored once, the kill test);
+- ``journal.json``, ``dump.json``: :mod:`benchmarks.journal` (the journal, objects stored once,
+  the kill test; rollout dumps against ``torch.save``);
 - ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; then a soak
   of 300 more steps, ``--soak-steps 300`` as the README quotes it, memory back where it was).
 
-``--smoke`` runs each in its smallest mode; ``--only step,dump`` runs some. A new benchmark is one
-line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
+``--smoke`` runs each in its smallest mode; ``--only step,journal`` runs some. A new benchmark is
+one line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ __all__ = ["BENCHMARKS", "main"]
 BENCHMARKS: dict[str, tuple[str, ...]] = {
     "step": ("benchmarks.step", "--workload", "medium", "--no-progress"),
     "moe": ("benchmarks.moe",),
-    "dump": ("benchmarks.dump",),
     "journal": ("benchmarks.journal",),
     "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
 }

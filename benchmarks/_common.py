@@ -1,12 +1,11 @@
-"""What every benchmark shares: the stamp, the JSON writer, Ray, clocks, progress, formats.
+"""What every benchmark shares: its ``main``, the stamp, the JSON writer, Ray, clocks, formats.
 
-A new benchmark plugs into ``make bench`` in three steps: a module ``benchmarks/<name>.py`` with
-``main(argv) -> int`` whose parser, from :func:`benchmark_parser`, takes ``--smoke`` and ``--out``
-(it may start its own Ray with :func:`local_ray`); ``results["stamp"] = stamp(started)`` with
-``started = start_stamp()`` taken first, then :func:`write_json` (which refuses a result without a
-stamp); and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the
-commit (and whether the tree was dirty, outside ``docs/benchmarks``), the machine, the load
-average at the start and at the end, the library versions and the command line.
+A new benchmark plugs into ``make bench`` in two steps: a module ``benchmarks/<name>.py`` whose
+``main(argv)`` is :func:`run_main` of its ``parse_args`` (from :func:`benchmark_parser`: ``--smoke``
+and ``--out``), its ``run`` (it may start its own Ray with :func:`local_ray`) and its ``report``;
+and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the commit
+(and whether the tree was dirty, outside ``docs/benchmarks``), the machine, the load average at
+the start and at the end, the library versions and the command line.
 """
 
 from __future__ import annotations
@@ -39,12 +38,12 @@ __all__ = [
     "Progress",
     "benchmark_parser",
     "checkout_on_pythonpath",
-    "dp_sizes_arg",
     "format_bytes",
     "format_seconds",
     "local_ray",
     "object_sizes",
     "pyplot",
+    "run_main",
     "save_figure",
     "stamp",
     "start_stamp",
@@ -137,6 +136,32 @@ def write_json(results: dict[str, Any], path: Path) -> Path:
     return path
 
 
+Results = dict[str, Any]
+
+
+def run_main(
+    argv: list[str] | None,
+    parse_args: Callable[[list[str] | None], Any],
+    run: Callable[[Any], dict[str, Results]],
+    report: Callable[[dict[str, Results], Path], None],
+) -> int:
+    """A benchmark's ``main``: parse ``argv``, run, stamp and write each JSON, then report.
+
+    ``run(options)`` returns each JSON's results by file name (``{"moe.json": {...}}``); each is
+    stamped (the stamp taken before ``run``) and written under ``options.out``; then
+    ``report(outputs, options.out)`` prints them and writes what goes beside them (plots, tables).
+    """
+    options = parse_args(argv)
+    started = start_stamp()
+    outputs = run(options)
+    for name, results in outputs.items():
+        results["stamp"] = stamp(started)
+        print(f"wrote {write_json(results, options.out / name)}", file=sys.stderr)
+    report(outputs, options.out)
+    print(f"wall time: {time.perf_counter() - started['_clock']:.1f} s", file=sys.stderr)
+    return 0
+
+
 # --- Ray, arguments, progress, formats, plots ------------------------------------------------
 
 
@@ -196,18 +221,6 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
     parser.add_argument("--smoke", action="store_true", help=smoke)
     parser.add_argument("--out", type=Path, default=DOCS, help=f"where {name}.json goes")
     return parser
-
-
-def dp_sizes_arg(text: str) -> tuple[int, ...]:
-    """An argparse type: comma-separated positive ints, or ``""`` for none."""
-    try:
-        values = tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        values = (0,)
-    if min(values, default=1) < 1:
-        msg = f"expected comma-separated positive ints such as 8,64,256, got {text!r}"
-        raise argparse.ArgumentTypeError(msg)
-    return values
 
 
 class Progress:

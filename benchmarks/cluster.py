@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -50,14 +49,13 @@ from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 from arrow_split.testing import RolloutConfig, make_train_data
 from benchmarks._common import (
     MIB,
+    Results,
     benchmark_parser,
     object_sizes,
     pyplot,
+    run_main,
     save_figure,
-    stamp,
-    start_stamp,
     status_bytes,
-    write_json,
 )
 from benchmarks.simulated_cluster import (
     SimulatedCluster,
@@ -67,7 +65,7 @@ from benchmarks.simulated_cluster import (
     stop_cluster,
 )
 
-__all__ = ["main", "parse_args", "run"]
+__all__ = ["main", "parse_args", "plot_cluster", "report", "run"]
 
 MODES = ("eager", "local", "auto", "holder")
 
@@ -80,7 +78,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batch-mib", type=float, default=40.0, help="about this many MiB")
     parser.add_argument("--steps", type=int, default=5, help="steps per mode (first + steady)")
     parser.add_argument("--soak-steps", type=int, default=300, help="soak steps; 0: no soak")
-    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.smoke:
         args.nodes, args.ranks_per_node, args.batch_mib, args.steps, args.soak_steps = 1, 2, 2, 2, 3
@@ -93,7 +90,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- the data and the cluster -----------------------------------------------------------------
 
 
-def _make_rollout_batch(batch_mib: float, dp_size: int, seed: int) -> RolloutBatch:
+def _make_rollout_batch(batch_mib: float, dp_size: int, seed: int = 0) -> RolloutBatch:
     """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
 
     Prompts of 16..256 tokens, responses around 1,024 tokens, MoE routed experts ``[.., 2, 2]``.
@@ -278,11 +275,10 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
     }
 
 
-def run(options: argparse.Namespace) -> dict[str, Any]:
-    """Start the cluster, run every mode, shut down; return the figures."""
-    batch = _make_rollout_batch(options.batch_mib, options.dp_size, options.seed)
+def run(options: argparse.Namespace) -> dict[str, Results]:
+    """Start the cluster, run every mode, shut down; return ``{"cluster.json": the figures}``."""
+    batch = _make_rollout_batch(options.batch_mib, options.dp_size)
     store_bytes = max(256 * MIB, int(4 * batch.nbytes))
-    started = start_stamp()
     with _started_cluster(options.nodes, store_bytes) as simulated:
         ranks = _start_ranks(options.nodes, options.ranks_per_node, simulated.node_ids)
         batch_bytes = object_sizes(ray.put(batch))[0]
@@ -290,7 +286,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         soak = _soak(ranks, batch, options) if options.soak_steps else None
     eager_bytes = statistics.median(s["cross_node_bytes"] for s in results["eager"]["steps"])
     summaries = {mode: _summary(r, batch_bytes, eager_bytes) for mode, r in results.items()}
-    return {
+    report = {
         "options": {**vars(options), "out": str(options.out)},
         "layout": f"head: driver + batch; {options.nodes} worker nodes x "
         f"{options.ranks_per_node} ranks",
@@ -299,8 +295,8 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         "summary": summaries,
         "modes": results,
         "soak": soak,
-        "stamp": stamp(started),
     }
+    return {"cluster.json": report}
 
 
 def plot_cluster(report: dict[str, Any], path: Path) -> None:
@@ -329,21 +325,23 @@ def plot_cluster(report: dict[str, Any], path: Path) -> None:
     save_figure(figure, path, report["layout"])
 
 
-def main(argv: list[str] | None = None) -> int:
-    options = parse_args(argv)
-    report = run(options)
-    print(report["layout"])
-    for mode, row in report["summary"].items():
+def report(outputs: dict[str, Results], out: Path) -> None:
+    """Print the summary (and the soak's memory); write ``cluster.png`` beside ``cluster.json``."""
+    results = outputs["cluster.json"]
+    print(results["layout"])
+    for mode, row in results["summary"].items():
         print(f"{mode:<8}", ", ".join(f"{key} {value:.4g}" for key, value in row.items()))
-    if report["soak"]:
+    if results["soak"]:
         for point in ("start", "end", "max"):
-            figures = report["soak"][point].items()
+            figures = results["soak"][point].items()
             print(f"soak {point:<5}", ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in figures))
-    path = write_json(report, options.out / "cluster.json")
-    plot_cluster(report, path.with_suffix(".png"))
-    print(f"wrote {path} and {path.with_suffix('.png')}")
-    return 0
+    plot_cluster(results, out / "cluster.png")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
+    return run_main(argv, parse_args, run, report)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

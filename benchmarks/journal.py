@@ -1,21 +1,24 @@
-"""The journal: appends with it against without, recovery, objects stored once, the kill test.
+"""Durable files: the journal, objects stored once, the kill test; rollout dumps against torch.
 
 - ``appends``: a step of the workload (groups of 8 samples, numpy) through
   ``RolloutBatchBuilder.extend`` and ``finish``, without a journal and with one per ``sync``
-  policy (``os``, ``step``, ``call``), taking turns for ``--repeats`` rounds: the appends alone
+  policy (``os``, ``step``, ``call``), taking turns for the repeats' rounds: the appends alone
   (``append_seconds``, target: ``step`` <= 1.3x no journal) and the whole step (``seconds``:
   with a journal, ``finish`` also writes and syncs the step's dump); and their floor
-  (``floor``): the journal's bytes written to a fresh file in one piece per call and their
-  CRC-32; ``floor_vs_no_journal`` is (appends + floor) / appends, without a journal.
+  (``floor``, :func:`write_floor`); ``floor_vs_no_journal`` is (appends + floor) / appends,
+  without a journal.
 - ``recovery``: ``RolloutBatchBuilder.recover`` of that step's journal (target <= 1 s, medium).
 - ``multimodal``: :func:`~arrow_split.testing.make_multimodal_train_data` (8 samples per prompt,
   one ~1 MB image per prompt): the object column's bytes stored once against one pickle per row
   (what version 1 stored; target <= 1.2/n), and the delayed put and one rank's delayed take +
   decode for both, in a local Ray.
 - ``kill_test``: :func:`~arrow_split.testing.run_kill_test` (kill points, lost / duplicated / torn).
+- ``dump.json``: :func:`measure_dump`, ``RolloutBatch.write``/``read`` against
+  ``torch.save``/``torch.load`` of the classic dict of Python lists.
 
-Run: ``python -m benchmarks.journal`` (medium workload, 3 repeats, 320 kill points;
-``--smoke``: tiny, once, 8 kill points). Writes ``journal.json`` under ``--out``.
+Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 3
+repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
+samples). Writes ``journal.json`` and ``dump.json`` under ``--out``.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import torch
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import (
@@ -39,20 +44,28 @@ from arrow_split.testing import (
     make_multimodal_train_data,
     run_kill_test,
 )
-from benchmarks._common import (
-    MIB,
-    benchmark_parser,
-    local_ray,
-    stamp,
-    start_stamp,
-    summarize,
-    timed,
-    write_json,
-)
+from benchmarks._common import MIB, Results, benchmark_parser, local_ray, run_main, summarize, timed
 
-__all__ = ["main", "measure_appends", "measure_multimodal", "parse_args", "write_floor"]
+__all__ = [
+    "SIZES",
+    "dump_train_data",
+    "main",
+    "measure_appends",
+    "measure_dump",
+    "measure_multimodal",
+    "parse_args",
+    "report",
+    "run",
+    "write_floor",
+]
 
 POLICIES = ("none", "os", "step", "call")
+SIZES = {
+    False: {"workload": "medium", "repeats": 3, "kills": 320, "prompts": 16, "image_bytes": MIB},
+    True: {"workload": "tiny", "repeats": 1, "kills": 8, "prompts": 2, "image_bytes": 64 * 1024},
+}
+DUMP_SAMPLES = {False: 2048, True: 16}
+"""The full run's sizes (``SIZES[False]``) and the ``--smoke`` run's (``SIZES[True]``)."""
 
 
 def measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
@@ -168,42 +181,112 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
     return result
 
 
+def dump_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
+    """A classic train-data dict of Python lists, ~4k tokens per sample (prompt + response)."""
+    rng = np.random.default_rng(seed)
+    prompts = rng.integers(64, 513, samples)
+    responses = np.minimum(rng.exponential(3600, samples).astype(np.int64) + 1, 8192)
+    return {
+        "tokens": [
+            rng.integers(0, 151_000, p + r, dtype=np.int32).tolist()
+            for p, r in zip(prompts, responses, strict=True)
+        ],
+        "response_lengths": responses.tolist(),
+        "loss_masks": [np.ones(r, dtype=np.uint8).tolist() for r in responses],
+        "rollout_log_probs": [(-rng.random(r, dtype=np.float32)).tolist() for r in responses],
+        "rewards": rng.random(samples).tolist(),
+        "prompt": [f"prompt {index}: solve the task" for index in range(samples)],
+        "metadata": [{"turn": index % 4, "source": "math"} for index in range(samples)],
+        "raw_reward": rng.random(samples).tolist(),
+    }
+
+
+def measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
+    """Time every write and read on one batch; return the figures, the sizes and the ratios.
+
+    The Arrow dump uncompressed (read maps the file: no copy) and with zstd (read decompresses),
+    and ``RolloutBatch.read(...).to_train_data()`` for the Python lists ``torch.load`` returns.
+    Reads follow writes, so the file is in the page cache: the figures are the CPU cost of each
+    format, not the disk's. Each write includes an fsync (the write is atomic); ``torch.save``
+    does not sync.
+    """
+    train_data = dump_train_data(samples)
+    batch = RolloutBatch.from_train_data(train_data)
+    arrow, zstd, pickled = folder / "step.arrow", folder / "step.zstd.arrow", folder / "step.pt"
+    figures = {
+        "from_train_data": timed(lambda: RolloutBatch.from_train_data(train_data), repeats),
+        "torch_save": timed(lambda: torch.save(train_data, pickled), repeats),
+        "torch_load": timed(lambda: torch.load(pickled, weights_only=False), repeats),
+        "write_batch": timed(lambda: batch.write(arrow), repeats),
+        "read_batch": timed(lambda: RolloutBatch.read(arrow), repeats),
+        "read_batch_to_train_data": timed(
+            lambda: RolloutBatch.read(arrow).to_train_data(), repeats
+        ),
+        "write_batch_zstd": timed(lambda: batch.write(zstd, compression="zstd"), repeats),
+        "read_batch_zstd": timed(lambda: RolloutBatch.read(zstd), repeats),
+    }
+    if not (RolloutBatch.read(arrow).equals(batch) and RolloutBatch.read(zstd).equals(batch)):
+        msg = "a dump did not read back equal to the batch written"
+        raise RuntimeError(msg)
+    median = {name: figure["median"] for name, figure in figures.items()}
+    return {
+        "samples": samples,
+        "tokens": int(batch.total_lengths.sum()),
+        "arrow_bytes": batch.nbytes,
+        "file_bytes": {
+            "torch_save": pickled.stat().st_size,
+            "arrow": arrow.stat().st_size,
+            "arrow_zstd": zstd.stat().st_size,
+        },
+        "seconds": figures,
+        "ratios": {
+            "torch_save_vs_write_batch": median["torch_save"] / median["write_batch"],
+            "torch_load_vs_read_batch": median["torch_load"] / median["read_batch"],
+            "torch_load_vs_read_to_train_data": median["torch_load"]
+            / median["read_batch_to_train_data"],
+        },
+    }
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (see the module docstring)."""
-    parser = benchmark_parser("journal", __doc__, "tiny workload, once, 8 kills")
-    parser.add_argument("--workload", default="medium", choices=sorted(WORKLOADS))
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--kills", type=int, default=320)
-    parser.add_argument("--prompts", type=int, default=16)
-    parser.add_argument("--image-bytes", type=int, default=MIB)
-    arguments = parser.parse_args(argv)
-    if arguments.smoke:
-        arguments.workload, arguments.repeats, arguments.kills = "tiny", 1, 8
-        arguments.prompts, arguments.image_bytes = 2, 64 * 1024
-    return arguments
+    """``--smoke`` and ``--out``; the sizes are :data:`SIZES` (``SIZES[True]``: ``--smoke``)."""
+    parser = benchmark_parser("journal", __doc__, "tiny workload, once, 8 kills, 16 samples dumped")
+    options = parser.parse_args(argv)
+    return argparse.Namespace(**vars(options), **SIZES[options.smoke])
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run, print and write ``journal.json``."""
-    arguments = parse_args(argv)
-    started = start_stamp()
+def run(options: argparse.Namespace) -> dict[str, Results]:
+    """``{"journal.json": ..., "dump.json": ...}``: the journal's figures, then the dumps'."""
     with tempfile.TemporaryDirectory() as folder:
-        result: dict[str, Any] = {
-            "appends": measure_appends(arguments.workload, arguments.repeats, Path(folder) / "j"),
-            "kill_test": run_kill_test(arguments.kills, folder=str(Path(folder) / "k")).as_dict(),
+        journal: dict[str, Any] = {
+            "appends": measure_appends(options.workload, options.repeats, Path(folder) / "j"),
+            "kill_test": run_kill_test(options.kills, folder=str(Path(folder) / "k")).as_dict(),
         }
-    result["multimodal"] = measure_multimodal(
-        arguments.prompts, arguments.image_bytes, arguments.repeats
+        dump = measure_dump(DUMP_SAMPLES[options.smoke], options.repeats, Path(folder))
+    journal["multimodal"] = measure_multimodal(
+        options.prompts, options.image_bytes, options.repeats
     )
-    result["stamp"] = stamp(started)
-    appends, multimodal = result["appends"], result["multimodal"]
+    return {"journal.json": journal, "dump.json": dump}
+
+
+def report(outputs: dict[str, Results], out: Path) -> None:
+    """Print the ratios, the recovery, the kill test and each dump figure."""
+    journal, dump = outputs["journal.json"], outputs["dump.json"]
+    appends, multimodal = journal["appends"], journal["multimodal"]
     ratios = appends["appends_vs_no_journal"]
     print("appends vs no journal", {k: round(v, 2) for k, v in ratios.items()})
     print(f"floor (appends + write + CRC of the journal) {appends['floor_vs_no_journal']:.2f}x")
-    print(f"recovery {appends['recovery_seconds']['median']:.3f} s;", "kill", result["kill_test"])
+    print(f"recovery {appends['recovery_seconds']['median']:.3f} s;", "kill", journal["kill_test"])
     print(f"object bytes ratio {multimodal['bytes_ratio']:.4f}")
-    print(f"wrote {write_json(result, arguments.out / 'journal.json')}")
-    return 0
+    print(f"dump: {dump['samples']:,} samples, {dump['tokens']:,} tokens; ms min / median below")
+    print(dump["file_bytes"], "ratios", {k: round(v, 2) for k, v in dump["ratios"].items()})
+    for name, figure in dump["seconds"].items():
+        print(f"  {name:<34} {figure['min'] * 1e3:9.1f} / {figure['median'] * 1e3:.1f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
+    return run_main(argv, parse_args, run, report)
 
 
 if __name__ == "__main__":

@@ -2,25 +2,24 @@
 
 Run from the repository root::
 
-    python -m benchmarks.moe                       # 256 samples, 48 layers x top-8
+    python -m benchmarks.moe                       # 256 samples, 48 layers x top-8, dp 8
     python -m benchmarks.moe --smoke --out /tmp    # seconds: what the tests run
 
-The ``small`` workload (256 samples, seed 0) with ``rollout_routed_experts`` of
-``[len(tokens) - 1, 48, 8]`` ids < 128 per sample (816 MB as int32), carried three ways:
-``narrow`` (:meth:`arrow_split.RolloutBatch.from_train_data`: ids stored uint8), ``int32`` (the
-column declared ``storage="exact"``) and ``classic`` (the numpy dict pickled into Ray,
-:mod:`benchmarks.baseline`). For each and each dp_size: the driver's build, the delayed and eager
-puts with the bytes Ray stored (``object_size``), then the rank with the most tokens in a fresh
-:class:`benchmarks.step_paths.StepRankActor`, eager and delayed (its first call warms the actor
-up, untimed); medians over ``--repeats`` runs. Writes ``moe.json`` under ``--out``.
+The ``small`` workload (seed 0) with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]``
+ids < 128 per sample (816 MB as int32), carried three ways: ``narrow`` (ids stored uint8),
+``int32`` (the column declared ``storage="exact"``) and ``classic`` (the numpy dict pickled into
+Ray, :mod:`benchmarks.baseline`). For each and each dp_size: the driver's build, the delayed and
+eager puts with the bytes Ray stored (``object_size``), then the rank with the most tokens in a
+fresh :class:`benchmarks.step_paths.StepRankActor`, eager and delayed (its first call warms the
+actor up, untimed); medians over the repeats of :data:`SIZES`. Writes ``moe.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,22 +30,25 @@ from arrow_split.ray import split_train_data_by_dp
 from arrow_split.testing import WORKLOADS, make_train_data
 from benchmarks import baseline
 from benchmarks._common import (
+    Results,
     benchmark_parser,
-    dp_sizes_arg,
     local_ray,
     object_sizes,
-    stamp,
-    start_stamp,
+    run_main,
     summarize,
     timed,
-    write_json,
 )
 from benchmarks.step_paths import StepRankActor, boundary, largest_ranks
 
-__all__ = ["VARIANTS", "build", "main", "parse_args", "run"]
+__all__ = ["SIZES", "VARIANTS", "build", "main", "parse_args", "report", "run"]
 
 EXPERTS = "rollout_routed_experts"
 VARIANTS = ("narrow", "int32", "classic")
+SIZES = {
+    False: {"samples": 256, "layers": 48, "top_k": 8, "dp_sizes": (8,), "repeats": 3, "seed": 0},
+    True: {"samples": 16, "layers": 4, "top_k": 2, "dp_sizes": (2,), "repeats": 1, "seed": 0},
+}
+"""The full run's sizes (``SIZES[False]``) and the ``--smoke`` run's (``SIZES[True]``)."""
 
 
 def build(variant: str, data: Mapping[str, Any]) -> Any:
@@ -94,9 +96,8 @@ def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace)
     return figures
 
 
-def run(options: argparse.Namespace) -> dict[str, Any]:
-    """Every variant's figures and the summary, stamped and JSON-ready."""
-    started = start_stamp()
+def run(options: argparse.Namespace) -> dict[str, Results]:
+    """``{"moe.json": every variant's figures and the summary}``."""
     config = dataclasses.replace(
         WORKLOADS["small"],
         samples=options.samples,
@@ -116,14 +117,11 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         "repeats": options.repeats,
     }
     store = max(2**30, 3 * workload["input_experts_bytes"] + 2**29)
-    variants = {}
     with local_ray(store):
-        for variant in VARIANTS:
-            print(f"measuring {variant}...", file=sys.stderr)
-            variants[variant] = _variant(variant, data, options)
+        variants = {variant: _variant(variant, data, options) for variant in VARIANTS}
     results = {"workload": workload, "variants": variants, "object_store_bytes": store}
     results["summary"] = summary(variants)
-    return {**results, "stamp": stamp(started)}
+    return {"moe.json": results}
 
 
 def summary(variants: Mapping[str, Any]) -> dict[str, Any]:
@@ -147,32 +145,21 @@ def summary(variants: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The command line (see the module docstring)."""
+    """``--smoke`` and ``--out``; the sizes are :data:`SIZES` (``SIZES[True]``: ``--smoke``)."""
     parser = benchmark_parser("moe", __doc__, "16 samples, 4 layers x top-2, dp 2")
-    parser.add_argument("--samples", type=int, default=256)
-    parser.add_argument("--layers", type=int, default=48)
-    parser.add_argument("--top-k", type=int, default=8)
-    parser.add_argument("--dp-sizes", type=dp_sizes_arg, default=(8,), help="e.g. 8,64")
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--seed", type=int, default=0)
     options = parser.parse_args(argv)
-    if options.smoke:
-        options.samples, options.layers, options.top_k, options.dp_sizes = 16, 4, 2, (2,)
-        options.repeats = 1
-    if options.repeats < 1 or not options.dp_sizes:
-        parser.error("--repeats must be >= 1 and --dp-sizes name one at least")
-    return options
+    return argparse.Namespace(**vars(options), **SIZES[options.smoke])
+
+
+def report(outputs: dict[str, Results], out: Path) -> None:
+    """Print the summary, one line per variant and dp_size."""
+    for line, figures in outputs["moe.json"]["summary"].items():
+        print(line, {key: round(value, 4) for key, value in figures.items()})
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run, write the JSON, print the summary."""
-    options = parse_args(argv)
-    results = run(options)
-    path = write_json(results, options.out / "moe.json")
-    for line, figures in results["summary"].items():
-        print(line, {key: round(value, 4) for key, value in figures.items()})
-    print(f"wrote {path}; wall time {results['stamp']['wall_seconds']:.1f} s", file=sys.stderr)
-    return 0
+    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
+    return run_main(argv, parse_args, run, report)
 
 
 if __name__ == "__main__":

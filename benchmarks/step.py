@@ -5,80 +5,313 @@ Run from the repository root::
     python -m benchmarks.step --workload medium      # the full run (a few minutes)
     python -m benchmarks.step --smoke                 # seconds: what the tests run
 
-A rollout loop produces the workload's samples one group at a time
-(:func:`arrow_split.testing.iter_sample_groups`, groups in a seeded order) into four paths
-(:mod:`benchmarks.step_paths`: classic lists, numpy classic, arrow_split from lists, arrow_split
-with the builder), each in eager mode (``--eager-dp-sizes``) and delayed mode
-(``--delayed-dp-sizes``). For every configuration it reports the rollout loop's CPU time (the
-appends, off the critical path), the step boundary on the driver (finish or convert + put), the
-slowest measured rank (in a fresh Ray actor) and the critical path (boundary + slowest rank); then
-the cold start of a fresh actor, a small workload (``--small-samples`` at ``--small-dp-size``) with
-the per-object cost of an eager put against Ray's own (on the main workload at its largest dp size
-when the small one is skipped), and the targets. :mod:`benchmarks.step_run` says what one step is;
-:mod:`benchmarks.step_report` how figures are combined. Also measured in the same run, on the main
-workload: one ``ray.put`` of a buffer of the batch's size, a memcpy
-of a rank's bytes in a rank's process, both planners and both gathers. Writes ``step.json``,
-``step.md`` and ``step.png`` under ``--out`` (``docs/benchmarks`` by default).
+What it measures and why is in README.md ("A whole step"); here is how. One *configuration* is
+a (path, mode, dp_size) (the paths: :mod:`benchmarks.step_paths`; the sizes: :class:`StepOptions`).
+For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started, then
+``1 + repeats`` steps run one after the other; each step is:
+
+1. the rollout loop: every group, in the seeded order, fed to the path's accumulator (CPU time
+   of the driver's thread: off the critical path, since it overlaps generation);
+2. the step boundary on the driver, timed from the loop's end to the put's return;
+3. each measured rank (the ``ranks`` ranks with the most tokens) in the actor, one after the
+   other, on this step's fresh objects; then the objects are dropped.
+
+The first rank call of the first step is the actor's cold start; per-rank figures are the warm
+steps' (:mod:`benchmarks.step_report` combines them). The same run measures a small workload
+(with the per-object cost of an eager put against Ray's own), a pickle of the classic dict and
+the references (:func:`measure_references`). Writes ``step.json``, ``step.md`` and ``step.png``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
+import gc
+import pickle
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from arrow_split.testing import WORKLOADS
-from benchmarks import step_report
+import numpy as np
+import ray
+
+from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
+from arrow_split.testing import WORKLOADS, RolloutConfig, iter_sample_groups, make_lengths
+from benchmarks import baseline, step_report
 from benchmarks._common import (
     MIB,
     Progress,
+    Results,
     benchmark_parser,
-    dp_sizes_arg,
     local_ray,
-    stamp,
-    start_stamp,
-    write_json,
+    object_sizes,
+    run_main,
+    summarize,
+    timed,
 )
-from benchmarks.step_run import (
-    Groups,
-    StepOptions,
-    measure_references,
-    measure_workload,
-    per_object_costs,
-    pickle_cost,
-    warm_up_driver,
+from benchmarks.step_paths import (
+    PATHS,
+    StepPath,
+    StepRankActor,
+    boundary,
+    check_agreement,
+    largest_ranks,
+    rollout,
 )
 
-__all__ = ["main", "parse_args", "run", "write_outputs"]
+__all__ = [
+    "Groups",
+    "StepOptions",
+    "main",
+    "measure_references",
+    "measure_workload",
+    "parse_args",
+    "per_object_costs",
+    "pickle_cost",
+    "report",
+    "run",
+    "warm_up_driver",
+]
 
-_SMOKE = {"workload": "tiny", "eager_dp_sizes": (2,), "delayed_dp_sizes": (2,), "small_samples": 0}
-_SMOKE.update(small_dp_size=2, repeats=1, ranks=1)
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class StepOptions:
+    """What one run measures: the full run's sizes (``--smoke``: :data:`_SMOKE`)."""
+
+    workload: str = "medium"
+    eager_dp_sizes: tuple[int, ...] = (8, 64, 256)
+    delayed_dp_sizes: tuple[int, ...] = (64,)
+    small_samples: int = 128
+    small_dp_size: int = 64
+    repeats: int = 3
+    ranks: int = 2
+    group_size: int = 8
+    seed: int = 0
+    balance_data: bool = True
+    out: Path = Path("docs/benchmarks")
+    progress: bool = True
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Groups:
+    """A workload's sample groups, in the seeded rollout order, as lists and as numpy arrays."""
+
+    name: str
+    config: RolloutConfig
+    lists: list[dict[str, Any]]
+    arrays: list[dict[str, Any]]
+
+    @classmethod
+    def generate(cls, name: str, config: RolloutConfig, group_size: int, seed: int) -> Groups:
+        lists = list(iter_sample_groups(config, group_size))
+        numpy_config = dataclasses.replace(config, as_numpy=True)
+        arrays = list(iter_sample_groups(numpy_config, group_size))
+        order = np.random.default_rng(seed).permutation(len(lists))
+        return cls(name, config, [lists[i] for i in order], [arrays[i] for i in order])
+
+    def for_path(self, path: StepPath) -> list[dict[str, Any]]:
+        return self.arrays if path == "numpy" else self.lists
+
+    @property
+    def total_lengths(self) -> np.ndarray:
+        return np.array([len(t) for group in self.arrays for t in group["tokens"]], np.int64)
+
+    def describe(self) -> dict[str, Any]:
+        lengths = self.total_lengths
+        response = np.concatenate([group["response_lengths"] for group in self.arrays])
+        return {
+            "name": self.name,
+            "num_samples": int(lengths.size),
+            "num_tokens": int(lengths.sum()),
+            "response_tokens": int(response.sum()),
+            "groups": len(self.lists),
+            "group_size": len(self.lists[0]["tokens"]) if self.lists else 0,
+            "columns": sorted(self.lists[0]) if self.lists else [],
+        }
+
+
+def _one_step(
+    path: StepPath, mode: str, dp: int, groups: Groups, actor: Any, ranks: list[int], bal: bool
+) -> dict[str, Any]:
+    gc.collect()
+    state, loop = rollout(path, groups.for_path(path))
+    refs, laps = boundary(path, mode, state, dp, bal)
+    del state
+    step: dict[str, Any] = {"rollout": loop, "boundary_seconds": laps.total}
+    step["boundary_steps"] = laps.seconds
+    step["store_bytes"] = sum(object_sizes(refs))
+    step["ranks"] = {
+        str(rank): ray.get(actor.run.remote(path, mode, [refs], rank, dp, bal)) for rank in ranks
+    }
+    del refs
+    return step
+
+
+def _measure_config(
+    path: StepPath, mode: str, dp: int, groups: Groups, ranks: list[int], options: StepOptions
+) -> dict[str, Any]:
+    actor = StepRankActor.remote()  # type: ignore[attr-defined]
+    ray.get(actor.ready.remote())
+    steps = [
+        _one_step(path, mode, dp, groups, actor, ranks, options.balance_data)
+        for _ in range(1 + options.repeats)
+    ]
+    ray.kill(actor)
+    return {"path": path, "mode": mode, "dp_size": dp, "ranks": ranks, "steps": steps}
+
+
+def measure_workload(
+    groups: Groups,
+    eager_dp_sizes: Sequence[int],
+    delayed_dp_sizes: Sequence[int],
+    options: StepOptions,
+    progress: Progress,
+) -> dict[str, Any]:
+    """Every configuration of one workload, after the agreement check of its shards."""
+    lengths = groups.total_lengths
+    configs = [
+        *(("eager", dp) for dp in eager_dp_sizes),
+        *(("delayed", dp) for dp in delayed_dp_sizes),
+    ]
+    progress.expect(1 + len(configs) * len(PATHS))
+    measured: dict[int, list[int]] = {}
+    for _, dp in configs:
+        partitions = plan_partitions(lengths, dp, balance_data=options.balance_data)
+        measured[dp] = largest_ranks(partitions, lengths, options.ranks)
+    with progress.task(f"{groups.name}: agreement"):
+        dp = configs[-1][1]
+        agreement = check_agreement(
+            groups.lists, groups.arrays, dp, measured[dp], options.balance_data
+        )
+    records = []
+    for mode, dp in configs:
+        for path in PATHS:
+            with progress.task(f"{groups.name}: {path} {mode} dp={dp}"):
+                records.append(_measure_config(path, mode, dp, groups, measured[dp], options))
+    return {"workload": groups.describe(), "agreement": agreement, "configs": records}
+
+
+def pickle_cost(groups: Groups, repeats: int) -> dict[str, Any]:
+    """``pickle.dumps`` (protocol 5) of the classic dict of the same values: CPU seconds."""
+    data, _ = rollout("classic", groups.lists)
+    sizes: list[int] = []
+
+    def pickled() -> None:
+        sizes.append(len(pickle.dumps(data, protocol=5)))
+
+    return {"cpu_seconds": timed(pickled, repeats, clock=time.thread_time), "bytes": sizes[-1]}
+
+
+def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
+    """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
+
+    def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
+        puts = timed(lambda: [ray.put(value) for value in objects], repeats, warm_up=1)
+        return summarize(seconds / len(objects) for seconds in puts["all"])
+
+    data, _ = rollout("classic", groups.lists)
+    batch = RolloutBatch.from_train_data(data)
+    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=True)
+    return {
+        "dp_size": dp_size,
+        "tiny_put_seconds": timed_puts([b"x"] * dp_size),
+        "arrow_shard_put_seconds": timed_puts(shards),
+    }
+
+
+def warm_up_driver(groups: Groups, options: StepOptions) -> None:
+    """Run every path's boundary once on ``groups`` (untimed): the driver's first calls."""
+    for path in PATHS:
+        for mode in ("eager", "delayed"):
+            state, _ = rollout(path, groups.for_path(path))
+            refs, _ = boundary(path, mode, state, 2, options.balance_data)
+            del refs, state
+
+
+# --- the physical references ---------------------------------------------------------------
+
+
+PLANNER_TARGET = (65_536, 256)
+"""The planner's reference point: (samples, dp_size)."""
+
+
+def one_buffer_put(nbytes: int, repeats: int) -> dict[str, Any]:
+    """``ray.put`` of one contiguous buffer of ``nbytes`` (the object dropped after each run)."""
+    buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
+    return {"bytes": nbytes, "seconds": timed(lambda: ray.put(buffer), repeats)}
+
+
+def planner_and_take(
+    data: Mapping[str, Any], batch: RolloutBatch, dp_size: int, repeats: int
+) -> dict[str, Any]:
+    """Both planners at :data:`PLANNER_TARGET`; both gathers of rank 0's rows at ``dp_size``.
+
+    ``data`` is the classic dict of lists, ``batch`` the same samples as arrow_split's batch.
+    """
+    samples, planner_dp = PLANNER_TARGET
+    lengths = make_lengths(dataclasses.replace(WORKLOADS["medium"], samples=samples))
+    as_list = [int(length) for length in lengths]
+    classic = timed(lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats)
+    arrow = timed(lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats)
+    total = [int(length) for length in batch.total_lengths]
+    rows = plan_partitions(batch.total_lengths, dp_size, balance_data=True)[0]
+    row_list = [int(row) for row in rows]
+    take_classic = timed(lambda: baseline.classic_shard(data, row_list, total), repeats)
+    take_arrow = timed(lambda: take_rows(batch, rows), repeats)
+    return {
+        "planner": {
+            "samples": samples,
+            "dp_size": planner_dp,
+            "classic_seconds": classic,
+            "arrow_seconds": arrow,
+        },
+        "take": {
+            "dp_size": dp_size,
+            "rows": len(row_list),
+            "classic_seconds": take_classic,
+            "arrow_seconds": take_arrow,
+        },
+    }
+
+
+def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
+    """The physical references on ``groups`` at ``dp_size``: one buffer put, memcpy, plan, take.
+
+    The memcpy copies the Arrow bytes of the largest of the ``ranks`` measured ranks, in a fresh
+    :class:`StepRankActor` (a rank's process).
+    """
+    data, _ = rollout("classic", groups.lists)
+    batch = RolloutBatch.from_train_data(data)
+    partitions = plan_partitions(batch.total_lengths, dp_size, balance_data=True)
+    measured = largest_ranks(partitions, groups.total_lengths, ranks)
+    rank_bytes = max(take_rows(batch, partitions[rank]).nbytes for rank in measured)
+    actor = StepRankActor.remote()  # type: ignore[attr-defined]
+    memcpy = ray.get(actor.memcpy.remote(rank_bytes, 5 * repeats))
+    ray.kill(actor)
+    return {
+        "workload": groups.name,
+        "batch_bytes": batch.nbytes,
+        "one_buffer_put": one_buffer_put(batch.nbytes, 2 * repeats),
+        "memcpy_rank": {"dp_size": dp_size, "ranks": measured, **memcpy},
+        **planner_and_take(data, batch, dp_size, repeats),
+    }
+
+
+# --- the run --------------------------------------------------------------------------------
+
+
+_SMOKE = StepOptions("tiny", (2,), (2,), small_samples=0, small_dp_size=2, repeats=1, ranks=1)
+"""What ``--smoke`` runs: the tiny workload at dp 2, once, one rank, no small workload."""
 
 
 def parse_args(argv: list[str] | None = None) -> StepOptions:
-    """Parse the command line into :class:`benchmarks.step_run.StepOptions`."""
+    """The command line: ``--workload`` (or ``--smoke``), ``--out`` and ``--no-progress``."""
     parser = benchmark_parser("step", __doc__, "the tiny workload at dp 2, once: for the tests")
-    add = parser.add_argument
-    add("--workload", choices=list(WORKLOADS), default="medium")
-    add("--eager-dp-sizes", type=dp_sizes_arg, default=(8, 64, 256), help="default 8,64,256")
-    add("--delayed-dp-sizes", type=dp_sizes_arg, default=(64,), help="default 64")
-    add("--small-samples", type=int, default=128, help="the small workload's samples; 0: skip")
-    add("--small-dp-size", type=int, default=64)
-    add("--repeats", type=int, default=3, help="warm steps per configuration, after the cold one")
-    add("--ranks", type=int, default=2, help="ranks measured per configuration (most tokens)")
-    add("--no-progress", action="store_true")
+    parser.add_argument("--workload", choices=list(WORKLOADS), default="medium")
+    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.repeats < 1 or args.ranks < 1 or args.small_samples < 0 or args.small_dp_size < 1:
-        parser.error("--repeats, --ranks and --small-dp-size must be >= 1, --small-samples >= 0")
-    if not args.eager_dp_sizes and not args.delayed_dp_sizes:
-        parser.error("give at least one dp size")
-    names = {field.name for field in dataclasses.fields(StepOptions)} & set(vars(args))
-    options = StepOptions(**{name: getattr(args, name) for name in names})
-    options = dataclasses.replace(options, progress=not args.no_progress)
-    if args.smoke:
-        options = dataclasses.replace(options, **_SMOKE)  # type: ignore[arg-type]
-    return options
+    options = _SMOKE if args.smoke else StepOptions(args.workload)
+    return dataclasses.replace(options, out=args.out, progress=not args.no_progress)
 
 
 def _store_bytes(groups: Groups) -> int:
@@ -122,9 +355,8 @@ def _measure(
     return results
 
 
-def run(options: StepOptions) -> dict[str, Any]:
-    """Run the whole benchmark; return every figure, stamped and JSON-ready (nothing is written)."""
-    started = start_stamp()
+def run(options: StepOptions) -> dict[str, Results]:
+    """Run the whole benchmark; return ``{"step.json": every figure}`` (nothing is written)."""
     progress = Progress(enabled=options.progress)
     progress.expect(2)
     with progress.task("generate the sample groups"):
@@ -142,30 +374,20 @@ def run(options: StepOptions) -> dict[str, Any]:
     )
     results["summary"] = step_report.summarize_results(results)
     results["targets"] = step_report.targets(results)
-    results["stamp"] = stamp(started)
-    return results
+    return {"step.json": results}
 
 
-def write_outputs(results: dict[str, Any], out: Path) -> dict[str, Path]:
-    """Write ``step.json``, ``step.md`` and ``step.png`` under ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"json": out / "step.json", "markdown": out / "step.md", "plot": out / "step.png"}
-    write_json(results, paths["json"])
-    paths["markdown"].write_text(step_report.markdown(results), encoding="utf-8")
-    step_report.plot(results, paths["plot"])
-    return paths
+def report(outputs: dict[str, Results], out: Path) -> None:
+    """Write ``step.md`` and ``step.png`` beside ``step.json``; print the tables."""
+    results = outputs["step.json"]
+    (out / "step.md").write_text(step_report.markdown(results), encoding="utf-8")
+    step_report.plot(results, out / "step.png")
+    print(step_report.markdown(results))
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point; prints the tables and where the files went."""
-    options = parse_args(argv)
-    results = run(options)
-    paths = write_outputs(results, options.out)
-    print(step_report.markdown(results))
-    for kind, path in paths.items():
-        print(f"wrote {kind}: {path}")
-    print(f"wall time: {results['stamp']['wall_seconds']:.1f} s", file=sys.stderr)
-    return 0
+    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
+    return run_main(argv, parse_args, run, report)
 
 
 if __name__ == "__main__":
