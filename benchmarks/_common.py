@@ -1,11 +1,11 @@
 """What every benchmark shares: its ``main``, the stamp, the JSON writer, Ray, clocks, formats.
 
-A new benchmark plugs into ``make bench`` in two steps: a module ``benchmarks/<name>.py`` whose
-``main(argv)`` is :func:`run_main` of its ``parse_args`` (from :func:`benchmark_parser`: ``--smoke``
-and ``--out``), its ``run`` (it may start its own Ray with :func:`local_ray`) and its ``report``;
-and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries ``stamp``: the commit
-(and whether the tree was dirty, outside ``docs/benchmarks``), the machine, the load average at
-the start and at the end, the library versions and the command line.
+A new benchmark plugs into ``make bench`` in two steps: a module ``benchmarks/<name>.py`` with
+``parse_args`` (from :func:`benchmark_parser`: ``--smoke`` and ``--out``), ``run`` (it may start
+its own Ray with :func:`local_ray`) and ``report``, which runs :func:`run_main` of them as
+``__main__``; and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries
+``stamp``: the commit (and whether the tree was dirty, outside ``docs/benchmarks``), the machine,
+the load average at the start and at the end, the library versions and the command line.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ __all__ = [
     "Laps",
     "MemoryGauge",
     "Progress",
+    "Results",
     "benchmark_parser",
     "checkout_on_pythonpath",
     "format_bytes",
@@ -137,6 +138,7 @@ def write_json(results: dict[str, Any], path: Path) -> Path:
 
 
 Results = dict[str, Any]
+"""One JSON's results."""
 
 
 def run_main(
@@ -145,7 +147,7 @@ def run_main(
     run: Callable[[Any], dict[str, Results]],
     report: Callable[[dict[str, Results], Path], None],
 ) -> int:
-    """A benchmark's ``main``: parse ``argv``, run, stamp and write each JSON, then report.
+    """Every benchmark's ``main``: parse ``argv``, run, stamp and write each JSON, then report.
 
     ``run(options)`` returns each JSON's results by file name (``{"moe.json": {...}}``); each is
     stamped (the stamp taken before ``run``) and written under ``options.out``; then

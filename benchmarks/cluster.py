@@ -5,27 +5,15 @@ Run from the repository root::
     python -m benchmarks.cluster                         # 3 nodes x 4 ranks, a 40 MiB batch
     python -m benchmarks.cluster --nodes 2 --ranks-per-node 2 --batch-mib 8 --steps 2
 
-The cluster is simulated on this machine (``ray.cluster_utils.Cluster``): a head node, where the
-driver runs and puts (so the batch lives there), and ``--nodes`` worker nodes, each with its own
-raylet and object store, and ``--ranks-per-node`` DP rank actors pinned by a custom resource.
-With no rank on the head, the plain delayed split moves the whole batch once per worker node
-(``--nodes`` x the batch); eager and node-aware move each rank's shard once (about one batch).
-
-Per mode and step: the bytes that crossed nodes (for every object of the step, its size x (the
-number of nodes holding a copy - 1), read from Ray's object directory before the references are
-dropped: the driver's, and those each rank's call fetched, as the library's ``on_fetch`` hook
-reports them), the driver's put time, each rank's
-``process_rollout_data`` time, and how many Ray worker processes were running. The first step of
-a mode pays one-off costs (the node-aware mode starts the head's helper actor); the table shows
-it apart.
-
-Then the soak (``--soak-steps``, 0 to skip): that many more steps on the same cluster, each
-putting the batch eager and node-aware delayed and dropping it after every rank took its shard.
-After each step's ranks are done it samples the object store's usage over all nodes (capacity
-minus ``ray.available_resources()['object_store_memory']``) and the driver's private and
-shared-memory RSS; the start is measured after one warm-up step, the end once Ray has freed the
-step's objects (bounded polls: it frees asynchronously): both must come back where they were.
-Output: a table on stdout, ``cluster.json`` and ``cluster.png`` under ``--out``.
+On a simulated cluster (:mod:`benchmarks.simulated_cluster`): the driver puts on the head (so
+the batch lives there) and ``--nodes`` worker nodes each run ``--ranks-per-node`` rank actors
+(README.md, "At cluster scale", says what each mode moves). Per mode and step: the bytes
+that crossed nodes (:func:`~benchmarks.simulated_cluster.cross_node_bytes` of the driver's
+objects and of those each rank's call fetched, as the library's ``on_fetch`` hook reports them,
+before the references are dropped), the driver's put time, each rank's ``process_rollout_data``
+time, and how many Ray worker processes ran. A mode's first step pays one-off costs (the
+node-aware mode starts the head's helper actor): the summary shows it apart. Then the soak
+(:func:`_soak`, ``--soak-steps``; 0 skips it). Writes ``cluster.json`` and ``cluster.png``.
 """
 
 from __future__ import annotations
@@ -65,7 +53,7 @@ from benchmarks.simulated_cluster import (
     stop_cluster,
 )
 
-__all__ = ["main", "parse_args", "plot_cluster", "report", "run"]
+__all__ = ["parse_args", "plot_cluster", "report", "run"]
 
 MODES = ("eager", "local", "auto", "holder")
 
@@ -90,13 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --- the data and the cluster -----------------------------------------------------------------
 
 
-def _make_rollout_batch(batch_mib: float, dp_size: int, seed: int = 0) -> RolloutBatch:
+def _make_rollout_batch(batch_mib: float, dp_size: int) -> RolloutBatch:
     """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
 
     Prompts of 16..256 tokens, responses around 1,024 tokens, MoE routed experts ``[.., 2, 2]``.
     """
     config = RolloutConfig(
-        256, 1024.0, 2048, (16, 256), moe_shape=(2, 2), seed=seed, as_numpy=True, columns="numeric"
+        256, 1024.0, 2048, (16, 256), moe_shape=(2, 2), seed=0, as_numpy=True, columns="numeric"
     )
     probe = RolloutBatch.from_train_data(make_train_data(config))
     wanted = batch_mib * MIB / (probe.nbytes / len(probe))
@@ -226,7 +214,13 @@ def _memory(capacity: float) -> dict[str, float]:
 
 
 def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
-    """``soak_steps`` steps of eager + node-aware delayed; memory at start, end and each step."""
+    """``soak_steps`` steps of eager + node-aware delayed; memory at start, end and each step.
+
+    Each step puts the batch both ways and drops it after every rank took its shard; then the
+    store's usage over all nodes (capacity less Ray's available ``object_store_memory``) and the
+    driver's RSS are sampled. The start is after one warm-up step, the end once Ray has freed the
+    step's objects (bounded polls: it frees asynchronously): both must come back where they were.
+    """
     capacity = float(ray.cluster_resources()["object_store_memory"])
     nodes = ray.get([rank.node_id.remote() for rank in ranks])
 
@@ -338,10 +332,5 @@ def report(outputs: dict[str, Results], out: Path) -> None:
     plot_cluster(results, out / "cluster.png")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
-    return run_main(argv, parse_args, run, report)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(None, parse_args, run, report))

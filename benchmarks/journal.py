@@ -1,20 +1,10 @@
 """Durable files: the journal, objects stored once, the kill test; rollout dumps against torch.
 
-- ``appends``: a step of the workload (groups of 8 samples, numpy) through
-  ``RolloutBatchBuilder.extend`` and ``finish``, without a journal and with one per ``sync``
-  policy (``os``, ``step``, ``call``), taking turns for the repeats' rounds: the appends alone
-  (``append_seconds``, target: ``step`` <= 1.3x no journal) and the whole step (``seconds``:
-  with a journal, ``finish`` also writes and syncs the step's dump); and their floor
-  (``floor``, :func:`write_floor`); ``floor_vs_no_journal`` is (appends + floor) / appends,
-  without a journal.
-- ``recovery``: ``RolloutBatchBuilder.recover`` of that step's journal (target <= 1 s, medium).
-- ``multimodal``: :func:`~arrow_split.testing.make_multimodal_train_data` (8 samples per prompt,
-  one ~1 MB image per prompt): the object column's bytes stored once against one pickle per row
-  (what version 1 stored; target <= 1.2/n), and the delayed put and one rank's delayed take +
-  decode for both, in a local Ray.
-- ``kill_test``: :func:`~arrow_split.testing.run_kill_test` (kill points, lost / duplicated / torn).
-- ``dump.json``: :func:`measure_dump`, ``RolloutBatch.write``/``read`` against
-  ``torch.save``/``torch.load`` of the classic dict of Python lists.
+README.md ("Routed experts, dumps") says what each figure of ``journal.json`` and ``dump.json``
+is and which goal it has; measured here by :func:`measure_appends` (``appends``: no journal and
+each ``sync`` policy taking turns, each round; the floor, :func:`write_floor`; the recovery),
+:func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`measure_multimodal`
+(``multimodal``, in a local Ray) and :func:`measure_dump` (``dump.json``).
 
 Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 3
 repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
@@ -49,7 +39,6 @@ from benchmarks._common import MIB, Results, benchmark_parser, local_ray, run_ma
 __all__ = [
     "SIZES",
     "dump_train_data",
-    "main",
     "measure_appends",
     "measure_dump",
     "measure_multimodal",
@@ -284,10 +273,5 @@ def report(outputs: dict[str, Results], out: Path) -> None:
         print(f"  {name:<34} {figure['min'] * 1e3:9.1f} / {figure['median'] * 1e3:.1f}")
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
-    return run_main(argv, parse_args, run, report)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(None, parse_args, run, report))

@@ -5,13 +5,11 @@ Run from the repository root::
     python -m benchmarks.moe                       # 256 samples, 48 layers x top-8, dp 8
     python -m benchmarks.moe --smoke --out /tmp    # seconds: what the tests run
 
-The ``small`` workload (seed 0) with ``rollout_routed_experts`` of ``[len(tokens) - 1, 48, 8]``
-ids < 128 per sample (816 MB as int32), carried three ways: ``narrow`` (ids stored uint8),
-``int32`` (the column declared ``storage="exact"``) and ``classic`` (the numpy dict pickled into
-Ray, :mod:`benchmarks.baseline`). For each and each dp_size: the driver's build, the delayed and
-eager puts with the bytes Ray stored (``object_size``), then the rank with the most tokens in a
-fresh :class:`benchmarks.step_paths.StepRankActor`, eager and delayed (its first call warms the
-actor up, untimed); medians over the repeats of :data:`SIZES`. Writes ``moe.json``.
+README.md ("Routed experts, dumps") says what is measured, for :data:`VARIANTS`: ``narrow``
+(ids stored uint8), ``int32`` (the column declared ``storage="exact"``), ``classic`` (the numpy
+dict, :mod:`benchmarks.baseline`). The rank is the one with the most tokens, in a fresh
+:class:`~benchmarks.step_paths.StepRankActor` (its first call warms the actor up, untimed);
+medians over the repeats of :data:`SIZES`. Writes ``moe.json``.
 """
 
 from __future__ import annotations
@@ -40,7 +38,7 @@ from benchmarks._common import (
 )
 from benchmarks.step_paths import StepRankActor, boundary, largest_ranks
 
-__all__ = ["SIZES", "VARIANTS", "build", "main", "parse_args", "report", "run"]
+__all__ = ["SIZES", "VARIANTS", "build", "parse_args", "report", "run"]
 
 EXPERTS = "rollout_routed_experts"
 VARIANTS = ("narrow", "int32", "classic")
@@ -157,10 +155,5 @@ def report(outputs: dict[str, Results], out: Path) -> None:
         print(line, {key: round(value, 4) for key, value in figures.items()})
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
-    return run_main(argv, parse_args, run, report)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(None, parse_args, run, report))

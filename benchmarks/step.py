@@ -62,7 +62,6 @@ from benchmarks.step_paths import (
 __all__ = [
     "Groups",
     "StepOptions",
-    "main",
     "measure_references",
     "measure_workload",
     "parse_args",
@@ -385,10 +384,5 @@ def report(outputs: dict[str, Results], out: Path) -> None:
     print(step_report.markdown(results))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Command-line entry point: :func:`benchmarks._common.run_main` of this module."""
-    return run_main(argv, parse_args, run, report)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_main(None, parse_args, run, report))

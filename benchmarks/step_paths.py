@@ -1,6 +1,7 @@
 """The four paths of a training step, from the rollout loop to one rank's tensors.
 
-Every path sees the same sample groups in the same (seeded) order; what differs is what the
+Every path sees the same sample groups in the same (seeded) order and, before anything is timed,
+must give each rank the classic shard (:func:`check_agreement`); what differs is what the
 rollout loop appends to, what the driver does at the step boundary and what a rank does:
 
 - ``classic``: the loop extends a dict of Python lists; at the boundary the driver puts it
@@ -16,9 +17,6 @@ rollout loop appends to, what the driver does at the step boundary and what a ra
   :func:`arrow_split.torch.to_tensors` (tokens int64, a copy).
 - ``builder``: the loop appends each group to an :class:`arrow_split.RolloutBatchBuilder`; the
   boundary finishes it, then as ``arrow``.
-
-Before anything is timed, :func:`check_agreement` compares every path's shards with the classic
-one, row for row, in the classic rollout layout.
 """
 
 from __future__ import annotations

@@ -224,9 +224,11 @@ def test_the_baseline_imports_nothing_from_arrow_split() -> None:
 @pytest.fixture(scope="module")
 def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Path]]:
     from benchmarks import step
+    from benchmarks._common import run_main
 
     out = tmp_path_factory.mktemp("step")
-    assert step.main(["--smoke", "--no-progress", "--out", str(out)]) == 0
+    argv = ["--smoke", "--no-progress", "--out", str(out)]
+    assert run_main(argv, step.parse_args, step.run, step.report) == 0
     paths = {"json": out / "step.json", "markdown": out / "step.md", "plot": out / "step.png"}
     return json.loads(paths["json"].read_text()), paths
 
