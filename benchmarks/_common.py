@@ -221,7 +221,7 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--smoke", action="store_true", help=smoke)
-    parser.add_argument("--out", type=Path, default=DOCS, help=f"where {name}.json goes")
+    parser.add_argument("--out", type=Path, default=DOCS, help="where its JSON and plots go")
     return parser
 
 
