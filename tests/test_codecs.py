@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import given
+from hypothesis import strategies as st
 
 from arrow_split import ColumnSpec, RolloutBatch
 from arrow_split._codecs import TypeFields, codec_for
+from arrow_split._codecs._arrow import numpy_view
 from arrow_split.testing.strategies import train_data
 
 MOE = ColumnSpec("experts", "per_sample_tensor", pa.int32(), storage="narrow")
@@ -73,3 +76,30 @@ def test_an_encoded_tensor_column_has_the_type_of_its_values() -> None:
     )
     arrow_type = batch.column("experts").type
     assert arrow_type == codec_for(MOE).arrow_type(MOE, TypeFields(pa.uint8(), (4, 2)))
+
+
+@given(
+    st.lists(st.booleans(), max_size=80),
+    st.integers(min_value=0, max_value=40),
+    st.integers(min_value=0, max_value=80),
+)
+def test_a_boolean_view_is_the_values_at_any_bit_offset(
+    values: list[bool], start: int, length: int
+) -> None:
+    """Booleans are unpacked by numpy (not Arrow's pool): same values as ``to_numpy``."""
+    array = pa.array(values, type=pa.bool_()).slice(start, length)
+    view = numpy_view(array)
+    assert view.dtype == np.bool_
+    assert view.tolist() == array.to_pylist()
+
+
+def test_unpacking_booleans_allocates_nothing_from_arrows_pools() -> None:
+    array = pa.array([True, False, True] * 1000).slice(5)
+    pools = [pa.default_memory_pool(), pa.system_memory_pool()]
+    for name in ("mimalloc_memory_pool", "jemalloc_memory_pool"):
+        with contextlib.suppress(NotImplementedError):  # a pyarrow built without it
+            pools.append(getattr(pa, name)())
+    before = [pool.bytes_allocated() for pool in pools]
+    view = numpy_view(array)
+    assert [pool.bytes_allocated() for pool in pools] == before
+    assert view.tolist() == array.to_pylist()

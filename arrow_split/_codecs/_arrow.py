@@ -48,8 +48,25 @@ def numpy_dtype(value_type: pa.DataType) -> np.dtype:
 def numpy_view(array: pa.Array) -> np.ndarray:
     """A numpy view of a primitive array without nulls (booleans are unpacked: a copy)."""
     if pa.types.is_boolean(array.type):
-        return np.asarray(array.to_numpy(zero_copy_only=False))
+        return _unpack_bits(array)
     return np.asarray(array.to_numpy(zero_copy_only=True))
+
+
+def _unpack_bits(array: pa.Array) -> np.ndarray:
+    """A boolean array without nulls as a numpy ``bool`` array, unpacked by numpy.
+
+    Not ``to_numpy``: pyarrow unpacks booleans into a buffer of Arrow's process-wide C++ pool,
+    which ignores ``pyarrow.set_memory_pool``; a process's first such buffer maps that pool's
+    arena and faults in a huge page (milliseconds on a virtual machine, in a rank's first step).
+    numpy's memory comes from the heap that :func:`arrow_split.ray.warm_up` keeps.
+    """
+    length = len(array)
+    bitmap = array.buffers()[1]
+    if bitmap is None or length == 0:
+        return np.zeros(length, dtype=np.bool_)
+    first, shift = divmod(array.offset, 8)
+    packed = np.frombuffer(bitmap, dtype=np.uint8)[first : first + -(-(shift + length) // 8)]
+    return np.unpackbits(packed, bitorder="little")[shift : shift + length].view(np.bool_)
 
 
 def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:

@@ -6,9 +6,12 @@ converts an array), pyarrow imports ``pyarrow.compute`` and builds its kernels' 
 first ``take``, and the first unpickling of a record batch, the first slice and the first plan
 each load code and fill caches. Together that made a delayed rank's first call several times its
 next one. :func:`warm_up` runs one eager and one delayed rank's work on a batch of two samples,
-in memory (no Ray call, nothing put), so that a framework pays it when it creates its train
-actors, not in their first step. Importing this leaf does not do it: a driver that only puts
-does not need it.
+in memory (nothing put), so that a framework pays it when it creates its train actors, not in
+their first step. In a process connected to Ray (an actor) it also counts the cluster's live
+nodes, as a delayed rank does before it fetches (``ray.nodes()``: 3-5 ms the first time in a
+process, about 1 ms later); the count is kept for 10 s like any, so a first step that comes
+later counts again, as every step more than 10 s after the last does. Importing this leaf does
+not do it: a driver that only puts does not need it.
 """
 
 from __future__ import annotations
@@ -16,10 +19,13 @@ from __future__ import annotations
 import pickle
 from typing import cast
 
+import ray
+
 from arrow_split import KNOWN_COLUMNS, RolloutBatch, Shard, shard_for_rank
 from arrow_split._args import as_int
 from arrow_split.ray._eager import _node_rows, rank_slice
 from arrow_split.ray._heap import MAX_RESERVE_BYTES, reserve_heap
+from arrow_split.ray._locality import _live_nodes
 from arrow_split.schema import role_column
 
 __all__ = ["warm_up"]
@@ -56,8 +62,10 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
 
     Call it in each train actor when it starts (in its ``__init__``), before its first
     :func:`~arrow_split.ray.process_rollout_data`; a later call returns at once (or only grows
-    the reserve). It needs no Ray connection and puts nothing. Import :mod:`arrow_split.torch` in
-    the actor too, where ranks convert their shards to tensors.
+    the reserve). It puts nothing and needs no Ray connection; where Ray is initialized it also
+    counts the cluster's live nodes, as a delayed rank's call does (a count is kept 10 s).
+    Import :mod:`arrow_split.torch` in the actor too, where ranks convert their shards to
+    tensors.
 
     Parameters
     ----------
@@ -95,6 +103,8 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     reserve = as_int("reserve_bytes", reserve_bytes, minimum=0, maximum=MAX_RESERVE_BYTES, fix=fix)
     if reserve:
         reserve_heap(reserve)
+    if ray.is_initialized():
+        _live_nodes()
     if _done:
         return
     batch = RolloutBatch.from_train_data(_train_data())

@@ -18,7 +18,13 @@ from arrow_split import (
 
 ray = pytest.importorskip("ray")
 
-from arrow_split.ray import _heap, _warm, process_rollout_data, warm_up  # noqa: E402
+from arrow_split.ray import (  # noqa: E402
+    _heap,
+    _warm,
+    clear_caches,
+    process_rollout_data,
+    warm_up,
+)
 from arrow_split.ray._eager import _node_rows  # noqa: E402
 
 pytestmark = pytest.mark.ray
@@ -137,3 +143,22 @@ def test_a_reserve_without_glibc_warns_and_reserves_nothing(
     with pytest.warns(ArrowSplitWarning, match="reserved nothing"):
         assert _heap.reserve_heap(2**20) is False
     assert _heap._reserved == 0
+
+
+def test_warm_up_in_a_ray_process_counts_the_nodes_a_delayed_rank_then_reuses(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first ``ray.nodes()`` in a process connects to the cluster: warm_up pays it."""
+    calls: list[None] = []
+    real_nodes = ray.nodes
+    monkeypatch.setattr(ray, "nodes", lambda: calls.append(None) or real_nodes())
+    clear_caches()
+    warm_up()
+    warm_up()
+    assert len(calls) == 1
+    batch = RolloutBatch.from_train_data(_TRAIN_DATA)
+    ref = ray.put(batch.with_plan(batch.make_plan(2, balance_data=True)))
+    shard = process_rollout_data(ref, 1, 2, balance_data=True)
+    assert len(calls) == 1
+    expected = shard_for_rank(batch, 1, 2, balance_data=True)
+    assert shard.to_train_data(layout="actor") == expected.to_train_data(layout="actor")
