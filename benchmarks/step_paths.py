@@ -76,11 +76,15 @@ def _extend_lists(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return data
 
 
+_BUILDER = RolloutBatchBuilder()
+"""The run's one builder: a rollout manager keeps one, whose ``finish()`` starts the next step
+with the buffers' capacity kept (every step here ends with ``finish()``)."""
+
+
 def _extend_builder(groups: Sequence[Mapping[str, Any]]) -> Any:
-    builder = RolloutBatchBuilder()
     for group in groups:
-        builder.extend(group)
-    return builder
+        _BUILDER.extend(group)
+    return _BUILDER
 
 
 _THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # Linux: this thread

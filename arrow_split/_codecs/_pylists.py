@@ -1,7 +1,7 @@
 """The fast path for numbers given as Python lists: one ``struct.pack`` per sample.
 
 ``struct.pack(f"{n}i", *values)`` converts a list of Python numbers to C values (and
-``bytes(values)`` a 0/1 mask) without ``pyarrow.array``'s per-value type inference, and rejects
+``bytearray(values)`` a 0/1 mask) without ``pyarrow.array``'s per-value type inference, and rejects
 what the column cannot hold on its own: a float or ``None`` in an integer column, a value out of
 the type's range, a non-number anywhere. Only a ``bool`` in an integer column
 passes unseen (``True`` is an ``int``); it can only hide where the value is 0 or 1, so those few
@@ -97,8 +97,8 @@ def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
 
 def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
     """The C values of every list, one after the other (raises on a value refused)."""
-    if code == "bytes":
-        return b"".join([bytes(values) for values in lists])
+    if code == "bytes":  # bytearray(list) takes a fast path that bytes(list) does not (3x)
+        return b"".join([bytearray(values) for values in lists])
     return b"".join([struct.pack(f"{len(values)}{code}", *values) for values in lists])
 
 
