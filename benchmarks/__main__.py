@@ -1,14 +1,8 @@
 """``python -m benchmarks``: every benchmark the README quotes, in one run (``make bench``).
 
-Each benchmark runs in its own process, one after the other, and writes its stamped JSON (and
-plots) under ``--out`` (``docs/benchmarks`` by default):
-
-- ``step.json``, ``step.md``, ``step.png``: :mod:`benchmarks.step` (the whole step, its references);
-- ``moe.json``: :mod:`benchmarks.moe` (routed experts at real shape);
-- ``journal.json``, ``dump.json``: :mod:`benchmarks.journal` (the journal, objects stored once,
-  the kill test; rollout dumps against ``torch.save``);
-- ``cluster.json``, ``cluster.png``: :mod:`benchmarks.cluster` (bytes crossing nodes; then a soak
-  of 300 more steps, ``--soak-steps 300`` as the README quotes it, memory back where it was).
+Each benchmark of :data:`BENCHMARKS` runs in its own process, one after the other, and writes
+its stamped JSON (and plots) under ``--out`` (``docs/benchmarks`` by default); README.md says
+which file each figure comes from.
 
 ``--smoke`` runs each in its smallest mode; ``--only step,journal`` runs some. A new benchmark is
 one line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
@@ -27,7 +21,7 @@ from benchmarks._common import DOCS, REPO_ROOT
 __all__ = ["BENCHMARKS", "main"]
 
 BENCHMARKS: dict[str, tuple[str, ...]] = {
-    "step": ("benchmarks.step", "--workload", "medium", "--no-progress"),
+    "step": ("benchmarks.step", "--workload", "medium"),
     "moe": ("benchmarks.moe",),
     "journal": ("benchmarks.journal",),
     "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
@@ -50,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         module, *options = BENCHMARKS[name]
         if args.smoke:
-            options = ["--smoke", *(["--no-progress"] if name == "step" else [])]
+            options = ["--smoke"]
         command = [sys.executable, "-m", module, *options, "--out", str(args.out)]
         print(f"== {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()

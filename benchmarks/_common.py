@@ -18,7 +18,6 @@ import logging
 import os
 import platform
 import re
-import resource
 import statistics
 import subprocess
 import sys
@@ -35,7 +34,6 @@ __all__ = [
     "REPO_ROOT",
     "Laps",
     "MemoryGauge",
-    "Progress",
     "Results",
     "benchmark_parser",
     "checkout_on_pythonpath",
@@ -59,9 +57,6 @@ DOCS = REPO_ROOT / "docs" / "benchmarks"
 """Where ``make bench`` writes every JSON and plot the README quotes."""
 MIB = 2**20
 PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "psutil")
-
-
-# --- the stamp -------------------------------------------------------------------------------
 
 
 def _git(*args: str) -> str | None:
@@ -164,9 +159,6 @@ def run_main(
     return 0
 
 
-# --- Ray, arguments, progress, formats, plots ------------------------------------------------
-
-
 @contextmanager
 def checkout_on_pythonpath() -> Iterator[None]:
     """``PYTHONPATH`` led by this checkout in the block: Ray workers started then import it."""
@@ -225,29 +217,6 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
     return parser
 
 
-class Progress:
-    """The run's tasks, one line on stderr as each ends (``[3/12] name: 4.2 s``)."""
-
-    def __init__(self, *, enabled: bool) -> None:
-        self.enabled, self.done, self.total = enabled, 0, 0
-
-    def expect(self, tasks: int) -> None:
-        """Add ``tasks`` to the count of tasks to come."""
-        self.total += tasks
-
-    @contextmanager
-    def task(self, name: str) -> Iterator[None]:
-        """Time the block; print ``name`` and its seconds when it ends."""
-        start = time.perf_counter()
-        yield
-        self.done += 1
-        if self.enabled:
-            seconds = time.perf_counter() - start
-            print(
-                f"[{self.done}/{self.total}] {name}: {seconds:.1f} s", file=sys.stderr, flush=True
-            )
-
-
 def format_seconds(seconds: float | None) -> str:
     """``1.23 s``, ``12.3 ms`` or ``456 µs``."""
     if seconds is None:
@@ -286,9 +255,6 @@ def save_figure(figure: Any, path: Path, title: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     pyplot().close(figure)
-
-
-# --- clocks and memory -----------------------------------------------------------------------
 
 
 class Laps:
@@ -347,14 +313,6 @@ def status_bytes(field: str) -> int | None:
     return None if match is None else int(match.group(1)) * 1024
 
 
-def _peak_rss() -> int:
-    peak = status_bytes("VmHWM")
-    if peak is not None:
-        return peak
-    scale = 1 if sys.platform == "darwin" else 1024
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * scale
-
-
 class MemoryGauge:
     """Peak memory of a ``with`` block, split into private memory and shared pages touched.
 
@@ -376,7 +334,7 @@ class MemoryGauge:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
-        peak, shared = _peak_rss(), status_bytes("RssShmem") or 0
+        peak, shared = status_bytes("VmHWM") or 0, status_bytes("RssShmem") or 0
         self.figures = {
             "peak_rss_bytes": peak,
             "private_increase_bytes": max(peak - shared - self._private, 0),

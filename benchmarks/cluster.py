@@ -1,10 +1,5 @@
 """Bytes that cross nodes and per-rank time for eager, plain and node-aware delayed; then a soak.
 
-Run from the repository root::
-
-    python -m benchmarks.cluster                         # 3 nodes x 4 ranks, a 40 MiB batch
-    python -m benchmarks.cluster --nodes 2 --ranks-per-node 2 --batch-mib 8 --steps 2
-
 On a simulated cluster (:mod:`benchmarks.simulated_cluster`): the driver puts on the head (so
 the batch lives there) and ``--nodes`` worker nodes each run ``--ranks-per-node`` rank actors
 (README.md, "At cluster scale", says what each mode moves). Per mode and step: the bytes
@@ -75,9 +70,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-# --- the data and the cluster -----------------------------------------------------------------
-
-
 def _make_rollout_batch(batch_mib: float, dp_size: int) -> RolloutBatch:
     """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
 
@@ -109,14 +101,8 @@ def _started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]
 
 def _ray_worker_processes() -> int:
     """Ray worker processes running on this machine (every simulated node's)."""
-    count = 0
-    for process in psutil.process_iter(["cmdline"]):
-        cmdline = process.info["cmdline"] or []
-        count += bool(cmdline) and cmdline[0].startswith("ray::")
-    return count
-
-
-# --- the ranks --------------------------------------------------------------------------------
+    commands = (process.info["cmdline"] or [""] for process in psutil.process_iter(["cmdline"]))
+    return sum(command[0].startswith("ray::") for command in commands)
 
 
 @ray.remote(num_cpus=0)
@@ -147,9 +133,6 @@ def _start_ranks(nodes: int, ranks_per_node: int, node_ids: list[str]) -> list[A
         msg = "a rank landed on the head node; the layout needs every rank on a worker node"
         raise RuntimeError(msg)
     return ranks
-
-
-# --- one mode, step by step -------------------------------------------------------------------
 
 
 def _store_free() -> float:
@@ -199,18 +182,15 @@ def _run_mode(
     return {"worker_processes_before": processes_before, "steps": steps}
 
 
-# --- the soak ---------------------------------------------------------------------------------
-
-
 def _memory(capacity: float) -> dict[str, float]:
     """The store's usage, the driver's RSS and its private and shared-memory parts (Linux)."""
     used = capacity - _store_free()
-    memory = {"store_used": used, "driver_rss": float(psutil.Process().memory_info().rss)}
-    for name, key in (("RssAnon", "driver_rss_private"), ("RssShmem", "driver_rss_shmem")):
-        value = status_bytes(name)
-        if value is not None:
-            memory[key] = float(value)
-    return memory
+    return {
+        "store_used": used,
+        "driver_rss": float(psutil.Process().memory_info().rss),
+        "driver_rss_private": float(status_bytes("RssAnon") or 0),
+        "driver_rss_shmem": float(status_bytes("RssShmem") or 0),
+    }
 
 
 def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
@@ -245,9 +225,6 @@ def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) ->
     end = _memory(capacity)
     maxima = {key: max(sample[key] for sample in samples) for key in start}
     return {"start": start, "end": end, "max": maxima, "seconds": seconds, "samples": samples}
-
-
-# --- the report -------------------------------------------------------------------------------
 
 
 def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> dict[str, Any]:

@@ -23,22 +23,22 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import torch
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import (
     WORKLOADS,
+    RolloutConfig,
     iter_sample_groups,
     make_multimodal_train_data,
+    make_train_data,
     run_kill_test,
 )
 from benchmarks._common import MIB, Results, benchmark_parser, local_ray, run_main, summarize, timed
 
 __all__ = [
     "SIZES",
-    "dump_train_data",
     "measure_appends",
     "measure_dump",
     "measure_multimodal",
@@ -170,26 +170,6 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
     return result
 
 
-def dump_train_data(samples: int, seed: int = 0) -> dict[str, Any]:
-    """A classic train-data dict of Python lists, ~4k tokens per sample (prompt + response)."""
-    rng = np.random.default_rng(seed)
-    prompts = rng.integers(64, 513, samples)
-    responses = np.minimum(rng.exponential(3600, samples).astype(np.int64) + 1, 8192)
-    return {
-        "tokens": [
-            rng.integers(0, 151_000, p + r, dtype=np.int32).tolist()
-            for p, r in zip(prompts, responses, strict=True)
-        ],
-        "response_lengths": responses.tolist(),
-        "loss_masks": [np.ones(r, dtype=np.uint8).tolist() for r in responses],
-        "rollout_log_probs": [(-rng.random(r, dtype=np.float32)).tolist() for r in responses],
-        "rewards": rng.random(samples).tolist(),
-        "prompt": [f"prompt {index}: solve the task" for index in range(samples)],
-        "metadata": [{"turn": index % 4, "source": "math"} for index in range(samples)],
-        "raw_reward": rng.random(samples).tolist(),
-    }
-
-
 def measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
     """Time every write and read on one batch; return the figures, the sizes and the ratios.
 
@@ -199,7 +179,8 @@ def measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
     format, not the disk's. Each write includes an fsync (the write is atomic); ``torch.save``
     does not sync.
     """
-    train_data = dump_train_data(samples)
+    # ~4k tokens a sample, every kind of column (prompt text, metadata, ids, teacher log-probs)
+    train_data = make_train_data(RolloutConfig(samples, 3600.0, 8192, (64, 512), columns="every"))
     batch = RolloutBatch.from_train_data(train_data)
     arrow, zstd, pickled = folder / "step.arrow", folder / "step.zstd.arrow", folder / "step.pt"
     figures = {

@@ -1,10 +1,5 @@
 """The MoE workload at real shape: narrow routed-expert ids against int32 and the classic path.
 
-Run from the repository root::
-
-    python -m benchmarks.moe                       # 256 samples, 48 layers x top-8, dp 8
-    python -m benchmarks.moe --smoke --out /tmp    # seconds: what the tests run
-
 README.md ("Routed experts, dumps") says what is measured, for :data:`VARIANTS`: ``narrow``
 (ids stored uint8), ``int32`` (the column declared ``storage="exact"``), ``classic`` (the numpy
 dict, :mod:`benchmarks.baseline`). The rank is the one with the most tokens, in a fresh

@@ -1,10 +1,5 @@
 """The step benchmark: what one training step costs, from the rollout loop to each rank's tensors.
 
-Run from the repository root::
-
-    python -m benchmarks.step --workload medium      # the full run (a few minutes)
-    python -m benchmarks.step --smoke                 # seconds: what the tests run
-
 What it measures and why is in README.md ("A whole step"); here is how. One *configuration* is
 a (path, mode, dp_size) (the paths: :mod:`benchmarks.step_paths`; the sizes: :class:`StepOptions`).
 For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started, then
@@ -40,7 +35,6 @@ from arrow_split.testing import WORKLOADS, RolloutConfig, iter_sample_groups, ma
 from benchmarks import baseline, step_report
 from benchmarks._common import (
     MIB,
-    Progress,
     Results,
     benchmark_parser,
     local_ray,
@@ -88,7 +82,6 @@ class StepOptions:
     seed: int = 0
     balance_data: bool = True
     out: Path = Path("docs/benchmarks")
-    progress: bool = True
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -164,7 +157,6 @@ def measure_workload(
     eager_dp_sizes: Sequence[int],
     delayed_dp_sizes: Sequence[int],
     options: StepOptions,
-    progress: Progress,
 ) -> dict[str, Any]:
     """Every configuration of one workload, after the agreement check of its shards."""
     lengths = groups.total_lengths
@@ -172,21 +164,17 @@ def measure_workload(
         *(("eager", dp) for dp in eager_dp_sizes),
         *(("delayed", dp) for dp in delayed_dp_sizes),
     ]
-    progress.expect(1 + len(configs) * len(PATHS))
     measured: dict[int, list[int]] = {}
     for _, dp in configs:
         partitions = plan_partitions(lengths, dp, balance_data=options.balance_data)
         measured[dp] = largest_ranks(partitions, lengths, options.ranks)
-    with progress.task(f"{groups.name}: agreement"):
-        dp = configs[-1][1]
-        agreement = check_agreement(
-            groups.lists, groups.arrays, dp, measured[dp], options.balance_data
-        )
-    records = []
-    for mode, dp in configs:
-        for path in PATHS:
-            with progress.task(f"{groups.name}: {path} {mode} dp={dp}"):
-                records.append(_measure_config(path, mode, dp, groups, measured[dp], options))
+    dp = configs[-1][1]
+    agreement = check_agreement(groups.lists, groups.arrays, dp, measured[dp], options.balance_data)
+    records = [
+        _measure_config(path, mode, dp, groups, measured[dp], options)
+        for mode, dp in configs
+        for path in PATHS
+    ]
     return {"workload": groups.describe(), "agreement": agreement, "configs": records}
 
 
@@ -225,9 +213,6 @@ def warm_up_driver(groups: Groups, options: StepOptions) -> None:
             state, _ = rollout(path, groups.for_path(path))
             refs, _ = boundary(path, mode, state, 2, options.balance_data)
             del refs, state
-
-
-# --- the physical references ---------------------------------------------------------------
 
 
 PLANNER_TARGET = (65_536, 256)
@@ -296,21 +281,17 @@ def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -
     }
 
 
-# --- the run --------------------------------------------------------------------------------
-
-
 _SMOKE = StepOptions("tiny", (2,), (2,), small_samples=0, small_dp_size=2, repeats=1, ranks=1)
 """What ``--smoke`` runs: the tiny workload at dp 2, once, one rank, no small workload."""
 
 
 def parse_args(argv: list[str] | None = None) -> StepOptions:
-    """The command line: ``--workload`` (or ``--smoke``), ``--out`` and ``--no-progress``."""
+    """The command line: ``--workload`` (or ``--smoke``) and ``--out``."""
     parser = benchmark_parser("step", __doc__, "the tiny workload at dp 2, once: for the tests")
     parser.add_argument("--workload", choices=list(WORKLOADS), default="medium")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     options = _SMOKE if args.smoke else StepOptions(args.workload)
-    return dataclasses.replace(options, out=args.out, progress=not args.no_progress)
+    return dataclasses.replace(options, out=args.out)
 
 
 def _store_bytes(groups: Groups) -> int:
@@ -331,38 +312,32 @@ def _generate(options: StepOptions) -> tuple[Groups, Groups | None, Groups]:
     return main, (small if options.small_samples else None), make("tiny")
 
 
-def _measure(
-    options: StepOptions, groups: tuple[Groups, Groups | None, Groups], progress: Progress
-) -> dict[str, Any]:
+def _measure(options: StepOptions, groups: tuple[Groups, Groups | None, Groups]) -> dict[str, Any]:
     main, small, tiny = groups
     warm_up_driver(tiny, options)
     results: dict[str, Any] = {"workloads": {}}
     results["workloads"][main.name] = measure_workload(
-        main, options.eager_dp_sizes, options.delayed_dp_sizes, options, progress
+        main, options.eager_dp_sizes, options.delayed_dp_sizes, options
     )
     results["pickle"] = pickle_cost(main, options.repeats)
     where, dp_size = main, max((*options.eager_dp_sizes, *options.delayed_dp_sizes))
     if small is not None:
         where, dp_size = small, options.small_dp_size
         dp = (dp_size,)
-        results["workloads"][small.name] = measure_workload(small, dp, dp, options, progress)
+        results["workloads"][small.name] = measure_workload(small, dp, dp, options)
     costs = per_object_costs(where, dp_size, options.repeats)
     results["per_object"] = {"workload": where.name, **costs}
     at = max(options.delayed_dp_sizes or options.eager_dp_sizes)
-    with progress.task(f"{main.name}: references"):
-        results["references"] = measure_references(main, at, options.ranks, options.repeats)
+    results["references"] = measure_references(main, at, options.ranks, options.repeats)
     return results
 
 
 def run(options: StepOptions) -> dict[str, Results]:
     """Run the whole benchmark; return ``{"step.json": every figure}`` (nothing is written)."""
-    progress = Progress(enabled=options.progress)
-    progress.expect(2)
-    with progress.task("generate the sample groups"):
-        groups = _generate(options)
+    groups = _generate(options)
     store = max(_store_bytes(g) for g in groups if g is not None)
     with local_ray(store):
-        results = _measure(options, groups, progress)
+        results = _measure(options, groups)
     results.update(
         main_workload=options.workload,
         plan="balanced" if options.balance_data else "strided",

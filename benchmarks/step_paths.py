@@ -62,9 +62,6 @@ def is_per_sample(key: str) -> bool:
     return spec is not None and (spec.is_per_sample or spec.global_shape == "float_per_sample")
 
 
-# --- the rollout loop ------------------------------------------------------------------------
-
-
 def _extend_lists(groups: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     data: dict[str, Any] = {}
     for group in groups:
@@ -104,9 +101,6 @@ def rollout(path: StepPath, groups: Sequence[Mapping[str, Any]]) -> tuple[Any, d
     figures = {"cpu_seconds": time.thread_time() - cpu, "wall_seconds": time.perf_counter() - wall}
     figures["system_seconds"] = resource.getrusage(_THREAD).ru_stime - system
     return state, figures
-
-
-# --- the step boundary (driver) --------------------------------------------------------------
 
 
 def _numpy_dict(chunks: Mapping[str, Any]) -> dict[str, Any]:
@@ -175,9 +169,6 @@ def boundary(
     return refs, laps
 
 
-# --- one rank (inside a Ray actor) -----------------------------------------------------------
-
-
 def _from_numpy(shard: Mapping[str, Any]) -> dict[str, Any]:
     """``torch.from_numpy`` of every per-sample value (read-only store views: warning silenced)."""
     import torch
@@ -241,9 +232,6 @@ def rank_steps(
     return _arrow_rank(box, rank, dp_size, balance)
 
 
-# --- the rank's process ---------------------------------------------------------------------
-
-
 def largest_ranks(partitions: list[Any], lengths: Any, count: int) -> list[int]:
     """The ``count`` ranks with the most tokens (the slowest candidates), lowest rank on a tie."""
     tokens = [int(lengths[rows].sum()) for rows in partitions]
@@ -295,9 +283,6 @@ class StepRankActor:
             "bytes": nbytes,
             "seconds": timed(lambda: np.copyto(np.empty_like(source), source), repeats),
         }
-
-
-# --- agreement (before anything is timed) ----------------------------------------------------
 
 
 def _same(left: Any, right: Any) -> bool:

@@ -149,9 +149,6 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-# --- markdown --------------------------------------------------------------------------------
-
-
 def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:,.3g}x" if value < 1000 else f"{value:,.0f}x"
 
@@ -285,9 +282,7 @@ def _rank_table(results: dict[str, Any]) -> list[str]:
 
 
 def _per_object_table(results: dict[str, Any]) -> list[str]:
-    costs = results.get("per_object")
-    if costs is None:
-        return []
+    costs = results["per_object"]
     dp, name = costs["dp_size"], costs["workload"]
     summary = results["summary"][name]
     rows = [
@@ -327,9 +322,6 @@ def markdown(results: dict[str, Any]) -> str:
     lines += _references_table(results) + _rank_table(results)
     lines += _per_object_table(results) + _targets_table(results)
     return "\n".join(lines)
-
-
-# --- plot ------------------------------------------------------------------------------------
 
 
 def plot(results: dict[str, Any], path: Path) -> None:

@@ -227,7 +227,7 @@ def step_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], 
     from benchmarks._common import run_main
 
     out = tmp_path_factory.mktemp("step")
-    argv = ["--smoke", "--no-progress", "--out", str(out)]
+    argv = ["--smoke", "--out", str(out)]
     assert run_main(argv, step.parse_args, step.run, step.report) == 0
     paths = {"json": out / "step.json", "markdown": out / "step.md", "plot": out / "step.png"}
     return json.loads(paths["json"].read_text()), paths
