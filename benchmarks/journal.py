@@ -1,10 +1,10 @@
 """Durable files: the journal, objects stored once, the kill test; rollout dumps against torch.
 
 README.md ("Routed experts, dumps") says what each figure of ``journal.json`` and ``dump.json``
-is and which goal it has; measured here by :func:`measure_appends` (``appends``: no journal and
-each ``sync`` policy taking turns, each round; the floor, :func:`write_floor`; the recovery),
-:func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`measure_multimodal`
-(``multimodal``, in a local Ray) and :func:`measure_dump` (``dump.json``).
+is and which goal it has; measured here by :func:`_measure_appends` (``appends``: no journal and
+each ``sync`` policy taking turns, each round; the floor, :func:`_write_floor`; the recovery),
+:func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`_measure_multimodal`
+(``multimodal``, in a local Ray) and :func:`_measure_dump` (``dump.json``).
 
 Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 3
 repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
@@ -37,16 +37,7 @@ from arrow_split.testing import (
 )
 from benchmarks._common import MIB, Results, benchmark_parser, local_ray, run_main, summarize, timed
 
-__all__ = [
-    "SIZES",
-    "measure_appends",
-    "measure_dump",
-    "measure_multimodal",
-    "parse_args",
-    "report",
-    "run",
-    "write_floor",
-]
+__all__ = ["SIZES", "parse_args", "report", "run"]
 
 POLICIES = ("none", "os", "step", "call")
 SIZES = {
@@ -57,7 +48,7 @@ DUMP_SAMPLES = {False: 2048, True: 16}
 """The full run's sizes (``SIZES[False]``) and the ``--smoke`` run's (``SIZES[True]``)."""
 
 
-def measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
+def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
     """Seconds of a step's extends and finish per policy, and of recovering its journal."""
     config = dataclasses.replace(WORKLOADS[workload], as_numpy=True)
     groups = list(iter_sample_groups(config, 8))
@@ -88,7 +79,7 @@ def measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]
     builder.close()
     journal_bytes = sum(path.stat().st_size for path in folder.iterdir())
     recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
-    floor = write_floor(folder, len(groups), repeats)  # after: its writes load the disk
+    floor = _write_floor(folder, len(groups), repeats)  # after: its writes load the disk
     base, append_base = seconds["none"]["median"], append_seconds["none"]["median"]
     return {
         "workload": workload,
@@ -107,7 +98,7 @@ def measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]
     }
 
 
-def write_floor(folder: Path, records: int, repeats: int) -> dict[str, Any]:
+def _write_floor(folder: Path, records: int, repeats: int) -> dict[str, Any]:
     """What any journal of these bytes pays: writing them and their CRC-32, nothing else.
 
     The journal's bytes, in ``records`` pieces (one per call), written with ``os.write`` to a
@@ -139,7 +130,7 @@ def _plain(batch: RolloutBatch, name: str) -> RolloutBatch:
     return RolloutBatch(record_batch, batch.specs, batch.batch_globals)
 
 
-def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str, Any]:
+def _measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str, Any]:
     """Bytes stored, delayed put and rank seconds, stored once against one pickle per row."""
     from arrow_split.ray import process_rollout_data, split_train_data_by_dp
 
@@ -151,13 +142,14 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
     result["dp_size"] = dp_size
     with local_ray(max(512 * MIB, 8 * prompts * per_prompt * image_bytes)):
         for form, batch in batches.items():
-            ref: list[Any] = []
 
-            def put(batch: RolloutBatch = batch, ref: list[Any] = ref) -> None:
-                ref[:] = [split_train_data_by_dp(batch, dp_size, balance_data=False, delay=True)]
+            def put(batch: RolloutBatch = batch) -> Any:
+                return split_train_data_by_dp(batch, dp_size, balance_data=False, delay=True)
 
-            def rank(ref: list[Any] = ref) -> None:
-                process_rollout_data(ref[0], dp_size - 1, dp_size).to_train_data(layout="actor")
+            ref = put()
+
+            def rank(ref: Any = ref) -> None:
+                process_rollout_data(ref, dp_size - 1, dp_size).to_train_data(layout="actor")
 
             result[form] = {
                 "object_bytes": batch.record_batch.column(name).nbytes,
@@ -170,7 +162,7 @@ def measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[str
     return result
 
 
-def measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
+def _measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
     """Time every write and read on one batch; return the figures, the sizes and the ratios.
 
     The Arrow dump uncompressed (read maps the file: no copy) and with zstd (read decompresses),
@@ -229,11 +221,11 @@ def run(options: argparse.Namespace) -> dict[str, Results]:
     """``{"journal.json": ..., "dump.json": ...}``: the journal's figures, then the dumps'."""
     with tempfile.TemporaryDirectory() as folder:
         journal: dict[str, Any] = {
-            "appends": measure_appends(options.workload, options.repeats, Path(folder) / "j"),
+            "appends": _measure_appends(options.workload, options.repeats, Path(folder) / "j"),
             "kill_test": run_kill_test(options.kills, folder=str(Path(folder) / "k")).as_dict(),
         }
-        dump = measure_dump(DUMP_SAMPLES[options.smoke], options.repeats, Path(folder))
-    journal["multimodal"] = measure_multimodal(
+        dump = _measure_dump(DUMP_SAMPLES[options.smoke], options.repeats, Path(folder))
+    journal["multimodal"] = _measure_multimodal(
         options.prompts, options.image_bytes, options.repeats
     )
     return {"journal.json": journal, "dump.json": dump}

@@ -38,8 +38,8 @@ __all__ = ["SIZES", "VARIANTS", "build", "parse_args", "report", "run"]
 EXPERTS = "rollout_routed_experts"
 VARIANTS = ("narrow", "int32", "classic")
 SIZES = {
-    False: {"samples": 256, "layers": 48, "top_k": 8, "dp_sizes": (8,), "repeats": 3, "seed": 0},
-    True: {"samples": 16, "layers": 4, "top_k": 2, "dp_sizes": (2,), "repeats": 1, "seed": 0},
+    False: {"samples": 256, "layers": 48, "top_k": 8, "dp_size": 8, "repeats": 3, "seed": 0},
+    True: {"samples": 16, "layers": 4, "top_k": 2, "dp_size": 2, "repeats": 1, "seed": 0},
 }
 """The full run's sizes (``SIZES[False]``) and the ``--smoke`` run's (``SIZES[True]``)."""
 
@@ -77,15 +77,15 @@ def _variant(variant: str, data: Mapping[str, Any], options: argparse.Namespace)
         figures["experts_type"] = str(payload.column(EXPERTS).type)
         figures["experts_nbytes"] = payload.column(EXPERTS).nbytes
     lengths = np.array([len(tokens) for tokens in data["tokens"]], dtype=np.int64)
-    for dp in options.dp_sizes:
-        rank = largest_ranks(baseline.classic_partitions(lengths.tolist(), dp, True), lengths, 1)[0]
-        for mode in ("delayed", "eager"):
-            refs = _put(variant, payload, mode, dp)
-            stored = sorted(object_sizes(refs))  # one per rank or node group when eager
-            ranked = _rank_seconds(variant, refs, mode, dp, rank, options.repeats)
-            del refs
-            put = timed(lambda mode=mode, dp=dp: _put(variant, payload, mode, dp), options.repeats)
-            figures[f"{mode}/{dp}"] = {"stored_bytes": stored, "put_seconds": put, "rank": ranked}
+    dp = options.dp_size
+    rank = largest_ranks(baseline.classic_partitions(lengths.tolist(), dp, True), lengths, 1)[0]
+    for mode in ("delayed", "eager"):
+        refs = _put(variant, payload, mode, dp)
+        stored = sorted(object_sizes(refs))  # one per rank or node group when eager
+        ranked = _rank_seconds(variant, refs, mode, dp, rank, options.repeats)
+        del refs
+        put = timed(lambda mode=mode: _put(variant, payload, mode, dp), options.repeats)
+        figures[f"{mode}/{dp}"] = {"stored_bytes": stored, "put_seconds": put, "rank": ranked}
     return figures
 
 
@@ -106,34 +106,32 @@ def run(options: argparse.Namespace) -> dict[str, Results]:
         "moe_shape": [options.layers, options.top_k],
         "expert_id_max": int(max((int(a.max()) for a in experts if a.size), default=0)),
         "input_experts_bytes": sum(array.nbytes for array in experts),
-        "dp_sizes": list(options.dp_sizes),
+        "dp_size": options.dp_size,
         "repeats": options.repeats,
     }
     store = max(2**30, 3 * workload["input_experts_bytes"] + 2**29)
     with local_ray(store):
         variants = {variant: _variant(variant, data, options) for variant in VARIANTS}
     results = {"workload": workload, "variants": variants, "object_store_bytes": store}
-    results["summary"] = summary(variants)
+    results["summary"] = summary(variants, options.dp_size)
     return {"moe.json": results}
 
 
-def summary(variants: Mapping[str, Any]) -> dict[str, Any]:
-    """Per variant and dp_size: bytes stored and median seconds of each phase."""
+def summary(variants: Mapping[str, Any], dp: int) -> dict[str, Any]:
+    """Per variant: bytes stored and median seconds of each phase."""
     lines = {}
     for variant, figures in variants.items():
-        for key in (key for key in figures if key.startswith("eager/")):
-            dp = key.split("/")[1]
-            eager, delayed = figures[key], figures[f"delayed/{dp}"]
-            lines[f"{variant} dp={dp}"] = {
-                "build_s": figures["build_seconds"]["median"],
-                "stored_bytes_delayed": sum(delayed["stored_bytes"]),
-                "stored_bytes_eager": sum(eager["stored_bytes"]),
-                "eager_objects": len(eager["stored_bytes"]),
-                "put_delayed_s": delayed["put_seconds"]["median"],
-                "put_eager_s": eager["put_seconds"]["median"],
-                "rank_delayed_s": delayed["rank"]["median"],
-                "rank_eager_s": eager["rank"]["median"],
-            }
+        eager, delayed = figures[f"eager/{dp}"], figures[f"delayed/{dp}"]
+        lines[f"{variant} dp={dp}"] = {
+            "build_s": figures["build_seconds"]["median"],
+            "stored_bytes_delayed": sum(delayed["stored_bytes"]),
+            "stored_bytes_eager": sum(eager["stored_bytes"]),
+            "eager_objects": len(eager["stored_bytes"]),
+            "put_delayed_s": delayed["put_seconds"]["median"],
+            "put_eager_s": eager["put_seconds"]["median"],
+            "rank_delayed_s": delayed["rank"]["median"],
+            "rank_eager_s": eager["rank"]["median"],
+        }
     return lines
 
 

@@ -13,8 +13,9 @@ For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started, then
 
 The first rank call of the first step is the actor's cold start; per-rank figures are the warm
 steps' (:mod:`benchmarks.step_report` combines them). The same run measures a small workload
-(with the per-object cost of an eager put against Ray's own), a pickle of the classic dict and
-the references (:func:`measure_references`). Writes ``step.json``, ``step.md`` and ``step.png``.
+(with the per-object cost of an eager put against Ray's own), the builder's appends and a pickle
+of the classic dict taking turns (:func:`_appends_and_pickle`) and the references
+(:func:`_measure_references`). Writes ``step.json``, ``step.md`` and ``step.png``.
 """
 
 from __future__ import annotations
@@ -53,18 +54,7 @@ from benchmarks.step_paths import (
     rollout,
 )
 
-__all__ = [
-    "Groups",
-    "StepOptions",
-    "measure_references",
-    "measure_workload",
-    "parse_args",
-    "per_object_costs",
-    "pickle_cost",
-    "report",
-    "run",
-    "warm_up_driver",
-]
+__all__ = ["Groups", "StepOptions", "parse_args", "report", "run"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -152,7 +142,7 @@ def _measure_config(
     return {"path": path, "mode": mode, "dp_size": dp, "ranks": ranks, "steps": steps}
 
 
-def measure_workload(
+def _measure_workload(
     groups: Groups,
     eager_dp_sizes: Sequence[int],
     delayed_dp_sizes: Sequence[int],
@@ -178,18 +168,40 @@ def measure_workload(
     return {"workload": groups.describe(), "agreement": agreement, "configs": records}
 
 
-def pickle_cost(groups: Groups, repeats: int) -> dict[str, Any]:
-    """``pickle.dumps`` (protocol 5) of the classic dict of the same values: CPU seconds."""
+def _appends_and_pickle(groups: Groups, rounds: int) -> dict[str, Any]:
+    """The builder's appends and ``pickle.dumps`` (protocol 5) of the classic dict of the same
+    values, taking turns for ``rounds`` rounds (each goes first every other round): CPU seconds.
+    """
     data, _ = rollout("classic", groups.lists)
+    seconds: dict[str, list[float]] = {"builder": [], "pickle": []}
     sizes: list[int] = []
 
+    def appends() -> None:
+        builder, figures = rollout("builder", groups.lists)
+        builder.finish()
+        seconds["builder"].append(figures["cpu_seconds"])
+
     def pickled() -> None:
+        gc.collect()
+        start = time.thread_time()
         sizes.append(len(pickle.dumps(data, protocol=5)))
+        seconds["pickle"].append(time.thread_time() - start)
 
-    return {"cpu_seconds": timed(pickled, repeats, clock=time.thread_time), "bytes": sizes[-1]}
+    for index in range(max(rounds, 1)):
+        for call in (appends, pickled) if index % 2 == 0 else (pickled, appends):
+            gc.collect()
+            call()
+    builder, pickle_seconds = summarize(seconds["builder"]), summarize(seconds["pickle"])
+    return {
+        "rounds": max(rounds, 1),
+        "builder_cpu_seconds": builder,
+        "cpu_seconds": pickle_seconds,
+        "bytes": sizes[-1],
+        "builder_vs_pickle": builder["median"] / pickle_seconds["median"],
+    }
 
 
-def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
+def _per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
     """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
 
     def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
@@ -206,7 +218,7 @@ def per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, An
     }
 
 
-def warm_up_driver(groups: Groups, options: StepOptions) -> None:
+def _warm_up_driver(groups: Groups, options: StepOptions) -> None:
     """Run every path's boundary once on ``groups`` (untimed): the driver's first calls."""
     for path in PATHS:
         for mode in ("eager", "delayed"):
@@ -258,7 +270,7 @@ def planner_and_take(
     }
 
 
-def measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
+def _measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
     """The physical references on ``groups`` at ``dp_size``: one buffer put, memcpy, plan, take.
 
     The memcpy copies the Arrow bytes of the largest of the ``ranks`` measured ranks, in a fresh
@@ -314,21 +326,21 @@ def _generate(options: StepOptions) -> tuple[Groups, Groups | None, Groups]:
 
 def _measure(options: StepOptions, groups: tuple[Groups, Groups | None, Groups]) -> dict[str, Any]:
     main, small, tiny = groups
-    warm_up_driver(tiny, options)
+    _warm_up_driver(tiny, options)
     results: dict[str, Any] = {"workloads": {}}
-    results["workloads"][main.name] = measure_workload(
+    results["workloads"][main.name] = _measure_workload(
         main, options.eager_dp_sizes, options.delayed_dp_sizes, options
     )
-    results["pickle"] = pickle_cost(main, options.repeats)
+    results["pickle"] = _appends_and_pickle(main, 1 + 2 * options.repeats)
     where, dp_size = main, max((*options.eager_dp_sizes, *options.delayed_dp_sizes))
     if small is not None:
         where, dp_size = small, options.small_dp_size
         dp = (dp_size,)
-        results["workloads"][small.name] = measure_workload(small, dp, dp, options)
-    costs = per_object_costs(where, dp_size, options.repeats)
+        results["workloads"][small.name] = _measure_workload(small, dp, dp, options)
+    costs = _per_object_costs(where, dp_size, options.repeats)
     results["per_object"] = {"workload": where.name, **costs}
     at = max(options.delayed_dp_sizes or options.eager_dp_sizes)
-    results["references"] = measure_references(main, at, options.ranks, options.repeats)
+    results["references"] = _measure_references(main, at, options.ranks, options.repeats)
     return results
 
 

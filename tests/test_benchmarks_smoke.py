@@ -276,7 +276,13 @@ def test_the_step_benchmark_measures_its_references_in_the_same_run(
     for figure in ("planner", "take"):
         for path in ("classic_seconds", "arrow_seconds"):
             assert _is_seconds(refs[figure][path]["median"]), (figure, path)
-    assert [target["target"] for target in results["targets"]][-1].startswith("builder appends")
+    turns = results["pickle"]  # the builder's appends and the pickle, taking turns
+    assert turns["rounds"] == 3
+    assert len(turns["builder_cpu_seconds"]["all"]) == len(turns["cpu_seconds"]["all"]) == 3
+    ratio = turns["builder_cpu_seconds"]["median"] / turns["cpu_seconds"]["median"]
+    assert turns["builder_vs_pickle"] == pytest.approx(ratio)
+    assert results["targets"][-1]["target"].startswith("builder appends")
+    assert results["targets"][-1]["value"] == turns["builder_vs_pickle"]
     assert all(
         set(t) == {"target", "where", "value", "goal", "reached"} for t in results["targets"]
     )
