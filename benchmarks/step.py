@@ -2,8 +2,8 @@
 
 What it measures and why is in README.md ("A whole step"); here is how. One *configuration* is
 a (path, mode, dp_size) (the paths: :mod:`benchmarks.step_paths`; the sizes: :class:`StepOptions`).
-For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started, then
-``1 + repeats`` steps run one after the other; each step is:
+For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started (once the previous
+one's process has exited), then ``1 + repeats`` steps run one after the other; each step is:
 
 1. the rollout loop: every group, in the seeded order, fed to the path's accumulator (CPU time
    of the driver's thread: off the critical path, since it overlaps generation);
@@ -20,6 +20,7 @@ of the classic dict taking turns (:func:`_appends_and_pickle`) and the reference
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import pickle
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import ray
 
 from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
@@ -91,9 +93,6 @@ class Groups:
         order = np.random.default_rng(seed).permutation(len(lists))
         return cls(name, config, [lists[i] for i in order], [arrays[i] for i in order])
 
-    def for_path(self, path: StepPath) -> list[dict[str, Any]]:
-        return self.arrays if path == "numpy" else self.lists
-
     @property
     def total_lengths(self) -> np.ndarray:
         return np.array([len(t) for group in self.arrays for t in group["tokens"]], np.int64)
@@ -116,7 +115,7 @@ def _one_step(
     path: StepPath, mode: str, dp: int, groups: Groups, actor: Any, ranks: list[int], bal: bool
 ) -> dict[str, Any]:
     gc.collect()
-    state, loop = rollout(path, groups.for_path(path))
+    state, loop = rollout(path, groups.arrays if path == "numpy" else groups.lists)
     refs, laps = boundary(path, mode, state, dp, bal)
     del state
     step: dict[str, Any] = {"rollout": loop, "boundary_seconds": laps.total}
@@ -133,12 +132,14 @@ def _measure_config(
     path: StepPath, mode: str, dp: int, groups: Groups, ranks: list[int], options: StepOptions
 ) -> dict[str, Any]:
     actor = StepRankActor.remote()  # type: ignore[attr-defined]
-    ray.get(actor.ready.remote())
+    pid = ray.get(actor.ready.remote())
     steps = [
         _one_step(path, mode, dp, groups, actor, ranks, options.balance_data)
         for _ in range(1 + options.repeats)
     ]
     ray.kill(actor)
+    with contextlib.suppress(psutil.Error):  # its exit takes CPU the next first call would share
+        psutil.Process(pid).wait(30)
     return {"path": path, "mode": mode, "dp_size": dp, "ranks": ranks, "steps": steps}
 
 
@@ -222,7 +223,7 @@ def _warm_up_driver(groups: Groups, options: StepOptions) -> None:
     """Run every path's boundary once on ``groups`` (untimed): the driver's first calls."""
     for path in PATHS:
         for mode in ("eager", "delayed"):
-            state, _ = rollout(path, groups.for_path(path))
+            state, _ = rollout(path, groups.arrays if path == "numpy" else groups.lists)
             refs, _ = boundary(path, mode, state, 2, options.balance_data)
             del refs, state
 

@@ -22,6 +22,7 @@ rollout loop appends to, what the driver does at the step boundary and what a ra
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import time
 import warnings
@@ -264,8 +265,8 @@ class StepRankActor:
         warm_up(reserve_bytes=RANK_RESERVE_BYTES)
         self.torch_version = torch.__version__
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> int:
+        return os.getpid()
 
     def run(
         self, path: StepPath, mode: str, box: list[Any], rank: int, dp_size: int, balance: bool

@@ -175,11 +175,7 @@ def _header(results: dict[str, Any]) -> list[str]:
 
 
 def _table(title: str, header: str, align: str, rows: Iterable[str], intro: str = "") -> list[str]:
-    """``### title``, ``intro`` (a paragraph, if any), then a table of ``header`` and ``rows``.
-
-    A header or row is its cells with `` | `` between them; ``align`` has a letter per column:
-    ``l`` left-aligned, ``r`` right-aligned (figures).
-    """
+    """``### title``, ``intro`` if any, a table; ``align``: ``l`` or ``r`` (figures) per column."""
     rule = "|".join({"l": "---", "r": "---:"}[letter] for letter in align)
     lines = [f"### {title}", "", *([intro, ""] if intro else []), f"| {header} |", f"|{rule}|"]
     return [*lines, *(f"| {row} |" for row in rows), ""]
