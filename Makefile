@@ -42,7 +42,7 @@ lint: $(STAMP)
 	$(BIN)/python -m ruff check arrow_split tests benchmarks
 	$(BIN)/python -m mypy
 
-# Every JSON the README quotes, stamped, into docs/benchmarks/ (about 15 minutes on 2 cores);
+# Every JSON the README quotes, stamped, into docs/benchmarks/ (about 10 minutes on 2 cores);
 # BENCH_ARGS="--smoke" for seconds, BENCH_ARGS="--only step,journal" for some.
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
