@@ -145,6 +145,10 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
     if array.ndim != ndim:
         msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
         raise OptionTypeError(msg)
+    if isinstance(value, (list, tuple)) and array.dtype.kind in "iu" and _holds_a_bool(value):
+        # numpy reads [0, True, 2] as int64: a bool among ints is refused like a bool array
+        msg = f"`{name}` must be an array of ints, got a bool among its values: {value!r:.60}"
+        raise OptionTypeError(msg)
     if array.size == 0 and array.dtype.kind in "fO":
         # an empty list reads as float64; it holds no value of the wrong type
         return np.zeros(array.shape, dtype=np.int64)
@@ -159,6 +163,16 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
         )
         raise OptionTypeError(msg)
     return np.ascontiguousarray(array, dtype=np.int64).copy()
+
+
+def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
+    """Whether a list (of any depth) holds a ``bool`` or ``numpy.bool_``."""
+    for item in values:
+        if isinstance(item, (bool, np.bool_)):
+            return True
+        if isinstance(item, (list, tuple)) and _holds_a_bool(item):
+            return True
+    return False
 
 
 def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:

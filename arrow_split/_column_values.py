@@ -26,8 +26,8 @@ __all__ = ["ColumnValues", "numeric_columns"]
 class ColumnValues:
     """A numeric column as numpy, for the leaves that turn columns into tensors.
 
-    ``values`` is a view of ``buffer`` (read-only) or, for booleans, a fresh unpacked array;
-    ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    Every array is read-only: ``values`` is a view of ``buffer`` or, for booleans, a fresh
+    unpacked array (read-only too, so that no array handed out here is writable); ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
     A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
     ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
     ``buffer.is_mutable`` says whether the buffer is private to this process (see
@@ -59,11 +59,29 @@ def numeric_columns(
             flat, sample_offsets, tokens = token_list_values(array)
             buffer = data_buffer(array)
             found.append(
-                ColumnValues(spec, codec.tensor_role, flat, sample_offsets, buffer, tokens)
+                ColumnValues(
+                    spec,
+                    codec.tensor_role,
+                    _read_only(flat),
+                    _read_only(sample_offsets),
+                    buffer,
+                    _read_only(tokens),
+                )
             )
             continue
         tensor_values = codec.tensor_values(array)
         if tensor_values is not None:
             values, offsets = tensor_values
-            found.append(ColumnValues(spec, codec.tensor_role, values, offsets, data_buffer(array)))
+            offsets = None if offsets is None else _read_only(offsets)
+            found.append(
+                ColumnValues(
+                    spec, codec.tensor_role, _read_only(values), offsets, data_buffer(array)
+                )
+            )
     return found
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` with its writeable flag cleared (a flag of this array object only)."""
+    array.flags.writeable = False
+    return array

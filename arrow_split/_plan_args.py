@@ -51,10 +51,29 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def _integer(value: object) -> int | None:
-    """``value`` as an int if it is an int or a numpy integer (never a bool), else ``None``."""
+    """``value`` as an int if it is an int or a numpy integer (never a bool), else ``None``.
+
+    A 0-d array (numpy, or anything numpy reads as one: a CPU torch tensor) is its one value,
+    so a 0-d integer array is an int and a 0-d bool or float array is refused like a bool or a
+    float is.
+    """
+    value = _scalar_of(value)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         return None
     return int(value)
+
+
+def _scalar_of(value: object) -> object:
+    """The one value of a 0-d array, or ``value`` itself (not an array, or not 0-d)."""
+    if isinstance(value, (int, float, str, bytes, np.generic)) or value is None:
+        return value
+    if getattr(value, "ndim", None) != 0 or not hasattr(value, "__array__"):
+        return value
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, RuntimeError, BufferError):  # e.g. a GPU tensor
+        return value
+    return array[()] if array.ndim == 0 else value
 
 
 def check_positive_int(name: str, value: object) -> int:

@@ -69,8 +69,16 @@ class RolloutBatch:
         against it (and need not re-plan). Not part of equality.
     """
 
-    __slots__ = ("_batch_globals", "_plan", "_record_batch", "_specs", "_total_lengths")
+    __slots__ = (
+        "_batch_globals",
+        "_globals_view",
+        "_plan",
+        "_record_batch",
+        "_specs",
+        "_total_lengths",
+    )
     _total_lengths: np.ndarray  # computed on first use (see `total_lengths`)
+    _globals_view: Mapping[str, object]  # made on first use (see `batch_globals`)
 
     def __init__(
         self,
@@ -83,7 +91,9 @@ class RolloutBatch:
         check_parts(record_batch, specs, batch_globals or {})
         self._record_batch = record_batch
         self._specs = MappingProxyType(dict(specs))
-        self._batch_globals = MappingProxyType(dict(batch_globals or {}))
+        self._batch_globals = MappingProxyType(
+            {key: _own_global(value) for key, value in (batch_globals or {}).items()}
+        )
         if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != len(self)):
             msg = f"`plan` must be a Plan of {len(self)} samples, got {plan!r}"
             raise SchemaError(msg)
@@ -153,8 +163,21 @@ class RolloutBatch:
 
     @property
     def batch_globals(self) -> Mapping[str, object]:
-        """The batch-global values, shipped whole with every shard (read-only)."""
-        return self._batch_globals
+        """The batch-global values, shipped whole with every shard, read-only all the way down.
+
+        A list comes as a tuple, a dict as a ``types.MappingProxyType``, an array
+        (``raw_reward``) read-only: nothing handed out here can change the batch, another shard
+        or :meth:`to_train_data` (which returns fresh lists and dicts, miles' types).
+        """
+        try:
+            return self._globals_view
+        except AttributeError:
+            pass
+        view = MappingProxyType(
+            {key: _read_only_global(value) for key, value in self._batch_globals.items()}
+        )
+        self._globals_view = view  # set once: the batch is immutable
+        return view
 
     @property
     def plan(self) -> Plan | None:
@@ -197,11 +220,28 @@ class RolloutBatch:
         return self.total_lengths
 
     def role_values(self, role: Role) -> np.ndarray | None:
-        """The values of the per-sample scalar column that plays ``role``, or ``None``."""
+        """The values of the per-sample scalar column that plays ``role`` (read-only), or ``None``.
+
+        Raises
+        ------
+        SchemaError
+            The column that plays ``role`` holds more than one value per sample (the
+            ``length_source``, ``tokens``): read its lengths with :attr:`total_lengths`, its
+            values with :meth:`column`.
+        """
         name = role_column(self._specs, role)
         if name is None or name not in self._record_batch.schema.names:
             return None
-        return numpy_view(self._record_batch.column(name))
+        if self._specs[name].kind != "per_sample_scalar":
+            msg = (
+                f"role {role!r} is played by `{name}`, a {self._specs[name].kind} column; "
+                "`role_values` gives the one value per sample of a per_sample_scalar column: "
+                f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
+            )
+            raise SchemaError(msg)
+        values = numpy_view(self._record_batch.column(name))
+        values.flags.writeable = False  # booleans are unpacked into fresh memory
+        return values
 
     def column(self, name: str) -> pa.Array:
         """The Arrow array of one per-sample key."""
@@ -347,6 +387,34 @@ class RolloutBatch:
             f"columns=[{', '.join(self.column_names)}], "
             f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
         )
+
+
+def _own_global(value: object) -> object:
+    """A batch-global value as the batch keeps it: its own list, dict or read-only array.
+
+    The classic types (lists, dicts) are kept, so that dumps and :meth:`RolloutBatch.to_train_data`
+    see what they always saw; a caller's list is copied (never shared), and so is a writable
+    array. The read-only views :attr:`RolloutBatch.batch_globals` hands out come back as lists
+    and dicts when a batch is made of another's (a split, a pad).
+    """
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        array = value.copy()
+        array.flags.writeable = False
+        return array
+    return value
+
+
+def _read_only_global(value: object) -> object:
+    """The read-only view of a kept batch-global value (a tuple, a mapping proxy, the array)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType(value)
+    return value
 
 
 def _rebuild_batch(

@@ -110,7 +110,10 @@ def flat_from_lists(
     Integers come in ``target``'s type, floats as float64; the caller checks and casts them.
     """
     code = _typecode(target, flag=flag)
-    if code is None or not samples or not all(type(sample) is list for sample in samples):
+    # len(), not truthiness: `samples` may be a numpy object array of lists
+    if code is None or len(samples) == 0:
+        return None
+    if not all(type(sample) is list for sample in samples):
         return None
     lists = cast("Sequence[list[Any]]", samples)
     try:
@@ -136,7 +139,7 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
     not come here.
     """
     code = "d" if target.kind == "f" else "q" if target.kind in "iu" else None
-    if code is None or not samples:
+    if code is None or len(samples) == 0:
         return None
     try:
         packed = _strict(code, struct.pack, f"{len(samples)}{code}", *samples)

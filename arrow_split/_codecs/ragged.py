@@ -31,7 +31,9 @@ class RaggedCodec(Codec):
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
-        if all(type(sample) is list for sample in samples):  # the common case: plain lists
+        # the common case: plain lists (in a list, or in a numpy object array); an empty column
+        # goes the array way, which takes an empty list and an empty 2-D array alike
+        if len(samples) and all(type(sample) is list for sample in samples):
             values, offsets = flat_from_python(spec, samples)
         elif all(is_array(sample) for sample in samples):
             values, offsets = flat_from_arrays(spec, samples)

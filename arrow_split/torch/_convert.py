@@ -272,11 +272,25 @@ def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray
     shared (an object store's read-only memory): the result is a copy.
     """
     if buffer is None or not _is_view_of(values, buffer):
+        if not values.flags.writeable and _fresh(values):
+            values.flags.writeable = True  # unpacked for this call: nobody else holds it
         return values if values.flags.writeable else values.copy()
     if not buffer.is_mutable:
         return values.copy()
     start = _address(values) - buffer.address
     return np.frombuffer(buffer, values.dtype, values.size, start).reshape(values.shape)
+
+
+def _fresh(values: np.ndarray) -> bool:
+    """Whether ``values`` is (a view of) numpy memory that owns its data, not an Arrow buffer.
+
+    What :meth:`RolloutBatch.numeric_columns` unpacks (booleans) is fresh memory handed out
+    read-only; to_tensors made that call itself, so the array is its own to write.
+    """
+    base = values
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return base.base is None and bool(base.flags.owndata)
 
 
 def _address(values: np.ndarray) -> int:
