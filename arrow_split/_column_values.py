@@ -27,7 +27,8 @@ class ColumnValues:
     """A numeric column as numpy, for the leaves that turn columns into tensors.
 
     Every array is read-only: ``values`` is a view of ``buffer`` or, for booleans, a fresh
-    unpacked array (read-only too, so that no array handed out here is writable); ``offsets`` (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    unpacked array (read-only too, so that no array handed out here is writable); ``offsets``
+    (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
     A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
     ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
     ``buffer.is_mutable`` says whether the buffer is private to this process (see
