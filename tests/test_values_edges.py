@@ -77,7 +77,8 @@ def test_role_values_of_the_length_source_is_typed() -> None:
         shard.role_values("length_source")
     padded = pad_to_dp(batch, 3)
     flags = padded.role_values("padding")
-    assert flags is not None and not flags.flags.writeable
+    assert flags is not None
+    assert not flags.flags.writeable
 
 
 @pytest.mark.parametrize("dp_size", [np.array(2), np.array(2, dtype=np.uint8), np.int32(2)])

@@ -1,0 +1,35 @@
+"""``to_micro_batches`` takes integer offsets only: a bool among them is a typed error."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from arrow_split import OptionTypeError, RolloutBatch
+
+torch = pytest.importorskip("torch")
+
+from arrow_split.torch import to_micro_batches, to_tensors  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def _batch() -> RolloutBatch:
+    return RolloutBatch.from_train_data(
+        {"tokens": [[1, 2], [3], [4, 5, 6]], "truncated": [1, 0, 1]}
+    )
+
+
+@pytest.mark.parametrize("offsets", [[0, True, 3], [False, 1, 3], np.array([0, 1, 1], dtype=bool)])
+def test_bools_among_offsets_are_refused(offsets: object) -> None:
+    with pytest.raises(OptionTypeError, match=r"`micro_batch_offsets` must be an array of ints"):
+        to_micro_batches(_batch(), offsets)  # type: ignore[arg-type]
+
+
+def test_integer_offsets_still_work_and_bool_columns_are_writable_tensors() -> None:
+    parts = to_micro_batches(_batch(), [0, 1, 3])
+    assert len(parts) == 2
+    tensors = to_tensors(_batch())
+    truncated = tensors["truncated"]
+    assert isinstance(truncated, torch.Tensor)
+    truncated[0] = False  # fresh memory of this call, writable without a copy warning
