@@ -11,12 +11,12 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from arrow_split import ColumnSpec
-from arrow_split._args import as_flag
+from arrow_split import ColumnSpec, SchemaTypeError
+from arrow_split._args import as_flag, describe
 from arrow_split.compat import _miles_store as _store
 from arrow_split.compat._miles_store import ref_factory_of
 
@@ -84,6 +84,22 @@ class Installation:
 
     def __repr__(self) -> str:
         return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
+
+
+def _specs_of(specs: object) -> list[ColumnSpec]:
+    """``specs`` as a list of :class:`ColumnSpec` (an iterable of them, never a str)."""
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
+        msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
+        raise SchemaTypeError(msg)
+    checked = list(specs)
+    for position, spec in enumerate(checked):
+        if not isinstance(spec, ColumnSpec):
+            msg = (
+                f"`specs` item {position} must be a ColumnSpec, got {describe(spec)}; declare "
+                'a key as `ColumnSpec("score", "per_sample_scalar", pa.float64())`'
+            )
+            raise SchemaTypeError(msg)
+    return checked
 
 
 def _import_required(name: str) -> ModuleType:
@@ -188,11 +204,17 @@ def install(
     ImportError
         miles (or a module that defines these functions) is not importable.
     """
-    modules = {name: _import_required(name) for name in _REQUIRED}
-    hooks = {
-        "specs": list(specs),
+    checked_specs = _specs_of(specs)
+    flags = {
         "strict_keys": as_flag("strict_keys", strict_keys),
         "pad_to_dp": as_flag("pad_to_dp", pad_to_dp),
+        "verbose": as_flag("verbose", verbose),
+    }
+    modules = {name: _import_required(name) for name in _REQUIRED}
+    hooks = {
+        "specs": checked_specs,
+        "strict_keys": flags["strict_keys"],
+        "pad_to_dp": flags["pad_to_dp"],
         "flops": _flops_hook(),
         "on_batch_lengths": _timer_hook(),
     }
@@ -226,6 +248,6 @@ def install(
     if skipped:
         summary += f"; skipped (not importable here): {', '.join(skipped)}"
     _LOG.info(summary)
-    if verbose:
+    if flags["verbose"]:
         print(summary)
     return installation

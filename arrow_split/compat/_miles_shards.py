@@ -20,6 +20,7 @@ from arrow_split import (
     ArrowSplitError,
     ColumnSpec,
     OptionError,
+    OptionTypeError,
     RankSchedule,
     RolloutBatch,
     ScheduleConfig,
@@ -40,8 +41,10 @@ from arrow_split.schema import Role, role_column
 __all__ = [
     "FlopsFn",
     "RolloutShard",
+    "RANK_DICT_KEYS",
     "SCHEDULE_CONFIG_KEYS",
     "ShardParts",
+    "check_flops",
     "has_full_schedule_config",
     "miles_schedule_fields",
     "plan_shards",
@@ -109,6 +112,7 @@ def _from_train_data(
         if n_adapters is not None:
             data = {**data, count: n_adapters}
     if isinstance(data, Mapping):
+        _check_no_rank_keys(data)
         data = from_miles_keys(data)
         specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
     try:
@@ -117,6 +121,21 @@ def _from_train_data(
         raise miles_key_note(error) from None
     _check_adapter_slots(batch, slots, count)
     return batch
+
+
+RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
+"""The keys a split puts into each rank's dict itself; train data must not hold them."""
+
+
+def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
+    """Refuse a data key that the rank dict's own key would silently replace."""
+    for key in RANK_DICT_KEYS:
+        if key in data:
+            msg = (
+                f"train data holds `{key}`, a key the split puts into each rank's dict itself "
+                f"(it would be replaced silently); rename the key, e.g. `my_{key}`"
+            )
+            raise SchemaError(msg)
 
 
 def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
@@ -187,6 +206,7 @@ def schedule_config(
 def _weights(
     config: ScheduleConfig, lengths: np.ndarray, args: Any, flops: FlopsFn | None
 ) -> Sequence[float] | None:
+    check_flops(flops)
     if not config.balance_by_flops:
         return None
     if flops is None:
@@ -197,6 +217,16 @@ def _weights(
         )
         raise OptionError(msg)
     return flops(lengths.tolist(), args)
+
+
+def check_flops(flops: object) -> None:
+    """Refuse a ``flops`` that is neither ``None`` nor callable (typed, at the door)."""
+    if flops is not None and not callable(flops):
+        msg = (
+            "`flops` must be a function `flops(total_lengths, args)` returning one workload "
+            f"per sample, got {type(flops).__name__}"
+        )
+        raise OptionTypeError(msg)
 
 
 def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:

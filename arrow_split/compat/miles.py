@@ -80,6 +80,7 @@ from arrow_split.compat._miles_shards import (
     FlopsFn,
     RolloutShard,
     ShardParts,
+    check_flops,
     has_full_schedule_config,
     plan_shards,
     rollout_dict,
@@ -213,6 +214,7 @@ def split_train_data_by_dp_scheduled_raw(
     Each dict holds the rank's rows in micro-batch order and miles' schedule keys. ``flops``
     gives per-sample workloads for ``args.balance_by_flops`` (:func:`install` passes miles' own).
     """
+    check_flops(flops)
     dp_size = _dp_size_of(train_parallel_config)
     if not has_full_schedule_config(train_parallel_config):
         msg = (
@@ -244,6 +246,7 @@ def split_train_data_by_dp(
     its plan when the config names ``dp_size``); each rank takes its own rows. Everything is
     validated before anything is put. Call it on the driver, which then owns the objects.
     """
+    check_flops(flops)
     balance_data = arg_flag(args, "balance_data", required=True)
     if arg_flag(args, "delay_split_train_data_by_dp"):
         config = {} if train_parallel_config is None else train_parallel_config
@@ -318,8 +321,15 @@ def _lengths_list(total_lengths: object) -> list[Any]:
             f"{type(total_lengths).__name__}"
         )
         raise SchemaTypeError(msg)
-    values: Any = total_lengths
-    return list(values)
+    try:
+        lengths = as_index_array(_TOTAL_LENGTHS, total_lengths)
+    except OptionError as error:  # strings, floats, bools: not token counts
+        msg = f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
+        raise SchemaTypeError(msg) from None
+    if lengths.size and int(lengths.min()) < 0:
+        msg = f"`{_TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
+        raise SchemaError(msg)
+    return list(lengths.tolist())
 
 
 def process_rollout_data(

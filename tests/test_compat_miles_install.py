@@ -1,0 +1,91 @@
+"""The miles drop-in's edges: install() arguments, keys of the rank dict, flops, total lengths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from arrow_split import ColumnSpec, OptionTypeError, SchemaError, SchemaTypeError
+from arrow_split.compat import miles
+from tests.test_compat_miles import FULL_CONFIG, fake_miles, make_args, make_data  # noqa: F401
+
+
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        ({"verbose": "no"}, OptionTypeError, r"`verbose` must be a bool"),
+        ({"strict_keys": 1}, OptionTypeError, r"`strict_keys` must be a bool"),
+        ({"pad_to_dp": None}, OptionTypeError, r"`pad_to_dp` must be a bool"),
+        ({"specs": [1]}, SchemaTypeError, r"`specs` item 0 must be a ColumnSpec, got int 1"),
+        ({"specs": ["score"]}, SchemaTypeError, r"`specs` item 0 must be a ColumnSpec"),
+        ({"specs": "score"}, SchemaTypeError, r"`specs` must be an iterable of ColumnSpec"),
+        ({"specs": 5}, SchemaTypeError, r"`specs` must be an iterable of ColumnSpec, got int 5"),
+    ],
+)
+def test_bad_install_arguments_are_typed_and_patch_nothing(
+    fake_miles: Path,  # noqa: F811
+    options: dict[str, Any],
+    error: type[Exception],
+    match: str,
+) -> None:
+    import miles.ray.rollout.train_data_conversion as conversion
+
+    with pytest.raises(error, match=match):
+        miles.install(**options)
+    assert conversion.split_train_data_by_dp_raw(None, None, dp_size=1) == "miles"
+
+
+def test_install_still_takes_a_tuple_of_specs(fake_miles: Path) -> None:  # noqa: F811
+    spec = ColumnSpec("score", "per_sample_scalar", pa.float64())
+    installation = miles.install(specs=(spec,), verbose=np.bool_(False))
+    installation.undo()
+
+
+@pytest.mark.parametrize("key", ["partition", "micro_batch_indices", "num_microbatches"])
+def test_colliding_keys_are_refused_naming_the_key(key: str) -> None:
+    data = make_data([3, 4], **{key: [0, 1]})
+    with pytest.raises(SchemaError, match=rf"train data holds `{key}`, a key the split puts"):
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
+    with pytest.raises(SchemaError, match=rf"train data holds `{key}`"):
+        miles.split_train_data_by_dp_scheduled_raw(
+            make_args(), {**data, "rollout_ids": [0, 1]}, train_parallel_config=FULL_CONFIG
+        )
+
+
+@pytest.mark.parametrize("flops", [3, "flops", [1.0, 2.0]])
+def test_flops_that_is_not_callable_is_typed(flops: object) -> None:
+    data = {**make_data([3, 4]), "rollout_ids": [0, 1]}
+    with pytest.raises(OptionTypeError, match=r"`flops` must be a function"):
+        miles.split_train_data_by_dp_scheduled_raw(
+            make_args(), data, train_parallel_config=FULL_CONFIG, flops=flops
+        )  # type: ignore[arg-type]
+    with pytest.raises(OptionTypeError, match=r"`flops` must be a function"):
+        miles.split_train_data_by_dp(make_args(), data, FULL_CONFIG, flops=flops)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lengths", [["3", "4"], [3.0, 4.0], [True, 4]])
+def test_total_lengths_that_are_not_ints_are_typed(lengths: list[Any]) -> None:
+    shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)[0]
+    shard["total_lengths"] = lengths
+    with pytest.raises(SchemaTypeError, match=r"`total_lengths` must be one int per sample"):
+        miles.process_rollout_data_shard(make_args(), shard)
+    assert shard["total_lengths"] == lengths  # untouched
+
+
+def test_negative_total_lengths_are_refused() -> None:
+    shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)[0]
+    shard["total_lengths"] = [-1, 4]
+    with pytest.raises(SchemaError, match=r"token counts are >= 0"):
+        miles.process_rollout_data_shard(make_args(), shard)
+
+
+def test_numpy_total_lengths_come_back_as_python_ints() -> None:
+    shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)[1]
+    shard["total_lengths"] = np.array([3, 4])
+    done = miles.process_rollout_data_shard(make_args(), shard)
+    assert done["total_lengths"] == [4]
+    assert type(done["total_lengths"][0]) is int
