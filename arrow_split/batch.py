@@ -232,7 +232,7 @@ class RolloutBatch:
         name = role_column(self._specs, role)
         if name is None or name not in self._record_batch.schema.names:
             return None
-        if self._specs[name].kind != "per_sample_scalar":
+        if codec_for(self._specs[name]).tensor_role != "scalar":  # not one number per sample
             msg = (
                 f"role {role!r} is played by `{name}`, a {self._specs[name].kind} column; "
                 "`role_values` gives the one value per sample of a per_sample_scalar column: "

@@ -35,6 +35,8 @@ of the transport::
     │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
     │   └── PlanMismatchError                 a rank asks for another plan than the one the data
     │                                         was put with (method, `dp_size`, rank)
+    ├── InstallError           (RuntimeError) the miles drop-in could not patch a binding
+    │                                         (rolled back: nothing stays patched)
     └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
         └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
 
@@ -58,6 +60,7 @@ __all__ = [
     "ColumnTypeError",
     "DumpError",
     "DuplicateSampleError",
+    "InstallError",
     "JournalError",
     "NotARolloutBatchError",
     "OptionError",
@@ -139,6 +142,10 @@ class PlanTypeError(PlanError, TypeError):
 
 class PlanMismatchError(PlanError):
     """A rank asks for a plan other than the one its data was put with."""
+
+
+class InstallError(ArrowSplitError, RuntimeError):
+    """The miles drop-in could not be installed; what it had patched is rolled back."""
 
 
 class TransportError(ArrowSplitError, RuntimeError):

@@ -522,7 +522,7 @@ def test_install_patches_every_binding_and_undoes(fake_miles: Path) -> None:
         "miles.ray.rollout.rollout_manager.split_train_data_by_dp",
     }
     assert installation.skipped == ("miles.backends.training_utils.data.process_rollout_data",)
-    assert manager.split_train_data_by_dp is miles.split_train_data_by_dp  # no hook to bind here
+    assert manager.split_train_data_by_dp.func is miles.split_train_data_by_dp  # a fresh wrapper
     shards = data_module.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)
     assert shards[1]["partition"] == [1]
     actor = conversion.process_rollout_data_shard(make_args(), shards[1])
@@ -547,7 +547,7 @@ def test_install_binds_specs_and_prints(
             make_args(), make_data([3], score=[0.5]), dp_size=1
         )[0]
         assert shard["score"] == [0.5]
-        assert "arrow_split.compat.miles patched 8 names" in capsys.readouterr().out
+        assert "arrow_split.compat.miles patched 7 names" in capsys.readouterr().out
     finally:
         installation.undo()
 
@@ -576,7 +576,7 @@ def test_undo_restores_every_name_whatever_was_imported_first(
     installation = miles.install()
     manager = importlib.import_module("miles.ray.rollout.rollout_manager")
     data_module = importlib.import_module("miles.utils.data")
-    assert manager.split_train_data_by_dp is miles.split_train_data_by_dp
+    assert manager.split_train_data_by_dp.func is miles.split_train_data_by_dp
     installation.undo()
     assert manager.split_train_data_by_dp(None, None, None) == "miles"
     assert data_module.split_train_data_by_dp_raw(None, None, dp_size=1) == "miles"

@@ -89,3 +89,123 @@ def test_numpy_total_lengths_come_back_as_python_ints() -> None:
     done = miles.process_rollout_data_shard(make_args(), shard)
     assert done["total_lengths"] == [4]
     assert type(done["total_lengths"][0]) is int
+
+
+# --- miles at #1842's merge: the rollout side's binding lives in rollout_executor -------------
+
+_EXECUTOR = """
+from miles.ray.rollout.train_data_conversion import split_train_data_by_dp
+"""
+_TRAINING = """
+from miles.utils.data import process_rollout_data
+"""
+_SIX = (
+    "can_schedule_on_rollout_side",
+    "process_rollout_data_shard",
+    "split_train_data_by_dp",
+    "split_train_data_by_dp_raw",
+    "split_train_data_by_dp_scheduled_raw",
+    "process_rollout_data",
+)
+
+
+@pytest.fixture
+def miles_1842(fake_miles: Path) -> Path:  # noqa: F811
+    (fake_miles / "miles/ray/rollout/rollout_manager.py").unlink()
+    (fake_miles / "miles/ray/rollout/rollout_executor.py").write_text(_EXECUTOR)
+    for package in ("miles/backends", "miles/backends/training_utils"):
+        (fake_miles / package).mkdir()
+        (fake_miles / package / "__init__.py").write_text("")
+    (fake_miles / "miles/backends/training_utils/data.py").write_text(_TRAINING)
+    return fake_miles
+
+
+def _bindings() -> dict[str, object]:
+    """Every loaded miles module's binding of one of the six names."""
+    import sys
+
+    return {
+        f"{module_name}.{name}": getattr(module, name)
+        for module_name, module in sorted(sys.modules.items())
+        if module_name.startswith("miles")
+        for name in _SIX
+        if hasattr(module, name)
+    }
+
+
+def _import_all() -> None:
+    import miles.backends.training_utils.data
+    import miles.ray.rollout.rollout_executor
+    import miles.ray.rollout.train_data_conversion
+    import miles.utils.data  # noqa: F401
+
+
+def test_miles_1842_imported_first_every_binding_is_the_drop_in(miles_1842: Path) -> None:
+    _import_all()
+    before = _bindings()
+    assert "miles.ray.rollout.rollout_executor.split_train_data_by_dp" in before
+    installation = miles.install()
+    after = _bindings()
+    for where, value in after.items():
+        name = where.rsplit(".", 1)[1]
+        assert value.func is getattr(miles, name), where  # type: ignore[attr-defined]
+    assert "miles.ray.rollout.rollout_executor.split_train_data_by_dp" in installation.patched
+    installation.undo()
+    assert _bindings() == before
+
+
+def test_miles_1842_modules_imported_after_install_get_the_drop_in(miles_1842: Path) -> None:
+    import importlib
+
+    importlib.import_module("miles.ray.rollout.train_data_conversion")
+    before_install = _bindings()
+    installation = miles.install()
+    _import_all()  # the executor binds what train_data_conversion holds now: the drop-in
+    executor = importlib.import_module("miles.ray.rollout.rollout_executor")
+    assert executor.split_train_data_by_dp.func is miles.split_train_data_by_dp  # type: ignore[attr-defined]
+    installation.undo()  # found by identity in the executor too
+    restored = _bindings()
+    for where, value in before_install.items():
+        assert restored[where] is value
+    assert (
+        executor.split_train_data_by_dp
+        is before_install["miles.ray.rollout.train_data_conversion.split_train_data_by_dp"]
+    )
+
+
+@pytest.mark.parametrize("order", [(0, 1), (1, 0)])
+def test_undo_in_any_order_restores_miles(miles_1842: Path, order: tuple[int, int]) -> None:
+    _import_all()
+    before = _bindings()
+    installations = [miles.install(), miles.install(pad_to_dp=True)]
+    installations[order[0]].undo()
+    held = _bindings()
+    survivor = installations[order[1]]
+    assert all(value in survivor.bound.values() for value in held.values())
+    installations[order[1]].undo()
+    assert _bindings() == before
+
+
+def test_a_refused_binding_rolls_back_and_raises_typed(miles_1842: Path) -> None:
+    import sys
+    import types
+
+    from arrow_split import InstallError
+
+    _import_all()
+    before = _bindings()
+
+    class ReadOnly(types.ModuleType):
+        def __setattr__(self, name: str, value: object) -> None:
+            raise AttributeError(f"{self.__name__} is read-only")
+
+    executor = sys.modules["miles.ray.rollout.rollout_executor"]
+    executor.__class__ = ReadOnly
+    try:
+        with pytest.raises(InstallError, match=r"could not bind `miles.ray.rollout.rollout_exec"):
+            miles.install()
+    finally:
+        object.__setattr__(executor, "__class__", types.ModuleType)
+    assert _bindings() == before
+    miles.install().undo()  # nothing was left half installed
+    assert _bindings() == before

@@ -11,11 +11,12 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
-from arrow_split import ColumnSpec, SchemaTypeError
+from arrow_split import ColumnSpec, InstallError, SchemaTypeError
 from arrow_split._args import as_flag, describe
 from arrow_split.compat import _miles_store as _store
 from arrow_split.compat._miles_store import ref_factory_of
@@ -42,6 +43,10 @@ _OPTIONAL: dict[str, tuple[str, ...]] = {
     "miles.ray.rollout.rollout_manager": ("split_train_data_by_dp",),
     "miles.backends.training_utils.data": ("process_rollout_data",),
 }
+_DEFINED = [
+    *((_CONVERSION, name) for name in _REQUIRED[_CONVERSION]),
+    (_DATA, "process_rollout_data"),
+]
 # Which functions take which of the hooks install() binds.
 _TAKES_SPECS = frozenset(
     {
@@ -58,32 +63,99 @@ _TAKES_LENGTHS = frozenset({"process_rollout_data", "process_rollout_data_shard"
 class Installation:
     """What :func:`install` patched: ``patched`` and ``skipped`` (``"module.name"`` strings).
 
-    :meth:`undo` puts miles' own functions back.
+    ``bound`` maps each of the six names to this installation's drop-in (a fresh wrapper of the
+    public function, found again by identity); ``factory`` is the reference type it set.
+
+    :meth:`undo` puts miles' own functions back, in any order of several installations: the
+    names an undone installation held go to the newest one still installed, or to miles.
     """
 
     def __init__(
         self,
         patched: Sequence[str],
         skipped: Sequence[str],
-        originals: Sequence[tuple[ModuleType, str, object]],
-        ref_type: str = "ArrowRef",
+        bound: Mapping[str, Callable[..., Any]],
+        factory: Callable[[Any], Any],
     ) -> None:
         self.patched = tuple(patched)
-        self.ref_type = ref_type
+        self.ref_type = factory.__qualname__
         self.skipped = tuple(skipped)
-        self._originals = list(originals)
+        self.bound = dict(bound)
+        self.factory = factory
 
     def undo(self) -> None:
-        """Restore every patched name (idempotent)."""
-        while self._originals:
-            module, name, original = self._originals.pop()
-            if original is _ABSENT:
-                delattr(module, name)
-            else:
-                setattr(module, name, original)
+        """Restore every name this installation holds, wherever it is bound (idempotent)."""
+        if not any(layer is self for layer in _ACTIVE):
+            return
+        _ACTIVE.remove(self)
+        top = _ACTIVE[-1] if _ACTIVE else None
+        replacement = dict(top.bound) if top is not None else dict(_BASE)
+        known = {id(value): (value, name) for name, value in self.bound.items()}
+        for module, attr, name in _sites(known):
+            setattr(module, attr, replacement[name])
+        _store.REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
+        if top is None:
+            _BASE.clear()
 
     def __repr__(self) -> str:
         return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
+
+
+_ACTIVE: list[Installation] = []  # the installations not undone, oldest first
+_BASE: dict[str, Callable[..., Any]] = {}  # miles' own functions, while any is installed
+_BASE_FACTORY: list[Any] = []  # the reference type before the first installation
+
+
+def _defined(modules: Mapping[str, ModuleType]) -> dict[str, Callable[..., Any]]:
+    """Miles' own six functions, from the modules that define them."""
+    return {name: getattr(modules[module], name) for module, name in _DEFINED}
+
+
+def _known(originals: Mapping[str, Any]) -> dict[int, tuple[object, str]]:
+    """``id -> (function, name)`` of miles' functions and every installed drop-in's."""
+    known = {id(value): (value, name) for name, value in originals.items()}
+    for layer in _ACTIVE:
+        known.update({id(value): (value, name) for name, value in layer.bound.items()})
+    return known
+
+
+def _sites(known: Mapping[int, tuple[object, str]]) -> list[tuple[ModuleType, str, str]]:
+    """Every loaded module's global bound to one of ``known`` (by identity), with its name."""
+    found = []
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict) or getattr(module, "__name__", "").startswith(
+            "arrow_split."
+        ):
+            continue
+        for attr, value in list(namespace.items()):
+            hit = known.get(id(value))
+            if hit is not None and hit[0] is value:
+                found.append((module, attr, hit[1]))
+    return found
+
+
+def _patch_all(
+    known: Mapping[int, tuple[object, str]], bound: Mapping[str, Callable[..., Any]]
+) -> list[str]:
+    """Bind the drop-in at every site; on a refusal, put back what was bound and raise."""
+    done: list[tuple[ModuleType, str, object]] = []
+    for module, attr, name in _sites(known):
+        before = module.__dict__[attr]
+        try:
+            setattr(module, attr, bound[name])
+        except Exception as exc:
+            for patched_module, patched_attr, value in reversed(done):
+                setattr(patched_module, patched_attr, value)
+            msg = (
+                f"install() could not bind `{module.__name__}.{attr}` "
+                f"({type(exc).__name__}: {exc}); nothing was patched (the {len(done)} names "
+                "bound before it are restored): call arrow_split.compat.miles' functions "
+                "directly, or make that module's attribute writable"
+            )
+            raise InstallError(msg) from exc
+        done.append((module, attr, before))
+    return [f"{module.__name__}.{attr}" for module, attr, _ in done]
 
 
 def _specs_of(specs: object) -> list[ColumnSpec]:
@@ -150,7 +222,7 @@ def _flops_hook() -> Callable[[Sequence[int], Any], list[float]] | None:
     return flops
 
 
-def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
+def _bind(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     from arrow_split.compat import miles as compat  # the public functions live there
 
     function: Callable[..., Any] = getattr(compat, name)
@@ -163,8 +235,8 @@ def _bound(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
         keywords["flops"] = hooks["flops"]
     if name in _TAKES_LENGTHS and hooks["on_batch_lengths"] is not None:
         keywords["on_batch_lengths"] = hooks["on_batch_lengths"]
-    if not keywords:
-        return function
+    # a fresh object for every installation, even without keywords: undo() finds its own by
+    # identity, never the public function a user imported from arrow_split.compat.miles
     patched = functools.wraps(function)(functools.partial(function, **keywords))
     return patched
 
@@ -218,29 +290,22 @@ def install(
         "flops": _flops_hook(),
         "on_batch_lengths": _timer_hook(),
     }
-    patched: list[str] = []
-    skipped: list[str] = []
-    originals: list[tuple[ModuleType, str, object]] = []
-    # Every module is imported before any name is patched: a module imported mid-loop would
-    # bind the patched function by name, and undo() would save and restore that, not miles' own.
-    for module_name, names in _OPTIONAL.items():
-        module = _import_optional(module_name)
-        if module is None:
-            skipped.extend(f"{module_name}.{name}" for name in names)
-        else:
-            modules[module_name] = module
-    for module_name, names in [*_REQUIRED.items(), *_OPTIONAL.items()]:
-        module = modules.get(module_name)
-        if module is None:
-            continue
-        for name in names:
-            originals.append((module, name, getattr(module, name, _ABSENT)))
-            setattr(module, name, _bound(name, hooks))
-            patched.append(f"{module_name}.{name}")
+    originals = dict(_BASE) if _ACTIVE else _defined(modules)
+    bound = {name: _bind(name, hooks) for name in originals}
+    patched = _patch_all(_known(originals), bound)
+    skipped = [
+        f"{module_name}.{name}"
+        for module_name, names in _OPTIONAL.items()
+        if module_name not in sys.modules
+        for name in names
+    ]
     factory = ref_factory_of(_import_optional(_OBJECT_STORE))
-    originals.append((_store, "REF_FACTORY", _store.REF_FACTORY))
+    if not _ACTIVE:
+        _BASE.update(originals)
+        _BASE_FACTORY[:] = [_store.REF_FACTORY]
     _store.REF_FACTORY = factory
-    installation = Installation(patched, skipped, originals, factory.__qualname__)
+    installation = Installation(patched, skipped, bound, factory)
+    _ACTIVE.append(installation)
     summary = (
         f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}; "
         f"references: {installation.ref_type}"

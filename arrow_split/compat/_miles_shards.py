@@ -40,8 +40,8 @@ from arrow_split.schema import Role, role_column
 
 __all__ = [
     "FlopsFn",
-    "RolloutShard",
     "RANK_DICT_KEYS",
+    "RolloutShard",
     "SCHEDULE_CONFIG_KEYS",
     "ShardParts",
     "check_flops",
