@@ -1,9 +1,17 @@
 """Patch the drop-in into an importable miles, in one call, and undo it.
 
-miles imports some of these functions by name into other modules, so each name is patched
-wherever miles binds it. The two modules that define them must import; the modules that only
-re-bind a name (the rollout manager, the training backends) are patched when they import, and
-listed as skipped when they do not (a rollout-only or a train-only process).
+miles binds these functions by name in other modules (``from ... import``), and which modules
+do moves between releases (#1842 moved the rollout side's binding into
+``miles.ray.rollout.rollout_executor``). So the patch follows the functions, not module names:
+miles' six functions are taken from the two modules that define them, and every global of every
+loaded module bound to one of them (by identity) is bound to the drop-in. A module imported
+later binds what the defining module holds then, the drop-in. Each installation's drop-ins are
+fresh wrappers, so :meth:`Installation.undo` finds them again by identity wherever they were
+bound (modules imported after ``install()`` included) and rebinds them to the newest
+installation still in place, or to miles' own functions: undo works in any order. A module that
+refuses a binding makes ``install()`` put back what it bound and raise
+:class:`~arrow_split.InstallError`. Bindings outside module globals (a class attribute, a dict,
+a closure) are not searched.
 """
 
 from __future__ import annotations
