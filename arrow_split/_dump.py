@@ -212,8 +212,11 @@ def write_parquet(
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
-def read_parquet(path: PathLike) -> DumpParts:
+def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
     """Read a Parquet file written by :func:`write_parquet` back into a batch's parts (a copy).
+
+    The parts equal those written (objects stored once again, as in memory); ``validate`` as
+    for :func:`read_dump`.
 
     Raises
     ------
@@ -224,7 +227,7 @@ def read_parquet(path: PathLike) -> DumpParts:
     """
     import pyarrow.parquet as pq
 
-    source = os.fspath(path)
+    source = _check_path(path)
     if not os.path.exists(source):
         msg = f"no Parquet file at `{source}`"
         raise FileNotFoundError(2, msg, source)
@@ -237,7 +240,10 @@ def read_parquet(path: PathLike) -> DumpParts:
         raise DumpError(msg) from exc
     merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
     metadata = decode_metadata(schema, source)
-    return _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
+    parts = _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
+    if validate:
+        _validate(parts, source)
+    return parts
 
 
 def _check_compression(compression: object) -> str | None:

@@ -31,7 +31,8 @@ from arrow_split._codecs._shared import (
     take_once,
 )
 from arrow_split._codecs._types import list_type
-from arrow_split.errors import ColumnTypeError
+from arrow_split._safe_pickle import NotPlainData, loads_plain, loads_trusted
+from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
@@ -65,6 +66,14 @@ class ObjectsCodec(Codec):
             return [None if value is None else pickle.loads(value) for value in row_views(array)]
         return list(array.to_pylist())
 
+    def decode_read(self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool) -> list[object]:
+        if spec.codec != "pickle":
+            return self.decode(spec, array)
+        return [
+            None if value is None else _unpickle(spec, sample, value, trust_objects)
+            for sample, value in enumerate(row_views(array))
+        ]
+
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         return _TYPES[spec.codec][0]
 
@@ -82,6 +91,26 @@ class ObjectsCodec(Codec):
         if is_shared(array):
             return take_once(array, indices)
         return super().take(array, indices)
+
+
+def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
+    """One row's object: plain data always, anything else only with ``trust_objects``."""
+    try:
+        return loads_trusted(value) if trust_objects else loads_plain(value)
+    except NotPlainData as refused:
+        msg = (
+            f"sample {sample}: `{spec.name}` holds a pickled `{refused.name}`, which is not plain "
+            "data (None, bool, numbers, str, bytes, lists, tuples, sets, dicts, numpy arrays); "
+            "decoding it would run code the file names: pass `trust_objects=True` when reading "
+            "a file you trust"
+        )
+        raise UntrustedObjectError(msg) from None
+    except Exception as exc:  # a corrupt pickle raises anything; unpickling user types too
+        msg = (
+            f"sample {sample}: `{spec.name}` holds object bytes that do not decode "
+            f"({type(exc).__name__}: {exc}); the file is corrupt"
+        )
+        raise DumpError(msg) from exc
 
 
 def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
