@@ -15,6 +15,7 @@ for objects the caller trusts.
 from __future__ import annotations
 
 import builtins
+import codecs
 import importlib
 import io
 import pickle
@@ -47,6 +48,7 @@ _ALLOWED: dict[tuple[str, str], object] = {
         ("builtins", name): getattr(builtins, name)
         for name in ("bytearray", "complex", "frozenset", "set")
     },
+    ("_codecs", "encode"): codecs.encode,  # bytes in protocols 0 to 2: a pure text encoding
 }
 
 
@@ -60,6 +62,8 @@ class NotPlainData(Exception):  # noqa: N818 - internal signal, turned into a li
 
 class _PlainUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> object:
+        if module == "__builtin__":  # protocols 0 to 2 name Python 2's module
+            module = "builtins"
         found = _ALLOWED.get((module, name))
         if found is None:
             raise NotPlainData(f"{module}.{name}")

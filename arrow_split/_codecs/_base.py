@@ -107,7 +107,9 @@ class Codec(abc.ABC):
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         """One classic Python value per sample."""
 
-    def decode_read(self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool) -> list[object]:
+    def decode_read(
+        self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
+    ) -> list[object]:
         """:meth:`decode` of a column that may come from a file: objects by the trust rule.
 
         Only objects can run code when decoded; every other codec decodes as :meth:`decode`.

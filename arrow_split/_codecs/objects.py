@@ -66,7 +66,9 @@ class ObjectsCodec(Codec):
             return [None if value is None else pickle.loads(value) for value in row_views(array)]
         return list(array.to_pylist())
 
-    def decode_read(self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool) -> list[object]:
+    def decode_read(
+        self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
+    ) -> list[object]:
         if spec.codec != "pickle":
             return self.decode(spec, array)
         return [
