@@ -36,7 +36,13 @@ from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
 from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, role_column
 
-__all__ = ["DUMP_VERSION", "DumpMetadata", "decode_metadata", "encode_metadata"]
+__all__ = [
+    "DUMP_VERSION",
+    "DumpMetadata",
+    "decode_metadata",
+    "encode_metadata",
+    "field_metadata",
+]
 
 DUMP_VERSION = "1"
 """The version of the dump format this module writes, and the only one it reads."""
@@ -335,3 +341,57 @@ def _check_against_columns(
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     """Whether a column's Arrow type is one its spec's codec makes (a per-sample spec)."""
     return spec.is_per_sample and codec_for(spec).holds(spec, arrow_type)
+
+
+_KIND_TEXT = {
+    "per_token": "one value per token",
+    "per_token_list": "one list of values per token",
+    "per_sample_tensor": "one tensor per sample (rows of a trailing shape)",
+    "per_sample_scalar": "one value per sample",
+    "per_sample_object": "one Python object per sample",
+}
+_OBJECT_TEXT = {
+    "string": "stored as a string",
+    "string_list": "stored as a list of strings",
+    "pickle": (
+        "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
+        "only, unless trusted)"
+    ),
+}
+
+
+def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
+    """The Arrow field metadata of a dump's column: its kind, length rule and a description.
+
+    ``arrow_split.kind`` (the :data:`~arrow_split.ColumnKind`), ``arrow_split.length_rule``
+    and ``arrow_split.length_of`` (the rule and the column whose per-sample value gives the
+    length, where a rule applies; ``arrow_split.length_of`` of a ``"response"`` rule is the
+    response-length column: such a column covers only the LAST ``response_lengths[i]`` tokens
+    of ``tokens[i]``), ``arrow_split.codec`` for objects, ``arrow_split.role`` where the column
+    plays one, and ``arrow_split.description``, one line of text for people and other tools.
+    Information for readers: the specs in the schema metadata are what arrow_split reads back.
+    """
+    tokens = role_column(specs, "length_source") or "tokens"
+    response = role_column(specs, "response_length") or "response_lengths"
+    parts = [_KIND_TEXT[spec.kind]]
+    metadata = {b"arrow_split.kind": spec.kind.encode()}
+    if spec.length is not None:
+        length_of, text = {
+            "tokens": (tokens, f"as many as `{tokens}[i]` has tokens"),
+            "tokens_minus_one": (tokens, f"one fewer than `{tokens}[i]` has tokens"),
+            "response": (
+                response,
+                f"covering only the last `{response}[i]` tokens of `{tokens}[i]` (the response)",
+            ),
+        }[spec.length]
+        metadata[b"arrow_split.length_rule"] = spec.length.encode()
+        metadata[b"arrow_split.length_of"] = length_of.encode()
+        parts.append(text)
+    if spec.kind == "per_sample_object":
+        metadata[b"arrow_split.codec"] = spec.codec.encode()
+        parts.append(_OBJECT_TEXT[spec.codec])
+    if spec.role is not None:
+        metadata[b"arrow_split.role"] = spec.role.encode()
+        parts.append(f"role `{spec.role}`")
+    metadata[b"arrow_split.description"] = "; ".join(parts).encode()
+    return metadata
