@@ -213,7 +213,10 @@ def write_parquet(
         for column in record_batch.columns
     ]
     schema = pa.schema(
-        [field.with_type(column.type) for field, column in zip(record_batch.schema, plain)],
+        [
+            field.with_type(column.type)
+            for field, column in zip(record_batch.schema, plain, strict=True)
+        ],
         metadata=record_batch.schema.metadata,
     )
     table = pa.Table.from_arrays(plain, schema=schema)

@@ -27,14 +27,14 @@ import binascii
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, role_column
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, LengthRule, role_column
 
 __all__ = [
     "DUMP_VERSION",
@@ -350,10 +350,10 @@ _KIND_TEXT = {
     "per_sample_scalar": "one value per sample",
     "per_sample_object": "one Python object per sample",
 }
-_OBJECT_TEXT = {
-    "string": "stored as a string",
-    "string_list": "stored as a list of strings",
-    "pickle": (
+_OBJECT_TEXT = {  # objects only: their codec is how they are stored
+    ("per_sample_object", "string"): "stored as a string",
+    ("per_sample_object", "string_list"): "stored as a list of strings",
+    ("per_sample_object", "pickle"): (
         "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
         "only, unless trusted)"
     ),
@@ -371,25 +371,39 @@ def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[by
     plays one, and ``arrow_split.description``, one line of text for people and other tools.
     Information for readers: the specs in the schema metadata are what arrow_split reads back.
     """
-    tokens = role_column(specs, "length_source") or "tokens"
-    response = role_column(specs, "response_length") or "response_lengths"
+    tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
+    response = role_column(specs, "response_length") or role_column(
+        KNOWN_COLUMNS, "response_length"
+    )
+    if tokens is None or response is None:  # pragma: no cover - the known columns have both
+        msg = "the known columns lack a length source or a response length"
+        raise DumpError(msg)
     parts = [_KIND_TEXT[spec.kind]]
     metadata = {b"arrow_split.kind": spec.kind.encode()}
     if spec.length is not None:
-        length_of, text = {
-            "tokens": (tokens, f"as many as `{tokens}[i]` has tokens"),
-            "tokens_minus_one": (tokens, f"one fewer than `{tokens}[i]` has tokens"),
-            "response": (
-                response,
-                f"covering only the last `{response}[i]` tokens of `{tokens}[i]` (the response)",
-            ),
-        }[spec.length]
+        rules = dict(  # LengthRule's words, in its order: all, response, all but one
+            zip(
+                get_args(LengthRule),
+                [
+                    (tokens, f"as many as `{tokens}[i]` has tokens"),
+                    (
+                        response,
+                        f"covering only the last `{response}[i]` tokens of `{tokens}[i]` "
+                        "(the response)",
+                    ),
+                    (tokens, f"one fewer than `{tokens}[i]` has tokens"),
+                ],
+                strict=True,
+            )
+        )
+        length_of, text = rules[spec.length]
         metadata[b"arrow_split.length_rule"] = spec.length.encode()
         metadata[b"arrow_split.length_of"] = length_of.encode()
         parts.append(text)
-    if spec.kind == "per_sample_object":
+    stored_as = _OBJECT_TEXT.get((spec.kind, spec.codec))
+    if stored_as is not None:
         metadata[b"arrow_split.codec"] = spec.codec.encode()
-        parts.append(_OBJECT_TEXT[spec.codec])
+        parts.append(stored_as)
     if spec.role is not None:
         metadata[b"arrow_split.role"] = spec.role.encode()
         parts.append(f"role `{spec.role}`")
