@@ -3,15 +3,20 @@
 A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
 
 ``arrow_split.dump.version``
-    The format's version, ``"1"``. A file without it is not a dump; another value is refused.
+    The format's version: ``"2"`` is written, ``"1"`` and ``"2"`` are read. A file without it is
+    not a dump; another value is refused. Version 2 writes Arrow types as readable text and puts
+    field metadata on every column (:func:`field_metadata`); a version-1 file holds base64
+    types and no field metadata.
 ``arrow_split.version``
     The library version that wrote the file (information only).
 ``arrow_split.dump.compression``
     ``"zstd"``, ``"lz4"`` or ``""`` (none).
 ``arrow_split.specs``
     A JSON list with one object per :class:`~arrow_split.ColumnSpec`, in the batch's key order,
-    one member per dataclass field. An Arrow type is ``{"arrow_type": <base64>}``: the serialized
-    schema of one field of that type, which round-trips every type exactly. A file from an older
+    one member per dataclass field. An Arrow type is ``{"arrow": "<type>"}``, its name as pyarrow
+    prints it (``"float"``, ``"int32"``, ``"uint8"``), wherever that name reads back as the same
+    type; else ``{"arrow_type": <base64>}`` (the only form of version 1): the serialized schema of
+    one field of that type, which round-trips every type exactly. A file from an older
     version may lack fields added since: they take the library's own spec of that key when the
     stored fields agree with it, else the dataclass default. A member the library does not know
     is refused.
@@ -44,8 +49,10 @@ __all__ = [
     "field_metadata",
 ]
 
-DUMP_VERSION = "1"
-"""The version of the dump format this module writes, and the only one it reads."""
+DUMP_VERSION = "2"
+"""The version of the dump format this module writes."""
+
+_READ_VERSIONS = ("1", "2")
 
 _VERSION = b"arrow_split.dump.version"
 _LIBRARY = b"arrow_split.version"
@@ -109,10 +116,11 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
             f"`{_VERSION.decode()}` metadata; write dumps with `write_batch`"
         )
         raise DumpError(msg)
-    if version != DUMP_VERSION.encode():
+    if version not in {known.encode() for known in _READ_VERSIONS}:
         msg = (
             f"`{source}` is a dump of version {version.decode(errors='replace')!r}; this "
-            f"arrow_split reads version {DUMP_VERSION!r} only; read it with the arrow_split "
+            f"arrow_split reads versions {' and '.join(map(repr, _READ_VERSIONS))}; read it with "
+            "the arrow_split "
             f"that wrote it ({_text(metadata, _LIBRARY, source)}) and write it again"
         )
         raise DumpError(msg)
@@ -122,7 +130,7 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     return DumpMetadata(
         specs=specs,
         batch_globals=batch_globals,
-        dump_version=DUMP_VERSION,
+        dump_version=version.decode(),
         library_version=_text(metadata, _LIBRARY, source),
         compression=_text(metadata, _COMPRESSION, source) or None,
     )
@@ -160,6 +168,9 @@ def _field_to_json(column: str, field: str, value: object) -> object:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, pa.DataType):
+        readable = _readable_type(value)
+        if readable is not None:
+            return {"arrow": readable}
         serialized = pa.schema([pa.field("v", value)]).serialize().to_pybytes()
         return {"arrow_type": base64.b64encode(serialized).decode("ascii")}
     if isinstance(value, tuple) and all(isinstance(item, (int, str)) for item in value):
@@ -172,6 +183,16 @@ def _field_to_json(column: str, field: str, value: object) -> object:
     raise DumpError(msg)
 
 
+def _readable_type(arrow_type: pa.DataType) -> str | None:
+    """The name pyarrow prints for ``arrow_type``, where it reads back as the same type."""
+    name = str(arrow_type)
+    try:
+        same = pa.type_for_alias(name) == arrow_type
+    except (ValueError, KeyError):
+        return None
+    return name if same else None
+
+
 def _field_from_json(column: str, field: str, value: object, source: str) -> object:
     if not isinstance(value, dict):
         return value
@@ -181,6 +202,15 @@ def _field_from_json(column: str, field: str, value: object, source: str) -> obj
             return pa.ipc.read_schema(pa.py_buffer(serialized)).field("v").type
         except (binascii.Error, pa.ArrowException, OSError, KeyError) as exc:
             msg = f"`{source}`: column `{column}`: spec field `{field}` holds a bad Arrow type"
+            raise DumpError(msg) from exc
+    if set(value) == {"arrow"} and isinstance(value["arrow"], str):
+        try:
+            return pa.type_for_alias(value["arrow"])
+        except (ValueError, KeyError) as exc:
+            msg = (
+                f"`{source}`: column `{column}`: spec field `{field}` holds an unknown Arrow "
+                f"type {value['arrow']!r:.40}"
+            )
             raise DumpError(msg) from exc
     if set(value) == {"tuple"} and isinstance(value["tuple"], list):
         return tuple(value["tuple"])

@@ -5,13 +5,15 @@ polars and duckdb are not dependencies: their tests skip where they are not inst
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from arrow_split import RolloutBatch
+from arrow_split import DumpError, RolloutBatch
+from arrow_split._dump import read_dump
 
 DATA = {
     "tokens": [[1, 2, 3], [4, 5, 6, 7], [8]],
@@ -78,3 +80,34 @@ def test_duckdb_reads_and_aligns_the_response(batch: RolloutBatch, tmp_path: Pat
         f"from read_parquet('{parquet}')"
     ).fetchall()
     assert rows == [([2, 3], [1, 0], "p"), ([7], [1], "q"), ([], [], "r")]
+
+
+def test_specs_are_readable_json(batch: RolloutBatch, tmp_path: Path) -> None:
+    dump, _ = _files(batch, tmp_path)
+    metadata = pa.ipc.open_file(dump).schema.metadata
+    assert metadata[b"arrow_split.dump.version"] == b"2"
+    specs = {spec["name"]: spec for spec in json.loads(metadata[b"arrow_split.specs"])}
+    assert specs["tokens"]["value_type"] == {"arrow": "int32"}
+    assert specs["loss_masks"]["value_type"] == {"arrow": "uint8"}
+    assert b"arrow_type" not in metadata[b"arrow_split.specs"]  # no base64 for these types
+
+
+def test_a_format_1_dump_still_reads() -> None:
+    path = Path(__file__).parent / "data" / "rollout_v1.arrow"
+    read, info = read_dump(path)
+    assert info.dump_version == "1"
+    assert len(read) > 0
+
+
+def test_an_unknown_readable_type_is_a_dump_error(batch: RolloutBatch, tmp_path: Path) -> None:
+    dump, _ = _files(batch, tmp_path)
+    table = pa.ipc.open_file(dump).read_all()
+    metadata = dict(table.schema.metadata)
+    metadata[b"arrow_split.specs"] = metadata[b"arrow_split.specs"].replace(
+        b'{"arrow": "int32"}', b'{"arrow": "int99"}'
+    )
+    crafted = tmp_path / "crafted.arrow"
+    with pa.ipc.new_file(crafted, table.schema.with_metadata(metadata)) as writer:
+        writer.write_table(table.replace_schema_metadata(metadata))
+    with pytest.raises(DumpError, match=r"column `tokens`: spec field `value_type` holds an unkn"):
+        RolloutBatch.read(crafted)
