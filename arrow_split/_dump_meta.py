@@ -383,6 +383,7 @@ _KIND_TEXT = {
 _OBJECT_TEXT = {  # objects only: their codec is how they are stored
     ("per_sample_object", "string"): "stored as a string",
     ("per_sample_object", "string_list"): "stored as a list of strings",
+    ("per_sample_object", "json"): "stored as JSON text (one JSON value per sample)",
     ("per_sample_object", "pickle"): (
         "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
         "only, unless trusted)"
