@@ -41,6 +41,7 @@ from arrow_split.errors import (
     SchemaTypeError,
     TransportError,
     UnknownKeyWarning,
+    UntrustedObjectError,
     ValueRangeError,
 )
 from arrow_split.plan import (
@@ -92,6 +93,7 @@ __all__ = [
     "TrainDataLayout",
     "TransportError",
     "UnknownKeyWarning",
+    "UntrustedObjectError",
     "ValueRangeError",
     "__version__",
     "karmarkar_karp",

@@ -304,12 +304,19 @@ def decode_train_data(
     record_batch: pa.RecordBatch,
     specs: Mapping[str, ColumnSpec],
     batch_globals: Mapping[str, object],
+    *,
+    trust_objects: bool = True,
 ) -> dict[str, object]:
-    """The classic train-data dict of a record batch and its globals, as fresh Python objects."""
+    """The classic train-data dict of a record batch and its globals, as fresh Python objects.
+
+    Pickled objects decode as plain data only unless ``trust_objects`` (see
+    :mod:`arrow_split._safe_pickle`).
+    """
     train_data: dict[str, object] = {}
     for key, spec in specs.items():
         if spec.is_per_sample:
-            train_data[key] = codec_for(spec).decode(spec, record_batch.column(key))
+            column = record_batch.column(key)
+            train_data[key] = codec_for(spec).decode_read(spec, column, trust_objects=trust_objects)
         else:
             train_data.update(global_to_python({key: batch_globals[key]}))
     return train_data

@@ -31,7 +31,12 @@ import pyarrow as pa
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
 from arrow_split._convert import check_parts
-from arrow_split._dump_meta import DumpMetadata, decode_metadata, encode_metadata
+from arrow_split._dump_meta import (
+    DumpMetadata,
+    decode_metadata,
+    encode_metadata,
+    field_metadata,
+)
 from arrow_split._validate import check_content
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
@@ -207,13 +212,22 @@ def write_parquet(
         column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
         for column in record_batch.columns
     ]
-    table = pa.Table.from_arrays(plain, names=record_batch.schema.names)
-    table = table.replace_schema_metadata(record_batch.schema.metadata)
+    schema = pa.schema(
+        [
+            field.with_type(column.type)
+            for field, column in zip(record_batch.schema, plain, strict=True)
+        ],
+        metadata=record_batch.schema.metadata,
+    )
+    table = pa.Table.from_arrays(plain, schema=schema)
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
-def read_parquet(path: PathLike) -> DumpParts:
+def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
     """Read a Parquet file written by :func:`write_parquet` back into a batch's parts (a copy).
+
+    The parts equal those written (objects stored once again, as in memory); ``validate`` as
+    for :func:`read_dump`.
 
     Raises
     ------
@@ -224,7 +238,7 @@ def read_parquet(path: PathLike) -> DumpParts:
     """
     import pyarrow.parquet as pq
 
-    source = os.fspath(path)
+    source = _check_path(path)
     if not os.path.exists(source):
         msg = f"no Parquet file at `{source}`"
         raise FileNotFoundError(2, msg, source)
@@ -237,7 +251,10 @@ def read_parquet(path: PathLike) -> DumpParts:
         raise DumpError(msg) from exc
     merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
     metadata = decode_metadata(schema, source)
-    return _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
+    parts = _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
+    if validate:
+        _validate(parts, source)
+    return parts
 
 
 def _check_compression(compression: object) -> str | None:
@@ -266,7 +283,15 @@ def _with_metadata(
 
     metadata = dict(record_batch.schema.metadata or {})
     metadata.update(encode_metadata(specs, batch_globals, __version__, compression))
-    return record_batch.replace_schema_metadata(metadata)
+    fields = [
+        field.with_metadata(field_metadata(specs[field.name], specs))
+        if field.name in specs
+        else field
+        for field in record_batch.schema
+    ]
+    return pa.RecordBatch.from_arrays(
+        record_batch.columns, schema=pa.schema(fields, metadata=metadata)
+    )
 
 
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
@@ -372,7 +397,8 @@ def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) ->
         for key, value in (record_batch.schema.metadata or {}).items()
         if key not in metadata.keys
     }
-    record_batch = record_batch.replace_schema_metadata(kept or None)
+    plain = pa.schema([field.remove_metadata() for field in record_batch.schema], kept or None)
+    record_batch = pa.RecordBatch.from_arrays(record_batch.columns, schema=plain)
     try:
         record_batch = _stored(record_batch, metadata.specs)
         check_parts(record_batch, metadata.specs, metadata.batch_globals)

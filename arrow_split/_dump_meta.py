@@ -3,15 +3,20 @@
 A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
 
 ``arrow_split.dump.version``
-    The format's version, ``"1"``. A file without it is not a dump; another value is refused.
+    The format's version: ``"2"`` is written, ``"1"`` and ``"2"`` are read. A file without it is
+    not a dump; another value is refused. Version 2 writes Arrow types as readable text and puts
+    field metadata on every column (:func:`field_metadata`); a version-1 file holds base64
+    types and no field metadata.
 ``arrow_split.version``
     The library version that wrote the file (information only).
 ``arrow_split.dump.compression``
     ``"zstd"``, ``"lz4"`` or ``""`` (none).
 ``arrow_split.specs``
     A JSON list with one object per :class:`~arrow_split.ColumnSpec`, in the batch's key order,
-    one member per dataclass field. An Arrow type is ``{"arrow_type": <base64>}``: the serialized
-    schema of one field of that type, which round-trips every type exactly. A file from an older
+    one member per dataclass field. An Arrow type is ``{"arrow": "<type>"}``, its name as pyarrow
+    prints it (``"float"``, ``"int32"``, ``"uint8"``), wherever that name reads back as the same
+    type; else ``{"arrow_type": <base64>}`` (the only form of version 1): the serialized schema of
+    one field of that type, which round-trips every type exactly. A file from an older
     version may lack fields added since: they take the library's own spec of that key when the
     stored fields agree with it, else the dataclass default. A member the library does not know
     is refused.
@@ -27,19 +32,27 @@ import binascii
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split.errors import ArrowSplitError, DumpError
-from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, role_column
+from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, LengthRule, role_column
 
-__all__ = ["DUMP_VERSION", "DumpMetadata", "decode_metadata", "encode_metadata"]
+__all__ = [
+    "DUMP_VERSION",
+    "DumpMetadata",
+    "decode_metadata",
+    "encode_metadata",
+    "field_metadata",
+]
 
-DUMP_VERSION = "1"
-"""The version of the dump format this module writes, and the only one it reads."""
+DUMP_VERSION = "2"
+"""The version of the dump format this module writes."""
+
+_READ_VERSIONS = ("1", "2")
 
 _VERSION = b"arrow_split.dump.version"
 _LIBRARY = b"arrow_split.version"
@@ -103,10 +116,11 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
             f"`{_VERSION.decode()}` metadata; write dumps with `write_batch`"
         )
         raise DumpError(msg)
-    if version != DUMP_VERSION.encode():
+    if version not in {known.encode() for known in _READ_VERSIONS}:
         msg = (
             f"`{source}` is a dump of version {version.decode(errors='replace')!r}; this "
-            f"arrow_split reads version {DUMP_VERSION!r} only; read it with the arrow_split "
+            f"arrow_split reads versions {' and '.join(map(repr, _READ_VERSIONS))}; read it with "
+            "the arrow_split "
             f"that wrote it ({_text(metadata, _LIBRARY, source)}) and write it again"
         )
         raise DumpError(msg)
@@ -116,7 +130,7 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     return DumpMetadata(
         specs=specs,
         batch_globals=batch_globals,
-        dump_version=DUMP_VERSION,
+        dump_version=version.decode(),
         library_version=_text(metadata, _LIBRARY, source),
         compression=_text(metadata, _COMPRESSION, source) or None,
     )
@@ -154,6 +168,9 @@ def _field_to_json(column: str, field: str, value: object) -> object:
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, pa.DataType):
+        readable = _readable_type(value)
+        if readable is not None:
+            return {"arrow": readable}
         serialized = pa.schema([pa.field("v", value)]).serialize().to_pybytes()
         return {"arrow_type": base64.b64encode(serialized).decode("ascii")}
     if isinstance(value, tuple) and all(isinstance(item, (int, str)) for item in value):
@@ -166,6 +183,16 @@ def _field_to_json(column: str, field: str, value: object) -> object:
     raise DumpError(msg)
 
 
+def _readable_type(arrow_type: pa.DataType) -> str | None:
+    """The name pyarrow prints for ``arrow_type``, where it reads back as the same type."""
+    name = str(arrow_type)
+    try:
+        same = pa.type_for_alias(name) == arrow_type
+    except (ValueError, KeyError):
+        return None
+    return name if same else None
+
+
 def _field_from_json(column: str, field: str, value: object, source: str) -> object:
     if not isinstance(value, dict):
         return value
@@ -175,6 +202,15 @@ def _field_from_json(column: str, field: str, value: object, source: str) -> obj
             return pa.ipc.read_schema(pa.py_buffer(serialized)).field("v").type
         except (binascii.Error, pa.ArrowException, OSError, KeyError) as exc:
             msg = f"`{source}`: column `{column}`: spec field `{field}` holds a bad Arrow type"
+            raise DumpError(msg) from exc
+    if set(value) == {"arrow"} and isinstance(value["arrow"], str):
+        try:
+            return pa.type_for_alias(value["arrow"])
+        except (ValueError, KeyError) as exc:
+            msg = (
+                f"`{source}`: column `{column}`: spec field `{field}` holds an unknown Arrow "
+                f"type {value['arrow']!r:.40}"
+            )
             raise DumpError(msg) from exc
     if set(value) == {"tuple"} and isinstance(value["tuple"], list):
         return tuple(value["tuple"])
@@ -335,3 +371,72 @@ def _check_against_columns(
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     """Whether a column's Arrow type is one its spec's codec makes (a per-sample spec)."""
     return spec.is_per_sample and codec_for(spec).holds(spec, arrow_type)
+
+
+_KIND_TEXT = {
+    "per_token": "one value per token",
+    "per_token_list": "one list of values per token",
+    "per_sample_tensor": "one tensor per sample (rows of a trailing shape)",
+    "per_sample_scalar": "one value per sample",
+    "per_sample_object": "one Python object per sample",
+}
+_OBJECT_TEXT = {  # objects only: their codec is how they are stored
+    ("per_sample_object", "string"): "stored as a string",
+    ("per_sample_object", "string_list"): "stored as a list of strings",
+    ("per_sample_object", "json"): "stored as JSON text (one JSON value per sample)",
+    ("per_sample_object", "pickle"): (
+        "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
+        "only, unless trusted)"
+    ),
+}
+
+
+def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
+    """The Arrow field metadata of a dump's column: its kind, length rule and a description.
+
+    ``arrow_split.kind`` (the :data:`~arrow_split.ColumnKind`), ``arrow_split.length_rule``
+    and ``arrow_split.length_of`` (the rule and the column whose per-sample value gives the
+    length, where a rule applies; ``arrow_split.length_of`` of a ``"response"`` rule is the
+    response-length column: such a column covers only the LAST ``response_lengths[i]`` tokens
+    of ``tokens[i]``), ``arrow_split.codec`` for objects, ``arrow_split.role`` where the column
+    plays one, and ``arrow_split.description``, one line of text for people and other tools.
+    Information for readers: the specs in the schema metadata are what arrow_split reads back.
+    """
+    tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
+    response = role_column(specs, "response_length") or role_column(
+        KNOWN_COLUMNS, "response_length"
+    )
+    if tokens is None or response is None:  # pragma: no cover - the known columns have both
+        msg = "the known columns lack a length source or a response length"
+        raise DumpError(msg)
+    parts = [_KIND_TEXT[spec.kind]]
+    metadata = {b"arrow_split.kind": spec.kind.encode()}
+    if spec.length is not None:
+        rules = dict(  # LengthRule's words, in its order: all, response, all but one
+            zip(
+                get_args(LengthRule),
+                [
+                    (tokens, f"as many as `{tokens}[i]` has tokens"),
+                    (
+                        response,
+                        f"covering only the last `{response}[i]` tokens of `{tokens}[i]` "
+                        "(the response)",
+                    ),
+                    (tokens, f"one fewer than `{tokens}[i]` has tokens"),
+                ],
+                strict=True,
+            )
+        )
+        length_of, text = rules[spec.length]
+        metadata[b"arrow_split.length_rule"] = spec.length.encode()
+        metadata[b"arrow_split.length_of"] = length_of.encode()
+        parts.append(text)
+    stored_as = _OBJECT_TEXT.get((spec.kind, spec.codec))
+    if stored_as is not None:
+        metadata[b"arrow_split.codec"] = spec.codec.encode()
+        parts.append(stored_as)
+    if spec.role is not None:
+        metadata[b"arrow_split.role"] = spec.role.encode()
+        parts.append(f"role `{spec.role}`")
+    metadata[b"arrow_split.description"] = "; ".join(parts).encode()
+    return metadata

@@ -91,7 +91,7 @@ def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
             columns[name] = _fill_rows(specs[name], columns[name], num_samples, value)
     names = list(columns)
     padded = pa.RecordBatch.from_arrays([columns[name] for name in names], names=names)
-    return RolloutBatch(padded, specs, batch.batch_globals)
+    return RolloutBatch(padded, specs, batch.batch_globals, trust_objects=batch.trust_objects)
 
 
 def _take(

@@ -43,11 +43,14 @@ ColumnKind = Literal[
 ]
 """The six kinds of values in a rollout batch."""
 
-ObjectCodec = Literal["string", "string_list", "pickle"]
+ObjectCodec = Literal["string", "string_list", "pickle", "json"]
 """How a per-sample object is stored.
 
 ``string``: ``large_string``; a sample that is not a ``str`` makes the whole column fall back to
-``pickle``. ``string_list``: ``large_list<large_string>``. ``pickle``: ``large_binary`` holding one
+``pickle``. ``string_list``: ``large_list<large_string>``. ``json``: ``large_string`` holding one
+JSON text per sample (``None`` as null), readable by any tool; a column with a sample that does
+not round-trip exactly through JSON (a tuple, bytes, a non-str dict key, NaN, a numpy value)
+falls back to ``pickle``. ``pickle``: ``large_binary`` holding one
 pickle (protocol 5) per sample, ``None`` as null; objects round-trip exactly and are decoded only on
 the rank that owns the row.
 """

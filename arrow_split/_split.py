@@ -93,7 +93,7 @@ def _gather(
     ]
     taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
     return Shard(
-        RolloutBatch(taken, batch.specs, batch.batch_globals),
+        RolloutBatch(taken, batch.specs, batch.batch_globals, trust_objects=batch.trust_objects),
         partition=rows if partition is None else partition[rows],
         batch_total_lengths=batch_total_lengths,
         plan_key=plan_key,

@@ -36,7 +36,7 @@ from arrow_split._convert import (
     encode_train_data,
     per_sample_values,
 )
-from arrow_split._dump import Compression, read_dump, write_dump, write_parquet
+from arrow_split._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
 from arrow_split.equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
@@ -67,6 +67,16 @@ class RolloutBatch:
     plan
         Optional: the plan the driver chose for this batch, shipped with it so that ranks check
         against it (and need not re-plan). Not part of equality.
+    trust_objects
+        Whether its pickled objects may be decoded whatever they are (:meth:`to_train_data`).
+        ``True`` (the default) for parts built in this process from your own objects
+        (:meth:`from_train_data`, the builder); a batch read from a file (:meth:`read`,
+        :meth:`read_parquet`) is ``False`` unless read with ``trust_objects=True``, and then
+        decodes only plain data (None, bools, numbers, str, bytes, lists, tuples, sets, dicts,
+        numpy arrays and scalars), refusing any other object with
+        :class:`~arrow_split.UntrustedObjectError`: unpickling runs the code a file names. Shards,
+        takes, padded and shipped batches (a pickle, Ray) keep their batch's flag. Not part of
+        equality.
     """
 
     __slots__ = (
@@ -76,6 +86,7 @@ class RolloutBatch:
         "_record_batch",
         "_specs",
         "_total_lengths",
+        "_trust_objects",
     )
     _total_lengths: np.ndarray  # computed on first use (see `total_lengths`)
     _globals_view: Mapping[str, object]  # made on first use (see `batch_globals`)
@@ -87,8 +98,10 @@ class RolloutBatch:
         batch_globals: Mapping[str, object] | None = None,
         *,
         plan: Plan | None = None,
+        trust_objects: bool = True,
     ) -> None:
         check_parts(record_batch, specs, batch_globals or {})
+        self._trust_objects = as_flag("trust_objects", trust_objects)
         self._record_batch = record_batch
         self._specs = MappingProxyType(dict(specs))
         self._batch_globals = MappingProxyType(
@@ -183,6 +196,11 @@ class RolloutBatch:
     def plan(self) -> Plan | None:
         """The plan the driver attached (:meth:`with_plan`), or ``None``."""
         return self._plan
+
+    @property
+    def trust_objects(self) -> bool:
+        """Whether any pickled object decodes, or plain data only (see the class docstring)."""
+        return self._trust_objects
 
     @property
     def num_samples(self) -> int:
@@ -289,13 +307,19 @@ class RolloutBatch:
         )
 
     @staticmethod
-    def read(path: str | os.PathLike[str], *, validate: bool = True) -> RolloutBatch:
+    def read(
+        path: str | os.PathLike[str], *, validate: bool = True, trust_objects: bool = False
+    ) -> RolloutBatch:
         """Map a file written by :meth:`write` back into a batch, without copying its buffers.
 
         A dump is input: with ``validate=True`` (the default) its content is checked against
         its specs with the codecs' own checks (flags in {0, 1}, no nulls, every length rule,
         batch-global shapes), vectorised over the buffers. ``validate=False`` skips that, for
         files you trust.
+
+        A file is input, never code: the batch read decodes (:meth:`to_train_data`) only plain
+        data among its pickled objects unless ``trust_objects=True``, for a file you trust (see
+        the class docstring). Its shards keep that choice.
 
         Raises
         ------
@@ -306,8 +330,9 @@ class RolloutBatch:
         FileNotFoundError
             No such file.
         """
+        trust_objects = as_flag("trust_objects", trust_objects)
         parts, _ = read_dump(path, validate=validate)
-        return RolloutBatch(*parts)
+        return RolloutBatch(*parts, trust_objects=trust_objects)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
@@ -317,9 +342,37 @@ class RolloutBatch:
         """
         write_parquet(self._record_batch, self._specs, self._batch_globals, path)
 
+    @staticmethod
+    def read_parquet(
+        path: str | os.PathLike[str], *, validate: bool = True, trust_objects: bool = False
+    ) -> RolloutBatch:
+        """Read a file written by :meth:`to_parquet` back into a batch equal to the one written.
+
+        A copy (Parquet is decoded into fresh memory). ``validate`` and ``trust_objects`` as for
+        :meth:`read`.
+
+        Raises
+        ------
+        DumpError
+            Not a readable Parquet file, not one this library wrote, or content that breaks a
+            rule (``validate=True``).
+        FileNotFoundError
+            No such file.
+        """
+        validate = as_flag("validate", validate)
+        trust_objects = as_flag("trust_objects", trust_objects)
+        parts = read_parquet(path, validate=validate)
+        return RolloutBatch(*parts, trust_objects=trust_objects)
+
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
-        return RolloutBatch(self._record_batch, self._specs, self._batch_globals, plan=plan)
+        return RolloutBatch(
+            self._record_batch,
+            self._specs,
+            self._batch_globals,
+            plan=plan,
+            trust_objects=self._trust_objects,
+        )
 
     def add_train_data(
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
@@ -348,7 +401,13 @@ class RolloutBatch:
             check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
         merged = {**self._specs, **resolved}
-        return RolloutBatch(record_batch, merged, self._batch_globals, plan=self._plan)
+        return RolloutBatch(
+            record_batch,
+            merged,
+            self._batch_globals,
+            plan=self._plan,
+            trust_objects=self._trust_objects,
+        )
 
     def to_train_data(self) -> dict[str, object]:
         """The batch in the classic train-data layout, as fresh Python objects.
@@ -356,8 +415,21 @@ class RolloutBatch:
         Per-token columns become lists of Python numbers, per-sample tensors one numpy array per
         sample, scalars lists, objects decoded; batch-global values are copied whole. A whole
         batch compares equal to the dict it was built from.
+
+        Raises
+        ------
+        UntrustedObjectError
+            A batch read from a file (``trust_objects=False``) holds a pickled object that is
+            not plain data (naming the column, the sample and the option).
+        DumpError
+            A pickled object's bytes do not decode (a corrupt file).
         """
-        return decode_train_data(self._record_batch, self._specs, self._batch_globals)
+        return decode_train_data(
+            self._record_batch,
+            self._specs,
+            self._batch_globals,
+            trust_objects=self._trust_objects,
+        )
 
     def equals(self, other: object) -> bool:
         """Whether two batches hold the same values, specs and batch-global values.
@@ -378,7 +450,13 @@ class RolloutBatch:
         # pyarrow pickles buffers out of band (protocol 5): Ray stores them without a copy.
         return (
             _rebuild_batch,
-            (self._record_batch, dict(self._specs), dict(self._batch_globals), self._plan),
+            (
+                self._record_batch,
+                dict(self._specs),
+                dict(self._batch_globals),
+                self._plan,
+                self._trust_objects,
+            ),
         )
 
     def __repr__(self) -> str:
@@ -422,8 +500,9 @@ def _rebuild_batch(
     specs: dict[str, ColumnSpec],
     batch_globals: dict[str, object],
     plan: Plan | None,
+    trust_objects: bool = True,
 ) -> RolloutBatch:
-    return RolloutBatch(record_batch, specs, batch_globals, plan=plan)
+    return RolloutBatch(record_batch, specs, batch_globals, plan=plan, trust_objects=trust_objects)
 
 
 def check_batch(

@@ -25,8 +25,10 @@ of the transport::
     │                                         (`pad_to_multiple_of=2.0`, `device=0.5`, a dtype
     │                                         given as a str)
     ├── DumpError              (ValueError)   a rollout dump that cannot be read or written:
-    │                                         truncated, not an Arrow file, a wrong version,
-    │                                         missing or corrupt metadata
+    │   │                                     truncated, not an Arrow file, a wrong version,
+    │   │                                     missing or corrupt metadata, corrupt objects
+    │   └── UntrustedObjectError              an object read from a file that is not plain data
+    │                                         (decode it with `trust_objects=True`)
     ├── JournalError           (RuntimeError) a builder's journal that cannot be written (a full
     │                                         disk, a file size limit) or read (not a journal)
     ├── DuplicateSampleError   (ValueError)   a sample whose identity the builder holds already
@@ -73,6 +75,7 @@ __all__ = [
     "SchemaTypeError",
     "TransportError",
     "UnknownKeyWarning",
+    "UntrustedObjectError",
     "ValueRangeError",
 ]
 
@@ -110,6 +113,10 @@ class ValueRangeError(ArrowSplitError, ValueError):
 
 class DumpError(ArrowSplitError, ValueError):
     """A rollout dump on disk that cannot be read (or a batch that cannot be written as one)."""
+
+
+class UntrustedObjectError(DumpError):
+    """An object read from a file that is not plain data, decoded without `trust_objects=True`."""
 
 
 class JournalError(ArrowSplitError, RuntimeError):

@@ -189,6 +189,8 @@ class Shard:
 
         The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
         of ``layout`` (required: ``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`).
+        Pickled objects decode as the rows' batch says (:attr:`RolloutBatch.trust_objects`: a
+        shard of a batch read from a file decodes plain data only, unless read trusted).
         """
         if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
             msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"

@@ -74,7 +74,7 @@ def inspect_path(
     """
     sizes = _check_dp_sizes(dp_sizes)
     parts, info = read_dump(path)
-    batch = RolloutBatch(*parts)
+    batch = RolloutBatch(*parts, trust_objects=False)  # a file: its objects are never decoded here
     header = (
         f"file: {info.path}\n"
         f"  {_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "

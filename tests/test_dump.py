@@ -147,7 +147,7 @@ def test_a_dump_reads_back_equal(tmp_path: Path, compression: Any) -> None:
     assert read.equals(batch)
     assert _same_train_data(read.to_train_data(), batch.to_train_data())
     assert info.compression == compression
-    assert info.dump_version == "1"
+    assert info.dump_version == "2"
     assert info.file_bytes == path.stat().st_size
     assert os.listdir(tmp_path) == ["batch.arrow"]  # no temporary file left
 
@@ -356,8 +356,8 @@ def _set(key: bytes, value: bytes) -> Callable[[dict[bytes, bytes]], None]:
 
 BAD_METADATA = [
     pytest.param(
-        _set(b"arrow_split.dump.version", b"2"),
-        r"is a dump of version '2'; this arro",
+        _set(b"arrow_split.dump.version", b"3"),
+        r"is a dump of version '3'; this arrow_split reads versions '1' and '2'",
         id="newer-version",
     ),
     pytest.param(
@@ -662,7 +662,7 @@ def test_inspect_path_states_the_file_then_the_batch(tmp_path: Path) -> None:
     header = text.splitlines()[:2]
     assert header[0] == f"file: {path}"
     assert header[1].endswith(
-        f"dump format 1, written by arrow_split {arrow_split.__version__}, compression: zstd"
+        f"dump format 2, written by arrow_split {arrow_split.__version__}, compression: zstd"
     )
     assert text.endswith(summarize(v1_batch(), dp_sizes=[2]))
     with pytest.raises(FileNotFoundError, match="no rollout dump at"):

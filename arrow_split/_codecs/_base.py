@@ -107,6 +107,15 @@ class Codec(abc.ABC):
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         """One classic Python value per sample."""
 
+    def decode_read(
+        self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
+    ) -> list[object]:
+        """:meth:`decode` of a column that may come from a file: objects by the trust rule.
+
+        Only objects can run code when decoded; every other codec decodes as :meth:`decode`.
+        """
+        return self.decode(spec, array)
+
     @abc.abstractmethod
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         """The Arrow type of ``spec``'s column; ``fields`` gives what the values decide.

@@ -1,7 +1,10 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
 ``string``: ``large_string``; a column whose samples are not all exactly ``str`` falls back to
-``pickle`` (the spec as used says so). ``string_list``: ``large_list<large_string>``. ``pickle``:
+``pickle`` (the spec as used says so). ``json``: ``large_string``, one JSON text per sample, when
+every sample round-trips exactly through JSON (dicts with str keys, lists, str, int, finite
+float, bool, None), else ``pickle`` likewise; decoded with ``json.loads`` (no code runs).
+``string_list``: ``large_list<large_string>``. ``pickle``:
 one pickle (protocol 5) per *distinct* value, in a ``dictionary<int32, large_binary>``
 (:mod:`arrow_split._codecs._shared`), ``None`` as a null row; decoded only on the rank that
 owns the row, each row into its own object.
@@ -15,6 +18,8 @@ read from an older dump (``large_binary``, one pickle per row) decodes and takes
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
 import pickle
 from collections.abc import Sequence
 
@@ -31,7 +36,8 @@ from arrow_split._codecs._shared import (
     take_once,
 )
 from arrow_split._codecs._types import list_type
-from arrow_split.errors import ColumnTypeError
+from arrow_split._safe_pickle import NotPlainData, loads_plain, loads_trusted
+from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = ["ObjectsCodec"]
@@ -40,6 +46,7 @@ _TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
     "string": (pa.large_string(),),
     "string_list": (list_type(pa.large_string()),),
     "pickle": (SHARED_TYPE, pa.large_binary()),  # stored once; one pickle per row (format 1)
+    "json": (pa.large_string(),),
 }
 """The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
@@ -56,6 +63,10 @@ class ObjectsCodec(Codec):
             if all(type(value) is str for value in samples):
                 return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
+        if spec.codec == "json":
+            if all(_fits_json(value) for value in samples):
+                return pa.array([_json_text(value) for value in samples], pa.large_string()), spec
+            spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
         return encode_once(_pickles(spec, samples)), spec
@@ -63,7 +74,24 @@ class ObjectsCodec(Codec):
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in row_views(array)]
+        if spec.codec == "json":
+            return [None if text is None else json.loads(text) for text in array.to_pylist()]
         return list(array.to_pylist())
+
+    def decode_read(
+        self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
+    ) -> list[object]:
+        if spec.codec == "json":
+            return [
+                None if text is None else _from_json(spec, sample, text)
+                for sample, text in enumerate(array.to_pylist())
+            ]
+        if spec.codec != "pickle":
+            return self.decode(spec, array)
+        return [
+            None if value is None else _unpickle(spec, sample, value, trust_objects)
+            for sample, value in enumerate(row_views(array))
+        ]
 
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         return _TYPES[spec.codec][0]
@@ -82,6 +110,56 @@ class ObjectsCodec(Codec):
         if is_shared(array):
             return take_once(array, indices)
         return super().take(array, indices)
+
+
+def _fits_json(value: object) -> bool:
+    """Whether ``value`` comes back from JSON exactly (same types, same values)."""
+    if value is None or type(value) in (str, int, bool):
+        return True
+    if type(value) is float:
+        return math.isfinite(value)
+    if type(value) is list:
+        return all(_fits_json(item) for item in value)
+    if type(value) is dict:
+        return all(type(key) is str and _fits_json(item) for key, item in value.items())
+    return False
+
+
+def _json_text(value: object) -> str | None:
+    if value is None:
+        return None
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        msg = (
+            f"sample {sample}: `{spec.name}` holds text that is not JSON ({exc}); the file is "
+            "corrupt"
+        )
+        raise DumpError(msg) from exc
+
+
+def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
+    """One row's object: plain data always, anything else only with ``trust_objects``."""
+    try:
+        return loads_trusted(value) if trust_objects else loads_plain(value)
+    except NotPlainData as refused:
+        msg = (
+            f"sample {sample}: `{spec.name}` holds a pickled `{refused.name}`, which is not plain "
+            "data (None, bool, numbers, str, bytes, lists, tuples, sets, dicts, numpy arrays); "
+            "decoding it would run code the file names: pass `trust_objects=True` when reading "
+            "a file you trust"
+        )
+        raise UntrustedObjectError(msg) from None
+    except Exception as exc:  # a corrupt pickle raises anything; unpickling user types too
+        msg = (
+            f"sample {sample}: `{spec.name}` holds object bytes that do not decode "
+            f"({type(exc).__name__}: {exc}); the file is corrupt"
+        )
+        raise DumpError(msg) from exc
 
 
 def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:

@@ -90,6 +90,7 @@ class NodeRows:
     batch_total_lengths: np.ndarray
     plan_key: PlanKey
     bounds: Mapping[int, tuple[int, int]]
+    trust_objects: bool = True
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (
@@ -102,6 +103,7 @@ class NodeRows:
                 self.batch_total_lengths,
                 self.plan_key,
                 dict(self.bounds),
+                self.trust_objects,
             ),
         )
 
@@ -157,6 +159,7 @@ def _node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
         taken.batch_total_lengths,
         plan.key,
         bounds,
+        batch.trust_objects,
     )
 
 
@@ -253,7 +256,10 @@ def rank_slice(
         _mismatch(got, key, dp_rank, dp_size, method, who, what)
     start, stop = bounds
     rows = RolloutBatch(
-        value.record_batch.slice(start, stop - start), value.specs, value.batch_globals
+        value.record_batch.slice(start, stop - start),
+        value.specs,
+        value.batch_globals,
+        trust_objects=value.trust_objects,
     )
     return Shard(
         rows,

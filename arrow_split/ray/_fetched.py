@@ -68,7 +68,13 @@ def detached(batch: RolloutBatch) -> RolloutBatch:
     if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
         return batch
     batch_globals = {key: _owned(value) for key, value in batch.batch_globals.items()}
-    return RolloutBatch(batch.record_batch, batch.specs, batch_globals, plan=batch.plan)
+    return RolloutBatch(
+        batch.record_batch,
+        batch.specs,
+        batch_globals,
+        plan=batch.plan,
+        trust_objects=batch.trust_objects,
+    )
 
 
 def _owned(value: object) -> object:
