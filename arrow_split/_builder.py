@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice, as_flag, as_path
-from arrow_split._args import describe
+from arrow_split._args import as_choice, as_flag, as_path, describe
 from arrow_split._builder_group import Group, group_record, shifted
 from arrow_split._builder_journal import journal_header, recover_journal
 from arrow_split._builder_specs import KeySpecs
@@ -196,10 +195,12 @@ class RolloutBatchBuilder(StepState):
             msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); {fix}"
             raise SchemaError(msg) from None
         value_type = spec.value_type
-        hashable = pa.types.is_integer(value_type) or pa.types.is_string(value_type)
-        if spec.kind != "per_sample_scalar" or not (
-            hashable or pa.types.is_large_string(value_type)
-        ):
+        hashable = value_type is not None and (
+            pa.types.is_integer(value_type)
+            or pa.types.is_string(value_type)
+            or pa.types.is_large_string(value_type)
+        )
+        if spec.kind != "per_sample_scalar" or not hashable:
             msg = (
                 f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
                 f"identify a sample; {fix}"
