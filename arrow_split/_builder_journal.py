@@ -92,8 +92,7 @@ def parse_header(header: dict[str, Any], path: str, step: int) -> dict[str, Any]
 def recover_journal(
     folder: str, sync: JournalSync, salvage: bool
 ) -> tuple[StepJournal, list[Record], dict[str, Any], int]:
-    """The unfinished step's journal in ``folder``, its records, the builder's arguments and
-    the journal's format version.
+    """The unfinished step's journal in ``folder``, its records, arguments and format version.
 
     Raises
     ------

@@ -316,7 +316,7 @@ class StepJournal:
             The folder is in use, holds no journal (``errno.ENOENT``), several unfinished
             journals, a file that is not a journal, or a damaged journal (without ``salvage``).
         """
-        journals, dumps = _steps(folder) if os.path.isdir(folder) else (set(), set())
+        journals = _steps(folder)[0] if os.path.isdir(folder) else set()
         if not journals:
             msg = f"no rollout journal in `{folder}`; start one with `journal={folder!r}`"
             raise JournalError(msg, errno=errno.ENOENT)

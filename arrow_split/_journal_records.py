@@ -15,7 +15,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 import pyarrow as pa
 import xxhash
@@ -236,7 +236,7 @@ class _Frame:
     __slots__ = ("checksum", "journal_id", "length", "offset", "sequence")
 
     def __init__(self, view: memoryview, offset: int) -> None:
-        magic, self.journal_id, self.sequence, self.length, self.checksum = _HEAD.unpack(
+        _, self.journal_id, self.sequence, self.length, self.checksum = _HEAD.unpack(
             view[offset : offset + _HEAD.size]
         )
         self.offset = offset
@@ -299,7 +299,7 @@ def scan_file(path: str) -> Scan:
     return scan
 
 
-def _not_a_journal(path: str, view: memoryview) -> Any:
+def _not_a_journal(path: str, view: memoryview) -> NoReturn:
     what = "is empty" if not len(view) else "does not start with a whole `open` record"
     msg = (
         f"`{path}` is not a rollout journal, or its first record is damaged: it {what}; "
@@ -333,7 +333,7 @@ def _is_torn(scan: Scan, view: memoryview, frame: _Frame | None, offset: int) ->
     """Whether the bytes from ``offset`` on are the start of the next record, cut short."""
     expected = scan.records[-1].sequence + 1 if scan.records else 0
     if frame is not None:  # a whole frame: its payload runs past the end of the file
-        return (
+        return bool(
             frame.journal_id == scan.journal_id
             and frame.sequence == expected
             and frame.offset + FRAME.size + frame.length > len(view)

@@ -54,7 +54,10 @@ def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> obj
     """
     shape = spec.global_shape or "int"
     if not isinstance(stored, dict) or list(stored) != [shape]:
-        msg = f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, got {stored!r:.60}"
+        msg = (
+            f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, "
+            f"got {stored!r:.60}"
+        )
         raise JournalError(msg)
     item = stored[shape]
     try:

@@ -61,7 +61,8 @@ def test_one_bad_byte_is_reported_not_truncated(tmp_path: Path) -> None:
         RolloutBatchBuilder.recover(tmp_path)
     assert path.read_bytes() == bytes(data)
     salvaged = RolloutBatchBuilder.recover(tmp_path, salvage=True)
-    assert len(salvaged) == 4 and len(salvaged.salvaged) >= 1
+    assert len(salvaged) == 4
+    assert len(salvaged.salvaged) >= 1
     assert (tmp_path / "step-000000.journal.damaged").read_bytes() == bytes(data)
 
 
