@@ -21,6 +21,7 @@ This module is the one internal interface the leaves may import besides the publ
 
 from __future__ import annotations
 
+import os
 from typing import Any, get_args
 
 import numpy as np
@@ -52,6 +53,7 @@ __all__ = [
     "as_index_array",
     "as_int",
     "as_offsets",
+    "as_path",
     "check_balanced",
     "check_dp_rank",
     "check_dp_size",
@@ -227,3 +229,26 @@ def as_choice(name: str, value: object, allowed: Any) -> str:
         msg = f"invalid `{name}`: {value!r:.40}; {expected}"
         raise OptionError(msg)
     return value
+
+
+def as_path(name: str, value: object) -> str:
+    """``value`` as a path: a ``str`` or an ``os.PathLike`` of a str, not empty, without NUL.
+
+    Raises
+    ------
+    OptionTypeError
+        For ``None``, bytes, a number, a bool, a list or any other object.
+    OptionError
+        For an empty path or one holding a NUL character.
+    """
+    if not isinstance(value, (str, os.PathLike)):
+        msg = f"`{name}` must be a path (a str or an os.PathLike), got {describe(value)}"
+        raise OptionTypeError(msg)
+    path = os.fspath(value)
+    if not isinstance(path, str):
+        msg = f"`{name}` must name a path with a str, got {describe(path)}"
+        raise OptionTypeError(msg)
+    if not path or "\0" in path:
+        msg = f"`{name}` must be a non-empty path without NUL characters, got {path!r:.40}"
+        raise OptionError(msg)
+    return path

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice, as_flag
+from arrow_split._args import as_choice, as_flag, as_path, describe
 from arrow_split._builder_group import Group, group_record, shifted
 from arrow_split._builder_journal import journal_header, recover_journal
 from arrow_split._builder_specs import KeySpecs
@@ -26,12 +26,14 @@ from arrow_split._codecs._growable import Growable
 from arrow_split._codecs.globals import check_batch_global, check_per_sample_values
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
+    JournalDamage,
     JournalSync,
     OnDuplicate,
+    Record,
     StepJournal,
-    pack_value,
     spec_to_json,
 )
+from arrow_split._journal_values import pack_value
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
@@ -138,7 +140,7 @@ class RolloutBatchBuilder(StepState):
     (2, 0)
     """
 
-    __slots__ = ("_journal", "_keys")
+    __slots__ = ("_journal", "_keys", "_trust_objects")
 
     def __init__(
         self,
@@ -156,18 +158,17 @@ class RolloutBatchBuilder(StepState):
             allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
             exact_floats=as_flag("exact_floats", exact_floats),
         )
-        if identity is not None and not isinstance(identity, str):
-            msg = f"`identity` must be a per-sample key (a str) or None, got {identity!r:.40}"
-            raise SchemaTypeError(msg)
-        self._identity = identity
+        self._identity = self._checked_identity(identity)
         self._on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)
         self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
+        self._trust_objects = False
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
+        folder = None if journal is None else as_path("journal", journal)
         self._journal = (
             None
-            if journal is None
+            if folder is None
             else StepJournal.create(
-                journal, journal_header(self._keys.declared, self._options, self._identity), sync
+                folder, journal_header(self._keys.declared, self._options, self._identity), sync
             )
         )
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
@@ -176,6 +177,41 @@ class RolloutBatchBuilder(StepState):
         self._specs: dict[str, ColumnSpec] = {}  # this step's specs as used, in key order
         self._globals: dict[str, object] = {}
         self._length = 0
+
+    def _checked_identity(self, identity: object) -> str | None:
+        """The identity key, if it names a per-sample scalar column of ints or strings."""
+        if identity is None:
+            return None
+        if not isinstance(identity, str):
+            msg = f"`identity` must be a per-sample key (a str) or None, got {describe(identity)}"
+            raise SchemaTypeError(msg)
+        fix = (
+            "pass a per-sample scalar key of ints or strings (such as `sample_indices`), "
+            "declared with a ColumnSpec if it is not a known key, or `identity=None`"
+        )
+        try:
+            spec = self._keys.spec(identity)
+        except SchemaError as exc:
+            msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); {fix}"
+            raise SchemaError(msg) from None
+        value_type = spec.value_type
+        hashable = value_type is not None and (
+            pa.types.is_integer(value_type)
+            or pa.types.is_string(value_type)
+            or pa.types.is_large_string(value_type)
+        )
+        if spec.kind != "per_sample_scalar" or not hashable:
+            msg = (
+                f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
+                f"identify a sample; {fix}"
+            )
+            raise SchemaError(msg)
+        return identity
+
+    @property
+    def salvaged(self) -> tuple[JournalDamage, ...]:
+        """What ``recover(..., salvage=True)`` skipped: the damaged places of the journal."""
+        return () if self._journal is None else tuple(self._journal.damage)
 
     def __len__(self) -> int:
         return self._length
@@ -258,10 +294,13 @@ class RolloutBatchBuilder(StepState):
             value = _copy_value(value)  # its length is checked by `finish`
         else:
             value = check_batch_global(spec, value, 0, self._options.allow_nonfinite)
-        if self._journal is not None:
-            meta = {"key": key, "spec": spec_to_json(spec), "value": pack_value(value)}
-            self._journal.write("global", meta, [])
+        self._journal_global(key, spec, value)
         self._set_global(key, spec, value)
+
+    def _journal_global(self, key: str, spec: ColumnSpec, value: object) -> None:
+        if self._journal is not None:
+            meta = {"key": key, "spec": spec_to_json(spec), "value": pack_value(spec, value)}
+            self._journal.write("global", meta, [])
 
     def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
@@ -274,6 +313,7 @@ class RolloutBatchBuilder(StepState):
             raise shifted(error, base) from None
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
+        self._check_identity(checked, base)
         group = self._first_seen(checked)
         if group is None:
             return 0
@@ -346,7 +386,7 @@ class RolloutBatchBuilder(StepState):
         return batch
 
     def close(self) -> None:
-        """Close the journal file, if any; the journal stays on disk, for :meth:`recover`.
+        """Close the journal file and release the folder's lock, if any; the journal stays on disk.
 
         A closed builder with a journal refuses further calls with :class:`JournalError`.
         """
@@ -360,26 +400,81 @@ class RolloutBatchBuilder(StepState):
         *,
         sync: JournalSync = "step",
         on_duplicate: OnDuplicate = "skip",
+        salvage: bool = False,
+        trust_objects: bool = False,
     ) -> RolloutBatchBuilder:
         """The builder of the unfinished step in the journal folder ``journal``, as it was.
 
         It holds exactly the samples (and batch-global values) of the calls that were written
         whole to the journal: every call that returned before a crash, and possibly the one
-        the crash interrupted, whole or not at all (a torn record is dropped). Its specs,
+        the crash interrupted, whole or not at all (a torn tail is dropped). Its specs,
         options and identity key are the journal's; appends go on into the same journal.
         A folder whose last step was finished gives an empty builder for the next step.
+        Every field of every record is checked with the library's rules; a record whose
+        samples the builder holds already (by the identity key) adds nothing.
+
+        Parameters
+        ----------
+        journal
+            The journal folder.
+        sync, on_duplicate
+            As for the builder.
+        salvage
+            Damage other than a torn tail (a flipped byte, a record of another journal, a
+            record repeated or out of order) is a :class:`JournalError` by default, and nothing
+            is changed. With ``salvage=True`` every whole record of the journal is kept, in
+            order; the damaged file is renamed ``step-<n>.journal.damaged`` (kept, never
+            deleted), the records are written into a new journal, and :attr:`salvaged` lists
+            the damaged places skipped.
+        trust_objects
+            Passed to the batch :meth:`finish` returns (decoding its per-sample objects).
 
         Raises
         ------
         JournalError
-            ``journal`` holds no journal (``errno.ENOENT``), a file that is not a journal, a
-            journal of an unknown version, or several unfinished steps.
+            ``journal`` is in use by another builder (the message names its process, host and
+            since when), holds no journal (``errno.ENOENT``), a file that is not a journal, a
+            journal of an unknown version, several unfinished steps, a damaged journal (without
+            ``salvage``) or a record that breaks a rule of the library (naming the file, the
+            record and its offset).
+        OptionTypeError, OptionError
+            An argument is of the wrong kind.
         """
+        folder = as_path("journal", journal)
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
-        step_journal, records, arguments = recover_journal(journal, sync)
-        builder = cls(**arguments, on_duplicate=on_duplicate)
-        source = os.fspath(journal)
-        for record in records:
-            builder._replay(record, source)
+        salvage = as_flag("salvage", salvage)
+        trust = as_flag("trust_objects", trust_objects)
+        on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)  # type: ignore[assignment]
+        step_journal, records, arguments, _ = recover_journal(folder, sync, salvage)
+        try:
+            try:
+                builder = cls(**arguments, on_duplicate=on_duplicate)
+            except ArrowSplitError as exc:
+                msg = f"`{folder}`: the journal's header does not build a builder: {exc}"
+                raise JournalError(msg) from None
+            builder._trust_objects = trust
+            if step_journal.rewriting:
+                step_journal.restart(
+                    journal_header(builder._keys.declared, builder._options, builder._identity)
+                )
+                builder._journal = step_journal
+            for record in records:
+                builder._replay(record, folder)
+        except BaseException:
+            step_journal.close()
+            raise
         builder._journal = step_journal
         return builder
+
+    def _replay(self, record: Record, source: str) -> None:
+        """Add what a journal record holds (written again when the journal is rewritten)."""
+        replayed = self._replayed(record, source)
+        if replayed is None:
+            return
+        if isinstance(replayed, Group):
+            if self._journal is not None:
+                self._journal.write("group", *group_record(replayed))
+            self._commit(replayed)
+        else:
+            self._journal_global(*replayed)
+            self._set_global(*replayed)

@@ -20,8 +20,15 @@ from arrow_split._builder_group import Group, group_from_record
 from arrow_split._codecs import EncodeOptions, codec_for
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._codecs.globals import check_batch_global
-from arrow_split._journal import Record, spec_from_json, unpack_value
-from arrow_split.errors import DuplicateSampleError, RaggedLengthError, SchemaError
+from arrow_split._journal import Record, spec_from_json
+from arrow_split._journal_values import check_v1_value, unpack_value, unpickle_v1
+from arrow_split.errors import (
+    ArrowSplitError,
+    DuplicateSampleError,
+    JournalError,
+    RaggedLengthError,
+    SchemaError,
+)
 from arrow_split.schema import ColumnSpec
 
 __all__ = ["StepState"]
@@ -67,8 +74,9 @@ class StepState(abc.ABC):
             return []
         return list(group.columns[self._identity].to_pylist())
 
-    def _first_seen(self, group: Group) -> Group | None:
+    def _first_seen(self, group: Group, mode: str = "") -> Group | None:
         """The group without its replayed samples (``skip``), or raise (``error``)."""
+        mode = mode or self._on_duplicate
         identities = self._identities(group)
         seen: dict[object, int] = {}
         keep: list[int] = []
@@ -77,7 +85,7 @@ class StepState(abc.ABC):
             if first is None:
                 seen[identity] = self._length + len(keep)
                 keep.append(row)
-            elif self._on_duplicate == "error":
+            elif mode == "error":
                 msg = (
                     f"sample {self._length + row}: `{self._identity}` {identity!r:.40} is "
                     f"sample {first}'s already; a replayed sample is refused "
@@ -190,14 +198,71 @@ class StepState(abc.ABC):
         self._seen = {}
         self._length = 0
 
-    def _replay(self, record: Record, source: str) -> None:
-        if record.kind == "global":
-            key = str(record.meta["key"])
-            self._set_global(
-                key, spec_from_json(record.meta["spec"], source), unpack_value(record.meta["value"])
+    def _check_identity(self, group: Group, base: int) -> None:
+        """Raise unless every sample of the group has an identity (the builder's key, not None)."""
+        if self._identity is None:
+            return
+        column = group.columns.get(self._identity)
+        if column is None:
+            msg = (
+                f"sample {base} lacks the identity key `{self._identity}`; with "
+                f"`identity={self._identity!r}` every sample carries it"
+            )
+            raise SchemaError(msg)
+        if column.null_count:
+            row = column.is_null().to_pylist().index(True)
+            msg = (
+                f"sample {base + row}: the identity key `{self._identity}` is None; every "
+                "sample needs its own identity (samples without one would be taken for "
+                "replays of each other)"
+            )
+            raise SchemaError(msg)
+
+    def _replayed(
+        self, record: Record, source: str
+    ) -> Group | tuple[str, ColumnSpec, object] | None:
+        """What a journal record adds, every field checked (replays skipped by identity).
+
+        Raises
+        ------
+        JournalError
+            The record breaks a rule; the message names the file, the record and its offset.
+        """
+        where = f"`{source}` record {record.sequence} at offset {record.offset}"
+        try:
+            if record.kind == "global":
+                return self._replayed_global(record, source)
+            if record.kind != "group":
+                msg = f"an unknown kind of record {record.kind!r:.40}"
+                raise JournalError(msg)
+            group = group_from_record(record, source, self._options.allow_nonfinite)
+            self._check_keys(dict.fromkeys(group.sample_keys), self._length)
+            self._check_identity(group, self._length)
+            self._check_group(group)
+            return self._first_seen(group, "skip")
+        except JournalError as exc:
+            msg = f"{where}: {exc}; the record was not written by this library as it stands"
+            raise JournalError(msg) from None
+        except (ArrowSplitError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+            msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
+            raise JournalError(msg) from None
+
+    def _replayed_global(self, record: Record, source: str) -> tuple[str, ColumnSpec, object]:
+        key, stored = record.meta.get("key"), record.meta.get("spec")
+        spec = spec_from_json(stored, source)
+        if not isinstance(key, str) or spec.name != key or spec.is_per_sample:
+            msg = f"its `key` {key!r:.40} is not the batch-global key of its spec {spec}"
+            raise JournalError(msg)
+        if self._sample_keys is not None and key in self._sample_keys:
+            msg = f"batch-global key `{key}` is given per sample already in this step"
+            raise JournalError(msg)
+        if record.sequence < 0:
+            value = check_v1_value(
+                spec, unpickle_v1(record.meta.get("value")), self._options.allow_nonfinite
             )
         else:
-            self._commit(group_from_record(record, source))
+            value = unpack_value(spec, record.meta.get("value"), self._options.allow_nonfinite)
+        return key, spec, value
 
 
 def _same(left: object, right: object) -> bool:

@@ -61,9 +61,9 @@ _FULL_DISK = textwrap.dedent(
             raise AssertionError("a write past the file size limit passed")
         assert len(builder) == 8
         assert os.path.getsize(journal) == size
-        assert sorted(os.listdir(folder)) == ["step-000000.journal"]
+        assert sorted(os.listdir(folder)) == ["journal.lock", "step-000000.journal"]
     resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-    shutil.copytree(folder, copy)
+    shutil.copytree(folder, copy)  # the lock is not copied: a copy is recovered
     expected = RolloutBatchBuilder()
     expected.extend(stream[0])
     expected.extend(stream[1])

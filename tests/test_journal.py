@@ -21,6 +21,14 @@ def _group(first: int, count: int = 2) -> dict[str, list[object]]:
     }
 
 
+def _expected(groups: int) -> RolloutBatch:
+    builder = RolloutBatchBuilder(identity="sample_indices")
+    for index in range(groups):
+        builder.extend(_group(2 * index))
+    builder.set_global("dynamic_global_batch_size", 2 * groups)
+    return builder.finish()
+
+
 def _built(folder: Path, groups: int) -> RolloutBatchBuilder:
     builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
     for index in range(groups):
@@ -31,14 +39,16 @@ def _built(folder: Path, groups: int) -> RolloutBatchBuilder:
 
 def test_recover_rebuilds_the_builder(tmp_path: Path) -> None:
     builder = _built(tmp_path, 3)
+    builder.close()
     recovered = RolloutBatchBuilder.recover(tmp_path)
     assert len(recovered) == len(builder) == 6
-    expected = builder.finish()
+    expected = _expected(3)
     assert_batches_equal(recovered.finish(), expected)
 
 
 def test_a_torn_last_record_is_dropped_whole(tmp_path: Path) -> None:
     builder = _built(tmp_path, 3)
+    builder.close()
     path = tmp_path / "step-000000.journal"
     size = path.stat().st_size
     for cut in (1, 17, 100):
@@ -47,7 +57,10 @@ def test_a_torn_last_record_is_dropped_whole(tmp_path: Path) -> None:
         recovered = RolloutBatchBuilder.recover(tmp_path)
         assert len(recovered) == 6  # only the set_global record is torn
         recovered.extend(_group(100))
-        assert len(RolloutBatchBuilder.recover(tmp_path)) == 8
+        recovered.close()
+        again = RolloutBatchBuilder.recover(tmp_path)
+        assert len(again) == 8
+        again.close()
         size = path.stat().st_size
     del builder
 
@@ -57,6 +70,7 @@ def test_replays_are_skipped_or_refused(tmp_path: Path) -> None:
     assert builder.extend(_group(2)) == 0
     assert builder.extend(_group(3)) == 1  # sample 3 is a replay, 4 is new
     assert len(builder) == 5
+    builder.close()
     strict = RolloutBatchBuilder.recover(tmp_path, on_duplicate="error")
     with pytest.raises(DuplicateSampleError, match=r"`sample_indices` 2 is sample 2's already"):
         strict.extend(_group(2))
@@ -64,8 +78,14 @@ def test_replays_are_skipped_or_refused(tmp_path: Path) -> None:
 
 
 def test_finish_writes_the_dump_and_starts_the_next_step(tmp_path: Path) -> None:
-    batch = _built(tmp_path, 2).finish()
-    assert sorted(os.listdir(tmp_path)) == ["step-000000.arrow", "step-000001.journal"]
+    builder = _built(tmp_path, 2)
+    batch = builder.finish()
+    builder.close()
+    assert sorted(os.listdir(tmp_path)) == [
+        "journal.lock",
+        "step-000000.arrow",
+        "step-000001.journal",
+    ]
     batch.write(tmp_path / "expected.arrow")
     dumped = (tmp_path / "step-000000.arrow").read_bytes()
     assert dumped == (tmp_path / "expected.arrow").read_bytes()
@@ -74,7 +94,7 @@ def test_finish_writes_the_dump_and_starts_the_next_step(tmp_path: Path) -> None
 
 
 def test_an_unfinished_step_is_not_overwritten(tmp_path: Path) -> None:
-    _built(tmp_path, 1)
+    _built(tmp_path, 1).close()
     with pytest.raises(JournalError, match="holds an unfinished step"):
         RolloutBatchBuilder(journal=tmp_path)
     with pytest.raises(JournalError, match="no rollout journal"):

@@ -39,7 +39,7 @@ from arrow_split.testing._generate import RolloutConfig, is_per_sample, iter_sam
 __all__ = ["KillReport", "kill_stream", "run_kill_test"]
 
 _IDENTITY = "sample_indices"
-_RECORD_FRAME = struct.Struct("<4sQI")  # a journal record's frame (format 1: arrow_split._journal)
+_RECORD_FRAME = struct.Struct("<4s8sQQQI")  # a record's frame (format 2: arrow_split._journal)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,7 +123,7 @@ def _recovered(folder: str, scratch: str) -> tuple[RolloutBatch, bool]:
     (path,) = glob.glob(os.path.join(scratch, "*.journal"))
     size = os.path.getsize(path)
     builder = RolloutBatchBuilder.recover(scratch)
-    torn = os.path.getsize(path) < size  # recovery cuts a torn record off
+    torn = os.path.getsize(path) < size  # recovery cuts a torn tail off
     try:
         return builder.finish(), torn
     finally:
@@ -166,7 +166,7 @@ def _cut_last_record(folder: str, rng: random.Random) -> None:
         data = file.read()
     start = end = 0
     while end < len(data):
-        _, length, _ = _RECORD_FRAME.unpack_from(data, end)
+        _, _, _, length, _, _ = _RECORD_FRAME.unpack_from(data, end)
         start, end = end, end + _RECORD_FRAME.size + length
     with open(path, "r+b") as file:
         file.truncate(rng.randrange(start + 1, end))
