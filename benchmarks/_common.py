@@ -32,6 +32,7 @@ __all__ = [
     "DOCS",
     "MIB",
     "REPO_ROOT",
+    "RESULTS",
     "Laps",
     "MemoryGauge",
     "Results",
@@ -54,7 +55,9 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs" / "benchmarks"
-"""Where ``make bench`` writes every JSON and plot the README quotes."""
+"""Where ``make bench`` writes every JSON and plot the README quotes (``--out docs/benchmarks``)."""
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+"""The default ``--out``: ignored by git, so a run never overwrites the committed results."""
 MIB = 2**20
 PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "psutil")
 
@@ -213,7 +216,12 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--smoke", action="store_true", help=smoke)
-    parser.add_argument("--out", type=Path, default=DOCS, help="where its JSON and plots go")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="where its JSON and plots go (default: %(default)s; docs/benchmarks for the README)",
+    )
     return parser
 
 
