@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO_ROOT, RESULTS
+from benchmarks._common import REPO_ROOT, RESULTS, progress
 
 __all__ = ["BENCHMARKS", "main"]
 
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmarks {unknown}; expected some of {sorted(BENCHMARKS)}")
-    for position, name in enumerate(names, 1):
+    for position, name in enumerate(progress(names, "make bench", len(names)), 1):
         module, *options = BENCHMARKS[name]
         if args.smoke:
             options = ["--smoke"]

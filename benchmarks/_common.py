@@ -42,6 +42,7 @@ __all__ = [
     "format_seconds",
     "local_ray",
     "object_sizes",
+    "progress",
     "pyplot",
     "run_main",
     "save_figure",
@@ -223,6 +224,16 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
         help="where its JSON and plots go (default: %(default)s; docs/benchmarks for the README)",
     )
     return parser
+
+
+def progress(items: Iterable[Any], description: str, total: int | None = None) -> Iterator[Any]:
+    """``items`` with a progress bar on stderr (tqdm, of the ``bench`` extra); plain without."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield from items
+        return
+    yield from tqdm(items, desc=description, total=total, file=sys.stderr, leave=False)
 
 
 def format_seconds(seconds: float | None) -> str:
