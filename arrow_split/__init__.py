@@ -20,6 +20,7 @@ from arrow_split._schedule import (
     schedule_for_rank,
 )
 from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw, take, take_rows
+from arrow_split._train_data import ActorTrainData, RolloutTrainData, TrainData
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
@@ -56,6 +57,7 @@ from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
 from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [
+    "ActorTrainData",
     "ArrowSplitError",
     "ArrowSplitWarning",
     "ColumnKind",
@@ -83,6 +85,7 @@ __all__ = [
     "Role",
     "RolloutBatch",
     "RolloutBatchBuilder",
+    "RolloutTrainData",
     "Schedule",
     "ScheduleConfig",
     "SchemaError",
@@ -90,6 +93,7 @@ __all__ = [
     "Shard",
     "SplitMethod",
     "TokenLists",
+    "TrainData",
     "TrainDataLayout",
     "TransportError",
     "UnknownKeyWarning",

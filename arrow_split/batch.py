@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ from arrow_split._convert import (
     per_sample_values,
 )
 from arrow_split._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
+from arrow_split._train_data import TrainData
 from arrow_split.equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
@@ -409,12 +410,13 @@ class RolloutBatch:
             trust_objects=self._trust_objects,
         )
 
-    def to_train_data(self) -> dict[str, object]:
+    def to_train_data(self) -> TrainData:
         """The batch in the classic train-data layout, as fresh Python objects.
 
         Per-token columns become lists of Python numbers, per-sample tensors one numpy array per
         sample, scalars lists, objects decoded; batch-global values are copied whole. A whole
-        batch compares equal to the dict it was built from.
+        batch compares equal to the dict it was built from. The result is a plain ``dict``,
+        typed for a type checker by :class:`~arrow_split.TrainData`.
 
         Raises
         ------
@@ -424,12 +426,13 @@ class RolloutBatch:
         DumpError
             A pickled object's bytes do not decode (a corrupt file).
         """
-        return decode_train_data(
+        train_data = decode_train_data(
             self._record_batch,
             self._specs,
             self._batch_globals,
             trust_objects=self._trust_objects,
         )
+        return cast("TrainData", train_data)
 
     def equals(self, other: object) -> bool:
         """Whether two batches hold the same values, specs and batch-global values.

@@ -36,10 +36,18 @@ def _positive_int(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``arrow-split`` command."""
-    parser = argparse.ArgumentParser(prog="arrow-split", description=__doc__.split("\n")[0])
+    from arrow_split import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="arrow-split",
+        description="Move RL rollout batches to data-parallel ranks as Arrow record batches.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     demo = commands.add_parser(
-        "demo", help="rollout -> DP train actors on a local Ray, both modes, values checked"
+        "demo",
+        help="rollout -> DP train actors on a local Ray, both modes, values checked",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     demo.add_argument("--samples", type=_positive_int, default=512, help="samples per step")
     demo.add_argument(
@@ -48,7 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--max-response", type=_positive_int, default=4096, help="response cap")
     demo.add_argument("--dp-size", type=_positive_int, default=8, help="data-parallel ranks")
     demo.add_argument("--steps", type=_positive_int, default=3, help="steps per mode")
-    demo.add_argument("--mode", choices=("eager", "delayed", "both"), default="both")
+    demo.add_argument(
+        "--mode", choices=("eager", "delayed", "both"), default="both", help="hand-offs to run"
+    )
     demo.add_argument(
         "--strided", action="store_true", help="strided plan instead of the balanced one"
     )
@@ -96,6 +106,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if arguments.command == "inspect":
         return _inspect(arguments)
     _check(arguments, parser)
+    try:
+        import ray  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"arrow-split demo: needs Ray and PyTorch ({exc.name or exc} is not installed); "
+            "install them with: pip install 'arrow-split[ray,torch]'",
+            file=sys.stderr,
+        )
+        return 1
     from arrow_split.demo import DemoConfig, run_demo
 
     config = DemoConfig(

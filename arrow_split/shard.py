@@ -16,11 +16,12 @@ A shard stores no display choice: :meth:`Shard.to_train_data` takes the layout e
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal, cast, get_args, overload
 
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._train_data import ActorTrainData, RolloutTrainData, TrainData
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import OptionError, SchemaError
 from arrow_split.plan import PlanKey
@@ -184,13 +185,21 @@ class Shard:
         """The same shard with more per-sample scalar keys (:meth:`RolloutBatch.add_train_data`)."""
         return self.with_rows(self._rows.add_train_data(data, specs=specs))
 
-    def to_train_data(self, *, layout: TrainDataLayout) -> dict[str, object]:
+    @overload
+    def to_train_data(self, *, layout: Literal["rollout"]) -> RolloutTrainData: ...
+    @overload
+    def to_train_data(self, *, layout: Literal["actor"]) -> ActorTrainData: ...
+    @overload
+    def to_train_data(self, *, layout: TrainDataLayout) -> TrainData: ...
+    def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
         """The shard in the classic train-data layout ``layout``, as fresh Python objects.
 
         The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
-        of ``layout`` (required: ``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`).
-        Pickled objects decode as the rows' batch says (:attr:`RolloutBatch.trust_objects`: a
-        shard of a batch read from a file decodes plain data only, unless read trusted).
+        of ``layout`` (required: ``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`). A
+        plain ``dict``, typed by :class:`~arrow_split.RolloutTrainData` or
+        :class:`~arrow_split.ActorTrainData` after the layout. Pickled objects decode as the
+        rows' batch says (:attr:`RolloutBatch.trust_objects`: a shard of a batch read from a
+        file decodes plain data only, unless read trusted).
         """
         if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
             msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
@@ -202,7 +211,7 @@ class Shard:
         else:
             train_data[TOTAL_LENGTHS] = self.total_lengths.tolist()
             train_data["global_total_lengths"] = self._batch_total_lengths.tolist()
-        return train_data
+        return cast("RolloutTrainData | ActorTrainData", train_data)
 
     def equals(self, other: object) -> bool:
         """Same rows (:meth:`RolloutBatch.equals`), partition, lengths, plan key and rank."""

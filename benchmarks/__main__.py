@@ -1,8 +1,8 @@
 """``python -m benchmarks``: every benchmark the README quotes, in one run (``make bench``).
 
 Each benchmark of :data:`BENCHMARKS` runs in its own process, one after the other, and writes
-its stamped JSON (and plots) under ``--out`` (``docs/benchmarks`` by default); README.md says
-which file each figure comes from.
+its stamped JSON (and plots) under ``--out``: ``benchmarks/results`` (ignored by git) by default,
+``docs/benchmarks`` (the committed results README.md quotes) when asked (``make bench``).
 
 ``--smoke`` runs each in its smallest mode; ``--only step,journal`` runs some. A new benchmark is
 one line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import DOCS, REPO_ROOT
+from benchmarks._common import REPO_ROOT, RESULTS, progress
 
 __all__ = ["BENCHMARKS", "main"]
 
@@ -35,18 +35,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.add_argument("--smoke", action="store_true", help="each benchmark's smallest mode")
     parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated names")
-    parser.add_argument("--out", type=Path, default=DOCS)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="where the JSON and plots go (default: %(default)s; docs/benchmarks for the README)",
+    )
     args = parser.parse_args(argv)
     names = [name for name in args.only.split(",") if name]
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmarks {unknown}; expected some of {sorted(BENCHMARKS)}")
-    for name in names:
+    for position, name in enumerate(progress(names, "make bench", len(names)), 1):
         module, *options = BENCHMARKS[name]
         if args.smoke:
             options = ["--smoke"]
         command = [sys.executable, "-m", module, *options, "--out", str(args.out)]
-        print(f"== {name}: {' '.join(command[1:])}", flush=True)
+        print(f"== [{position}/{len(names)}] {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()
         done = subprocess.run(command, cwd=REPO_ROOT, check=False)
         print(f"== {name}: {time.perf_counter() - started:.0f} s", flush=True)

@@ -32,6 +32,7 @@ __all__ = [
     "DOCS",
     "MIB",
     "REPO_ROOT",
+    "RESULTS",
     "Laps",
     "MemoryGauge",
     "Results",
@@ -41,6 +42,7 @@ __all__ = [
     "format_seconds",
     "local_ray",
     "object_sizes",
+    "progress",
     "pyplot",
     "run_main",
     "save_figure",
@@ -54,7 +56,9 @@ __all__ = [
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DOCS = REPO_ROOT / "docs" / "benchmarks"
-"""Where ``make bench`` writes every JSON and plot the README quotes."""
+"""Where ``make bench`` writes every JSON and plot the README quotes (``--out docs/benchmarks``)."""
+RESULTS = REPO_ROOT / "benchmarks" / "results"
+"""The default ``--out``: ignored by git, so a run never overwrites the committed results."""
 MIB = 2**20
 PACKAGES = ("arrow-split", "pyarrow", "numpy", "ray", "torch", "matplotlib", "psutil")
 
@@ -213,8 +217,23 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--smoke", action="store_true", help=smoke)
-    parser.add_argument("--out", type=Path, default=DOCS, help="where its JSON and plots go")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=RESULTS,
+        help="where its JSON and plots go (default: %(default)s; docs/benchmarks for the README)",
+    )
     return parser
+
+
+def progress(items: Iterable[Any], description: str, total: int | None = None) -> Iterator[Any]:
+    """``items`` with a progress bar on stderr (tqdm, of the ``bench`` extra); plain without."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        yield from items
+        return
+    yield from tqdm(items, desc=description, total=total, file=sys.stderr, leave=False)
 
 
 def format_seconds(seconds: float | None) -> str:

@@ -77,3 +77,39 @@ def test_the_demo_runs_both_modes_and_checks_every_sample() -> None:
     while _raylets() > before and time.monotonic() < deadline:
         time.sleep(0.5)
     assert _raylets() <= before  # the demo stopped the Ray it started
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import arrow_split
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"arrow-split {arrow_split.__version__}"
+
+
+def test_demo_help_shows_defaults_and_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = capsys.readouterr().out
+    assert "(default: 512)" in text
+    assert "(default: both)" in text
+    assert "`" not in text
+    assert "**" not in text
+
+
+def test_the_demo_without_ray_says_what_to_install_on_one_line() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['ray'] = None\n"  # `import ray` raises ImportError, as without Ray
+        "from arrow_split.cli import main\n"
+        "sys.exit(main(['demo', '--steps', '1']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=60
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "pip install 'arrow-split[ray,torch]'" in lines[0]
