@@ -10,8 +10,10 @@ marked ``torch`` and skipped without PyTorch; docs/reading-dumps.md skips a bloc
 
 from __future__ import annotations
 
+import contextlib
 import doctest
 import importlib.util
+import io
 import os
 import sys
 import textwrap
@@ -19,10 +21,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sybil import Sybil
-from sybil.sybil import SybilCollection
-from sybil.parsers.markdown import PythonCodeBlockParser, SkipParser
+from sybil import Example, Sybil
+from sybil.evaluators.python import PythonEvaluator
+from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.rest import DocTestParser
+from sybil.sybil import SybilCollection
 
 ROOT = Path(__file__).resolve().parent
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
@@ -96,8 +99,41 @@ def docs_ray() -> Iterator[None]:
         ray.shutdown()
 
 
+_python = PythonEvaluator()
+_OUTPUT = "__printed__"
+
+
+def _run_python(example: Example) -> None:
+    """Run a ```python block; keep what it printed for an ```output block that follows."""
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        _python(example)
+    example.namespace[_OUTPUT] = printed.getvalue()
+
+
+def _check_output(example: Example) -> str | None:
+    """An ```output block is exactly what the ```python block before it printed."""
+    printed = example.namespace.pop(_OUTPUT, None)
+    expected = str(example.parsed)
+    if printed is None:
+        return "an ```output block must follow a ```python block"
+    if printed.strip() != expected.strip():
+        return f"the block above printed:\n{printed}\nthe page says:\n{expected}"
+    return None
+
+
+def _setup(namespace: dict[str, object]) -> None:
+    """Names the skip conditions of a page read."""
+    namespace["HAVE_POLARS"] = _has("polars")
+    namespace["HAVE_DUCKDB"] = _has("duckdb")
+
+
 def _markdown_parsers() -> list[object]:
-    return [PythonCodeBlockParser(doctest_optionflags=FLAGS), SkipParser()]
+    return [
+        CodeBlockParser("python", _run_python),
+        CodeBlockParser("output", _check_output),
+        SkipParser(),
+    ]
 
 
 _pages = Sybil(
@@ -105,12 +141,14 @@ _pages = Sybil(
     patterns=["README.md", "docs/*.md"],
     excludes=list(RAY_PAGES),
     fixtures=["docs_page"],
+    setup=_setup,
     name="page",
 )
 _ray_pages = Sybil(
     parsers=_markdown_parsers(),  # type: ignore[arg-type]
     patterns=list(RAY_PAGES),
     fixtures=["docs_page", "docs_ray"],
+    setup=_setup,
     name="ray-page",
 )
 _docstrings = Sybil(
