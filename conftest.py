@@ -123,7 +123,8 @@ def _check_output(example: Example) -> str | None:
 
 
 def _setup(namespace: dict[str, object]) -> None:
-    """Names the skip conditions of a page read."""
+    """A page runs as a script (``__main__``: Ray pickles its classes by value)."""
+    namespace["__name__"] = "__main__"
     namespace["HAVE_POLARS"] = _has("polars")
     namespace["HAVE_DUCKDB"] = _has("duckdb")
 
