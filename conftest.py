@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from sybil import Example, Sybil
 from sybil.evaluators.python import PythonEvaluator
+from sybil.integration import pytest as sybil_pytest
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.rest import DocTestParser
 from sybil.sybil import SybilCollection
@@ -53,6 +54,20 @@ _STAND_IN_MILES = {
             return "miles"
     """,
 }
+
+
+_sybil_filter = sybil_pytest.SybilItem._traceback_filter
+
+
+def _traceback_filter(self: sybil_pytest.SybilItem, excinfo: pytest.ExceptionInfo[BaseException]):  # type: ignore[no-untyped-def]
+    """Sybil's filter, or the whole traceback where it has no frame to cut (it would crash)."""
+    try:
+        return _sybil_filter(self, excinfo)
+    except IndexError:
+        return excinfo.traceback
+
+
+sybil_pytest.SybilItem._traceback_filter = _traceback_filter  # type: ignore[method-assign]
 
 
 def _has(module: str) -> bool:
