@@ -33,7 +33,8 @@ def _sig(value: float, digits: int = 3) -> str:
     if value == 0:
         return "0"
     decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    return f"{round(value, decimals):,.{decimals}f}".rstrip("0").rstrip(".")
+    text = f"{round(value, decimals):,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def seconds(value: float) -> str:
