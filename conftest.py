@@ -106,7 +106,7 @@ def docs_ray() -> Iterator[None]:
             include_dashboard=False,
             object_store_memory=300 * 1024 * 1024,
             log_to_driver=False,
-            logging_level="ERROR",
+            logging_level="ERROR",  # type: ignore[arg-type]  # Ray takes a name too
         )
     try:
         yield

@@ -19,9 +19,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS = ROOT / "docs" / "benchmarks"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-BLOCK = re.compile(r"(<!-- figures:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /figures:(?P=name) -->)", re.S)
-PATHS = {"classic": "classic (lists)", "numpy": "numpy classic", "arrow": "arrow_split from lists",
-         "builder": "arrow_split builder"}  # fmt: skip
+BLOCK = re.compile(
+    r"(<!-- figures:(?P<name>[a-z-]+) -->\n)(?P<body>.*?)(<!-- /figures:(?P=name) -->)", re.S
+)
+PATHS = {
+    "classic": "classic (lists)",
+    "numpy": "numpy classic",
+    "arrow": "arrow_split from lists",
+    "builder": "arrow_split builder",
+}
 
 
 def _load(name: str) -> dict[str, Any]:
@@ -32,8 +38,9 @@ def _sig(value: float, digits: int = 3) -> str:
     """``value`` to ``digits`` significant digits, thousands separated, no trailing zeros."""
     if value == 0:
         return "0"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    text = f"{round(value, decimals):,.{decimals}f}"
+    places = digits - 1 - math.floor(math.log10(abs(value)))
+    decimals = max(0, places)
+    text = f"{round(value, places):,.{decimals}f}"
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
@@ -56,7 +63,7 @@ def mib(value: float) -> str:
     return f"{value / 1e6:,.1f} MB"
 
 
-def _table(header: list[str], align: str, rows: list[list[str]]) -> str:
+def _table(header: list[str], align: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
@@ -70,19 +77,36 @@ def _step_rows(configs: list[str]) -> list[list[str]]:
         classic = summary[f"{mode}/{dp}/classic"]["critical_path_seconds"]
         for path, label in PATHS.items():
             entry = summary[f"{mode}/{dp}/{path}"]
-            rows.append([f"{mode}, {dp}", label, seconds(entry["appends_cpu_seconds"]),
-                         seconds(entry["boundary_seconds"]), seconds(entry["slowest_rank_seconds"]),
-                         seconds(entry["critical_path_seconds"]),
-                         ratio(classic / entry["critical_path_seconds"])])  # fmt: skip
+            rows.append(
+                [
+                    f"{mode}, {dp}",
+                    label,
+                    seconds(entry["appends_cpu_seconds"]),
+                    seconds(entry["boundary_seconds"]),
+                    seconds(entry["slowest_rank_seconds"]),
+                    seconds(entry["critical_path_seconds"]),
+                    ratio(classic / entry["critical_path_seconds"]),
+                ]
+            )
     return rows
 
 
 def step_table() -> str:
     """The medium workload at dp 64, both modes, every path."""
-    header = ["mode, dp", "path", "appends (CPU)", "step boundary", "slowest rank",
-              "critical path", "vs classic"]  # fmt: skip
-    return _table(header, ["---", "---", "---:", "---:", "---:", "---:", "---:"],
-                  _step_rows(["delayed/64/", "eager/64/"]))  # fmt: skip
+    header = [
+        "mode, dp",
+        "path",
+        "appends (CPU)",
+        "step boundary",
+        "slowest rank",
+        "critical path",
+        "vs classic",
+    ]
+    return _table(
+        header,
+        ["---", "---", "---:", "---:", "---:", "---:", "---:"],
+        _step_rows(["delayed/64/", "eager/64/"]),
+    )
 
 
 def headline_table() -> str:
@@ -92,7 +116,9 @@ def headline_table() -> str:
     for mode in ("delayed", "eager"):
         classic = summary[f"{mode}/64/classic"]["critical_path_seconds"]
         builder = summary[f"{mode}/64/builder"]["critical_path_seconds"]
-        rows.append([f"{mode}, dp 64", seconds(classic), seconds(builder), ratio(classic / builder)])
+        rows.append(
+            [f"{mode}, dp 64", seconds(classic), seconds(builder), ratio(classic / builder)]
+        )
     header = ["hand-off", "classic dict of lists", "arrow_split builder", "faster"]
     return _table(header, ["---", "---:", "---:", "---:"], rows)
 
@@ -101,19 +127,33 @@ def journal_table() -> str:
     """Appends per ``sync`` policy against no journal, recovery, the kill test, objects once."""
     journal = _load("journal")
     appends, kill, multi = journal["appends"], journal["kill_test"], journal["multimodal"]
-    rows = [[f'appends with `sync="{policy}"` / no journal ({seconds(appends["append_seconds"]["none"]["median"])})',  # noqa: E501
-             ratio(appends["appends_vs_no_journal"][policy])] for policy in ("os", "step", "call")]  # fmt: skip
+    rows = [
+        [
+            f'appends with `sync="{policy}"` / no journal ({seconds(appends["append_seconds"]["none"]["median"])})',  # noqa: E501
+            ratio(appends["appends_vs_no_journal"][policy]),
+        ]
+        for policy in ("os", "step", "call")
+    ]
     rows += [
-        ["floor: writing the journal's bytes and their CRC-32 / no journal",
-         ratio(appends["floor_vs_no_journal"])],
+        [
+            "floor: writing the journal's bytes and their CRC-32 / no journal",
+            ratio(appends["floor_vs_no_journal"]),
+        ],
         ["recovery of the step's journal", seconds(appends["recovery_seconds"]["median"])],
-        [f"kill test: kill points (lost, duplicated, torn)",
-         f'{kill["kill_points"]} ({kill["lost"]}, {kill["duplicated"]}, {kill["torn"]})'],
-        ["multimodal objects stored once / one pickle per row (bytes)", ratio(multi["bytes_ratio"])],
-        ["multimodal delayed put: stored once (one pickle per row)",
-         f'{seconds(multi["stored_once"]["delayed_put_seconds"]["median"])} '
-         f'({seconds(multi["one_per_row"]["delayed_put_seconds"]["median"])})'],
-    ]  # fmt: skip
+        [
+            "kill test: kill points (lost, duplicated, torn)",
+            f"{kill['kill_points']} ({kill['lost']}, {kill['duplicated']}, {kill['torn']})",
+        ],
+        [
+            "multimodal objects stored once / one pickle per row (bytes)",
+            ratio(multi["bytes_ratio"]),
+        ],
+        [
+            "multimodal delayed put: stored once (one pickle per row)",
+            f"{seconds(multi['stored_once']['delayed_put_seconds']['median'])} "
+            f"({seconds(multi['one_per_row']['delayed_put_seconds']['median'])})",
+        ],
+    ]
     return _table(["figure", "measured"], ["---", "---:"], rows)
 
 
@@ -123,23 +163,43 @@ def dump_table() -> str:
     secs, files = dump["seconds"], dump["file_bytes"]
     rows = [
         ["write", seconds(secs["write_batch"]["median"]), seconds(secs["torch_save"]["median"])],
-        ["read (validated; `torch.load`)", seconds(secs["read_batch"]["median"]),
-         seconds(secs["torch_load"]["median"])],
-        ["read and `to_train_data()` (`torch.load`)",
-         seconds(secs["read_batch_to_train_data"]["median"]), seconds(secs["torch_load"]["median"])],
-        ["file (zstd)", f'{mib(files["arrow"])} ({mib(files["arrow_zstd"])})', mib(files["torch_save"])],
-    ]  # fmt: skip
+        [
+            "read (validated; `torch.load`)",
+            seconds(secs["read_batch"]["median"]),
+            seconds(secs["torch_load"]["median"]),
+        ],
+        [
+            "read and `to_train_data()` (`torch.load`)",
+            seconds(secs["read_batch_to_train_data"]["median"]),
+            seconds(secs["torch_load"]["median"]),
+        ],
+        [
+            "file (zstd)",
+            f"{mib(files['arrow'])} ({mib(files['arrow_zstd'])})",
+            mib(files["torch_save"]),
+        ],
+    ]
     return _table(["", "arrow_split", "`torch.save` / `torch.load`"], ["---", "---:", "---:"], rows)
 
 
 def cluster_table() -> str:
     """Bytes crossing nodes and rank times on the simulated 3-node cluster."""
     summary = _load("cluster")["summary"]
-    labels = {"eager": "eager", "local": 'delayed, `locality="local"`',
-              "auto": 'delayed, `locality="auto"`', "holder": 'delayed, `locality="holder"`'}  # fmt: skip
-    rows = [[label, f'{summary[mode]["cross_node_mib"]:.1f}', f'{summary[mode]["x_eager"]:.2f}',
-             f'{summary[mode]["rank_ms_median"]:.0f} / {summary[mode]["rank_ms_max"]:.0f}']
-            for mode, label in labels.items()]  # fmt: skip
+    labels = {
+        "eager": "eager",
+        "local": 'delayed, `locality="local"`',
+        "auto": 'delayed, `locality="auto"`',
+        "holder": 'delayed, `locality="holder"`',
+    }
+    rows = [
+        [
+            label,
+            f"{summary[mode]['cross_node_mib']:.1f}",
+            f"{summary[mode]['x_eager']:.2f}",
+            f"{summary[mode]['rank_ms_median']:.0f} / {summary[mode]['rank_ms_max']:.0f}",
+        ]
+        for mode, label in labels.items()
+    ]
     header = ["mode", "MiB crossing nodes / step", "x eager", "rank ms median / max"]
     return _table(header, ["---", "---:", "---:", "---:"], rows)
 
@@ -148,8 +208,10 @@ def stamp_line() -> str:
     """Which run the figures come from."""
     stamp = _load("step")["stamp"]
     machine = stamp["machine"]
-    return (f'From the `make bench` run at commit {stamp["commit"][:7]} '
-            f'({machine["cpu_count"]} CPUs; medians).\n')  # fmt: skip
+    return (
+        f"From the `make bench` run at commit {stamp['commit'][:7]} "
+        f"({machine['cpu_count']} CPUs; medians).\n"
+    )
 
 
 TABLES: dict[str, Callable[[], str]] = {
