@@ -72,3 +72,9 @@ bench-local: $(STAMP)
 
 clean:
 	rm -rf $(VENV) $(MIN_VENV) $(RAY_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# The manual (docs/*.md, MyST) and its API reference from the docstrings, built with Sphinx into
+# docs/_build/html; any warning fails the build. CI runs it after `make test`.
+.PHONY: docs
+docs: $(STAMP)
+	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html

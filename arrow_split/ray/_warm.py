@@ -96,7 +96,7 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     >>> from arrow_split.ray import warm_up
     >>> warm_up()
     >>> warm_up()  # the second call does nothing
-    >>> warm_up(reserve_bytes=64 * 2**20)  # a train actor whose rank steps use ~32 MiB
+    >>> warm_up(reserve_bytes=64 * 2**20)  # rank steps of ~32 MiB  # doctest: +SKIP
     """
     global _done  # once per process
     fix = "about twice a rank's step memory, or 0 for none"

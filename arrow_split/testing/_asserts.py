@@ -72,12 +72,12 @@ def _check_mapping(what: str, left: Mapping[str, Any], right: Mapping[str, Any])
 def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     """Assert that two rollout batches hold the same columns, specs and batch globals.
 
+    NaN equals NaN at the same place (a NaN-position compare, as :meth:`RolloutBatch.equals`).
+
     Parameters
     ----------
     left, right
         :class:`arrow_split.RolloutBatch` objects (or shards).
-
-    NaN equals NaN at the same place (a NaN-position compare, as :meth:`RolloutBatch.equals`).
 
     Raises
     ------
