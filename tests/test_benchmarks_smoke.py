@@ -329,3 +329,22 @@ def test_the_gpu_benchmark_skips_cleanly_without_cuda_and_runs_with_it(tmp_path:
     assert _is_seconds(record["link"]["floor_seconds"])
     assert set(record["to_tensors_seconds"]) == {"per_sample", "packed", "padded", "nested"}
     assert (tmp_path / "gpu.md").read_text().startswith("| config")
+
+
+@pytest.mark.ray
+def test_the_step_benchmark_gives_the_floors_of_a_rank(
+    step_run: tuple[dict[str, Any], dict[str, Path]],
+) -> None:
+    results, _ = step_run
+    refs = results["references"]
+    assert _is_seconds(refs["ray_get_small"]["seconds"]["median"])
+    floor = refs["ray_get_small"]["seconds"]["median"] + refs["memcpy_rank"]["seconds"]["median"]
+    assert refs["delayed_rank_floor_seconds"] == pytest.approx(floor)
+    names = [t["target"] for t in results["targets"]]
+    for name in (
+        "take_rows / memcpy of the rank's bytes",
+        "take_rows / list indexing",
+        "delayed rank / (ray.get of a small object + memcpy)",
+        "eager rank / numpy quick fix's rank",
+    ):
+        assert name in names
