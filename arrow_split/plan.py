@@ -37,7 +37,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import struct
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -221,6 +223,14 @@ class Plan:
     def __hash__(self) -> int:
         return hash(self.key)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # One array of every rank's rows and one of their counts: two buffers in a pickle (an
+        # object store's get wraps each buffer), not one per rank.
+        rows = np.concatenate(self.partitions) if self.partitions else np.zeros(0, np.int64)
+        sizes = np.array([len(part) for part in self.partitions], dtype=np.int64)
+        key = (self.method, self.dp_size, self.num_samples, self.fingerprint)
+        return (_rebuild_plan, (*key, rows, sizes))
+
     def __repr__(self) -> str:
         sizes = [len(rows) for rows in self.partitions]
         shown = sizes if len(sizes) <= 8 else [*sizes[:8], "..."]
@@ -285,3 +295,19 @@ def plan_fingerprint(
     dtype of `total_lengths`. Arguments and errors as :meth:`Plan.build`.
     """
     return _fingerprint(*_checked(total_lengths, dp_size, balance_data, order_by))
+
+
+def _rebuild_plan(
+    method: SplitMethod,
+    dp_size: int,
+    num_samples: int,
+    fingerprint: str,
+    rows: Int64Array,
+    sizes: Int64Array,
+) -> Plan:
+    """A pickled plan: each rank's rows a read-only view of the one array of every rank's."""
+    flat = np.array(rows, dtype=np.int64, copy=True)  # private: a shard never pins the store
+    flat.flags.writeable = False
+    bounds = np.concatenate([[0], np.cumsum(sizes)]).tolist()
+    parts = tuple(flat[start:stop] for start, stop in itertools.pairwise(bounds))
+    return Plan(method, dp_size, num_samples, fingerprint, parts)

@@ -284,12 +284,19 @@ def _measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) 
     rank_bytes = max(take_rows(batch, partitions[rank]).nbytes for rank in measured)
     actor = StepRankActor.remote()  # type: ignore[attr-defined]
     memcpy = ray.get(actor.memcpy.remote(rank_bytes, 5 * repeats))
+    small = ray.put(b"x" * 64)
+    get_small = ray.get(actor.get_small.remote([small], 5 * repeats))
     ray.kill(actor)
+    del small
     return {
         "workload": groups.name,
         "batch_bytes": batch.nbytes,
         "one_buffer_put": one_buffer_put(batch.nbytes, 2 * repeats),
         "memcpy_rank": {"dp_size": dp_size, "ranks": measured, **memcpy},
+        "ray_get_small": get_small,
+        "delayed_rank_floor_seconds": (
+            get_small["seconds"]["median"] + memcpy["seconds"]["median"]
+        ),
         **planner_and_take(data, batch, dp_size, repeats),
     }
 

@@ -277,6 +277,10 @@ class StepRankActor:
             laps = rank_steps(path, mode, box, rank, dp_size, balance)
         return {"steps": laps.seconds, "seconds": laps.total, "memory": memory.figures}
 
+    def get_small(self, box: list[Any], repeats: int) -> dict[str, Any]:
+        """The floor of a fetch: ``ray.get`` of a small object (``box[0]``) in this process."""
+        return {"seconds": timed(lambda: ray.get(box[0]), repeats)}
+
     def memcpy(self, nbytes: int, repeats: int) -> dict[str, Any]:
         """The floor of a delayed rank: a copy of ``nbytes`` into fresh memory in this process."""
         source = np.ones(max(nbytes, 1), dtype=np.uint8)

@@ -133,6 +133,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     ]
     worst = max((cold for cold in colds if cold is not None), default=None)
     rows.append(("first / warm rank call, worst arrow_split configuration", main, worst, 2, False))
+    rows.extend(_floor_rows(results, main))
     value = results["pickle"]["builder_vs_pickle"]
     target = "builder appends' CPU / pickle of the classic dict (taking turns)"
     rows.append((target, main, value, 1, False))
@@ -146,6 +147,44 @@ def targets(results: dict[str, Any]) -> list[dict[str, Any]]:
         }
         for target, where, value, goal, at_least in rows
     ]
+
+
+def _floor_rows(results: dict[str, Any], main: str) -> list[tuple[str, str, Any, float, bool]]:
+    """Issue 28's goals: a rank's gather and its delayed path against the floors of its bytes."""
+    refs = results["references"]
+    dp = refs["memcpy_rank"]["dp_size"]
+    take, memcpy = refs["take"], refs["memcpy_rank"]["seconds"]["median"]
+    arrow_take = take["arrow_seconds"]["median"]
+    summary = results["summary"][main]
+    delayed = summary.get(f"delayed/{dp}/builder")
+    eager, numpy_eager = summary.get(f"eager/{dp}/builder"), summary.get(f"eager/{dp}/numpy")
+    where = f"{main}, dp {dp}, {take['rows']} rows"
+    rows: list[tuple[str, str, Any, float, bool]] = [
+        ("take_rows / memcpy of the rank's bytes", where, _divide(arrow_take, memcpy), 2, False),
+        (
+            "take_rows / list indexing",
+            where,
+            _divide(arrow_take, take["classic_seconds"]["median"]),
+            1,
+            False,
+        ),
+    ]
+    if delayed is not None:
+        floor = refs.get("delayed_rank_floor_seconds")
+        value = _divide(delayed["slowest_rank_seconds"], floor)
+        rows.append(
+            (
+                "delayed rank / (ray.get of a small object + memcpy)",
+                f"{main}, delayed/{dp}",
+                value,
+                3,
+                False,
+            )
+        )
+    if eager is not None and numpy_eager is not None:
+        value = _divide(eager["slowest_rank_seconds"], numpy_eager["slowest_rank_seconds"])
+        rows.append(("eager rank / numpy quick fix's rank", f"{main}, eager/{dp}", value, 1, False))
+    return rows
 
 
 def _ratio(value: float | None) -> str:

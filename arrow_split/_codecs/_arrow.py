@@ -1,27 +1,20 @@
-"""Numpy views of Arrow columns, and the take that copies a list row's values as one run.
+"""Numpy views of Arrow columns.
 
 :func:`ragged_values` is the one place that reads a list column's values and offsets: it honours
 a slice offset (``ListArray.values`` ignores it, ``offsets[0]`` does not) and returns numpy views,
 not copies. A view of read-only memory (the object store's) is read-only.
 
-Arrow's ``take`` on a list column gathers the child values one by one; a rollout sample is one
-contiguous run of thousands of values, so :func:`take_runs` copies each selected row's run whole
-(one ``np.concatenate`` of views into a buffer of Arrow's memory pool, so that
-``pyarrow.total_allocated_bytes()`` counts it). The result owns new buffers: never a slice view
-of its parent, so pickling it ships only its own bytes.
+The takes (a list row's values copied as one run) are :mod:`arrow_split._codecs._take`'s.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
-import math
 from collections.abc import Iterator
 
 import numpy as np
 import pyarrow as pa
-
-from arrow_split._codecs._types import is_list, leaf_type, nest, trailing_shape
 
 __all__ = [
     "child_nulls",
@@ -30,7 +23,6 @@ __all__ = [
     "numpy_view",
     "ragged_values",
     "split_by_offsets",
-    "take_runs",
 ]
 
 
@@ -107,41 +99,3 @@ def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.nda
     """Yield one view of ``values`` per sample."""
     for begin, end in itertools.pairwise(offsets.tolist()):
         yield values[begin:end]
-
-
-def copies_runs(array: pa.Array) -> bool:
-    """Whether a column is a ``large_list`` of fixed-width numbers without nulls."""
-    if not is_list(array.type) or array.null_count:
-        return False
-    leaf = leaf_type(array.type)
-    return (pa.types.is_integer(leaf) or pa.types.is_floating(leaf)) and not leaf.bit_width % 8
-
-
-def _pool_array(shape: tuple[int, ...], dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
-    """A writable numpy view of a new buffer from Arrow's memory pool (counted and aligned)."""
-    buffer = pa.allocate_buffer(math.prod(shape) * dtype.itemsize)
-    return buffer, np.frombuffer(buffer, dtype=dtype).reshape(shape)
-
-
-def _rebuild(list_type: pa.DataType, offsets: pa.Array, values: pa.Buffer, count: int) -> pa.Array:
-    """Wrap gathered leaf values (``count`` of them) and offsets as a column of ``list_type``."""
-    child = pa.Array.from_buffers(leaf_type(list_type), count, [None, values])
-    return pa.LargeListArray.from_arrays(offsets, nest(child, trailing_shape(list_type)))
-
-
-def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
-    """The rows ``indices`` of a list column of numbers, each row's values copied as one run."""
-    if not copies_runs(array):
-        return array.take(pa.array(indices, type=pa.int64()))
-    values, offsets = ragged_values(array)
-    starts, ends = offsets[indices], offsets[indices + 1]
-    offsets_buffer, new_offsets = _pool_array((len(indices) + 1,), np.dtype(np.int64))
-    new_offsets[0] = 0
-    np.cumsum(ends - starts, out=new_offsets[1:])
-    rows = int(new_offsets[-1])
-    values_buffer, gathered = _pool_array((rows, *values.shape[1:]), values.dtype)
-    runs = [values[start:end] for start, end in zip(starts.tolist(), ends.tolist(), strict=True)]
-    if runs:
-        np.concatenate(runs, out=gathered)
-    arrow_offsets = pa.Array.from_buffers(pa.int64(), len(indices) + 1, [None, offsets_buffer])
-    return _rebuild(array.type, arrow_offsets, values_buffer, gathered.size)

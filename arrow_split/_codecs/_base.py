@@ -31,6 +31,7 @@ import pyarrow as pa
 import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a rank's first call
 
 from arrow_split._codecs._arrow import numpy_view, ragged_values
+from arrow_split._codecs._take import take_fixed
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
@@ -158,5 +159,8 @@ class Codec(abc.ABC):
         return None
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        """The rows ``indices`` (int64, checked) in fresh buffers: Arrow's own take."""
-        return array.take(pa.array(indices, type=pa.int64()))
+        """The rows ``indices`` (int64, checked) in fresh buffers.
+
+        Numbers without nulls: one ``np.take``; anything else: Arrow's own take.
+        """
+        return take_fixed(array, indices)

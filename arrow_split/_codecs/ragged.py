@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._arrow import ragged_values, split_by_offsets, take_runs
+from arrow_split._codecs._arrow import ragged_values, split_by_offsets
 from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import check_list_samples
 from arrow_split._codecs._numeric import (
@@ -17,6 +17,7 @@ from arrow_split._codecs._numeric import (
     flat_from_python,
     is_array,
 )
+from arrow_split._codecs._take import take_runs
 from arrow_split._codecs._types import is_list, list_type, trailing_shape
 from arrow_split.schema import ColumnSpec
 

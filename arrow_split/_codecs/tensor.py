@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._arrow import numpy_dtype, ragged_values, split_by_offsets, take_runs
+from arrow_split._codecs._arrow import numpy_dtype, ragged_values, split_by_offsets
 from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._checks import flatten_nested, locate_python_value
 from arrow_split._codecs._numeric import (
@@ -32,6 +32,7 @@ from arrow_split._codecs._numeric import (
     offsets_from_lengths,
     target_dtype,
 )
+from arrow_split._codecs._take import take_runs
 from arrow_split._codecs._types import is_list, leaf_type, list_type, nest, trailing_shape
 from arrow_split.errors import ColumnTypeError, RaggedLengthError
 from arrow_split.schema import ColumnSpec
