@@ -50,7 +50,7 @@ $(RAY_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(RAY_VENV)
 	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(RAY_VENV)/bin/python -m pip install --quiet "ray==$(RAY_FLOOR)"
-	$(RAY_VENV)/bin/python -m pip install --quiet "torch==2.13.0" -e ".[ray,torch,test]"
+	$(RAY_VENV)/bin/python -m pip install --quiet "torch==2.13.0" -e ".[ray,torch,test]" "sybil>=9"
 	$(RAY_VENV)/bin/python -c "import ray, sys; sys.exit(0 if ray.__version__ == '$(RAY_FLOOR)' else 'installing arrow-split moved Ray from $(RAY_FLOOR) to ' + ray.__version__)"
 	touch $(RAY_STAMP)
 

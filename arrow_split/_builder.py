@@ -161,7 +161,7 @@ class RolloutBatchBuilder(StepState):
         self._identity = self._checked_identity(identity)
         self._on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)
         self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
-        self._trust_objects = False
+        self._trust_objects = True  # False while a step holds samples recovered untrusted
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
         folder = None if journal is None else as_path("journal", journal)
         self._journal = (
@@ -354,7 +354,10 @@ class RolloutBatchBuilder(StepState):
         record_batch.validate(full=True)
         specs = dict(self._specs)
         batch = RolloutBatch(
-            record_batch, specs, {k: batch_globals[k] for k in specs if k in batch_globals}
+            record_batch,
+            specs,
+            {k: batch_globals[k] for k in specs if k in batch_globals},
+            trust_objects=self._trust_objects,
         )
         try:
             self._close_step(batch)
@@ -371,6 +374,7 @@ class RolloutBatchBuilder(StepState):
         if self._journal is not None:
             self._journal.finish_step(batch)
         self._reset()
+        self._trust_objects = True  # the next step holds only this process's samples
 
     def _finish_empty(self) -> RolloutBatch:
         declared = {spec.name: spec for spec in self._keys.declared}
@@ -427,7 +431,11 @@ class RolloutBatchBuilder(StepState):
             deleted), the records are written into a new journal, and :attr:`salvaged` lists
             the damaged places skipped.
         trust_objects
-            Passed to the batch :meth:`finish` returns (decoding its per-sample objects).
+            Whether the recovered step's pickled per-sample objects may decode as any object
+            (``True``) or as plain data only (``False``, the default: a journal is a file, read
+            like a dump). It becomes the :attr:`RolloutBatch.trust_objects` of the batch this
+            step's :meth:`finish` returns; later steps hold only this process's samples and
+            are trusted.
 
         Raises
         ------

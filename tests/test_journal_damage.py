@@ -217,3 +217,29 @@ def test_a_header_flag_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
     }
     with pytest.raises(JournalError, match="`allow_nonfinite` must be bool"):
         parse_header(header, "f", 0)
+
+
+def test_recovered_step_decodes_plain_objects_only_unless_trusted(tmp_path):
+    from arrow_split import RolloutBatchBuilder
+
+    group = {
+        "tokens": [[1, 2, 3]],
+        "response_lengths": [1],
+        "metadata": [{"source": "a"}],
+    }
+    builder = RolloutBatchBuilder(journal=tmp_path)
+    builder.extend(group)
+    builder.close()
+    recovered = RolloutBatchBuilder.recover(tmp_path)
+    batch = recovered.finish()
+    assert batch.trust_objects is False
+    assert batch.to_train_data()["metadata"] == [{"source": "a"}]
+    recovered.extend(group)
+    assert recovered.finish().trust_objects is True
+    recovered.close()
+    builder = RolloutBatchBuilder(journal=tmp_path / "other")
+    builder.extend(group)
+    builder.close()
+    trusted = RolloutBatchBuilder.recover(tmp_path / "other", trust_objects=True)
+    assert trusted.finish().trust_objects is True
+    trusted.close()
