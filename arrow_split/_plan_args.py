@@ -271,13 +271,15 @@ def check_balanced(n: int, dp_size: int) -> None:
     if n < dp_size:
         msg = (
             f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
-            f"pad the batch with {dp_size - n} samples or use `balance_data=False`"
+            f"pad the batch with {dp_size - n} samples (`pad_to_dp=True` does it) or use "
+            "`balance_data=False`"
         )
         raise PlanError(msg)
     if n % dp_size:
         drop, pad = n % dp_size, dp_size - n % dp_size
         msg = (
             f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
-            f"drop {drop} samples or pad with {pad}, or use `balance_data=False`"
+            f"drop {drop} samples or pad with {pad} (`pad_to_dp=True` does it), or use "
+            "`balance_data=False`"
         )
         raise PlanError(msg)

@@ -525,7 +525,7 @@ def test_dp_rank_checks_dp_size_first() -> None:
 def test_balanced_not_divisible() -> None:
     message = (
         "balanced partitioning needs a multiple of `dp_size` (4) samples, got 10; "
-        "drop 2 samples or pad with 2, or use `balance_data=False`"
+        "drop 2 samples or pad with 2 (`pad_to_dp=True` does it), or use `balance_data=False`"
     )
     with pytest.raises(PlanError, match=re.escape(message)):
         plan_partitions(list(range(10)), 4, balance_data=True)
@@ -535,7 +535,8 @@ def test_balanced_not_divisible() -> None:
 def test_balanced_fewer_samples_than_ranks(n: int) -> None:
     message = (
         f"balanced partitioning needs at least `dp_size` (8) samples, got {n}; "
-        f"pad the batch with {8 - n} samples or use `balance_data=False`"
+        f"pad the batch with {8 - n} samples (`pad_to_dp=True` does it) or use "
+        "`balance_data=False`"
     )
     with pytest.raises(PlanError, match=re.escape(message)):
         plan_partitions([5] * n, 8, balance_data=True)
@@ -1081,6 +1082,7 @@ BUILTIN_RAISES = {
     ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_options.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/_staging.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
 }
@@ -1208,3 +1210,16 @@ def test_padding_messages() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1]]})
     with pytest.raises(arrow_split.PlanError, match=r"`dp_size` must be a positive int, got 0"):
         pad_to_dp(batch, 0)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "hint"),
+    [("rewards", "0.5", "`float(v)`"), ("response_lengths", "2", "`int(v)`")],
+)
+def test_wrong_python_value_hint_names_the_columns_conversion(
+    column: str, value: str, hint: str
+) -> None:
+    train_data: dict[str, object] = {"tokens": [[1, 2, 3]], "response_lengths": [2]}
+    train_data[column] = [value]
+    with pytest.raises(ColumnTypeError, match=re.escape(hint)):
+        RolloutBatch.from_train_data(train_data)

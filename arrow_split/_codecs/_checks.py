@@ -128,6 +128,15 @@ def check_float32_exact(
         raise ValueRangeError(msg)
 
 
+def _convert_hint(kind: str) -> str:
+    """The Python conversion that makes one value fit a column of ``kind``."""
+    if kind == "float":
+        return "`float(v)`"
+    if kind == "integer":
+        return "`int(v)`"
+    return "`int(bool(v))`"
+
+
 def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None:
     """Say what is wrong with one Python value of a numeric column, or ``None``."""
     if value is None:
@@ -232,7 +241,7 @@ def locate_python_value(
             msg = (
                 f"{location}: `{name}` is {_article(kind)} {kind} column but holds {problem} "
                 f"({value!r:.40}); "
-                f"pass {kind} values (convert in the producer, e.g. `int(v)` or "
+                f"pass {kind} values (convert in the producer, e.g. {_convert_hint(kind)} or "
                 "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
             )
             raise ColumnTypeError(msg)
