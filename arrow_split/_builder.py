@@ -21,7 +21,7 @@ from arrow_split._builder_group import Group, group_record, shifted
 from arrow_split._builder_journal import journal_header, recover_journal
 from arrow_split._builder_specs import KeySpecs
 from arrow_split._builder_step import StepState
-from arrow_split._codecs import EncodeOptions
+from arrow_split._codecs import EncodeOptions, ScalarCodec, codec_for
 from arrow_split._codecs._growable import Growable
 from arrow_split._codecs.globals import check_batch_global, check_per_sample_values
 from arrow_split._convert import encode_columns, encode_train_data
@@ -200,7 +200,8 @@ class RolloutBatchBuilder(StepState):
             or pa.types.is_string(value_type)
             or pa.types.is_large_string(value_type)
         )
-        if spec.kind != "per_sample_scalar" or not hashable:
+        one_value = spec.is_per_sample and isinstance(codec_for(spec), ScalarCodec)
+        if not one_value or not hashable:
             msg = (
                 f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
                 f"identify a sample; {fix}"

@@ -4,10 +4,9 @@ Per configuration (the medium workload's dp 8 and dp 64 ranks; the MoE rank: 128
 routed experts ``(48, 8)`` stored narrow), in one run: the pinned and pageable host-to-device
 bandwidths and a host memcpy of the rank's stored bytes; the *floor* (those bytes once through a
 host memcpy plus once over the pinned link); ``to_tensors(shard, device="cuda")`` for each layout;
-the delayed ``take`` plus that transfer; one staged transfer (the rank's numeric bytes packed into
-one pinned buffer, one copy, casts on the device: :mod:`arrow_split.torch._staging`); and the
-classic path (per-sample lists to tensors, then to the device). Writes ``gpu.json`` and
-``gpu.md``. Without CUDA it says so and exits 0, writing nothing.
+the delayed ``take`` plus that transfer; and the classic path (per-sample lists to tensors, then
+to the device). Writes ``gpu.json`` and ``gpu.md``. Without CUDA it says so and exits 0, writing
+nothing.
 """
 
 from __future__ import annotations
@@ -100,7 +99,6 @@ def _measure(name: str, batch: RolloutBatch, dp_size: int, repeats: int) -> dict
     import torch
 
     from arrow_split.torch import to_tensors
-    from arrow_split.torch._staging import Staging, to_device
 
     plan = batch.make_plan(dp_size, balance_data=True)
     shard = take(batch, plan, 0)
@@ -115,12 +113,7 @@ def _measure(name: str, batch: RolloutBatch, dp_size: int, repeats: int) -> dict
     record["take_and_to_tensors_seconds"] = _timed_cuda(
         lambda: to_tensors(take(batch, plan, 0), layout="packed", device="cuda"), repeats
     )
-    staging = Staging(pin=True)
-    arrays = {column.spec.name: column.values for column in shard.rows.numeric_columns()}
-    side = torch.cuda.Stream()
-    record["staged_seconds"] = _timed_cuda(
-        lambda: to_device(staging, arrays, torch.device("cuda"), stream=side), repeats
-    )
+    arrays = {column.spec.name for column in shard.rows.numeric_columns()}
     lists = shard.rows.to_train_data()
     record["classic_seconds"] = _timed_cuda(
         lambda: {
@@ -143,17 +136,16 @@ def run(options: GpuOptions) -> dict[str, Results]:
 
 
 def markdown(results: Results) -> str:
-    """One row per configuration: floor, staged, packed to_tensors, take + transfer, classic."""
+    """One row per configuration: floor, packed to_tensors, take + transfer, classic."""
     lines = [
-        "| config | rank bytes | floor | staged | to_tensors packed | take + packed | classic |",
-        "|---|---|---|---|---|---|---|",
+        "| config | rank bytes | floor | to_tensors packed | take + packed | classic |",
+        "|---|---|---|---|---|---|",
     ]
     for record in results["configs"]:
         cells = [
             record["name"],
             str(record["rank_bytes"]),
             format_seconds(record["link"]["floor_seconds"]),
-            format_seconds(record["staged_seconds"]["median"]),
             format_seconds(record["to_tensors_seconds"]["packed"]["median"]),
             format_seconds(record["take_and_to_tensors_seconds"]["median"]),
             format_seconds(record["classic_seconds"]["median"]),

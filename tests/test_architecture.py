@@ -46,8 +46,9 @@ leaf parses `dp_size`, `dp_rank` or a flag exactly as the core does."""
 BUILDS_ON = {"compat": ("ray",), "command line": LEAF_PACKAGES}
 """The leaves each leaf is built on (their public names only): miles' hand-off is a Ray put and
 get, so the miles drop-in calls the Ray leaf as miles' own code calls Ray."""
-WRITES_TRAIN_DATA = ("testing/", "demo.py")
-"""Code that writes the classic train-data dict as a user does, by field name."""
+WRITES_TRAIN_DATA = ("testing/", "demo.py", "_train_data.py")
+"""Code that writes the classic train-data dict as a user does, by field name (and its static
+types, whose keys `test_the_train_data_types_name_every_known_column` holds to the schema)."""
 
 
 def _modules() -> Iterator[tuple[str, ast.Module]]:
@@ -418,3 +419,14 @@ def test_no_module_imports_itself_back() -> None:
                     seen.add(imported)
                     stack.append((imported, [*path, imported]))
     assert circles == [], "an import circle: move the shared part below both modules"
+
+
+def test_the_train_data_types_name_every_known_column() -> None:
+    tree = ast.parse((PACKAGE / "_train_data.py").read_text())
+    typed = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    missing = set(KNOWN_COLUMNS) - typed
+    assert missing == set(), "give each known column its type in arrow_split/_train_data.py"

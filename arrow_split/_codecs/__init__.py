@@ -14,7 +14,15 @@ from arrow_split._codecs.tensor import TensorCodec
 from arrow_split._codecs.token_lists import TokenListsCodec
 from arrow_split.schema import ColumnSpec
 
-__all__ = ["Codec", "EncodeOptions", "FlatNumbers", "TensorRole", "TypeFields", "codec_for"]
+__all__ = [
+    "Codec",
+    "EncodeOptions",
+    "FlatNumbers",
+    "ScalarCodec",
+    "TensorRole",
+    "TypeFields",
+    "codec_for",
+]
 
 _CODECS: dict[str, Codec] = {
     "per_token": RaggedCodec(),

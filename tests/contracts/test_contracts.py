@@ -70,7 +70,7 @@ NOT_ENTRY_POINTS = {
     "Schedule", "Shard", "SplitMethod", "TrainDataLayout", "__version__", "ColumnSet",
     "WORKLOADS", "TensorLayout", "HELPER_NAME_PREFIX", "Locality", "OnFetch", "ArrowRef",
     "FlopsFn", "Installation", "OnBatchLengths", "RolloutShard", "SCHEDULE_CONFIG_KEYS",
-    "JournalSync", "OnDuplicate",
+    "JournalSync", "OnDuplicate", "TrainData", "RolloutTrainData", "ActorTrainData",
     "StoreGetResult",
     "clear_caches",  # takes no argument
     "warm_up",  # its one option, reserve_bytes: tests/ray/test_warm.py
