@@ -77,7 +77,7 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     for group in groups:
         builder.extend(group)
     builder.close()
-    journal_bytes = sum(path.stat().st_size for path in folder.iterdir())
+    journal_bytes = sum(path.stat().st_size for path in folder.glob("*.journal"))
     recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
     floor = _write_floor(folder, len(groups), repeats)  # after: its writes load the disk
     base, append_base = seconds["none"]["median"], append_seconds["none"]["median"]
@@ -102,12 +102,13 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
 
 
 def _write_floor(folder: Path, records: int, repeats: int) -> dict[str, Any]:
-    """What any journal of these bytes pays: writing them and their CRC-32, nothing else.
+    """What any journal of these bytes pays: writing them and their XXH3-64, nothing else.
 
     The journal's bytes, in ``records`` pieces (one per call), written with ``os.write`` to a
-    fresh file (no sync: the ``os`` and ``step`` policies' appends), and ``zlib.crc32`` of them.
+    fresh file (no sync: the ``os`` and ``step`` policies' appends), and their XXH3-64 (the
+    journal's own check). The folder's lock file is not journal data and is left out.
     """
-    data = memoryview(b"".join(path.read_bytes() for path in sorted(folder.iterdir())))
+    data = memoryview(b"".join(path.read_bytes() for path in sorted(folder.glob("*.journal"))))
     size = -(-len(data) // max(records, 1))
     pieces = [data[start : start + size] for start in range(0, len(data), size)]
     target = folder.parent / "floor.bin"
