@@ -11,7 +11,6 @@ from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.token_lists import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._karmarkar_karp import karmarkar_karp
-from arrow_split._pad import pad_to_dp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -19,8 +18,14 @@ from arrow_split._schedule import (
     plan_schedule,
     schedule_for_rank,
 )
-from arrow_split._split import shard_for_rank, split, split_train_data_by_dp_raw, take, take_rows
-from arrow_split._train_data import ActorTrainData, RolloutTrainData, TrainData
+from arrow_split._split import (
+    pad_to_dp,
+    shard_for_rank,
+    split,
+    split_train_data_by_dp_raw,
+    take,
+    take_rows,
+)
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
@@ -53,7 +58,15 @@ from arrow_split.plan import (
     plan_fingerprint,
     plan_partitions,
 )
-from arrow_split.schema import KNOWN_COLUMNS, ColumnKind, ColumnSpec, Role
+from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    ActorTrainData,
+    ColumnKind,
+    ColumnSpec,
+    Role,
+    RolloutTrainData,
+    TrainData,
+)
 from arrow_split.shard import Shard, TrainDataLayout
 
 __all__ = [

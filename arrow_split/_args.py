@@ -1,47 +1,26 @@
-"""One parsing rule per kind of argument, shared by the core and every leaf.
+"""One parsing rule per kind of argument: every entry point, core or leaf, parses with these.
 
-Every public entry point converts its arguments with these helpers first and then works on clean
-values, so the same value gets the same answer whatever its container (a Python scalar, a numpy
-scalar or 0-d array, a list, a numpy or torch array, ``array.array``, a ``memoryview``):
+A parser turns a user's value into a typed one or raises, once, at the door; the code behind it
+trusts the result. The same value gets the same answer whatever its container (a Python or numpy
+scalar, a 0-d array, a list, a numpy or torch array, ``array.array``, a ``memoryview``). An
+array's dtype is checked before any arithmetic (an unsigned array never wraps in a ``diff``).
 
-- a flag is a ``bool`` or ``numpy.bool_``; ``"False"``, ``0``, ``None`` are refused
-  (``bool("False")`` is ``True``, the silent coercion these rules exist to prevent);
-- an int is integral (Python ``int`` or a numpy integer, never a bool or a float) and in range;
-- an index or offset array is converted to int64 *before* any arithmetic: unsigned, bool, float,
-  complex and object arrays are refused by dtype, never wrapped by a ``numpy.diff``.
-
-The planning arguments (``dp_size``, ``dp_rank``, ``balance_data``, per-sample lengths, rollout
-ids, weights and sort keys) have their own rules, raising :class:`PlanError` and
-:class:`PlanTypeError`, in :mod:`arrow_split._plan_args`; this module exports them: the plan, the
-schedule, the split and the leaves all call these, so a planning argument is parsed the same way
-wherever it enters.
-
-This module is the one internal interface the leaves may import besides the public core.
+Errors, one type per kind of mistake: options raise :class:`OptionTypeError` (wrong type) or
+:class:`OptionError` (wrong value); planning arguments (``dp_size``, ``dp_rank``,
+``balance_data``, per-sample lengths, ids, weights, sort keys) raise :class:`PlanTypeError` or
+:class:`PlanError`. This is the one internal module the leaves may import.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import numpy as np
+import numpy.typing as npt
 
-from arrow_split._plan_args import (
-    MAX_DP_SIZE,
-    Float64Array,
-    Int64Array,
-    SplitMethod,
-    check_balanced,
-    check_dp_rank,
-    check_dp_size,
-    check_lengths,
-    check_order_by,
-    check_positive_int,
-    check_rollout_ids,
-    check_weights,
-    method_of,
-)
-from arrow_split.errors import OptionError, OptionTypeError
+from arrow_split.errors import OptionError, OptionTypeError, PlanError, PlanTypeError
 
 __all__ = [
     "Float64Array",
@@ -66,6 +45,20 @@ __all__ = [
     "method_of",
 ]
 
+Int64Array = npt.NDArray[np.int64]
+Float64Array = npt.NDArray[np.float64]
+
+SplitMethod = Literal["balanced", "strided"]
+
+MAX_DP_SIZE = 65_536
+"""The largest ``dp_size`` a plan accepts.
+
+A plan holds one index array per rank; a larger value is a mistake (a token count passed as
+``dp_size``) and is refused instead of allocating billions of empty ranks.
+"""
+
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
 
 def describe(value: object) -> str:
     """``type value`` for an error message, the value's repr cut to 40 characters."""
@@ -75,8 +68,11 @@ def describe(value: object) -> str:
     return f"{type(value).__name__} {text}"
 
 
+# Options ---------------------------------------------------------------------------------------
+
+
 def as_flag(name: str, value: object) -> bool:
-    """``value`` as a bool: ``bool`` or ``numpy.bool_`` only.
+    """``value`` as a bool: ``bool`` or ``numpy.bool_`` only (``bool("False")`` is ``True``).
 
     Raises
     ------
@@ -97,7 +93,7 @@ def as_int(
     maximum: int | None = None,
     fix: str = "",
 ) -> int:
-    """``value`` as a Python int: an ``int`` or numpy integer (0-d integer arrays too), in range.
+    """``value`` as a Python int (an ``int``, numpy integer or 0-d integer array), in range.
 
     Raises
     ------
@@ -106,15 +102,11 @@ def as_int(
     OptionError
         For an int outside ``[minimum, maximum]``; ``fix`` is appended to the message.
     """
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+    number = _integer(value)
+    if number is None:
         msg = f"`{name}` must be an int, got {describe(value)}"
         raise OptionTypeError(msg)
-    number = int(value)
-    low_ok = minimum is None or number >= minimum
-    high_ok = maximum is None or number <= maximum
-    if not (low_ok and high_ok):
+    if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         low = "" if minimum is None else f">= {minimum}"
         high = "" if maximum is None else f"<= {maximum}"
         bounds = " and ".join(part for part in (low, high) if part)
@@ -123,111 +115,34 @@ def as_int(
     return number
 
 
-def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
-    """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
-
-    Accepts anything numpy reads (lists, numpy arrays of any byte order or stride, ``array.array``,
-    ``memoryview``, objects with ``__array__`` or DLPack such as a CPU torch tensor) whose dtype
-    is a *signed* integer, or an unsigned one whose values all fit in int64. Bool, float, complex,
-    string and object arrays are refused, whatever their values.
-
-    Raises
-    ------
-    OptionTypeError
-        For a refused dtype, a value numpy cannot read, or the wrong number of dimensions.
-    """
-    if isinstance(value, (str, bytes)) or value is None:
-        msg = f"`{name}` must be an array of ints, got {describe(value)}"
-        raise OptionTypeError(msg)
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError, OverflowError, BufferError, RuntimeError) as exc:
-        msg = f"`{name}` must be an array of ints: {exc}"
-        raise OptionTypeError(msg) from None
-    if array.ndim != ndim:
-        msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
-        raise OptionTypeError(msg)
-    if isinstance(value, (list, tuple)) and array.dtype.kind in "iu" and _holds_a_bool(value):
-        # numpy reads [0, True, 2] as int64: a bool among ints is refused like a bool array
-        msg = f"`{name}` must be an array of ints, got a bool among its values: {value!r:.60}"
-        raise OptionTypeError(msg)
-    if array.size == 0 and array.dtype.kind in "fO":
-        # an empty list reads as float64; it holds no value of the wrong type
-        return np.zeros(array.shape, dtype=np.int64)
-    if array.dtype.kind == "u":
-        if array.size and int(array.max()) > np.iinfo(np.int64).max:
-            msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
-            raise OptionError(msg)
-    elif array.dtype.kind != "i":
-        msg = (
-            f"`{name}` must be an array of ints, got dtype {array.dtype}; "
-            "bool, float and object arrays are refused (cast to int64 first if you mean it)"
-        )
-        raise OptionTypeError(msg)
-    return np.ascontiguousarray(array, dtype=np.int64).copy()
-
-
-def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
-    """Whether a list (of any depth) holds a ``bool`` or ``numpy.bool_``."""
-    for item in values:
-        if isinstance(item, (bool, np.bool_)):
-            return True
-        if isinstance(item, (list, tuple)) and _holds_a_bool(item):
-            return True
-    return False
-
-
-def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:
-    """``value`` as int64 offsets: 1-D, at least one value, starting at 0, non-decreasing.
-
-    The dtype is checked and the values converted to int64 before any difference is taken, so an
-    unsigned array cannot wrap into a huge positive step. ``total``, when given, must be the last
-    offset.
-
-    Raises
-    ------
-    OptionTypeError
-        As :func:`as_index_array`.
-    OptionError
-        Empty, not starting at 0, decreasing, or not ending at ``total``.
-    """
-    offsets = as_index_array(name, value)
-    if len(offsets) == 0 or offsets[0] != 0:
-        first = "nothing" if len(offsets) == 0 else int(offsets[0])
-        msg = f"`{name}` must start at 0, got {first}"
-        raise OptionError(msg)
-    steps = np.diff(offsets)
-    if steps.size and int(steps.min()) < 0:
-        at = int(np.argmin(steps))
-        msg = (
-            f"`{name}` must be non-decreasing: offset {at + 1} ({int(offsets[at + 1])}) "
-            f"is below offset {at} ({int(offsets[at])})"
-        )
-        raise OptionError(msg)
-    if total is not None and int(offsets[-1]) != total:
-        msg = f"`{name}` must end at {total}, got {int(offsets[-1])}"
-        raise OptionError(msg)
-    return offsets
-
-
-def as_choice(name: str, value: object, allowed: Any) -> str:
+def as_choice(
+    name: str,
+    value: object,
+    allowed: Any,
+    *,
+    type_error: type[Exception] = OptionTypeError,
+    value_error: type[Exception] = OptionError,
+) -> str:
     """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
 
+    The one parser of a string option. ``type_error`` and ``value_error`` are the errors raised
+    (the schema raises :class:`SchemaTypeError` and :class:`SchemaError` for a spec's fields).
+
     Raises
     ------
     OptionTypeError
-        For a value that is not a ``str``.
+        For a value that is not a ``str``; the message lists the choices.
     OptionError
         For a string outside the choices; the message lists them.
     """
     choices = get_args(allowed)
     expected = f"expected one of: {', '.join(map(repr, choices))}"
     if not isinstance(value, str):
-        msg = f"`{name}` must be a str, got {describe(value)}; {expected}"
-        raise OptionTypeError(msg)
+        msg = f"invalid `{name}`: {value!r:.40} of type {type(value).__name__}; {expected}"
+        raise type_error(msg)
     if value not in choices:
         msg = f"invalid `{name}`: {value!r:.40}; {expected}"
-        raise OptionError(msg)
+        raise value_error(msg)
     return value
 
 
@@ -252,3 +167,312 @@ def as_path(name: str, value: object) -> str:
         msg = f"`{name}` must be a non-empty path without NUL characters, got {path!r:.40}"
         raise OptionError(msg)
     return path
+
+
+# Index arrays ----------------------------------------------------------------------------------
+
+
+def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
+    """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
+
+    Anything numpy reads whose dtype is a signed integer, or unsigned with values that fit in
+    int64. Bool, float, complex, string and object arrays are refused whatever their values.
+
+    Raises
+    ------
+    OptionTypeError
+        For a refused dtype, a value numpy cannot read, or the wrong number of dimensions.
+    OptionError
+        For an unsigned value above the int64 range.
+    """
+    if isinstance(value, (str, bytes)) or value is None:
+        msg = f"`{name}` must be an array of ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, OverflowError, BufferError, RuntimeError) as exc:
+        msg = f"`{name}` must be an array of ints: {exc}"
+        raise OptionTypeError(msg) from None
+    if array.ndim != ndim:
+        msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
+        raise OptionTypeError(msg)
+    if isinstance(value, (list, tuple)) and array.dtype.kind in "iu" and _holds_a_bool(value):
+        # numpy reads [0, True, 2] as int64: a bool among ints is refused like a bool array
+        msg = f"`{name}` must be an array of ints, got a bool among its values: {value!r:.60}"
+        raise OptionTypeError(msg)
+    if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
+        return np.zeros(array.shape, dtype=np.int64)
+    if array.dtype.kind == "u":
+        if array.size and int(array.max()) > _INT64_MAX:
+            msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
+            raise OptionError(msg)
+    elif array.dtype.kind != "i":
+        msg = (
+            f"`{name}` must be an array of ints, got dtype {array.dtype}; "
+            "bool, float and object arrays are refused (cast to int64 first if you mean it)"
+        )
+        raise OptionTypeError(msg)
+    return np.ascontiguousarray(array, dtype=np.int64).copy()
+
+
+def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
+    """Whether a list (of any depth) holds a ``bool`` or ``numpy.bool_``."""
+    for item in values:
+        if isinstance(item, (bool, np.bool_)):
+            return True
+        if isinstance(item, (list, tuple)) and _holds_a_bool(item):
+            return True
+    return False
+
+
+def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:
+    """``value`` as int64 offsets: 1-D, starting at 0, non-decreasing, ending at ``total``.
+
+    Raises
+    ------
+    OptionTypeError
+        As :func:`as_index_array`.
+    OptionError
+        Empty, not starting at 0, decreasing, or not ending at ``total`` (when given).
+    """
+    offsets = as_index_array(name, value)
+    if len(offsets) == 0 or offsets[0] != 0:
+        first = "nothing" if len(offsets) == 0 else int(offsets[0])
+        msg = f"`{name}` must start at 0, got {first}"
+        raise OptionError(msg)
+    steps = np.diff(offsets)
+    if steps.size and int(steps.min()) < 0:
+        at = int(np.argmin(steps))
+        msg = (
+            f"`{name}` must be non-decreasing: offset {at + 1} ({int(offsets[at + 1])}) "
+            f"is below offset {at} ({int(offsets[at])})"
+        )
+        raise OptionError(msg)
+    if total is not None and int(offsets[-1]) != total:
+        msg = f"`{name}` must end at {total}, got {int(offsets[-1])}"
+        raise OptionError(msg)
+    return offsets
+
+
+# Planning arguments ----------------------------------------------------------------------------
+
+
+def _integer(value: object) -> int | None:
+    """``value`` as an int if it is an int, a numpy integer or a 0-d integer array, else None."""
+    scalar = isinstance(value, (int, float, str, bytes, np.generic)) or value is None
+    if not scalar and getattr(value, "ndim", None) == 0 and hasattr(value, "__array__"):
+        # a 0-d array, or what numpy reads as one (a CPU torch tensor); not a GPU tensor
+        with contextlib.suppress(TypeError, ValueError, RuntimeError, BufferError):
+            value = np.asarray(value)[()]
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        return None
+    return int(value)
+
+
+def check_positive_int(name: str, value: object) -> int:
+    """``value`` as an int >= 1; ``bool`` and floats are refused.
+
+    Raises
+    ------
+    PlanTypeError
+        For anything but an int or a numpy integer.
+    PlanError
+        For an int below 1.
+    """
+    number = _integer(value)
+    if number is None:
+        msg = f"`{name}` must be a positive int, got {value!r} of type {type(value).__name__}"
+        raise PlanTypeError(msg)
+    if number < 1:
+        msg = f"`{name}` must be a positive int, got {value!r}"
+        raise PlanError(msg)
+    return number
+
+
+def check_dp_size(dp_size: object) -> int:
+    """``dp_size`` as an int in ``[1, MAX_DP_SIZE]`` (errors as :func:`check_positive_int`)."""
+    size = _integer(dp_size)
+    if size is None or size < 1:
+        return check_positive_int("dp_size", dp_size)  # raises the positive-int error
+    if size > MAX_DP_SIZE:
+        msg = (
+            f"`dp_size` must be at most {MAX_DP_SIZE}, got {dp_size!r}; a plan holds one index "
+            "array per rank: pass the number of data-parallel ranks"
+        )
+        raise PlanError(msg)
+    return size
+
+
+def check_dp_rank(dp_rank: object, dp_size: object) -> int:
+    """``dp_rank`` as an int in ``[0, dp_size)``.
+
+    ``dp_size`` is parsed first, unless it is already an int in range (a parsed value).
+    """
+    size = dp_size if type(dp_size) is int and 0 < dp_size <= MAX_DP_SIZE else None
+    size = check_dp_size(dp_size) if size is None else size
+    rank = _integer(dp_rank)
+    if rank is None:
+        kind = type(dp_rank).__name__
+        msg = f"`dp_rank` must be an int in [0, {size}), got {dp_rank!r} of type {kind}"
+        raise PlanTypeError(msg)
+    if not 0 <= rank < size:
+        msg = f"`dp_rank` must be in [0, {size}), got {dp_rank!r}; `dp_size` is {size}"
+        raise PlanError(msg)
+    return rank
+
+
+def method_of(balance_data: object) -> SplitMethod:
+    """The :data:`SplitMethod` of a ``balance_data`` flag (a bool; anything else is refused)."""
+    if not isinstance(balance_data, (bool, np.bool_)):
+        kind = type(balance_data).__name__
+        msg = f"`balance_data` must be a bool, got {balance_data!r} of type {kind}"
+        raise PlanTypeError(msg)
+    return "balanced" if balance_data else "strided"
+
+
+def _one_d(name: str, values: object, what: str) -> np.ndarray:
+    """``values`` as a 1-D array (one value per sample)."""
+    try:
+        array = np.asarray(values)
+    except (ValueError, TypeError) as exc:
+        msg = f"`{name}` must be a 1-D sequence of {what}; numpy says: {exc}"
+        raise PlanError(msg) from exc
+    if array.ndim != 1:
+        per = "length" if name == "total_lengths" else "value"
+        msg = f"`{name}` must be 1-D (one {per} per sample), got shape {array.shape}"
+        if array.ndim == 0:  # not a sequence at all
+            msg += f": {type(values).__name__} {values!r:.40}"
+            raise PlanTypeError(msg)
+        raise PlanError(msg)
+    return array
+
+
+def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
+    """A 1-D array of integers as a C-contiguous int64 array (empty input of any dtype too)."""
+    if array.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+        msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
+        raise PlanTypeError(msg)
+    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
+        msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
+        raise PlanError(msg)
+    return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
+    negative = np.flatnonzero(values < 0)
+    return (int(negative[0]), negative.size) if negative.size else None
+
+
+def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
+    """The per-sample token counts as a 1-D, C-contiguous int64 array (may share memory).
+
+    Raises
+    ------
+    PlanTypeError
+        If the values are not integers (floats, ``bool``, strings, objects), or not a sequence.
+    PlanError
+        If the input is not 1-D, holds a negative value, or its total overflows int64.
+    """
+    array = _one_d("total_lengths", total_lengths, "non-negative ints")
+    fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
+    lengths = _int64("total_lengths", array, fix)
+    negative = _first_negative(lengths)
+    if negative is not None:
+        row, count = negative
+        msg = (
+            f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
+            f"({count} negative in all)"
+        )
+        raise PlanError(msg)
+    if lengths.size and int(lengths.max()) > _INT64_MAX // lengths.size:
+        total = sum(lengths.tolist())
+        if total > _INT64_MAX:
+            msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
+            raise PlanError(msg)
+    return lengths
+
+
+def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:
+    """The rollout id of every sample as a 1-D int64 array of length `n`."""
+    array = _one_d("rollout_ids", rollout_ids, "ints")
+    ids = _int64("rollout_ids", array, "pass one integer rollout id per sample")
+    if ids.size != n:
+        msg = (
+            f"`rollout_ids` has {ids.size} values but `total_lengths` has {n}; "
+            "pass one rollout id per sample"
+        )
+        raise PlanError(msg)
+    return ids
+
+
+def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64Array:
+    """Weights as int64 (integer input) or float64, finite and >= 0; `n` of them if given."""
+    array = _one_d("weights", weights, "non-negative numbers")
+    if n is not None and array.size != n:
+        msg = (
+            f"`weights` has {array.size} values but `total_lengths` has {n}; "
+            "pass one weight per sample"
+        )
+        raise PlanError(msg)
+    if array.size and (
+        array.dtype == np.bool_
+        or not np.issubdtype(array.dtype, np.number)
+        or np.issubdtype(array.dtype, np.complexfloating)
+    ):
+        msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
+        raise PlanTypeError(msg)
+    if array.size == 0 or np.issubdtype(array.dtype, np.integer):
+        checked: Int64Array | Float64Array = _int64("weights", array, "")
+    else:
+        checked = np.ascontiguousarray(array, dtype=np.float64)
+        bad = np.flatnonzero(~np.isfinite(checked))
+        if bad.size:
+            row = int(bad[0])
+            msg = f"`weights` must be finite, got {checked[row]} at sample {row}"
+            raise PlanError(msg)
+    negative = _first_negative(checked)
+    if negative is not None:
+        row = negative[0]
+        msg = f"`weights` must be non-negative, got {checked[row]} at sample {row}"
+        raise PlanError(msg)
+    return checked
+
+
+def check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
+    """Per-sample sort keys (adapter slots) as int64, or ``None``."""
+    if order_by is None:
+        return None
+    try:
+        keys = np.asarray(order_by)
+    except (TypeError, ValueError) as exc:
+        msg = f"`order_by` must hold one integer per sample ({n}); numpy says: {exc}"
+        raise PlanTypeError(msg) from None
+    wrong_type = keys.ndim == 0 or bool(keys.size and keys.dtype.kind not in "iu")
+    if keys.shape != (n,) or wrong_type:
+        msg = (
+            f"`order_by` must hold one integer per sample ({n}), got shape {keys.shape} and "
+            f"dtype {keys.dtype}"
+        )
+        raise (PlanTypeError if wrong_type else PlanError)(msg)
+    return np.ascontiguousarray(keys, dtype=np.int64)
+
+
+def check_balanced(n: int, dp_size: int) -> None:
+    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
+    if n < dp_size:
+        msg = (
+            f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
+            f"pad the batch with {dp_size - n} samples (`pad_to_dp=True` does it) or use "
+            "`balance_data=False`"
+        )
+        raise PlanError(msg)
+    if n % dp_size:
+        drop, pad = n % dp_size, dp_size - n % dp_size
+        msg = (
+            f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
+            f"drop {drop} samples or pad with {pad} (`pad_to_dp=True` does it), or use "
+            "`balance_data=False`"
+        )
+        raise PlanError(msg)

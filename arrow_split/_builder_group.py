@@ -17,9 +17,9 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
+from arrow_split._convert import check_content
 from arrow_split._journal import Record, spec_from_json, spec_to_json
 from arrow_split._journal_values import check_v1_value, pack_value, unpack_value, unpickle_v1
-from arrow_split._validate import check_content
 from arrow_split.errors import ArrowSplitError, JournalError
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, role_column
 

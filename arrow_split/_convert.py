@@ -1,15 +1,12 @@
 """The one path between the classic train-data dict and a RecordBatch with batch-global values.
 
-dict -> Arrow (:func:`encode_train_data`): the shape of every per-sample key is checked first
-(a sequence with one value per sample of the length source, for all keys before any value is
-converted); then the length source (``tokens``), whose offsets give each sample's length; then the
-response lengths; then the other columns, each by its codec and then against its
-:data:`~arrow_split.schema.LengthRule`; then finiteness (:func:`check_finite_columns`: NaN and
-infinity in a float column, refused only where the loss mask is 1 in a response-aligned one);
-then the batch-global values. Columns are found by their
-:data:`~arrow_split.schema.Role`, never by name.
-
-Arrow -> dict (:func:`decode_train_data`): each column by its codec, batch-global values copied.
+dict -> Arrow (:func:`encode_train_data`): every per-sample key's shape first (one value per
+sample), then the length source (whose offsets are the token counts), the response lengths, the
+other columns by their codecs, every :data:`~arrow_split.schema.LengthRule`, finiteness
+(:func:`check_finite_columns`) and the batch-global values. Arrow -> dict
+(:func:`decode_train_data`). :func:`check_content` applies the same rules to a record batch read
+from a file (a dump is input). Columns are found by their role (:class:`~arrow_split.schema.Roles`),
+never by name.
 """
 
 from __future__ import annotations
@@ -22,9 +19,11 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import EncodeOptions, codec_for
-from arrow_split._codecs._checks import check_finite
-from arrow_split._codecs._numeric import is_array
+from arrow_split._codecs._arrow import child_nulls, ragged_values
+from arrow_split._codecs._checks import check_finite, check_flag
+from arrow_split._codecs._numeric import is_array, is_flag
 from arrow_split._codecs.globals import check_batch_global, global_to_python, unpadded_samples
+from arrow_split._codecs.token_lists import check_nonempty, token_list_values
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -32,15 +31,10 @@ from arrow_split.errors import (
     SchemaTypeError,
     ValueRangeError,
 )
-from arrow_split.schema import (
-    KNOWN_COLUMNS,
-    TOTAL_LENGTHS,
-    ColumnSpec,
-    resolve_specs,
-    role_column,
-)
+from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, Roles, resolve_specs
 
 __all__ = [
+    "check_content",
     "check_finite_columns",
     "check_parts",
     "decode_train_data",
@@ -49,7 +43,7 @@ __all__ = [
     "per_sample_values",
 ]
 
-_DERIVED_LENGTHS = TOTAL_LENGTHS
+_KNOWN_ROLES = Roles.of(KNOWN_COLUMNS)
 
 
 def per_sample_values(
@@ -69,7 +63,7 @@ def per_sample_values(
         )
         raise ColumnTypeError(msg)
     if num_samples is not None and len(value) != num_samples:
-        source = source or role_column(KNOWN_COLUMNS, "length_source")
+        source = source or _KNOWN_ROLES.length_source
         msg = (
             f"`{key}` has {len(value)} values but `{source}` has {num_samples} samples; every "
             "per-sample key needs exactly one value per sample (rows would misalign)"
@@ -78,13 +72,12 @@ def per_sample_values(
     return value  # type: ignore[no-any-return]
 
 
-def _length_source(specs: Mapping[str, ColumnSpec]) -> str:
-    source = role_column(specs, "length_source")
-    if source is None:
-        name = role_column(KNOWN_COLUMNS, "length_source")
+def _length_source(roles: Roles) -> str:
+    if roles.length_source is None:
+        name = _KNOWN_ROLES.length_source
         msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
         raise SchemaError(msg)
-    return source
+    return roles.length_source
 
 
 def encode_train_data(
@@ -92,8 +85,8 @@ def encode_train_data(
 ) -> tuple[pa.RecordBatch, dict[str, ColumnSpec], dict[str, object]]:
     """Validate and encode ``data``; return the record batch, the specs as used and the globals.
 
-    The returned specs keep the train data's key order; an object column's codec may have
-    changed (a ``string`` column with non-str values is pickled).
+    The specs keep the train data's key order; an object column's codec may have changed (a
+    ``string`` column with non-str values is pickled).
     """
     if not isinstance(data, Mapping):
         msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
@@ -102,7 +95,6 @@ def encode_train_data(
     columns, used, batch_globals = encode_columns(data, resolved, options)
     names = [key for key in resolved if key in columns]
     record_batch = pa.RecordBatch.from_arrays([columns[key] for key in names], names=names)
-    record_batch.validate(full=True)
     return record_batch, used, batch_globals
 
 
@@ -111,22 +103,22 @@ def encode_columns(
 ) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec], dict[str, object]]:
     """Validate and encode ``data`` by its resolved specs (one per key, in order).
 
-    Returns the per-sample columns (one Arrow array each), the specs as used and the checked
-    batch-global values: what :func:`encode_train_data` puts together, and what the streaming
-    builder encodes each appended group with.
+    Returns the per-sample columns, the specs as used and the checked batch-global values (what
+    the streaming builder encodes each group with, too).
     """
-    source = _length_source(resolved)
+    roles = Roles.of(resolved)
+    source = _length_source(roles)
     num_samples = len(per_sample_values(data, source, None, source))
     per_sample = {
         key: per_sample_values(data, key, num_samples, source)
         for key, spec in resolved.items()
         if spec.is_per_sample
     }
-    columns, used = _encode_columns(data, resolved, per_sample, options)
+    columns, used = _encode_columns(data, resolved, roles, per_sample, options)
     if options.allow_nonfinite:
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
     else:
-        check_finite_columns(columns, used)
+        check_finite_columns(columns, used, roles)
     unpadded = unpadded_samples(num_samples, columns, used)
     batch_globals = {
         key: check_batch_global(spec, data[key], unpadded, options.allow_nonfinite)
@@ -139,33 +131,31 @@ def encode_columns(
 def _encode_columns(
     data: Mapping[str, Any],
     specs: Mapping[str, ColumnSpec],
+    roles: Roles,
     per_sample: Mapping[str, Sequence[Any]],
     options: EncodeOptions,
 ) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec]]:
-    source = _length_source(specs)
+    source = _length_source(roles)
     used = dict(specs)
     columns: dict[str, pa.Array] = {}
     columns[source], used[source] = codec_for(specs[source]).encode(
         specs[source], per_sample[source], options
     )
-    offsets = columns[source].offsets.to_numpy()
-    total_lengths = offsets[1:] - offsets[:-1]
-    if _DERIVED_LENGTHS in data:
+    total_lengths = np.diff(columns[source].offsets.to_numpy())
+    if TOTAL_LENGTHS in data:
         _check_total_lengths(data, total_lengths, source, options)
-    rules = LengthRules(source, total_lengths)
-    response = role_column(specs, "response_length")
+    response = roles.response_length
     if response is not None and response in per_sample:
         columns[response], used[response] = codec_for(specs[response]).encode(
             specs[response], per_sample[response], options
         )
-        rules.set_response(response, columns[response])
-    extra = role_column(specs, "extra_rows")
-    if extra is not None and extra in per_sample:
-        rules.set_extra_rows(per_sample[extra])
+    extra = roles.extra_rows
+    extra_rows = per_sample[extra] if extra is not None and extra in per_sample else None
+    rules = LengthRules(source, total_lengths, roles, columns, extra_rows)
     for key, values in per_sample.items():
         if key not in columns:
             columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
-            rules.check(specs[key], columns[key])
+    rules.check(columns, specs)
     return columns, used
 
 
@@ -175,15 +165,16 @@ def _nonfinite_allowed(spec: ColumnSpec) -> ColumnSpec:
     return dataclasses.replace(spec, finite=False) if floats and spec.finite else spec
 
 
-def check_finite_columns(columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]) -> None:
+def check_finite_columns(
+    columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec], roles: Roles | None = None
+) -> None:
     """Raise on the first NaN or infinity that counts, column by column.
 
-    A float column with ``finite`` set refuses them everywhere, except a column aligned to the
-    response (``length="response"``) when the batch has a response-aligned loss mask (role
-    ``loss_mask``): there only the positions whose mask is 1 count (miles' log-prob guard). Call
-    it once the length rules hold (the mask and the column are then aligned).
+    A float column with ``finite`` set refuses them everywhere, except a response-aligned column
+    when the batch has a response-aligned loss mask: there only where the mask is 1 (miles'
+    log-prob guard). Call it once the length rules hold.
     """
-    mask_name = role_column(specs, "loss_mask")
+    mask_name = (Roles.of(specs) if roles is None else roles).loss_mask
     mask: np.ndarray | None = None
     if mask_name is not None and mask_name in columns and specs[mask_name].length == "response":
         numbers = codec_for(specs[mask_name]).flat_numbers(columns[mask_name])
@@ -195,18 +186,16 @@ def check_finite_columns(columns: Mapping[str, pa.Array], specs: Mapping[str, Co
         numbers = codec_for(spec).flat_numbers(array)
         if numbers is None:
             continue
-        counted = mask if spec.length == "response" else None
+        response_aligned = spec.length == "response"
+        counted = mask if response_aligned else None
         if counted is not None and numbers.token_offsets is not None:
             counted = np.repeat(counted, np.diff(numbers.token_offsets))  # a list per token
-        response_aligned = spec.length == "response"
         check_finite(
             name,
             numbers.values,
             numbers.offsets,
             counted=counted,
-            mask_name=(mask_name or role_column(KNOWN_COLUMNS, "loss_mask"))
-            if response_aligned
-            else None,
+            mask_name=(mask_name or _KNOWN_ROLES.loss_mask) if response_aligned else None,
         )
 
 
@@ -214,24 +203,43 @@ def _check_total_lengths(
     data: Mapping[str, Any], total_lengths: np.ndarray, source: str, options: EncodeOptions
 ) -> None:
     """Raise unless a given ``total_lengths`` holds one int per sample equal to the derived one."""
-    values = per_sample_values(data, _DERIVED_LENGTHS, len(total_lengths), source)
-    spec = ColumnSpec(_DERIVED_LENGTHS, "per_sample_scalar", pa.int64())
+    values = per_sample_values(data, TOTAL_LENGTHS, len(total_lengths), source)
+    spec = ColumnSpec(TOTAL_LENGTHS, "per_sample_scalar", pa.int64())
     given, _ = codec_for(spec).encode(spec, values, options)
     actual = np.asarray(given.to_numpy(zero_copy_only=False))
-    _check_rule(_DERIVED_LENGTHS, actual, total_lengths, f"`{source}`", at_least=None)
+    bad = actual != total_lengths
+    if bad.any():
+        _raise_length(TOTAL_LENGTHS, actual, total_lengths, f"`{source}`", bad, None)
 
 
 class LengthRules:
-    """What each :data:`~arrow_split.schema.LengthRule` expects of a sample, for one batch."""
+    """What each :data:`~arrow_split.schema.LengthRule` expects of a sample, for one batch.
 
-    def __init__(self, source: str, total_lengths: np.ndarray) -> None:
+    Built from the length source's token counts, the response lengths (checked here: between 0
+    and the sample's tokens) and the extra-rows values of the batch's columns.
+    """
+
+    def __init__(
+        self,
+        source: str,
+        total_lengths: np.ndarray,
+        roles: Roles,
+        columns: Mapping[str, pa.Array],
+        extra_rows: Sequence[Any] | None,
+    ) -> None:
         self.source = source
         self.total_lengths = total_lengths
         self.response: tuple[str, np.ndarray] | None = None
+        name = roles.response_length
+        if name is not None and name in columns:
+            self.response = (name, self._response(name, columns[name]))
         self.extra_rows = np.zeros(len(total_lengths), dtype=bool)
+        if extra_rows is not None:
+            self.extra_rows = np.fromiter(
+                (value is not None for value in extra_rows), dtype=bool, count=len(total_lengths)
+            )
 
-    def set_response(self, name: str, array: pa.Array) -> None:
-        """Check the response lengths against the token counts and keep them as the reference."""
+    def _response(self, name: str, array: pa.Array) -> np.ndarray:
         lengths = np.asarray(array.to_numpy(zero_copy_only=False))
         if len(lengths) and lengths.min() < 0:
             sample = int(np.argmin(lengths))
@@ -245,59 +253,55 @@ class LengthRules:
                 f"{self.total_lengths[sample]} tokens; the response is part of `{self.source}`"
             )
             raise RaggedLengthError(msg)
-        self.response = (name, lengths)
+        return lengths
 
-    def set_extra_rows(self, values: Sequence[Any]) -> None:
-        """Samples with a non-null extra-rows value may have more ``tokens_minus_one`` rows."""
-        self.extra_rows = np.fromiter(
-            (value is not None for value in values), dtype=bool, count=len(self.total_lengths)
-        )
+    def check(self, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]) -> None:
+        """Raise on the first column, in order, with a sample whose length breaks its rule."""
+        for name, array in columns.items():
+            rule = specs[name].length
+            if rule is None or name == self.source:
+                continue
+            actual = codec_for(specs[name]).lengths(array)
+            if actual is None:
+                continue
+            at_least = None
+            if rule == "response":
+                if self.response is None:
+                    response = _KNOWN_ROLES.response_length
+                    msg = (
+                        f"`{name}` is aligned to the response, so `{response}` is required; "
+                        f"add `{response}` (one int per sample) to the train data"
+                    )
+                    raise SchemaError(msg)
+                reference, expected = f"`{self.response[0]}`", self.response[1]
+                bad = actual != expected
+            elif rule == "tokens":
+                reference, expected = f"`{self.source}`", self.total_lengths
+                bad = actual != expected
+            else:
+                reference, expected = f"`len({self.source}) - 1`", self.total_lengths - 1
+                at_least = self.extra_rows
+                bad = np.where(at_least, actual < expected, actual != expected)
+            if bad.any():
+                _raise_length(name, actual, expected, reference, bad, at_least)
 
-    def check(self, spec: ColumnSpec, array: pa.Array) -> None:
-        """Raise on the first sample of ``array`` whose length breaks ``spec.length``."""
-        rule = spec.length
-        actual = codec_for(spec).lengths(array)
-        if rule is None or actual is None:
-            return
-        if rule == "response":
-            if self.response is None:
-                name = role_column(KNOWN_COLUMNS, "response_length")
-                msg = (
-                    f"`{spec.name}` is aligned to the response, so `{name}` is required; "
-                    f"add `{name}` (one int per sample) to the train data"
-                )
-                raise SchemaError(msg)
-            name, expected = self.response
-            _check_rule(spec.name, actual, expected, f"`{name}`", at_least=None)
-        elif rule == "tokens":
-            _check_rule(spec.name, actual, self.total_lengths, f"`{self.source}`", at_least=None)
-        else:
-            expected, reference = self.total_lengths - 1, f"`len({self.source}) - 1`"
-            _check_rule(spec.name, actual, expected, reference, at_least=self.extra_rows)
 
-
-def _check_rule(
+def _raise_length(
     key: str,
     actual: np.ndarray,
     expected: np.ndarray,
     reference: str,
-    *,
+    bad: np.ndarray,
     at_least: np.ndarray | None,
 ) -> None:
-    """Raise on the first sample whose length breaks its rule (``>=`` where ``at_least``)."""
-    bad = (
-        actual != expected
-        if at_least is None
-        else np.where(at_least, actual < expected, actual != expected)
+    """Raise for the first sample of ``bad`` (``at least`` where ``at_least``)."""
+    sample = int(np.argmax(bad))
+    relation = "at least " if at_least is not None and at_least[sample] else ""
+    msg = (
+        f"sample {sample}: `{key}` has {actual[sample]} values but {reference} says "
+        f"{relation}{expected[sample]}; per-token columns must match their sample's length"
     )
-    if bad.any():
-        sample = int(np.argmax(bad))
-        relation = "at least " if at_least is not None and at_least[sample] else ""
-        msg = (
-            f"sample {sample}: `{key}` has {actual[sample]} values but {reference} says "
-            f"{relation}{expected[sample]}; per-token columns must match their sample's length"
-        )
-        raise RaggedLengthError(msg)
+    raise RaggedLengthError(msg)
 
 
 def decode_train_data(
@@ -333,7 +337,7 @@ def check_parts(
         raise SchemaTypeError(msg)
     names = record_batch.schema.names
     per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
-    source = role_column(specs, "length_source")
+    source = Roles.of(specs).length_source
     if source not in names or sorted(names) != sorted(per_sample):
         msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
         raise SchemaError(msg)
@@ -341,3 +345,65 @@ def check_parts(
     if missing:
         msg = f"batch-global keys without a value: {', '.join(missing)}"
         raise SchemaError(msg)
+
+
+def check_content(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> None:
+    """Raise the codecs' typed error on the first rule the content breaks.
+
+    Raises
+    ------
+    ArrowSplitError
+        A subclass naming the column and the sample (the caller adds the file).
+    """
+    for name in record_batch.schema.names:
+        _check_values(specs[name], record_batch.column(name))
+    _check_lengths(record_batch, specs)
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    check_finite_columns(columns, specs)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, specs)
+    for key, value in batch_globals.items():
+        check_batch_global(specs[key], value, unpadded, True)
+
+
+def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
+    codec = codec_for(spec)
+    if codec.tensor_role == "none":
+        return
+    if array.null_count:
+        _null_error(spec, array.is_null())
+    if child_nulls(array):
+        _null_error(spec, None)
+    numbers = codec.flat_numbers(array)
+    if numbers is None:  # pragma: no cover - every numeric codec has its numbers
+        return
+    if is_flag(spec):
+        check_flag(spec.name, numbers.values, numbers.offsets)
+    if spec.nonempty:
+        _, sample_offsets, token_offsets = token_list_values(array)
+        check_nonempty(spec, sample_offsets, token_offsets)
+
+
+def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
+    where = (
+        f"sample {int(np.argmax(nulls.to_numpy(zero_copy_only=False)))}"
+        if nulls is not None
+        else "a value"
+    )
+    msg = f"{where}: `{spec.name}` is null; a {spec.kind} column holds no nulls"
+    raise ValueRangeError(msg)
+
+
+def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:
+    roles = Roles.of(specs)
+    source = roles.length_source
+    if source is None or source not in record_batch.schema.names:
+        return
+    total_lengths = np.diff(ragged_values(record_batch.column(source))[1])
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    extra = roles.extra_rows
+    extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
+    LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)

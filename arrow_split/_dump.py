@@ -30,14 +30,13 @@ import pyarrow as pa
 
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
-from arrow_split._convert import check_parts
+from arrow_split._convert import check_content, check_parts
 from arrow_split._dump_meta import (
     DumpMetadata,
     decode_metadata,
     encode_metadata,
     field_metadata,
 )
-from arrow_split._validate import check_content
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 

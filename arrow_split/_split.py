@@ -1,18 +1,21 @@
-"""RecordBatch + Plan -> shards, by a take per column; one rank's shard alone.
+"""RecordBatch + Plan -> shards, by a take per column; one rank's shard alone; padding.
 
-This module is the one place rows are gathered: :func:`_gather` takes a set of rows into a new,
-compact record batch, each column by its codec (fresh buffers, never a slice view of the parent,
-so pickling a shard ships only its own bytes), and wraps it in a :class:`~arrow_split.Shard`.
-:func:`take` applies it to one rank of a :class:`~arrow_split.Plan` (never touching the other
-ranks' rows), :func:`split` to every rank (the shards share one array of the batch's total
-lengths), :func:`take_rows` to any rows. :func:`split_train_data_by_dp_raw` and
-:func:`shard_for_rank` are the classic entry points, built on them; the Ray and compat leaves
-call these functions and gather nothing themselves.
+:func:`_gather` is the one place rows are gathered: each column taken by its codec into fresh,
+compact buffers (never a slice view, so pickling a shard ships only its own bytes). The public
+functions parse their arguments once and call the trusted cores (``_gather``, ``_split_all``,
+``_pad``, :meth:`RolloutBatch._plan_for`), which check nothing again.
+
+Padding (miles #2694, ``pad_to_dp=True``): ``(-num_samples) % dp_size`` copies of the last row
+are appended, with the values of :data:`arrow_split.schema.PADDING_VALUES` (zero loss mask,
+``sample_indices`` -1, ...) and the ``padding`` role's flag (``is_padding``) true on them;
+per-sample batch statistics (``raw_reward``) keep one value per real sample. A batch that
+divides ``dp_size`` only gains the (all false) flag, so every step has the same columns.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -27,25 +30,31 @@ from arrow_split._args import (
     method_of,
 )
 from arrow_split._codecs import codec_for
-from arrow_split._pad import pad_to_dp
+from arrow_split._codecs._arrow import numpy_view, ragged_values
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,
     PlanError,
     PlanMismatchError,
     PlanTypeError,
+    SchemaTypeError,
 )
 from arrow_split.plan import Plan, PlanKey
+from arrow_split.schema import KNOWN_COLUMNS, PADDING_VALUES, ColumnSpec
 from arrow_split.shard import Shard
 
 __all__ = [
     "as_rollout_batch",
+    "pad_to_dp",
     "shard_for_rank",
     "split",
     "split_train_data_by_dp_raw",
     "take",
     "take_rows",
 ]
+
+# The column the schema declares with the ``padding`` role (``is_padding``).
+_MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "padding")
 
 
 def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> RolloutBatch:
@@ -55,7 +64,7 @@ def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> Rollout
     return check_batch(data_or_batch, "data_or_batch")
 
 
-def _check_indices(indices: object, num_samples: int) -> np.ndarray:
+def _parse_indices(indices: object, num_samples: int) -> np.ndarray:
     try:
         rows = as_index_array("indices", indices)
     except OptionError as exc:
@@ -70,34 +79,43 @@ def _check_indices(indices: object, num_samples: int) -> np.ndarray:
         bad = rows[(rows < 0) | (rows >= num_samples)][0]
         msg = f"`indices` holds row {bad}, outside [0, {num_samples}) for this batch"
         raise PlanError(msg)
+    rows.flags.writeable = False
     return rows
 
 
-def _gather(
-    batch: RolloutBatch,
-    indices: object,
-    partition: np.ndarray | None,
-    batch_total_lengths: np.ndarray,
-    plan_key: PlanKey | None,
-    dp_rank: int | None,
-) -> Shard:
-    """The one gatherer: ``indices`` of ``batch`` in fresh buffers, as a Shard.
-
-    ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
-    """
-    rows = _check_indices(indices, batch.num_samples)
+def _take_columns(batch: RolloutBatch, rows: np.ndarray) -> pa.RecordBatch:
     record_batch = batch.record_batch
     columns = [
         codec_for(batch.specs[name]).take(record_batch.column(name), rows)
         for name in record_batch.schema.names
     ]
-    taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-    return Shard(
-        RolloutBatch(taken, batch.specs, batch.batch_globals, trust_objects=batch.trust_objects),
-        partition=rows if partition is None else partition[rows],
-        batch_total_lengths=batch_total_lengths,
-        plan_key=plan_key,
-        dp_rank=dp_rank,
+    return pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
+
+
+def _gather(
+    batch: RolloutBatch,
+    rows: np.ndarray,
+    partition: np.ndarray | None,
+    batch_total_lengths: np.ndarray,
+    plan_key: PlanKey | None,
+    dp_rank: int | None,
+) -> Shard:
+    """The one gatherer: ``rows`` (read-only int64, in range) of ``batch`` as a Shard.
+
+    ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
+    """
+    taken = RolloutBatch._make(
+        _take_columns(batch, rows),
+        batch.specs,
+        batch._batch_globals,
+        trust_objects=batch.trust_objects,
+        roles=batch.roles,
+    )
+    if partition is not None:
+        partition = partition[rows]
+        partition.flags.writeable = False
+    return Shard._make(
+        taken, rows if partition is None else partition, batch_total_lengths, plan_key, dp_rank
     )
 
 
@@ -108,19 +126,17 @@ def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
     the whole batch's total lengths. Rows taken of a shard keep that shard's plan and rank.
     """
     if isinstance(source, Shard):  # its rows, mapped back to its whole batch
+        rows = _parse_indices(indices, source.num_samples)
+        lengths = source.batch_total_lengths
         return _gather(
-            source.rows,
-            indices,
-            source.partition,
-            source.batch_total_lengths,
-            source.plan_key,
-            source.dp_rank,
+            source.rows, rows, source.partition, lengths, source.plan_key, source.dp_rank
         )
     batch = check_batch(source)
-    return _gather(batch, indices, None, batch.total_lengths, None, None)
+    rows = _parse_indices(indices, batch.num_samples)
+    return _gather(batch, rows, None, batch.total_lengths, None, None)
 
 
-def _check_plan(batch: RolloutBatch, plan: object) -> Plan:
+def _parse_plan(batch: RolloutBatch, plan: object) -> Plan:
     if not isinstance(plan, Plan):
         msg = f"`plan` must be a Plan, got {type(plan).__name__}; make one with `batch.make_plan`"
         raise PlanTypeError(msg)
@@ -146,9 +162,9 @@ def take(batch: RolloutBatch, plan: Plan, dp_rank: int) -> Shard:
         ``plan`` is not a Plan of this batch's sample count, or ``dp_rank`` is out of range.
     """
     batch = check_batch(batch)
-    plan = _check_plan(batch, plan)
+    plan = _parse_plan(batch, plan)
     rank = check_dp_rank(dp_rank, plan.dp_size)
-    return _gather(batch, plan.rows(rank), None, batch.total_lengths, plan.key, rank)
+    return _gather(batch, plan.partitions[rank], None, batch.total_lengths, plan.key, rank)
 
 
 def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
@@ -160,7 +176,10 @@ def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
         As :func:`take`.
     """
     batch = check_batch(batch)
-    plan = _check_plan(batch, plan)
+    return _split_all(batch, _parse_plan(batch, plan))
+
+
+def _split_all(batch: RolloutBatch, plan: Plan) -> list[Shard]:
     lengths = batch.total_lengths  # one read-only array, shared by every shard
     return [
         _gather(batch, rows, None, lengths, plan.key, rank)
@@ -199,10 +218,13 @@ def split_train_data_by_dp_raw(
         Shard ``r`` holds rank ``r``'s rows in plan order; ``shard.partition`` maps them back,
         ``shard.plan_fingerprint`` is the same on every shard.
     """
-    check_dp_size(dp_size)
-    method_of(balance_data)
-    batch = _padded(as_rollout_batch(data_or_batch), dp_size, pad_to_dp)
-    return split(batch, batch.make_plan(dp_size, balance_data=balance_data))
+    size = check_dp_size(dp_size)
+    method = method_of(balance_data)
+    pad = as_flag("pad_to_dp", pad_to_dp)
+    batch = as_rollout_batch(data_or_batch)
+    if pad:
+        batch = _pad(batch, size)
+    return _split_all(batch, batch._plan_for(size, method))
 
 
 def shard_for_rank(
@@ -245,11 +267,12 @@ def shard_for_rank(
         The batch carries a plan of another method, or of another ``dp_size`` without
         ``resplit=True``.
     """
-    rank = check_dp_rank(dp_rank, check_dp_size(dp_size))
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
     if not isinstance(resplit, (bool, np.bool_)):
         msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
         raise PlanTypeError(msg)
-    as_flag("pad_to_dp", pad_to_dp)
+    pad = as_flag("pad_to_dp", pad_to_dp)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
     if balance_data is None:
@@ -262,18 +285,13 @@ def shard_for_rank(
         balance_data = plan.method == "balanced"
     method = method_of(balance_data)
     if plan is not None:
-        _check_against(plan, method, int(dp_size), resplit)
-        if plan.dp_size == dp_size:
-            return take(batch, plan, rank)
-    batch = _padded(batch, dp_size, pad_to_dp)
-    return take(batch, batch.make_plan(dp_size, balance_data=balance_data), rank)
-
-
-def _padded(batch: RolloutBatch, dp_size: int, pad: object) -> RolloutBatch:
-    """The batch padded to a multiple of ``dp_size`` when ``pad`` is true (a whole batch only)."""
-    if not as_flag("pad_to_dp", pad):
-        return batch
-    return pad_to_dp(batch, dp_size)
+        _check_against(plan, method, size, bool(resplit))
+        if plan.dp_size == size:
+            return _gather(batch, plan.partitions[rank], None, batch.total_lengths, plan.key, rank)
+    if pad:
+        batch = _pad(batch, size)
+    plan = batch._plan_for(size, method)
+    return _gather(batch, plan.partitions[rank], None, batch.total_lengths, plan.key, rank)
 
 
 def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None:
@@ -293,3 +311,85 @@ def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None
             "split it again for the new size (e.g. after losing a rank), or fix `dp_size`"
         )
         raise PlanMismatchError(msg)
+
+
+def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
+    """The batch with the fewest padding rows that make its size a multiple of ``dp_size``.
+
+    Parameters
+    ----------
+    batch
+        A whole batch (not a shard: pad before splitting).
+    dp_size
+        The number of data-parallel ranks.
+
+    Returns
+    -------
+    RolloutBatch
+        A new batch (``batch`` is unchanged) of ``ceil(n / dp_size) * dp_size`` rows whose
+        ``is_padding`` column marks the added rows; see the module docstring for their values.
+        It carries no plan: plan it afterwards.
+
+    Raises
+    ------
+    PlanError, PlanTypeError
+        A bad ``dp_size``.
+    SchemaTypeError
+        ``batch`` is not a whole RolloutBatch.
+    """
+    size = check_dp_size(dp_size)
+    if type(batch) is not RolloutBatch:
+        msg = (
+            f"`pad_to_dp` pads a whole RolloutBatch before it is split, got "
+            f"{type(batch).__name__}; build one with `RolloutBatch.from_train_data(data)`"
+        )
+        raise SchemaTypeError(msg)
+    return _pad(batch, size)
+
+
+def _pad(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
+    """:func:`pad_to_dp` of parsed arguments."""
+    num_samples = batch.num_samples
+    deficit = -num_samples % dp_size
+    marker = batch.roles.padding
+    if deficit == 0 and marker is not None:
+        return batch
+    record_batch = batch.record_batch
+    specs = dict(batch.specs)
+    if deficit:
+        rows = np.concatenate(
+            [np.arange(num_samples, dtype=np.int64), np.full(deficit, num_samples - 1, np.int64)]
+        )
+        record_batch = _take_columns(batch, rows)
+    if marker is None:
+        marker = _MARKER
+        specs[marker] = KNOWN_COLUMNS[marker]
+        flags = pa.array(np.zeros(record_batch.num_rows, dtype=np.bool_), type=pa.bool_())
+        record_batch = record_batch.append_column(marker, flags)
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    for name, value in PADDING_VALUES.items():
+        if name in columns:
+            columns[name] = _fill_rows(specs[name], columns[name], num_samples, value)
+    names = list(columns)
+    padded = pa.RecordBatch.from_arrays([columns[name] for name in names], names=names)
+    return RolloutBatch._make(
+        padded,
+        MappingProxyType(specs),
+        batch._batch_globals,
+        trust_objects=batch.trust_objects,
+    )
+
+
+def _fill_rows(spec: ColumnSpec, array: pa.Array, start: int, value: int) -> pa.Array:
+    """``array`` with every value of the rows from ``start`` on set to ``value``."""
+    if start >= len(array):
+        return array
+    if codec_for(spec).tensor_role == "ragged":
+        values, offsets = ragged_values(array)
+        filled = values.copy()
+        filled[offsets[start] :] = value
+        child = pa.array(filled, type=array.type.value_type)
+        return pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), child)
+    filled = np.array(numpy_view(array), copy=True)
+    filled[start:] = value
+    return pa.array(filled, type=array.type)

@@ -1,21 +1,17 @@
-"""The rollout batch: one Arrow RecordBatch plus batch-global values.
+"""The rollout batch: one Arrow RecordBatch plus batch-global values, and its column views.
 
-:class:`RolloutBatch` is a whole batch: :meth:`RolloutBatch.from_train_data` validates the dict
-before it returns anything and never mutates it; ``total_lengths`` is derived from the length
-source's offsets, never trusted from input. What a split returns is a
-:class:`~arrow_split.Shard` (:mod:`arrow_split.shard`), which holds a batch of its rows: a shard
-is not a batch, and :func:`check_batch` is the one check every function that takes a batch uses.
-
-Immutability. No attribute of a batch or a shard can be rebound, and the numpy arrays they hand
-out (``partition``, ``total_lengths``...) are read-only. The Arrow buffers are read-only too,
-with one documented exception: a shard made by a take in this process owns private buffers, and
-:func:`arrow_split.torch.to_tensors` may return tensors that share them (a write into such a
-tensor is a write into that shard, which nobody else can see). Buffers read from shared memory
-(Ray's object store, a memory-mapped file) are never handed out writable.
+:class:`RolloutBatch` is a whole batch, immutable: no attribute can be rebound, the numpy arrays
+it hands out are read-only, and so are its Arrow buffers except a take's private buffers, which
+:func:`arrow_split.torch.to_tensors` may share. A :class:`~arrow_split.Shard` holds a batch of its
+rows; :func:`check_batch` is the one check of a function that takes a batch. Equality here is a
+NaN-position compare (:func:`arrays_equal`): NaN equals NaN at the same place, so a batch built
+with ``allow_nonfinite=True`` equals itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -24,11 +20,12 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_flag
-from arrow_split._codecs import EncodeOptions, codec_for
-from arrow_split._codecs._arrow import numpy_view
+from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
+from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
+from arrow_split._codecs._arrow import data_buffer, numpy_view
+from arrow_split._codecs._types import parts
 from arrow_split._codecs.globals import global_to_python
-from arrow_split._column_values import ColumnValues, numeric_columns
+from arrow_split._codecs.token_lists import token_list_values
 from arrow_split._convert import (
     check_finite_columns,
     check_parts,
@@ -37,8 +34,6 @@ from arrow_split._convert import (
     per_sample_values,
 )
 from arrow_split._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
-from arrow_split._train_data import TrainData
-from arrow_split.equality import record_batches_equal, values_equal
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,
@@ -46,9 +41,16 @@ from arrow_split.errors import (
     SchemaTypeError,
 )
 from arrow_split.plan import Plan
-from arrow_split.schema import ColumnSpec, Role, resolve_specs, role_column
+from arrow_split.schema import ColumnSpec, Role, Roles, TrainData, resolve_specs
 
-__all__ = ["ColumnValues", "RolloutBatch", "check_batch"]
+__all__ = [
+    "ColumnValues",
+    "RolloutBatch",
+    "arrays_equal",
+    "check_batch",
+    "record_batches_equal",
+    "values_equal",
+]
 
 
 class RolloutBatch:
@@ -66,18 +68,14 @@ class RolloutBatch:
     batch_globals
         The batch-global values, already checked (see :meth:`from_train_data`).
     plan
-        Optional: the plan the driver chose for this batch, shipped with it so that ranks check
-        against it (and need not re-plan). Not part of equality.
+        Optional: the plan the driver chose for this batch, so that ranks check against it (and
+        need not re-plan). Not part of equality.
     trust_objects
-        Whether its pickled objects may be decoded whatever they are (:meth:`to_train_data`).
-        ``True`` (the default) for parts built in this process from your own objects
-        (:meth:`from_train_data`, the builder); a batch read from a file (:meth:`read`,
-        :meth:`read_parquet`) is ``False`` unless read with ``trust_objects=True``, and then
-        decodes only plain data (None, bools, numbers, str, bytes, lists, tuples, sets, dicts,
-        numpy arrays and scalars), refusing any other object with
-        :class:`~arrow_split.UntrustedObjectError`: unpickling runs the code a file names. Shards,
-        takes, padded and shipped batches (a pickle, Ray) keep their batch's flag. Not part of
-        equality.
+        Whether any pickled object may be decoded (:meth:`to_train_data`), or plain data only
+        (refusing others with :class:`~arrow_split.UntrustedObjectError`: unpickling runs the
+        code a file names). ``True`` for batches built in this process, ``False`` by default for
+        a batch read from a file; shards and shipped batches keep their batch's flag. Not part
+        of equality.
     """
 
     __slots__ = (
@@ -85,6 +83,7 @@ class RolloutBatch:
         "_globals_view",
         "_plan",
         "_record_batch",
+        "_roles",
         "_specs",
         "_total_lengths",
         "_trust_objects",
@@ -102,16 +101,50 @@ class RolloutBatch:
         trust_objects: bool = True,
     ) -> None:
         check_parts(record_batch, specs, batch_globals or {})
-        self._trust_objects = as_flag("trust_objects", trust_objects)
-        self._record_batch = record_batch
-        self._specs = MappingProxyType(dict(specs))
-        self._batch_globals = MappingProxyType(
-            {key: _own_global(value) for key, value in (batch_globals or {}).items()}
-        )
-        if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != len(self)):
-            msg = f"`plan` must be a Plan of {len(self)} samples, got {plan!r}"
+        trust = as_flag("trust_objects", trust_objects)
+        if plan is not None and (
+            not isinstance(plan, Plan) or plan.num_samples != record_batch.num_rows
+        ):
+            msg = f"`plan` must be a Plan of {record_batch.num_rows} samples, got {plan!r}"
             raise SchemaError(msg)
+        owned = {key: _own_global(value) for key, value in (batch_globals or {}).items()}
+        self._set(record_batch, MappingProxyType(dict(specs)), MappingProxyType(owned), plan, trust)
+
+    def _set(
+        self,
+        record_batch: pa.RecordBatch,
+        specs: Mapping[str, ColumnSpec],
+        batch_globals: Mapping[str, object],
+        plan: Plan | None,
+        trust_objects: bool,
+        roles: Roles | None = None,
+    ) -> None:
+        self._record_batch = record_batch
+        self._specs = specs
+        self._batch_globals = batch_globals
         self._plan = plan
+        self._trust_objects = trust_objects
+        self._roles = Roles.of(specs) if roles is None else roles
+
+    @classmethod
+    def _make(
+        cls,
+        record_batch: pa.RecordBatch,
+        specs: Mapping[str, ColumnSpec],
+        batch_globals: Mapping[str, object],
+        *,
+        plan: Plan | None = None,
+        trust_objects: bool = True,
+        roles: Roles | None = None,
+    ) -> RolloutBatch:
+        """A batch of parts the library built or checked: nothing is validated or copied.
+
+        ``specs`` and ``batch_globals`` are held as given (read-only mappings of owned values,
+        e.g. another batch's), ``roles`` (if given) are those of ``specs``.
+        """
+        batch = object.__new__(cls)
+        batch._set(record_batch, specs, batch_globals, plan, trust_objects, roles)
+        return batch
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
@@ -163,7 +196,8 @@ class RolloutBatch:
             exact_floats=as_flag("exact_floats", exact_floats),
         )
         record_batch, used, batch_globals = encode_train_data(data, specs, options)
-        return cls(record_batch, used, batch_globals)
+        owned = {key: _own_global(value) for key, value in batch_globals.items()}
+        return cls._make(record_batch, MappingProxyType(used), MappingProxyType(owned))
 
     @property
     def record_batch(self) -> pa.RecordBatch:
@@ -192,6 +226,11 @@ class RolloutBatch:
         )
         self._globals_view = view  # set once: the batch is immutable
         return view
+
+    @property
+    def roles(self) -> Roles:
+        """Which column plays each role (:class:`~arrow_split.schema.Roles`), found once."""
+        return self._roles
 
     @property
     def plan(self) -> Plan | None:
@@ -226,8 +265,7 @@ class RolloutBatch:
             return self._total_lengths
         except AttributeError:
             pass
-        source = role_column(self._specs, "length_source")
-        offsets = self._record_batch.column(source).offsets.to_numpy()
+        offsets = self._record_batch.column(self._roles.length_source).offsets.to_numpy()
         lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
         lengths.flags.writeable = False
         self._total_lengths = lengths  # set once: the batch is immutable
@@ -248,7 +286,7 @@ class RolloutBatch:
             ``length_source``, ``tokens``): read its lengths with :attr:`total_lengths`, its
             values with :meth:`column`.
         """
-        name = role_column(self._specs, role)
+        name = self._roles.column(role)
         if name is None or name not in self._record_batch.schema.names:
             return None
         if codec_for(self._specs[name]).tensor_role != "scalar":  # not one number per sample
@@ -287,12 +325,13 @@ class RolloutBatch:
         By the total lengths; each rank's rows stably sorted by adapter slot when the batch has
         a column with the ``adapter_slot`` role.
         """
-        return Plan.build(
-            self.total_lengths,
-            dp_size,
-            balance_data=balance_data,
-            order_by=self.role_values("adapter_slot"),
-        )
+        return self._plan_for(check_dp_size(dp_size), method_of(balance_data))
+
+    def _plan_for(self, dp_size: int, method: SplitMethod) -> Plan:
+        """:meth:`make_plan` of parsed arguments: the lengths and slots are the batch's own."""
+        slots = self.role_values("adapter_slot")
+        keys = None if slots is None else slots.astype(np.int64, copy=False)
+        return Plan._make(self.total_lengths, dp_size, method, keys)
 
     def write(
         self, path: str | os.PathLike[str], *, compression: Compression | None = None
@@ -367,12 +406,20 @@ class RolloutBatch:
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
-        return RolloutBatch(
+        if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != len(self)):
+            msg = f"`plan` must be a Plan of {len(self)} samples, got {plan!r}"
+            raise SchemaError(msg)
+        return self._with(plan=plan)
+
+    def _with(self, *, plan: Plan | None) -> RolloutBatch:
+        """The same batch carrying ``plan`` (trusted: a plan of this batch)."""
+        return RolloutBatch._make(
             self._record_batch,
             self._specs,
             self._batch_globals,
             plan=plan,
             trust_objects=self._trust_objects,
+            roles=self._roles,
         )
 
     def add_train_data(
@@ -401,8 +448,8 @@ class RolloutBatch:
             array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
             check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
-        merged = {**self._specs, **resolved}
-        return RolloutBatch(
+        merged = MappingProxyType({**self._specs, **resolved})
+        return RolloutBatch._make(
             record_batch,
             merged,
             self._batch_globals,
@@ -505,7 +552,14 @@ def _rebuild_batch(
     plan: Plan | None,
     trust_objects: bool = True,
 ) -> RolloutBatch:
-    return RolloutBatch(record_batch, specs, batch_globals, plan=plan, trust_objects=trust_objects)
+    owned = {key: _own_global(value) for key, value in batch_globals.items()}
+    return RolloutBatch._make(
+        record_batch,
+        MappingProxyType(specs),
+        MappingProxyType(owned),
+        plan=plan,
+        trust_objects=trust_objects,
+    )
 
 
 def check_batch(
@@ -522,3 +576,129 @@ def check_batch(
         "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
     raise error(msg)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ColumnValues:
+    """A numeric column as numpy, for the leaves that turn columns into tensors.
+
+    Every array is read-only: ``values`` is a view of ``buffer`` or, for booleans, a fresh
+    unpacked array (read-only too, so that no array handed out here is writable); ``offsets``
+    (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
+    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
+    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
+    ``buffer.is_mutable`` says whether the buffer is private to this process (see
+    :mod:`arrow_split.batch`).
+    """
+
+    spec: ColumnSpec
+    role: TensorRole
+    values: np.ndarray
+    offsets: np.ndarray | None
+    buffer: pa.Buffer | None
+    token_offsets: np.ndarray | None = None
+
+
+def numeric_columns(
+    record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]
+) -> list[ColumnValues]:
+    """The columns of ``record_batch`` a tensor can be made of, as numpy views, in its order.
+
+    Each column's codec says whether it is numeric and gives its values and offsets
+    (:class:`ColumnValues`); an object column gives none.
+    """
+    found = []
+    for name in record_batch.schema.names:
+        spec = specs[name]
+        codec = codec_for(spec)
+        array = record_batch.column(name)
+        if codec.tensor_role == "token_lists":
+            flat, sample_offsets, tokens = token_list_values(array)
+            buffer = data_buffer(array)
+            found.append(
+                ColumnValues(
+                    spec,
+                    codec.tensor_role,
+                    _read_only(flat),
+                    _read_only(sample_offsets),
+                    buffer,
+                    _read_only(tokens),
+                )
+            )
+            continue
+        tensor_values = codec.tensor_values(array)
+        if tensor_values is not None:
+            values, offsets = tensor_values
+            offsets = None if offsets is None else _read_only(offsets)
+            found.append(
+                ColumnValues(
+                    spec, codec.tensor_role, _read_only(values), offsets, data_buffer(array)
+                )
+            )
+    return found
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    """``array`` with its writeable flag cleared (a flag of this array object only)."""
+    array.flags.writeable = False
+    return array
+
+
+def _holds_floats(data_type: pa.DataType) -> bool:
+    if pa.types.is_floating(data_type):
+        return True
+    return any(_holds_floats(data_type.field(i).type) for i in range(data_type.num_fields))
+
+
+def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
+    """Whether two Arrow arrays are equal, NaN equal to NaN at the same place."""
+    if left.type != right.type or len(left) != len(right):
+        return False
+    if left.equals(right):
+        return True
+    if pa.types.is_dictionary(left.type):  # the same values, whatever each dictionary holds
+        value_type = left.type.value_type
+        return arrays_equal(left.cast(value_type), right.cast(value_type))
+    if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
+        return False
+    if pa.types.is_floating(left.type):
+        return bool(
+            np.array_equal(
+                left.to_numpy(zero_copy_only=False),
+                right.to_numpy(zero_copy_only=False),
+                equal_nan=True,
+            )
+        )
+    left_parts, right_parts = parts(left), parts(right)
+    if left_parts is None or right_parts is None:
+        return False
+    return all(arrays_equal(a, b) for a, b in zip(left_parts, right_parts, strict=True))
+
+
+def record_batches_equal(left: pa.RecordBatch, right: pa.RecordBatch) -> bool:
+    """Same schema (metadata aside, as ``RecordBatch.equals``), columns by :func:`arrays_equal`."""
+    return left.schema.equals(right.schema) and all(
+        arrays_equal(a, b) for a, b in zip(left.columns, right.columns, strict=True)
+    )
+
+
+def values_equal(left: object, right: object) -> bool:
+    """Python values (batch globals, decoded) equal, NaN equal to NaN; arrays by dtype too."""
+    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
+        if not (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)):
+            return False
+        if left.dtype != right.dtype or left.shape != right.shape:
+            return False
+        nan_aware = left.dtype.kind in "fc"
+        return bool(np.array_equal(left, right, equal_nan=nan_aware))
+    if isinstance(left, float) and isinstance(right, float):
+        return left == right or (math.isnan(left) and math.isnan(right))
+    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
+        return (
+            type(left) is type(right)
+            and len(left) == len(right)
+            and all(values_equal(a, b) for a, b in zip(left, right, strict=True))
+        )
+    if isinstance(left, Mapping) and isinstance(right, Mapping):
+        return left.keys() == right.keys() and all(values_equal(left[k], right[k]) for k in left)
+    return bool(left == right)

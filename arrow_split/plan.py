@@ -1,36 +1,18 @@
-"""Partition plans: which rows of a batch go to which data-parallel rank.
+"""Partition plans: which rows of a batch go to which data-parallel rank. Pure numpy.
 
-Pure numpy and :mod:`hashlib`. A :class:`Plan` is a value: its method, ``dp_size``,
-sample count, one int64 index array per rank, and a fingerprint of its inputs, so that ranks can
-check in O(1) that they hold parts of the same plan. Two methods, named by :data:`SplitMethod`,
-each placing every sample exactly where the frameworks in use today place it:
-
-``"strided"`` (``balance_data=False``)
-    Rank ``r`` gets rows ``r, r + dp_size, r + 2 * dp_size, ...``.
-
-``"balanced"`` (``balance_data=True``)
-    Karmarkar-Karp largest differencing into ``dp_size`` parts of equal size, so that every rank
-    gets ``n / dp_size`` samples and the token totals of the ranks are close. Rows are sorted
-    ascending by ``(length, row)``; each run of ``dp_size`` consecutive rows seeds a *state* of
-    ``dp_size`` one-row *sets*. A state keeps its sets in descending order and a priority queue
-    hands out first the state with the largest *spread* (largest set sum minus smallest). The two
-    states popped first, A then B, are merged: A's set ``i`` absorbs B's set ``dp_size - 1 - i``
-    (the heaviest set takes the lightest), A's sets are re-sorted and A goes back into the queue.
-    When one state is left, its sets in order are ranks ``0 .. dp_size - 1``, each rank's rows
-    in ascending order.
-
-The balanced planner itself is :mod:`arrow_split._karmarkar_karp`; the arguments are parsed by
-:mod:`arrow_split._args`. :class:`Plan` is the one planner: :meth:`Plan.build` (or
-:meth:`Plan.strided`, :meth:`Plan.balanced`) checks its inputs once and computes the rows and the
-fingerprint; :func:`plan_partitions`, :func:`partition_for_rank`, :func:`plan_fingerprint` and
-:meth:`RolloutBatch.make_plan <arrow_split.RolloutBatch.make_plan>` are one-line wrappers kept for
-the classic API. How many ranks: ``dp_size`` is at most :data:`MAX_DP_SIZE` (65,536) for every
-method; a balanced plan also needs at least ``dp_size`` samples, a multiple of it; a strided plan
-of more ranks than samples gives the extra ranks no rows. The cost of a plan is
+A :class:`Plan` is a value: its method, ``dp_size``, sample count, one read-only int64 index
+array per rank, and a fingerprint of its inputs, so that ranks check in O(1) that they hold
+parts of the same plan. Two methods (:data:`SplitMethod`), each placing every sample where the
+frameworks in use today place it: ``"strided"`` (``balance_data=False``), rank ``r`` gets rows
+``r, r + dp_size, ...``; ``"balanced"`` (``balance_data=True``), Karmarkar-Karp largest
+differencing into ``dp_size`` parts of equal size and close token totals
+(:mod:`arrow_split._karmarkar_karp` says how). With ``order_by`` (the adapter slots) each rank's
+rows are then sorted stably by that key. ``dp_size`` is at most :data:`MAX_DP_SIZE`; a balanced
+plan needs a multiple of ``dp_size`` samples, at least ``dp_size``. A plan costs
 O(samples + dp_size).
 
-Order within a rank. With ``order_by`` (the batch's adapter slots, for multi-LoRA training), each
-rank's rows are then sorted stably by that key: rows with equal keys keep the plan's order.
+:meth:`Plan.build` parses its inputs once; :func:`plan_partitions`, :func:`partition_for_rank`
+and :func:`plan_fingerprint` are wrappers kept for the classic API.
 """
 
 from __future__ import annotations
@@ -108,18 +90,14 @@ def _fingerprint(
 
 def _checked(
     total_lengths: npt.ArrayLike,
-    dp_size: object,
+    size: int,
     balance_data: object,
     order_by: npt.ArrayLike | None,
-) -> tuple[int, SplitMethod, Int64Array, Int64Array | None]:
-    """Every input of a plan, checked once: ``dp_size``, method, lengths, sort keys."""
-    size = check_dp_size(dp_size)
+) -> tuple[Int64Array, int, SplitMethod, Int64Array | None]:
+    """The other inputs of a plan of parsed ``size``, parsed once: lengths, method, sort keys."""
     method = method_of(balance_data)
     lengths = check_lengths(total_lengths)
-    keys = check_order_by(order_by, lengths.size)
-    if method == "balanced":
-        check_balanced(lengths.size, size)
-    return size, method, lengths, keys
+    return lengths, size, method, check_order_by(order_by, lengths.size)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -182,12 +160,20 @@ class Plan:
             For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is
             smaller than `dp_size` or not a multiple of it.
         """
-        size, method, lengths, keys = _checked(total_lengths, dp_size, balance_data, order_by)
-        partitions = _partitions(size, method, lengths, keys)
+        return cls._make(*_checked(total_lengths, check_dp_size(dp_size), balance_data, order_by))
+
+    @classmethod
+    def _make(
+        cls, lengths: Int64Array, dp_size: int, method: SplitMethod, keys: Int64Array | None
+    ) -> Plan:
+        """The plan of parsed inputs (1-D int64 lengths and keys, ``dp_size`` in range)."""
+        if method == "balanced":
+            check_balanced(lengths.size, dp_size)
+        partitions = _partitions(dp_size, method, lengths, keys)
         for rows in partitions:
             rows.flags.writeable = False
-        fingerprint = _fingerprint(size, method, lengths, keys)
-        return cls(method, size, lengths.size, fingerprint, tuple(partitions))
+        fingerprint = _fingerprint(dp_size, method, lengths, keys)
+        return cls(method, dp_size, lengths.size, fingerprint, tuple(partitions))
 
     @classmethod
     def strided(
@@ -272,12 +258,10 @@ def partition_for_rank(
 
     `dp_rank` is checked first (an int in ``[0, dp_size)``); the rest as :meth:`Plan.build`.
     """
-    rank = check_dp_rank(dp_rank, dp_size)
-    return (
-        Plan.build(total_lengths, dp_size, balance_data=balance_data, order_by=order_by)
-        .partitions[rank]
-        .copy()
-    )
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    lengths, _, method, keys = _checked(total_lengths, size, balance_data, order_by)
+    return Plan._make(lengths, size, method, keys).partitions[rank].copy()
 
 
 def plan_fingerprint(
@@ -294,7 +278,12 @@ def plan_fingerprint(
     give equal digests on every platform, in every process, whatever the container or integer
     dtype of `total_lengths`. Arguments and errors as :meth:`Plan.build`.
     """
-    return _fingerprint(*_checked(total_lengths, dp_size, balance_data, order_by))
+    lengths, size, method, keys = _checked(
+        total_lengths, check_dp_size(dp_size), balance_data, order_by
+    )
+    if method == "balanced":
+        check_balanced(lengths.size, size)
+    return _fingerprint(size, method, lengths, keys)
 
 
 def _rebuild_plan(

@@ -1,44 +1,18 @@
-"""Which rollout field is which kind of column, and the Arrow type it becomes.
+"""Which rollout field is which kind of column, the Arrow type it becomes, and the part it plays.
 
-A rollout batch holds six kinds of values (:data:`ColumnKind`):
+The six kinds (:data:`ColumnKind`): ``per_token`` (one ragged list per sample,
+``large_list<value_type>``: ``tokens`` and the response-aligned columns), ``per_token_list`` (a
+list of numbers per token, ``large_list<large_list<value_type>>``), ``per_sample_tensor`` (an
+array ``[rows, *trailing]`` per sample, the trailing shape in the type), ``per_sample_scalar``
+(one number), ``per_sample_object`` (one Python object, stored by an :data:`ObjectCodec`) and
+``batch_global`` (one value for the batch, shipped whole with every shard). Every list column
+has 64-bit offsets, so that no ``take`` overflows at 2**31 values. A key the library does not
+know is never guessed: declare it with a :class:`ColumnSpec`.
 
-``per_token``
-    One ragged list per sample: ``tokens`` (prompt + response ids) and the columns aligned to the
-    response (``loss_masks``, ``rollout_log_probs``, ...). Arrow type ``large_list<value_type>``.
-``per_token_list``
-    A list of numbers per token: one ragged list of ragged lists per sample, aligned like a
-    per-token column (``rollout_sampling_masks``: for each response token, the ids the sampler
-    could pick). Arrow type ``large_list<large_list<value_type>>``. A sample is given as a list
-    of lists or as :class:`~arrow_split.TokenLists` (flat values + per-token offsets).
-``per_sample_tensor``
-    One array per sample of shape ``[rows, *trailing]``, with the same trailing shape across
-    samples (``rollout_routed_experts``: ``[len(tokens) - 1, layers, top_k]``). Arrow type
-    ``large_list<fixed_size_list<fixed_size_list<value_type, top_k>, layers>>``: the trailing shape
-    lives in the type itself. An id column declared ``storage="narrow"`` (the routed experts)
-    holds uint8 or uint16 there when its values fit (:data:`ColumnStorage`).
-``per_sample_scalar``
-    One number per sample (``response_lengths``, ``rewards``, ...). A primitive Arrow column.
-``per_sample_object``
-    One Python object per sample (``prompt``, ``metadata``, ...), stored by a :data:`ObjectCodec`.
-``batch_global``
-    One value for the whole batch (``raw_reward``, ``dynamic_global_batch_size``, ...), kept beside
-    the record batch and shipped whole with every shard.
-
-Every list column uses 64-bit offsets (``large_list``): offsets cost 8 bytes per sample, and no
-column can pass the 2**31 values at which 32-bit list offsets overflow in ``take``.
-
-A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`.
-
-Roles. A few columns play a part beyond their values (:data:`Role`): the length source (whose
-offsets are every sample's token count and drive the plan), the response lengths (the reference of
-response-aligned columns), the extra-rows marker (a sample with a value there may have more rows
-in its ``tokens_minus_one`` tensors), the witness ids, the adapter slots (rows of each rank are
-ordered by them) and the rollout ids; and two batch-global values: the rollouts per training step
-and the number of LoRA adapters. Roles are declared here, on the specs, and the rest of the
-library finds a column by its role (:func:`role_column`), never by its name.
-
-The ``Literal`` types above and the checks of a spec's fields live in
-:mod:`arrow_split._schema_types`; this module exports them with the specs.
+Roles (:data:`Role`): a few columns play a part beyond their values (the length source, the
+response lengths, the loss mask, the adapter slots...). Roles are declared here, on the specs;
+the rest of the library finds a column by its role (:class:`Roles`, :func:`role_column`), never
+by its name. The tutorial is docs/columns.md.
 """
 
 from __future__ import annotations
@@ -46,53 +20,181 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal, overload
 
+import numpy as np
 import pyarrow as pa
 
-from arrow_split._schema_types import (
-    NARROWABLE_TYPES,
-    ROLE_KINDS,
-    ColumnKind,
-    ColumnStorage,
-    GlobalShape,
-    ObjectCodec,
-    Role,
-    check_choice,
-    check_roles,
-    check_value_type,
-    storage_types,
-)
+from arrow_split._args import as_choice
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
+    "ActorTrainData",
     "ColumnKind",
     "ColumnSpec",
     "ColumnStorage",
     "GlobalShape",
     "KNOWN_COLUMNS",
     "LengthRule",
+    "NARROWABLE_TYPES",
     "ObjectCodec",
     "PADDING_VALUES",
+    "ROLE_KINDS",
     "Role",
+    "Roles",
+    "RolloutTrainData",
     "TOTAL_LENGTHS",
+    "TrainData",
+    "check_roles",
+    "check_value_type",
     "resolve_specs",
     "role_column",
+    "storage_types",
 ]
 
+ColumnKind = Literal[
+    "per_token",
+    "per_token_list",
+    "per_sample_tensor",
+    "per_sample_scalar",
+    "per_sample_object",
+    "batch_global",
+]
+"""The six kinds of values in a rollout batch (see the module docstring)."""
+
+ObjectCodec = Literal["string", "string_list", "pickle", "json"]
+"""How a per-sample object is stored.
+
+``string``: ``large_string`` (a column with a non-str sample falls back to ``pickle``).
+``string_list``: ``large_list<large_string>``. ``json``: one JSON text per sample (a sample that
+does not round-trip exactly falls back to ``pickle``). ``pickle``: one pickle (protocol 5) per
+sample, ``None`` as null, decoded only on the rank that owns the row.
+"""
+
+GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
+"""The shape of a batch-global value.
+
+``int``; ``int_list``; ``int_map`` (int keys to non-negative ints, kept a dict); ``str_list``;
+``float_per_sample`` (one number per sample of the whole batch).
+"""
+
+ColumnStorage = Literal["exact", "narrow"]
+"""How the integers of a ``per_sample_tensor`` column are stored.
+
+``exact``: as ``value_type``. ``narrow`` (small ids such as expert ids): in the narrowest of
+uint8, uint16, int32 and ``value_type`` that holds every value of the batch, chosen once per
+batch. ``value_type`` stays the logical type (``to_train_data`` gives it back).
+"""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
 """How long a sample's value must be.
 
 ``tokens``: ``len(tokens[i])``. ``response``: ``response_lengths[i]``. ``tokens_minus_one``:
-``len(tokens[i]) - 1`` rows (more are allowed for a sample whose ``multimodal_train_inputs`` is
-set, since expanded media tokens add rows).
+``len(tokens[i]) - 1`` rows (more for a sample with extra rows, e.g. expanded media tokens).
 """
+
+Role = Literal[
+    "length_source",
+    "response_length",
+    "loss_mask",
+    "sampling_mask",
+    "extra_rows",
+    "witness",
+    "adapter_slot",
+    "rollout_id",
+    "step_batch_size",
+    "adapter_count",
+    "padding",
+]
+"""The part a column plays; one column per role.
+
+``length_source``: the per-token column whose lengths are the token counts (``tokens``).
+``response_length``: the response lengths. ``loss_mask``: the 0/1 per-token mask of the tokens
+that count (NaN is refused only where it is 1). ``sampling_mask``: the ids the sampler could pick
+per response token. ``extra_rows``: a per-sample value that allows extra ``tokens_minus_one``
+rows. ``witness``: per-sample witness ids. ``adapter_slot``: the LoRA adapter of each sample (a
+rank's rows are ordered by it). ``rollout_id``: the rollout of each sample. ``padding``: true on
+rows :func:`arrow_split.pad_to_dp` added. Batch-global: ``step_batch_size`` (rollouts per
+training step) and ``adapter_count`` (number of LoRA adapters).
+"""
+
+ROLE_KINDS: dict[str, tuple[str, ...]] = {
+    "length_source": ("per_token",),
+    "response_length": ("per_sample_scalar",),
+    "loss_mask": ("per_token",),
+    "sampling_mask": ("per_token_list",),
+    "extra_rows": ("per_sample_object", "per_sample_scalar"),
+    "witness": ("per_sample_scalar",),
+    "adapter_slot": ("per_sample_scalar",),
+    "rollout_id": ("per_sample_scalar",),
+    "step_batch_size": ("batch_global",),
+    "adapter_count": ("batch_global",),
+    "padding": ("per_sample_scalar",),
+}
+"""The kinds of column each role may be played by."""
+
+NARROWABLE_TYPES = (pa.int32(), pa.int64())
+"""The ``value_type`` of a column that may be stored narrow (``storage="narrow"``)."""
+
+_NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
+_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
+_SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
+
+
+def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
+    """``value_type`` of column ``name`` if a column's values may have it (ints, floats, bool).
+
+    Raises
+    ------
+    SchemaTypeError
+        ``value_type`` is not an Arrow type.
+    SchemaError
+        An Arrow type outside those (store such values as a ``per_sample_object`` column).
+    """
+    if not isinstance(value_type, pa.DataType):
+        msg = (
+            f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
+            f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
+        )
+        raise SchemaTypeError(msg)
+    numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
+    if not (numeric or pa.types.is_boolean(value_type)):
+        msg = (
+            f"column `{name}`: unsupported `value_type` {value_type}; expected a signed "
+            "integer, uint8, uint16, a float or bool type (store other values as a "
+            "per_sample_object column)"
+        )
+        raise SchemaError(msg)
+    return value_type
+
+
+def storage_types(value_type: pa.DataType, storage: ColumnStorage) -> tuple[pa.DataType, ...]:
+    """The types ``value_type`` values may be stored as, narrowest first (:data:`ColumnStorage`)."""
+    if storage == "exact":
+        return (value_type,)
+    width = value_type.bit_width
+    narrower = tuple(t for t in _NARROW_TYPES if t.bit_width < width)
+    return (*narrower, value_type)
+
+
+def check_roles(roles: Iterable[tuple[str, str | None]]) -> None:
+    """Raise :class:`SchemaError` unless each role of ``(column, role)`` pairs has one column."""
+    holders: dict[str, str] = {}
+    for name, role in roles:
+        if role is None:
+            continue
+        if role in holders:
+            msg = (
+                f"columns `{holders[role]}` and `{name}` both have role "
+                f"{role!r}; give the role to one column only"
+            )
+            raise SchemaError(msg)
+        holders[role] = name
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ColumnSpec:
-    """How one key of the train data is validated and stored.
+    """How one key of the train data is validated and stored (tutorial: docs/columns.md).
 
     Parameters
     ----------
@@ -101,41 +203,28 @@ class ColumnSpec:
     kind
         Which kind of value the key holds (:data:`ColumnKind`).
     value_type
-        The Arrow type of one value: the list items of a ``per_token`` column (the innermost
-        items of a ``per_token_list``), the tensor
-        elements of a ``per_sample_tensor`` column, the column type of a ``per_sample_scalar``.
-        Unused (``None``) for objects and batch-global values.
+        The Arrow type of one value (list item, tensor element or scalar); ``None`` for objects
+        and batch-global values.
     length
-        For ``per_token``, ``per_token_list`` and ``per_sample_tensor``: the :data:`LengthRule`
-        a sample's value must follow, or ``None`` for no rule (the sample's own length is kept
-        as it is).
+        For list and tensor kinds: the :data:`LengthRule` a sample's value follows, or ``None``.
     flag
-        Values are 0/1 (``bool`` accepted); anything else is rejected.
+        Values are 0/1 (``bool`` accepted).
     finite
-        Reject NaN and infinity in a float column (the default). In a column aligned to the
-        response (``length="response"``) they are rejected only where the loss mask
-        (``loss_masks``) is 1, and everywhere when the batch has no loss mask.
-        ``from_train_data(allow_nonfinite=True)`` lifts the check for all columns (the specs as
-        used then say ``finite=False``, so that a dump of the batch reads back).
+        Reject NaN and infinity in a float column; in a response-aligned column only where the
+        loss mask is 1. ``from_train_data(allow_nonfinite=True)`` sets it ``False``.
     nonempty
-        For ``per_token_list``: every token's list holds at least one value (a sampling support
-        is never empty); a sample given as offsets needs them strictly increasing.
+        For ``per_token_list``: no token's list is empty.
     codec
         For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
     global_shape
-        For ``batch_global``: the documented shape of the value (:data:`GlobalShape`).
+        For ``batch_global``: the shape of the value (:data:`GlobalShape`).
     role
         The part the column plays (:data:`Role`), or ``None``.
     storage
-        For an integer ``per_sample_tensor`` of type int32 or int64: ``"narrow"`` stores the
-        values in the narrowest integer type that holds the batch's values
-        (:data:`ColumnStorage`); ``"exact"`` (the default) stores ``value_type``.
+        For an int32 or int64 ``per_sample_tensor``: :data:`ColumnStorage`.
 
     Examples
     --------
-    Declare a per-token advantage column aligned to the response, a per-sample score, and a
-    list of ids per response token:
-
     >>> import pyarrow as pa
     >>> from arrow_split import ColumnSpec
     >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
@@ -159,10 +248,10 @@ class ColumnSpec:
         if not isinstance(self.name, str) or not self.name:
             msg = f"`name` must be a non-empty str, got {self.name!r}"
             raise SchemaTypeError(msg)
-        check_choice("kind", self.kind, ColumnKind)
+        as_choice("kind", self.kind, ColumnKind, **_SCHEMA_ERRORS)
         if self.length is not None:
-            check_choice("length", self.length, LengthRule)
-        check_choice("codec", self.codec, ObjectCodec)
+            as_choice("length", self.length, LengthRule, **_SCHEMA_ERRORS)
+        as_choice("codec", self.codec, ObjectCodec, **_SCHEMA_ERRORS)
         for switch in ("flag", "finite", "nonempty"):
             if not isinstance(getattr(self, switch), bool):
                 value = getattr(self, switch)
@@ -174,14 +263,14 @@ class ColumnSpec:
         if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         if self.kind == "batch_global":
-            check_choice("global_shape", self.global_shape, GlobalShape)
+            as_choice("global_shape", self.global_shape, GlobalShape, **_SCHEMA_ERRORS)
         if self.role is not None:
             self._check_role()
         if self.storage != "exact":
             self._check_storage()
 
     def _check_storage(self) -> None:
-        check_choice("storage", self.storage, ColumnStorage)
+        as_choice("storage", self.storage, ColumnStorage, **_SCHEMA_ERRORS)
         if self.kind != "per_sample_tensor" or self.value_type not in NARROWABLE_TYPES or self.flag:
             msg = (
                 f"column `{self.name}`: `storage='narrow'` needs a per_sample_tensor column of "
@@ -191,7 +280,7 @@ class ColumnSpec:
             raise SchemaError(msg)
 
     def _check_role(self) -> None:
-        check_choice("role", self.role, Role)
+        as_choice("role", self.role, Role, **_SCHEMA_ERRORS)
         kinds = ROLE_KINDS[str(self.role)]
         if self.kind not in kinds:
             msg = (
@@ -229,6 +318,37 @@ class ColumnSpec:
     def is_per_sample(self) -> bool:
         """Whether the key holds one value per sample (every kind but ``batch_global``)."""
         return self.kind != "batch_global"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Roles:
+    """The column that plays each :data:`Role` in one set of specs, or ``None``: found once.
+
+    A batch holds its ``Roles`` (and so can a builder), so that no code looks a role up in the
+    specs per column per call. ``Roles.of(specs)`` assumes specs resolved by
+    :func:`resolve_specs` (one column per role).
+    """
+
+    length_source: str | None = None
+    response_length: str | None = None
+    loss_mask: str | None = None
+    sampling_mask: str | None = None
+    extra_rows: str | None = None
+    witness: str | None = None
+    adapter_slot: str | None = None
+    rollout_id: str | None = None
+    step_batch_size: str | None = None
+    adapter_count: str | None = None
+    padding: str | None = None
+
+    @classmethod
+    def of(cls, specs: Mapping[str, ColumnSpec]) -> Roles:
+        """The roles of ``specs``."""
+        return cls(**{spec.role: name for name, spec in specs.items() if spec.role is not None})
+
+    def column(self, role: Role) -> str | None:
+        """The name of the column that plays ``role``, or ``None``."""
+        return getattr(self, role)  # type: ignore[no-any-return]
 
 
 def _known() -> dict[str, ColumnSpec]:
@@ -390,3 +510,80 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
         if spec.role == role:
             return name
     return None
+
+
+# The static types of the train-data dicts ``to_train_data`` returns. At run time they are
+# ``dict``; for a type checker, ``dict[str, Any]`` with a typed ``__getitem__`` per known key: a
+# TypedDict would refuse the keys users declare (mypy knows no PEP 728 ``extra_items``) and is not
+# a ``dict[str, Any]``. A key re-declared with another kind keeps the library's type: ``cast`` it.
+if TYPE_CHECKING:
+
+    class TrainData(dict[str, Any]):
+        """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
+
+        # per-token: one list per sample
+        @overload
+        def __getitem__(self, key: Literal["tokens", "loss_masks"]) -> list[list[int]]: ...
+        @overload
+        def __getitem__(
+            self,
+            key: Literal["rollout_log_probs", "teacher_log_probs", "opd_reverse_kl"],
+        ) -> list[list[float]]: ...
+        @overload
+        def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...
+        # per-sample tensors: one numpy array per sample
+        @overload
+        def __getitem__(
+            self, key: Literal["rollout_routed_experts", "rollout_indexer_topk"]
+        ) -> list[np.ndarray]: ...
+        # per-sample scalars
+        @overload
+        def __getitem__(
+            self,
+            key: Literal[
+                "response_lengths",
+                "round_number",
+                "sample_indices",
+                "rollout_ids",
+                "rollout_mask_sums",
+                "seq_witness_ids",
+                "adapter_slots",
+                "total_lengths",
+                "partition",
+                "global_total_lengths",
+            ],
+        ) -> list[int]: ...
+        @overload
+        def __getitem__(self, key: Literal["rewards", "raw_reward"]) -> list[float]: ...
+        @overload
+        def __getitem__(self, key: Literal["truncated", "is_padding"]) -> list[bool]: ...
+        # per-sample objects
+        @overload
+        def __getitem__(self, key: Literal["weight_versions"]) -> list[list[str]]: ...
+        @overload
+        def __getitem__(
+            self, key: Literal["prompt", "metadata", "multimodal_train_inputs"]
+        ) -> list[Any]: ...
+        # batch-global values
+        @overload
+        def __getitem__(self, key: Literal["dynamic_global_batch_size", "n_adapters"]) -> int: ...
+        @overload
+        def __getitem__(self, key: Literal["step_slots", "prompt_group_sizes"]) -> list[int]: ...
+        @overload
+        def __getitem__(self, key: Literal["step_adapter_names"]) -> list[str]: ...
+        @overload
+        def __getitem__(self, key: Literal["step_adapter_batch_sizes"]) -> dict[str, int]: ...
+        # a key of your own
+        @overload
+        def __getitem__(self, key: str) -> Any: ...
+        def __getitem__(self, key: str) -> Any:
+            return super().__getitem__(key)
+
+    class RolloutTrainData(TrainData):
+        """A shard in the ``rollout`` layout: ``partition``, the batch's ``total_lengths``."""
+
+    class ActorTrainData(TrainData):
+        """A shard in the ``actor`` layout: with ``total_lengths`` and ``global_total_lengths``."""
+
+else:
+    TrainData = RolloutTrainData = ActorTrainData = dict

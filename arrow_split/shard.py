@@ -1,31 +1,32 @@
 """One rank's rows of a batch: a value made of the rows and where they came from.
 
 A :class:`Shard` is what a split returns. It is not a :class:`~arrow_split.RolloutBatch`: it
-HOLDS one (:attr:`Shard.rows`, this rank's rows) beside ``partition`` (the original row of each),
-the whole batch's total lengths, and the key and rank of the plan that made it. A function that
-takes a batch refuses a shard with the same typed error as any other non-batch; pass
-``shard.rows`` to use its rows as a batch of their own.
-
-The whole batch's total lengths are one read-only array shared by every shard of a split (a
-read-only int64 array is kept as given, never copied per shard).
-
-A shard stores no display choice: :meth:`Shard.to_train_data` takes the layout every time
-(``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`).
+HOLDS one (:attr:`Shard.rows`) beside ``partition`` (the original row of each), the whole
+batch's total lengths (one read-only array shared by every shard of a split), and the key and
+rank of the plan that made it. It stores no display choice: :meth:`Shard.to_train_data` takes
+the layout every time (:data:`TrainDataLayout`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal, cast, get_args, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._train_data import ActorTrainData, RolloutTrainData, TrainData
+from arrow_split._args import as_choice
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
-from arrow_split.errors import OptionError, SchemaError
+from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey
-from arrow_split.schema import TOTAL_LENGTHS, ColumnSpec, Role
+from arrow_split.schema import (
+    TOTAL_LENGTHS,
+    ActorTrainData,
+    ColumnSpec,
+    Role,
+    RolloutTrainData,
+    TrainData,
+)
 
 __all__ = ["Shard", "TrainDataLayout"]
 
@@ -79,6 +80,24 @@ class Shard:
             raise SchemaError(msg)
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
+
+    @classmethod
+    def _make(
+        cls,
+        rows: RolloutBatch,
+        partition: np.ndarray,
+        batch_total_lengths: np.ndarray,
+        plan_key: PlanKey | None,
+        dp_rank: int | None,
+    ) -> Shard:
+        """A shard of parts the library built: read-only int64 arrays, nothing checked."""
+        shard = object.__new__(cls)
+        shard._rows = rows
+        shard._partition = partition
+        shard._batch_total_lengths = batch_total_lengths
+        shard._plan_key = plan_key
+        shard._dp_rank = dp_rank
+        return shard
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
@@ -183,7 +202,10 @@ class Shard:
 
     def add_train_data(self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()) -> Shard:
         """The same shard with more per-sample scalar keys (:meth:`RolloutBatch.add_train_data`)."""
-        return self.with_rows(self._rows.add_train_data(data, specs=specs))
+        rows = self._rows.add_train_data(data, specs=specs)
+        return Shard._make(
+            rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank
+        )
 
     @overload
     def to_train_data(self, *, layout: Literal["rollout"]) -> RolloutTrainData: ...
@@ -201,9 +223,7 @@ class Shard:
         rows' batch says (:attr:`RolloutBatch.trust_objects`: a shard of a batch read from a
         file decodes plain data only, unless read trusted).
         """
-        if not isinstance(layout, str) or layout not in get_args(TrainDataLayout):
-            msg = f"invalid `layout`: {layout!r}; expected one of: 'rollout', 'actor'"
-            raise OptionError(msg)
+        as_choice("layout", layout, TrainDataLayout)
         train_data = self._rows.to_train_data()
         if layout == "rollout":
             train_data["partition"] = self._partition.tolist()

@@ -46,7 +46,7 @@ leaf parses `dp_size`, `dp_rank` or a flag exactly as the core does."""
 BUILDS_ON = {"compat": ("ray",), "command line": LEAF_PACKAGES}
 """The leaves each leaf is built on (their public names only): miles' hand-off is a Ray put and
 get, so the miles drop-in calls the Ray leaf as miles' own code calls Ray."""
-WRITES_TRAIN_DATA = ("testing/", "demo.py", "_train_data.py")
+WRITES_TRAIN_DATA = ("testing/", "demo.py")
 """Code that writes the classic train-data dict as a user does, by field name (and its static
 types, whose keys `test_the_train_data_types_name_every_known_column` holds to the schema)."""
 
@@ -422,11 +422,11 @@ def test_no_module_imports_itself_back() -> None:
 
 
 def test_the_train_data_types_name_every_known_column() -> None:
-    tree = ast.parse((PACKAGE / "_train_data.py").read_text())
+    tree = ast.parse((PACKAGE / "schema.py").read_text())
     typed = {
         node.value
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant) and isinstance(node.value, str)
     }
     missing = set(KNOWN_COLUMNS) - typed
-    assert missing == set(), "give each known column its type in arrow_split/_train_data.py"
+    assert missing == set(), "give each known column its type in arrow_split/schema.py"

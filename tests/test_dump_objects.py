@@ -27,7 +27,7 @@ from arrow_split import (
     take_rows,
 )
 from arrow_split._safe_pickle import NotPlainData, loads_plain
-from arrow_split.equality import values_equal
+from arrow_split.batch import values_equal
 from arrow_split.testing.strategies import rollout_batches
 
 _MARKER = "ARROW_SPLIT_TEST_PWNED"

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from arrow_split.equality import arrays_equal, values_equal
+from arrow_split.batch import arrays_equal, values_equal
 
 __all__ = ["assert_batches_equal", "assert_shards_equal"]
 
