@@ -14,9 +14,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer
-from arrow_split._codecs.token_lists import token_list_values
+from arrow_split._codecs import TensorRole, codec_for, data_buffer, token_list_values
 from arrow_split.schema import ColumnSpec
 
 __all__ = ["ColumnValues", "numeric_columns"]

@@ -21,10 +21,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import EncodeOptions, codec_for
-from arrow_split._codecs._checks import check_finite
-from arrow_split._codecs._numeric import is_array
-from arrow_split._codecs.globals import check_batch_global, global_to_python, unpadded_samples
+from arrow_split._codecs import (
+    EncodeOptions,
+    check_batch_global,
+    check_finite,
+    codec_for,
+    global_to_python,
+    is_array,
+    unpadded_samples,
+)
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,

@@ -12,14 +12,11 @@ A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
 ``arrow_split.dump.compression``
     ``"zstd"``, ``"lz4"`` or ``""`` (none).
 ``arrow_split.specs``
-    A JSON list with one object per :class:`~arrow_split.ColumnSpec`, in the batch's key order,
-    one member per dataclass field. An Arrow type is ``{"arrow": "<type>"}``, its name as pyarrow
-    prints it (``"float"``, ``"int32"``, ``"uint8"``), wherever that name reads back as the same
-    type; else ``{"arrow_type": <base64>}`` (the only form of version 1): the serialized schema of
-    one field of that type, which round-trips every type exactly. A file from an older
-    version may lack fields added since: they take the library's own spec of that key when the
-    stored fields agree with it, else the dataclass default. A member the library does not know
-    is refused.
+    A JSON list, one object per :class:`~arrow_split.ColumnSpec` (one member per field). An
+    Arrow type is ``{"arrow": "<type>"}`` where pyarrow's name reads back as the same type, else
+    ``{"arrow_type": <base64>}`` (version 1's only form: a serialized one-field schema). Fields
+    added since a file was written take the known spec's value when the stored fields agree
+    with it, else the default; an unknown member is refused.
 ``arrow_split.batch_globals``
     A JSON object, key -> tagged value: ``{"json": value}`` for ints, strings and lists of them,
     ``{"ndarray": [dtype, values]}`` for a numpy array (read back read-only, with its dtype).
@@ -47,6 +44,8 @@ __all__ = [
     "decode_metadata",
     "encode_metadata",
     "field_metadata",
+    "spec_from_json",
+    "spec_to_json",
 ]
 
 DUMP_VERSION = "2"
@@ -88,7 +87,7 @@ def encode_metadata(
     DumpError
         A spec field or a batch-global value of a type the format cannot store.
     """
-    stored_specs = [_spec_to_json(spec) for spec in specs.values()]
+    stored_specs = [spec_to_json(spec) for spec in specs.values()]
     stored_globals = {key: _global_to_json(key, value) for key, value in batch_globals.items()}
     return {
         _VERSION: DUMP_VERSION.encode(),
@@ -157,7 +156,8 @@ def _json(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> Any:
         raise DumpError(msg) from exc
 
 
-def _spec_to_json(spec: ColumnSpec) -> dict[str, object]:
+def spec_to_json(spec: ColumnSpec) -> dict[str, object]:
+    """A spec as the JSON object a dump (or a journal) stores: one member per field."""
     return {
         field.name: _field_to_json(spec.name, field.name, getattr(spec, field.name))
         for field in dataclasses.fields(spec)
@@ -224,7 +224,7 @@ def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
         raise DumpError(msg)
     specs: dict[str, ColumnSpec] = {}
     for position, item in enumerate(stored):
-        spec = _spec_from_json(item, position, source)
+        spec = spec_from_json(item, position, source)
         if spec.name in specs:
             msg = f"`{source}`: the dump declares column `{spec.name}` twice"
             raise DumpError(msg)
@@ -232,7 +232,8 @@ def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
     return specs
 
 
-def _spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
+def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
+    """The spec of a stored JSON object (item ``position`` of ``source``), or a DumpError."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         msg = f"`{source}`: spec {position} must be a JSON object with a `name`, got {item!r:.80}"
         raise DumpError(msg)

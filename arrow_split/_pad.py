@@ -25,8 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import check_dp_size
-from arrow_split._codecs import codec_for
-from arrow_split._codecs._arrow import numpy_view, ragged_values
+from arrow_split._codecs import codec_for, numpy_view, ragged_values
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import SchemaTypeError
 from arrow_split.schema import KNOWN_COLUMNS, PADDING_VALUES, ColumnSpec, role_column

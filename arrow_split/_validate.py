@@ -26,12 +26,17 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import codec_for
-from arrow_split._codecs._arrow import child_nulls, ragged_values
-from arrow_split._codecs._checks import check_flag
-from arrow_split._codecs._numeric import is_flag
-from arrow_split._codecs.globals import check_batch_global, unpadded_samples
-from arrow_split._codecs.token_lists import check_nonempty, token_list_values
+from arrow_split._codecs import (
+    check_batch_global,
+    check_flag,
+    check_nonempty,
+    child_nulls,
+    codec_for,
+    is_flag,
+    ragged_values,
+    token_list_values,
+    unpadded_samples,
+)
 from arrow_split._convert import LengthRules, check_finite_columns
 from arrow_split.errors import ValueRangeError
 from arrow_split.schema import ColumnSpec, role_column

@@ -25,9 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_flag
-from arrow_split._codecs import EncodeOptions, codec_for
-from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs.globals import global_to_python
+from arrow_split._codecs import EncodeOptions, codec_for, global_to_python, numpy_view
 from arrow_split._column_values import ColumnValues, numeric_columns
 from arrow_split._convert import (
     check_finite_columns,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._types import parts
+from arrow_split._codecs import parts
 
 __all__ = ["arrays_equal", "record_batches_equal", "values_equal"]
 
