@@ -179,10 +179,7 @@ def write_parquet(
 
 
 def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
-    """Read a Parquet file written by :func:`write_parquet` back into a batch's parts (a copy).
-
-    The parts equal those written (objects stored once again, as in memory); ``validate`` as
-    for :func:`read_dump`.
+    """Read a file written by :func:`write_parquet` back into a batch's parts (a copy).
 
     Raises
     ------

@@ -1,25 +1,13 @@
 """The metadata of a rollout dump: column specs and batch-global values as versioned JSON.
 
-A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
-
-``arrow_split.dump.version``
-    The format's version: ``"2"`` is written, ``"1"`` and ``"2"`` are read. A file without it is
-    not a dump; another value is refused. Version 2 writes Arrow types as readable text and puts
-    field metadata on every column (:func:`field_metadata`); a version-1 file holds base64
-    types and no field metadata.
-``arrow_split.version``
-    The library version that wrote the file (information only).
-``arrow_split.dump.compression``
-    ``"zstd"``, ``"lz4"`` or ``""`` (none).
-``arrow_split.specs``
-    A JSON list, one object per :class:`~arrow_split.ColumnSpec` (one member per field). An
-    Arrow type is ``{"arrow": "<type>"}`` where pyarrow's name reads back as the same type, else
-    ``{"arrow_type": <base64>}`` (version 1's only form: a serialized one-field schema). Fields
-    added since a file was written take the known spec's value when the stored fields agree
-    with it, else the default; an unknown member is refused.
-``arrow_split.batch_globals``
-    A JSON object, key -> tagged value: ``{"json": value}`` for ints, strings and lists of them,
-    ``{"ndarray": [dtype, values]}`` for a numpy array (read back read-only, with its dtype).
+Schema metadata (UTF-8): ``arrow_split.dump.version`` (``"2"`` written, ``"1"`` and ``"2"``
+read; none: not a dump), ``arrow_split.version`` (the writer, information only),
+``arrow_split.dump.compression`` (``"zstd"``, ``"lz4"`` or ``""``), ``arrow_split.specs`` (one
+JSON object per :class:`~arrow_split.ColumnSpec`, a member per field; an Arrow type is
+``{"arrow": name}`` where that reads back, else ``{"arrow_type": base64}``, version 1's only
+form; a field added since takes the known spec's value, else its default; an unknown member is
+refused) and ``arrow_split.batch_globals`` (key -> ``{"json": v}``, ``{"map": pairs}`` or
+``{"ndarray": [dtype, values]}``, read back read-only). Version 2 adds field metadata.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """What a codec is, and the Arrow layout every codec speaks.
 
-A codec owns one :data:`~arrow_split.schema.ColumnKind`: ``encode`` (per-sample values -> one
-Arrow array, with every check of that kind, naming the sample at fault), ``lengths``, ``decode``,
-``take`` (fresh, compact buffers), ``stored`` (a column read from a file, in today's form),
-``tensor_role`` / ``tensor_values`` (what the torch leaf makes of it), ``flat_numbers`` (every
-number as one flat view, for the checks of a dump on read) and ``arrow_type`` with its inverse
-``type_fields``. :func:`arrow_split._codecs.codec_for` picks one; nothing else branches on a kind.
-
-Layout: a list column is ``large_list<item>``; a per-sample tensor's item nests one
-``fixed_size_list`` per trailing axis. :func:`list_type` and :func:`nest` build that nesting,
-:func:`leaf_type` and :func:`trailing_shape` walk it back, :func:`ragged_values` reads values and
-offsets as numpy views (honouring a slice offset, which ``ListArray.values`` ignores).
-
-Takes read the buffers directly and copy into Arrow's pool with one ``Array.from_buffers`` per
-level: :func:`take_fixed` (numbers: one ``np.take``), :func:`take_runs` (a list of numbers: each
-row's values one contiguous run). Anything else (nulls, booleans, strings) is Arrow's own take.
-The result never slices its parent, so pickling it ships only its own bytes.
+A codec owns one :data:`~arrow_split.schema.ColumnKind`: encode (checked once, naming the
+sample at fault), lengths, decode, take, the stored form of a file's column, its tensor role,
+its flat numbers and its Arrow type (and the inverse). Nothing else branches on a kind.
+A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing
+axis. Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships only its
+own bytes): one ``np.take`` for numbers, one run per row for lists of numbers.
 """
 
 from __future__ import annotations

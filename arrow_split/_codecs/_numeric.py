@@ -1,14 +1,10 @@
-"""Numbers in: a user's column (Python lists, numpy arrays, any array-like) -> flat checked numpy.
+"""Numbers in: a user's column (lists, numpy, any array-like) -> flat, checked numpy, once.
 
-A column ends as one flat numpy array (and offsets), checked in vectorised passes, then cast to
-the column's type; only when a check fails is the first bad value located and named (sample,
-position, value). Python lists take a fast path first: one ``struct.pack`` per sample converts
-them to C values and refuses what the column cannot hold (a float or ``None`` in an integer
-column, a value out of range, a non-number). A ``bool`` passes it unseen (``True`` is an
-``int``), but only where the value is 0 or 1, so those few places are looked at one by one. When
-anything is off the careful path (``pyarrow.array`` with an explicit wide type) converts the
-column and names the bad value; pyarrow truncates a float to an integer silently, so there the
-Python sum of an integer column must stay an ``int``.
+Checks are vectorised passes; only a failing one locates and names the bad value. Python lists
+take a fast path (one ``struct.pack`` per sample, which refuses what the column cannot hold; a
+``bool`` can hide only among 0/1 values, looked at one by one), else the careful path
+(``pyarrow.array`` with an explicit wide type; an integer column's Python sum must stay an int,
+as pyarrow truncates floats silently).
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """The codecs of list columns: ``per_token``, ``per_sample_tensor`` and ``per_token_list``.
 
-``per_token``: one list of numbers per sample, ``large_list<value_type>``. ``per_sample_tensor``:
-one ``[rows, *trailing]`` array per sample; the trailing shape is nested ``fixed_size_list``
-types, so it travels with the column, and every sample has the same one (an empty sample takes
-the others'). Narrow storage (``storage="narrow"``, the routed experts) checks values against
-``value_type``, then stores them in the first of ``spec.storage_types`` that holds the batch's
-smallest and largest value, concatenated straight into that buffer; decode gives ``value_type``
-back. ``per_token_list``: one list of numbers per token, ``large_list<large_list<value>>``,
-given as lists of lists, a 2-D array or :class:`TokenLists` (CSR); an error names the sample,
-the token (``position``) and the value's place in the token's list (``item``).
+A tensor's trailing shape lives in its type (nested ``fixed_size_list``), the same for every
+sample; narrow storage keeps the first of ``spec.storage_types`` that holds the batch's values.
+A list per token comes as lists of lists, a 2-D array or :class:`TokenLists` (CSR); its errors
+name the sample, the token (``position``) and the ``item``.
 """
 
 from __future__ import annotations
@@ -217,10 +212,8 @@ def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array |
     return pa.Array.from_buffers(storage, count, [None, buffer])
 
 
-class TensorCodec(Codec):
-    """Per-sample arrays whose trailing shape lives in the Arrow type."""
-
-    tensor_role = "ragged"
+class TensorCodec(RaggedCodec):
+    """Per-sample arrays whose trailing shape lives in the Arrow type (lengths count rows)."""
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
@@ -256,18 +249,10 @@ class TensorCodec(Codec):
             return None
         return TypeFields(storage=leaf_type(arrow_type), trailing=trailing_shape(arrow_type))
 
-    def lengths(self, array: pa.Array) -> np.ndarray:
-        offsets: np.ndarray = array.offsets.to_numpy()
-        lengths: np.ndarray = offsets[1:] - offsets[:-1]
-        return lengths
-
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         values, offsets = ragged_values(array)
         width = int(np.prod(values.shape[1:], dtype=np.int64))
         return FlatNumbers(values.reshape(-1), offsets * width)
-
-    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        return take_runs(array, indices)
 
 
 # --- per_token_list ------------------------------------------------------------------------------

@@ -1,21 +1,11 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
-``string``: ``large_string`` (a column whose samples are not all exactly ``str`` falls back to
-``pickle``, and the spec as used says so). ``json``: one JSON text per sample when every sample
-round-trips exactly (dicts with str keys, lists, str, int, finite float, bool, None), else
-``pickle`` likewise. ``string_list``: ``large_list<large_string>``. ``pickle``: one pickle
-(protocol 5) per *distinct* value in a ``dictionary<int32, large_binary>``, ``None`` a null row.
-
-Stored once: the samples of a prompt share values. The dictionary holds exactly the values the
-rows use, in the order of their first row (canonical: the same samples give the same array,
-through ``from_train_data``, the builder, a dump or a take); a take keeps only the entries its
-rows use. An older dump's ``large_binary`` column (one pickle per row) reads as before.
-
-A pickle is a program: :func:`loads_plain` reads only plain data, naming no callable beyond an
-allowlist (``None``, bools, numbers, str, bytes, bytearrays, lists, tuples, sets, frozensets,
-dicts, numpy arrays and scalars, under numpy 1's and 2's module names alike); anything else
-raises :class:`NotPlainData`, which becomes :class:`~arrow_split.errors.UntrustedObjectError`
-unless the reader passes ``trust_objects=True``.
+``string`` and ``json`` (when every sample round-trips exactly) are ``large_string``,
+``string_list`` ``large_list<large_string>``; anything else falls back to ``pickle`` (the spec
+as used says so): one pickle per *distinct* value in a canonical ``dictionary<int32,
+large_binary>`` (values in the order of first use; a take keeps only those its rows use; an
+older dump's ``large_binary`` reads as before). A pickle is a program: :func:`loads_plain`
+reads plain data only (an allowlist of builtins and numpy), else :class:`NotPlainData`.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""One value per sample, and one value per batch.
+"""One value per sample (:class:`ScalarCodec`), and one value per batch.
 
-:class:`ScalarCodec` (``per_sample_scalar``): one number per sample, a primitive Arrow column.
-Batch-global values are not columns: never split, every shard carries them whole. They are small
-(a number, a few lists, or ``raw_reward``'s one float per sample of the whole batch), so they are
-checked against their documented shape once, at the door, and kept as Python values and numpy
-arrays beside the record batch.
+Batch-global values are never split: checked once against their documented shape, kept as
+Python values and numpy arrays beside the record batch, carried whole by every shard.
 """
 
 from __future__ import annotations
