@@ -77,16 +77,10 @@ def write_dump(
     *,
     compression: Compression | None = None,
 ) -> None:
-    """Write a batch's parts to one Arrow IPC file, atomically (:meth:`RolloutBatch.write`).
+    """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
-    The parts come from a :class:`~arrow_split.RolloutBatch` (trusted); an existing file is
-    replaced only once the new one is complete. ``compression=None`` lets :func:`read_dump` map
-    the buffers without a copy.
-
-    Raises
-    ------
-    DumpError
-        ``compression`` is not a known codec, or a spec or batch-global value cannot be stored.
+    ``compression=None`` lets :func:`read_dump` map the buffers without a copy. Raises
+    :class:`DumpError` for an unknown compression or a value the format cannot store.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -150,15 +144,10 @@ def write_parquet(
     batch_globals: Mapping[str, object],
     path: PathLike,
 ) -> None:
-    """Write a batch's parts as one Parquet file, for analysis tools (pandas, DuckDB...).
+    """Write a batch's parts as one Parquet file for analysis tools, atomically.
 
-    Names and Arrow types are kept; pickled objects stay opaque binary values; specs and
-    batch-global values are the same JSON metadata as a dump's. Atomic, as :func:`write_dump`.
-
-    Raises
-    ------
-    DumpError
-        As :func:`write_dump`.
+    Pickled objects stay opaque binary values; specs and batch-global values are the same JSON
+    metadata as a dump's. Raises as :func:`write_dump`.
     """
     import pyarrow.parquet as pq
 

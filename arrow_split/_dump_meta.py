@@ -68,12 +68,9 @@ def encode_metadata(
     library_version: str,
     compression: str | None,
 ) -> dict[bytes, bytes]:
-    """The schema metadata of a dump of a batch with these specs and batch-global values.
+    """The schema metadata of a dump of these specs and batch-global values.
 
-    Raises
-    ------
-    DumpError
-        A spec field or a batch-global value of a type the format cannot store.
+    Raises :class:`DumpError` for a spec field or a value the format cannot store.
     """
     stored_specs = [spec_to_json(spec) for spec in specs.values()]
     stored_globals = {key: _global_to_json(key, value) for key, value in batch_globals.items()}
@@ -87,13 +84,13 @@ def encode_metadata(
 
 
 def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
-    """Decode and check a dump's metadata against the columns of ``schema``.
+    """Decode and check a dump's metadata against the columns of ``schema``, once.
 
     Raises
     ------
     DumpError
-        No dump version (not a dump), an unknown version, corrupt JSON, a spec the library cannot
-        build, or specs and batch-global values that do not match the columns.
+        Not a dump, an unknown version, corrupt JSON, a spec that cannot be built, or specs and
+        batch-global values that do not match the columns.
     """
     metadata = schema.metadata or {}
     version = metadata.get(_VERSION)
@@ -381,15 +378,10 @@ _OBJECT_TEXT = {  # objects only: their codec is how they are stored
 
 
 def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
-    """The Arrow field metadata of a dump's column: its kind, length rule and a description.
+    """The Arrow field metadata of a dump's column, for people and other tools.
 
-    ``arrow_split.kind`` (the :data:`~arrow_split.ColumnKind`), ``arrow_split.length_rule``
-    and ``arrow_split.length_of`` (the rule and the column whose per-sample value gives the
-    length, where a rule applies; ``arrow_split.length_of`` of a ``"response"`` rule is the
-    response-length column: such a column covers only the LAST ``response_lengths[i]`` tokens
-    of ``tokens[i]``), ``arrow_split.codec`` for objects, ``arrow_split.role`` where the column
-    plays one, and ``arrow_split.description``, one line of text for people and other tools.
-    Information for readers: the specs in the schema metadata are what arrow_split reads back.
+    ``arrow_split.kind``, ``.length_rule`` and ``.length_of`` (the column giving the length),
+    ``.codec`` (objects), ``.role`` and a one-line ``.description``; arrow_split reads the specs.
     """
     tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
     response = role_column(specs, "response_length") or role_column(

@@ -445,10 +445,8 @@ def check_finite(
 ) -> None:
     """Raise :class:`ValueRangeError` on the first NaN or infinity the loss counts.
 
-    ``counted`` (one value per value, aligned) is the loss mask of a response-aligned column
-    named ``mask_name``: NaN and infinity are refused only where it is not 0. Without it they are
-    refused everywhere; ``mask_name`` then says the column is response-aligned but the batch has
-    no loss mask.
+    ``counted`` (aligned with ``values``) is the loss mask ``mask_name``: refused only where it is
+    not 0; without it everywhere (``mask_name`` then names the missing mask).
     """
     if values.size == 0 or values.dtype.kind != "f":
         return

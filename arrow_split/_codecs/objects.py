@@ -346,12 +346,8 @@ class _PlainUnpickler(pickle.Unpickler):
 def loads_plain(data: bytes | memoryview) -> object:
     """The plain data a pickle holds, running no code it names.
 
-    Raises
-    ------
-    NotPlainData
-        The pickle names a callable outside the allowlist (a class, a function).
-    pickle.UnpicklingError, EOFError, ValueError, ...
-        The bytes are not a whole pickle (the caller turns any of these into a typed error).
+    Raises :class:`NotPlainData` for a callable outside the allowlist, and anything a broken
+    pickle raises (the caller turns both into typed errors).
     """
     return _PlainUnpickler(io.BytesIO(data)).load()
 

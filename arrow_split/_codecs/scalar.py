@@ -236,14 +236,13 @@ def check_per_sample_values(spec: ColumnSpec, value: object, allow_nonfinite: bo
 def check_batch_global(
     spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
 ) -> object:
-    """Check a batch-global value against ``spec.global_shape``; return a private copy.
+    """Check a user's batch-global value against ``spec.global_shape``, once; a private copy.
 
     Raises
     ------
-    SchemaError
-        The value does not have the documented shape.
-    ColumnTypeError, ValueRangeError
-        A per-sample global holds a non-number, or NaN/inf without ``allow_nonfinite``.
+    SchemaError, ColumnTypeError, ValueRangeError
+        Not the documented shape; a per-sample global's non-number, or NaN/inf without
+        ``allow_nonfinite``.
     """
     shape = spec.global_shape
     if shape == "float_per_sample":
