@@ -21,9 +21,14 @@ from arrow_split._builder_group import Group, group_record, shifted
 from arrow_split._builder_journal import journal_header, recover_journal
 from arrow_split._builder_specs import KeySpecs
 from arrow_split._builder_step import StepState
-from arrow_split._codecs import EncodeOptions, ScalarCodec, codec_for
+from arrow_split._codecs import (
+    EncodeOptions,
+    ScalarCodec,
+    check_batch_global,
+    check_per_sample_values,
+    codec_for,
+)
 from arrow_split._codecs._growable import Growable
-from arrow_split._codecs.globals import check_batch_global, check_per_sample_values
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
     JournalDamage,

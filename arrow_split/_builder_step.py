@@ -17,9 +17,8 @@ from typing import Any
 import pyarrow as pa
 
 from arrow_split._builder_group import Group, group_from_record
-from arrow_split._codecs import EncodeOptions, codec_for
+from arrow_split._codecs import EncodeOptions, check_batch_global, codec_for
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
-from arrow_split._codecs.globals import check_batch_global
 from arrow_split._journal import Record, spec_from_json
 from arrow_split._journal_values import check_v1_value, unpack_value, unpickle_v1
 from arrow_split.errors import (

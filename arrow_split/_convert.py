@@ -18,12 +18,21 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import EncodeOptions, codec_for
-from arrow_split._codecs._arrow import child_nulls, ragged_values
-from arrow_split._codecs._checks import check_finite, check_flag
-from arrow_split._codecs._numeric import is_array, is_flag
-from arrow_split._codecs.globals import check_batch_global, global_to_python, unpadded_samples
-from arrow_split._codecs.token_lists import check_nonempty, token_list_values
+from arrow_split._codecs import (
+    EncodeOptions,
+    check_batch_global,
+    check_finite,
+    check_flag,
+    check_nonempty,
+    child_nulls,
+    codec_for,
+    global_to_python,
+    is_array,
+    is_flag,
+    ragged_values,
+    token_list_values,
+    unpadded_samples,
+)
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,

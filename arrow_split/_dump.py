@@ -1,21 +1,11 @@
 """Rollout dumps on disk: one Arrow IPC file per whole batch, read back by memory mapping.
 
-A dump is an Arrow IPC *file* (random-access format, ``.arrow``) holding the batch's record batch
-as its one record batch. The column specs and the batch-global values live in the schema's
-key-value metadata, as JSON (see :mod:`arrow_split._dump_meta`), versioned by
-``arrow_split.dump.version`` (``"1"``) next to the library version that wrote the file.
-
-Reading maps the file (``pa.memory_map``): an uncompressed dump is read without copying a buffer,
-so the batch's columns are views of the page cache, read-only, and the file may be larger than
-memory. A compressed dump (``compression="zstd"`` or ``"lz4"``) is smaller on disk but reading it
-decompresses every buffer into fresh memory: a copy. Either way the batch read equals the batch
-written, bit for bit, and splits, converts and pickles like any other.
-
-A write goes to a temporary file in the target's folder (``.<name>.<random>.tmp``), is flushed to
-disk and then renamed over the target, so a crash never leaves a partial file under the target's
-name (at worst a stray temporary file). A batch read from a dump keeps the file mapped: replacing
-the file with :func:`write_dump` (a rename) is safe, but truncating or rewriting it in place while
-the batch lives is not (the process would fault on the missing pages).
+The batch's record batch is the file's one record batch; the specs and batch-global values are
+JSON in the schema's metadata (:mod:`arrow_split._dump_meta`). An uncompressed dump is read
+without copying a buffer (read-only views of the page cache); a compressed one (``"zstd"``,
+``"lz4"``) decompresses into fresh memory. A write goes to a temporary beside the target, is
+flushed and renamed over it: a crash never leaves a partial file under the target's name.
+Replacing a mapped file by a rename is safe; truncating it in place while a batch lives is not.
 """
 
 from __future__ import annotations
@@ -30,7 +20,7 @@ import pyarrow as pa
 
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
-from arrow_split._convert import check_content, check_parts
+from arrow_split._convert import check_content
 from arrow_split._dump_meta import (
     DumpMetadata,
     decode_metadata,
@@ -68,18 +58,8 @@ class DumpParts(NamedTuple):
 class DumpInfo:
     """What a dump file says about itself, beside the batch it holds.
 
-    Parameters
-    ----------
-    path
-        The file, as given to :func:`read_dump`.
-    file_bytes
-        The file's size on disk.
-    dump_version
-        The dump format's version (``"1"``).
-    library_version
-        The version of arrow_split that wrote the file.
-    compression
-        The buffer compression (:data:`Compression`), or ``None`` for a file read without a copy.
+    Its path, size on disk, format version, the arrow_split version that wrote it and its
+    compression (``None``: read without a copy).
     """
 
     path: str
@@ -97,23 +77,10 @@ def write_dump(
     *,
     compression: Compression | None = None,
 ) -> None:
-    """Write a batch's parts to one Arrow IPC file, atomically (:meth:`RolloutBatch.write`).
+    """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
-    Parameters
-    ----------
-    record_batch, specs, batch_globals
-        The parts of a :class:`~arrow_split.RolloutBatch` (already checked by it).
-    path
-        The file to write; an existing file is replaced only once the new one is complete.
-    compression
-        ``None`` (the default) writes the buffers as they are, so that :func:`read_dump` maps
-        them without a copy; ``"zstd"`` or ``"lz4"`` compress each buffer (smaller files, and a
-        read that decompresses, i.e. copies, every buffer).
-
-    Raises
-    ------
-    DumpError
-        ``compression`` is not a known codec, or a spec or batch-global value cannot be stored.
+    ``compression=None`` lets :func:`read_dump` map the buffers without a copy. Raises
+    :class:`DumpError` for an unknown compression or a value the format cannot store.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -129,32 +96,18 @@ def write_dump(
 def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, DumpInfo]:
     """Read a dump written by :func:`write_dump`; an uncompressed one without copying a buffer.
 
-    Parameters
-    ----------
-    path
-        The dump file.
-    validate
-        ``True`` (the default): check the content against the specs with the codecs' own
-        checks (see :mod:`arrow_split._validate`; vectorised over the buffers). ``False`` only
-        for files you trust (your own, just written).
-
-    Returns
-    -------
-    DumpParts, DumpInfo
-        The parts of the batch written, checked to fit together (:meth:`RolloutBatch.read`
-        makes the batch of them), and what the file says about itself. The buffers map the
-        file (read-only; the mapping lives as long as any of them); a compressed dump's
-        buffers are fresh memory.
+    The file is input: its format and metadata are checked once here, and with ``validate``
+    (the default) its content too, with the codecs' own checks; the parts returned are then
+    trusted. The buffers map the file (read-only) unless it is compressed.
 
     Raises
     ------
     FileNotFoundError
         No file at ``path``.
     DumpError
-        The file is not a readable Arrow IPC file (truncated, another format), or not one
-        arrow_split wrote (no or unknown dump version), or its metadata is corrupt or does not
-        match its columns, or (``validate=True``) its content breaks a rule of the library
-        (naming the file, the column and the sample). Nothing is returned in part.
+        Not a readable Arrow IPC file, not a dump (no or unknown version), corrupt metadata or
+        metadata that does not match the columns, or content that breaks a rule (naming the
+        file, the column and the sample). Nothing is returned in part.
     """
     validate = as_flag("validate", validate)
     source = _check_path(path)
@@ -191,18 +144,10 @@ def write_parquet(
     batch_globals: Mapping[str, object],
     path: PathLike,
 ) -> None:
-    """Write a batch's parts as one Parquet file, for analysis tools (pandas, DuckDB...).
+    """Write a batch's parts as one Parquet file for analysis tools, atomically.
 
-    The columns keep their names and Arrow types (pyarrow restores them from the stored Arrow
-    schema; other readers see the Parquet equivalents: lists, strings, binaries). Objects stored
-    pickled (``metadata``, ...) stay opaque binary values. The specs and the batch-global values
-    are kept in the file's key-value metadata, in the same JSON as a dump's, so that
-    :func:`read_parquet` rebuilds the batch. The write is atomic, as :func:`write_dump`'s.
-
-    Raises
-    ------
-    DumpError
-        As :func:`write_dump`.
+    Pickled objects stay opaque binary values; specs and batch-global values are the same JSON
+    metadata as a dump's. Raises as :func:`write_dump`.
     """
     import pyarrow.parquet as pq
 
@@ -223,10 +168,7 @@ def write_parquet(
 
 
 def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
-    """Read a Parquet file written by :func:`write_parquet` back into a batch's parts (a copy).
-
-    The parts equal those written (objects stored once again, as in memory); ``validate`` as
-    for :func:`read_dump`.
+    """Read a file written by :func:`write_parquet` back into a batch's parts (a copy).
 
     Raises
     ------
@@ -398,10 +340,5 @@ def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) ->
     }
     plain = pa.schema([field.remove_metadata() for field in record_batch.schema], kept or None)
     record_batch = pa.RecordBatch.from_arrays(record_batch.columns, schema=plain)
-    try:
-        record_batch = _stored(record_batch, metadata.specs)
-        check_parts(record_batch, metadata.specs, metadata.batch_globals)
-    except ArrowSplitError as exc:
-        msg = f"`{source}`: the stored specs do not fit the stored columns: {exc}"
-        raise DumpError(msg) from exc
+    record_batch = _stored(record_batch, metadata.specs)  # the columns matched in decode_metadata
     return DumpParts(record_batch, dict(metadata.specs), dict(metadata.batch_globals))

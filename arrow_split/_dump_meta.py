@@ -1,28 +1,13 @@
 """The metadata of a rollout dump: column specs and batch-global values as versioned JSON.
 
-A dump's schema carries these key-value pairs (keys and values are UTF-8 bytes):
-
-``arrow_split.dump.version``
-    The format's version: ``"2"`` is written, ``"1"`` and ``"2"`` are read. A file without it is
-    not a dump; another value is refused. Version 2 writes Arrow types as readable text and puts
-    field metadata on every column (:func:`field_metadata`); a version-1 file holds base64
-    types and no field metadata.
-``arrow_split.version``
-    The library version that wrote the file (information only).
-``arrow_split.dump.compression``
-    ``"zstd"``, ``"lz4"`` or ``""`` (none).
-``arrow_split.specs``
-    A JSON list with one object per :class:`~arrow_split.ColumnSpec`, in the batch's key order,
-    one member per dataclass field. An Arrow type is ``{"arrow": "<type>"}``, its name as pyarrow
-    prints it (``"float"``, ``"int32"``, ``"uint8"``), wherever that name reads back as the same
-    type; else ``{"arrow_type": <base64>}`` (the only form of version 1): the serialized schema of
-    one field of that type, which round-trips every type exactly. A file from an older
-    version may lack fields added since: they take the library's own spec of that key when the
-    stored fields agree with it, else the dataclass default. A member the library does not know
-    is refused.
-``arrow_split.batch_globals``
-    A JSON object, key -> tagged value: ``{"json": value}`` for ints, strings and lists of them,
-    ``{"ndarray": [dtype, values]}`` for a numpy array (read back read-only, with its dtype).
+Schema metadata (UTF-8): ``arrow_split.dump.version`` (``"2"`` written, ``"1"`` and ``"2"``
+read; none: not a dump), ``arrow_split.version`` (the writer, information only),
+``arrow_split.dump.compression`` (``"zstd"``, ``"lz4"`` or ``""``), ``arrow_split.specs`` (one
+JSON object per :class:`~arrow_split.ColumnSpec`, a member per field; an Arrow type is
+``{"arrow": name}`` where that reads back, else ``{"arrow_type": base64}``, version 1's only
+form; a field added since takes the known spec's value, else its default; an unknown member is
+refused) and ``arrow_split.batch_globals`` (key -> ``{"json": v}``, ``{"map": pairs}`` or
+``{"ndarray": [dtype, values]}``, read back read-only). Version 2 adds field metadata.
 """
 
 from __future__ import annotations
@@ -47,6 +32,8 @@ __all__ = [
     "decode_metadata",
     "encode_metadata",
     "field_metadata",
+    "spec_from_json",
+    "spec_to_json",
 ]
 
 DUMP_VERSION = "2"
@@ -81,14 +68,11 @@ def encode_metadata(
     library_version: str,
     compression: str | None,
 ) -> dict[bytes, bytes]:
-    """The schema metadata of a dump of a batch with these specs and batch-global values.
+    """The schema metadata of a dump of these specs and batch-global values.
 
-    Raises
-    ------
-    DumpError
-        A spec field or a batch-global value of a type the format cannot store.
+    Raises :class:`DumpError` for a spec field or a value the format cannot store.
     """
-    stored_specs = [_spec_to_json(spec) for spec in specs.values()]
+    stored_specs = [spec_to_json(spec) for spec in specs.values()]
     stored_globals = {key: _global_to_json(key, value) for key, value in batch_globals.items()}
     return {
         _VERSION: DUMP_VERSION.encode(),
@@ -100,13 +84,13 @@ def encode_metadata(
 
 
 def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
-    """Decode and check a dump's metadata against the columns of ``schema``.
+    """Decode and check a dump's metadata against the columns of ``schema``, once.
 
     Raises
     ------
     DumpError
-        No dump version (not a dump), an unknown version, corrupt JSON, a spec the library cannot
-        build, or specs and batch-global values that do not match the columns.
+        Not a dump, an unknown version, corrupt JSON, a spec that cannot be built, or specs and
+        batch-global values that do not match the columns.
     """
     metadata = schema.metadata or {}
     version = metadata.get(_VERSION)
@@ -157,7 +141,8 @@ def _json(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> Any:
         raise DumpError(msg) from exc
 
 
-def _spec_to_json(spec: ColumnSpec) -> dict[str, object]:
+def spec_to_json(spec: ColumnSpec) -> dict[str, object]:
+    """A spec as the JSON object a dump (or a journal) stores: one member per field."""
     return {
         field.name: _field_to_json(spec.name, field.name, getattr(spec, field.name))
         for field in dataclasses.fields(spec)
@@ -224,7 +209,7 @@ def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
         raise DumpError(msg)
     specs: dict[str, ColumnSpec] = {}
     for position, item in enumerate(stored):
-        spec = _spec_from_json(item, position, source)
+        spec = spec_from_json(item, position, source)
         if spec.name in specs:
             msg = f"`{source}`: the dump declares column `{spec.name}` twice"
             raise DumpError(msg)
@@ -232,7 +217,8 @@ def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
     return specs
 
 
-def _spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
+def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
+    """The spec of a stored JSON object (item ``position`` of ``source``), or a DumpError."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         msg = f"`{source}`: spec {position} must be a JSON object with a `name`, got {item!r:.80}"
         raise DumpError(msg)
@@ -392,15 +378,10 @@ _OBJECT_TEXT = {  # objects only: their codec is how they are stored
 
 
 def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
-    """The Arrow field metadata of a dump's column: its kind, length rule and a description.
+    """The Arrow field metadata of a dump's column, for people and other tools.
 
-    ``arrow_split.kind`` (the :data:`~arrow_split.ColumnKind`), ``arrow_split.length_rule``
-    and ``arrow_split.length_of`` (the rule and the column whose per-sample value gives the
-    length, where a rule applies; ``arrow_split.length_of`` of a ``"response"`` rule is the
-    response-length column: such a column covers only the LAST ``response_lengths[i]`` tokens
-    of ``tokens[i]``), ``arrow_split.codec`` for objects, ``arrow_split.role`` where the column
-    plays one, and ``arrow_split.description``, one line of text for people and other tools.
-    Information for readers: the specs in the schema metadata are what arrow_split reads back.
+    ``arrow_split.kind``, ``.length_rule`` and ``.length_of`` (the column giving the length),
+    ``.codec`` (objects), ``.role`` and a one-line ``.description``; arrow_split reads the specs.
     """
     tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
     response = role_column(specs, "response_length") or role_column(

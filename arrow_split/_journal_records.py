@@ -20,7 +20,8 @@ from typing import Any, NoReturn
 import pyarrow as pa
 import xxhash
 
-from arrow_split._dump_meta import _spec_from_json, _spec_to_json
+from arrow_split._dump_meta import spec_from_json as _spec_from_json
+from arrow_split._dump_meta import spec_to_json as _spec_to_json
 from arrow_split.errors import DumpError, JournalError
 from arrow_split.schema import ColumnSpec
 

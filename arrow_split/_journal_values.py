@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from arrow_split._codecs.globals import check_batch_global, check_per_sample_values
+from arrow_split._codecs import check_batch_global, check_per_sample_values
 from arrow_split.errors import ArrowSplitError, JournalError
 from arrow_split.schema import ColumnSpec
 

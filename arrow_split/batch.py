@@ -21,11 +21,16 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
-from arrow_split._codecs import EncodeOptions, TensorRole, codec_for
-from arrow_split._codecs._arrow import data_buffer, numpy_view
-from arrow_split._codecs._types import parts
-from arrow_split._codecs.globals import global_to_python
-from arrow_split._codecs.token_lists import token_list_values
+from arrow_split._codecs import (
+    EncodeOptions,
+    TensorRole,
+    codec_for,
+    data_buffer,
+    global_to_python,
+    numpy_view,
+    parts,
+    token_list_values,
+)
 from arrow_split._convert import (
     check_finite_columns,
     check_parts,

@@ -260,7 +260,7 @@ def test_only_the_codecs_walk_nested_arrow_types() -> None:
         for node in ast.walk(tree)
         if isinstance(node, ast.Attribute) and node.attr in NESTED_TYPES
     ]
-    assert found == [], "ask the column's codec, or `arrow_split._codecs._types`"
+    assert found == [], "ask the column's codec, or `arrow_split._codecs._base`"
 
 
 def _text_constants(tree: ast.Module) -> set[int]:

@@ -12,8 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from arrow_split import ColumnSpec, RolloutBatch
-from arrow_split._codecs import TypeFields, codec_for
-from arrow_split._codecs._arrow import numpy_view
+from arrow_split._codecs import TypeFields, codec_for, numpy_view
 from arrow_split.testing.strategies import train_data
 
 MOE = ColumnSpec("experts", "per_sample_tensor", pa.int32(), storage="narrow")

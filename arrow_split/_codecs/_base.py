@@ -1,41 +1,54 @@
-"""What a codec is: the one place that knows how a column kind is encoded, checked and taken.
+"""What a codec is, and the Arrow layout every codec speaks.
 
-A codec owns, for its :data:`~arrow_split.schema.ColumnKind`:
-
-- ``encode``: per-sample values (Python lists, numpy arrays, any array-like) -> one Arrow array,
-  with every check of that kind (types, ranges, shapes), naming the sample at fault;
-- ``lengths``: how many values (or rows) each sample holds, for the schema's length rules;
-- ``decode``: the Arrow array -> one classic Python value per sample;
-- ``take``: the rows of a set of indices, in fresh, compact buffers;
-- ``stored``: a column read from a file, in the form this version stores;
-- ``tensor_role``: what the torch leaf makes of it (a ragged column, a 1-D tensor, or nothing),
-  and ``tensor_values``: the numpy values (and offsets) it makes them of;
-- ``flat_numbers``: every number of the column as one flat numpy view, with where each sample
-  starts (for the checks a dump gets on read, and finiteness where the loss counts);
-- ``arrow_type``: the Arrow type of a spec's column, and its inverse ``type_fields``: what a
-  column's Arrow type says of its spec (``holds`` checks a stored column against its spec).
-
-:mod:`arrow_split._codecs` holds one codec per kind and :func:`codec_for` picks it; nothing else
-in the library branches on a column's kind.
+A codec owns one :data:`~arrow_split.schema.ColumnKind`: encode (checked once, naming the
+sample at fault), lengths, decode, take, the stored form of a file's column, its tensor role,
+its flat numbers and its Arrow type (and the inverse). Nothing else branches on a kind.
+A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing
+axis. Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships only its
+own bytes): one ``np.take`` for numbers, one run per row for lists of numbers.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Sequence
+import functools
+import itertools
+import math
+from collections.abc import Iterator, Sequence
 from typing import ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute  # Arrow's take needs it: loaded with the core, not in a rank's first call
+import pyarrow.compute as pc  # Arrow's take needs it: loaded with the core, not in a first call
 
-from arrow_split._codecs._arrow import numpy_view, ragged_values
-from arrow_split._codecs._take import take_fixed
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
-__all__ = ["Codec", "EncodeOptions", "FlatNumbers", "TensorRole", "TypeFields", "stored_type"]
+__all__ = [
+    "Codec",
+    "EncodeOptions",
+    "FlatNumbers",
+    "TensorRole",
+    "TypeFields",
+    "arrow_take",
+    "child_nulls",
+    "data_buffer",
+    "is_list",
+    "leaf_type",
+    "list_type",
+    "nest",
+    "numpy_dtype",
+    "numpy_view",
+    "parts",
+    "ragged_values",
+    "short_type",
+    "split_by_offsets",
+    "stored_type",
+    "take_fixed",
+    "take_runs",
+    "trailing_shape",
+]
 
 TensorRole = Literal["ragged", "token_lists", "scalar", "none"]
 """What the torch leaf makes of a column: values + offsets, values + per-token offsets +
@@ -47,8 +60,7 @@ class EncodeOptions:
     """Switches of :meth:`RolloutBatch.from_train_data` that change how values are checked.
 
     ``allow_nonfinite`` keeps NaN and infinity in float columns. ``exact_floats`` rejects a wider
-    float that a float32 column would round; by default it is rounded as a float32 cast does (the
-    value a trainer sees after ``torch.tensor(..., dtype=torch.float32)``).
+    float that a float32 column would round (by default it is rounded, as a float32 cast does).
     """
 
     allow_nonfinite: bool = False
@@ -59,9 +71,9 @@ class EncodeOptions:
 class FlatNumbers:
     """A numeric column's numbers, flat.
 
-    ``values`` (1-D), ``offsets`` (where each sample's values start, ``n + 1`` from 0; ``None``
-    for one number per sample) and, for a list per token, ``token_offsets`` (where each token's
-    values start).
+    ``values`` (1-D); ``offsets``: where each sample's values start (``n + 1`` from 0; ``None``
+    for one number per sample); ``token_offsets``: where each token's values start (a list per
+    token only).
     """
 
     values: np.ndarray
@@ -73,9 +85,8 @@ class FlatNumbers:
 class TypeFields:
     """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`).
 
-    ``storage``: the Arrow type the numbers are stored as (``value_type``, or a narrower integer
-    type for narrow storage); ``trailing``: a tensor's trailing shape; ``codec``: how objects are
-    stored. A field the type does not speak of is ``None`` (or ``()``).
+    ``storage``: the type the numbers are stored as (``value_type``, or a narrower integer type);
+    ``trailing``: a tensor's trailing shape; ``codec``: how objects are stored.
     """
 
     storage: pa.DataType | None = None
@@ -102,7 +113,7 @@ class Codec(abc.ABC):
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
-        """One Arrow array of ``samples``, and the spec as used (a codec may refine it)."""
+        """One Arrow array of a user's ``samples``, checked once, and the spec as used."""
 
     @abc.abstractmethod
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
@@ -111,18 +122,14 @@ class Codec(abc.ABC):
     def decode_read(
         self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
     ) -> list[object]:
-        """:meth:`decode` of a column that may come from a file: objects by the trust rule.
-
-        Only objects can run code when decoded; every other codec decodes as :meth:`decode`.
-        """
+        """:meth:`decode` of a column that may come from a file (only objects can run code)."""
         return self.decode(spec, array)
 
     @abc.abstractmethod
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         """The Arrow type of ``spec``'s column; ``fields`` gives what the values decide.
 
-        A tensor's trailing shape and a narrow column's storage type are chosen by the batch's
-        values: without ``fields``, the type has no trailing shape and stores ``value_type``.
+        Without ``fields`` the type has no trailing shape and stores ``value_type``.
         """
 
     @abc.abstractmethod
@@ -139,7 +146,7 @@ class Codec(abc.ABC):
         return bool(self.arrow_type(spec, fields) == arrow_type)
 
     def lengths(self, array: pa.Array) -> np.ndarray | None:
-        """Values (or rows) per sample of a list column; ``None`` for a column of single values."""
+        """Values (or rows) per sample of a list column; ``None`` for single values."""
         return None
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers | None:
@@ -159,8 +166,261 @@ class Codec(abc.ABC):
         return None
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        """The rows ``indices`` (int64, checked) in fresh buffers.
-
-        Numbers without nulls: one ``np.take``; anything else: Arrow's own take.
-        """
+        """The rows ``indices`` (int64, checked by the caller) in fresh buffers."""
         return take_fixed(array, indices)
+
+
+# --- Arrow types ---------------------------------------------------------------------------------
+
+
+def is_list(arrow_type: pa.DataType) -> bool:
+    """Whether ``arrow_type`` is a list column's type (``large_list``, the only one made)."""
+    return bool(pa.types.is_large_list(arrow_type))
+
+
+def list_type(value_type: pa.DataType, trailing: Sequence[int] = ()) -> pa.DataType:
+    """``large_list`` of ``value_type`` items, nested in one ``fixed_size_list`` per axis."""
+    item = value_type
+    for size in reversed(trailing):
+        item = pa.list_(item, size)
+    return pa.large_list(item)
+
+
+def nest(values: pa.Array, trailing: Sequence[int]) -> pa.Array:
+    """Flat ``values`` wrapped in one ``fixed_size_list`` level per trailing axis."""
+    for size in reversed(trailing):
+        values = pa.FixedSizeListArray.from_arrays(values, size)
+    return values
+
+
+def trailing_shape(arrow_type: pa.DataType) -> tuple[int, ...]:
+    """The sizes of the ``fixed_size_list`` levels under a list type (``()`` for none)."""
+    sizes: list[int] = []
+    child = arrow_type.value_type
+    while pa.types.is_fixed_size_list(child):
+        sizes.append(child.list_size)
+        child = child.value_type
+    return tuple(sizes)
+
+
+def leaf_type(arrow_type: pa.DataType) -> pa.DataType:
+    """The type of the numbers under a list type's ``fixed_size_list`` levels."""
+    child = arrow_type.value_type
+    while pa.types.is_fixed_size_list(child):
+        child = child.value_type
+    return child
+
+
+def parts(array: pa.Array) -> list[pa.Array] | None:
+    """The arrays a nested column is made of, to compare part by part; ``None`` for a flat one.
+
+    A list: its lengths and its values; a fixed-size list: its values; a struct: its fields.
+    """
+    arrow_type = array.type
+    if pa.types.is_struct(arrow_type):
+        return [array.field(i) for i in range(arrow_type.num_fields)]
+    if pa.types.is_fixed_size_list(arrow_type):
+        return [array.flatten()]
+    if pa.types.is_list(arrow_type) or pa.types.is_large_list(arrow_type):
+        return [pc.list_value_length(array), array.flatten()]
+    return None
+
+
+def short_type(arrow_type: pa.DataType) -> str:
+    """``large_list<int32[4,2]>`` for a list of fixed-size lists, the Arrow name otherwise."""
+    if pa.types.is_large_list(arrow_type) or pa.types.is_list(arrow_type):
+        prefix = "large_list" if pa.types.is_large_list(arrow_type) else "list"
+        return f"{prefix}<{short_type(arrow_type.value_type)}>"
+    dims = []
+    while pa.types.is_fixed_size_list(arrow_type):
+        dims.append(str(arrow_type.list_size))
+        arrow_type = arrow_type.value_type
+    return f"{arrow_type}[{','.join(dims)}]" if dims else str(arrow_type)
+
+
+# --- numpy views ---------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=64)
+def numpy_dtype(value_type: pa.DataType) -> np.dtype:
+    """The numpy dtype of a primitive Arrow type (cached; never imports pandas)."""
+    dtype: np.dtype = pa.array([], type=value_type).to_numpy(zero_copy_only=False).dtype
+    return dtype
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """A numpy view of a primitive array without nulls (booleans are unpacked: a copy)."""
+    if pa.types.is_boolean(array.type):
+        return _unpack_bits(array)
+    return np.asarray(array.to_numpy(zero_copy_only=True))
+
+
+def _unpack_bits(array: pa.Array) -> np.ndarray:
+    """A boolean array without nulls as numpy ``bool``, unpacked by numpy.
+
+    Not ``to_numpy``: pyarrow unpacks into Arrow's process-wide C++ pool, whose first buffer
+    faults in a huge page (milliseconds in a rank's first step); numpy's memory comes from the
+    heap that :func:`arrow_split.ray.warm_up` keeps.
+    """
+    length = len(array)
+    bitmap = array.buffers()[1]
+    if bitmap is None or length == 0:
+        return np.zeros(length, dtype=np.bool_)
+    first, shift = divmod(array.offset, 8)
+    packed = np.frombuffer(bitmap, dtype=np.uint8)[first : first + -(-(shift + length) // 8)]
+    return np.unpackbits(packed, bitorder="little")[shift : shift + length].view(np.bool_)
+
+
+def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, offsets)`` of a list column as numpy views, offsets from 0.
+
+    A tensor column's values have shape ``[rows, *trailing]``. A view of read-only memory (the
+    object store's) is read-only.
+    """
+    raw_offsets = array.offsets.to_numpy()
+    start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
+    child = array.values.slice(start, stop - start)
+    trailing: list[int] = []
+    while pa.types.is_fixed_size_list(child.type):
+        trailing.append(child.type.list_size)
+        child = child.flatten()
+    values = numpy_view(child).reshape(-1, *trailing) if trailing else numpy_view(child)
+    offsets = raw_offsets - start if start else raw_offsets
+    return values, offsets
+
+
+def child_nulls(array: pa.Array) -> int:
+    """Nulls in the values of a list column, at any level of nesting (0 for a flat column)."""
+    count = 0
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+        count += array.null_count
+    return count
+
+
+def data_buffer(array: pa.Array) -> pa.Buffer | None:
+    """The buffer that holds a column's numbers (the innermost child's data buffer)."""
+    while pa.types.is_large_list(array.type) or pa.types.is_fixed_size_list(array.type):
+        array = array.values
+    return array.buffers()[1]
+
+
+def split_by_offsets(values: np.ndarray, offsets: np.ndarray) -> Iterator[np.ndarray]:
+    """Yield one view of ``values`` per sample."""
+    for begin, end in itertools.pairwise(offsets.tolist()):
+        yield values[begin:end]
+
+
+# --- takes ---------------------------------------------------------------------------------------
+
+
+def arrow_take(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """Arrow's own take (fresh buffers): the path for anything the numpy takes do not cover."""
+    return array.take(pa.array(indices, type=pa.int64()))
+
+
+@functools.lru_cache(maxsize=256)
+def _fixed_width(arrow_type: pa.DataType) -> np.dtype | None:
+    """The numpy dtype of an integer or float Arrow type, else ``None``."""
+    if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):
+        return numpy_dtype(arrow_type)
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def _run_layout(list_type: pa.DataType) -> tuple[np.dtype, tuple[pa.DataType, ...], int] | None:
+    """Leaf dtype, types from the item down, values per row; ``None`` unless a list of numbers."""
+    if not pa.types.is_large_list(list_type):
+        return None
+    levels = [list_type.value_type]
+    per_row = 1
+    while pa.types.is_fixed_size_list(levels[-1]):
+        per_row *= levels[-1].list_size
+        levels.append(levels[-1].value_type)
+    dtype = _fixed_width(levels[-1])
+    if dtype is None:
+        return None
+    return dtype, tuple(levels), per_row
+
+
+def _pool(count: int, dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
+    """A new buffer of Arrow's memory pool for ``count`` values, and a writable view of it."""
+    buffer = pa.allocate_buffer(count * dtype.itemsize)
+    return buffer, np.frombuffer(buffer, dtype=dtype, count=count)
+
+
+def take_fixed(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """The rows ``indices`` (checked int64) of a column of numbers: one ``np.take``."""
+    dtype = _fixed_width(array.type)
+    if dtype is None or array.null_count:
+        return arrow_take(array, indices)
+    start = array.offset * dtype.itemsize
+    values = np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=start)
+    buffer, out = _pool(len(indices), dtype)
+    np.take(values, indices, out=out)
+    return pa.Array.from_buffers(array.type, len(indices), [None, buffer])
+
+
+def _leaf_start(array: pa.Array) -> tuple[pa.Array, int]:
+    """The leaf array under a list column, and the leaf index of its child's first element."""
+    child = array.values
+    start = child.offset
+    while pa.types.is_fixed_size_list(child.type):
+        size = child.type.list_size
+        child = child.values
+        start = start * size + child.offset
+    return child, start
+
+
+def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """The rows ``indices`` (checked int64) of a list column of numbers, each row as one run."""
+    layout = _run_layout(array.type)
+    if layout is None or array.null_count:
+        return arrow_take(array, indices)
+    dtype, levels, per_row = layout
+    leaf, base = _leaf_start(array)
+    if leaf.null_count or any(level.null_count for level in _items(array, len(levels) - 1)):
+        return arrow_take(array, indices)
+    offsets = np.frombuffer(
+        array.buffers()[1], dtype=np.int64, count=len(array) + 1, offset=array.offset * 8
+    )
+    starts = offsets[indices]
+    ends = offsets[indices + 1]
+    offsets_buffer, new_offsets = _pool(len(indices) + 1, np.dtype(np.int64))
+    new_offsets[0] = 0
+    np.cumsum(ends - starts, out=new_offsets[1:])
+    rows = int(new_offsets[-1])
+    flat = np.frombuffer(leaf.buffers()[1], dtype=dtype)
+    values_buffer, gathered = _pool(rows * per_row, dtype)
+    if rows:
+        lo = (starts * per_row + base).tolist()
+        hi = (ends * per_row + base).tolist()
+        np.concatenate([flat[a:b] for a, b in zip(lo, hi, strict=True)], out=gathered)
+    return _assemble(array.type, levels, offsets_buffer, values_buffer, len(indices), rows)
+
+
+def _items(array: pa.Array, depth: int) -> list[pa.Array]:
+    """The ``fixed_size_list`` levels under a list column (``depth`` of them), outermost first."""
+    found = []
+    child = array.values
+    for _ in range(depth):
+        found.append(child)
+        child = child.values
+    return found
+
+
+def _assemble(
+    list_type: pa.DataType,
+    levels: tuple[pa.DataType, ...],
+    offsets: pa.Buffer,
+    values: pa.Buffer,
+    length: int,
+    rows: int,
+) -> pa.Array:
+    """A ``list_type`` column of ``length`` rows over gathered offsets and leaf values."""
+    count = rows * math.prod(level.list_size for level in levels[:-1])
+    child = pa.Array.from_buffers(levels[-1], count, [None, values])
+    for level in reversed(levels[:-1]):
+        count //= level.list_size
+        child = pa.Array.from_buffers(level, count, [None], children=[child])
+    return pa.Array.from_buffers(list_type, length, [None, offsets], children=[child])

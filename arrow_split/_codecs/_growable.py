@@ -26,10 +26,9 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._arrow import numpy_dtype
+from arrow_split._codecs import leaf_type, numpy_dtype, trailing_shape
 from arrow_split._codecs._growable_base import BinaryGrowable, Buffer, Growable, array_offsets
 from arrow_split._codecs._growable_once import OnceGrowable
-from arrow_split._codecs._types import leaf_type, trailing_shape
 from arrow_split.errors import SchemaError
 
 __all__ = ["Growable", "ShapeMismatch", "growable_for"]

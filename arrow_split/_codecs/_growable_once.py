@@ -15,8 +15,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._codecs import canonical_codes, codes_and_validity
 from arrow_split._codecs._growable_base import BinaryGrowable, Buffer, Growable
-from arrow_split._codecs._shared import canonical_codes, codes_and_validity
 
 __all__ = ["OnceGrowable"]
 

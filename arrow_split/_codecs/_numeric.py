@@ -1,32 +1,23 @@
-"""The numeric core shared by the per-token, tensor and scalar codecs.
+"""Numbers in: a user's column (lists, numpy, any array-like) -> flat, checked numpy, once.
 
-Numbers take one of two paths. Python lists go through ``pyarrow.array`` with an explicit wide type
-(the column's integer type, or float64), so that pyarrow does not infer one; numpy
-arrays are concatenated once. Either way the column ends as one flat numpy array (and offsets)
-that :mod:`arrow_split._codecs._checks` validates in vectorised passes before it is cast to the
-column's type.
-
-pyarrow truncates a Python float to an integer column without a word (1.5 becomes 1), so integer
-columns from Python lists carry one more check: the Python sum of the values stays an ``int`` only
-if no float was among them.
+Checks are vectorised passes; only a failing one locates and names the bad value. Python lists
+take a fast path (one ``struct.pack`` per sample, which refuses what the column cannot hold; a
+``bool`` can hide only among 0/1 values, looked at one by one), else the careful path
+(``pyarrow.array`` with an explicit wide type; an integer column's Python sum must stay an int,
+as pyarrow truncates floats silently).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import struct
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, cast
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._arrow import numpy_dtype
-from arrow_split._codecs._base import EncodeOptions
-from arrow_split._codecs._checks import (
-    check_flag,
-    check_float32_exact,
-    check_int_range,
-    locate_python_value,
-)
-from arrow_split._codecs._pylists import flat_from_lists, is_bool_value
+from arrow_split._codecs._base import EncodeOptions, numpy_dtype
 from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
@@ -34,28 +25,33 @@ __all__ = [
     "ARROW_ERRORS",
     "as_array",
     "check_array_dtype",
+    "check_finite",
+    "check_flag",
+    "check_float32_exact",
+    "check_int_range",
+    "check_list_samples",
     "check_only_bools",
     "exact_integers",
     "finish",
     "flat_from_arrays",
+    "flat_from_lists",
     "flat_from_python",
     "is_array",
+    "is_bool_value",
     "is_flag",
+    "locate_python_value",
     "offsets_from_lengths",
     "only_bools",
+    "scalars_from_list",
     "target_dtype",
+    "where",
 ]
 
 ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
 def is_array(value: object) -> bool:
-    """Whether a sample is array-like, not a list.
-
-    Numpy arrays, anything with ``__array__`` or ``__dlpack__`` (a CPU torch tensor), and any
-    object exporting the buffer protocol (``array.array``, ``memoryview``), but not ``str`` or
-    ``bytes``.
-    """
+    """Whether a sample is array-like (numpy, ``__array__``, ``__dlpack__``, a buffer)."""
     if isinstance(value, (list, tuple, str, bytes, bytearray)):
         return False
     if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
@@ -72,9 +68,8 @@ def is_array(value: object) -> bool:
 def as_array(value: object, name: str, location: str) -> np.ndarray:
     """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made.
 
-    A masked array with masked values is refused: ``np.asarray`` would keep whatever the masked
-    slots hold. An object with ``__dlpack__`` but no ``__array__`` is read with
-    ``np.from_dlpack`` (no copy; CPU memory only).
+    A masked array with masked values is refused (``np.asarray`` would keep whatever the masked
+    slots hold); ``__dlpack__`` without ``__array__`` is read by ``np.from_dlpack`` (no copy).
     """
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
@@ -107,20 +102,14 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
 def is_flag(spec: ColumnSpec) -> bool:
     """Whether a column holds 0/1 values: a declared flag, or any column of Arrow type ``bool``.
 
-    A declared flag (``flag=True``: ``loss_masks``, ``truncated``, which RL frameworks fill with
-    the ints 0 and 1) takes bools and the ints 0 and 1, whatever their container. A column of
-    Arrow type ``bool`` not declared a flag takes bools only (:func:`only_bools`). Both refuse
-    anything else (a 2, a float); a bool column is never filled by ``astype(bool)``.
+    A declared flag (``loss_masks``, ``truncated``) takes bools and the ints 0 and 1; a ``bool``
+    column not declared a flag takes bools only (:func:`only_bools`); neither takes a 2 or a float.
     """
     return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
 def only_bools(spec: ColumnSpec) -> bool:
-    """Whether a column takes bools only: Arrow type ``bool`` and not declared ``flag=True``.
-
-    The one rule for a bool: it is a ``bool`` or ``numpy.bool_`` (a bool array), the same as for
-    a flag argument; ``[1, 0]`` is refused, as ``"False"`` is where a flag argument goes.
-    """
+    """Whether a column takes bools only (``bool``, ``numpy.bool_``): Arrow ``bool``, no flag."""
     return target_dtype(spec).kind == "b" and not spec.flag
 
 
@@ -149,8 +138,7 @@ def finish(
 ) -> np.ndarray:
     """Check flat ``values`` for ``spec`` and cast them to the column's dtype.
 
-    Finiteness is checked once the whole batch is encoded (it depends on the loss mask): see
-    :func:`arrow_split._convert.check_finite_columns`.
+    Finiteness is checked once the whole batch is encoded (it depends on the loss mask).
     """
     target = target_dtype(spec)
     if is_flag(spec):
@@ -195,9 +183,8 @@ def exact_integers(
 ) -> list[np.ndarray]:
     """``filled`` (the non-empty ``arrays``), made safe to concatenate into an integer column.
 
-    numpy concatenates uint64 with signed integers through float64, rounding values above 2**53:
-    when the two are mixed, the uint64 arrays become int64. A uint64 value above the int64
-    maximum fits no integer column type and is reported by sample and position.
+    numpy concatenates uint64 with signed integers through float64 (rounding above 2**53): mixed,
+    the uint64 arrays become int64, and a value above the int64 maximum is reported.
     """
     unsigned = [array.dtype == np.uint64 for array in filled]
     if not any(unsigned) or all(unsigned):
@@ -259,10 +246,7 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
 
 
 def check_only_bools(spec: ColumnSpec, samples: Sequence[object], *, ragged: bool) -> None:
-    """Raise :class:`ColumnTypeError` on a value that is not a bool in a bool-only column.
-
-    See :func:`only_bools`; ``ragged`` says whether each sample is a list of values.
-    """
+    """Raise :class:`ColumnTypeError` on a value that is not a bool in a bool-only column."""
     for sample, values in enumerate(samples):
         items = values if ragged and isinstance(values, (list, tuple)) else [values]
         for position, value in enumerate(items):
@@ -297,3 +281,340 @@ def _flat_from_mixed_flags(
             locate("values that are neither bool nor int")
         arrays.append(array.astype(np.int64))
     return flat_from_arrays(spec, arrays)
+
+
+# --- the fast path for Python lists --------------------------------------------------------------
+
+_TYPECODES = {("i" if code.islower() else "u", struct.calcsize(code)): code for code in "bhiqBHIQ"}
+"""``(numpy kind, item size)`` -> the typecode of that integer type (``struct``'s are the same)."""
+
+_MAX_LOOKS = 64  # 0/1 values looked at one by one, plus one per 64 values
+
+
+def _typecode(target: np.dtype, *, flag: bool) -> str | None:
+    """The ``struct`` typecode that holds ``target``'s values, ``bytes`` for 0/1 masks."""
+    if target.kind == "f":
+        return "d"  # float64: a value a float32 column would round is judged later
+    if target.kind not in "iu":
+        return None
+    if flag and target == np.uint8:
+        return "bytes"
+    return _TYPECODES.get((target.kind, target.itemsize))
+
+
+def _hides_a_bool(
+    samples: Sequence[list[Any]], values: np.ndarray, offsets: np.ndarray
+) -> bool | None:
+    """Whether a 0/1 value is a ``bool``; ``None`` if there are too many 0/1 values to look."""
+    if values.dtype.kind == "f":
+        candidates = np.flatnonzero((values == 0) | (values == 1))
+    else:
+        unsigned = values.view(np.dtype(f"u{values.dtype.itemsize}"))
+        candidates = np.flatnonzero(unsigned <= 1)
+    if not len(candidates):
+        return False
+    if len(candidates) > _MAX_LOOKS + len(values) // 64:
+        return None
+    rows = np.searchsorted(offsets, candidates, side="right") - 1
+    for index, row in zip(candidates.tolist(), rows.tolist(), strict=True):
+        if is_bool_value(samples[row][index - int(offsets[row])]):
+            return True
+    return False
+
+
+def is_bool_value(value: object) -> bool:
+    """Whether ``value`` is a bool in any container: ``bool``, ``numpy.bool_``, a 0-d bool array."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return str(getattr(value, "dtype", "")) in ("bool", "torch.bool")
+
+
+def _beyond_exact_ints(values: np.ndarray) -> bool:
+    """Whether a value is as large as 2**53 (where an int may not be exact as a double)."""
+    if not values.size:
+        return False
+    # fmax / fmin skip NaN (max would return it and hide a large value); no float64 copy
+    return bool(np.fmax.reduce(values) >= 2.0**53 or np.fmin.reduce(values) <= -(2.0**53))
+
+
+def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
+    """``pack(*args)``, with warnings raised as errors where a float is packed (``code`` "d").
+
+    A numpy complex packs as its real part with only a ``ComplexWarning``: that must send the
+    column to the careful path. Integer codes take ``__index__`` only: nothing to catch there.
+    """
+    if code != "d":
+        return pack(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return pack(*args)
+
+
+def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
+    """The C values of every list, one after the other (raises on a value refused)."""
+    if code == "bytes":  # bytearray(list) takes a fast path that bytes(list) does not (3x)
+        return b"".join([bytearray(values) for values in lists])
+    return b"".join([struct.pack(f"{len(values)}{code}", *values) for values in lists])
+
+
+def flat_from_lists(
+    target: np.dtype, samples: Sequence[object], *, flag: bool
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Flat values and offsets of a column of Python lists, or ``None`` for the careful path.
+
+    Integers come in ``target``'s type, floats as float64; the caller checks and casts them.
+    """
+    code = _typecode(target, flag=flag)
+    # len(), not truthiness: `samples` may be a numpy object array of lists
+    if code is None or len(samples) == 0:
+        return None
+    if not all(type(sample) is list for sample in samples):
+        return None
+    lists = cast("Sequence[list[Any]]", samples)
+    try:
+        joined = _strict(code, _join, code, lists)
+    except (TypeError, ValueError, OverflowError, struct.error, Warning):
+        return None
+    lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
+    offsets = offsets_from_lengths(lengths)
+    wide: dict[str, np.dtype] = {"d": np.dtype(np.float64), "bytes": np.dtype(np.uint8)}
+    values = np.frombuffer(joined, dtype=wide.get(code, target))
+    if code == "d" and _beyond_exact_ints(values):
+        return None
+    if not flag and _hides_a_bool(lists, values, offsets) is not False:
+        return None
+    return values, offsets
+
+
+def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray | None:
+    """One number per sample (int64 or float64) of Python numbers, or ``None`` (careful path)."""
+    code = "d" if target.kind == "f" else "q" if target.kind in "iu" else None
+    if code is None or len(samples) == 0:
+        return None
+    try:
+        packed = _strict(code, struct.pack, f"{len(samples)}{code}", *samples)
+    except (TypeError, ValueError, OverflowError, struct.error, Warning):
+        return None
+    values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)
+    if code == "d" and _beyond_exact_ints(values):
+        return None
+    # A bool packs as 0 or 1 in either column: look only at those places for one.
+    zero_or_one = (values == 0) | (values == 1)
+    for index in np.flatnonzero(zero_or_one).tolist():
+        if is_bool_value(samples[index]):
+            return None
+    return values
+
+
+# --- checks on flat numbers, and the errors naming the sample ------------------------------------
+
+
+def where(offsets: np.ndarray | None, flat_index: int) -> str:
+    """Describe a flat value index as ``sample i`` or ``sample i, position j``."""
+    if offsets is None:
+        return f"sample {flat_index}"
+    sample = int(np.searchsorted(offsets, flat_index, side="right")) - 1
+    return f"sample {sample}, position {flat_index - int(offsets[sample])}"
+
+
+def check_int_range(
+    name: str, values: np.ndarray, target: np.dtype, offsets: np.ndarray | None
+) -> None:
+    """Raise :class:`ValueRangeError` if an integer value does not fit ``target``."""
+    if values.size == 0 or np.can_cast(values.dtype, target, casting="safe"):
+        return
+    info = np.iinfo(target)
+    bad = (values < info.min) | (values > info.max)
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is out of range for "
+            f"{target} [{info.min}, {info.max}]; fix the value, or declare the column with a wider "
+            "`value_type` in a ColumnSpec"
+        )
+        raise ValueRangeError(msg)
+
+
+def check_finite(
+    name: str,
+    values: np.ndarray,
+    offsets: np.ndarray | None,
+    *,
+    counted: np.ndarray | None = None,
+    mask_name: str | None = None,
+) -> None:
+    """Raise :class:`ValueRangeError` on the first NaN or infinity the loss counts.
+
+    ``counted`` (aligned with ``values``) is the loss mask ``mask_name``: refused only where it is
+    not 0; without it everywhere (``mask_name`` then names the missing mask).
+    """
+    if values.size == 0 or values.dtype.kind != "f":
+        return
+    bad = ~np.isfinite(values)
+    if counted is not None:
+        bad &= counted != 0
+    if not bad.any():
+        return
+    index = int(np.argmax(bad))
+    if counted is not None:
+        msg = (
+            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r} where "
+            f"`{mask_name}` is {counted[index].item()!r}; NaN and infinity are refused on tokens "
+            f"that count toward the loss (allowed where `{mask_name}` is 0); fix the producer, "
+            "or pass `allow_nonfinite=True` to `from_train_data` to keep them everywhere"
+        )
+    else:
+        unmasked = (
+            f" (the batch has no `{mask_name}`: every response token counts)" if mask_name else ""
+        )
+        msg = (
+            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r}{unmasked}; NaN "
+            "and infinity are rejected by default; fix the producer, or pass "
+            "`allow_nonfinite=True` to `from_train_data` to keep them"
+        )
+    raise ValueRangeError(msg)
+
+
+def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
+    """Raise :class:`ValueRangeError` on the first value that is not 0 or 1."""
+    if values.size == 0 or values.dtype.kind == "b":
+        return
+    bad = (values != 0) & (values != 1)
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` must hold 0/1 (or bool) values, got "
+            f"{values[index].item()!r}"
+        )
+        raise ValueRangeError(msg)
+
+
+def check_float32_exact(
+    name: str, values: np.ndarray, rounded: np.ndarray, offsets: np.ndarray | None
+) -> None:
+    """Raise :class:`ValueRangeError` if ``rounded`` (float32) lost bits of wider ``values``."""
+    if values.size == 0 or values.dtype == rounded.dtype:
+        return
+    bad = values != rounded  # compared in float64, chunk by chunk: no full temporary copy
+    if bad.any():
+        bad &= ~np.isnan(values)  # NaN is judged by the finiteness check
+    if bad.any():
+        index = int(np.argmax(bad))
+        msg = (
+            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
+            "float32 and the column is float32 while `exact_floats=True`; drop `exact_floats` to "
+            "round to the nearest float32 (what `torch.tensor(..., dtype=torch.float32)` does), "
+            "or declare the column float64 with a ColumnSpec to keep every bit"
+        )
+        raise ValueRangeError(msg)
+
+
+def _convert_hint(kind: str) -> str:
+    """The Python conversion that makes one value fit a column of ``kind``."""
+    if kind == "float":
+        return "`float(v)`"
+    if kind == "integer":
+        return "`int(v)`"
+    return "`int(bool(v))`"
+
+
+def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None:
+    """Say what is wrong with one Python value of a numeric column, or ``None``."""
+    if value is None:
+        return "None"
+    if isinstance(value, (bool, np.bool_)):
+        return None if flag else "a bool"
+    if isinstance(value, (int, np.integer)):
+        return None
+    if isinstance(value, (float, np.floating)):
+        return "a float" if integer else None
+    return f"a {type(value).__name__}"
+
+
+def _article(word: str) -> str:
+    return "an" if word[0] in "aeiou" else "a"
+
+
+def _is_list_sample(values: object) -> bool:
+    """Whether a sample of a ragged column is an ordered sequence of values (not text, a set...)."""
+    return type(values) is list or (
+        isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray))
+    )
+
+
+def check_list_samples(name: str, samples: Sequence[object]) -> None:
+    """Raise :class:`ColumnTypeError` on the first sample that is not a list of values.
+
+    pyarrow would read a ``bytes`` sample as its byte values and a ``set`` in arbitrary order;
+    neither is a sample of a ragged column.
+    """
+    for sample, values in enumerate(samples):
+        if not _is_list_sample(values):
+            msg = (
+                f"sample {sample}: `{name}` must be a list of numbers per sample, got "
+                f"{type(values).__name__} {values!r:.40}; pass a list or a 1-D numpy array"
+            )
+            raise ColumnTypeError(msg)
+
+
+def _numbered(
+    samples: Sequence[object], *, ragged: bool, name: str, start: int
+) -> Iterator[tuple[str, object]]:
+    """Yield ``(where, value)`` for every value of a Python column, checking ragged samples."""
+    if ragged:
+        check_list_samples(name, samples)
+    for sample, values in enumerate(samples, start=start):
+        if not ragged:
+            yield f"sample {sample}", values
+            continue
+        for position, value in enumerate(cast("Sequence[object]", values)):
+            yield f"sample {sample}, position {position}", value
+
+
+def locate_python_value(
+    name: str,
+    samples: Sequence[object],
+    *,
+    target: np.dtype,
+    flag: bool,
+    ragged: bool,
+    cause: str,
+    start: int = 0,
+) -> NoReturn:
+    """Find the first value of a Python column that its numeric column cannot hold, and raise.
+
+    ``cause`` is what the fast conversion reported; it is shown if the scan finds nothing more
+    precise. ``start`` is the number of the first sample in ``samples``.
+    """
+    integer = target.kind in "iub"
+    kind = "flag (0/1)" if flag else "integer" if integer else "float"
+    bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
+    for location, value in _numbered(samples, ragged=ragged, name=name, start=start):
+        if (
+            integer
+            and isinstance(value, (int, np.integer))
+            and not bounds.min <= value <= bounds.max
+        ):
+            msg = (
+                f"{location}: `{name}` value {value!r} is out of range for "
+                f"{bounds.dtype} [{bounds.min}, {bounds.max}]; fix the value, or declare the "
+                "column with a wider `value_type` in a ColumnSpec"
+            )
+            raise ValueRangeError(msg)
+        if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
+            msg = (
+                f"{location}: `{name}` value {value!r:.40} is an int outside int64 in a float "
+                "column; pass floats (`float(v)`, where it fits a float64)"
+            )
+            raise ValueRangeError(msg)
+        problem = _bad_python_value(value, integer=integer, flag=flag)
+        if problem is not None:
+            msg = (
+                f"{location}: `{name}` is {_article(kind)} {kind} column but holds {problem} "
+                f"({value!r:.40}); "
+                f"pass {kind} values (convert in the producer, e.g. {_convert_hint(kind)} or "
+                "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
+            )
+            raise ColumnTypeError(msg)
+    msg = f"`{name}` could not be converted to a {kind} column: {cause}"
+    raise ColumnTypeError(msg)

@@ -1,46 +1,143 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
-``string``: ``large_string``; a column whose samples are not all exactly ``str`` falls back to
-``pickle`` (the spec as used says so). ``json``: ``large_string``, one JSON text per sample, when
-every sample round-trips exactly through JSON (dicts with str keys, lists, str, int, finite
-float, bool, None), else ``pickle`` likewise; decoded with ``json.loads`` (no code runs).
-``string_list``: ``large_list<large_string>``. ``pickle``:
-one pickle (protocol 5) per *distinct* value, in a ``dictionary<int32, large_binary>``
-(:mod:`arrow_split._codecs._shared`), ``None`` as a null row; decoded only on the rank that
-owns the row, each row into its own object.
-
-Stored once. The samples of a prompt share values: a sample whose object is one already seen
-in the call (the same object) is not pickled again, and one whose pickle has the bytes of an
-earlier one points at that one's entry. A take keeps only the entries its rows use. A column
-read from an older dump (``large_binary``, one pickle per row) decodes and takes as before.
+``string`` and ``json`` (when every sample round-trips exactly) are ``large_string``,
+``string_list`` ``large_list<large_string>``; anything else falls back to ``pickle`` (the spec
+as used says so): one pickle per *distinct* value in a canonical ``dictionary<int32,
+large_binary>`` (values in the order of first use; a take keeps only those its rows use; an
+older dump's ``large_binary`` reads as before). A pickle is a program: :func:`loads_plain`
+reads plain data only (an allowlist of builtins and numpy), else :class:`NotPlainData`.
 """
 
 from __future__ import annotations
 
+import builtins
+import codecs
 import dataclasses
+import importlib
+import io
 import json
 import math
 import pickle
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields
-from arrow_split._codecs._shared import (
-    SHARED_TYPE,
-    encode_once,
-    is_shared,
-    row_views,
-    stored_once,
-    take_once,
-)
-from arrow_split._codecs._types import list_type
-from arrow_split._safe_pickle import NotPlainData, loads_plain, loads_trusted
+from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, list_type
 from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
-__all__ = ["ObjectsCodec"]
+__all__ = [
+    "NotPlainData",
+    "ObjectsCodec",
+    "SHARED_TYPE",
+    "canonical_codes",
+    "codes_and_validity",
+    "encode_once",
+    "is_shared",
+    "loads_plain",
+    "loads_trusted",
+    "row_views",
+    "stored_once",
+    "take_once",
+]
+
+SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
+"""The Arrow type of a pickled-object column: one dictionary entry per distinct pickle."""
+
+
+def is_shared(array: pa.Array) -> bool:
+    """Whether ``array`` is stored once per distinct value (a dictionary array)."""
+    return bool(pa.types.is_dictionary(array.type))
+
+
+def _dictionary_array(codes: np.ndarray, valid: np.ndarray, values: pa.Array) -> pa.Array:
+    mask = None if valid.all() else ~valid
+    indices = pa.array(codes, type=pa.int32(), mask=mask)
+    return pa.DictionaryArray.from_arrays(indices, values)
+
+
+def encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
+    """The dictionary array of per-sample pickles (``None``: a null row)."""
+    codes = np.zeros(len(pickles), dtype=np.int32)
+    valid = np.ones(len(pickles), dtype=bool)
+    first: dict[bytes, int] = {}
+    for row, pickled in enumerate(pickles):
+        if pickled is None:
+            valid[row] = False
+        else:
+            codes[row] = first.setdefault(pickled, len(first))
+    return _dictionary_array(codes, valid, pa.array(list(first), type=pa.large_binary()))
+
+
+def stored_once(array: pa.Array) -> pa.Array:
+    """A plain ``large_binary`` column (an older dump's, a Parquet file's) stored once."""
+    if is_shared(array):
+        return array
+    return encode_once([None if view is None else view.tobytes() for view in row_views(array)])
+
+
+def canonical_codes(codes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes renumbered by first use, and the old code of each new one (in order)."""
+    used = codes[valid]
+    distinct, first_row = np.unique(used, return_index=True)
+    old = distinct[np.argsort(first_row, kind="stable")]
+    renumber = np.zeros(int(distinct.max()) + 1 if distinct.size else 1, dtype=np.int32)
+    renumber[old] = np.arange(len(old), dtype=np.int32)
+    new = np.where(valid, renumber[np.where(valid, codes, 0)], 0).astype(np.int32)
+    return new, old
+
+
+def codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """A dictionary array's int32 codes (0 where null) and its validity, as numpy."""
+    indices = array.indices
+    valid = np.asarray(indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    codes = np.asarray(indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int32)
+    return codes, valid
+
+
+def take_once(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """The rows ``indices`` (int64) of a dictionary array, with only the values they use."""
+    codes, valid = codes_and_validity(array)
+    codes, valid = codes[indices], valid[indices]
+    new, old = canonical_codes(codes, valid)
+    values = array.dictionary.take(pa.array(old, type=pa.int64()))
+    return _dictionary_array(new, valid, values)
+
+
+def _binary_views(array: pa.Array) -> list[memoryview | None]:
+    """Each row's bytes of a ``binary`` / ``large_binary`` array, a view of its data buffer."""
+    wide = pa.types.is_large_binary(array.type)
+    if not (wide or pa.types.is_binary(array.type)):
+        return [None if not s.is_valid else memoryview(s.as_buffer()) for s in array]
+    _, offsets_buffer, data_buffer = array.buffers()
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
+    bounds = offsets[array.offset : array.offset + len(array) + 1].tolist()
+    data = memoryview(data_buffer if data_buffer is not None else b"").cast("B")
+    views: list[memoryview | None] = [data[bounds[i] : bounds[i + 1]] for i in range(len(array))]
+    if array.null_count:
+        valid = array.is_valid().to_numpy(zero_copy_only=False).tolist()
+        views = [view if ok else None for view, ok in zip(views, valid, strict=True)]
+    return views
+
+
+def row_views(array: pa.Array) -> Iterator[memoryview | None]:
+    """One view of each row's bytes (``None`` for a null row), dictionary or plain binary.
+
+    Views of the array's own data buffer (no copy, no Arrow scalar per row); a dictionary's
+    values are viewed once each, whatever number of rows use them.
+    """
+    if not is_shared(array):
+        yield from _binary_views(array)
+        return
+    codes, valid = codes_and_validity(array)
+    values = _binary_views(array.dictionary)
+    for code, is_valid in zip(codes.tolist(), valid.tolist(), strict=True):
+        yield values[code] if is_valid else None
+
+
+# --- the codec -----------------------------------------------------------------------------------
+
 
 _TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
     "string": (pa.large_string(),),
@@ -195,3 +292,66 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
             f"pickled ({exc}); store a picklable value"
         )
         raise ColumnTypeError(msg) from None
+
+
+# --- plain data: an unpickler that runs no code a file brings ------------------------------------
+
+
+_CORE = "numpy._core" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core"
+_NUMERIC = importlib.import_module(f"{_CORE}.numeric")
+_MULTIARRAY = importlib.import_module(f"{_CORE}.multiarray")
+_NUMPY_FUNCTIONS = {
+    "_frombuffer": _NUMERIC._frombuffer,
+    "_reconstruct": _MULTIARRAY._reconstruct,
+    "scalar": _MULTIARRAY.scalar,
+}
+_ALLOWED: dict[tuple[str, str], object] = {
+    ("numpy", "ndarray"): np.ndarray,
+    ("numpy", "dtype"): np.dtype,
+    **{
+        (f"numpy.{core}.{module}", name): function
+        for core in ("core", "_core")
+        for module, name, function in (
+            ("numeric", "_frombuffer", _NUMPY_FUNCTIONS["_frombuffer"]),
+            ("multiarray", "_reconstruct", _NUMPY_FUNCTIONS["_reconstruct"]),
+            ("multiarray", "scalar", _NUMPY_FUNCTIONS["scalar"]),
+        )
+    },
+    **{
+        ("builtins", name): getattr(builtins, name)
+        for name in ("bytearray", "complex", "frozenset", "set")
+    },
+    ("_codecs", "encode"): codecs.encode,  # bytes in protocols 0 to 2: a pure text encoding
+}
+
+
+class NotPlainData(Exception):  # noqa: N818 - internal signal, turned into a library error
+    """A pickle names a callable outside the allowlist (``module.name``)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> object:
+        if module == "__builtin__":  # protocols 0 to 2 name Python 2's module
+            module = "builtins"
+        found = _ALLOWED.get((module, name))
+        if found is None:
+            raise NotPlainData(f"{module}.{name}")
+        return found
+
+
+def loads_plain(data: bytes | memoryview) -> object:
+    """The plain data a pickle holds, running no code it names.
+
+    Raises :class:`NotPlainData` for a callable outside the allowlist, and anything a broken
+    pickle raises (the caller turns both into typed errors).
+    """
+    return _PlainUnpickler(io.BytesIO(data)).load()
+
+
+def loads_trusted(data: bytes | memoryview) -> object:
+    """Any pickle (``pickle.loads``): only for objects the caller trusts."""
+    return pickle.loads(data)

@@ -1,15 +1,25 @@
-"""The ``per_sample_scalar`` codec: one number per sample, a primitive Arrow column."""
+"""One value per sample (:class:`ScalarCodec`), and one value per batch.
+
+Batch-global values are never split: checked once against their documented shape, kept as
+Python values and numpy arrays beside the record batch, carried whole by every shard.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from arrow_split._codecs._arrow import numpy_view
-from arrow_split._codecs._base import Codec, EncodeOptions, FlatNumbers, TypeFields, stored_type
-from arrow_split._codecs._checks import locate_python_value
+from arrow_split._codecs._base import (
+    Codec,
+    EncodeOptions,
+    FlatNumbers,
+    TypeFields,
+    numpy_view,
+    stored_type,
+)
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
     as_array,
@@ -17,15 +27,23 @@ from arrow_split._codecs._numeric import (
     check_only_bools,
     finish,
     is_array,
+    is_bool_value,
     is_flag,
+    locate_python_value,
     only_bools,
+    scalars_from_list,
     target_dtype,
 )
-from arrow_split._codecs._pylists import is_bool_value, scalars_from_list
-from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec
+from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
+from arrow_split.schema import ColumnSpec, role_column
 
-__all__ = ["ScalarCodec"]
+__all__ = [
+    "ScalarCodec",
+    "check_batch_global",
+    "check_per_sample_values",
+    "global_to_python",
+    "unpadded_samples",
+]
 
 
 class ScalarCodec(Codec):
@@ -120,3 +138,169 @@ def _is_plain_int(value: object) -> bool:
     if isinstance(value, np.ndarray):
         return value.ndim == 0 and value.dtype.kind in "iu"
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+# --- batch-global values -------------------------------------------------------------------------
+
+
+_SHAPE_TEXT = {
+    "int": "one int",
+    "int_list": "a list of ints",
+    "int_map": "a dict of int keys to non-negative int values",
+    "str_list": "a list of str",
+    "float_per_sample": "one number per sample of the whole batch",
+}
+
+
+def _shape_error(spec: ColumnSpec, value: object, detail: str) -> SchemaError:
+    expected = _SHAPE_TEXT[spec.global_shape or "int"]
+    msg = (
+        f"batch-global key `{spec.name}` must be {expected}, got {type(value).__name__} "
+        f"{value!r:.60}: {detail}"
+    )
+    return SchemaError(msg)
+
+
+_NOT_REAL = (bool, np.bool_, complex, np.complexfloating)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def _as_list(spec: ColumnSpec, value: object) -> list[object]:
+    if isinstance(value, np.ndarray):
+        if value.ndim != 1:
+            raise _shape_error(spec, value, f"an array of shape {value.shape}")
+        return list(value.tolist())
+    if not isinstance(value, (list, tuple)):
+        raise _shape_error(spec, value, "not a list")
+    return list(value)
+
+
+def _check_per_sample(
+    spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
+) -> np.ndarray:
+    items = _as_list(spec, value)
+    if len(items) != num_samples:
+        msg = (
+            f"batch-global key `{spec.name}` has {len(items)} values but the batch has "
+            f"{num_samples} samples; it holds one value per sample of the WHOLE batch"
+        )
+        raise SchemaError(msg)
+    for sample, item in enumerate(items):
+        if isinstance(item, _NOT_REAL) or not isinstance(item, (int, float, np.number)):
+            msg = (
+                f"sample {sample}: `{spec.name}` must hold real numbers (int or float), got "
+                f"{type(item).__name__} {item!r:.40}"
+            )
+            raise ColumnTypeError(msg)
+    floats = _floats(spec, items)
+    if not allow_nonfinite and not np.isfinite(floats).all():
+        sample = int(np.argmin(np.isfinite(floats)))
+        msg = (
+            f"sample {sample}: `{spec.name}` holds {items[sample]!r}; NaN and infinity are "
+            "rejected by default; pass `allow_nonfinite=True` to keep them"
+        )
+        raise ValueRangeError(msg)
+    floats.flags.writeable = False
+    return floats
+
+
+def _floats(spec: ColumnSpec, items: list[object]) -> np.ndarray:
+    """The items as float64; an int too large for a float64 is a :class:`ValueRangeError`."""
+    try:
+        return np.asarray(items, dtype=np.float64)
+    except OverflowError:
+        sample = next(i for i, item in enumerate(items) if not _fits_float64(item))
+        msg = (
+            f"sample {sample}: `{spec.name}` value {items[sample]!r:.60} is too large for a "
+            "float64; fix the value in the producer"
+        )
+        raise ValueRangeError(msg) from None
+
+
+def _fits_float64(item: object) -> bool:
+    try:
+        float(item)  # type: ignore[arg-type]
+    except OverflowError:
+        return False
+    return True
+
+
+def check_per_sample_values(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> None:
+    """The checks of a per-sample global that need no batch size (its length comes later)."""
+    _check_per_sample(spec, value, len(_as_list(spec, value)), allow_nonfinite)
+
+
+def check_batch_global(
+    spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
+) -> object:
+    """Check a user's batch-global value against ``spec.global_shape``, once; a private copy.
+
+    Raises
+    ------
+    SchemaError, ColumnTypeError, ValueRangeError
+        Not the documented shape; a per-sample global's non-number, or NaN/inf without
+        ``allow_nonfinite``.
+    """
+    shape = spec.global_shape
+    if shape == "float_per_sample":
+        return _check_per_sample(spec, value, num_samples, allow_nonfinite)
+    if shape == "int":
+        if not _is_int(value):
+            raise _shape_error(spec, value, "not an int")
+        if int(value) < 0:  # type: ignore[call-overload]
+            raise _shape_error(spec, value, "a negative count")
+        return int(value)  # type: ignore[call-overload]
+    if shape == "int_map":
+        return _check_int_map(spec, value)
+    items = _as_list(spec, value)
+    wanted = _is_int if shape == "int_list" else (lambda item: isinstance(item, str))
+    for position, item in enumerate(items):
+        if not wanted(item):
+            raise _shape_error(spec, value, f"item {position} is {item!r:.40}")
+    return [int(item) for item in items] if shape == "int_list" else items  # type: ignore[call-overload]
+
+
+def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
+    """A dict of int keys to non-negative int values, copied with plain ints."""
+    if not isinstance(value, Mapping):
+        raise _shape_error(spec, value, "not a dict")
+    checked: dict[int, int] = {}
+    for key, item in value.items():
+        if not _is_int(key):
+            raise _shape_error(spec, value, f"key {key!r:.40} is not an int")
+        if not _is_int(item) or int(item) < 0:
+            raise _shape_error(spec, value, f"the value of key {key!r} is {item!r:.40}")
+        checked[int(key)] = int(item)
+    return checked
+
+
+def unpadded_samples(
+    num_samples: int, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]
+) -> int:
+    """The samples a per-sample batch-global value covers: every row but the padding rows.
+
+    Padding rows (true in the column with the ``padding`` role, see
+    :func:`arrow_split.pad_to_dp`) never enter batch statistics such as ``raw_reward``.
+    """
+    marker = role_column(specs, "padding")
+    if marker is None or marker not in columns:
+        return num_samples
+    flags = columns[marker]
+    return num_samples - int(pc.sum(flags.fill_null(False)).as_py() or 0)
+
+
+def global_to_python(values: Mapping[str, object]) -> dict[str, object]:
+    """Return the batch-global values in the classic layout (lists, ints), as fresh objects."""
+    return {
+        key: value.tolist() if isinstance(value, np.ndarray) else _copy(value)
+        for key, value in values.items()
+    }
+
+
+def _copy(value: object) -> object:
+    if isinstance(value, dict):
+        return dict(value)
+    return list(value) if isinstance(value, list) else value
