@@ -5,7 +5,7 @@ The samples of one prompt share objects (the prompt's messages, its processed im
 Arrow dictionary, and one int32 index per sample (null for ``None``). The form is *canonical*:
 the dictionary holds exactly the values the rows use, in the order of their first row, so the
 same samples always give the same array, whether they went through ``from_train_data``, the
-builder (which dedupes across its calls: :mod:`arrow_split._codecs._growable_once`), a dump or
+builder (which dedupes across its calls: :mod:`arrow_split._codecs._growable`), a dump or
 a take.
 
 - :func:`encode_once`: the per-sample pickles (``None`` for null) -> the array. Equal bytes are
