@@ -1,15 +1,18 @@
 """The streaming builder: samples become columnar as they finish, not at the step's end.
 
-:class:`RolloutBatchBuilder` encodes each appended sample (or group of samples) at once, through
-the same path as :meth:`RolloutBatch.from_train_data` (:func:`arrow_split._convert.encode_columns`
-and the codecs), so every check and message is the same; the encoded values are appended to
-growable Arrow columns (:mod:`arrow_split._codecs._growable`), which
-:meth:`RolloutBatchBuilder.finish` hands over to the batch without a copy.
+:class:`RolloutBatchBuilder` parses its options once, at construction. Each call encodes its
+samples once, through the path of :meth:`RolloutBatch.from_train_data`
+(:func:`arrow_split._convert.encode_columns` and the codecs), checks what the step adds (keys,
+tensor shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
+columns (:mod:`arrow_split._codecs._growable`); :meth:`RolloutBatchBuilder.finish` hands them to
+the batch without a copy and without checking them again. With a journal, each accepted call is a
+record of :mod:`arrow_split._journal` before it returns.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -17,10 +20,6 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice, as_flag, as_path, describe
-from arrow_split._builder_group import Group, group_record, shifted
-from arrow_split._builder_journal import journal_header, recover_journal
-from arrow_split._builder_specs import KeySpecs
-from arrow_split._builder_step import StepState
 from arrow_split._codecs import (
     EncodeOptions,
     ScalarCodec,
@@ -28,87 +27,79 @@ from arrow_split._codecs import (
     check_per_sample_values,
     codec_for,
 )
-from arrow_split._codecs._growable import Growable
+from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
+    Group,
     JournalDamage,
     JournalSync,
     OnDuplicate,
     Record,
     StepJournal,
-    spec_to_json,
+    global_from_record,
+    global_record,
+    group_from_record,
+    group_record,
+    journal_header,
 )
-from arrow_split._journal_values import pack_value
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
+    DuplicateSampleError,
     JournalError,
+    RaggedLengthError,
     SchemaError,
     SchemaTypeError,
 )
 from arrow_split.schema import (
     KNOWN_COLUMNS,
+    TOTAL_LENGTHS,
     ColumnSpec,
+    resolve_specs,
     role_column,
 )
 
 __all__ = ["RolloutBatchBuilder"]
 
+_SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
+_IDENTITY_FIX = (
+    "pass a per-sample scalar key of ints or strings (such as `sample_indices`), "
+    "declared with a ColumnSpec if it is not a known key, or `identity=None`"
+)
 
-def _copy_value(value: object) -> object:
-    """A private copy of a list or array given to :meth:`RolloutBatchBuilder.set_global`."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return list(value) if isinstance(value, (list, tuple)) else value
 
-
-class RolloutBatchBuilder(StepState):
+class RolloutBatchBuilder:
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
     Each :meth:`append` (one sample) or :meth:`extend` (a group in the train-data layout) is
     validated at once with the rules, error types and messages of
     :meth:`RolloutBatch.from_train_data`, the message naming the sample's position in the
-    batch; a rejected call leaves the builder exactly as it was, so a loop can log the error,
-    drop the sample and go on. :meth:`finish` returns the batch, equal to ``from_train_data`` of
-    the same samples and batch-global values, and leaves the builder empty for the next step,
-    its buffers' capacity kept.
+    batch; a rejected call leaves the builder exactly as it was. :meth:`finish` returns the
+    batch, equal to ``from_train_data`` of the same samples and batch-global values, and leaves
+    the builder empty for the next step, its buffers' capacity kept (docs/builder.md).
 
     Keys. The first call of a step fixes the per-sample keys; a later sample with a key missing
-    or added is a :class:`SchemaError`. A per-sample batch-global key (``raw_reward``: one number
-    per sample) may come with the samples, one value each, or whole through :meth:`set_global`;
-    other batch-global keys through :meth:`set_global`, or with a sample or group (then every
-    one that has it must give the same value). Rules on the whole batch (a ``raw_reward`` given
-    whole has one value per sample) are checked by :meth:`finish`.
+    or added is a :class:`SchemaError`. A per-sample batch-global key (``raw_reward``) may come
+    with the samples, one value each, or whole through :meth:`set_global`; other batch-global
+    keys through :meth:`set_global`, or with a sample or group (then every one that has it gives
+    the same value). Rules on the whole batch are checked by :meth:`finish`.
 
     Values are Python lists, numpy arrays, ``array.array`` or any object that exports the
-    buffer protocol, ``__array__`` or DLPack (a CPU torch tensor). They are copied: the batch
-    never shares the caller's memory.
+    buffer protocol, ``__array__`` or DLPack (a CPU torch tensor); they are copied. A builder is
+    not thread-safe: use one per producer thread, or a lock.
 
-    Cost. Each call converts its values once (Python lists through ``struct``, arrays by a
-    copy) and copies them into the builder's buffers; besides, each call has a fixed cost of a
-    few hundred microseconds, so extending by groups (the ``n_samples_per_prompt`` samples of a
-    prompt) is cheaper than appending sample by sample. :meth:`finish` copies nothing: the
-    buffers become the batch's, and the next step's buffers start at the same capacity.
-
-    Threads. A builder is not thread-safe: use one per producer thread (and put their batches
-    together afterwards), or guard it with a lock. An asyncio loop on one thread needs nothing.
-
-    Journal. With ``journal=folder`` every accepted call is written to the step's journal file in
-    ``folder`` before it returns (:mod:`arrow_split._journal` describes the files), so the
-    samples of a call that returned survive a crash of the process: :meth:`recover` rebuilds the
-    builder from the folder and appends go on. :meth:`finish` writes the step's dump
-    ``step-<n>.arrow`` (the bytes of ``batch.write``) and starts step ``n + 1``'s journal.
-    ``sync`` says when the OS is asked to write the journal through to the disk (which matters
-    for a crash of the machine, not of the process): ``"call"`` after every call, ``"step"``
-    at :meth:`finish` (the dump is synced), ``"os"`` never (the OS writes when it likes; the
-    dump is still synced). A write that fails (a full disk) raises :class:`JournalError` and
-    leaves the builder and the journal as they were.
+    Journal. With ``journal=folder`` every accepted call is written to the step's journal in
+    ``folder`` before it returns, so it survives a crash of the process: :meth:`recover` rebuilds
+    the builder and appends go on; :meth:`finish` writes the step's dump ``step-<n>.arrow`` and
+    starts the next step's journal (docs/journal.md). ``sync`` says when the OS is asked to write
+    through to the disk: ``"call"`` after every call, ``"step"`` at :meth:`finish`, ``"os"``
+    never (the dump is always synced). A failed write raises :class:`JournalError` and leaves the
+    builder and the journal as they were.
 
     Identity. With ``identity=key`` (a per-sample key such as ``"sample_indices"``), a sample
     whose ``key`` value the builder holds already this step is a replay: ``on_duplicate="skip"``
-    (the default) drops it (the call adds the other samples and returns how many it added),
-    ``"error"`` raises :class:`DuplicateSampleError` and adds nothing. A loop that replays its
-    last group after :meth:`recover` cannot duplicate samples.
+    (the default) drops it, ``"error"`` raises :class:`DuplicateSampleError` and adds nothing.
+    A loop that replays its last group after :meth:`recover` cannot duplicate samples.
 
     Parameters
     ----------
@@ -145,7 +136,22 @@ class RolloutBatchBuilder(StepState):
     (2, 0)
     """
 
-    __slots__ = ("_journal", "_keys", "_trust_objects")
+    __slots__ = (
+        "_columns",
+        "_declared",
+        "_globals",
+        "_identity",
+        "_journal",
+        "_known",
+        "_length",
+        "_on_duplicate",
+        "_options",
+        "_sample_globals",
+        "_sample_keys",
+        "_seen",
+        "_specs",
+        "_trust_objects",
+    )
 
     def __init__(
         self,
@@ -158,58 +164,56 @@ class RolloutBatchBuilder(StepState):
         identity: str | None = None,
         on_duplicate: OnDuplicate = "skip",
     ) -> None:
-        self._keys = KeySpecs(specs)
+        self._declared = tuple(specs)
+        resolve_specs((), self._declared)  # type and duplicate checks, before any sample
+        self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
         self._options = EncodeOptions(
             allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
             exact_floats=as_flag("exact_floats", exact_floats),
         )
-        self._identity = self._checked_identity(identity)
+        self._identity = self._as_identity(identity)
         self._on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)
-        self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
         self._trust_objects = True  # False while a step holds samples recovered untrusted
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
         folder = None if journal is None else as_path("journal", journal)
-        self._journal = (
-            None
-            if folder is None
-            else StepJournal.create(
-                folder, journal_header(self._keys.declared, self._options, self._identity), sync
-            )
-        )
+        self._journal = None if folder is None else StepJournal.create(folder, self._header(), sync)
         self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
         self._sample_globals: dict[str, Growable] = {}
-        self._sample_keys: tuple[str, ...] | None = None
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget the step's keys, specs, globals and identities (the growables are emptied)."""
+        self._sample_keys: tuple[str, ...] | None = None  # fixed by the step's first call
         self._specs: dict[str, ColumnSpec] = {}  # this step's specs as used, in key order
         self._globals: dict[str, object] = {}
+        self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
         self._length = 0
 
-    def _checked_identity(self, identity: object) -> str | None:
+    def _header(self) -> dict[str, object]:
+        return journal_header(self._declared, self._options, self._identity)
+
+    def _as_identity(self, identity: object) -> str | None:
         """The identity key, if it names a per-sample scalar column of ints or strings."""
         if identity is None:
             return None
         if not isinstance(identity, str):
             msg = f"`identity` must be a per-sample key (a str) or None, got {describe(identity)}"
             raise SchemaTypeError(msg)
-        fix = (
-            "pass a per-sample scalar key of ints or strings (such as `sample_indices`), "
-            "declared with a ColumnSpec if it is not a known key, or `identity=None`"
-        )
         try:
-            spec = self._keys.spec(identity)
+            spec = self._spec(identity)
         except SchemaError as exc:
-            msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); {fix}"
-            raise SchemaError(msg) from None
+            msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); "
+            raise SchemaError(msg + _IDENTITY_FIX) from None
         value_type = spec.value_type
         hashable = value_type is not None and (
             pa.types.is_integer(value_type)
             or pa.types.is_string(value_type)
             or pa.types.is_large_string(value_type)
         )
-        one_value = spec.is_per_sample and isinstance(codec_for(spec), ScalarCodec)
-        if not one_value or not hashable:
+        if not (spec.is_per_sample and isinstance(codec_for(spec), ScalarCodec)) or not hashable:
             msg = (
                 f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
-                f"identify a sample; {fix}"
+                f"identify a sample; {_IDENTITY_FIX}"
             )
             raise SchemaError(msg)
         return identity
@@ -226,8 +230,38 @@ class RolloutBatchBuilder(StepState):
         keys = ", ".join(self._specs) or "no keys yet"
         return f"RolloutBatchBuilder({self._length} samples; {keys})"
 
+    # -- keys and specs: declared once, each key resolved at its first use
+
+    def _spec(self, key: str) -> ColumnSpec:
+        """The spec of ``key``, resolved at its first use (an unknown key raises then)."""
+        if key not in self._known:
+            self._known[key] = resolve_specs([key], self._declared)[key]
+        return self._known[key]
+
     def _per_sample(self, key: str) -> bool:
-        return self._keys.per_sample(key)
+        """Whether ``key`` gives one value per sample (unknown keys too: resolving raises)."""
+        if key == TOTAL_LENGTHS:  # checked against the length source, never stored
+            return True
+        declared = any(spec.name == key for spec in self._declared)
+        if key not in self._known and key not in KNOWN_COLUMNS and not declared:
+            return True
+        spec = self._spec(key)
+        return spec.is_per_sample or spec.global_shape == "float_per_sample"
+
+    def _resolve(self, keys: Iterable[str]) -> dict[str, ColumnSpec]:
+        """A group's specs: the step's as used, or resolved anew (together, in a first call)."""
+        used = self._specs
+        if self._sample_keys is None:
+            resolved = resolve_specs(keys, self._declared)  # role checks too
+            self._known.update(resolved)
+            return {key: used.get(key, spec) for key, spec in resolved.items()}
+        return {
+            key: used[key] if key in used else self._spec(key)
+            for key in keys
+            if key != TOTAL_LENGTHS
+        }
+
+    # -- the door: append, extend, set_global
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -285,7 +319,7 @@ class RolloutBatchBuilder(StepState):
             ``key`` is not a batch-global key, is given per sample already, or ``value`` does
             not have the key's documented shape.
         """
-        spec = self._keys.spec(key)
+        spec = self._spec(key)
         if spec.is_per_sample:
             msg = f"`{key}` is a {spec.kind} key; pass it with `append` or `extend`"
             raise SchemaError(msg)
@@ -300,33 +334,159 @@ class RolloutBatchBuilder(StepState):
             value = _copy_value(value)  # its length is checked by `finish`
         else:
             value = check_batch_global(spec, value, 0, self._options.allow_nonfinite)
-        self._journal_global(key, spec, value)
-        self._set_global(key, spec, value)
-
-    def _journal_global(self, key: str, spec: ColumnSpec, value: object) -> None:
-        if self._journal is not None:
-            meta = {"key": key, "spec": spec_to_json(spec), "value": pack_value(spec, value)}
-            self._journal.write("global", meta, [])
+        self._commit_global(key, spec, value)
 
     def _add(self, train_data: Mapping[str, Any]) -> int:
+        """Encode and check a group once, then journal and commit it."""
         base = self._length
         sample_keys = self._check_keys(train_data, base)
         try:
-            first = self._sample_keys is None
-            resolved = self._keys.resolve(train_data.keys(), self._specs, first)
+            resolved = self._resolve(train_data.keys())
             columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
         except ArrowSplitError as error:
-            raise shifted(error, base) from None
+            raise _shifted(error, base) from None
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
         self._check_identity(checked, base)
-        group = self._first_seen(checked)
+        group = self._first_seen(checked, self._on_duplicate)
         if group is None:
             return 0
-        if self._journal is not None:
-            self._journal.write("group", *group_record(group))
         self._commit(group)
         return group.count
+
+    # -- the step's rules on a group (a call's, or a journal record's)
+
+    def _check_keys(self, train_data: Mapping[str, Any], base: int) -> tuple[str, ...]:
+        sample_keys = tuple(key for key in train_data if self._per_sample(key))
+        for key in sample_keys:
+            if key in self._globals:
+                msg = (
+                    f"sample {base}: batch-global key `{key}` was given whole by `set_global` "
+                    "in this step; give it one way only"
+                )
+                raise SchemaError(msg)
+        if self._sample_keys is None:
+            return sample_keys
+        missing = [key for key in self._sample_keys if key not in sample_keys]
+        added = [key for key in sample_keys if key not in self._sample_keys]
+        if missing or added:
+            what = f"lacks key `{missing[0]}`" if missing else f"has the new key `{added[0]}`"
+            msg = (
+                f"sample {base} {what}; every sample of a batch has the same per-sample keys "
+                f"(this step's: {', '.join(self._sample_keys)})"
+            )
+            raise SchemaError(msg)
+        return sample_keys
+
+    def _check_group(self, group: Group) -> None:
+        """Raise if the group cannot join the batch: a tensor shape, a batch-global value."""
+        for name, array in group.columns.items():
+            growable = self._columns.get(name)
+            if growable is None or growable.length == 0:
+                continue
+            try:
+                growable.check(array)
+            except ShapeMismatch as mismatch:
+                msg = (
+                    f"sample {mismatch.row}: `{name}` has trailing shape {mismatch.shape} but "
+                    f"sample {mismatch.first_row} has {mismatch.first}; every sample must have "
+                    "the same shape after the first axis"
+                )
+                raise RaggedLengthError(msg) from None
+        for key, value in group.globals.items():
+            if key in self._globals and not _same(self._globals[key], value):
+                msg = (
+                    f"batch-global key `{key}` is {value!r:.60} in sample {self._length}'s group "
+                    f"but {self._globals[key]!r:.60} before; a batch-global key has one value "
+                    "for the whole batch (set it once with `set_global`)"
+                )
+                raise SchemaError(msg)
+
+    def _check_identity(self, group: Group, base: int) -> None:
+        """Raise unless every sample of the group has an identity (the builder's key, not None)."""
+        if self._identity is None:
+            return
+        column = group.columns.get(self._identity)
+        if column is None:
+            msg = (
+                f"sample {base} lacks the identity key `{self._identity}`; with "
+                f"`identity={self._identity!r}` every sample carries it"
+            )
+            raise SchemaError(msg)
+        if column.null_count:
+            row = column.is_null().to_pylist().index(True)
+            msg = (
+                f"sample {base + row}: the identity key `{self._identity}` is None; every "
+                "sample needs its own identity (samples without one would be taken for "
+                "replays of each other)"
+            )
+            raise SchemaError(msg)
+
+    def _identities(self, group: Group) -> list[object]:
+        if self._identity is None or self._identity not in group.columns:
+            return []
+        return list(group.columns[self._identity].to_pylist())
+
+    def _first_seen(self, group: Group, mode: str) -> Group | None:
+        """The group without its replayed samples (``skip``), or raise (``error``)."""
+        identities = self._identities(group)
+        seen: dict[object, int] = {}
+        keep: list[int] = []
+        for row, identity in enumerate(identities):
+            first = self._seen.get(identity, seen.get(identity))
+            if first is None:
+                seen[identity] = self._length + len(keep)
+                keep.append(row)
+            elif mode == "error":
+                msg = (
+                    f"sample {self._length + row}: `{self._identity}` {identity!r:.40} is "
+                    f"sample {first}'s already; a replayed sample is refused "
+                    '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
+                )
+                raise DuplicateSampleError(msg)
+        if len(keep) == len(identities):
+            return group
+        return group.take(keep) if keep else None
+
+    # -- commit: journal first, then the step's state; nothing here checks the values again
+
+    def _commit(self, group: Group) -> None:
+        """Journal a checked group, then add it (nothing after the journal write raises)."""
+        if self._journal is not None:
+            self._journal.write("group", *group_record(group))
+        if self._sample_keys is None:
+            self._sample_keys = group.sample_keys
+        for key, spec in group.used.items():
+            previous = self._specs.get(key)
+            self._specs[key] = spec
+            if previous is not None and previous != spec and key in self._columns:
+                self._reencode(key, previous, spec)
+        for name, array in group.columns.items():
+            _growable(self._columns, name, array).append(array)
+        for key, values in group.sample_globals.items():
+            array = pa.array(values)
+            _growable(self._sample_globals, key, array).append(array)
+        for key, value in group.globals.items():
+            self._globals.setdefault(key, value)
+        for row, identity in enumerate(self._identities(group)):
+            self._seen[identity] = self._length + row
+        self._length += group.count
+
+    def _commit_global(self, key: str, spec: ColumnSpec, value: object) -> None:
+        if self._journal is not None:
+            self._journal.write("global", global_record(key, spec, value), [])
+        self._specs.setdefault(key, spec)
+        self._globals[key] = value
+
+    def _reencode(self, key: str, previous: ColumnSpec, spec: ColumnSpec) -> None:
+        """Store the rows so far as ``spec`` says (a ``string`` column that fell back to pickle)."""
+        codec = codec_for(spec)
+        rows = codec.decode(previous, self._columns[key].finish())
+        array, _ = codec.encode(spec, rows, self._options)
+        self._columns[key] = growable_for(array.type)
+        self._columns[key].append(array)
+
+    # -- finish
 
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended; the builder is then empty, its capacity kept.
@@ -344,7 +504,12 @@ class RolloutBatchBuilder(StepState):
         """
         if self._sample_keys is None:
             return self._finish_empty()
-        batch_globals = self._checked_globals()
+        batch_globals = {
+            key: check_batch_global(
+                self._specs[key], value, self._length, self._options.allow_nonfinite
+            )
+            for key, value in self._globals.items()
+        }
         names = [key for key, spec in self._specs.items() if spec.is_per_sample]
         arrays = [self._columns[name].finish() for name in names]
         sample_globals = {
@@ -356,11 +521,9 @@ class RolloutBatchBuilder(StepState):
             values = array.to_numpy(zero_copy_only=True)
             values.flags.writeable = False
             batch_globals[key] = values
-        record_batch = pa.RecordBatch.from_arrays(arrays, names=names)
-        record_batch.validate(full=True)
         specs = dict(self._specs)
-        batch = RolloutBatch(
-            record_batch,
+        batch = RolloutBatch(  # the builder built every part: nothing is validated again
+            pa.RecordBatch.from_arrays(arrays, names=names),
             specs,
             {k: batch_globals[k] for k in specs if k in batch_globals},
             trust_objects=self._trust_objects,
@@ -383,13 +546,13 @@ class RolloutBatchBuilder(StepState):
         self._trust_objects = True  # the next step holds only this process's samples
 
     def _finish_empty(self) -> RolloutBatch:
-        declared = {spec.name: spec for spec in self._keys.declared}
+        declared = {spec.name: spec for spec in self._declared}
         source = role_column(declared, "length_source") or role_column(
             KNOWN_COLUMNS, "length_source"
         )
         train_data: dict[str, object] = {str(source): [], **self._globals}
         record_batch, used, batch_globals = encode_train_data(
-            train_data, self._keys.declared, self._options
+            train_data, self._declared, self._options
         )
         batch = RolloutBatch(record_batch, used, batch_globals)
         self._close_step(batch)
@@ -403,6 +566,8 @@ class RolloutBatchBuilder(StepState):
         if self._journal is not None:
             self._journal.close()
 
+    # -- recovery
+
     @classmethod
     def recover(
         cls,
@@ -415,13 +580,13 @@ class RolloutBatchBuilder(StepState):
     ) -> RolloutBatchBuilder:
         """The builder of the unfinished step in the journal folder ``journal``, as it was.
 
-        It holds exactly the samples (and batch-global values) of the calls that were written
-        whole to the journal: every call that returned before a crash, and possibly the one
-        the crash interrupted, whole or not at all (a torn tail is dropped). Its specs,
-        options and identity key are the journal's; appends go on into the same journal.
-        A folder whose last step was finished gives an empty builder for the next step.
-        Every field of every record is checked with the library's rules; a record whose
-        samples the builder holds already (by the identity key) adds nothing.
+        It holds exactly the samples and batch-global values of the calls written whole to the
+        journal: every call that returned before a crash, and possibly the one the crash
+        interrupted, whole or not at all (a torn tail is dropped). Its specs, options and
+        identity key are the journal's; appends go on into the same journal. A folder whose
+        last step was finished gives an empty builder for the next step. Every field of every
+        record is checked with the library's rules; a record whose samples the builder holds
+        already (by the identity key) adds nothing.
 
         Parameters
         ----------
@@ -432,16 +597,14 @@ class RolloutBatchBuilder(StepState):
         salvage
             Damage other than a torn tail (a flipped byte, a record of another journal, a
             record repeated or out of order) is a :class:`JournalError` by default, and nothing
-            is changed. With ``salvage=True`` every whole record of the journal is kept, in
-            order; the damaged file is renamed ``step-<n>.journal.damaged`` (kept, never
-            deleted), the records are written into a new journal, and :attr:`salvaged` lists
-            the damaged places skipped.
+            is changed. With ``salvage=True`` every whole record is kept, in order; the damaged
+            file is renamed ``step-<n>.journal.damaged`` (never deleted), the records are
+            written into a new journal, and :attr:`salvaged` lists the damaged places skipped.
         trust_objects
             Whether the recovered step's pickled per-sample objects may decode as any object
-            (``True``) or as plain data only (``False``, the default: a journal is a file, read
-            like a dump). It becomes the :attr:`RolloutBatch.trust_objects` of the batch this
-            step's :meth:`finish` returns; later steps hold only this process's samples and
-            are trusted.
+            (``True``) or as plain data only (``False``, the default: a journal is a file). It
+            becomes the :attr:`RolloutBatch.trust_objects` of this step's batch; later steps
+            hold only this process's samples and are trusted.
 
         Raises
         ------
@@ -459,7 +622,7 @@ class RolloutBatchBuilder(StepState):
         salvage = as_flag("salvage", salvage)
         trust = as_flag("trust_objects", trust_objects)
         on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)  # type: ignore[assignment]
-        step_journal, records, arguments, _ = recover_journal(folder, sync, salvage)
+        step_journal, records, arguments = StepJournal.recover(folder, sync, salvage)
         try:
             try:
                 builder = cls(**arguments, on_duplicate=on_duplicate)
@@ -468,9 +631,7 @@ class RolloutBatchBuilder(StepState):
                 raise JournalError(msg) from None
             builder._trust_objects = trust
             if step_journal.rewriting:
-                step_journal.restart(
-                    journal_header(builder._keys.declared, builder._options, builder._identity)
-                )
+                step_journal.restart(builder._header())
                 builder._journal = step_journal
             for record in records:
                 builder._replay(record, folder)
@@ -481,14 +642,71 @@ class RolloutBatchBuilder(StepState):
         return builder
 
     def _replay(self, record: Record, source: str) -> None:
-        """Add what a journal record holds (written again when the journal is rewritten)."""
-        replayed = self._replayed(record, source)
-        if replayed is None:
-            return
-        if isinstance(replayed, Group):
-            if self._journal is not None:
-                self._journal.write("group", *group_record(replayed))
+        """Add what a journal record holds, every field checked (replays skipped by identity).
+
+        Records are written again when the journal is rewritten (a salvage, a format 1).
+
+        Raises
+        ------
+        JournalError
+            The record breaks a rule; the message names the file, the record and its offset.
+        """
+        where = f"`{source}` record {record.sequence} at offset {record.offset}"
+        allow_nonfinite = self._options.allow_nonfinite
+        try:
+            if record.kind == "global":
+                key, spec, value = global_from_record(record, source, allow_nonfinite)
+                if self._sample_keys is not None and key in self._sample_keys:
+                    msg = f"batch-global key `{key}` is given per sample already in this step"
+                    raise JournalError(msg)
+                self._commit_global(key, spec, value)
+                return
+            if record.kind != "group":
+                msg = f"an unknown kind of record {record.kind!r:.40}"
+                raise JournalError(msg)
+            group = group_from_record(record, source, allow_nonfinite)
+            self._check_keys(dict.fromkeys(group.sample_keys), self._length)
+            self._check_identity(group, self._length)
+            self._check_group(group)
+            replayed = self._first_seen(group, "skip")
+        except JournalError as exc:
+            msg = f"{where}: {exc}; the record was not written by this library as it stands"
+            raise JournalError(msg) from None
+        except (ArrowSplitError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+            msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
+            raise JournalError(msg) from None
+        if replayed is not None:
             self._commit(replayed)
-        else:
-            self._journal_global(*replayed)
-            self._set_global(*replayed)
+
+
+def _copy_value(value: object) -> object:
+    """A private copy of a list or array given to :meth:`RolloutBatchBuilder.set_global`."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _same(left: object, right: object) -> bool:
+    """Equal batch-global values (lists of ints or str, or ints)."""
+    return type(left) is type(right) and left == right
+
+
+def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
+    """The same error, its sample positions moved from the group's to the batch's."""
+    if base == 0:
+        return error
+    text = _SAMPLE_AT.sub(lambda match: f"sample {int(match.group(1)) + base}", str(error))
+    return type(error)(text)
+
+
+def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
+    """The column's growable; a new one where an empty one holds another Arrow type.
+
+    An empty growable of another type (the previous step's narrow storage, tensor shape or
+    object codec) is replaced: a step's types depend on its own samples only.
+    """
+    growable = growables.get(name)
+    reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
+    if growable is None or not reusable:
+        growable = growables[name] = growable_for(array.type)
+    return growable

@@ -29,8 +29,7 @@ from arrow_split._args import (
     describe,
     method_of,
 )
-from arrow_split._codecs import codec_for
-from arrow_split._codecs import numpy_view, ragged_values
+from arrow_split._codecs import codec_for, numpy_view, ragged_values
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,

@@ -189,7 +189,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
     import base64
     import pickle
 
-    from arrow_split._journal_values import unpickle_v1
+    from arrow_split._journal import unpickle_v1
 
     marker = tmp_path / "ran"
 
@@ -204,7 +204,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
 
 
 def test_a_header_flag_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
-    from arrow_split._builder_journal import parse_header
+    from arrow_split._journal import parse_header
 
     header = {
         "journal_version": "2",

@@ -1,37 +1,253 @@
-"""Growable Arrow columns: append encoded chunks, hand over one array at the end.
+"""Growable Arrow columns: the builder appends encoded chunks and takes one array at ``finish``.
 
-The streaming builder (:mod:`arrow_split._builder`) encodes every appended group with the
-codecs, then appends the group's arrays here. A growable column mirrors the Arrow layout of the
-arrays the codecs produce, and nothing else: fixed-width numbers, booleans, ``large_binary`` /
-``large_string``, ``fixed_size_list`` and ``large_list`` of those, and dictionaries of
-``large_binary`` (:mod:`arrow_split._codecs._growable_once`). It never looks at a column's
-kind, only at Arrow types. :func:`growable_for` picks the growable of an Arrow type; the buffer,
-the interface and the binary column, which the once-growable is built from too, are in
-:mod:`arrow_split._codecs._growable_base`, below both.
+A growable mirrors the Arrow layouts the codecs produce (fixed-width numbers, booleans,
+``large_binary``/``large_string``, ``fixed_size_list`` and ``large_list`` of those, and
+``dictionary<int32, large_binary>`` for objects stored once); it looks at Arrow types, never
+at a column's kind. :func:`growable_for` picks one for an Arrow type.
 
-Memory. Values go into resizable buffers of Arrow's memory pool, grown by doubling (a pool
-``realloc``: no second copy alive while growing). :meth:`Growable.finish` shrinks each buffer to
-its length and hands it over to the finished array (no copy, or one copy where the allocator
-moves a shrunk block), so the builder holds at most twice the batch's bytes; the next step starts
-with new buffers of the same capacity (allocated at its first append), not from zero.
+Memory. Values go into resizable pool buffers grown by doubling; :meth:`Growable.finish` shrinks
+them and hands them to the array without a copy, so the builder holds at most twice the batch's
+bytes, and the next step starts at the same capacity.
 
-Shapes. A ``large_list`` whose items are ``fixed_size_list`` (a per-sample tensor) may see a first
-chunk without a trailing shape (only empty samples): it takes the shape of the first chunk that
-has one. Two chunks of different shapes raise :class:`ShapeMismatch`, which the builder turns into
-the library's error.
+Shapes. A tensor column (``large_list`` of ``fixed_size_list``) whose first chunk holds only empty
+samples takes the shape of the first chunk that has one; two shapes raise :class:`ShapeMismatch`,
+which the builder turns into the library's error. Objects stored once are deduplicated across the
+whole step (a BLAKE2b digest, then the bytes), and finish in the canonical form of
+``from_train_data``.
 """
 
 from __future__ import annotations
 
+import abc
+import hashlib
+
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import leaf_type, numpy_dtype, trailing_shape
-from arrow_split._codecs._growable_base import BinaryGrowable, Buffer, Growable, array_offsets
-from arrow_split._codecs._growable_once import OnceGrowable
+from arrow_split._codecs import (
+    canonical_codes,
+    codes_and_validity,
+    leaf_type,
+    numpy_dtype,
+    trailing_shape,
+)
 from arrow_split.errors import SchemaError
 
 __all__ = ["Growable", "ShapeMismatch", "growable_for"]
+
+_MIN_CAPACITY = 64
+
+
+class _Buffer:
+    """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
+
+    __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
+
+    def __init__(self, dtype: np.dtype, capacity: int = 0) -> None:
+        self.dtype = dtype
+        self.capacity = capacity
+        self.size = 0
+        self._buffer: pa.ResizableBuffer | None = None
+        self._view = np.empty(0, dtype=dtype)
+
+    def _reserve(self, needed: int) -> None:
+        if self._buffer is None:  # first use, or first use after a hand-over: keep the capacity
+            self.capacity = max(needed, self.capacity, _MIN_CAPACITY)
+            self._buffer = pa.allocate_buffer(self.capacity * self.dtype.itemsize, resizable=True)
+        elif needed > self.capacity:
+            self.capacity = max(needed, 2 * self.capacity)
+            self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
+            self._buffer.resize(self.capacity * self.dtype.itemsize)
+        else:
+            return
+        self._view = np.frombuffer(self._buffer, dtype=self.dtype)
+
+    def extend(self, values: np.ndarray) -> None:
+        """Append ``values`` (cast to the buffer's dtype)."""
+        end = self.size + len(values)
+        if end > len(self._view):
+            self._reserve(end)
+        self._view[self.size : end] = values
+        self.size = end
+
+    def append_one(self, value: int) -> None:
+        """Append one value."""
+        if self.size >= len(self._view):
+            self._reserve(self.size + 1)
+        self._view[self.size] = value
+        self.size += 1
+
+    def last(self) -> int:
+        """The last value (the buffer must not be empty)."""
+        return int(self._view[self.size - 1])
+
+    def values(self) -> np.ndarray:
+        """A read-only view of the values so far (valid until the next append)."""
+        view = self._view[: self.size]
+        view.flags.writeable = False
+        return view
+
+    def take(self) -> pa.Buffer:
+        """Hand the values over as an Arrow buffer; the next append starts a new block."""
+        if self._buffer is None:
+            return pa.allocate_buffer(0)
+        buffer, self._buffer = self._buffer, None
+        self._view = np.empty(0, dtype=self.dtype)
+        buffer.resize(self.size * self.dtype.itemsize, shrink_to_fit=True)
+        self.size = 0
+        return buffer
+
+    def clear(self) -> None:
+        """Forget the values, keep the block."""
+        self.size = 0
+
+
+class Growable(abc.ABC):
+    """An Arrow array being built from appended chunks of one type."""
+
+    @property
+    @abc.abstractmethod
+    def type(self) -> pa.DataType:
+        """The Arrow type of the finished array."""
+
+    @property
+    @abc.abstractmethod
+    def length(self) -> int:
+        """Rows appended so far."""
+
+    def check(self, array: pa.Array) -> None:  # noqa: B027 - most columns take any chunk
+        """Raise :class:`ShapeMismatch` if ``array`` cannot be appended; change nothing."""
+
+    @abc.abstractmethod
+    def append(self, array: pa.Array) -> None:
+        """Append ``array``'s rows (its type is this one's, or :meth:`check` accepted it)."""
+
+    @abc.abstractmethod
+    def finish(self) -> pa.Array:
+        """The array of every row appended; the growable is empty again, its capacity kept."""
+
+
+def _array_offsets(array: pa.Array) -> np.ndarray:
+    """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
+    buffer = array.buffers()[1]
+    if buffer is None:  # an array of no rows may have no buffers
+        return np.zeros(1, dtype=np.int64)
+    return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
+
+
+class _BinaryGrowable(Growable):
+    """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+        self._offsets = _Buffer(np.dtype(np.int64))
+        self._offsets.append_one(0)
+        self._data = _Buffer(np.dtype(np.uint8))
+        self._valid = _Buffer(np.dtype(np.bool_))
+        self._nulls = 0
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+    @property
+    def length(self) -> int:
+        return self._offsets.size - 1
+
+    def append(self, array: pa.Array) -> None:
+        offsets = _array_offsets(array)
+        start, stop = int(offsets[0]), int(offsets[-1])
+        data = array.buffers()[2]
+        if stop > start and data is not None:
+            self._data.extend(np.frombuffer(data, dtype=np.uint8)[start:stop])
+        self._offsets.extend(offsets[1:] + (self._offsets.last() - start))
+        self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
+        self._nulls += array.null_count
+
+    def offsets(self) -> np.ndarray:
+        """The ``length + 1`` offsets so far (a view valid until the next append)."""
+        return self._offsets.values()
+
+    def data(self) -> np.ndarray:
+        """The bytes so far (a view valid until the next append)."""
+        return self._data.values()
+
+    def finish(self) -> pa.Array:
+        count = self.length
+        validity = None
+        if self._nulls:
+            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        offsets, data = self._offsets.take(), self._data.take()
+        self._offsets.append_one(0)
+        self._valid.clear()
+        nulls, self._nulls = self._nulls, 0
+        return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
+
+
+def _digest(view: memoryview) -> bytes:
+    return hashlib.blake2b(view, digest_size=16).digest()
+
+
+class _OnceGrowable(Growable):
+    """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+        self._codes = _Buffer(np.dtype(np.int32))
+        self._valid = _Buffer(np.dtype(np.bool_))
+        self._values = _BinaryGrowable(value_type.value_type)
+        self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
+        self._nulls = 0
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+    @property
+    def length(self) -> int:
+        return self._codes.size
+
+    def _entry(self, value: memoryview) -> int:
+        """The step's entry of ``value``'s bytes, added if new."""
+        same = self._entries.setdefault(_digest(value), [])
+        offsets = self._values.offsets()
+        data = self._values.data()
+        wanted = np.frombuffer(value, dtype=np.uint8)
+        for entry in same:
+            start, stop = int(offsets[entry]), int(offsets[entry + 1])
+            if np.array_equal(data[start:stop], wanted):
+                return entry
+        entry = self._values.length
+        self._values.append(pa.array([value.tobytes()], type=pa.large_binary()))
+        same.append(entry)
+        return entry
+
+    def append(self, array: pa.Array) -> None:
+        codes, valid = codes_and_validity(array)
+        new, old = canonical_codes(codes, valid)
+        dictionary = array.dictionary
+        entries = np.fromiter(
+            (self._entry(memoryview(dictionary[int(code)].as_buffer())) for code in old),
+            dtype=np.int32,
+            count=len(old),
+        )
+        mapped = entries[new] if len(old) else np.zeros(len(new), dtype=np.int32)
+        self._codes.extend(np.where(valid, mapped, 0))
+        self._valid.extend(valid)
+        self._nulls += int((~valid).sum())
+
+    def finish(self) -> pa.Array:
+        count = self.length
+        validity = None
+        if self._nulls:
+            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        codes = pa.Array.from_buffers(
+            pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
+        )
+        self._valid.clear()
+        self._nulls = 0
+        self._entries = {}
+        return pa.DictionaryArray.from_arrays(codes, self._values.finish())
 
 
 class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a library error
@@ -49,9 +265,9 @@ def growable_for(value_type: pa.DataType) -> Growable:
     if pa.types.is_fixed_size_list(value_type):
         return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
-        return BinaryGrowable(value_type)
+        return _BinaryGrowable(value_type)
     if pa.types.is_dictionary(value_type):  # objects stored once
-        return OnceGrowable(value_type)
+        return _OnceGrowable(value_type)
     if pa.types.is_boolean(value_type):
         return _BoolGrowable()
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
@@ -63,7 +279,7 @@ def growable_for(value_type: pa.DataType) -> Growable:
 class _PrimitiveGrowable(Growable):
     def __init__(self, value_type: pa.DataType) -> None:
         self._type = value_type
-        self._values = Buffer(numpy_dtype(value_type))
+        self._values = _Buffer(numpy_dtype(value_type))
 
     @property
     def type(self) -> pa.DataType:
@@ -72,9 +288,6 @@ class _PrimitiveGrowable(Growable):
     @property
     def length(self) -> int:
         return self._values.size
-
-    def check(self, array: pa.Array) -> None:
-        return None
 
     def append(self, array: pa.Array) -> None:
         values = np.asarray(array.to_numpy(zero_copy_only=True))
@@ -94,7 +307,7 @@ class _PrimitiveGrowable(Growable):
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
         old = self._values
-        self._values = Buffer(wider, old.capacity)
+        self._values = _Buffer(wider, old.capacity)
         self._values.extend(old.values())
         self._type = pa.from_numpy_dtype(wider)
 
@@ -107,7 +320,7 @@ class _BoolGrowable(Growable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
 
     def __init__(self) -> None:
-        self._values = Buffer(np.dtype(np.bool_))
+        self._values = _Buffer(np.dtype(np.bool_))
 
     @property
     def type(self) -> pa.DataType:
@@ -116,9 +329,6 @@ class _BoolGrowable(Growable):
     @property
     def length(self) -> int:
         return self._values.size
-
-    def check(self, array: pa.Array) -> None:
-        return None
 
     def append(self, array: pa.Array) -> None:
         self._values.extend(np.asarray(array.to_numpy(zero_copy_only=False)))
@@ -153,9 +363,6 @@ class _FixedSizeGrowable(Growable):
     def length(self) -> int:
         return self.child.length // self.size if self.size else 0
 
-    def check(self, array: pa.Array) -> None:
-        return None
-
     def append(self, array: pa.Array) -> None:
         self.child.append(array.flatten())
 
@@ -168,7 +375,7 @@ class _ListGrowable(Growable):
 
     def __init__(self, child: Growable) -> None:
         self._set_child(child)
-        self._offsets = Buffer(np.dtype(np.int64))
+        self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.append_one(0)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
@@ -189,7 +396,7 @@ class _ListGrowable(Growable):
 
     def _informative(self, array: pa.Array) -> bool:
         """Whether a chunk says what the trailing shape is (a shaped type, or any value)."""
-        offsets = array_offsets(array)
+        offsets = _array_offsets(array)
         return bool(trailing_shape(array.type)) or int(offsets[-1]) > int(offsets[0])
 
     def check(self, array: pa.Array) -> None:
@@ -198,7 +405,7 @@ class _ListGrowable(Growable):
         if self._shape_row is not None and _same_shape(array.type, self.type):
             return  # only the integer storage differs: the child widens
         if self._shape_row is not None:
-            rows = np.diff(array_offsets(array))
+            rows = np.diff(_array_offsets(array))
             first = int(np.argmax(rows > 0)) if rows.any() else 0
             current = trailing_shape(self.type)
             raise ShapeMismatch(
@@ -213,7 +420,7 @@ class _ListGrowable(Growable):
                 return
             if self._shape_row is None or not _same_shape(array.type, self.type):
                 self._set_child(growable_for(array.type.value_type))  # the first shape seen
-        offsets = array_offsets(array)
+        offsets = _array_offsets(array)
         if informative and self._shape_row is None:
             rows = np.diff(offsets)
             self._shape_row = self.length + (int(np.argmax(rows > 0)) if rows.any() else 0)
