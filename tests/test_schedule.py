@@ -12,12 +12,18 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from arrow_split import (
+    Plan,
+    PlanMismatchError,
     RankSchedule,
+    RolloutBatch,
     Schedule,
     ScheduleConfig,
     karmarkar_karp,
     plan_schedule,
     schedule_for_rank,
+    shard_for_rank,
+    split,
+    take,
 )
 from arrow_split.compat._miles_shards import miles_schedule_fields
 from arrow_split.errors import PlanError, PlanTypeError
@@ -392,6 +398,81 @@ def test_fingerprint_reads_the_inputs_not_their_container() -> None:
     assert floats != digest
     relabelled = plan_schedule(OVERSIZED, list(range(1, 9)), 2, config, weights=[1] * 8)
     assert relabelled.fingerprint() != digest
+
+
+# --- a schedule is a plan -------------------------------------------------------------------
+
+
+def _batch(lengths: list[int], rollout_ids: list[int]) -> RolloutBatch:
+    return RolloutBatch.from_train_data(
+        {"tokens": [list(range(n)) for n in lengths], "rollout_ids": rollout_ids}
+    )
+
+
+def test_a_schedule_is_a_plan_of_its_ranks_rows() -> None:
+    schedule = plan_schedule(OVERSIZED, list(range(8)), 2, replace(DYNAMIC, balance_data=True))
+    plan = schedule.plan
+    assert isinstance(plan, Plan)
+    assert (plan.method, plan.dp_size, plan.num_samples) == ("balanced", 2, 8)
+    assert schedule.plan.key == plan.key == schedule.ranks[1].plan_key
+    assert schedule.fingerprint() == plan.fingerprint == schedule.input_digest
+    for rank in schedule.ranks:
+        assert rank.rows is plan.partitions[rank.dp_rank]
+    strided = plan_schedule(OVERSIZED, list(range(8)), 2, DYNAMIC).plan
+    assert strided.method == "strided"
+    assert strided.key != plan.key  # the config is part of the fingerprint
+
+
+def test_scheduled_shards_carry_the_plan_key() -> None:
+    ids = [0, 0, 1, 2, 2, 3, 4, 5]
+    batch = _batch(OVERSIZED, ids)
+    config = replace(DYNAMIC, global_batch_size=6)
+    schedule = plan_schedule(batch.total_lengths, ids, 2, config)
+    for rank in schedule.ranks:
+        again = schedule_for_rank(batch.total_lengths, ids, 2, rank.dp_rank, config)
+        assert again.plan_key == schedule.plan.key
+        for shard in (
+            again.take(batch),
+            again.take(batch.with_plan(schedule.plan)),
+            take(batch, schedule.plan, rank.dp_rank),
+            split(batch, schedule.plan)[rank.dp_rank],
+            shard_for_rank(batch.with_plan(schedule.plan), rank.dp_rank, 2, balance_data=None),
+        ):
+            assert shard.plan_key == schedule.plan.key
+            assert shard.dp_rank == rank.dp_rank
+            assert shard.partition.tolist() == rank.rows.tolist()
+
+
+@pytest.mark.parametrize(
+    ("dp_size", "config", "lengths"),
+    [
+        (2, replace(DYNAMIC, max_tokens_per_gpu=12), OVERSIZED),  # another config
+        (4, DYNAMIC, OVERSIZED),  # another dp_size
+        (2, DYNAMIC, [15, 3, 3, 3, 3, 3, 3, 4]),  # another batch
+    ],
+)
+def test_a_rank_that_asks_for_another_schedule_gets_a_plan_mismatch(
+    dp_size: int, config: ScheduleConfig, lengths: list[int]
+) -> None:
+    driver = plan_schedule(OVERSIZED, list(range(8)), 2, DYNAMIC)
+    batch = _batch(OVERSIZED, list(range(8))).with_plan(driver.plan)
+    rank = schedule_for_rank(lengths, list(range(8)), dp_size, 1, config)
+    assert rank.plan_key != driver.plan.key
+    with pytest.raises(PlanMismatchError, match=r"rank 1 asks for the strided schedule .* but the"):
+        rank.take(batch)
+
+
+def test_a_schedule_of_another_batch_size_is_a_plan_mismatch() -> None:
+    rank = schedule_for_rank(OVERSIZED, list(range(8)), 2, 0, DYNAMIC)
+    with pytest.raises(PlanMismatchError, match=r"of 8 samples .* but the batch has 9 samples"):
+        rank.take(_batch([*OVERSIZED, 3], list(range(9))))
+
+
+def test_a_rank_asking_for_another_dp_size_of_a_scheduled_batch_gets_a_plan_mismatch() -> None:
+    schedule = plan_schedule(OVERSIZED, list(range(8)), 2, DYNAMIC)
+    batch = _batch(OVERSIZED, list(range(8))).with_plan(schedule.plan)
+    with pytest.raises(PlanMismatchError, match=r"`dp_size=4`"):
+        shard_for_rank(batch, 0, 4, balance_data=None)
 
 
 # --- errors ---------------------------------------------------------------------------------

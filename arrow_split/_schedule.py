@@ -1,0 +1,517 @@
+"""The rollout-side micro-batch schedule, as miles computes it, built on a :class:`Plan`.
+
+:func:`plan_schedule` gives exactly miles' rollout-side ``partitions``, ``micro_batch_indices``,
+``num_microbatches`` and ``num_rollouts``: rollouts cut into steps, each step packed into
+micro-batches (:func:`_pack_step`) dealt to ranks (:func:`_distribute`). Every rank's rows form a
+:class:`Plan` fingerprinted over all the inputs: a scheduled shard carries its :class:`PlanKey`,
+and a rank that asks for another schedule gets a :class:`PlanMismatchError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from itertools import pairwise
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from arrow_split._args import (
+    Int64Array,
+    SplitMethod,
+    check_dp_rank,
+    check_dp_size,
+    check_lengths,
+    check_positive_int,
+    check_rollout_ids,
+    check_weights,
+)
+from arrow_split._karmarkar_karp import kk_partitions, sorted_parts
+from arrow_split._split import take
+from arrow_split.batch import RolloutBatch
+from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError
+from arrow_split.plan import Plan, PlanKey, _fingerprint
+from arrow_split.shard import Shard
+
+__all__ = ["RankSchedule", "Schedule", "ScheduleConfig", "plan_schedule", "schedule_for_rank"]
+
+_FLAGS = ("allow_partial_train_step", "balance_by_flops", "balance_data", "use_dynamic_batch_size")
+_INTS = ("global_batch_size", "micro_batch_size", "cp_size")
+_OPTIONAL_INTS = ("vpp_size", "microbatch_group_size_per_vp_stage", "max_tokens_per_gpu")
+_INT64_MAX = int(np.iinfo(np.int64).max)
+Weights = npt.NDArray[np.int64] | npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleConfig:
+    """The schedule's parameters, named as miles reads them; checked once, when built.
+
+    Parameters
+    ----------
+    global_batch_size, micro_batch_size
+        Rollouts (not samples) per step; samples per micro-batch in fixed chunks.
+    use_dynamic_batch_size, max_tokens_per_gpu, cp_size
+        Pack micro-batches under a budget of ``max_tokens_per_gpu * cp_size`` tokens instead.
+    vpp_size, microbatch_group_size_per_vp_stage
+        With ``vpp_size > 1``, each step's micro-batches per rank are a multiple of the group.
+    balance_data
+        Deal micro-batches to ranks by Karmarkar-Karp on their token sums, not strided.
+    balance_by_flops
+        Pack and deal by the planner's `weights` (e.g. FLOPs); the budget only sets the count.
+    allow_partial_train_step
+        With a token budget, train the trailing rollouts as a smaller last step (if they hold at
+        least `dp_size` samples) instead of dropping them.
+
+    Raises
+    ------
+    PlanTypeError, PlanError
+        A field of the wrong type, out of range, or a combination the schedule cannot run.
+    """
+
+    global_batch_size: int
+    micro_batch_size: int = 1
+    use_dynamic_batch_size: bool = False
+    max_tokens_per_gpu: int | None = None
+    cp_size: int = 1
+    vpp_size: int | None = None
+    microbatch_group_size_per_vp_stage: int | None = None
+    balance_data: bool = False
+    balance_by_flops: bool = False
+    allow_partial_train_step: bool = False
+
+    def __post_init__(self) -> None:
+        for name in _FLAGS:
+            value = getattr(self, name)
+            if not isinstance(value, (bool, np.bool_)):
+                msg = f"`{name}` must be a bool, got {value!r} of type {type(value).__name__}"
+                raise PlanTypeError(msg)
+            object.__setattr__(self, name, bool(value))
+        for name in _INTS + _OPTIONAL_INTS:
+            if name in _INTS or getattr(self, name) is not None:
+                object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
+        if self.use_dynamic_batch_size and self.max_tokens_per_gpu is None:
+            msg = (
+                "`use_dynamic_batch_size` needs `max_tokens_per_gpu`, got None; "
+                "set the token budget per GPU or use fixed `micro_batch_size` chunks"
+            )
+            raise PlanError(msg)
+        if self.balance_by_flops and not self.use_dynamic_batch_size:
+            msg = (
+                "`balance_by_flops` needs `use_dynamic_batch_size=True` (and "
+                "`max_tokens_per_gpu`); turn it on or use `balance_data` instead"
+            )
+            raise PlanError(msg)
+        if (self.vpp_size or 1) > 1 and self.microbatch_group_size_per_vp_stage is None:
+            msg = (
+                f"`vpp_size` is {self.vpp_size} but `microbatch_group_size_per_vp_stage` is "
+                "None; pass the micro-batch group size (the pipeline-parallel size by default)"
+            )
+            raise PlanError(msg)
+
+    @property
+    def micro_batch_group(self) -> int:
+        """The micro-batch group per VP stage if ``vpp_size > 1``, else 1."""
+        return (self.microbatch_group_size_per_vp_stage or 1) if (self.vpp_size or 1) > 1 else 1
+
+    @property
+    def max_tokens_per_micro_batch(self) -> int | None:
+        """``max_tokens_per_gpu * cp_size`` with dynamic batch size; None with fixed chunks."""
+        tokens = self.max_tokens_per_gpu if self.use_dynamic_batch_size else None
+        return None if tokens is None else tokens * self.cp_size
+
+    def canonical(self) -> str:
+        """Return the fields as ``name=value`` pairs, one string, for fingerprints."""
+        return ";".join(f"{field.name}={getattr(self, field.name)!r}" for field in fields(self))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class RankSchedule:
+    """One rank's part of a schedule: its rows of the schedule's plan, cut into micro-batches.
+
+    Attributes
+    ----------
+    dp_rank, plan
+        The rank, and the whole schedule's :class:`Plan` (:attr:`rows`, :attr:`plan_key`).
+    micro_batch_offsets
+        int64, read-only: micro-batch ``j`` is ``rows[micro_batch_offsets[j]:...[j + 1]]``.
+    num_microbatches, num_rollouts
+        Micro-batches per step on each rank (the same on all), rollouts per step on all ranks.
+    """
+
+    dp_rank: int
+    plan: Plan
+    micro_batch_offsets: Int64Array
+    num_microbatches: tuple[int, ...]
+    num_rollouts: tuple[int, ...]
+
+    @property
+    def rows(self) -> Int64Array:
+        """int64 rows of the batch this rank trains, ordered by micro-batch (read-only)."""
+        return self.plan.partitions[self.dp_rank]
+
+    @property
+    def plan_key(self) -> PlanKey:
+        """The schedule's :class:`PlanKey`, the same on every rank that planned alike."""
+        return self.plan.key
+
+    def take(self, batch: RolloutBatch) -> Shard:
+        """Gather this rank's rows of `batch` into a shard carrying :attr:`plan_key`.
+
+        Raises
+        ------
+        PlanMismatchError
+            `batch` carries another plan (``batch.with_plan(schedule.plan)`` on the driver, of
+            another config, ``dp_size`` or batch) or has another number of samples.
+        """
+        key, theirs = self.plan_key, getattr(batch, "plan", None)
+        mine = theirs is None or theirs.key == key
+        if isinstance(batch, RolloutBatch) and not (mine and len(batch) == self.plan.num_samples):
+            got = f"was put with {theirs!r}" if not mine else f"has {len(batch)} samples"
+            msg = (
+                f"rank {self.dp_rank} asks for the {key.method} schedule {key.fingerprint} of "
+                f"{self.plan.num_samples} samples for {key.dp_size} ranks, but the batch {got};"
+                " plan the schedule on every rank from the driver's batch, `dp_size` and config"
+            )
+            raise PlanMismatchError(msg)
+        return take(batch, self.plan, self.dp_rank)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Schedule:
+    """The whole schedule: a :class:`Plan` of every rank's rows, and each rank's micro-batches.
+
+    Attributes
+    ----------
+    plan
+        Rank ``r``'s rows in micro-batch order at ``plan.partitions[r]`` (``dropped_rows`` in
+        none); :func:`arrow_split.take` and :func:`arrow_split.split` take shards by it.
+    ranks
+        ``dp_size`` :class:`RankSchedule`, rank ``r`` at index ``r``.
+    num_microbatches, num_rollouts
+        Per step, as in :class:`RankSchedule`.
+    dropped_rows
+        int64 rows of the trailing rollouts that no step trains, ascending (read-only).
+    """
+
+    plan: Plan
+    ranks: tuple[RankSchedule, ...]
+    num_microbatches: tuple[int, ...]
+    num_rollouts: tuple[int, ...]
+    dropped_rows: Int64Array
+
+    @property
+    def dp_size(self) -> int:
+        """Number of data-parallel ranks: ``plan.dp_size``."""
+        return self.plan.dp_size
+
+    @property
+    def input_digest(self) -> str:
+        """The plan's fingerprint: 16 hex digits over every input, equal on every rank."""
+        return self.plan.fingerprint
+
+    def fingerprint(self) -> str:
+        """Return :attr:`input_digest`."""
+        return self.plan.fingerprint
+
+
+def _first_fit_decreasing(lengths: Int64Array, budget: int) -> list[list[int]]:
+    """Longest first (ties by position), each into the first bin that stays within `budget`."""
+    n = lengths.size
+    order = np.argsort(-lengths, kind="stable")
+    loads = np.zeros(max(n, 1), dtype=np.int64)
+    bin_of = np.empty(n, dtype=np.int64)
+    budget = min(budget, _INT64_MAX)
+    count = 0
+    for position, length in enumerate(lengths[order].tolist()):
+        fits = np.flatnonzero(loads[:count] <= budget - length)
+        target = int(fits[0]) if fits.size else count
+        loads[target] += length
+        bin_of[position] = target
+        count += target == count
+    grouped = order[np.argsort(bin_of, kind="stable")]
+    bounds = np.cumsum(np.bincount(bin_of, minlength=count))[:-1]
+    return [chunk.tolist() for chunk in np.split(grouped, bounds)] if n else []
+
+
+def _expand_by_splitting(bins: list[list[int]], target: int, lengths: list[int]) -> None:
+    """Split the heaviest multi-sample bin (the later on ties) until `target` bins, or none."""
+    sums = [sum(lengths[i] for i in one_bin) for one_bin in bins]
+    while len(bins) < target:
+        best = -1
+        for j, one_bin in enumerate(bins):
+            if len(one_bin) > 1 and (best < 0 or sums[j] >= sums[best]):
+                best = j
+        if best < 0:
+            return
+        halves: tuple[list[int], list[int]] = ([], [])  # longest first, into the lighter half
+        half_sums = [0, 0]
+        for index in sorted(bins[best], key=lambda i: -lengths[i]):
+            half = 0 if half_sums[0] <= half_sums[1] else 1
+            halves[half].append(index)
+            half_sums[half] += lengths[index]
+        bins[best], sums[best] = halves[0], half_sums[0]
+        bins.append(halves[1])
+        sums.append(half_sums[1])
+
+
+def _pack_step(
+    step: int,
+    lengths: Int64Array,
+    workloads: list[Any] | None,
+    align: int,
+    config: ScheduleConfig,
+    exact: bool,
+) -> list[list[int]]:
+    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them.
+
+    Fixed chunks (aligned: :func:`_check_step`), or first-fit decreasing under the token budget
+    or Karmarkar-Karp on `workloads` into ``ceil(tokens / budget)``, split up to `align`.
+    """
+    budget = config.max_tokens_per_micro_batch
+    if budget is None:
+        size = config.micro_batch_size
+        return [list(range(i, min(i + size, lengths.size))) for i in range(0, lengths.size, size)]
+    values = lengths.tolist()
+    count = max(1, -(-sum(values) // budget))
+    if workloads is None:
+        bins = _first_fit_decreasing(lengths, budget)
+    elif count >= len(values):
+        bins = [[i] for i in range(len(values))]
+    else:  # weights >= 0 and fewer parts than samples: every part has samples
+        parts = kk_partitions(workloads, count, equal_size=False, exact=exact)
+        bins = [sorted(part) for part in parts]
+    packed, target = len(bins), max(-(-len(bins) // align) * align, align)
+    _expand_by_splitting(bins, target, values)
+    if len(bins) != target:
+        msg = (
+            f"step {step}: {lengths.size} samples in {packed} micro-batches cannot be split "
+            f"into {target}, the next multiple of {align} (`dp_size` times the micro-batch "
+            "group); each micro-batch needs a sample: raise `global_batch_size`, or lower "
+            "`dp_size` or `microbatch_group_size_per_vp_stage`"
+        )
+        raise PlanError(msg)
+    if not all(bins):
+        msg = (
+            f"step {step}: splitting micro-batches to reach {target} would leave an empty one: "
+            "the only micro-batches left to split hold zero-token samples; give every sample "
+            "at least one token"
+        )
+        raise PlanError(msg)
+    return bins
+
+
+def _group_rollouts(rollout_ids: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """The rows grouped by rollout (first-appearance order) and the group boundaries."""
+    _, first, inverse = np.unique(rollout_ids, return_index=True, return_inverse=True)
+    ordinal_of = np.empty(first.size, dtype=np.int64)
+    ordinal_of[np.argsort(first, kind="stable")] = np.arange(first.size, dtype=np.int64)
+    ordinals = ordinal_of[inverse.reshape(-1)]
+    rows = np.argsort(ordinals, kind="stable").astype(np.int64)
+    bounds = np.zeros(first.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ordinals, minlength=first.size), out=bounds[1:])
+    return rows, bounds
+
+
+def _step_counts(bounds: Int64Array, dp_size: int, config: ScheduleConfig) -> list[int]:
+    """The rollouts of each step; raise if not even one step can be filled."""
+    total, gbs = bounds.size - 1, config.global_batch_size
+    if total < gbs:
+        msg = (
+            f"{total} rollouts < `global_batch_size` ({gbs}): a step trains "
+            "`global_batch_size` rollouts; lower `global_batch_size` or pass more rollouts"
+        )
+        raise PlanError(msg)
+    counts, leftover = [gbs] * (total // gbs), total % gbs
+    partial = config.allow_partial_train_step and config.use_dynamic_batch_size
+    if leftover and partial and int(bounds[-1] - bounds[-1 - leftover]) >= dp_size:
+        counts.append(leftover)
+    return counts
+
+
+def _check_step(step: int, n: int, rollouts: int, dp_size: int, config: ScheduleConfig) -> None:
+    """Raise for a step that cannot give every rank a micro-batch (before any packing)."""
+    group, align = config.micro_batch_group, dp_size * config.micro_batch_group
+    if n < dp_size:
+        msg = (
+            f"step {step} has {n} samples ({rollouts} rollouts) but `dp_size` is {dp_size}; "
+            "every rank needs a sample in every step: raise `global_batch_size` or lower `dp_size`"
+        )
+        raise PlanError(msg)
+    if config.use_dynamic_batch_size:
+        if n < align:
+            msg = (
+                f"step {step} has {n} samples, fewer than the {align} micro-batches "
+                f"(`dp_size` {dp_size} times micro-batch group {group}) "
+                "it needs; raise `global_batch_size` or lower the micro-batch group"
+            )
+            raise PlanError(msg)
+        return
+    size = config.micro_batch_size
+    count = -(-n // size)
+    if count % align:
+        msg = (
+            f"step {step}: {n} samples in chunks of `micro_batch_size` {size} make {count} "
+            f"micro-batches, not a multiple of {align} (`dp_size` {dp_size} times micro-batch "
+            f"group {group}); make each step's sample count a multiple of "
+            f"{align * size} or use `use_dynamic_batch_size`"
+        )
+        raise PlanError(msg)
+
+
+def _distribute(
+    bins: list[list[int]], source: list[Any], exact: bool, dp_size: int, balanced: bool
+) -> list[list[int]]:
+    """The micro-batch ids of each rank, ascending."""
+    if not balanced:
+        return [list(range(rank, len(bins), dp_size)) for rank in range(dp_size)]
+    sums = [sum(source[i] for i in one_bin) for one_bin in bins]
+    return [part.tolist() for part in sorted_parts(sums, dp_size, equal_size=True, exact=exact)]
+
+
+def _frozen(array: Int64Array) -> Int64Array:
+    array.flags.writeable = False
+    return array
+
+
+def _fingerprint_words(ids: Int64Array, config: ScheduleConfig, weights: Weights | None) -> Any:
+    """Config text, rollout ids and weights as int64 words, for plan.py's fingerprint.
+
+    In place of a plan's sort keys, one per sample; these are more, so never a plan's digest.
+    """
+    text = config.canonical().encode("ascii")
+    words = np.frombuffer(text.ljust(-(-len(text) // 8) * 8, b"\0"), dtype="<i8")
+    tail: list[Any] = [[0]]
+    if weights is not None:
+        tail = [[2], weights.view(np.int64)] if weights.dtype.kind == "f" else [[1], weights]
+    return np.concatenate([[len(text)], words, ids, *tail]).astype(np.int64)
+
+
+def _deal(
+    steps: list[Int64Array],
+    lengths: Int64Array,
+    weights: Weights | None,
+    dp_size: int,
+    config: ScheduleConfig,
+) -> tuple[list[list[Int64Array]], list[list[int]], list[int]]:
+    """Pack each step's rows and deal the micro-batches: rows and sizes per rank, counts."""
+    align = dp_size * config.micro_batch_group
+    exact = weights is None or weights.dtype.kind != "f"
+    balanced = config.balance_data or config.balance_by_flops
+    rows: list[list[Int64Array]] = [[] for _ in range(dp_size)]
+    sizes: list[list[int]] = [[] for _ in range(dp_size)]
+    num_mb = []
+    for step, step_rows in enumerate(steps):
+        step_lengths = lengths[step_rows]
+        workloads = None if weights is None else weights[step_rows].tolist()
+        bins = _pack_step(step, step_lengths, workloads, align, config, exact)
+        num_mb.append(len(bins) // dp_size)
+        source = step_lengths.tolist() if workloads is None else workloads
+        for rank, bin_ids in enumerate(_distribute(bins, source, exact, dp_size, balanced)):
+            rows[rank].append(step_rows[[i for j in bin_ids for i in bins[j]]])
+            sizes[rank].extend(len(bins[j]) for j in bin_ids)
+    return rows, sizes, num_mb
+
+
+def _plan(
+    dp_size: int,
+    lengths: Int64Array,
+    ids: Int64Array,
+    config: ScheduleConfig,
+    weights: Weights | None,
+) -> Schedule:
+    """The schedule of parsed inputs (every step is checked before any is packed)."""
+    grouped, bounds = _group_rollouts(ids)
+    counts = _step_counts(bounds, dp_size, config)
+    starts = [int(bounds[start]) for start in np.cumsum([0, *counts]).tolist()]
+    for step, rollouts in enumerate(counts):
+        _check_step(step, starts[step + 1] - starts[step], rollouts, dp_size, config)
+    steps = [grouped[start:stop] for start, stop in pairwise(starts)]
+    rows, sizes, num_mb = _deal(steps, lengths, weights, dp_size, config)
+    balanced = config.balance_data or config.balance_by_flops
+    method: SplitMethod = "balanced" if balanced else "strided"
+    digest = _fingerprint(dp_size, method, lengths, _fingerprint_words(ids, config, weights))
+    partitions = tuple(_frozen(np.concatenate(parts)) for parts in rows)
+    plan = Plan(method, dp_size, lengths.size, digest, partitions)
+    per_step = (tuple(num_mb), tuple(counts))
+    ranks = tuple(
+        RankSchedule(rank, plan, _frozen(np.cumsum([0, *rank_sizes], dtype=np.int64)), *per_step)
+        for rank, rank_sizes in enumerate(sizes)
+    )
+    return Schedule(plan, ranks, *per_step, _frozen(np.sort(grouped[starts[-1] :])))
+
+
+def _parse(
+    total_lengths: npt.ArrayLike,
+    rollout_ids: npt.ArrayLike,
+    config: object,
+    weights: npt.ArrayLike | None,
+) -> tuple[Int64Array, Int64Array, ScheduleConfig, Weights | None]:
+    """Every input of a schedule but `dp_size`, parsed once, in the order errors are raised."""
+    if not isinstance(config, ScheduleConfig):
+        msg = f"`config` must be a ScheduleConfig, got {type(config).__name__}"
+        raise PlanTypeError(msg)
+    lengths = check_lengths(total_lengths)
+    ids = check_rollout_ids(rollout_ids, lengths.size)
+    if config.balance_by_flops == (weights is None):
+        msg = (
+            "`balance_by_flops` needs `weights`, one per sample (e.g. forward FLOPs); pass them "
+            "or turn `balance_by_flops` off"
+            if weights is None
+            else "`weights` are used only with `balance_by_flops=True`; turn it on or drop "
+            "`weights`"
+        )
+        raise PlanError(msg)
+    return lengths, ids, config, None if weights is None else check_weights(weights, lengths.size)
+
+
+def plan_schedule(
+    total_lengths: npt.ArrayLike,
+    rollout_ids: npt.ArrayLike,
+    dp_size: int,
+    config: ScheduleConfig,
+    *,
+    weights: npt.ArrayLike | None = None,
+) -> Schedule:
+    """Plan every rank's micro-batches, exactly as miles' rollout-side schedule does.
+
+    Parameters
+    ----------
+    total_lengths, rollout_ids
+        Token count (non-negative) and rollout id of every sample, ints.
+    dp_size, config
+        Number of data-parallel ranks; the schedule's parameters.
+    weights
+        Per-sample workloads (e.g. forward FLOPs), non-negative ints or floats; required with,
+        and only with, ``config.balance_by_flops``.
+
+    Raises
+    ------
+    PlanTypeError, PlanError
+        For inputs of the wrong type or value, fewer rollouts than one step, a step with fewer
+        samples than ranks, or a micro-batch count that cannot be aligned to the ranks.
+    """
+    return _plan(check_dp_size(dp_size), *_parse(total_lengths, rollout_ids, config, weights))
+
+
+def schedule_for_rank(
+    total_lengths: npt.ArrayLike,
+    rollout_ids: npt.ArrayLike,
+    dp_size: int,
+    dp_rank: int,
+    config: ScheduleConfig,
+    *,
+    weights: npt.ArrayLike | None = None,
+) -> RankSchedule:
+    """Return ``plan_schedule(...).ranks[dp_rank]`` (the whole schedule is computed).
+
+    Its :meth:`~RankSchedule.take` gathers the rank's rows into a shard that carries the plan's
+    key, and refuses a batch put with another schedule (:class:`PlanMismatchError`).
+
+    Raises
+    ------
+    PlanError
+        As :func:`plan_schedule`, and for a `dp_rank` outside ``[0, dp_size)``.
+    """
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    return _plan(size, *_parse(total_lengths, rollout_ids, config, weights)).ranks[rank]
