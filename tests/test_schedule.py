@@ -19,7 +19,7 @@ from arrow_split import (
     plan_schedule,
     schedule_for_rank,
 )
-from arrow_split.compat._miles_shards import miles_schedule_fields
+from arrow_split.compat._miles_convert import miles_schedule_fields
 from arrow_split.errors import PlanError, PlanTypeError
 from tests.reference_schedule import reference_karmarkar_karp, reference_schedule
 
