@@ -1,17 +1,10 @@
-"""Patch the drop-in into an importable miles, and undo it: the machinery behind ``install()``.
+"""The machinery behind ``install()``: bind the drop-ins wherever miles binds its functions.
 
-miles binds these functions by name in other modules (``from ... import``), and which modules
-do moves between releases (#1842 moved the rollout side's binding into
-``miles.ray.rollout.rollout_executor``). So the patch follows the functions, not module names:
-miles' six functions are taken from the two modules that define them, and every global of every
-loaded module bound to one of them (by identity) is bound to the drop-in. A module imported
-later binds what the defining module holds then, the drop-in. Each installation's drop-ins are
-fresh wrappers, so :meth:`Installation.undo` finds them again by identity wherever they were
-bound (modules imported after ``install()`` included) and rebinds them to the newest
-installation still in place, or to miles' own functions: undo works in any order. A module that
-refuses a binding makes ``install()`` put back what it bound and raise
-:class:`~arrow_split.InstallError`. Bindings outside module globals (a class attribute, a dict,
-a closure) are not searched.
+The patch follows miles' six functions by identity, not module names (miles #1842 moved a
+binding), through every loaded module's globals; each installation binds fresh wrappers, so
+:meth:`Installation.undo` finds its own again and rebinds the newest installation left, or
+miles' own (undo in any order). A refused binding puts everything back: InstallError.
+Bindings outside module globals (class attributes, dicts, closures) are not searched.
 """
 
 from __future__ import annotations

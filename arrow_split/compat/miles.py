@@ -1,59 +1,12 @@
-"""A drop-in for miles' DP split: the same names, signatures and results, on arrow_split.
+"""A drop-in for miles' DP split: miles' six functions with miles' signatures, args and results.
 
-miles' rollout manager splits each step's train data across data-parallel ranks, and each train
-actor takes its own part. This module has the same six functions, reading the same ``args`` fields
-(``balance_data``, ``delay_split_train_data_by_dp``, ``multi_lora``, ``multi_lora_n_adapters``,
-``global_batch_size``, ``micro_batch_size``, ``use_dynamic_batch_size``, ``max_tokens_per_gpu``,
-``balance_by_flops``, ``allow_partial_train_step``) and returning what miles' callers read:
-
-- :func:`split_train_data_by_dp_raw` and :func:`split_train_data_by_dp_scheduled_raw`: one
-  rollout-layout dict per rank (``partition``, the rank's per-sample keys, the whole batch's
-  ``total_lengths`` and batch-global keys; ``n_adapters`` with adapter slots; the schedule's
-  ``micro_batch_indices``, ``num_microbatches`` and ``num_rollouts``);
-- :func:`split_train_data_by_dp`: eager, one reference per rank, each holding a
-  :class:`RolloutShard` that reads like miles' dict; with ``args.delay_split_train_data_by_dp``,
-  the one reference to the whole batch (miles' manager puts the dict itself in that mode; the
-  train side takes either). References have the installed miles' type: ``Box``-shaped
-  (``ref.inner``), or ``_RayStoreObjectRef(payload=...)`` from miles #2542 on (detected by
-  :func:`install`); either is read back. Eager puts are all or nothing (#2248/#2286);
-- :func:`process_rollout_data`: the actor-layout dict (no ``partition``, ``total_lengths`` of the
-  rank's rows) and a get result with ``value`` and a releasing context manager.
-
-The values have miles' types: ``truncated`` and other flags are 0/1 ints, per-token columns lists
-of Python numbers, ``rollout_routed_experts`` one numpy array ``[len(tokens) - 1, layers, top_k]``
-per sample, ``step_adapter_batch_sizes`` a dict ``{slot: size}``. Multi-LoRA rows are stably
-sorted by adapter slot within each rank, as miles sorts them.
-
-Where this differs from miles, on purpose (the library exists to fix these):
-
-- the train data is validated before anything is split or put: a ``loss_masks`` that does not
-  match ``response_lengths``, a ragged per-sample key raise the library's typed errors
-  (:mod:`arrow_split.errors`) naming the key and the sample, where miles splits silently or
-  fails later;
-- a key neither known nor declared (miles adds some every month) is carried to the rank with a
-  spec inferred from its values and one :class:`~arrow_split.UnknownKeyWarning` per key giving
-  the ``ColumnSpec(...)`` to declare (:mod:`arrow_split.compat._miles_infer`); ``specs=[...]``
-  declares it, ``strict_keys=True`` refuses it as the core does;
-- miles' sampling masks (#2595: ``rollout_sampling_mask_ids`` and
-  ``rollout_sampling_mask_offsets``) travel as one ``rollout_sampling_masks`` column, validated
-  with miles' offsets rule, and come back as miles' two keys on every rank;
-- no key is dropped: miles' split forgets ``metadata`` (and any key outside its list); here every
-  known or declared key reaches its rank;
-- ``data`` is never mutated (miles adds ``total_lengths`` to it);
-- float32 columns (log-probs) hold float32 values, as the trainer's tensors would;
-- a bad ``dp_rank``, a list of the wrong length or another rank's shard raise a
-  :class:`~arrow_split.PlanError`, not an ``AssertionError``.
-
-``pad_to_dp=True`` (on the splits, or ``install(pad_to_dp=True)``) pads the batch first, as
-miles #2694's ``postprocess_rollout_data(..., pad_to_dp=True)`` pads its samples: the fewest
-copies of the last sample that make it a multiple of ``dp_size``, with a zero loss mask,
-``sample_indices`` and ``rollout_ids`` -1 and ``is_padding`` true
-(:func:`arrow_split.pad_to_dp`); ``raw_reward`` keeps the real samples only.
-
-:func:`install` patches these functions into an importable miles in one call. The hand-off uses
-Ray's object store (miles' default ``object_store_backend="ray"``); with the Mooncake backend keep
-miles' own functions. The rollout-side functions (the ``_raw`` splits,
-:func:`can_schedule_on_rollout_side`, :func:`process_rollout_data_shard`) do not need Ray.
+miles' signatures live only here (for :func:`install` and code written against miles);
+``arrow_split`` and ``arrow_split.ray`` have their own functions of the same names, returning
+Shard, RolloutBatch or ObjectRef (docs/miles.md, "One name, one function"). The rollout-side
+functions (the ``_raw`` splits, :func:`can_schedule_on_rollout_side`,
+:func:`process_rollout_data_shard`) need no Ray. Where the drop-in differs from miles on purpose
+(train data validated before anything is put, no key dropped, ``data`` never mutated, typed
+errors, ``pad_to_dp``, unknown keys inferred with a warning): docs/miles.md.
 """
 
 from __future__ import annotations
