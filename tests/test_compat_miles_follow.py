@@ -17,7 +17,7 @@ import pyarrow as pa
 import pytest
 
 from arrow_split import ColumnSpec, PlanError, RolloutBatch, SchemaError, UnknownKeyWarning
-from arrow_split.compat import _miles_infer, _miles_store, miles
+from arrow_split.compat import _miles_convert, _miles_install, miles
 from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
 
 # Keys that miles' open PRs add, with values of the shapes they produce.
@@ -41,9 +41,9 @@ EXPECTED_KINDS = {
 
 @pytest.fixture(autouse=True)
 def fresh_warnings() -> Iterator[None]:
-    _miles_infer._WARNED.clear()
+    _miles_convert._WARNED.clear()
     yield
-    _miles_infer._WARNED.clear()
+    _miles_convert._WARNED.clear()
 
 
 def new_key_data() -> dict[str, Any]:
@@ -69,7 +69,7 @@ def test_keys_miles_adds_next_reach_the_rank_with_one_warning_each() -> None:
 def test_inferred_specs() -> None:
     data = {**new_key_data(), "judge": [{"a": 1}, None, "x"], "step_tag": 7}
     with pytest.warns(UnknownKeyWarning):
-        specs = _miles_infer.infer_unknown_specs(data, [], strict_keys=False)
+        specs = _miles_convert.infer_unknown_specs(data, [], strict_keys=False)
     by_name = {spec.name: spec for spec in specs}
     for key, (kind, value_type) in EXPECTED_KINDS.items():
         assert (by_name[key].kind, by_name[key].value_type, by_name[key].length) == (
@@ -187,12 +187,12 @@ def test_install_returns_the_installed_miles_reference_type(
 ) -> None:
     (fake_miles / "miles/utils/object_store.py").write_text(textwrap.dedent(store))
     (fake_miles / "miles/utils/ray_utils.py").write_text(textwrap.dedent(_RAY_UTILS))
-    before = _miles_store.REF_FACTORY
+    before = _miles_install.REF_FACTORY
     installation = miles.install()
     try:
-        ref = _miles_store.wrap_ref("a ray reference")
+        ref = miles._wrap_ref("a ray reference")
         assert getattr(ref, expected) == "a ray reference"
-        assert _miles_store._unwrap(ref) == "a ray reference"
+        assert miles._unwrap(ref) == "a ray reference"
         name = "_RayStoreObjectRef(payload=...)" if expected == "payload" else "ArrowRef"
         assert installation.ref_type == name
         if expected == "payload":
@@ -201,11 +201,11 @@ def test_install_returns_the_installed_miles_reference_type(
             assert isinstance(ref, _RayStoreObjectRef)
     finally:
         installation.undo()
-    assert _miles_store.REF_FACTORY is before
+    assert _miles_install.REF_FACTORY is before
 
 
 def test_both_reference_shapes_are_read() -> None:
-    box = _miles_store.ArrowRef("r")
+    box = miles.ArrowRef("r")
     pydantic_like = Namespace(payload="r")
-    assert _miles_store._unwrap(box) == _miles_store._unwrap(pydantic_like) == "r"
-    assert _miles_store._unwrap("r") == "r"
+    assert miles._unwrap(box) == miles._unwrap(pydantic_like) == "r"
+    assert miles._unwrap("r") == "r"

@@ -217,12 +217,12 @@ def test_parquet_reads_back_equal(batch: RolloutBatch) -> None:
 @pytest.mark.parametrize("trusted", [False, True])
 def test_an_eager_node_object_keeps_the_flag(tmp_path: Path, trusted: bool) -> None:
     pytest.importorskip("ray")
-    from arrow_split.ray._eager import _node_rows, rank_slice
+    from arrow_split.ray._nodes import node_rows, rank_slice
 
     path = _dumped(tmp_path, [_Mine(1), _Mine(2), _Mine(3), _Mine(4)])
     batch = RolloutBatch.read(path, trust_objects=trusted)
     plan = batch.make_plan(2, balance_data=False)
-    node_rows = pickle.loads(pickle.dumps(_node_rows(batch, plan, [0, 1]), protocol=5))
+    node_rows = pickle.loads(pickle.dumps(node_rows(batch, plan, [0, 1]), protocol=5))
     for rank in (0, 1):
         shard = rank_slice(node_rows, rank, 2, None, "test", "rows")
         assert shard.rows.trust_objects is trusted

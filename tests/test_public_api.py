@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import pkgutil
 
 import pytest
@@ -55,3 +56,20 @@ def test_the_fixed_names_of_the_api() -> None:
         assert name in arrow_split.__all__
     assert callable(arrow_split.RolloutBatch.from_train_data)
     assert callable(arrow_split.RolloutBatch.to_train_data)
+
+
+def test_one_name_means_one_function_across_arrow_splits_own_namespaces() -> None:
+    """A name two of arrow_split's own public namespaces export is one object.
+
+    ``arrow_split.compat.miles`` is the documented exception: it keeps miles' signatures under
+    miles' names (docs/miles.md, "One name, one function").
+    """
+    names = ["arrow_split", "arrow_split.testing"]
+    names += [f"arrow_split.{leaf}" for leaf in ("ray", "torch") if importlib.util.find_spec(leaf)]
+    seen: dict[str, tuple[str, object]] = {}
+    for module_name in names:
+        module = importlib.import_module(module_name)
+        for name in module.__all__:
+            value = getattr(module, name)
+            first = seen.setdefault(name, (module_name, value))
+            assert first[1] is value, f"`{name}` means two things: {first[0]} and {module_name}"

@@ -1,17 +1,10 @@
-"""Patch the drop-in into an importable miles, in one call, and undo it.
+"""The machinery behind ``install()``: bind the drop-ins wherever miles binds its functions.
 
-miles binds these functions by name in other modules (``from ... import``), and which modules
-do moves between releases (#1842 moved the rollout side's binding into
-``miles.ray.rollout.rollout_executor``). So the patch follows the functions, not module names:
-miles' six functions are taken from the two modules that define them, and every global of every
-loaded module bound to one of them (by identity) is bound to the drop-in. A module imported
-later binds what the defining module holds then, the drop-in. Each installation's drop-ins are
-fresh wrappers, so :meth:`Installation.undo` finds them again by identity wherever they were
-bound (modules imported after ``install()`` included) and rebinds them to the newest
-installation still in place, or to miles' own functions: undo works in any order. A module that
-refuses a binding makes ``install()`` put back what it bound and raise
-:class:`~arrow_split.InstallError`. Bindings outside module globals (a class attribute, a dict,
-a closure) are not searched.
+The patch follows miles' six functions by identity, not module names (miles #1842 moved a
+binding), through every loaded module's globals; each installation binds fresh wrappers, so
+:meth:`Installation.undo` finds its own again and rebinds the newest installation left, or
+miles' own (undo in any order). A refused binding puts everything back: InstallError.
+Bindings outside module globals (class attributes, dicts, closures) are not searched.
 """
 
 from __future__ import annotations
@@ -25,11 +18,15 @@ from types import ModuleType
 from typing import Any
 
 from arrow_split import ColumnSpec, InstallError, SchemaTypeError
-from arrow_split._args import as_flag, describe
-from arrow_split.compat import _miles_store as _store
-from arrow_split.compat._miles_store import ref_factory_of
+from arrow_split._args import describe
 
-__all__ = ["Installation", "install"]
+__all__ = ["Installation", "REF_FACTORY", "RefFactory", "as_specs", "patch", "ref_factory_of"]
+
+RefFactory = Callable[[Any], Any]
+
+REF_FACTORY: RefFactory | None = None
+"""What wraps each Ray reference the drop-in returns: ``None`` for its ``Box``-shaped
+``ArrowRef``, or the installed miles' own type (``install()`` sets it, ``undo()`` restores it)."""
 
 _LOG = logging.getLogger("arrow_split.compat.miles")
 _ABSENT = object()  # a name the module did not have before install()
@@ -83,10 +80,10 @@ class Installation:
         patched: Sequence[str],
         skipped: Sequence[str],
         bound: Mapping[str, Callable[..., Any]],
-        factory: Callable[[Any], Any],
+        factory: RefFactory | None,
     ) -> None:
         self.patched = tuple(patched)
-        self.ref_type = factory.__qualname__
+        self.ref_type = "ArrowRef" if factory is None else factory.__qualname__
         self.skipped = tuple(skipped)
         self.bound = dict(bound)
         self.factory = factory
@@ -101,7 +98,8 @@ class Installation:
         known = {id(value): (value, name) for name, value in self.bound.items()}
         for module, attr, name in _sites(known):
             setattr(module, attr, replacement[name])
-        _store.REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
+        global REF_FACTORY  # the process's one reference type
+        REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
         if top is None:
             _BASE.clear()
 
@@ -166,7 +164,23 @@ def _patch_all(
     return [f"{module.__name__}.{attr}" for module, attr, _ in done]
 
 
-def _specs_of(specs: object) -> list[ColumnSpec]:
+def ref_factory_of(object_store: object) -> RefFactory | None:
+    """The installed miles' reference type: ``_RayStoreObjectRef(payload=...)`` or ``None``.
+
+    ``None`` (``StoreObjectRef = Box``) means the drop-in's ``Box``-shaped ``ArrowRef``.
+    """
+    pydantic_ref = getattr(object_store, "_RayStoreObjectRef", None)
+    if pydantic_ref is None:
+        return None
+
+    def wrap(ray_ref: Any) -> Any:
+        return pydantic_ref(payload=ray_ref)
+
+    wrap.__qualname__ = f"{pydantic_ref.__name__}(payload=...)"
+    return wrap
+
+
+def as_specs(specs: object) -> list[ColumnSpec]:
     """``specs`` as a list of :class:`ColumnSpec` (an iterable of them, never a str)."""
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
         msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
@@ -230,10 +244,7 @@ def _flops_hook() -> Callable[[Sequence[int], Any], list[float]] | None:
     return flops
 
 
-def _bind(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
-    from arrow_split.compat import miles as compat  # the public functions live there
-
-    function: Callable[..., Any] = getattr(compat, name)
+def _bind(function: Callable[..., Any], name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     keywords = {}
     if name in _TAKES_SPECS and hooks["specs"]:
         keywords["specs"] = hooks["specs"]
@@ -249,57 +260,25 @@ def _bind(name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     return patched
 
 
-def install(
+def patch(
+    drop_ins: Mapping[str, Callable[..., Any]],
     *,
-    specs: Iterable[ColumnSpec] = (),
-    strict_keys: bool = False,
-    pad_to_dp: bool = False,
-    verbose: bool = False,
+    specs: list[ColumnSpec],
+    strict_keys: bool,
+    pad_to_dp: bool,
+    verbose: bool,
 ) -> Installation:
-    """Patch arrow_split's drop-in into miles; return what was patched (and how to undo it).
-
-    Parameters
-    ----------
-    specs
-        Column specs for keys the library does not know (miles' custom converters may add
-        some), passed to every function that converts train data.
-    strict_keys
-        Refuse a key that is neither known nor declared (the core's ``SchemaError``) instead of
-        carrying it with an inferred spec and an :class:`~arrow_split.UnknownKeyWarning`.
-    pad_to_dp
-        Pad every split batch to a multiple of the DP size (:func:`arrow_split.pad_to_dp`,
-        miles #2694's rows), so that a balanced split of any batch size works.
-    verbose
-        Also print the summary (it is always logged at INFO).
-
-    Returns
-    -------
-    Installation
-        ``patched``: every ``module.name`` now bound to arrow_split; ``skipped``: names in
-        modules that did not import here; ``ref_type``: the reference type the drop-in now
-        returns (miles' own, detected); ``undo()`` restores miles' functions.
-
-    Raises
-    ------
-    ImportError
-        miles (or a module that defines these functions) is not importable.
-    """
-    checked_specs = _specs_of(specs)
-    flags = {
-        "strict_keys": as_flag("strict_keys", strict_keys),
-        "pad_to_dp": as_flag("pad_to_dp", pad_to_dp),
-        "verbose": as_flag("verbose", verbose),
-    }
+    """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
     modules = {name: _import_required(name) for name in _REQUIRED}
     hooks = {
-        "specs": checked_specs,
-        "strict_keys": flags["strict_keys"],
-        "pad_to_dp": flags["pad_to_dp"],
+        "specs": specs,
+        "strict_keys": strict_keys,
+        "pad_to_dp": pad_to_dp,
         "flops": _flops_hook(),
         "on_batch_lengths": _timer_hook(),
     }
     originals = dict(_BASE) if _ACTIVE else _defined(modules)
-    bound = {name: _bind(name, hooks) for name in originals}
+    bound = {name: _bind(drop_ins[name], name, hooks) for name in originals}
     patched = _patch_all(_known(originals), bound)
     skipped = [
         f"{module_name}.{name}"
@@ -307,11 +286,12 @@ def install(
         if module_name not in sys.modules
         for name in names
     ]
+    global REF_FACTORY  # the process's one reference type
     factory = ref_factory_of(_import_optional(_OBJECT_STORE))
     if not _ACTIVE:
         _BASE.update(originals)
-        _BASE_FACTORY[:] = [_store.REF_FACTORY]
-    _store.REF_FACTORY = factory
+        _BASE_FACTORY[:] = [REF_FACTORY]
+    REF_FACTORY = factory
     installation = Installation(patched, skipped, bound, factory)
     _ACTIVE.append(installation)
     summary = (
@@ -321,6 +301,6 @@ def install(
     if skipped:
         summary += f"; skipped (not importable here): {', '.join(skipped)}"
     _LOG.info(summary)
-    if flags["verbose"]:
+    if verbose:
         print(summary)
     return installation

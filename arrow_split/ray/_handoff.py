@@ -1,93 +1,68 @@
-"""Ray leaf: put a rollout batch into the object store; each data-parallel rank takes its own rows.
+"""The Ray hand-off: the driver puts a step's batch, each data-parallel rank takes its own rows.
 
-Two hand-offs, named by ``delay`` in :func:`split_train_data_by_dp`:
-
-eager (``delay=False``)
-    The driver puts one object per node; the list it returns has a reference per rank, shared
-    by the ranks of a node. On one node (no ``rank_nodes``) the object is the batch with its
-    plan, put as it is: a rank fetches ``refs[dp_rank]``, checks the plan's key in O(1) and
-    takes its own rows into fresh buffers. With ``rank_nodes`` each node's object holds that
-    node's rows, gathered once in plan order into fresh compact buffers (never a slice view of
-    the batch, which would ship the whole parent buffer): a rank checks in O(1) that it holds
-    its rows of the plan it asked for (the object carries the plan's key and each rank's row
-    range) and slices them without a copy. See :mod:`arrow_split.ray._eager`.
-delayed (``delay=True``)
-    The driver puts the whole batch once. Each rank maps it read-only from its node's shared
-    memory (no copy, no deserialization of the columns' values), computes the plan from the
-    ``tokens`` offsets and gathers its own rows into fresh buffers. No rank gathers, converts or
-    copies another rank's rows. The batch carries the driver's :class:`~arrow_split.Plan`: a rank
-    at the driver's ``dp_size`` takes its rows from it without planning, a rank that asks for
-    another method gets a :class:`~arrow_split.PlanMismatchError`, and a rank that asks for
-    another ``dp_size`` must say so with ``resplit=True`` (a rank died, data parallelism
-    shrank): the same reference is then split again for the new size without a new put.
-
-Checking the plan across ranks. Every shard exposes ``shard.plan_fingerprint``; a trainer with
-``torch.distributed`` initialised can compare it across its data-parallel group::
-
-    seen = [None] * dp_size
-    torch.distributed.all_gather_object(seen, shard.plan_fingerprint, group=dp_group)
-    assert len(set(seen)) == 1, f"ranks hold parts of different plans: {seen}"
-
-Serialization. Ray 2.60 registers its own reducers for ``pyarrow.Table`` and ``pyarrow.Schema``
-only (``ray._private.arrow_serialization``); a ``RecordBatch`` goes through pyarrow's pickling,
-whose buffers Ray's pickle protocol 5 writes out of band into the object. :func:`ray.get` then
-wraps them as read-only Arrow buffers that point into the store's shared memory: nothing is
-copied or allocated by pyarrow on a get. A batch whose record batch is a slice of a larger one
-ships its parent's buffers (ARROW-10739): put what :meth:`RolloutBatch.from_train_data` or a
-split returns.
-
-Lifetimes and ownership. The process that puts owns the objects: call
-:func:`split_train_data_by_dp` on the driver, not in an actor that may die, so that losing a
-train actor never loses a step's data. An object lives while any reference to it lives, on the
-driver or passed to an actor; to free a step, drop the references (``del refs``) once every rank
-has called :func:`process_rollout_data`: Ray frees the objects shortly after (Ray 2.60 has no
-public call that frees an object still referenced, so this module offers none). On the actor:
-
-- the shard :func:`process_rollout_data` returns in delayed mode owns fresh buffers and keeps no
-  view of the fetched batch, so it never pins the batch in the store; the rank may write to its
-  buffers (nobody else sees them);
-- the shard it returns in eager mode is a slice of its node's object: its buffers are read-only
-  views of the store and keep that object (its node's ranks' rows, not the whole batch unless
-  all ranks share one object) alive until the shard is dropped. Copy before writing (converting
-  to tensors does); take its rows before passing it on (a slice pickles its parent's buffers).
-
-Cluster scale. Ray moves an object between nodes whole: a delayed rank whose node does not hold
-the batch would pull all of it. By default (``locality="auto"``) such a rank has its rows taken on
-a node that holds the batch and fetches only its shard, so about as many bytes cross nodes as in
-eager mode; ``locality="local"`` is the plain delayed split. See :mod:`arrow_split.ray._locality`
-for the design and its failure handling.
+:func:`split_train_data_by_dp` (driver) and :func:`process_rollout_data` (train actor) parse
+their arguments once; ``delay`` picks the hand-off (eager: one object per node group, see
+:mod:`arrow_split.ray._nodes`; delayed: the whole batch once, with its plan, each rank gathering
+its rows into fresh buffers, or splitting again for another ``dp_size`` with ``resplit=True``).
+:func:`warm_up` does a fresh process's first-time work before its first step. Lifetimes,
+ownership and serialization are described in docs/ray.md: the process that puts owns the
+objects (call it on the driver), and dropping the references frees them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, overload
+import ctypes
+import pickle
+import platform
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 try:
     import ray
+    from ray import exceptions as ray_exceptions
 except ImportError:
     msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
     raise ImportError(msg) from None
 
 import numpy as np
+import pyarrow as pa
 
 from arrow_split import (
+    KNOWN_COLUMNS,
+    ArrowSplitWarning,
+    NotARolloutBatchError,
+    OptionError,
+    OptionTypeError,
     PlanError,
+    RaggedLengthError,
     RolloutBatch,
     Shard,
+    TransportError,
     shard_for_rank,
 )
 from arrow_split import pad_to_dp as pad_batch
-from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
-from arrow_split.ray._eager import NodeRows, check_rank_nodes, put_by_node, rank_slice
-from arrow_split.ray._fetched import detached, fetch, whole_batch
-from arrow_split.ray._locality import Locality, OnFetch, check_locality, pick_holder, take_on_holder
-from arrow_split.ray._witness import with_witness_ids
+from arrow_split._args import as_choice, as_flag, as_int, check_dp_rank, check_dp_size, method_of
+from arrow_split.ray._nodes import (
+    Locality,
+    NodeRows,
+    OnFetch,
+    live_nodes,
+    node_rows,
+    pick_holder,
+    put_by_node,
+    rank_slice,
+    take_on_holder,
+)
+from arrow_split.schema import role_column
 
 if TYPE_CHECKING:
     from ray import ObjectRef
 
-__all__ = ["process_rollout_data", "split_train_data_by_dp"]
+__all__ = ["process_rollout_data", "split_train_data_by_dp", "warm_up"]
+
+_WITNESS = str(role_column(KNOWN_COLUMNS, "witness"))
+_LENGTH_SOURCE = str(role_column(KNOWN_COLUMNS, "length_source"))
 
 
 @overload
@@ -137,41 +112,31 @@ def split_train_data_by_dp(
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
-    Call it on the driver: the caller owns the objects (see the module docstring). Everything is
-    validated, the plan included, before anything is put.
+    Call it on the driver, which then owns the objects. Everything, the plan included, is
+    validated before anything is put.
 
     Parameters
     ----------
     data_or_batch
-        A train-data dict (converted with :meth:`RolloutBatch.from_train_data`) or a whole
-        RolloutBatch.
+        A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
     dp_size
         The number of data-parallel ranks.
     balance_data
-        The plan: ``False`` strided, ``True`` balanced (see :func:`arrow_split.plan_partitions`).
+        The plan: ``False`` strided, ``True`` balanced.
     delay
-        ``False``: plan now and put one object per node (see :mod:`arrow_split.ray._eager`):
-        on one node (or without ``rank_nodes``) the batch with its plan, each rank taking its
-        own rows; on several, each node's rows gathered in plan order, each rank slicing its
-        range. ``True``: put the whole batch once, with its plan, and let each rank take its
-        own rows (or split it again for another ``dp_size``).
+        ``False``: one object per node group, each rank taking or slicing its rows. ``True``:
+        the whole batch once, with its plan.
     rank_nodes
-        Eager only, optional: the node id of each rank (``dp_size`` strings, in rank order; a
-        train actor's is ``ray.get_runtime_context().get_node_id()``). Ranks with the same id
-        share one object. ``None``: one object for all ranks (the best choice on one node). A
-        wrong id still gives every rank its own rows; only more bytes cross nodes.
+        Eager only: each rank's node id (``ray.get_runtime_context().get_node_id()``), in rank
+        order; ranks with the same id share one object. ``None``: one object for all ranks.
     pad_to_dp
-        Pad the batch first with the fewest rows that make it a multiple of ``dp_size``
-        (:func:`arrow_split.pad_to_dp`; padding rows have ``is_padding`` true, a zero loss mask
-        and ``sample_indices`` -1), once, before planning: a balanced split of any batch size.
+        Pad the batch first to a multiple of ``dp_size`` (:func:`arrow_split.pad_to_dp`).
 
     Returns
     -------
     list of ObjectRef or ObjectRef
-        Eager: one reference per rank, ``refs[r]`` holding rank ``r``'s node's object, from
-        which :func:`process_rollout_data` takes ``split_train_data_by_dp_raw(...)[r]``'s rows.
-        Delayed: one reference to the whole batch. Drop them (``del refs``) once every rank has
-        processed the step to free the store.
+        Eager: one reference per rank (``refs[r]`` holds rank ``r``'s rows). Delayed: one
+        reference to the whole batch. Drop them once every rank has processed the step.
 
     Raises
     ------
@@ -182,12 +147,12 @@ def split_train_data_by_dp(
     OptionError, OptionTypeError
         ``rank_nodes`` is not one node id (str) per rank.
     TransportError
-        Eager: a put failed part-way; the objects already put were freed (all or nothing).
+        Eager: a put failed part-way; the objects already put were freed.
     """
     size = check_dp_size(dp_size)
     method_of(balance_data)
     delay = as_flag("delay", delay)
-    nodes = check_rank_nodes(rank_nodes, size)
+    nodes = _as_rank_nodes(rank_nodes, size)
     pad = as_flag("pad_to_dp", pad_to_dp)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
@@ -198,8 +163,40 @@ def split_train_data_by_dp(
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
-    # One node's rows alive at a time: the driver's peak is the batch plus one node's rows.
-    return put_by_node(batch, plan, nodes)
+    return put_by_node(batch, plan, nodes)  # one node's rows alive at a time
+
+
+def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
+    if rank_nodes is None:
+        return None
+    if isinstance(rank_nodes, (str, bytes)) or not isinstance(rank_nodes, Sequence):
+        msg = (
+            f"`rank_nodes` must be a list of one node id (str) per rank, got "
+            f"{type(rank_nodes).__name__}; collect each train actor's "
+            "`ray.get_runtime_context().get_node_id()`"
+        )
+        raise OptionTypeError(msg)
+    if len(rank_nodes) != dp_size:
+        msg = (
+            f"`rank_nodes` has {len(rank_nodes)} node ids but `dp_size` is {dp_size}; give the "
+            "node id of every rank, in rank order"
+        )
+        raise OptionError(msg)
+    for rank, node in enumerate(rank_nodes):
+        if not isinstance(node, str):
+            msg = (
+                f"`rank_nodes[{rank}]` must be a node id (str), got {type(node).__name__} "
+                f"{node!r:.40}"
+            )
+            raise OptionTypeError(msg)
+    return list(rank_nodes)
+
+
+def _as_locality(locality: object) -> Locality:
+    if not isinstance(locality, str):  # named like a wrong string, as the tests pin it
+        msg = f"invalid `locality`: {locality!r:.40}; expected one of: 'auto', 'local', 'holder'"
+        raise OptionError(msg)
+    return cast(Locality, as_choice("locality", locality, Locality))
 
 
 def process_rollout_data(
@@ -217,79 +214,74 @@ def process_rollout_data(
 ) -> Shard:
     """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
-    Call it in the train actor of rank ``dp_rank``. Only this rank's rows are fetched (eager) or
-    gathered (delayed); ``shard.to_train_data(layout="actor")`` gives the classic actor dict:
-    this rank's per-sample keys, ``total_lengths`` of its rows, ``global_total_lengths`` of the
-    whole batch and the batch-global keys whole.
+    Call it in the train actor of rank ``dp_rank``; only this rank's rows are fetched (eager)
+    or gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
 
     Parameters
     ----------
     refs_or_ref
-        The eager list of references (one per rank; only ``refs[dp_rank]`` is fetched), the
-        delayed reference, or what one of them holds (what Ray hands an actor method when a
-        reference is passed as a top-level argument).
+        The eager list of references (only ``refs[dp_rank]`` is fetched), the delayed
+        reference, or what one of them holds (as Ray resolves a top-level argument).
     dp_rank, dp_size
         This rank and the number of ranks.
     balance_data
-        The plan's method, checked against the one the data was put with
-        (:class:`PlanMismatchError` if it differs); ``None`` follows the driver's.
+        The plan's method, checked against the put's; ``None`` follows the driver's.
     resplit
-        Delayed only: allow a ``dp_size`` other than the driver's; the same batch is split again
-        for the new size. Without it, another ``dp_size`` is a :class:`PlanMismatchError`.
+        Delayed only: allow another ``dp_size`` than the driver's (the batch is split again).
     witness_ids
-        Optional: one int per sample of the WHOLE batch, attached to this rank's rows as the
-        column with the ``witness`` role (``seq_witness_ids``).
+        Optional: one int per sample of the WHOLE batch, added as ``seq_witness_ids``.
     locality
-        Where a delayed reference's rows are taken (see :mod:`arrow_split.ray._locality`):
-        ``"auto"`` here if this node holds the batch, else on a node that does (only the shard
-        crosses nodes); ``"local"`` always here; ``"holder"`` always on a node that holds it.
-        Ignored for an eager list and a resolved batch, which are already here.
+        Delayed only, where the rows are taken: ``"auto"`` here if this node holds the batch,
+        else on a node that does; ``"local"`` always here; ``"holder"`` always on a holder.
     step
-        Optional: the training step, named in error messages only.
+        Optional: the training step, named in error messages.
     on_fetch
-        Optional, for measuring: called with each reference this call fetched to this process.
+        Optional, for measuring: called with each reference fetched to this process.
     pad_to_dp
-        Delayed only, when the batch is split again (``resplit`` to another ``dp_size``, or a
-        batch put without a plan): pad it to a multiple of this ``dp_size`` first, as the
-        driver's ``pad_to_dp`` does. A shard's padding rows have ``is_padding`` true.
+        Delayed, when the batch is split again: pad it to a multiple of ``dp_size`` first.
 
     Returns
     -------
     Shard
-        This rank's shard. Delayed, and eager with one object for every rank: fresh buffers,
-        writable by this rank, no view of the store (built once, from the fetched object).
-        Eager with several node groups (``rank_nodes``): a zero-copy slice (read-only) of its
-        node's object.
+        Delayed, and eager with one object for every rank: fresh, writable buffers. Eager with
+        several node groups: a read-only zero-copy slice of its node's object.
 
     Raises
     ------
     PlanError, OptionError
-        A bad ``dp_rank``, ``dp_size`` or ``locality`` (raised before any fetch); an eager list
-        whose length is not ``dp_size``; a shard where the delayed mode expects the whole batch.
+        A bad ``dp_rank``, ``dp_size`` or ``locality`` (before any fetch); an eager list whose
+        length is not ``dp_size``; a shard where the whole batch is expected.
     PlanMismatchError
-        What was put is another plan's data: another method, another ``dp_size`` (eager, or
-        delayed without ``resplit``), or other ranks' rows.
+        What was put is another plan's data (method, ``dp_size`` or ranks).
     NotARolloutBatchError
         The reference holds something other than a rollout batch.
     TransportError
         The object was lost from the store (its owner died, or it was freed).
     RaggedLengthError, ColumnTypeError, ValueRangeError, SchemaError
-        ``witness_ids`` is not one int per sample of the whole batch, or the key already exists.
+        ``witness_ids`` is not one int per sample of the whole batch, or the key exists.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    if balance_data is not None:
-        method_of(balance_data)
+    method = None if balance_data is None else method_of(balance_data)
     resplit = as_flag("resplit", resplit)
-    if step is not None:
-        step = as_int("step", step, minimum=0)
-    where = check_locality(locality)
+    step = None if step is None else as_int("step", step, minimum=0)
+    where = _as_locality(locality)
     pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
-        shard = _eager_shard(refs_or_ref, rank, size, balance_data, who, on_fetch)
+        if len(refs_or_ref) != size:
+            msg = (
+                f"got {len(refs_or_ref)} references but `dp_size` is {size}; pass the whole "
+                "list that `split_train_data_by_dp(..., delay=False)` returned for this "
+                "`dp_size`, or the delayed reference to split a batch for another `dp_size`"
+            )
+            raise PlanError(msg)
+        what = f"`refs[{rank}]`"
+        value = _fetch(refs_or_ref[rank], who, what, on_fetch)
+        if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
+            value = _detached(value)
+        shard = rank_slice(value, rank, size, method, who, what)
     elif isinstance(refs_or_ref, NodeRows):  # Ray resolved an eager reference given top-level
-        method = None if balance_data is None else method_of(balance_data)
         shard = rank_slice(refs_or_ref, rank, size, method, who, "the object given")
     else:
         request = {
@@ -302,33 +294,8 @@ def process_rollout_data(
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
         whole = len(shard.batch_total_lengths)
-        rows = with_witness_ids(shard.rows, witness_ids, shard.partition, who, whole)
-        shard = shard.with_rows(rows)
+        shard = shard.with_rows(_with_witness(shard.rows, witness_ids, shard.partition, who, whole))
     return shard
-
-
-def _eager_shard(
-    refs: Sequence[Any],
-    dp_rank: int,
-    dp_size: int,
-    balance_data: bool | None,
-    who: str,
-    on_fetch: OnFetch | None,
-) -> Shard:
-    """Fetch ``refs[dp_rank]`` alone (its node's object); take or slice this rank's rows."""
-    if len(refs) != dp_size:
-        msg = (
-            f"got {len(refs)} references but `dp_size` is {dp_size}; pass the whole list that "
-            "`split_train_data_by_dp(..., delay=False)` returned for this `dp_size`, or the "
-            "delayed reference to split a batch for another `dp_size`"
-        )
-        raise PlanError(msg)
-    what = f"`refs[{dp_rank}]`"
-    value = fetch(refs[dp_rank], who, what, on_fetch)
-    if isinstance(value, RolloutBatch):  # one group: the rank takes its rows into its own shard
-        value = detached(value)
-    method = None if balance_data is None else method_of(balance_data)
-    return rank_slice(value, dp_rank, dp_size, method, who, what)
 
 
 def _delayed_shard(
@@ -339,24 +306,215 @@ def _delayed_shard(
     on_fetch: OnFetch | None,
     witness_ids: Sequence[int] | np.ndarray | None,
 ) -> Shard:
-    """Take this rank's rows of the whole batch, here or on a node that holds it.
-
-    Here, the fetched batch gets its own copy of numpy batch-global values and the witness
-    column first, so that the take builds the rank's one Shard.
-    """
+    """The rank's rows of the whole batch, taken on a node that holds it or here."""
     if isinstance(ref_or_batch, ray.ObjectRef):
         node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
             shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
-                rows = detached(shard.rows)
+                rows = _detached(shard.rows)
                 if witness_ids is not None:
                     whole = len(shard.batch_total_lengths)
-                    rows = with_witness_ids(rows, witness_ids, shard.partition, who, whole)
+                    rows = _with_witness(rows, witness_ids, shard.partition, who, whole)
                 return shard if rows is shard.rows else shard.with_rows(rows)
-    value = fetch(ref_or_batch, who, "the delayed reference", on_fetch)
-    batch = detached(whole_batch(value, who))
+    value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    if isinstance(value, NodeRows):
+        msg = (
+            f"{who}: got {len(value.partition)} rows of {len(value.batch_total_lengths)} samples "
+            "put for ranks where the whole batch was expected; pass the whole eager list (not "
+            "one of its references), or the reference `split_train_data_by_dp(..., delay=True)` "
+            "returned"
+        )
+        raise PlanError(msg)
+    if not isinstance(value, RolloutBatch):
+        msg = (
+            f"{who}: the delayed reference holds a {type(value).__name__}, not a RolloutBatch; "
+            "put batches with `arrow_split.ray.split_train_data_by_dp`"
+        )
+        raise NotARolloutBatchError(msg)
+    batch = _detached(value)
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
     if witness_ids is not None:
-        batch = with_witness_ids(batch, witness_ids, None, who)
+        batch = _with_witness(batch, witness_ids, None, who, batch.num_samples)
     return shard_for_rank(batch, **request)
+
+
+def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
+    """The value a reference holds (read-only views of the store), or the value itself."""
+    if not isinstance(ref_or_value, ray.ObjectRef):
+        return ref_or_value
+    try:
+        value = ray.get(ref_or_value)
+    except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
+        msg = (
+            f"{who}: the object store lost {what} ({type(exc).__name__}); the "
+            "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
+            "in an actor that may die) and keep its references until every rank has "
+            "processed the step"
+        )
+        raise TransportError(msg) from exc
+    if on_fetch is not None:
+        on_fetch(ref_or_value)
+    return value
+
+
+def _detached(batch: RolloutBatch) -> RolloutBatch:
+    """Copy numpy batch-global values, which Ray hands over as read-only views of the store."""
+    if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
+        return batch
+    batch_globals = {}
+    for key, value in batch.batch_globals.items():
+        if isinstance(value, np.ndarray):
+            value = np.array(value, copy=True)
+            value.flags.writeable = False
+        batch_globals[key] = value
+    return RolloutBatch(
+        batch.record_batch,
+        batch.specs,
+        batch_globals,
+        plan=batch.plan,
+        trust_objects=batch.trust_objects,
+    )
+
+
+def _with_witness(
+    batch: RolloutBatch,
+    witness_ids: Sequence[int] | np.ndarray,
+    partition: np.ndarray | None,
+    who: str,
+    whole: int,
+) -> RolloutBatch:
+    """``batch`` (the whole batch, or a shard's rows at ``partition``) with its witness ids."""
+    listed = isinstance(witness_ids, (list, tuple)) or (
+        isinstance(witness_ids, np.ndarray) and witness_ids.ndim == 1
+    )
+    if not listed or len(witness_ids) != whole:
+        got = f"{len(witness_ids)} values" if listed else "not a list"
+        msg = (
+            f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
+            "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
+        )
+        raise RaggedLengthError(msg)
+    if partition is None:
+        return batch.add_train_data({_WITNESS: witness_ids})
+    checked = RolloutBatch.from_train_data({_LENGTH_SOURCE: [[]] * whole, _WITNESS: witness_ids})
+    values = checked.record_batch.column(_WITNESS).to_numpy()
+    return batch.add_train_data({_WITNESS: values[partition]})
+
+
+_MAX_RESERVE_BYTES = 2**30  # glibc's trim threshold, twice the reserve, is a C int
+_BLOCK_BYTES = 8 * 2**20
+_MMAP_THRESHOLD = 32 * 2**20  # glibc's largest on 64-bit: blocks above it are always mapped
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+_reserved = 0
+_warm = False
+
+
+def _mallopt() -> Callable[[int, int], int] | None:
+    """The C library's ``mallopt`` where it is glibc, else ``None``."""
+    if platform.libc_ver()[0] != "glibc":
+        return None
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
+        return None
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    mallopt.restype = ctypes.c_int
+    return mallopt
+
+
+def reserve_heap(nbytes: int) -> bool:
+    """Keep ``nbytes`` of touched, free heap for this process and Arrow (glibc); ``False`` if not.
+
+    Sets glibc's thresholds (blocks up to 32 MiB from the heap, trimmed above twice the
+    reserve), makes the system allocator Arrow's default pool, then touches and frees
+    ``nbytes``. A later, larger ``nbytes`` grows the reserve. ``nbytes`` is parsed by the caller.
+    """
+    global _reserved  # one heap per process
+    if nbytes <= _reserved:
+        return True
+    mallopt = _mallopt()
+    if mallopt is None:
+        msg = (
+            f"warm_up(reserve_bytes={nbytes}) reserved nothing: this process's C library is "
+            f"{platform.libc_ver()[0] or 'not glibc'}, whose allocator has no thresholds to set; "
+            "pass reserve_bytes=0 there"
+        )
+        warnings.warn(msg, ArrowSplitWarning, stacklevel=3)
+        return False
+    trim = min(2 * nbytes, 2**31 - 1)
+    if not (mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, trim)):
+        return False  # pragma: no cover - glibc accepts both values
+    pa.set_memory_pool(pa.system_memory_pool())
+    blocks = [np.ones(_BLOCK_BYTES, dtype=np.uint8) for _ in range(-(-nbytes // _BLOCK_BYTES))]
+    del blocks
+    _reserved = nbytes
+    return True
+
+
+def _through_pickle(value: object) -> object:
+    """``value`` as a rank gets it: pickled with out-of-band buffers, read back read-only."""
+    buffers: list[pickle.PickleBuffer] = []
+    payload = pickle.dumps(value, protocol=5, buffer_callback=buffers.append)
+    return pickle.loads(payload, buffers=[memoryview(bytes(b.raw())) for b in buffers])
+
+
+def warm_up(*, reserve_bytes: int = 0) -> None:
+    """Do a rank's first-time work now (imports, kernels, caches), once per process.
+
+    Call it in each train actor's ``__init__``: it runs one eager and one delayed rank's work on
+    two samples in memory (nothing put, no Ray connection needed) and, where Ray is initialized,
+    counts the live nodes as a delayed rank does. A later call only grows the reserve.
+
+    Parameters
+    ----------
+    reserve_bytes : int, default 0
+        Heap to fault in now and keep for the first steps (glibc; 0 to 2**30), about twice a
+        rank step's private memory; makes the system allocator Arrow's default pool. Why:
+        docs/ray.md.
+
+    Raises
+    ------
+    OptionTypeError
+        If ``reserve_bytes`` is not an int (a bool or a float is refused).
+    OptionError
+        If ``reserve_bytes`` is negative or above 2**30.
+
+    Warns
+    -----
+    ArrowSplitWarning
+        With ``reserve_bytes > 0`` where the C library is not glibc: nothing is reserved.
+
+    Examples
+    --------
+    >>> from arrow_split.ray import warm_up
+    >>> warm_up()
+    >>> warm_up()  # the second call does nothing
+    """
+    global _warm  # once per process
+    fix = "about twice a rank's step memory, or 0 for none"
+    reserve = as_int("reserve_bytes", reserve_bytes, minimum=0, maximum=_MAX_RESERVE_BYTES, fix=fix)
+    if reserve:
+        reserve_heap(reserve)
+    if ray.is_initialized():
+        live_nodes()
+    if _warm:
+        return
+    tokens, response, mask = (
+        str(role_column(KNOWN_COLUMNS, role))
+        for role in ("length_source", "response_length", "loss_mask")
+    )
+    batch = RolloutBatch.from_train_data(
+        {tokens: [[1, 2, 3], [4, 5]], response: [2, 1], mask: [[1, 0], [1]]}
+    )
+    plan = batch.make_plan(2, balance_data=True)
+    rows = _through_pickle(node_rows(batch, plan, [0, 1]))
+    whole = cast(RolloutBatch, _through_pickle(batch.with_plan(plan)))
+    for shard in (
+        rank_slice(rows, 0, 2, None, "warm_up", "its object"),
+        rank_slice(rows, 1, 2, None, "warm_up", "its object"),
+        shard_for_rank(whole, 1, 2, balance_data=True),
+    ):
+        shard.numeric_columns()
+        shard.to_train_data(layout="actor")
+    _warm = True

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from arrow_split import PlanError, PlanMismatchError, Shard, TransportError
-from arrow_split.compat import _miles_store, miles
+from arrow_split.compat import _miles_install, miles
 from tests.ray.support import store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")
@@ -234,7 +234,7 @@ class PayloadRef:
 def test_references_of_miles_2542_shape_work_both_ways(
     actors: list[Any], monkeypatch: pytest.MonkeyPatch, delay: bool
 ) -> None:
-    monkeypatch.setattr(_miles_store, "REF_FACTORY", lambda ref: PayloadRef(payload=ref))
+    monkeypatch.setattr(_miles_install, "REF_FACTORY", lambda ref: PayloadRef(payload=ref))
     args = make_args(balance_data=True, delay_split_train_data_by_dp=delay)
     data = make_data(9, seed=8)
     refs = miles.split_train_data_by_dp(args, data, {"dp_size": 2}, pad_to_dp=True)

@@ -19,13 +19,12 @@ from arrow_split import (
 ray = pytest.importorskip("ray")
 
 from arrow_split.ray import (  # noqa: E402
-    _heap,
-    _warm,
+    _handoff,
     clear_caches,
     process_rollout_data,
     warm_up,
 )
-from arrow_split.ray._eager import _node_rows  # noqa: E402
+from arrow_split.ray._nodes import node_rows  # noqa: E402
 
 pytestmark = pytest.mark.ray
 
@@ -42,7 +41,7 @@ def test_warm_up_then_both_hand_offs_give_the_core_split() -> None:
     warm_up()
     batch = RolloutBatch.from_train_data(_TRAIN_DATA)
     plan = batch.make_plan(2, balance_data=True)
-    rows = _node_rows(batch, plan, [0, 1])
+    rows = node_rows(batch, plan, [0, 1])
     for rank in (0, 1):
         expected = shard_for_rank(batch, rank, 2, balance_data=True)
         eager = process_rollout_data([rows, rows], rank, 2, balance_data=True)
@@ -57,7 +56,7 @@ def test_a_second_warm_up_does_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("warm_up ran again")
 
-    monkeypatch.setattr(_warm.RolloutBatch, "from_train_data", refuse)
+    monkeypatch.setattr(_handoff.RolloutBatch, "from_train_data", refuse)
     warm_up()
 
 
@@ -138,11 +137,11 @@ def test_a_reserve_that_is_not_a_byte_count_in_range_is_a_typed_error(
 def test_a_reserve_without_glibc_warns_and_reserves_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(_heap.platform, "libc_ver", lambda: ("", ""))
-    monkeypatch.setattr(_heap, "_reserved", 0)
+    monkeypatch.setattr(_handoff.platform, "libc_ver", lambda: ("", ""))
+    monkeypatch.setattr(_handoff, "_reserved", 0)
     with pytest.warns(ArrowSplitWarning, match="reserved nothing"):
-        assert _heap.reserve_heap(2**20) is False
-    assert _heap._reserved == 0
+        assert _handoff.reserve_heap(2**20) is False
+    assert _handoff._reserved == 0
 
 
 def test_warm_up_in_a_ray_process_counts_the_nodes_a_delayed_rank_then_reuses(

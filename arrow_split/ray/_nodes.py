@@ -1,0 +1,360 @@
+"""Where a step's rows live on a cluster: eager objects per node group, delayed takes on a holder.
+
+Eager. Ranks with the same ``rank_nodes`` label share one object. One group (the default): the
+batch with its plan, put as it is; a rank takes its rows into fresh buffers. Several groups: a
+:class:`NodeRows` per group, its ranks' rows gathered once in plan order into fresh compact
+buffers (never a slice view, which would ship its parent's buffers, ARROW-10739); a rank checks
+the plan's key and its row range in O(1) and slices them without a copy (a read-only view that
+pins its group's object). A wrong label costs bytes across nodes, never a wrong shard. A put
+that fails part-way frees what was put and raises a :class:`~arrow_split.TransportError`.
+
+Delayed. Ray moves an object between nodes whole, so a rank whose node does not hold the batch
+has its rows taken on a node that does (``locality="auto"`` or ``"holder"``) by one helper actor
+per holding node (named :data:`HELPER_NAME_PREFIX` + node id, no CPU, 8 takes at once), and
+fetches only its shard, which it copies into fresh buffers. A helper dies with the process that
+created it; a call retries once on a fresh one, then takes locally, as it does when the location
+lookup fails or no node holds a copy. Helper handles and the live-node count (trusted 10 s) are
+per process and per Ray session; :func:`clear_caches` drops them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
+
+try:
+    import ray
+    from ray import exceptions as ray_exceptions
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+except ImportError:
+    msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
+    raise ImportError(msg) from None
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split import (
+    ArrowSplitError,
+    NotARolloutBatchError,
+    Plan,
+    PlanError,
+    PlanKey,
+    PlanMismatchError,
+    RolloutBatch,
+    Shard,
+    SplitMethod,
+    TransportError,
+    shard_for_rank,
+    take,
+    take_rows,
+)
+from arrow_split.schema import ColumnSpec
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
+
+__all__ = [
+    "HELPER_NAME_PREFIX",
+    "Locality",
+    "NodeRows",
+    "OnFetch",
+    "clear_caches",
+    "live_nodes",
+    "node_rows",
+    "pick_holder",
+    "put_by_node",
+    "rank_slice",
+    "take_on_holder",
+]
+
+Locality = Literal["auto", "local", "holder"]
+"""Where a rank takes its rows from a delayed batch: ``"auto"`` here if this node holds it, else
+on a node that does; ``"local"`` always here; ``"holder"`` always on a node that holds it."""
+
+OnFetch = Callable[["ObjectRef[Any]"], None]
+"""A callback given each reference a rank fetched to its process (an opt-in measuring hook)."""
+
+HELPER_NAME_PREFIX = "arrow_split.holder."
+"""The name of a node's take helper is this prefix and the node's hex id."""
+_HELPER_THREADS = 8
+_LOOKUP_TIMEOUT_MS = 10_000
+_ATTEMPTS = 2
+_NODE_COUNT_TTL_S = 10.0  # on one node every copy is local: "auto" skips the location lookup
+# Errors after which the helper, or its reply, is gone: start a fresh helper and try again.
+_HelperGoneError = (
+    ray_exceptions.RayActorError,
+    ray_exceptions.ActorUnschedulableError,
+    ray_exceptions.ObjectLostError,
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class NodeRows:
+    """What an eager split puts per node group: its ranks' rows in plan order, rank after rank.
+
+    ``partition`` maps each row to the whole batch; ``bounds[rank]`` is the rank's
+    ``(start, stop)`` in ``record_batch``.
+    """
+
+    record_batch: pa.RecordBatch
+    specs: Mapping[str, ColumnSpec]
+    batch_globals: Mapping[str, object]
+    partition: np.ndarray
+    batch_total_lengths: np.ndarray
+    plan_key: PlanKey
+    bounds: Mapping[int, tuple[int, int]]
+    trust_objects: bool = True
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        fields = (getattr(self, field.name) for field in dataclasses.fields(self))
+        return (NodeRows, tuple(dict(f) if isinstance(f, Mapping) else f for f in fields))
+
+
+def node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
+    """One take of the group's rows, rank after rank, and each rank's row range."""
+    rows = [plan.partitions[rank] for rank in ranks]
+    sizes = np.array([0, *(len(part) for part in rows)], dtype=np.int64).cumsum()
+    taken = take_rows(batch, np.concatenate(rows) if rows else np.zeros(0, np.int64))
+    bounds = {rank: (int(sizes[i]), int(sizes[i + 1])) for i, rank in enumerate(ranks)}
+    return NodeRows(
+        taken.record_batch,
+        batch.specs,
+        batch.batch_globals,
+        taken.partition,
+        taken.batch_total_lengths,
+        plan.key,
+        bounds,
+        batch.trust_objects,
+    )
+
+
+def put_by_node(
+    batch: RolloutBatch, plan: Plan, rank_nodes: list[str] | None
+) -> list[ObjectRef[Any]]:
+    """Put one object per node group; return one reference per rank (all or nothing)."""
+    groups: list[list[int]] = [list(range(plan.dp_size))]
+    if rank_nodes is not None:
+        by_node: dict[str, list[int]] = {}
+        for rank, node in enumerate(rank_nodes):
+            by_node.setdefault(node, []).append(rank)
+        groups = list(by_node.values())
+    refs: list[ObjectRef[Any]] = []
+    try:
+        if len(groups) == 1:  # every rank: the batch as it is, no gather
+            refs.append(ray.put(batch.with_plan(plan)))
+        else:  # `extend` keeps every reference made before a failing put (one by one)
+            refs.extend(ray.put(node_rows(batch, plan, ranks)) for ranks in groups)
+    except Exception as exc:
+        done = len(refs)
+        refs.clear()  # the only references: dropping them frees the objects already put
+        ranks = groups[done]
+        node = "" if rank_nodes is None else f" (node {rank_nodes[ranks[0]]})"
+        reason = next(iter(str(exc).splitlines()), "")  # Ray's messages go on for lines
+        msg = (
+            f"the put of group {done + 1} of {len(groups)}{node}, {_ranks_text(ranks)}, "
+            f"failed ({type(exc).__name__}: {reason}); the {done} objects already put were freed "
+            "and nothing of this step is in the store: make room (or lower the step's size) "
+            "and split again"
+        )
+        raise TransportError(msg) from exc
+    except BaseException:
+        refs.clear()
+        raise
+    by_rank: list[Any] = [None] * plan.dp_size
+    for ranks, ref in zip(groups, refs, strict=True):
+        for rank in ranks:
+            by_rank[rank] = ref
+    return by_rank
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    """``rank 3``, ``ranks 0, 4`` or ``ranks 0, 1, ... (64 ranks)``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    shown = ", ".join(str(rank) for rank in ranks[:8])
+    return "ranks " + shown + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+
+
+def rank_slice(
+    value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
+) -> Shard:
+    """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced.
+
+    Raises
+    ------
+    NotARolloutBatchError, PlanError
+        ``value`` is not what an eager split puts.
+    PlanMismatchError
+        It holds other ranks' rows, or rows of another plan.
+    """
+    if isinstance(value, RolloutBatch) and value.plan is not None:
+        key = value.plan.key
+        if key.dp_size != dp_size or (method is not None and key.method != method):
+            got = f"a whole batch put for a {key.dp_size}-rank "
+            _mismatch(got, key, dp_rank, dp_size, method, who, what)
+        return take(value, value.plan, dp_rank)
+    if isinstance(value, RolloutBatch):
+        msg = (
+            f"{who}: {what} holds a RolloutBatch without a plan (put with `ray.put`, not by "
+            "`split_train_data_by_dp`); put batches with `arrow_split.ray.split_train_data_by_dp`, "
+            "which puts the batch with its plan"
+        )
+        raise PlanError(msg)
+    if not isinstance(value, NodeRows):
+        msg = (
+            f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch's rows; "
+            "put batches with `arrow_split.ray.split_train_data_by_dp`"
+        )
+        raise NotARolloutBatchError(msg)
+    key = value.plan_key
+    bounds = value.bounds.get(dp_rank)
+    if bounds is None or key.dp_size != dp_size or (method is not None and key.method != method):
+        got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
+        _mismatch(got, key, dp_rank, dp_size, method, who, what)
+    start, stop = bounds
+    rows = RolloutBatch(
+        value.record_batch.slice(start, stop - start),
+        value.specs,
+        value.batch_globals,
+        trust_objects=value.trust_objects,
+    )
+    return Shard(
+        rows,
+        partition=value.partition[start:stop],
+        batch_total_lengths=value.batch_total_lengths,
+        plan_key=key,
+        dp_rank=dp_rank,
+    )
+
+
+def _mismatch(
+    got: str,
+    key: PlanKey,
+    dp_rank: int,
+    dp_size: int,
+    method: SplitMethod | None,
+    who: str,
+    what: str,
+) -> NoReturn:
+    asked = "" if method is None else f" {method}"
+    msg = (
+        f"{who}: {what} holds {got}{key.method} plan, not rank {dp_rank}'s rows of a "
+        f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
+        "returned it, with the same `dp_size` and `balance_data`"
+    )
+    raise PlanMismatchError(msg)
+
+
+@dataclasses.dataclass
+class _Caches:
+    """The helper handles and node count, valid for one Ray session only."""
+
+    session: str = ""
+    helpers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    node_count: tuple[float, int] | None = None
+
+    def current(self) -> _Caches:
+        session = str(ray.get_runtime_context().get_job_id())
+        if session != self.session:
+            self.session, self.helpers, self.node_count = session, {}, None
+        return self
+
+
+_caches = _Caches()
+
+
+def clear_caches() -> None:
+    """Forget this process's helper handles and node count (they are rebuilt on demand)."""
+    _caches.session, _caches.helpers, _caches.node_count = "", {}, None
+
+
+def pick_holder(ref: ObjectRef[Any], dp_rank: int, locality: Locality) -> str | None:
+    """The node where this rank should take its rows (spread by rank), or ``None`` for here."""
+    if locality == "local" or (locality == "auto" and live_nodes() == 1):
+        return None
+    try:
+        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
+    except ray_exceptions.RayError:
+        return None
+    location = locations.get(ref)
+    holders = sorted(location.get("node_ids") or ()) if location else []
+    if not holders:
+        return None
+    here = str(ray.get_runtime_context().get_node_id())
+    if here in holders:
+        return None if locality == "auto" else here
+    return str(holders[dp_rank % len(holders)])
+
+
+def live_nodes() -> int:
+    """The number of live nodes in the cluster, counted at most every 10 seconds."""
+    caches = _caches.current()
+    now = time.monotonic()
+    if caches.node_count is None or now - caches.node_count[0] > _NODE_COUNT_TTL_S:
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        caches.node_count = (now, len([node for node in nodes if node.get("Alive")]))
+    return caches.node_count[1]
+
+
+def take_on_holder(
+    ref: ObjectRef[Any], node_id: str, request: dict[str, Any], on_fetch: OnFetch | None
+) -> Shard | None:
+    """The rank's shard, taken on ``node_id`` and copied into fresh buffers here.
+
+    ``request`` holds :func:`arrow_split.shard_for_rank`'s keywords. ``None``: take locally
+    instead (the helper was unreachable twice, the batch is gone, or not a whole batch).
+
+    Raises
+    ------
+    ArrowSplitError
+        The take itself failed on the holder (a plan the batch cannot meet, a plan mismatch).
+    """
+    for _ in range(_ATTEMPTS):
+        helper = _helper_on(node_id)
+        try:
+            shard_ref = helper.take.remote({"ref": ref}, request)
+            shard = ray.get(shard_ref)
+        except ray_exceptions.RayTaskError as exc:
+            if isinstance(exc.cause, ArrowSplitError):
+                raise exc.cause from None
+            if not isinstance(exc, ray_exceptions.ObjectLostError):
+                raise
+            return None  # the batch itself is lost: the local take reports it
+        except _HelperGoneError:
+            _caches.current().helpers.pop(node_id, None)
+            continue
+        if shard is None:
+            return None
+        if on_fetch is not None:
+            on_fetch(shard_ref)
+        # An identity take copies the shard out of the object store into fresh buffers.
+        return take_rows(shard, np.arange(shard.num_samples, dtype=np.int64))
+    return None
+
+
+def _helper_on(node_id: str) -> Any:
+    """The take helper of ``node_id``: this process's handle, or a new or existing actor."""
+    helpers = _caches.current().helpers
+    helper = helpers.get(node_id)
+    if helper is None:
+        helper = _HolderTake.options(  # type: ignore[attr-defined]
+            name=HELPER_NAME_PREFIX + node_id,
+            get_if_exists=True,
+            max_concurrency=_HELPER_THREADS,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        ).remote()
+        helpers[node_id] = helper
+    return helper
+
+
+@ray.remote(num_cpus=0)
+class _HolderTake:
+    """Takes ranks' rows from batches its node holds; one per node, shared by every rank."""
+
+    def take(self, boxed: dict[str, Any], request: dict[str, Any]) -> Shard | None:
+        batch = ray.get(boxed["ref"])
+        if not isinstance(batch, RolloutBatch):
+            return None
+        return shard_for_rank(batch, **request)
