@@ -1079,10 +1079,8 @@ BUILTIN_RAISES = {
         "ImportError",
     ): "an optional dependency: fail at import, say what to install",
     ("ray/_locality.py", "ImportError"): "an optional dependency (as above)",
-    ("torch/_convert.py", "ImportError"): "an optional dependency (as above)",
+    ("torch/__init__.py", "ImportError"): "an optional dependency (as above)",
     ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
-    ("torch/_options.py", "ImportError"): "an optional dependency (as above)",
-    ("torch/_staging.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
 }

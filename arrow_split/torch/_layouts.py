@@ -1,8 +1,9 @@
-"""The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
+"""The layouts of :func:`arrow_split.torch.to_tensors`, and the pinned host staging buffer.
 
-Beside :mod:`arrow_split.torch._convert`, which reads a shard's columns into :class:`RaggedColumn`
-values (flat tensor + offsets) under its memory rule; the functions here only arrange those
-tensors, and every tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh.
+The door (:mod:`arrow_split.torch`) reads a shard's columns into :class:`RaggedColumn` values
+(flat tensor + offsets) under its memory rule; the layouts only arrange those tensors, and every
+tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md``
+describes each layout.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import contextlib
 import dataclasses
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias, cast
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol, TypeAlias, cast
 
 import numpy as np
 
@@ -26,19 +27,29 @@ from arrow_split import ColumnSpec, SchemaError, ValueRangeError
 from arrow_split.schema import LengthRule
 
 __all__ = [
+    "ALIGNMENT",
     "AllColumns",
     "Columns",
-    "LAYOUTS",
+    "MAX_PAD_MULTIPLE",
     "RaggedColumn",
+    "Slot",
+    "Staging",
     "TensorOptions",
     "Tensors",
     "TokenListColumn",
+    "arrange",
     "move",
+    "pack_plan",
+    "to_device",
+    "unpack",
 ]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
 Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
 AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
+
+MAX_PAD_MULTIPLE = 2**20
+"""The largest ``pad_to_multiple_of``: every padded row is at least this wide (1,048,576)."""
 
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
@@ -49,6 +60,22 @@ _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "re
 _FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
 _FX_TRACING_MESSAGE = "is_fx_tracing will return true"
 _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TensorOptions:
+    """The options of one :func:`~arrow_split.torch.to_tensors` call, parsed at the door."""
+
+    token_dtype: torch.dtype
+    mask_dtype: torch.dtype
+    device: torch.device | None
+    pad_value: int | float
+    pad_to_multiple_of: int | None
+
+
+def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
+    """``tensor`` on the requested device (unchanged when none was requested)."""
+    return tensor if options.device is None else tensor.to(options.device)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,11 +104,11 @@ class RaggedColumn:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenListColumn:
-    """A list per token: flat values (on the target device) and two levels of offsets (numpy).
+    """A list per token: flat values and two levels of offsets (numpy int64).
 
     ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (tokens + 1) the values.
-    Every layout but ``per_sample`` gives it packed (:meth:`packed`): a list per token has no
-    dense shape to pad to, and torch's nested tensors have one ragged dimension only.
+    It has no dense shape to pad to, and nested tensors have one ragged dimension only: every
+    layout but ``per_sample`` gives it packed.
     """
 
     spec: ColumnSpec
@@ -105,11 +132,7 @@ class TokenListColumn:
         return {self.spec.name: values, f"{self.spec.name}_offsets": offsets}
 
     def packed(self, options: TensorOptions) -> dict[str, Tensors]:
-        """The column packed: values, per-token offsets and per-sample cumulative tokens.
-
-        ``name``: every value; ``name_offsets``: per-token offsets (int64, from 0);
-        ``name_cu_seqlens``: per-sample cumulative tokens (int32, from 0).
-        """
+        """``name``: every value, ``name_offsets`` (int64) and ``name_cu_seqlens`` (int32)."""
         tokens = int(self.sample_offsets[-1])
         if tokens > _INT32_MAX:
             msg = (
@@ -124,37 +147,6 @@ class TokenListColumn:
                 torch.from_numpy(self.sample_offsets.astype(np.int32)), options
             ),
         }
-
-
-def _token_lists(
-    columns: AllColumns, options: TensorOptions, layout: str
-) -> tuple[Columns, dict[str, Tensors]]:
-    """The columns without the lists per token, and the tensors those give in ``layout``."""
-    rest: Columns = {}
-    lists: dict[str, Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, TokenListColumn):
-            parts = column.per_sample(options) if layout == "per_sample" else column.packed(options)
-            lists.update(parts)
-        else:
-            rest[name] = column
-    return rest, lists
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TensorOptions:
-    """The options of one :func:`~arrow_split.torch.to_tensors` call, checked."""
-
-    token_dtype: torch.dtype
-    mask_dtype: torch.dtype
-    device: torch.device | None
-    pad_value: int | float
-    pad_to_multiple_of: int | None
-
-
-def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
-    """``tensor`` on the requested device (unchanged when none was requested)."""
-    return tensor if options.device is None else tensor.to(options.device)
 
 
 def _per_sample(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
@@ -312,24 +304,147 @@ def _merge(
     return {**tensors, **extras}
 
 
-def _with_token_lists(
-    layout: str, arrange: Callable[[Columns, TensorOptions], dict[str, Tensors]]
-) -> Callable[[AllColumns, TensorOptions], dict[str, Tensors]]:
-    """``arrange`` for the other columns; the lists per token after them (see TokenListColumn)."""
-
-    def run(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
-        rest, lists = _token_lists(columns, options, layout)
-        return _merge(arrange(rest, options), lists, layout)
-
-    return run
-
-
-LAYOUTS: dict[str, Callable[[AllColumns, TensorOptions], dict[str, Tensors]]] = {
-    name: _with_token_lists(name, arrange)
-    for name, arrange in {
-        "per_sample": _per_sample,
-        "packed": _packed,
-        "padded": _padded,
-        "nested": _nested,
-    }.items()
+_ARRANGE: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
+    "per_sample": _per_sample,
+    "packed": _packed,
+    "padded": _padded,
+    "nested": _nested,
 }
+
+
+def arrange(layout: str, columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
+    """The tensors of ``layout``: the other columns, then the lists per token.
+
+    A list per token is packed in every layout but ``per_sample`` (:meth:`TokenListColumn.packed`).
+    """
+    rest: Columns = {}
+    lists: dict[str, Tensors] = {}
+    for name, column in columns.items():
+        if not isinstance(column, TokenListColumn):
+            rest[name] = column
+        elif layout == "per_sample":
+            lists.update(column.per_sample(options))
+        else:
+            lists.update(column.packed(options))
+    return _merge(_ARRANGE[layout](rest, options), lists, layout)
+
+
+# --- the pinned host staging buffer (not wired into to_tensors yet) ---------------------------
+# A rank's numeric bytes as stored (int32 tokens, uint8 masks, narrow ids) packed at aligned
+# offsets into one host buffer reused from step to step (pinned on CUDA), moved in one copy, then
+# viewed and cast on the device. The reuse guard: `pack` first waits on the event recorded after
+# the copy that last read the buffer. Without CUDA the same code runs on a plain CPU buffer.
+
+ALIGNMENT = 64
+"""Every array starts at a multiple of this many bytes (a cache line; any dtype's alignment)."""
+
+_STAGED_DTYPES = {
+    np.dtype(name): getattr(torch, name)
+    for name in ("bool", "uint8", "uint16", "int8", "int16", "int32", "int64", "float32", "float64")
+}
+
+
+class _Event(Protocol):
+    def synchronize(self) -> None: ...
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Slot:
+    """Where one array lies in the staging buffer: byte ``offset``, ``dtype``, ``shape``."""
+
+    name: str
+    offset: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+def _aligned(offset: int) -> int:
+    return -(-offset // ALIGNMENT) * ALIGNMENT
+
+
+def pack_plan(arrays: Mapping[str, np.ndarray]) -> tuple[list[Slot], int]:
+    """The slots of ``arrays`` in order, each at an aligned offset, and the bytes they need."""
+    slots = []
+    offset = 0
+    for name, array in arrays.items():
+        offset = _aligned(offset)
+        slots.append(Slot(name, offset, array.dtype, tuple(array.shape)))
+        offset += array.nbytes
+    return slots, _aligned(offset)
+
+
+def unpack(
+    buffer: torch.Tensor, slots: Sequence[Slot], casts: Mapping[str, torch.dtype] | None = None
+) -> dict[str, torch.Tensor]:
+    """Each slot of a packed buffer as a view, or a fresh tensor where ``casts`` names a dtype."""
+    casts = casts or {}
+    found = {}
+    for slot in slots:
+        raw = buffer[slot.offset : slot.offset + slot.nbytes]
+        tensor = raw.view(_STAGED_DTYPES[slot.dtype]).reshape(slot.shape)
+        dtype = casts.get(slot.name)
+        found[slot.name] = tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
+    return found
+
+
+class Staging:
+    """A host buffer reused from step to step, pinned when ``pin`` (needs CUDA)."""
+
+    def __init__(self, *, pin: bool = False) -> None:
+        self._pin = pin
+        self._buffer: torch.Tensor | None = None
+        self._pending: _Event | None = None
+        self.grown = 0
+        """How many times a buffer was allocated (a step needing more bytes grows it)."""
+
+    def guard(self, event: _Event) -> None:
+        """Record the event of a copy that reads the buffer: :meth:`pack` waits on it."""
+        self._pending = event
+
+    def pack(self, arrays: Mapping[str, np.ndarray]) -> tuple[torch.Tensor, list[Slot]]:
+        """Copy ``arrays`` into the buffer at aligned offsets; the buffer (cut) and the slots."""
+        slots, nbytes = pack_plan(arrays)
+        if self._pending is not None:
+            self._pending.synchronize()
+            self._pending = None
+        if self._buffer is None or self._buffer.numel() < nbytes:
+            size = max(nbytes, ALIGNMENT)
+            self._buffer = torch.empty(size, dtype=torch.uint8, pin_memory=self._pin)
+            self.grown += 1
+        host = self._buffer.numpy()
+        for slot, array in zip(slots, arrays.values(), strict=True):
+            target = host[slot.offset : slot.offset + slot.nbytes]
+            target.view(slot.dtype).reshape(slot.shape)[...] = array
+        return self._buffer[:nbytes], slots
+
+
+def to_device(
+    staging: Staging,
+    arrays: Mapping[str, np.ndarray],
+    device: torch.device,
+    casts: Mapping[str, torch.dtype] | None = None,
+    *,
+    stream: Any = None,
+) -> dict[str, torch.Tensor]:
+    """Pack ``arrays``, move them in one copy, unpack (and cast) them on ``device``.
+
+    On CUDA the copy runs on ``stream`` (the current one if ``None``); an event recorded after
+    it guards the buffer and the current stream waits on it. Elsewhere the copy is synchronous.
+    """
+    buffer, slots = staging.pack(arrays)
+    if device.type != "cuda":
+        return unpack(buffer.to(device, copy=True), slots, casts)
+    current = torch.cuda.current_stream(device)
+    side = stream if stream is not None else current
+    with torch.cuda.stream(side):
+        moved = buffer.to(device, non_blocking=True)
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record(side)
+    staging.guard(event)
+    current.wait_event(event)
+    moved.record_stream(current)
+    return unpack(moved, slots, casts)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 torch = pytest.importorskip("torch")
 
-from arrow_split.torch._staging import (  # noqa: E402
+from arrow_split.torch._layouts import (  # noqa: E402
     ALIGNMENT,
     Staging,
     pack_plan,
