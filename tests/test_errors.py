@@ -1072,7 +1072,7 @@ BUILTIN_RAISES = {
     ("shard.py", "AttributeError"): "a write to a frozen shard, as a frozen dataclass refuses it",
     ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
     ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
-    ("testing/_asserts.py", "AssertionError"): "what an assertion helper raises, by contract",
+    ("testing/__init__.py", "AssertionError"): "what an assertion helper raises, by contract",
     ("demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
     (
         "ray/_handoff.py",
