@@ -1,12 +1,11 @@
 """The demo behind ``python -m arrow_split demo``: rollout -> DP train actors on a local Ray.
 
-A leaf: it imports Ray and torch. Each step's samples arrive a group of 8 at a time as Python
-lists (what inference engines return, from :mod:`arrow_split.testing`'s generator) and go into a
-:class:`~arrow_split.RolloutBatchBuilder` as they come; at the step boundary the batch is
-finished and put with :func:`arrow_split.ray.split_train_data_by_dp`, and has every train
-actor call :func:`arrow_split.ray.process_rollout_data` and :func:`arrow_split.torch.to_tensors`.
-The actors return, per sample they got, its original row and a CRC32 of every numeric column
-computed from the torch tensors; the driver checks them against CRC32s of the original values.
+A leaf (it imports Ray and torch). Each step's samples arrive 8 at a time as Python lists into a
+:class:`~arrow_split.RolloutBatchBuilder`; the finished batch is put with
+:func:`arrow_split.ray.split_train_data_by_dp`, and every train actor calls
+:func:`arrow_split.ray.process_rollout_data` and :func:`arrow_split.torch.to_tensors`, returning
+its rows and a CRC32 per sample and column that the driver checks against the original values.
+It stops the Ray it started, also on error.
 """
 
 from __future__ import annotations

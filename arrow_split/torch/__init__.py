@@ -1,16 +1,8 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
-:func:`to_tensors` parses its options once, reads the shard's numeric columns under the memory
-rule below, and hands them to :mod:`arrow_split.torch._layouts` to arrange. ``docs/torch.md``
-describes the layouts, the dtypes and the result's keys. This leaf imports the public core only;
-nothing in the core imports it.
-
-Memory rule: a tensor shares an Arrow buffer only when that buffer is private to this process.
-Arrow marks what it allocated (what ``take``, and so every split, returns) as mutable: such a
-column is wrapped without a copy. A buffer read zero-copy from shared, read-only memory (Ray's
-object store, IPC over read-only bytes) is immutable: the column is copied once, so no write
-reaches the shared copy. dtype conversions, unpacked bools, padding, cumulative lengths, masks
-and nested offsets are always fresh. ``device=`` moves every tensor.
+:func:`to_tensors` parses its options once, reads the numeric columns under the memory rule
+(``_private_or_copy``) and has :mod:`arrow_split.torch._layouts` arrange them;
+``docs/torch.md`` describes the layouts, dtypes, keys and memory. Imports the public core only.
 """
 
 from __future__ import annotations
@@ -112,10 +104,7 @@ def to_tensors(
     SchemaTypeError
         ``shard`` is neither a Shard nor a RolloutBatch.
     OptionError
-        An unknown ``layout`` or ``device``, or a dtype not listed above.
-    OptionTypeError
-        An option of the wrong type (``device=0.5``, ``token_dtype="int64"``,
-        ``pad_to_multiple_of=2.0``). Also an OptionError.
+        An unknown option value; an OptionTypeError for one of the wrong type.
     SchemaError
         A column whose name clashes with an extra key of the layout.
     ValueRangeError
@@ -303,8 +292,9 @@ def _columns(rows: RolloutBatch, options: TensorOptions, ids: torch.dtype | None
 def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
     """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
 
-    ``values`` is a read-only view into ``buffer``, or (booleans) an array unpacked into fresh
-    memory for this call, which is then ours to hand out writable.
+    A mutable Arrow buffer was allocated in this process (what ``take`` returns): shared. An
+    immutable one may be shared memory (the object store): copied. ``values`` unpacked into
+    fresh memory for this call (booleans) is ours to hand out writable.
     """
     if buffer is None or not _is_view_of(values, buffer):
         if not values.flags.writeable and _fresh(values):

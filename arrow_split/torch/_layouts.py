@@ -1,4 +1,4 @@
-"""The layouts of :func:`arrow_split.torch.to_tensors`, and the pinned host staging buffer.
+"""The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
 The door (:mod:`arrow_split.torch`) reads a shard's columns into :class:`RaggedColumn` values
 (flat tensor + offsets) under its memory rule; the layouts only arrange those tensors, and every
@@ -12,8 +12,8 @@ import contextlib
 import dataclasses
 import logging
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Protocol, TypeAlias, cast
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeAlias, cast
 
 import numpy as np
 
@@ -27,21 +27,15 @@ from arrow_split import ColumnSpec, SchemaError, ValueRangeError
 from arrow_split.schema import LengthRule
 
 __all__ = [
-    "ALIGNMENT",
     "AllColumns",
     "Columns",
     "MAX_PAD_MULTIPLE",
     "RaggedColumn",
-    "Slot",
-    "Staging",
     "TensorOptions",
     "Tensors",
     "TokenListColumn",
     "arrange",
     "move",
-    "pack_plan",
-    "to_device",
-    "unpack",
 ]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
@@ -327,124 +321,3 @@ def arrange(layout: str, columns: AllColumns, options: TensorOptions) -> dict[st
         else:
             lists.update(column.packed(options))
     return _merge(_ARRANGE[layout](rest, options), lists, layout)
-
-
-# --- the pinned host staging buffer (not wired into to_tensors yet) ---------------------------
-# A rank's numeric bytes as stored (int32 tokens, uint8 masks, narrow ids) packed at aligned
-# offsets into one host buffer reused from step to step (pinned on CUDA), moved in one copy, then
-# viewed and cast on the device. The reuse guard: `pack` first waits on the event recorded after
-# the copy that last read the buffer. Without CUDA the same code runs on a plain CPU buffer.
-
-ALIGNMENT = 64
-"""Every array starts at a multiple of this many bytes (a cache line; any dtype's alignment)."""
-
-_STAGED_DTYPES = {
-    np.dtype(name): getattr(torch, name)
-    for name in ("bool", "uint8", "uint16", "int8", "int16", "int32", "int64", "float32", "float64")
-}
-
-
-class _Event(Protocol):
-    def synchronize(self) -> None: ...
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Slot:
-    """Where one array lies in the staging buffer: byte ``offset``, ``dtype``, ``shape``."""
-
-    name: str
-    offset: int
-    dtype: np.dtype
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
-
-
-def _aligned(offset: int) -> int:
-    return -(-offset // ALIGNMENT) * ALIGNMENT
-
-
-def pack_plan(arrays: Mapping[str, np.ndarray]) -> tuple[list[Slot], int]:
-    """The slots of ``arrays`` in order, each at an aligned offset, and the bytes they need."""
-    slots = []
-    offset = 0
-    for name, array in arrays.items():
-        offset = _aligned(offset)
-        slots.append(Slot(name, offset, array.dtype, tuple(array.shape)))
-        offset += array.nbytes
-    return slots, _aligned(offset)
-
-
-def unpack(
-    buffer: torch.Tensor, slots: Sequence[Slot], casts: Mapping[str, torch.dtype] | None = None
-) -> dict[str, torch.Tensor]:
-    """Each slot of a packed buffer as a view, or a fresh tensor where ``casts`` names a dtype."""
-    casts = casts or {}
-    found = {}
-    for slot in slots:
-        raw = buffer[slot.offset : slot.offset + slot.nbytes]
-        tensor = raw.view(_STAGED_DTYPES[slot.dtype]).reshape(slot.shape)
-        dtype = casts.get(slot.name)
-        found[slot.name] = tensor if dtype is None or dtype == tensor.dtype else tensor.to(dtype)
-    return found
-
-
-class Staging:
-    """A host buffer reused from step to step, pinned when ``pin`` (needs CUDA)."""
-
-    def __init__(self, *, pin: bool = False) -> None:
-        self._pin = pin
-        self._buffer: torch.Tensor | None = None
-        self._pending: _Event | None = None
-        self.grown = 0
-        """How many times a buffer was allocated (a step needing more bytes grows it)."""
-
-    def guard(self, event: _Event) -> None:
-        """Record the event of a copy that reads the buffer: :meth:`pack` waits on it."""
-        self._pending = event
-
-    def pack(self, arrays: Mapping[str, np.ndarray]) -> tuple[torch.Tensor, list[Slot]]:
-        """Copy ``arrays`` into the buffer at aligned offsets; the buffer (cut) and the slots."""
-        slots, nbytes = pack_plan(arrays)
-        if self._pending is not None:
-            self._pending.synchronize()
-            self._pending = None
-        if self._buffer is None or self._buffer.numel() < nbytes:
-            size = max(nbytes, ALIGNMENT)
-            self._buffer = torch.empty(size, dtype=torch.uint8, pin_memory=self._pin)
-            self.grown += 1
-        host = self._buffer.numpy()
-        for slot, array in zip(slots, arrays.values(), strict=True):
-            target = host[slot.offset : slot.offset + slot.nbytes]
-            target.view(slot.dtype).reshape(slot.shape)[...] = array
-        return self._buffer[:nbytes], slots
-
-
-def to_device(
-    staging: Staging,
-    arrays: Mapping[str, np.ndarray],
-    device: torch.device,
-    casts: Mapping[str, torch.dtype] | None = None,
-    *,
-    stream: Any = None,
-) -> dict[str, torch.Tensor]:
-    """Pack ``arrays``, move them in one copy, unpack (and cast) them on ``device``.
-
-    On CUDA the copy runs on ``stream`` (the current one if ``None``); an event recorded after
-    it guards the buffer and the current stream waits on it. Elsewhere the copy is synchronous.
-    """
-    buffer, slots = staging.pack(arrays)
-    if device.type != "cuda":
-        return unpack(buffer.to(device, copy=True), slots, casts)
-    current = torch.cuda.current_stream(device)
-    side = stream if stream is not None else current
-    with torch.cuda.stream(side):
-        moved = buffer.to(device, non_blocking=True)
-        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-        event.record(side)
-    staging.guard(event)
-    current.wait_event(event)
-    moved.record_stream(current)
-    return unpack(moved, slots, casts)
