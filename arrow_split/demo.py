@@ -1,11 +1,8 @@
 """The demo behind ``python -m arrow_split demo``: rollout -> DP train actors on a local Ray.
 
-A leaf (it imports Ray and torch). Each step's samples arrive 8 at a time as Python lists into a
-:class:`~arrow_split.RolloutBatchBuilder`; the finished batch is put with
-:func:`arrow_split.ray.split_train_data_by_dp`, and every train actor calls
-:func:`arrow_split.ray.process_rollout_data` and :func:`arrow_split.torch.to_tensors`, returning
-its rows and a CRC32 per sample and column that the driver checks against the original values.
-It stops the Ray it started, also on error.
+A leaf (Ray and torch). Samples arrive 8 at a time into a builder; the batch is put with
+:func:`arrow_split.ray.split_train_data_by_dp`; each actor takes its shard, makes tensors and
+returns a CRC32 per sample and column, checked against the original values. Stops its Ray.
 """
 
 from __future__ import annotations
@@ -112,8 +109,7 @@ class TrainActor:
     ) -> dict[str, Any]:
         """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
 
-        ``handle`` is the eager list of references, or the delayed reference in a list (so that
-        Ray hands the reference over instead of fetching the whole batch for the actor).
+        ``handle``: the eager references, or the delayed one in a list (so Ray does not fetch it).
         """
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()

@@ -3,15 +3,6 @@
 Like ``polars.testing``: what the project's tests, benchmarks and demo use, and what users can test
 their code with (``docs/testing.md``). Numpy and pyarrow only; the hypothesis strategies live in
 :mod:`arrow_split.testing.strategies`. Importing :mod:`arrow_split` does not import this package.
-
-The kill test (:func:`run_kill_test`): one helper process (the *zygote*) imports the library and
-generates a seeded stream of sample groups once; each round forks a *writer* that recovers the
-journal (or starts it), appends the stream from one group before where the last writer stopped
-(a replay, skipped by the identity key) and reports ``begin <group>`` / ``ack <group>`` on a
-pipe. The test process SIGKILLs it at a random group and delay (before, inside or after the
-journal write) and recovers a copy of the journal: it must hold exactly the acknowledged groups,
-plus the interrupted one whole or not at all. Forking a warm process makes a kill point cost
-milliseconds.
 """
 
 from __future__ import annotations
@@ -129,13 +120,9 @@ def _check_mapping(what: str, left: Mapping[str, Any], right: Mapping[str, Any])
 def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     """Assert that two rollout batches (or shards) hold the same columns, specs and globals.
 
-    NaN equals NaN at the same place, as in :meth:`RolloutBatch.equals`.
-
-    Raises
-    ------
-    AssertionError
-        Naming the first difference: a column's name, type, or first differing row (with both
-        values), a spec, or a batch-global key; or that one side is not a batch at all.
+    NaN equals NaN at the same place, as in :meth:`RolloutBatch.equals`. The ``AssertionError``
+    names the first difference: a column's name, type, or first differing row (with both values),
+    a spec, a batch-global key, or a side that is not a batch at all.
 
     Examples
     --------
@@ -155,12 +142,8 @@ def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
 def assert_shards_equal(left: _BatchLike, right: _BatchLike) -> None:
     """Assert that two shards are equal: as batches, then in what makes them shards.
 
-    ``partition``, ``batch_total_lengths`` and ``plan_fingerprint``, where both sides have them.
-
-    Raises
-    ------
-    AssertionError
-        Naming the first difference.
+    ``partition``, ``batch_total_lengths`` and ``plan_fingerprint``, where both sides have them;
+    the ``AssertionError`` names the first difference.
     """
     assert_batches_equal(left, right)
     for name in ("partition", "batch_total_lengths", "plan_fingerprint"):
@@ -182,11 +165,9 @@ _RECORD_FRAME = struct.Struct("<4s8sQQQI")  # a record's frame (format 2: arrow_
 class KillReport:
     """What :func:`run_kill_test` saw; a sound journal has ``lost == duplicated == torn == 0``.
 
-    ``in_flight_kept`` counts kills whose interrupted call was in the journal whole (it may be:
-    the kill came after the write, before ``extend`` returned); ``torn_tails`` counts journals
-    that ended in a partial record, dropped by recovery: a kill inside the write, or one of the
-    ``torn_injected`` (half the kills that left the interrupted call whole have that record cut at
-    a random byte, as a kill inside its write would have, and are judged again).
+    ``in_flight_kept``: kills after the write, before ``extend`` returned (the call kept whole);
+    ``torn_tails``: journals ending in a partial record, dropped by recovery (a kill inside the
+    write, or one of the ``torn_injected``: half the kept calls cut at a random byte, judged again).
     """
 
     kill_points: int
@@ -204,18 +185,16 @@ class KillReport:
         return dataclasses.asdict(self)
 
 
-def _kill_stream(seed: int, groups: int = 48, group_size: int = 4) -> list[dict[str, Any]]:
-    """The seeded stream of sample groups that the kill test appends (every kind of column)."""
-    config = RolloutConfig(
-        groups * group_size, 96.0, 384, prompt_tokens=(8, 64), seed=seed, columns="every"
-    )
-    return list(iter_sample_groups(config, group_size))
+def _kill_stream(seed: int, groups: int) -> list[dict[str, Any]]:
+    """The seeded stream of groups of 4 samples that the kill test appends (every column kind)."""
+    config = RolloutConfig(groups * 4, 96.0, 384, prompt_tokens=(8, 64), seed=seed)
+    return list(iter_sample_groups(config, 4))
 
 
 def _zygote() -> None:  # pragma: no cover - runs in the helper process
     """The helper process: ``run <start>`` on stdin forks a writer, then reports its exit."""
-    folder, seed, groups, group_size, sync = sys.argv[1:6]
-    stream = _kill_stream(int(seed), int(groups), int(group_size))
+    folder, seed, groups, sync = sys.argv[1:5]
+    stream = _kill_stream(int(seed), int(groups))
     for line in sys.stdin:
         start = int(line.split()[1])
         pid = os.fork()
@@ -362,18 +341,12 @@ def run_kill_test(
 ) -> KillReport:
     """SIGKILL a journaling writer ``kills`` times; count lost, duplicated and torn samples.
 
-    Parameters
-    ----------
-    kills
-        Kill points (each one a writer killed, then a recovery checked).
-    seed
-        Seed of the stream and of the kill points.
-    groups
-        Groups of 4 samples per stream; a writer that reaches the end starts a new folder.
-    sync
-        The journal's ``sync`` policy.
-    folder
-        Where the journals go (a temporary folder by default).
+    A warm helper process (the *zygote*) forks each writer, which recovers the journal in
+    ``folder`` (a temporary one by default), appends a seeded stream of ``groups`` groups of 4
+    samples from one group before where the last writer stopped (a replay) and reports ``begin``
+    and ``ack`` per group on a pipe. This process kills it at a random group and delay (before,
+    inside or after the write) and recovers a copy of the journal: it must hold exactly the
+    acknowledged groups, plus the interrupted one whole or not at all. POSIX only (it forks).
     """
     kills = as_int("kills", kills, minimum=0, maximum=_MAX_KILLS)
     seed = as_int("seed", seed, minimum=0)
@@ -387,7 +360,7 @@ def run_kill_test(
     journal, scratch = os.path.join(base, "journal"), os.path.join(base, "scratch")
     os.makedirs(journal, exist_ok=True)
     stream = _kill_stream(seed, groups)
-    arguments = [journal, str(seed), str(groups), "4", sync]
+    arguments = [journal, str(seed), str(groups), sync]
     code = "from arrow_split.testing import _zygote; _zygote()"
     zygote = subprocess.Popen(
         [sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE

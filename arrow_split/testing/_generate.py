@@ -1,9 +1,8 @@
 """Seeded rollout batches shaped like RL training data, as train-data dicts.
 
-Every sample has a prompt of ``prompt_tokens`` tokens and a long-tailed response: exponential
-around ``response_mean``, rounded, at least 1 and capped at ``response_cap`` (a capped sample is
-``truncated``). Values are drawn column by column from one seeded generator in a fixed order, so
-a config (:class:`RolloutConfig`) and a step always give the same batch.
+A prompt of ``prompt_tokens`` tokens and a long-tailed response (exponential, at least 1, capped
+and then ``truncated``) per sample, every column drawn in a fixed order from one seeded
+generator: a config (:class:`RolloutConfig`) and a step always give the same batch.
 """
 
 from __future__ import annotations
@@ -34,13 +33,10 @@ ColumnSet = Literal["every", "numeric"]
 """Which columns a generated batch has.
 
 ``numeric``: ``tokens``, ``response_lengths``, ``loss_masks``, ``rollout_log_probs``,
-``rewards``, ``truncated``, ``sample_indices`` and the batch-global ``raw_reward`` (what the
-benchmarks compare, since the classic path makes a tensor of every per-sample key). ``every``:
-those, plus ``teacher_log_probs``, ``rollout_ids``, the objects ``prompt``, ``metadata`` and
-``weight_versions`` and the batch-global ``dynamic_global_batch_size`` and
-``step_adapter_names``: every kind of column. Either set gets ``rollout_routed_experts`` when the
-config has a ``moe_shape``, and ``rollout_sampling_masks`` (a list per token) when it has a
-``sampling_top_k``.
+``rewards``, ``truncated``, ``sample_indices`` and ``raw_reward`` (what the benchmarks compare).
+``every``: those and one column of every other kind (``teacher_log_probs``, ``rollout_ids``,
+objects, batch globals). Either gets ``rollout_routed_experts`` with a ``moe_shape`` and
+``rollout_sampling_masks`` with a ``sampling_top_k``.
 """
 
 
@@ -60,25 +56,22 @@ class RolloutConfig:
     ----------
     samples
         Samples in the batch.
-    response_mean
-        Mean of the exponential response lengths, in tokens, before the cap.
-    response_cap
-        Longest response, in tokens; samples at the cap are ``truncated``.
+    response_mean, response_cap
+        Mean of the exponential response lengths, and the longest (samples at the cap are
+        ``truncated``), in tokens.
     prompt_tokens
         Inclusive range of the uniform prompt lengths, in tokens.
     moe_shape
         ``(layers, top_k)`` of ``rollout_routed_experts`` (int32, ``[len(tokens) - 1, layers,
-        top_k]`` per sample), or ``None`` for no routed experts.
+        top_k]`` per sample), or ``None`` for none.
     seed
         Seed of every draw: equal configs give equal batches.
     sampling_top_k
-        Give ``rollout_sampling_masks``: for each response token, 1 to ``sampling_top_k`` distinct
-        ids (int32, as :class:`arrow_split.TokenLists` per sample), or ``None`` for none. Drawn
-        from a stream of their own: the other columns are the same with or without them.
+        Give ``rollout_sampling_masks``: 1 to ``sampling_top_k`` distinct ids per response token,
+        from a stream of their own (the other columns are the same with or without them).
     as_numpy
-        Which columns come as numpy (one array per sample, one array for a scalar column or
-        ``raw_reward``) rather than Python lists: ``True`` for all, ``False`` for none, or a set
-        of keys. Objects are always Python lists; routed experts always numpy arrays.
+        Which columns come as numpy rather than Python lists: ``True``, ``False`` or a set of
+        keys. Objects are always lists; routed experts always numpy.
     columns
         Which columns the batch has (:data:`ColumnSet`).
 
@@ -154,8 +147,6 @@ as numpy arrays."""
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
-
-
 _MAX_STEP = 2**31 - 1  # steps times samples stay far inside int64 (the rollout ids)
 
 
@@ -186,12 +177,8 @@ def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
 
     Two draws per sample, without the batch: what a planner benchmark needs.
     """
-    step = _check_step(step)
+    step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     return _lengths(config, _rng(config.seed, step))[0]
-
-
-def _check_step(step: object) -> int:
-    return as_int("step", step, minimum=0, maximum=_MAX_STEP)
 
 
 def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -277,22 +264,13 @@ def _in_form(config: RolloutConfig, key: str, value: Any) -> Any:
 
 
 def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
-    """A seeded rollout batch as a classic train-data dict.
+    """A seeded rollout batch as a classic train-data dict, shaped by ``config``.
 
-    Parameters
-    ----------
-    config
-        The batch's shape, seed and form (:class:`RolloutConfig`).
-    step
-        The training step: each step of a config is a different batch of the same shape.
-
-    Returns
-    -------
-    dict
-        Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys, as
-        :meth:`arrow_split.RolloutBatch.from_train_data` takes them.
+    Each ``step`` of a config is a different batch of the same shape. Per-sample keys come as
+    lists (or numpy, as ``config.as_numpy`` says), as :meth:`RolloutBatch.from_train_data
+    <arrow_split.RolloutBatch.from_train_data>` takes them.
     """
-    step = _check_step(step)
+    step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
     if config.columns == "every":
@@ -341,11 +319,10 @@ def make_multimodal_train_data(
 ) -> dict[str, Any]:
     """A seeded multimodal batch: the samples of a prompt share its processed image.
 
-    The numeric columns of :func:`make_train_data` (``prompts * samples_per_prompt`` samples,
-    responses around 256 tokens) and ``multimodal_train_inputs``: per prompt one dict holding
-    ``pixel_values`` (a float32 array of about ``image_bytes`` bytes) and ``image_grid_thw``,
-    given to each of the prompt's samples, the same object (``shared=True``) or an equal copy
-    each (``shared=False``). Either way a column stored once keeps one copy per prompt.
+    Numeric columns (``prompts * samples_per_prompt`` samples) and ``multimodal_train_inputs``:
+    per prompt one dict of ``pixel_values`` (float32, about ``image_bytes`` bytes) and
+    ``image_grid_thw``, the same object for each of its samples (``shared=True``) or an equal
+    copy each. Either way a column stored once keeps one copy per prompt.
 
     Examples
     --------

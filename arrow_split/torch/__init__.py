@@ -48,7 +48,7 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 
 # The dtypes each option may be, with the numpy dtype a column is cast to for it.
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_ID_DTYPES = _TOKEN_DTYPES
+_ID_DTYPES = _TOKEN_DTYPES  # the same two
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
     torch.bool: np.bool_,
     torch.uint8: np.uint8,
@@ -80,18 +80,13 @@ def to_tensors(
         lengths), ``"padded"`` (adds ``attention_mask``...) or ``"nested"`` (jagged).
     device
         Move every tensor to this device (``torch.device`` or str); ``None`` keeps the CPU.
-    token_dtype
-        dtype of ``tokens``: ``torch.int64`` (a copy) or ``torch.int32`` (zero-copy when allowed).
-    mask_dtype
-        dtype of per-token flag columns (``loss_masks``): ``torch.int64``, ``torch.int32``,
-        ``torch.uint8`` (the stored type), ``torch.bool`` or ``torch.float32``.
-    id_dtype
-        dtype of the id columns stored narrow (``rollout_routed_experts``...): ``torch.int32``,
-        ``torch.int64``, or ``None`` for the stored type; cast on the device when there is one.
-    pad_value
-        ``"padded"`` only: the value of padding positions (flag and bool columns: 0).
-    pad_to_multiple_of
-        ``"padded"`` only: round each padded length up to a multiple of this (``>= 1``).
+    token_dtype, mask_dtype, id_dtype
+        dtype of ``tokens`` (int64 or int32), of flag columns such as ``loss_masks`` (int64,
+        int32, uint8, bool or float32) and of the ids stored narrow (int32, int64, or ``None``
+        for the stored type, cast on the device when there is one).
+    pad_value, pad_to_multiple_of
+        ``"padded"`` only: the value of padding positions (flag and bool columns: 0), and the
+        multiple (``>= 1``) each padded length is rounded up to.
 
     Returns
     -------
@@ -136,20 +131,11 @@ def to_tensors(
 def to_micro_batches(
     shard: Shard | RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
 ) -> list[dict[str, torch.Tensor | list[torch.Tensor]]]:
-    """One :func:`to_tensors` result per micro-batch of a shard whose rows are in micro-batch order.
+    """One :func:`to_tensors` result (``**options``) per micro-batch of a shard.
 
-    Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]`` (a
-    rank of :func:`arrow_split.plan_schedule`): each is converted from a slice of the shard, with
-    no second gather, and gets its own ``cu_seqlens`` from 0 in the packed layout.
-
-    Parameters
-    ----------
-    shard
-        What a split returns (or a whole batch).
-    micro_batch_offsets
-        Non-decreasing row offsets from 0 to ``len(shard)`` (``RankSchedule.micro_batch_offsets``).
-    **options
-        The keywords of :func:`to_tensors`.
+    Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]``
+    (``RankSchedule.micro_batch_offsets``, non-decreasing from 0 to ``len(shard)``): each is
+    converted from a slice of the shard, with no second gather, with its own ``cu_seqlens``.
 
     Raises
     ------
@@ -201,10 +187,14 @@ def _layout(layout: object) -> str:
     return as_choice("layout", layout, TensorLayout)
 
 
+def _scalar(value: object) -> object:
+    """A 0-d numpy array's value; anything else as it is."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
 def _pad_value(pad_value: object) -> int | float:
     """A real number (Python or numpy, 0-d arrays too) as a Python int or float; never a bool."""
-    if isinstance(pad_value, np.ndarray) and pad_value.ndim == 0:
-        pad_value = pad_value[()]
+    pad_value = _scalar(pad_value)
     if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
         pad_value, (int, float, np.integer, np.floating)
     ):
@@ -216,8 +206,7 @@ def _pad_value(pad_value: object) -> int | float:
 def _multiple(pad_to_multiple_of: object) -> int | None:
     if pad_to_multiple_of is None:
         return None
-    if isinstance(pad_to_multiple_of, np.ndarray) and pad_to_multiple_of.ndim == 0:
-        pad_to_multiple_of = pad_to_multiple_of[()]
+    pad_to_multiple_of = _scalar(pad_to_multiple_of)
     if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
         pad_to_multiple_of, (int, np.integer)
     ):
@@ -292,9 +281,8 @@ def _columns(rows: RolloutBatch, options: TensorOptions, ids: torch.dtype | None
 def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
     """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
 
-    A mutable Arrow buffer was allocated in this process (what ``take`` returns): shared. An
-    immutable one may be shared memory (the object store): copied. ``values`` unpacked into
-    fresh memory for this call (booleans) is ours to hand out writable.
+    Arrow allocated a mutable buffer in this process (what ``take`` returns); an immutable one
+    may be shared memory (the object store). Booleans unpacked for this call are ours to write.
     """
     if buffer is None or not _is_view_of(values, buffer):
         if not values.flags.writeable and _fresh(values):

@@ -1,9 +1,7 @@
 """The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
-The door (:mod:`arrow_split.torch`) reads a shard's columns into :class:`RaggedColumn` values
-(flat tensor + offsets) under its memory rule; the layouts only arrange those tensors, and every
-tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md``
-describes each layout.
+They arrange the columns the door (:mod:`arrow_split.torch`) read, and every tensor they add
+(cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md`` describes them.
 """
 
 from __future__ import annotations
@@ -98,11 +96,9 @@ class RaggedColumn:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenListColumn:
-    """A list per token: flat values and two levels of offsets (numpy int64).
+    """A list per token: packed in every layout but ``per_sample`` (it has no dense shape).
 
     ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (tokens + 1) the values.
-    It has no dense shape to pad to, and nested tensors have one ragged dimension only: every
-    layout but ``per_sample`` gives it packed.
     """
 
     spec: ColumnSpec
@@ -127,19 +123,11 @@ class TokenListColumn:
 
     def packed(self, options: TensorOptions) -> dict[str, Tensors]:
         """``name``: every value, ``name_offsets`` (int64) and ``name_cu_seqlens`` (int32)."""
-        tokens = int(self.sample_offsets[-1])
-        if tokens > _INT32_MAX:
-            msg = (
-                f"column `{self.spec.name}` holds {tokens} tokens, more than int32 cumulative "
-                f"lengths can index ({_INT32_MAX}); split the batch over more ranks"
-            )
-            raise ValueRangeError(msg)
+        cu_seqlens = _cu_seqlens(self.spec.name, self.sample_offsets)
         return {
             self.spec.name: self.values,
             f"{self.spec.name}_offsets": move(torch.from_numpy(self.token_offsets.copy()), options),
-            f"{self.spec.name}_cu_seqlens": move(
-                torch.from_numpy(self.sample_offsets.astype(np.int32)), options
-            ),
+            f"{self.spec.name}_cu_seqlens": move(cu_seqlens, options),
         }
 
 
@@ -164,19 +152,20 @@ def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
         kind, group = column.group
         key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
         if key not in extras:
-            extras[key] = move(_cu_seqlens(column), options)
+            extras[key] = move(_cu_seqlens(name, column.offsets), options)
     return _merge(tensors, extras, "packed")
 
 
-def _cu_seqlens(column: RaggedColumn) -> torch.Tensor:
-    total = int(column.offsets[-1])
+def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
+    """int32 cumulative lengths of column ``name`` from its int64 ``offsets``."""
+    total = int(offsets[-1])
     if total > _INT32_MAX:
         msg = (
-            f"column `{column.spec.name}` holds {total} rows, more than int32 cumulative lengths "
-            f"can index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
+            f"column `{name}` holds {total} rows or tokens, more than int32 cumulative lengths can "
+            f"index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
         )
         raise ValueRangeError(msg)
-    return torch.from_numpy(column.offsets.astype(np.int32))
+    return torch.from_numpy(offsets.astype(np.int32))
 
 
 def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
