@@ -1,8 +1,7 @@
 """Test helpers that ship with the library: seeded rollout batches, assertions, the kill test.
 
-Like ``polars.testing``: what the project's tests, benchmarks and demo use, and what users can test
-their code with (``docs/testing.md``). Numpy and pyarrow only; the hypothesis strategies live in
-:mod:`arrow_split.testing.strategies`. Importing :mod:`arrow_split` does not import this package.
+Like ``polars.testing``: what the project's tests, benchmarks and demo use, and users can too
+(``docs/testing.md``). Numpy and pyarrow only (hypothesis: :mod:`arrow_split.testing.strategies`).
 """
 
 from __future__ import annotations
@@ -19,7 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from typing import IO, Any, Protocol, cast
+from typing import IO, Any, cast
 
 import pyarrow as pa
 
@@ -29,6 +28,7 @@ from arrow_split import (
     OptionTypeError,
     RolloutBatch,
     RolloutBatchBuilder,
+    Shard,
 )
 from arrow_split._args import as_choice, as_int, describe
 from arrow_split.equality import arrays_equal, values_equal
@@ -60,19 +60,6 @@ __all__ = [
 # --- assertions ---------------------------------------------------------------------------------
 
 _MISSING = object()
-
-
-class _BatchLike(Protocol):
-    """What the assertions read: a RolloutBatch, or a shard of one."""
-
-    @property
-    def record_batch(self) -> pa.RecordBatch: ...
-
-    @property
-    def specs(self) -> Mapping[str, Any]: ...
-
-    @property
-    def batch_globals(self) -> Mapping[str, object]: ...
 
 
 def _fail(what: str, left: object, right: object) -> None:
@@ -117,7 +104,7 @@ def _check_mapping(what: str, left: Mapping[str, Any], right: Mapping[str, Any])
             _fail(f"{what}[`{key}`]", value, right[key])
 
 
-def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
+def assert_batches_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard) -> None:
     """Assert that two rollout batches (or shards) hold the same columns, specs and globals.
 
     NaN equals NaN at the same place, as in :meth:`RolloutBatch.equals`. The ``AssertionError``
@@ -139,7 +126,7 @@ def assert_batches_equal(left: _BatchLike, right: _BatchLike) -> None:
     _check_mapping("batch globals", left.batch_globals, right.batch_globals)
 
 
-def assert_shards_equal(left: _BatchLike, right: _BatchLike) -> None:
+def assert_shards_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard) -> None:
     """Assert that two shards are equal: as batches, then in what makes them shards.
 
     ``partition``, ``batch_total_lengths`` and ``plan_fingerprint``, where both sides have them;

@@ -36,6 +36,7 @@ from arrow_split.torch._layouts import (
     AllColumns,
     RaggedColumn,
     TensorOptions,
+    Tensors,
     TokenListColumn,
     arrange,
     move,
@@ -46,9 +47,8 @@ __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see ``docs/torch.md``)."""
 
-# The dtypes each option may be, with the numpy dtype a column is cast to for it.
+# The dtypes each option may be (ids: as tokens), with the numpy dtype a column is cast to.
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_ID_DTYPES = _TOKEN_DTYPES  # the same two
 _MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
     torch.bool: np.bool_,
     torch.uint8: np.uint8,
@@ -115,17 +115,10 @@ def to_tensors(
     tensor([0, 3, 5], dtype=torch.int32)
     """
     rows = _rows_of(shard)
-    chosen = _layout(layout)
-    multiple = _multiple(pad_to_multiple_of)
-    options = TensorOptions(
-        _dtype("token_dtype", token_dtype, _TOKEN_DTYPES),
-        _dtype("mask_dtype", mask_dtype, _MASK_DTYPES),
-        _device(device),
-        _pad_value(pad_value),
-        multiple,
+    options = _options(
+        layout, device, token_dtype, mask_dtype, id_dtype, pad_value, pad_to_multiple_of
     )
-    ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _ID_DTYPES)
-    return arrange(chosen, _columns(rows, options, ids), options)
+    return _convert(rows, options)
 
 
 def to_micro_batches(
@@ -151,11 +144,11 @@ def to_micro_batches(
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
         raise OptionError(msg)
-    record_batch = rows.record_batch
+    parsed = _options(**options)
+    record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
     return [
-        to_tensors(
-            RolloutBatch(record_batch.slice(start, stop - start), rows.specs, rows.batch_globals),
-            **options,
+        _convert(
+            RolloutBatch(record_batch.slice(start, stop - start), specs, batch_globals), parsed
         )
         for start, stop in itertools.pairwise(offsets.tolist())
     ]
@@ -174,6 +167,26 @@ def _rows_of(shard: object) -> RolloutBatch:
         "`RolloutBatch.from_train_data(data)` or take one from a split"
     )
     raise SchemaTypeError(msg)
+
+
+def _options(
+    layout: object = "per_sample",
+    device: object = None,
+    token_dtype: object = torch.int64,
+    mask_dtype: object = torch.int64,
+    id_dtype: object = torch.int32,
+    pad_value: object = 0,
+    pad_to_multiple_of: object = None,
+) -> TensorOptions:
+    """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
+    chosen = _layout(layout)
+    multiple = _multiple(pad_to_multiple_of)
+    token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
+    mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
+    where = _device(device)
+    fill = _pad_value(pad_value)
+    ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
+    return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
 
 
 def _layout(layout: object) -> str:
@@ -257,8 +270,8 @@ def _device(device: object) -> torch.device | None:
 # --- Arrow -> torch, under the memory rule -----------------------------------------------------
 
 
-def _columns(rows: RolloutBatch, options: TensorOptions, ids: torch.dtype | None) -> AllColumns:
-    """Every numeric column of ``rows`` as a tensor (scalars) or a ragged column, on the device."""
+def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
+    """Every numeric column of ``rows`` read (scalars as tensors), then arranged by the layout."""
     columns: AllColumns = {}
     for column in rows.numeric_columns():
         name = column.spec.name
@@ -272,10 +285,10 @@ def _columns(rows: RolloutBatch, options: TensorOptions, ids: torch.dtype | None
         elif column.offsets is None:
             columns[name] = move(_tensor_of(column.values, column.buffer), options)
         elif column.spec.storage == "narrow":
-            columns[name] = _id_column(column, options, ids)
+            columns[name] = _id_column(column, options)
         else:
             columns[name] = _ragged_column(column, options)
-    return columns
+    return arrange(columns, options)
 
 
 def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
@@ -338,10 +351,9 @@ def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn
     return RaggedColumn(spec, move(tensor, options), np.asarray(column.offsets, dtype=np.int64))
 
 
-def _id_column(
-    column: ColumnValues, options: TensorOptions, dtype: torch.dtype | None
-) -> RaggedColumn:
-    """A narrow id column widened to ``dtype``: one cast, on the device when there is one."""
+def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
+    """A narrow id column widened to ``id_dtype``: one cast, on the device when there is one."""
+    dtype = options.id_dtype
     offsets = np.asarray(column.offsets, dtype=np.int64)
     values = column.values
     if dtype is not None and values.dtype.itemsize > dtype.itemsize:
@@ -354,5 +366,5 @@ def _id_column(
     if dtype is None or not on_cpu:
         tensor = move(_tensor_of(values, column.buffer), options)
         return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
-    tensor = _tensor_of(values, column.buffer, _ID_DTYPES[dtype])
+    tensor = _tensor_of(values, column.buffer, _TOKEN_DTYPES[dtype])
     return RaggedColumn(column.spec, move(tensor, options), offsets)

@@ -46,9 +46,8 @@ MAX_PAD_MULTIPLE = 2**20
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
 _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of torch's nested tensors, silenced only around their construction: a log line
-# (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
-# warning some torch versions give.
+# Known noise of nested tensors, silenced around their construction only: a log line of torch
+# 2.13 (the deprecated `is_fx_tracing`) and the prototype warning of some versions.
 _FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
 _FX_TRACING_MESSAGE = "is_fx_tracing will return true"
 _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
@@ -58,8 +57,10 @@ _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype s
 class TensorOptions:
     """The options of one :func:`~arrow_split.torch.to_tensors` call, parsed at the door."""
 
+    layout: str
     token_dtype: torch.dtype
     mask_dtype: torch.dtype
+    id_dtype: torch.dtype | None
     device: torch.device | None
     pad_value: int | float
     pad_to_multiple_of: int | None
@@ -295,8 +296,8 @@ _ARRANGE: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
 }
 
 
-def arrange(layout: str, columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
-    """The tensors of ``layout``: the other columns, then the lists per token.
+def arrange(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
+    """The tensors of ``options.layout``: the other columns, then the lists per token.
 
     A list per token is packed in every layout but ``per_sample`` (:meth:`TokenListColumn.packed`).
     """
@@ -305,8 +306,8 @@ def arrange(layout: str, columns: AllColumns, options: TensorOptions) -> dict[st
     for name, column in columns.items():
         if not isinstance(column, TokenListColumn):
             rest[name] = column
-        elif layout == "per_sample":
+        elif options.layout == "per_sample":
             lists.update(column.per_sample(options))
         else:
             lists.update(column.packed(options))
-    return _merge(_ARRANGE[layout](rest, options), lists, layout)
+    return _merge(_ARRANGE[options.layout](rest, options), lists, options.layout)
