@@ -1,14 +1,7 @@
-"""Command line: ``python -m arrow_split demo`` (or the ``arrow-split`` console script).
+"""Command line: ``python -m arrow_split demo|inspect`` (or the ``arrow-split`` console script).
 
-The demo starts a local Ray by itself, builds a realistic rollout batch, and runs a few steps of
-rollout -> data-parallel train actors in both modes (eager: a shard per rank; delayed: the batch
-once, each rank takes its own rows). On every step it checks that every sample reached exactly one
-rank with its values intact (a CRC32 per sample and column, computed on the actor from the torch
-tensors and on the driver from the original arrays), and prints a table per mode. It shuts Ray
-down when it ends, also on error, so it leaves no Ray process behind.
-
-This module is a leaf: it imports Ray and torch (through :mod:`arrow_split.demo`) only when the
-demo runs.
+``demo`` runs :mod:`arrow_split.demo` (rollout -> data-parallel train actors on a local Ray, every
+sample's values checked), importing Ray and torch only then; ``inspect`` summarizes a dump.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The demo behind ``python -m arrow_split demo``: rollout -> DP train actors on a local Ray.
 
-A leaf: it imports Ray and torch. Each step's samples arrive a group of 8 at a time as Python
-lists (what inference engines return, from :mod:`arrow_split.testing`'s generator) and go into a
-:class:`~arrow_split.RolloutBatchBuilder` as they come; at the step boundary the batch is
-finished and put with :func:`arrow_split.ray.split_train_data_by_dp`, and has every train
-actor call :func:`arrow_split.ray.process_rollout_data` and :func:`arrow_split.torch.to_tensors`.
-The actors return, per sample they got, its original row and a CRC32 of every numeric column
-computed from the torch tensors; the driver checks them against CRC32s of the original values.
+A leaf (Ray and torch). Samples arrive 8 at a time into a builder; the batch is put with
+:func:`arrow_split.ray.split_train_data_by_dp`; each actor takes its shard, makes tensors and
+returns a CRC32 per sample and column, checked against the original values. Stops its Ray.
 """
 
 from __future__ import annotations
@@ -113,8 +109,7 @@ class TrainActor:
     ) -> dict[str, Any]:
         """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
 
-        ``handle`` is the eager list of references, or the delayed reference in a list (so that
-        Ray hands the reference over instead of fetching the whole batch for the actor).
+        ``handle``: the eager references, or the delayed one in a list (so Ray does not fetch it).
         """
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()

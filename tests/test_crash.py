@@ -38,11 +38,11 @@ _FULL_DISK = textwrap.dedent(
     """
     import errno, os, resource, shutil, signal, sys
     from arrow_split import JournalError, RolloutBatch, RolloutBatchBuilder
-    from arrow_split.testing import assert_batches_equal
-    from arrow_split.testing._crash import kill_stream
+    from arrow_split.testing import RolloutConfig, assert_batches_equal, iter_sample_groups
 
     folder, copy = sys.argv[1], sys.argv[2]
-    stream = kill_stream(3, groups=4)
+    config = RolloutConfig(16, 96.0, 384, prompt_tokens=(8, 64), seed=3)  # 4 groups of 4
+    stream = list(iter_sample_groups(config, 4))
     builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
     builder.extend(stream[0])
     builder.extend(stream[1])

@@ -1,23 +1,22 @@
 """Seeded rollout batches shaped like RL training data, as train-data dicts.
 
-Every sample has a prompt of ``prompt_tokens`` tokens and a long-tailed response: exponential
-around ``response_mean``, rounded, at least 1 and capped at ``response_cap`` (a capped sample is
-flagged ``truncated``). The values are drawn column by column from one seeded generator, in a
-fixed order, so that a config and a step always give the same batch. The config
-(:class:`RolloutConfig`) and the named workloads are in :mod:`arrow_split.testing._config`.
+A prompt of ``prompt_tokens`` tokens and a long-tailed response (exponential, at least 1, capped
+and then ``truncated``) per sample, every column drawn in a fixed order from one seeded
+generator: a config (:class:`RolloutConfig`) and a step always give the same batch.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Mapping
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split import KNOWN_COLUMNS, TokenLists
-from arrow_split._args import as_flag, as_int
-from arrow_split.testing._config import WORKLOADS, ColumnSet, RolloutConfig
+from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
+from arrow_split._args import as_choice, as_flag, as_int, describe
 
 __all__ = [
     "ColumnSet",
@@ -30,11 +29,124 @@ __all__ = [
     "make_train_data",
 ]
 
+ColumnSet = Literal["every", "numeric"]
+"""Which columns a generated batch has.
+
+``numeric``: ``tokens``, ``response_lengths``, ``loss_masks``, ``rollout_log_probs``,
+``rewards``, ``truncated``, ``sample_indices`` and ``raw_reward`` (what the benchmarks compare).
+``every``: those and one column of every other kind (``teacher_log_probs``, ``rollout_ids``,
+objects, batch globals). Either gets ``rollout_routed_experts`` with a ``moe_shape`` and
+``rollout_sampling_masks`` with a ``sampling_top_k``.
+"""
+
+
+def _pair(name: str, value: object) -> tuple[int, int]:
+    """A tuple of two ints (a ``(low, high)`` range or a ``(layers, top_k)`` shape)."""
+    if not isinstance(value, tuple) or len(value) != 2:
+        msg = f"`{name}` must be a tuple of two ints, got {describe(value)}"
+        raise OptionTypeError(msg)
+    return as_int(name, value[0]), as_int(name, value[1])
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RolloutConfig:
+    """The shape, seed and form of a generated rollout batch.
+
+    Parameters
+    ----------
+    samples
+        Samples in the batch.
+    response_mean, response_cap
+        Mean of the exponential response lengths, and the longest (samples at the cap are
+        ``truncated``), in tokens.
+    prompt_tokens
+        Inclusive range of the uniform prompt lengths, in tokens.
+    moe_shape
+        ``(layers, top_k)`` of ``rollout_routed_experts`` (int32, ``[len(tokens) - 1, layers,
+        top_k]`` per sample), or ``None`` for none.
+    seed
+        Seed of every draw: equal configs give equal batches.
+    sampling_top_k
+        Give ``rollout_sampling_masks``: 1 to ``sampling_top_k`` distinct ids per response token,
+        from a stream of their own (the other columns are the same with or without them).
+    as_numpy
+        Which columns come as numpy rather than Python lists: ``True``, ``False`` or a set of
+        keys. Objects are always lists; routed experts always numpy.
+    columns
+        Which columns the batch has (:data:`ColumnSet`).
+
+    Examples
+    --------
+    >>> from arrow_split.testing import RolloutConfig, make_train_data
+    >>> data = make_train_data(RolloutConfig(samples=4, moe_shape=(2, 2), seed=1))
+    >>> len(data["tokens"]), data["rollout_routed_experts"][0].shape[1:]
+    (4, (2, 2))
+    """
+
+    samples: int = 64
+    response_mean: float = 1024.0
+    response_cap: int = 4096
+    prompt_tokens: tuple[int, int] = (64, 512)
+    moe_shape: tuple[int, int] | None = None
+    seed: int = 0
+    as_numpy: bool | frozenset[str] = False
+    columns: ColumnSet = "every"
+    sampling_top_k: int | None = None
+
+    def __post_init__(self) -> None:
+        # numpy ints are accepted and stored as Python ints (slices, ranges and sums take them)
+        object.__setattr__(self, "samples", as_int("samples", self.samples, minimum=0))
+        object.__setattr__(
+            self, "response_cap", as_int("response_cap", self.response_cap, minimum=1)
+        )
+        object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=2**63 - 1))
+        mean = self.response_mean
+        if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
+            msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
+            raise OptionTypeError(msg)
+        if not 0 < float(mean) < float("inf"):
+            msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
+            raise OptionError(msg)
+        low, high = _pair("prompt_tokens", self.prompt_tokens)
+        object.__setattr__(self, "prompt_tokens", (low, high))
+        if not 1 <= low <= high:
+            msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
+            raise OptionError(msg)
+        if self.moe_shape is not None:
+            object.__setattr__(self, "moe_shape", _pair("moe_shape", self.moe_shape))
+        if self.moe_shape is not None and min(self.moe_shape) < 1:
+            msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
+            raise OptionError(msg)
+        if self.sampling_top_k is not None and self.sampling_top_k < 1:
+            msg = f"`sampling_top_k` must be None or >= 1, got {self.sampling_top_k!r}"
+            raise OptionError(msg)
+        if not isinstance(self.as_numpy, (bool, frozenset)):
+            msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
+            raise OptionTypeError(msg)
+        as_choice("columns", self.columns, ColumnSet)
+
+    def numpy_for(self, key: str) -> bool:
+        """Whether column ``key`` comes as numpy (see ``as_numpy``)."""
+        if isinstance(self.as_numpy, bool):
+            return self.as_numpy
+        return key in self.as_numpy
+
+
+WORKLOADS: Mapping[str, RolloutConfig] = MappingProxyType(
+    {
+        "tiny": RolloutConfig(32, 96.0, 192, columns="numeric"),
+        "small": RolloutConfig(256, 2048.0, 4096, columns="numeric"),
+        "medium": RolloutConfig(4096, 5000.0, 8192, columns="numeric"),
+        "large": RolloutConfig(16384, 5000.0, 8192, columns="numeric"),
+    }
+)
+"""The named benchmark workloads (numeric columns, Python lists, seed 0): about 12k, 0.5M, 18M
+and 70M tokens. ``dataclasses.replace(WORKLOADS["medium"], as_numpy=True)`` gives the same values
+as numpy arrays."""
+
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
 MASKED_FRACTION = 0.05
-
-
 _MAX_STEP = 2**31 - 1  # steps times samples stay far inside int64 (the rollout ids)
 
 
@@ -61,29 +173,12 @@ def _lengths(
 
 
 def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
-    """The total length (prompt + response tokens) of each sample, without the batch.
+    """The int64 total length of each sample of ``make_train_data(config, step)``, alone.
 
-    Equal to the lengths of ``make_train_data(config, step)["tokens"]``, at the cost of two
-    draws per sample: what a planner benchmark needs.
-
-    Parameters
-    ----------
-    config
-        The batch's shape and seed (:class:`RolloutConfig`).
-    step
-        The training step (see :func:`make_train_data`).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``config.samples`` int64 lengths.
+    Two draws per sample, without the batch: what a planner benchmark needs.
     """
-    step = _check_step(step)
+    step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     return _lengths(config, _rng(config.seed, step))[0]
-
-
-def _check_step(step: object) -> int:
-    return as_int("step", step, minimum=0, maximum=_MAX_STEP)
 
 
 def _numeric(config: RolloutConfig, rng: np.random.Generator) -> dict[str, Any]:
@@ -169,22 +264,13 @@ def _in_form(config: RolloutConfig, key: str, value: Any) -> Any:
 
 
 def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
-    """A seeded rollout batch as a classic train-data dict.
+    """A seeded rollout batch as a classic train-data dict, shaped by ``config``.
 
-    Parameters
-    ----------
-    config
-        The batch's shape, seed and form (:class:`RolloutConfig`).
-    step
-        The training step: each step of a config is a different batch of the same shape.
-
-    Returns
-    -------
-    dict
-        Per-sample keys (lists, or numpy as ``config.as_numpy`` says) and batch-global keys,
-        accepted as they are by :meth:`arrow_split.RolloutBatch.from_train_data`.
+    Each ``step`` of a config is a different batch of the same shape. Per-sample keys come as
+    lists (or numpy, as ``config.as_numpy`` says), as :meth:`RolloutBatch.from_train_data
+    <arrow_split.RolloutBatch.from_train_data>` takes them.
     """
-    step = _check_step(step)
+    step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
     if config.columns == "every":
@@ -208,25 +294,10 @@ def iter_sample_groups(
 ) -> Iterator[dict[str, Any]]:
     """The batch of :func:`make_train_data` as train-data dicts of ``group_size`` samples.
 
-    The whole batch is generated before the first group is yielded; each group is then a slice
-    of it (rows in order; the last group may be smaller), so producing a group costs little
-    next to consuming it. Per-sample keys and ``raw_reward`` hold the group's rows; other
-    batch-global keys are the batch's. Concatenating the groups' per-sample keys gives
-    ``make_train_data(config, step)``.
-
-    Parameters
-    ----------
-    config
-        The batch's shape, seed and form (:class:`RolloutConfig`).
-    group_size
-        Samples per group (``>= 1``), as a rollout engine returns the samples of one prompt.
-    step
-        The training step (see :func:`make_train_data`).
-
-    Yields
-    ------
-    dict
-        One train-data dict per group, valid on its own.
+    The batch is generated first; each group is a slice of it in row order (the last may be
+    smaller), valid on its own: per-sample keys and ``raw_reward`` hold the group's rows, other
+    batch-global keys are the batch's. ``group_size`` is ``>= 1``, as a rollout engine returns
+    the samples of one prompt.
     """
     group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
@@ -248,11 +319,10 @@ def make_multimodal_train_data(
 ) -> dict[str, Any]:
     """A seeded multimodal batch: the samples of a prompt share its processed image.
 
-    The numeric columns of :func:`make_train_data` (``prompts * samples_per_prompt`` samples,
-    responses around 256 tokens) and ``multimodal_train_inputs``: per prompt one dict holding
-    ``pixel_values`` (a float32 array of about ``image_bytes`` bytes) and ``image_grid_thw``,
-    given to each of the prompt's samples, the same object (``shared=True``) or an equal copy
-    each (``shared=False``). Either way a column stored once keeps one copy per prompt.
+    Numeric columns (``prompts * samples_per_prompt`` samples) and ``multimodal_train_inputs``:
+    per prompt one dict of ``pixel_values`` (float32, about ``image_bytes`` bytes) and
+    ``image_grid_thw``, the same object for each of its samples (``shared=True``) or an equal
+    copy each. Either way a column stored once keeps one copy per prompt.
 
     Examples
     --------

@@ -1,10 +1,7 @@
 """Hypothesis strategies for rollout batches, built bottom-up: values -> samples -> train data.
 
-Every column kind is covered (per-token, per-sample tensor, scalar, object, batch-global), with
-empty and one-sample batches, ties in lengths and capped lengths. Columns come as Python lists or
-as numpy arrays, chosen per column, since both are accepted input.
-
-Needs hypothesis: ``pip install arrow-split[test]``.
+Every column kind, empty and one-sample batches, ties and capped lengths; each column as Python
+lists or numpy arrays. Needs hypothesis: ``pip install arrow-split[test]``.
 """
 
 from __future__ import annotations
@@ -57,19 +54,7 @@ _SAMPLE_KEYS = (
 
 
 def lengths_lists(max_samples: int = 24, cap: int = 12) -> st.SearchStrategy[list[int]]:
-    """Token counts per sample: many ties and values at the cap, as real rollouts have.
-
-    Parameters
-    ----------
-    max_samples
-        The longest list.
-    cap
-        The largest count (each count is at least 1).
-
-    Returns
-    -------
-    SearchStrategy of list of int
-    """
+    """Up to ``max_samples`` token counts in ``[1, cap]``: many ties and values at the cap."""
     length = st.one_of(st.integers(1, cap), st.just(cap), st.sampled_from([1, 2, cap]))
     return st.lists(length, min_size=0, max_size=max_samples)
 
@@ -114,21 +99,8 @@ def train_data(
 ) -> dict[str, Any]:
     """A classic train-data dict of every column kind (and the batch-global keys).
 
-    Parameters
-    ----------
-    draw
-        Supplied by hypothesis.
-    max_samples
-        The most samples in a batch (0 is drawn too).
-    cap
-        The longest sample, in tokens.
-    tensors
-        Whether ``rollout_routed_experts`` is there; ``None`` draws it.
-
-    Returns
-    -------
-    dict
-        Accepted by :meth:`arrow_split.RolloutBatch.from_train_data`.
+    Up to ``max_samples`` samples (0 too) of at most ``cap`` tokens; ``tensors``: whether
+    ``rollout_routed_experts`` is there (``None`` draws it).
     """
     lengths = draw(lengths_lists(max_samples, cap))
     with_tensors = draw(st.booleans()) if tensors is None else tensors
@@ -147,16 +119,6 @@ def train_data(
 def rollout_batches(
     *, max_samples: int = 24, cap: int = 12, tensors: bool | None = None
 ) -> st.SearchStrategy[RolloutBatch]:
-    """Rollout batches built from :func:`train_data` (same parameters).
-
-    Parameters
-    ----------
-    max_samples, cap, tensors
-        As for :func:`train_data`.
-
-    Returns
-    -------
-    SearchStrategy of RolloutBatch
-    """
+    """Rollout batches built from :func:`train_data` (same parameters)."""
     drawn = train_data(max_samples=max_samples, cap=cap, tensors=tensors)
     return drawn.map(RolloutBatch.from_train_data)

@@ -1,11 +1,370 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
-See :mod:`arrow_split.torch._convert` for the layouts, dtypes and the memory rule. This leaf
-imports the public core only; nothing in the core imports it.
+:func:`to_tensors` parses its options once, reads the numeric columns under the memory rule
+(``_private_or_copy``) and has :mod:`arrow_split.torch._layouts` arrange them;
+``docs/torch.md`` describes the layouts, dtypes, keys and memory. Imports the public core only.
 """
 
 from __future__ import annotations
 
-from arrow_split.torch._convert import TensorLayout, to_micro_batches, to_tensors
+import contextlib
+import itertools
+from collections.abc import Sequence
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pyarrow as pa
+
+try:
+    import torch
+except ImportError:
+    msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
+    raise ImportError(msg) from None
+
+from arrow_split import (
+    ColumnValues,
+    OptionError,
+    OptionTypeError,
+    RolloutBatch,
+    SchemaTypeError,
+    Shard,
+    ValueRangeError,
+)
+from arrow_split._args import as_choice, as_offsets, describe
+from arrow_split.torch._layouts import (
+    MAX_PAD_MULTIPLE,
+    AllColumns,
+    RaggedColumn,
+    TensorOptions,
+    Tensors,
+    TokenListColumn,
+    arrange,
+    move,
+)
 
 __all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
+
+TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
+"""How :func:`to_tensors` lays out the ragged columns (see ``docs/torch.md``)."""
+
+# The dtypes each option may be (ids: as tokens), with the numpy dtype a column is cast to.
+_TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
+_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
+    torch.bool: np.bool_,
+    torch.uint8: np.uint8,
+    torch.int32: np.int32,
+    torch.int64: np.int64,
+    torch.float32: np.float32,
+}
+
+
+def to_tensors(
+    shard: Shard | RolloutBatch,
+    *,
+    layout: TensorLayout = "per_sample",
+    device: torch.device | str | None = None,
+    token_dtype: torch.dtype = torch.int64,
+    mask_dtype: torch.dtype = torch.int64,
+    id_dtype: torch.dtype | None = torch.int32,
+    pad_value: int | float = 0,
+    pad_to_multiple_of: int | None = None,
+) -> dict[str, torch.Tensor | list[torch.Tensor]]:
+    """Convert the numeric columns of a shard (or a whole batch) into torch tensors.
+
+    Parameters
+    ----------
+    shard
+        What a split returns (or a whole :class:`~arrow_split.RolloutBatch`).
+    layout
+        ``"per_sample"`` (a list of views per column), ``"packed"`` (flat + int32 cumulative
+        lengths), ``"padded"`` (adds ``attention_mask``...) or ``"nested"`` (jagged).
+    device
+        Move every tensor to this device (``torch.device`` or str); ``None`` keeps the CPU.
+    token_dtype, mask_dtype, id_dtype
+        dtype of ``tokens`` (int64 or int32), of flag columns such as ``loss_masks`` (int64,
+        int32, uint8, bool or float32) and of the ids stored narrow (int32, int64, or ``None``
+        for the stored type, cast on the device when there is one).
+    pad_value, pad_to_multiple_of
+        ``"padded"`` only: the value of padding positions (flag and bool columns: 0), and the
+        multiple (``>= 1``) each padded length is rounded up to.
+
+    Returns
+    -------
+    dict of str to torch.Tensor or list of torch.Tensor
+        The ragged and scalar columns in the shard's order, then the layout's extra keys. Objects
+        and batch-global values are left out.
+
+    Raises
+    ------
+    SchemaTypeError
+        ``shard`` is neither a Shard nor a RolloutBatch.
+    OptionError
+        An unknown option value; an OptionTypeError for one of the wrong type.
+    SchemaError
+        A column whose name clashes with an extra key of the layout.
+    ValueRangeError
+        ``pad_to_multiple_of`` out of range, a ``pad_value`` that does not fit a column, more than
+        2**31 - 1 values in a column, or an ``id_dtype`` narrower than a column's stored type.
+
+    Examples
+    --------
+    >>> import arrow_split as A
+    >>> from arrow_split.torch import to_tensors
+    >>> batch = A.RolloutBatch.from_train_data({"tokens": [[1, 2, 3], [4, 5]]})
+    >>> to_tensors(batch, layout="packed")["cu_seqlens"]
+    tensor([0, 3, 5], dtype=torch.int32)
+    """
+    rows = _rows_of(shard)
+    options = _options(
+        layout, device, token_dtype, mask_dtype, id_dtype, pad_value, pad_to_multiple_of
+    )
+    return _convert(rows, options)
+
+
+def to_micro_batches(
+    shard: Shard | RolloutBatch, micro_batch_offsets: Sequence[int] | np.ndarray, **options: Any
+) -> list[dict[str, torch.Tensor | list[torch.Tensor]]]:
+    """One :func:`to_tensors` result (``**options``) per micro-batch of a shard.
+
+    Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]``
+    (``RankSchedule.micro_batch_offsets``, non-decreasing from 0 to ``len(shard)``): each is
+    converted from a slice of the shard, with no second gather, with its own ``cu_seqlens``.
+
+    Raises
+    ------
+    OptionTypeError, OptionError
+        Offsets that are not integers, or not non-decreasing from 0 to the shard's rows; and
+        what :func:`to_tensors` raises for its options.
+    """
+    rows = _rows_of(shard)
+    offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
+    if int(offsets[-1]) != len(rows):
+        msg = (
+            f"`micro_batch_offsets` must rise from 0 to the shard's {len(rows)} rows, got "
+            f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
+        )
+        raise OptionError(msg)
+    parsed = _options(**options)
+    record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
+    return [
+        _convert(
+            RolloutBatch(record_batch.slice(start, stop - start), specs, batch_globals), parsed
+        )
+        for start, stop in itertools.pairwise(offsets.tolist())
+    ]
+
+
+# --- the door: each option parsed once ---------------------------------------------------------
+
+
+def _rows_of(shard: object) -> RolloutBatch:
+    if isinstance(shard, Shard):
+        return shard.rows
+    if isinstance(shard, RolloutBatch):
+        return shard
+    msg = (
+        f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
+        "`RolloutBatch.from_train_data(data)` or take one from a split"
+    )
+    raise SchemaTypeError(msg)
+
+
+def _options(
+    layout: object = "per_sample",
+    device: object = None,
+    token_dtype: object = torch.int64,
+    mask_dtype: object = torch.int64,
+    id_dtype: object = torch.int32,
+    pad_value: object = 0,
+    pad_to_multiple_of: object = None,
+) -> TensorOptions:
+    """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
+    chosen = _layout(layout)
+    multiple = _multiple(pad_to_multiple_of)
+    token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
+    mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
+    where = _device(device)
+    fill = _pad_value(pad_value)
+    ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
+    return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
+
+
+def _layout(layout: object) -> str:
+    if not isinstance(layout, str):
+        choices = ", ".join(map(repr, get_args(TensorLayout)))
+        msg = (
+            f"invalid `layout`: {layout!r:.40} of type {type(layout).__name__}; expected one of: "
+            f"{choices}"
+        )
+        raise OptionTypeError(msg)
+    return as_choice("layout", layout, TensorLayout)
+
+
+def _scalar(value: object) -> object:
+    """A 0-d numpy array's value; anything else as it is."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
+def _pad_value(pad_value: object) -> int | float:
+    """A real number (Python or numpy, 0-d arrays too) as a Python int or float; never a bool."""
+    pad_value = _scalar(pad_value)
+    if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
+        pad_value, (int, float, np.integer, np.floating)
+    ):
+        msg = f"`pad_value` must be an int or a float, got {describe(pad_value)}"
+        raise OptionTypeError(msg)
+    return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
+
+
+def _multiple(pad_to_multiple_of: object) -> int | None:
+    if pad_to_multiple_of is None:
+        return None
+    pad_to_multiple_of = _scalar(pad_to_multiple_of)
+    if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
+        pad_to_multiple_of, (int, np.integer)
+    ):
+        msg = (
+            f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
+            f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
+        )
+        raise OptionTypeError(msg)
+    if pad_to_multiple_of < 1:
+        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
+        raise ValueRangeError(msg)
+    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
+        msg = (
+            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
+            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+        )
+        raise ValueRangeError(msg)
+    return int(pad_to_multiple_of)
+
+
+def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]) -> torch.dtype:
+    choices = ", ".join(map(str, allowed))
+    if not isinstance(dtype, torch.dtype):
+        msg = (
+            f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
+            f"torch.dtype, one of: {choices}"
+        )
+        raise OptionTypeError(msg)
+    if dtype not in allowed:
+        msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
+        raise OptionError(msg)
+    return dtype
+
+
+def _device(device: object) -> torch.device | None:
+    if device is None or isinstance(device, torch.device):
+        return device
+    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
+    if not isinstance(device, str):
+        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
+        raise OptionTypeError(msg)
+    with contextlib.suppress(RuntimeError):
+        return torch.device(device)
+    msg = f"invalid `device`: {device!r}; {expected}"
+    raise OptionError(msg)
+
+
+# --- Arrow -> torch, under the memory rule -----------------------------------------------------
+
+
+def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
+    """Every numeric column of ``rows`` read (scalars as tensors), then arranged by the layout."""
+    columns: AllColumns = {}
+    for column in rows.numeric_columns():
+        name = column.spec.name
+        if column.token_offsets is not None:
+            columns[name] = TokenListColumn(
+                column.spec,
+                move(_tensor_of(column.values, column.buffer), options),
+                np.asarray(column.offsets, dtype=np.int64),
+                np.asarray(column.token_offsets, dtype=np.int64),
+            )
+        elif column.offsets is None:
+            columns[name] = move(_tensor_of(column.values, column.buffer), options)
+        elif column.spec.storage == "narrow":
+            columns[name] = _id_column(column, options)
+        else:
+            columns[name] = _ragged_column(column, options)
+    return arrange(columns, options)
+
+
+def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
+    """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
+
+    Arrow allocated a mutable buffer in this process (what ``take`` returns); an immutable one
+    may be shared memory (the object store). Booleans unpacked for this call are ours to write.
+    """
+    if buffer is None or not _is_view_of(values, buffer):
+        if not values.flags.writeable and _fresh(values):
+            values.flags.writeable = True  # unpacked for this call: nobody else holds it
+        return values if values.flags.writeable else values.copy()
+    if not buffer.is_mutable:
+        return values.copy()
+    start = _address(values) - buffer.address
+    return np.frombuffer(buffer, values.dtype, values.size, start).reshape(values.shape)
+
+
+def _fresh(values: np.ndarray) -> bool:
+    """Whether ``values`` is (a view of) numpy memory that owns its data, not an Arrow buffer."""
+    base = values
+    while isinstance(base.base, np.ndarray):
+        base = base.base
+    return base.base is None and bool(base.flags.owndata)
+
+
+def _address(values: np.ndarray) -> int:
+    """Where ``values`` starts (``.ctypes.data`` would import ctypes on a process's first use)."""
+    address: int = values.__array_interface__["data"][0]
+    return address
+
+
+def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
+    start = _address(values)
+    return bool(
+        values.size > 0
+        and values.flags.c_contiguous
+        and buffer.address <= start
+        and start + values.nbytes <= buffer.address + buffer.size
+    )
+
+
+def _tensor_of(
+    values: np.ndarray, buffer: pa.Buffer | None, dtype: type[np.generic] | None = None
+) -> torch.Tensor:
+    """A CPU tensor of ``values``; a dtype conversion is a copy, else :func:`_private_or_copy`."""
+    if dtype is not None and values.dtype != dtype:
+        return torch.from_numpy(values.astype(dtype))
+    return torch.from_numpy(_private_or_copy(values, buffer))
+
+
+def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
+    spec = column.spec
+    dtype: type[np.generic] | None = None
+    if spec.role == "length_source":
+        dtype = _TOKEN_DTYPES[options.token_dtype]
+    elif spec.flag and column.values.ndim == 1:
+        dtype = _MASK_DTYPES[options.mask_dtype]
+    tensor = _tensor_of(column.values, column.buffer, dtype)
+    return RaggedColumn(spec, move(tensor, options), np.asarray(column.offsets, dtype=np.int64))
+
+
+def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
+    """A narrow id column widened to ``id_dtype``: one cast, on the device when there is one."""
+    dtype = options.id_dtype
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    values = column.values
+    if dtype is not None and values.dtype.itemsize > dtype.itemsize:
+        msg = (
+            f"column `{column.spec.name}` is stored as {values.dtype} (its ids do not fit "
+            f"{dtype}); pass `id_dtype=torch.int64` or `id_dtype=None`"
+        )
+        raise ValueRangeError(msg)
+    on_cpu = options.device is None or options.device.type == "cpu"
+    if dtype is None or not on_cpu:
+        tensor = move(_tensor_of(values, column.buffer), options)
+        return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
+    tensor = _tensor_of(values, column.buffer, _TOKEN_DTYPES[dtype])
+    return RaggedColumn(column.spec, move(tensor, options), offsets)

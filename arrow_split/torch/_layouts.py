@@ -1,8 +1,7 @@
 """The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
-Beside :mod:`arrow_split.torch._convert`, which reads a shard's columns into :class:`RaggedColumn`
-values (flat tensor + offsets) under its memory rule; the functions here only arrange those
-tensors, and every tensor they add (cumulative lengths, masks, padding, nested offsets) is fresh.
+They arrange the columns the door (:mod:`arrow_split.torch`) read, and every tensor they add
+(cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md`` describes them.
 """
 
 from __future__ import annotations
@@ -28,11 +27,12 @@ from arrow_split.schema import LengthRule
 __all__ = [
     "AllColumns",
     "Columns",
-    "LAYOUTS",
+    "MAX_PAD_MULTIPLE",
     "RaggedColumn",
     "TensorOptions",
     "Tensors",
     "TokenListColumn",
+    "arrange",
     "move",
 ]
 
@@ -40,15 +40,35 @@ Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
 Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
 AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
 
+MAX_PAD_MULTIPLE = 2**20
+"""The largest ``pad_to_multiple_of``: every padded row is at least this wide (1,048,576)."""
+
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
 _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of torch's nested tensors, silenced only around their construction: a log line
-# (torch 2.13's nested_tensor_from_jagged calls the deprecated `is_fx_tracing`) and the prototype
-# warning some torch versions give.
+# Known noise of nested tensors, silenced around their construction only: a log line of torch
+# 2.13 (the deprecated `is_fx_tracing`) and the prototype warning of some versions.
 _FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
 _FX_TRACING_MESSAGE = "is_fx_tracing will return true"
 _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TensorOptions:
+    """The options of one :func:`~arrow_split.torch.to_tensors` call, parsed at the door."""
+
+    layout: str
+    token_dtype: torch.dtype
+    mask_dtype: torch.dtype
+    id_dtype: torch.dtype | None
+    device: torch.device | None
+    pad_value: int | float
+    pad_to_multiple_of: int | None
+
+
+def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
+    """``tensor`` on the requested device (unchanged when none was requested)."""
+    return tensor if options.device is None else tensor.to(options.device)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -77,11 +97,9 @@ class RaggedColumn:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenListColumn:
-    """A list per token: flat values (on the target device) and two levels of offsets (numpy).
+    """A list per token: packed in every layout but ``per_sample`` (it has no dense shape).
 
     ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (tokens + 1) the values.
-    Every layout but ``per_sample`` gives it packed (:meth:`packed`): a list per token has no
-    dense shape to pad to, and torch's nested tensors have one ragged dimension only.
     """
 
     spec: ColumnSpec
@@ -105,56 +123,13 @@ class TokenListColumn:
         return {self.spec.name: values, f"{self.spec.name}_offsets": offsets}
 
     def packed(self, options: TensorOptions) -> dict[str, Tensors]:
-        """The column packed: values, per-token offsets and per-sample cumulative tokens.
-
-        ``name``: every value; ``name_offsets``: per-token offsets (int64, from 0);
-        ``name_cu_seqlens``: per-sample cumulative tokens (int32, from 0).
-        """
-        tokens = int(self.sample_offsets[-1])
-        if tokens > _INT32_MAX:
-            msg = (
-                f"column `{self.spec.name}` holds {tokens} tokens, more than int32 cumulative "
-                f"lengths can index ({_INT32_MAX}); split the batch over more ranks"
-            )
-            raise ValueRangeError(msg)
+        """``name``: every value, ``name_offsets`` (int64) and ``name_cu_seqlens`` (int32)."""
+        cu_seqlens = _cu_seqlens(self.spec.name, self.sample_offsets)
         return {
             self.spec.name: self.values,
             f"{self.spec.name}_offsets": move(torch.from_numpy(self.token_offsets.copy()), options),
-            f"{self.spec.name}_cu_seqlens": move(
-                torch.from_numpy(self.sample_offsets.astype(np.int32)), options
-            ),
+            f"{self.spec.name}_cu_seqlens": move(cu_seqlens, options),
         }
-
-
-def _token_lists(
-    columns: AllColumns, options: TensorOptions, layout: str
-) -> tuple[Columns, dict[str, Tensors]]:
-    """The columns without the lists per token, and the tensors those give in ``layout``."""
-    rest: Columns = {}
-    lists: dict[str, Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, TokenListColumn):
-            parts = column.per_sample(options) if layout == "per_sample" else column.packed(options)
-            lists.update(parts)
-        else:
-            rest[name] = column
-    return rest, lists
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TensorOptions:
-    """The options of one :func:`~arrow_split.torch.to_tensors` call, checked."""
-
-    token_dtype: torch.dtype
-    mask_dtype: torch.dtype
-    device: torch.device | None
-    pad_value: int | float
-    pad_to_multiple_of: int | None
-
-
-def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
-    """``tensor`` on the requested device (unchanged when none was requested)."""
-    return tensor if options.device is None else tensor.to(options.device)
 
 
 def _per_sample(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
@@ -178,19 +153,20 @@ def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
         kind, group = column.group
         key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
         if key not in extras:
-            extras[key] = move(_cu_seqlens(column), options)
+            extras[key] = move(_cu_seqlens(name, column.offsets), options)
     return _merge(tensors, extras, "packed")
 
 
-def _cu_seqlens(column: RaggedColumn) -> torch.Tensor:
-    total = int(column.offsets[-1])
+def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
+    """int32 cumulative lengths of column ``name`` from its int64 ``offsets``."""
+    total = int(offsets[-1])
     if total > _INT32_MAX:
         msg = (
-            f"column `{column.spec.name}` holds {total} rows, more than int32 cumulative lengths "
-            f"can index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
+            f"column `{name}` holds {total} rows or tokens, more than int32 cumulative lengths can "
+            f"index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
         )
         raise ValueRangeError(msg)
-    return torch.from_numpy(column.offsets.astype(np.int32))
+    return torch.from_numpy(offsets.astype(np.int32))
 
 
 def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
@@ -312,24 +288,26 @@ def _merge(
     return {**tensors, **extras}
 
 
-def _with_token_lists(
-    layout: str, arrange: Callable[[Columns, TensorOptions], dict[str, Tensors]]
-) -> Callable[[AllColumns, TensorOptions], dict[str, Tensors]]:
-    """``arrange`` for the other columns; the lists per token after them (see TokenListColumn)."""
-
-    def run(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
-        rest, lists = _token_lists(columns, options, layout)
-        return _merge(arrange(rest, options), lists, layout)
-
-    return run
-
-
-LAYOUTS: dict[str, Callable[[AllColumns, TensorOptions], dict[str, Tensors]]] = {
-    name: _with_token_lists(name, arrange)
-    for name, arrange in {
-        "per_sample": _per_sample,
-        "packed": _packed,
-        "padded": _padded,
-        "nested": _nested,
-    }.items()
+_ARRANGE: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
+    "per_sample": _per_sample,
+    "packed": _packed,
+    "padded": _padded,
+    "nested": _nested,
 }
+
+
+def arrange(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
+    """The tensors of ``options.layout``: the other columns, then the lists per token.
+
+    A list per token is packed in every layout but ``per_sample`` (:meth:`TokenListColumn.packed`).
+    """
+    rest: Columns = {}
+    lists: dict[str, Tensors] = {}
+    for name, column in columns.items():
+        if not isinstance(column, TokenListColumn):
+            rest[name] = column
+        elif options.layout == "per_sample":
+            lists.update(column.per_sample(options))
+        else:
+            lists.update(column.packed(options))
+    return _merge(_ARRANGE[options.layout](rest, options), lists, options.layout)

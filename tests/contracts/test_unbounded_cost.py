@@ -38,7 +38,7 @@ def test_unbounded_cost_the_largest_dp_size_gives_one_shard_per_rank() -> None:
 def test_unbounded_cost_a_huge_pad_multiple_is_refused() -> None:
     pytest.importorskip("torch")
     from arrow_split.torch import to_tensors
-    from arrow_split.torch._options import MAX_PAD_MULTIPLE
+    from arrow_split.torch._layouts import MAX_PAD_MULTIPLE
 
     for multiple in (MAX_PAD_MULTIPLE + 1, 2**31 - 1, 2**63):
         with pytest.raises(ValueRangeError, match=r"`pad_to_multiple_of` must be at most 1048576"):

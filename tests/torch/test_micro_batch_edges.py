@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from arrow_split import OptionTypeError, RolloutBatch
+from arrow_split import OptionError, OptionTypeError, RolloutBatch, take_rows
 
 torch = pytest.importorskip("torch")
 
@@ -33,3 +33,10 @@ def test_integer_offsets_still_work_and_bool_columns_are_writable_tensors() -> N
     truncated = tensors["truncated"]
     assert isinstance(truncated, torch.Tensor)
     truncated[0] = False  # fresh memory of this call, writable without a copy warning
+
+
+def test_options_are_parsed_once_even_without_micro_batches() -> None:
+    empty = take_rows(_batch(), np.zeros(0, dtype=np.int64))
+    assert to_micro_batches(empty, [0]) == []
+    with pytest.raises(OptionError, match=r"invalid `layout`: 'flat'; expected one of"):
+        to_micro_batches(empty, [0], layout="flat")
