@@ -29,7 +29,7 @@ from arrow_split._args import (
     describe,
     method_of,
 )
-from arrow_split._codecs import codec_for, numpy_view, ragged_values
+from arrow_split._codecs import EncodeOptions, codec_for, numpy_view, ragged_values
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,
@@ -56,10 +56,13 @@ __all__ = [
 _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "padding")
 
 
+_DEFAULTS = EncodeOptions()
+
+
 def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> RolloutBatch:
     """Return a RolloutBatch as it is, or build one from a train-data dict."""
     if isinstance(data_or_batch, Mapping):
-        return RolloutBatch.from_train_data(data_or_batch)
+        return RolloutBatch._encode(data_or_batch, (), _DEFAULTS)
     return check_batch(data_or_batch, "data_or_batch")
 
 

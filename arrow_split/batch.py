@@ -200,6 +200,13 @@ class RolloutBatch:
             allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
             exact_floats=as_flag("exact_floats", exact_floats),
         )
+        return cls._encode(data, specs, options)
+
+    @classmethod
+    def _encode(
+        cls, data: Mapping[str, Any], specs: Iterable[ColumnSpec], options: EncodeOptions
+    ) -> RolloutBatch:
+        """:meth:`from_train_data` with its options parsed (the library's own defaults)."""
         record_batch, used, batch_globals = encode_train_data(data, specs, options)
         owned = {key: _own_global(value) for key, value in batch_globals.items()}
         return cls._make(record_batch, MappingProxyType(used), MappingProxyType(owned))

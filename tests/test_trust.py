@@ -42,11 +42,6 @@ def data() -> dict[str, Any]:
     return make_train_data(RolloutConfig(samples=32, response_mean=64, response_cap=128, seed=0))
 
 
-@pytest.mark.xfail(
-    reason="24 today: 15 are the codecs' own checks of the user's values (the codecs slice "
-    "cuts them); the core's share is held by the next test",
-    strict=False,
-)
 def test_a_split_makes_a_handful_of_checks(data: dict[str, Any]) -> None:
     counts = _count(lambda: arrow_split.split_train_data_by_dp_raw(data, 4, balance_data=True))
     assert sum(counts.values()) <= 20, counts.most_common()

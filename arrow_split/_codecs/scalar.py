@@ -178,10 +178,10 @@ def _as_list(spec: ColumnSpec, value: object) -> list[object]:
     return list(value)
 
 
-def _check_per_sample(
-    spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
+def _per_sample_floats(
+    spec: ColumnSpec, items: list[object], num_samples: int, allow_nonfinite: bool
 ) -> np.ndarray:
-    items = _as_list(spec, value)
+    """A per-sample global's items as a read-only float64 array, refused unless real numbers."""
     if len(items) != num_samples:
         msg = (
             f"batch-global key `{spec.name}` has {len(items)} values but the batch has "
@@ -230,7 +230,8 @@ def _fits_float64(item: object) -> bool:
 
 def check_per_sample_values(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> None:
     """The checks of a per-sample global that need no batch size (its length comes later)."""
-    _check_per_sample(spec, value, len(_as_list(spec, value)), allow_nonfinite)
+    items = _as_list(spec, value)
+    _per_sample_floats(spec, items, len(items), allow_nonfinite)
 
 
 def check_batch_global(
@@ -246,7 +247,7 @@ def check_batch_global(
     """
     shape = spec.global_shape
     if shape == "float_per_sample":
-        return _check_per_sample(spec, value, num_samples, allow_nonfinite)
+        return _per_sample_floats(spec, _as_list(spec, value), num_samples, allow_nonfinite)
     if shape == "int":
         if not _is_int(value):
             raise _shape_error(spec, value, "not an int")

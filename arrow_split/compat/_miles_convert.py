@@ -41,7 +41,6 @@ from arrow_split import (
     pad_to_dp,
     plan_schedule,
     take,
-    take_rows,
 )
 from arrow_split._args import as_flag, as_int, describe
 from arrow_split.schema import Role, role_column
@@ -565,8 +564,7 @@ def scheduled_shards(
         weights=_weights(config, lengths, args, flops),
     )
     return (
-        (take_rows(batch, rank.rows), rank.dp_rank, miles_schedule_fields(rank))
-        for rank in schedule.ranks
+        (rank.take(batch), rank.dp_rank, miles_schedule_fields(rank)) for rank in schedule.ranks
     )
 
 
