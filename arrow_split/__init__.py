@@ -26,6 +26,7 @@ from arrow_split._split import (
     take,
     take_rows,
 )
+from arrow_split._version import __version__
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
@@ -126,5 +127,3 @@ __all__ = [
     "take",
     "take_rows",
 ]
-
-__version__ = "0.3.0"

@@ -27,6 +27,7 @@ from arrow_split._dump_meta import (
     encode_metadata,
     field_metadata,
 )
+from arrow_split._version import __version__
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 
@@ -220,7 +221,6 @@ def _with_metadata(
     batch_globals: Mapping[str, object],
     compression: str | None,
 ) -> pa.RecordBatch:
-    from arrow_split import __version__
 
     metadata = dict(record_batch.schema.metadata or {})
     metadata.update(encode_metadata(specs, batch_globals, __version__, compression))

@@ -59,6 +59,7 @@ from arrow_split._codecs import (
 from arrow_split._convert import check_content
 from arrow_split._dump_meta import spec_from_json as _spec_from_json
 from arrow_split._dump_meta import spec_to_json as _spec_to_json
+from arrow_split._version import __version__
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import ArrowSplitError, DumpError, JournalError
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, role_column
@@ -562,8 +563,6 @@ def journal_header(
     declared: Sequence[ColumnSpec], options: EncodeOptions, identity: str | None
 ) -> dict[str, object]:
     """What a journal's ``open`` record holds: enough to build the same builder again."""
-    from arrow_split import __version__
-
     return {
         "journal_version": JOURNAL_VERSION,
         "library_version": __version__,
