@@ -113,12 +113,11 @@ def _gather(
         trust_objects=batch.trust_objects,
         roles=batch.roles,
     )
-    if partition is not None:
-        partition = partition[rows]
-        partition.flags.writeable = False
-    return Shard._make(
-        taken, rows if partition is None else partition, batch_total_lengths, plan_key, dp_rank
-    )
+    # A fresh array either way: ``rows`` may view a plan read from the object store, and a
+    # shard holds no view of the store (it would pin the whole batch's object).
+    partition = rows.copy() if partition is None else partition[rows]
+    partition.flags.writeable = False
+    return Shard._make(taken, partition, batch_total_lengths, plan_key, dp_rank)
 
 
 def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
