@@ -10,7 +10,6 @@ from __future__ import annotations
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
-from arrow_split._karmarkar_karp import karmarkar_karp
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -59,6 +58,7 @@ from arrow_split.plan import (
     plan_fingerprint,
     plan_partitions,
 )
+from arrow_split.plan._karmarkar_karp import karmarkar_karp
 from arrow_split.schema import (
     KNOWN_COLUMNS,
     ActorTrainData,

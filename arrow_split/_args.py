@@ -33,7 +33,6 @@ __all__ = [
     "as_int",
     "as_offsets",
     "as_path",
-    "check_balanced",
     "check_dp_rank",
     "check_dp_size",
     "check_lengths",
@@ -457,22 +456,3 @@ def check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
         )
         raise (PlanTypeError if wrong_type else PlanError)(msg)
     return np.ascontiguousarray(keys, dtype=np.int64)
-
-
-def check_balanced(n: int, dp_size: int) -> None:
-    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
-    if n < dp_size:
-        msg = (
-            f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
-            f"pad the batch with {dp_size - n} samples (`pad_to_dp=True` does it) or use "
-            "`balance_data=False`"
-        )
-        raise PlanError(msg)
-    if n % dp_size:
-        drop, pad = n % dp_size, dp_size - n % dp_size
-        msg = (
-            f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
-            f"drop {drop} samples or pad with {pad} (`pad_to_dp=True` does it), or use "
-            "`balance_data=False`"
-        )
-        raise PlanError(msg)

@@ -57,10 +57,10 @@ from arrow_split._codecs import (
     codec_for,
 )
 from arrow_split._convert import check_content
-from arrow_split._dump_meta import spec_from_json as _spec_from_json
-from arrow_split._dump_meta import spec_to_json as _spec_to_json
 from arrow_split._version import __version__
 from arrow_split.batch import RolloutBatch
+from arrow_split.batch._dump_meta import spec_from_json as _spec_from_json
+from arrow_split.batch._dump_meta import spec_to_json as _spec_to_json
 from arrow_split.errors import ArrowSplitError, DumpError, JournalError
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, role_column
 

@@ -26,11 +26,11 @@ from arrow_split._args import (
     check_rollout_ids,
     check_weights,
 )
-from arrow_split._karmarkar_karp import kk_partitions, sorted_parts
 from arrow_split._split import take
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError
 from arrow_split.plan import Plan, PlanKey, _fingerprint
+from arrow_split.plan._karmarkar_karp import kk_partitions, sorted_parts
 from arrow_split.shard import Shard
 
 __all__ = ["RankSchedule", "Schedule", "ScheduleConfig", "plan_schedule", "schedule_for_rank"]

@@ -36,11 +36,11 @@ from arrow_split import (
     PlanError,
     PlanTypeError,
     RolloutBatch,
-    _dump,
     plan_fingerprint,
     split_train_data_by_dp_raw,
 )
-from arrow_split._dump import DumpInfo
+from arrow_split.batch import _dump
+from arrow_split.batch._dump import DumpInfo
 from arrow_split.errors import DumpError
 from arrow_split.summary import inspect_path, summarize
 from arrow_split.testing.strategies import train_data

@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from arrow_split import DumpError, RolloutBatch
-from arrow_split._dump import read_dump
+from arrow_split.batch._dump import read_dump
 
 DATA = {
     "tokens": [[1, 2, 3], [4, 5, 6, 7], [8]],

@@ -1068,10 +1068,13 @@ BUILTIN_EXCEPTIONS = frozenset(
 )
 # Builtin exceptions the package may raise: (file, exception) -> reason.
 BUILTIN_RAISES = {
-    ("batch.py", "AttributeError"): "a write to a frozen batch, as a frozen dataclass refuses it",
+    (
+        "batch/__init__.py",
+        "AttributeError",
+    ): "a write to a frozen batch, as a frozen dataclass refuses it",
     ("shard.py", "AttributeError"): "a write to a frozen shard, as a frozen dataclass refuses it",
-    ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
-    ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
+    ("batch/_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
+    ("batch/_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
     ("testing/__init__.py", "AssertionError"): "what an assertion helper raises, by contract",
     ("demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
     (

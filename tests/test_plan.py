@@ -15,10 +15,8 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from arrow_split import _karmarkar_karp as karmarkar_karp_module
 from arrow_split import split_train_data_by_dp_raw
 from arrow_split._args import MAX_DP_SIZE, check_dp_rank, check_dp_size, check_lengths
-from arrow_split._karmarkar_karp import kk_partitions
 from arrow_split.errors import PlanError
 from arrow_split.plan import (
     Plan,
@@ -26,6 +24,8 @@ from arrow_split.plan import (
     plan_fingerprint,
     plan_partitions,
 )
+from arrow_split.plan import _karmarkar_karp as karmarkar_karp_module
+from arrow_split.plan._karmarkar_karp import kk_partitions
 from tests.reference_plan import reference_partitions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

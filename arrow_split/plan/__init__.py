@@ -30,14 +30,14 @@ from arrow_split._args import (
     MAX_DP_SIZE,
     Int64Array,
     SplitMethod,
-    check_balanced,
     check_dp_rank,
     check_dp_size,
     check_lengths,
     check_order_by,
     method_of,
 )
-from arrow_split._karmarkar_karp import balanced_plan
+from arrow_split.errors import PlanError
+from arrow_split.plan._karmarkar_karp import balanced_plan
 
 __all__ = [
     "MAX_DP_SIZE",
@@ -50,6 +50,25 @@ __all__ = [
 ]
 
 _FINGERPRINT_PERSON = b"arrow_split.plan"
+
+
+def _check_balanced(n: int, dp_size: int) -> None:
+    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
+    if n < dp_size:
+        msg = (
+            f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
+            f"pad the batch with {dp_size - n} samples (`pad_to_dp=True` does it) or use "
+            "`balance_data=False`"
+        )
+        raise PlanError(msg)
+    if n % dp_size:
+        drop, pad = n % dp_size, dp_size - n % dp_size
+        msg = (
+            f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
+            f"drop {drop} samples or pad with {pad} (`pad_to_dp=True` does it), or use "
+            "`balance_data=False`"
+        )
+        raise PlanError(msg)
 
 
 def _ordered(rows: Int64Array, keys: Int64Array | None) -> Int64Array:
@@ -168,7 +187,7 @@ class Plan:
     ) -> Plan:
         """The plan of parsed inputs (1-D int64 lengths and keys, ``dp_size`` in range)."""
         if method == "balanced":
-            check_balanced(lengths.size, dp_size)
+            _check_balanced(lengths.size, dp_size)
         partitions = _partitions(dp_size, method, lengths, keys)
         for rows in partitions:
             rows.flags.writeable = False
@@ -282,7 +301,7 @@ def plan_fingerprint(
         total_lengths, check_dp_size(dp_size), balance_data, order_by
     )
     if method == "balanced":
-        check_balanced(lengths.size, size)
+        _check_balanced(lengths.size, size)
     return _fingerprint(size, method, lengths, keys)
 
 

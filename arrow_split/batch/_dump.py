@@ -21,13 +21,13 @@ import pyarrow as pa
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
 from arrow_split._convert import check_content
-from arrow_split._dump_meta import (
+from arrow_split._version import __version__
+from arrow_split.batch._dump_meta import (
     DumpMetadata,
     decode_metadata,
     encode_metadata,
     field_metadata,
 )
-from arrow_split._version import __version__
 from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 

@@ -38,7 +38,7 @@ from arrow_split._convert import (
     encode_train_data,
     per_sample_values,
 )
-from arrow_split._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
+from arrow_split.batch._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
 from arrow_split.errors import (
     ArrowSplitError,
     ColumnNotFoundError,
