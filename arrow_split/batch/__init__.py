@@ -1,17 +1,12 @@
-"""The rollout batch: one Arrow RecordBatch plus batch-global values, and its column views.
+"""The rollout batch: one Arrow RecordBatch plus batch-global values, immutable.
 
-:class:`RolloutBatch` is a whole batch, immutable: no attribute can be rebound, the numpy arrays
-it hands out are read-only, and so are its Arrow buffers except a take's private buffers, which
-:func:`arrow_split.torch.to_tensors` may share. A :class:`~arrow_split.Shard` holds a batch of its
-rows; :func:`check_batch` is the one check of a function that takes a batch. Equality here is a
-NaN-position compare (:func:`arrays_equal`): NaN equals NaN at the same place, so a batch built
-with ``allow_nonfinite=True`` equals itself.
+No attribute can be rebound and every array handed out is read-only, except a take's private
+buffers, which :func:`arrow_split.torch.to_tensors` may share. A :class:`~arrow_split.Shard`
+holds a batch of its rows. Dumps on disk: :mod:`arrow_split.batch._dump` (docs/dumps.md).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 import os
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -21,16 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
-from arrow_split._codecs import (
-    EncodeOptions,
-    TensorRole,
-    codec_for,
-    data_buffer,
-    global_to_python,
-    numpy_view,
-    parts,
-    token_list_values,
-)
+from arrow_split._codecs import EncodeOptions, codec_for, global_to_python, numpy_view
 from arrow_split._convert import (
     check_finite_columns,
     check_parts,
@@ -38,13 +24,15 @@ from arrow_split._convert import (
     encode_train_data,
     per_sample_values,
 )
-from arrow_split.batch._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
-from arrow_split.errors import (
-    ArrowSplitError,
-    ColumnNotFoundError,
-    SchemaError,
-    SchemaTypeError,
+from arrow_split.batch._columns import (
+    ColumnValues,
+    arrays_equal,
+    numeric_columns,
+    record_batches_equal,
+    values_equal,
 )
+from arrow_split.batch._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
+from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, Roles, TrainData, resolve_specs
 
@@ -73,14 +61,12 @@ class RolloutBatch:
     batch_globals
         The batch-global values, already checked (see :meth:`from_train_data`).
     plan
-        Optional: the plan the driver chose for this batch, so that ranks check against it (and
-        need not re-plan). Not part of equality.
+        Optional: the driver's plan for this batch, so that ranks need not re-plan.
     trust_objects
-        Whether any pickled object may be decoded (:meth:`to_train_data`), or plain data only
-        (refusing others with :class:`~arrow_split.UntrustedObjectError`: unpickling runs the
-        code a file names). ``True`` for batches built in this process, ``False`` by default for
-        a batch read from a file; shards and shipped batches keep their batch's flag. Not part
-        of equality.
+        Whether any pickled object decodes, or plain data only (unpickling runs the code a file
+        names): ``False`` by default for a file read; shards keep their batch's flag.
+
+    Neither ``plan`` nor ``trust_objects`` is part of equality.
     """
 
     __slots__ = (
@@ -107,11 +93,7 @@ class RolloutBatch:
     ) -> None:
         check_parts(record_batch, specs, batch_globals or {})
         trust = as_flag("trust_objects", trust_objects)
-        if plan is not None and (
-            not isinstance(plan, Plan) or plan.num_samples != record_batch.num_rows
-        ):
-            msg = f"`plan` must be a Plan of {record_batch.num_rows} samples, got {plan!r}"
-            raise SchemaError(msg)
+        _refuse_foreign_plan(plan, record_batch.num_rows)
         owned = {key: _own_global(value) for key, value in (batch_globals or {}).items()}
         self._set(record_batch, MappingProxyType(dict(specs)), MappingProxyType(owned), plan, trust)
 
@@ -142,11 +124,7 @@ class RolloutBatch:
         trust_objects: bool = True,
         roles: Roles | None = None,
     ) -> RolloutBatch:
-        """A batch of parts the library built or checked: nothing is validated or copied.
-
-        ``specs`` and ``batch_globals`` are held as given (read-only mappings of owned values,
-        e.g. another batch's), ``roles`` (if given) are those of ``specs``.
-        """
+        """A batch of parts the library built or checked: nothing is validated or copied."""
         batch = object.__new__(cls)
         batch._set(record_batch, specs, batch_globals, plan, trust_objects, roles)
         return batch
@@ -171,25 +149,16 @@ class RolloutBatch:
         Parameters
         ----------
         data
-            The classic train data: per-sample keys (lists or numpy arrays with one value per
-            sample) and batch-global keys. ``tokens`` is required; ``total_lengths``, if present,
-            must agree with ``tokens`` and is then dropped (it is always derived).
+            The classic train data (``tokens`` required; a ``total_lengths`` must agree with it
+            and is dropped: it is always derived).
         specs
-            :class:`ColumnSpec` declarations for keys the library does not know (an undeclared
-            key is an error), or overrides of known keys.
+            :class:`ColumnSpec` declarations of keys the library does not know, or overrides.
         allow_nonfinite
-            Keep NaN and infinity in float columns instead of rejecting them (the float specs as
-            used then say ``finite=False``). By default they are rejected, except in a column
-            aligned to the response at the tokens whose ``loss_masks`` is 0 (they do not count
-            toward the loss; miles' log-prob guard).
+            Keep NaN and infinity in float columns. By default they are refused, except in a
+            response column where ``loss_masks`` is 0 (miles' log-prob guard).
         exact_floats
-            Reject a wider float that a float32 column would round. By default it is rounded
-            to the nearest float32, as the trainer's ``torch.tensor(..., dtype=float32)`` would.
-
-        Returns
-        -------
-        RolloutBatch
-            The whole batch.
+            Refuse a float that a float32 column would round (by default it is rounded, as
+            ``torch.tensor(..., dtype=float32)`` would).
 
         Raises
         ------
@@ -225,9 +194,8 @@ class RolloutBatch:
     def batch_globals(self) -> Mapping[str, object]:
         """The batch-global values, shipped whole with every shard, read-only all the way down.
 
-        A list comes as a tuple, a dict as a ``types.MappingProxyType``, an array
-        (``raw_reward``) read-only: nothing handed out here can change the batch, another shard
-        or :meth:`to_train_data` (which returns fresh lists and dicts, miles' types).
+        A list comes as a tuple, a dict as a ``MappingProxyType``, an array read-only
+        (:meth:`to_train_data` returns fresh lists and dicts, miles' types).
         """
         try:
             return self._globals_view
@@ -269,10 +237,7 @@ class RolloutBatch:
 
     @property
     def total_lengths(self) -> np.ndarray:
-        """Token count of each of this batch's rows (int64, read-only), from the length source.
-
-        Computed once per batch and shared: every shard taken of this batch holds this array.
-        """
+        """Token count of each row (int64, read-only), computed once; every shard shares it."""
         try:
             return self._total_lengths
         except AttributeError:
@@ -291,12 +256,7 @@ class RolloutBatch:
     def role_values(self, role: Role) -> np.ndarray | None:
         """The values of the per-sample scalar column that plays ``role`` (read-only), or ``None``.
 
-        Raises
-        ------
-        SchemaError
-            The column that plays ``role`` holds more than one value per sample (the
-            ``length_source``, ``tokens``): read its lengths with :attr:`total_lengths`, its
-            values with :meth:`column`.
+        Raises :class:`SchemaError` for a role played by a column of more values per sample.
         """
         name = self._roles.column(role)
         if name is None or name not in self._record_batch.schema.names:
@@ -332,11 +292,7 @@ class RolloutBatch:
         return numeric_columns(self._record_batch, self._specs)
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
-        """The batch's plan for ``dp_size`` ranks (see :func:`arrow_split.plan_partitions`).
-
-        By the total lengths; each rank's rows stably sorted by adapter slot when the batch has
-        a column with the ``adapter_slot`` role.
-        """
+        """The batch's plan for ``dp_size`` ranks, each rank's rows by adapter slot if any."""
         return self._plan_for(check_dp_size(dp_size), method_of(balance_data))
 
     def _plan_for(self, dp_size: int, method: SplitMethod) -> Plan:
@@ -348,11 +304,9 @@ class RolloutBatch:
     def write(
         self, path: str | os.PathLike[str], *, compression: Compression | None = None
     ) -> None:
-        """Write the batch to one Arrow IPC file, specs and batch-global values included.
+        """Write the batch to one Arrow IPC file, atomically (docs/dumps.md).
 
-        Uncompressed by default, so that :meth:`read` maps it without a copy;
-        ``compression="zstd"`` or ``"lz4"`` trades that for size. The file appears whole or not
-        at all (written aside, then renamed). See :mod:`arrow_split._dump`.
+        Uncompressed by default, so that :meth:`read` maps it without a copy.
         """
         write_dump(
             self._record_batch, self._specs, self._batch_globals, path, compression=compression
@@ -364,21 +318,14 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """Map a file written by :meth:`write` back into a batch, without copying its buffers.
 
-        A dump is input: with ``validate=True`` (the default) its content is checked against
-        its specs with the codecs' own checks (flags in {0, 1}, no nulls, every length rule,
-        batch-global shapes), vectorised over the buffers. ``validate=False`` skips that, for
-        files you trust.
-
-        A file is input, never code: the batch read decodes (:meth:`to_train_data`) only plain
-        data among its pickled objects unless ``trust_objects=True``, for a file you trust (see
-        the class docstring). Its shards keep that choice.
+        A file is input: ``validate`` checks its content with the codecs' own checks (skip it
+        only for files you trust); only plain data among its pickled objects decodes unless
+        ``trust_objects=True``.
 
         Raises
         ------
         DumpError
-            The file is truncated, not an Arrow file, of an unknown version, its metadata is
-            missing or does not match its columns, or its content breaks a rule (naming the
-            file, the column and the sample).
+            A truncated or foreign file, an unknown version, bad metadata or content.
         FileNotFoundError
             No such file.
         """
@@ -387,30 +334,14 @@ class RolloutBatch:
         return RolloutBatch(*parts, trust_objects=trust_objects)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
-        """Write the batch as Parquet for analysis tools (pandas, polars, duckdb read it).
-
-        Same column names and Arrow types (pickled objects stay binary); the specs and
-        batch-global values are kept in the file's key-value metadata.
-        """
+        """Write the batch as Parquet for analysis tools, specs and globals in its metadata."""
         write_parquet(self._record_batch, self._specs, self._batch_globals, path)
 
     @staticmethod
     def read_parquet(
         path: str | os.PathLike[str], *, validate: bool = True, trust_objects: bool = False
     ) -> RolloutBatch:
-        """Read a file written by :meth:`to_parquet` back into a batch equal to the one written.
-
-        A copy (Parquet is decoded into fresh memory). ``validate`` and ``trust_objects`` as for
-        :meth:`read`.
-
-        Raises
-        ------
-        DumpError
-            Not a readable Parquet file, not one this library wrote, or content that breaks a
-            rule (``validate=True``).
-        FileNotFoundError
-            No such file.
-        """
+        """Read a file written by :meth:`to_parquet` (a copy); arguments as :meth:`read`."""
         validate = as_flag("validate", validate)
         trust_objects = as_flag("trust_objects", trust_objects)
         parts = read_parquet(path, validate=validate)
@@ -418,9 +349,7 @@ class RolloutBatch:
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""
-        if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != len(self)):
-            msg = f"`plan` must be a Plan of {len(self)} samples, got {plan!r}"
-            raise SchemaError(msg)
+        _refuse_foreign_plan(plan, len(self))
         return self._with(plan=plan)
 
     def _with(self, *, plan: Plan | None) -> RolloutBatch:
@@ -437,11 +366,7 @@ class RolloutBatch:
     def add_train_data(
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
     ) -> RolloutBatch:
-        """A new batch with more per-sample scalar keys, one value per row.
-
-        The new keys are validated as :meth:`from_train_data` would; existing keys cannot be
-        replaced.
-        """
+        """A new batch with more per-sample scalar keys (validated; existing keys stay)."""
         if not isinstance(data, Mapping):
             msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
             raise SchemaTypeError(msg)
@@ -470,18 +395,12 @@ class RolloutBatch:
         )
 
     def to_train_data(self) -> TrainData:
-        """The batch in the classic train-data layout, as fresh Python objects.
-
-        Per-token columns become lists of Python numbers, per-sample tensors one numpy array per
-        sample, scalars lists, objects decoded; batch-global values are copied whole. A whole
-        batch compares equal to the dict it was built from. The result is a plain ``dict``,
-        typed for a type checker by :class:`~arrow_split.TrainData`.
+        """The batch as the classic train-data dict of fresh Python objects (equal to its source).
 
         Raises
         ------
         UntrustedObjectError
-            A batch read from a file (``trust_objects=False``) holds a pickled object that is
-            not plain data (naming the column, the sample and the option).
+            An untrusted batch holds a pickled object that is not plain data.
         DumpError
             A pickled object's bytes do not decode (a corrupt file).
         """
@@ -494,10 +413,7 @@ class RolloutBatch:
         return cast("TrainData", train_data)
 
     def equals(self, other: object) -> bool:
-        """Whether two batches hold the same values, specs and batch-global values.
-
-        NaN equals NaN at the same place (a NaN-position compare, whatever the NaN's bits).
-        """
+        """Whether two batches hold the same values, specs and globals (NaN equal to NaN)."""
         if not isinstance(other, RolloutBatch):
             return False
         return (
@@ -532,10 +448,8 @@ class RolloutBatch:
 def _own_global(value: object) -> object:
     """A batch-global value as the batch keeps it: its own list, dict or read-only array.
 
-    The classic types (lists, dicts) are kept, so that dumps and :meth:`RolloutBatch.to_train_data`
-    see what they always saw; a caller's list is copied (never shared), and so is a writable
-    array. The read-only views :attr:`RolloutBatch.batch_globals` hands out come back as lists
-    and dicts when a batch is made of another's (a split, a pad).
+    The classic types stay (dumps and :meth:`RolloutBatch.to_train_data` see what they always
+    saw); a caller's list or writable array is copied, and read-only views come back as lists.
     """
     if isinstance(value, (list, tuple)):
         return list(value)
@@ -555,6 +469,12 @@ def _read_only_global(value: object) -> object:
     if isinstance(value, dict):
         return MappingProxyType(value)
     return value
+
+
+def _refuse_foreign_plan(plan: object, num_samples: int) -> None:
+    if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != num_samples):
+        msg = f"`plan` must be a Plan of {num_samples} samples, got {plan!r}"
+        raise SchemaError(msg)
 
 
 def _rebuild_batch(
@@ -577,10 +497,7 @@ def _rebuild_batch(
 def check_batch(
     value: object, name: str = "batch", error: type[ArrowSplitError] = SchemaTypeError
 ) -> RolloutBatch:
-    """``value`` if it is a RolloutBatch, else ``error`` naming ``name`` and the fix.
-
-    The one check of every function that takes a batch: a Shard is not one (it holds one).
-    """
+    """``value`` if it is a RolloutBatch (a Shard is not: it holds one), else ``error``."""
     if isinstance(value, RolloutBatch):
         return value
     msg = (
@@ -588,129 +505,3 @@ def check_batch(
         "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
     raise error(msg)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ColumnValues:
-    """A numeric column as numpy, for the leaves that turn columns into tensors.
-
-    Every array is read-only: ``values`` is a view of ``buffer`` or, for booleans, a fresh
-    unpacked array (read-only too, so that no array handed out here is writable); ``offsets``
-    (int64 from 0) is set for ragged columns, ``None`` for one number per sample.
-    A list per token (role ``token_lists``) has ``offsets`` into its tokens (``n + 1``) and
-    ``token_offsets`` into ``values`` (one more than its tokens), both from 0.
-    ``buffer.is_mutable`` says whether the buffer is private to this process (see
-    :mod:`arrow_split.batch`).
-    """
-
-    spec: ColumnSpec
-    role: TensorRole
-    values: np.ndarray
-    offsets: np.ndarray | None
-    buffer: pa.Buffer | None
-    token_offsets: np.ndarray | None = None
-
-
-def numeric_columns(
-    record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]
-) -> list[ColumnValues]:
-    """The columns of ``record_batch`` a tensor can be made of, as numpy views, in its order.
-
-    Each column's codec says whether it is numeric and gives its values and offsets
-    (:class:`ColumnValues`); an object column gives none.
-    """
-    found = []
-    for name in record_batch.schema.names:
-        spec = specs[name]
-        codec = codec_for(spec)
-        array = record_batch.column(name)
-        if codec.tensor_role == "token_lists":
-            flat, sample_offsets, tokens = token_list_values(array)
-            buffer = data_buffer(array)
-            found.append(
-                ColumnValues(
-                    spec,
-                    codec.tensor_role,
-                    _read_only(flat),
-                    _read_only(sample_offsets),
-                    buffer,
-                    _read_only(tokens),
-                )
-            )
-            continue
-        tensor_values = codec.tensor_values(array)
-        if tensor_values is not None:
-            values, offsets = tensor_values
-            offsets = None if offsets is None else _read_only(offsets)
-            found.append(
-                ColumnValues(
-                    spec, codec.tensor_role, _read_only(values), offsets, data_buffer(array)
-                )
-            )
-    return found
-
-
-def _read_only(array: np.ndarray) -> np.ndarray:
-    """``array`` with its writeable flag cleared (a flag of this array object only)."""
-    array.flags.writeable = False
-    return array
-
-
-def _holds_floats(data_type: pa.DataType) -> bool:
-    if pa.types.is_floating(data_type):
-        return True
-    return any(_holds_floats(data_type.field(i).type) for i in range(data_type.num_fields))
-
-
-def arrays_equal(left: pa.Array, right: pa.Array) -> bool:
-    """Whether two Arrow arrays are equal, NaN equal to NaN at the same place."""
-    if left.type != right.type or len(left) != len(right):
-        return False
-    if left.equals(right):
-        return True
-    if pa.types.is_dictionary(left.type):  # the same values, whatever each dictionary holds
-        value_type = left.type.value_type
-        return arrays_equal(left.cast(value_type), right.cast(value_type))
-    if not _holds_floats(left.type) or not left.is_null().equals(right.is_null()):
-        return False
-    if pa.types.is_floating(left.type):
-        return bool(
-            np.array_equal(
-                left.to_numpy(zero_copy_only=False),
-                right.to_numpy(zero_copy_only=False),
-                equal_nan=True,
-            )
-        )
-    left_parts, right_parts = parts(left), parts(right)
-    if left_parts is None or right_parts is None:
-        return False
-    return all(arrays_equal(a, b) for a, b in zip(left_parts, right_parts, strict=True))
-
-
-def record_batches_equal(left: pa.RecordBatch, right: pa.RecordBatch) -> bool:
-    """Same schema (metadata aside, as ``RecordBatch.equals``), columns by :func:`arrays_equal`."""
-    return left.schema.equals(right.schema) and all(
-        arrays_equal(a, b) for a, b in zip(left.columns, right.columns, strict=True)
-    )
-
-
-def values_equal(left: object, right: object) -> bool:
-    """Python values (batch globals, decoded) equal, NaN equal to NaN; arrays by dtype too."""
-    if isinstance(left, np.ndarray) or isinstance(right, np.ndarray):
-        if not (isinstance(left, np.ndarray) and isinstance(right, np.ndarray)):
-            return False
-        if left.dtype != right.dtype or left.shape != right.shape:
-            return False
-        nan_aware = left.dtype.kind in "fc"
-        return bool(np.array_equal(left, right, equal_nan=nan_aware))
-    if isinstance(left, float) and isinstance(right, float):
-        return left == right or (math.isnan(left) and math.isnan(right))
-    if isinstance(left, (list, tuple)) and isinstance(right, (list, tuple)):
-        return (
-            type(left) is type(right)
-            and len(left) == len(right)
-            and all(values_equal(a, b) for a, b in zip(left, right, strict=True))
-        )
-    if isinstance(left, Mapping) and isinstance(right, Mapping):
-        return left.keys() == right.keys() and all(values_equal(left[k], right[k]) for k in left)
-    return bool(left == right)

@@ -1,11 +1,7 @@
 """Rollout dumps on disk: one Arrow IPC file per whole batch, read back by memory mapping.
 
-The batch's record batch is the file's one record batch; the specs and batch-global values are
-JSON in the schema's metadata (:mod:`arrow_split._dump_meta`). An uncompressed dump is read
-without copying a buffer (read-only views of the page cache); a compressed one (``"zstd"``,
-``"lz4"``) decompresses into fresh memory. A write goes to a temporary beside the target, is
-flushed and renamed over it: a crash never leaves a partial file under the target's name.
-Replacing a mapped file by a rename is safe; truncating it in place while a batch lives is not.
+Specs and batch-global values are JSON in the schema's metadata (:mod:`._dump_meta`); the
+format, and why a write is atomic, are in docs/dumps.md.
 """
 
 from __future__ import annotations
@@ -57,11 +53,7 @@ class DumpParts(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DumpInfo:
-    """What a dump file says about itself, beside the batch it holds.
-
-    Its path, size on disk, format version, the arrow_split version that wrote it and its
-    compression (``None``: read without a copy).
-    """
+    """What a dump file says about itself: path, size, format and writer versions, compression."""
 
     path: str
     file_bytes: int
@@ -80,8 +72,7 @@ def write_dump(
 ) -> None:
     """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
-    ``compression=None`` lets :func:`read_dump` map the buffers without a copy. Raises
-    :class:`DumpError` for an unknown compression or a value the format cannot store.
+    Raises :class:`DumpError` for an unknown compression or a value the format cannot store.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -97,18 +88,15 @@ def write_dump(
 def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, DumpInfo]:
     """Read a dump written by :func:`write_dump`; an uncompressed one without copying a buffer.
 
-    The file is input: its format and metadata are checked once here, and with ``validate``
-    (the default) its content too, with the codecs' own checks; the parts returned are then
-    trusted. The buffers map the file (read-only) unless it is compressed.
+    The file is input: its format and metadata are checked once here, its content too with
+    ``validate``; the parts returned are then trusted.
 
     Raises
     ------
     FileNotFoundError
         No file at ``path``.
     DumpError
-        Not a readable Arrow IPC file, not a dump (no or unknown version), corrupt metadata or
-        metadata that does not match the columns, or content that breaks a rule (naming the
-        file, the column and the sample). Nothing is returned in part.
+        Not an Arrow IPC dump of a known version, or bad metadata or content.
     """
     validate = as_flag("validate", validate)
     source = _check_path(path)
@@ -145,11 +133,7 @@ def write_parquet(
     batch_globals: Mapping[str, object],
     path: PathLike,
 ) -> None:
-    """Write a batch's parts as one Parquet file for analysis tools, atomically.
-
-    Pickled objects stay opaque binary values; specs and batch-global values are the same JSON
-    metadata as a dump's. Raises as :func:`write_dump`.
-    """
+    """Write a batch's parts as one Parquet file, atomically, with a dump's metadata."""
     import pyarrow.parquet as pq
 
     record_batch = _with_metadata(record_batch, specs, batch_globals, None)
@@ -169,15 +153,7 @@ def write_parquet(
 
 
 def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
-    """Read a file written by :func:`write_parquet` back into a batch's parts (a copy).
-
-    Raises
-    ------
-    FileNotFoundError
-        No file at ``path``.
-    DumpError
-        As :func:`read_dump`, for a Parquet file.
-    """
+    """Read a file written by :func:`write_parquet` (a copy); raises as :func:`read_dump`."""
     import pyarrow.parquet as pq
 
     source = _check_path(path)
@@ -221,7 +197,6 @@ def _with_metadata(
     batch_globals: Mapping[str, object],
     compression: str | None,
 ) -> pa.RecordBatch:
-
     metadata = dict(record_batch.schema.metadata or {})
     metadata.update(encode_metadata(specs, batch_globals, __version__, compression))
     fields = [
@@ -238,8 +213,7 @@ def _with_metadata(
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
     """Write ``path`` through a temporary beside it: the old file survives any failure.
 
-    OS errors (a read-only folder's ``PermissionError``, a full disk) pass through as they are,
-    like ``open``'s; the temporary is removed first.
+    OS errors pass through as ``open``'s do; the temporary is removed first.
     """
     target = _check_path(path)
     folder, name = os.path.split(target)

@@ -1,13 +1,7 @@
 """The metadata of a rollout dump: column specs and batch-global values as versioned JSON.
 
-Schema metadata (UTF-8): ``arrow_split.dump.version`` (``"2"`` written, ``"1"`` and ``"2"``
-read; none: not a dump), ``arrow_split.version`` (the writer, information only),
-``arrow_split.dump.compression`` (``"zstd"``, ``"lz4"`` or ``""``), ``arrow_split.specs`` (one
-JSON object per :class:`~arrow_split.ColumnSpec`, a member per field; an Arrow type is
-``{"arrow": name}`` where that reads back, else ``{"arrow_type": base64}``, version 1's only
-form; a field added since takes the known spec's value, else its default; an unknown member is
-refused) and ``arrow_split.batch_globals`` (key -> ``{"json": v}``, ``{"map": pairs}`` or
-``{"ndarray": [dtype, values]}``, read back read-only). Version 2 adds field metadata.
+The format (keys, tags, versions) is described in docs/dumps.md, "What is in the file". A
+journal stores its specs the same way (:func:`spec_to_json`, :func:`spec_from_json`).
 """
 
 from __future__ import annotations
@@ -52,7 +46,7 @@ _NUMERIC_KINDS = "biuf"
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class DumpMetadata:
-    """The decoded metadata of a dump: what :class:`~arrow_split.RolloutBatch` needs, and more."""
+    """The decoded metadata of a dump."""
 
     specs: dict[str, ColumnSpec]
     batch_globals: dict[str, object]
@@ -86,11 +80,7 @@ def encode_metadata(
 def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     """Decode and check a dump's metadata against the columns of ``schema``, once.
 
-    Raises
-    ------
-    DumpError
-        Not a dump, an unknown version, corrupt JSON, a spec that cannot be built, or specs and
-        batch-global values that do not match the columns.
+    Raises :class:`DumpError` for anything but the metadata of a known version fitting them.
     """
     metadata = schema.metadata or {}
     version = metadata.get(_VERSION)
@@ -313,7 +303,7 @@ def _global_from_json(key: str, value: object, source: str) -> object:
             dtype_text, items = value["ndarray"]
             dtype = np.dtype(str(dtype_text))
             if dtype.kind not in _NUMERIC_KINDS:
-                raise TypeError(dtype_text)
+                raise TypeError(dtype_text)  # one `except` reports it as any other bad array
             array = np.array(items, dtype=dtype)
         except (TypeError, ValueError, OverflowError) as exc:
             msg = f"`{source}`: batch-global key `{key}` holds a bad array: {exc}"
@@ -378,11 +368,7 @@ _OBJECT_TEXT = {  # objects only: their codec is how they are stored
 
 
 def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
-    """The Arrow field metadata of a dump's column, for people and other tools.
-
-    ``arrow_split.kind``, ``.length_rule`` and ``.length_of`` (the column giving the length),
-    ``.codec`` (objects), ``.role`` and a one-line ``.description``; arrow_split reads the specs.
-    """
+    """The Arrow field metadata of a dump's column, for people and other tools (never read)."""
     tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
     response = role_column(specs, "response_length") or role_column(
         KNOWN_COLUMNS, "response_length"
