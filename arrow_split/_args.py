@@ -2,13 +2,10 @@
 
 A parser turns a user's value into a typed one or raises, once, at the door; the code behind it
 trusts the result. The same value gets the same answer whatever its container (a Python or numpy
-scalar, a 0-d array, a list, a numpy or torch array, ``array.array``, a ``memoryview``). An
-array's dtype is checked before any arithmetic (an unsigned array never wraps in a ``diff``).
-
-Errors, one type per kind of mistake: options raise :class:`OptionTypeError` (wrong type) or
-:class:`OptionError` (wrong value); planning arguments (``dp_size``, ``dp_rank``,
-``balance_data``, per-sample lengths, ids, weights, sort keys) raise :class:`PlanTypeError` or
-:class:`PlanError`. This is the one internal module the leaves may import.
+scalar, a 0-d array, a list, a numpy or torch array, a ``memoryview``); a dtype is checked
+before any arithmetic (an unsigned array never wraps in a ``diff``). Options raise
+:class:`OptionTypeError` / :class:`OptionError`, planning arguments :class:`PlanTypeError` /
+:class:`PlanError`. The one internal module the leaves may import.
 """
 
 from __future__ import annotations
@@ -50,11 +47,8 @@ Float64Array = npt.NDArray[np.float64]
 SplitMethod = Literal["balanced", "strided"]
 
 MAX_DP_SIZE = 65_536
-"""The largest ``dp_size`` a plan accepts.
-
-A plan holds one index array per rank; a larger value is a mistake (a token count passed as
-``dp_size``) and is refused instead of allocating billions of empty ranks.
-"""
+"""The largest ``dp_size`` a plan accepts: a larger one is a mistake (a token count passed as
+``dp_size``), refused instead of allocating billions of empty ranks."""
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 
@@ -71,13 +65,7 @@ def describe(value: object) -> str:
 
 
 def as_flag(name: str, value: object) -> bool:
-    """``value`` as a bool: ``bool`` or ``numpy.bool_`` only (``bool("False")`` is ``True``).
-
-    Raises
-    ------
-    OptionTypeError
-        For anything else (a string, an int, ``None``, an array).
-    """
+    """``value`` as a bool: ``bool`` or ``numpy.bool_`` only (``bool("False")`` is ``True``)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     msg = f"`{name}` must be a bool (True or False), got {describe(value)}"
@@ -94,12 +82,8 @@ def as_int(
 ) -> int:
     """``value`` as a Python int (an ``int``, numpy integer or 0-d integer array), in range.
 
-    Raises
-    ------
-    OptionTypeError
-        For a bool, a float (even an integral one), a string, ``None``, an array of ndim > 0.
-    OptionError
-        For an int outside ``[minimum, maximum]``; ``fix`` is appended to the message.
+    A bool or a float (even an integral one) is an :class:`OptionTypeError`; an int outside
+    ``[minimum, maximum]`` an :class:`OptionError`, its message ending with ``fix``.
     """
     number = _integer(value)
     if number is None:
@@ -124,15 +108,8 @@ def as_choice(
 ) -> str:
     """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
 
-    The one parser of a string option. ``type_error`` and ``value_error`` are the errors raised
-    (the schema raises :class:`SchemaTypeError` and :class:`SchemaError` for a spec's fields).
-
-    Raises
-    ------
-    OptionTypeError
-        For a value that is not a ``str``; the message lists the choices.
-    OptionError
-        For a string outside the choices; the message lists them.
+    The one parser of a string option; the messages list the choices. The schema passes its own
+    ``type_error`` and ``value_error`` for a spec's fields.
     """
     choices = get_args(allowed)
     expected = f"expected one of: {', '.join(map(repr, choices))}"
@@ -146,15 +123,7 @@ def as_choice(
 
 
 def as_path(name: str, value: object) -> str:
-    """``value`` as a path: a ``str`` or an ``os.PathLike`` of a str, not empty, without NUL.
-
-    Raises
-    ------
-    OptionTypeError
-        For ``None``, bytes, a number, a bool, a list or any other object.
-    OptionError
-        For an empty path or one holding a NUL character.
-    """
+    """``value`` as a path: a ``str`` or an ``os.PathLike`` of a str, not empty, without NUL."""
     if not isinstance(value, (str, os.PathLike)):
         msg = f"`{name}` must be a path (a str or an os.PathLike), got {describe(value)}"
         raise OptionTypeError(msg)
@@ -174,15 +143,8 @@ def as_path(name: str, value: object) -> str:
 def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
     """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
 
-    Anything numpy reads whose dtype is a signed integer, or unsigned with values that fit in
-    int64. Bool, float, complex, string and object arrays are refused whatever their values.
-
-    Raises
-    ------
-    OptionTypeError
-        For a refused dtype, a value numpy cannot read, or the wrong number of dimensions.
-    OptionError
-        For an unsigned value above the int64 range.
+    Signed or unsigned integers that fit int64 (else :class:`OptionError`); bool, float,
+    complex, string and object arrays are an :class:`OptionTypeError` whatever their values.
     """
     if isinstance(value, (str, bytes)) or value is None:
         msg = f"`{name}` must be an array of ints, got {describe(value)}"
@@ -225,15 +187,7 @@ def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
 
 
 def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:
-    """``value`` as int64 offsets: 1-D, starting at 0, non-decreasing, ending at ``total``.
-
-    Raises
-    ------
-    OptionTypeError
-        As :func:`as_index_array`.
-    OptionError
-        Empty, not starting at 0, decreasing, or not ending at ``total`` (when given).
-    """
+    """``value`` as int64 offsets: 1-D, from 0, non-decreasing, ending at ``total`` if given."""
     offsets = as_index_array(name, value)
     if len(offsets) == 0 or offsets[0] != 0:
         first = "nothing" if len(offsets) == 0 else int(offsets[0])
@@ -269,15 +223,7 @@ def _integer(value: object) -> int | None:
 
 
 def check_positive_int(name: str, value: object) -> int:
-    """``value`` as an int >= 1; ``bool`` and floats are refused.
-
-    Raises
-    ------
-    PlanTypeError
-        For anything but an int or a numpy integer.
-    PlanError
-        For an int below 1.
-    """
+    """``value`` as an int >= 1 (:class:`PlanTypeError` for a bool or a float)."""
     number = _integer(value)
     if number is None:
         msg = f"`{name}` must be a positive int, got {value!r} of type {type(value).__name__}"
@@ -303,10 +249,7 @@ def check_dp_size(dp_size: object) -> int:
 
 
 def check_dp_rank(dp_rank: object, dp_size: object) -> int:
-    """``dp_rank`` as an int in ``[0, dp_size)``.
-
-    ``dp_size`` is parsed first, unless it is already an int in range (a parsed value).
-    """
+    """``dp_rank`` as an int in ``[0, dp_size)``; ``dp_size`` is parsed first unless parsed."""
     size = dp_size if type(dp_size) is int and 0 < dp_size <= MAX_DP_SIZE else None
     size = check_dp_size(dp_size) if size is None else size
     rank = _integer(dp_rank)
@@ -367,12 +310,8 @@ def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
 def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
     """The per-sample token counts as a 1-D, C-contiguous int64 array (may share memory).
 
-    Raises
-    ------
-    PlanTypeError
-        If the values are not integers (floats, ``bool``, strings, objects), or not a sequence.
-    PlanError
-        If the input is not 1-D, holds a negative value, or its total overflows int64.
+    :class:`PlanTypeError` for values that are not integers; :class:`PlanError` for input that
+    is not 1-D, a negative value, or a total that overflows int64.
     """
     array = _one_d("total_lengths", total_lengths, "non-negative ints")
     fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"

@@ -1,18 +1,9 @@
 """Which rollout field is which kind of column, the Arrow type it becomes, and the part it plays.
 
-The six kinds (:data:`ColumnKind`): ``per_token`` (one ragged list per sample,
-``large_list<value_type>``: ``tokens`` and the response-aligned columns), ``per_token_list`` (a
-list of numbers per token, ``large_list<large_list<value_type>>``), ``per_sample_tensor`` (an
-array ``[rows, *trailing]`` per sample, the trailing shape in the type), ``per_sample_scalar``
-(one number), ``per_sample_object`` (one Python object, stored by an :data:`ObjectCodec`) and
-``batch_global`` (one value for the batch, shipped whole with every shard). Every list column
-has 64-bit offsets, so that no ``take`` overflows at 2**31 values. A key the library does not
-know is never guessed: declare it with a :class:`ColumnSpec`.
-
-Roles (:data:`Role`): a few columns play a part beyond their values (the length source, the
-response lengths, the loss mask, the adapter slots...). Roles are declared here, on the specs;
-the rest of the library finds a column by its role (:class:`Roles`, :func:`role_column`), never
-by its name. The tutorial is docs/columns.md.
+A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`. Roles
+(:data:`Role`) are declared here, on the specs; the rest of the library finds a column by its
+role (:class:`Roles`, :func:`role_column`), never by its name. Every list column has 64-bit
+offsets, so that no ``take`` overflows at 2**31 values. The tutorial is docs/columns.md.
 """
 
 from __future__ import annotations
@@ -60,38 +51,31 @@ ColumnKind = Literal[
     "per_sample_object",
     "batch_global",
 ]
-"""The six kinds of values in a rollout batch (see the module docstring)."""
+"""The six kinds of values in a rollout batch.
+
+``per_token`` (``large_list<value_type>``), ``per_token_list`` (a list of numbers per token),
+``per_sample_tensor`` (``[rows, *trailing]`` per sample, the trailing shape in the type),
+``per_sample_scalar``, ``per_sample_object`` (stored by an :data:`ObjectCodec`) and
+``batch_global`` (one value for the batch, shipped whole with every shard).
+"""
 
 ObjectCodec = Literal["string", "string_list", "pickle", "json"]
-"""How a per-sample object is stored.
-
-``string``: ``large_string`` (a column with a non-str sample falls back to ``pickle``).
-``string_list``: ``large_list<large_string>``. ``json``: one JSON text per sample (a sample that
-does not round-trip exactly falls back to ``pickle``). ``pickle``: one pickle (protocol 5) per
-sample, ``None`` as null, decoded only on the rank that owns the row.
-"""
+"""How a per-sample object is stored: ``string`` (``large_string``), ``string_list``, ``json``
+(text that round-trips exactly; else both fall back to ``pickle``) or ``pickle`` (protocol 5,
+decoded only on the rank that owns the row)."""
 
 GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
-"""The shape of a batch-global value.
-
-``int``; ``int_list``; ``int_map`` (int keys to non-negative ints, kept a dict); ``str_list``;
-``float_per_sample`` (one number per sample of the whole batch).
-"""
+"""The shape of a batch-global value (``int_map``: int keys to non-negative ints;
+``float_per_sample``: one number per sample of the whole batch)."""
 
 ColumnStorage = Literal["exact", "narrow"]
-"""How the integers of a ``per_sample_tensor`` column are stored.
-
-``exact``: as ``value_type``. ``narrow`` (small ids such as expert ids): in the narrowest of
-uint8, uint16, int32 and ``value_type`` that holds every value of the batch, chosen once per
-batch. ``value_type`` stays the logical type (``to_train_data`` gives it back).
-"""
+"""How the integers of a ``per_sample_tensor`` column are stored: ``exact`` (as ``value_type``)
+or ``narrow`` (small ids: the narrowest of uint8, uint16, int32 and ``value_type`` holding every
+value of the batch; ``value_type`` stays the logical type)."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
-"""How long a sample's value must be.
-
-``tokens``: ``len(tokens[i])``. ``response``: ``response_lengths[i]``. ``tokens_minus_one``:
-``len(tokens[i]) - 1`` rows (more for a sample with extra rows, e.g. expanded media tokens).
-"""
+"""How long a sample's value must be: ``len(tokens[i])``, ``response_lengths[i]`` or
+``len(tokens[i]) - 1`` rows (more for a sample with extra rows, e.g. expanded media tokens)."""
 
 Role = Literal[
     "length_source",
@@ -144,12 +128,7 @@ _SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
 def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
     """``value_type`` of column ``name`` if a column's values may have it (ints, floats, bool).
 
-    Raises
-    ------
-    SchemaTypeError
-        ``value_type`` is not an Arrow type.
-    SchemaError
-        An Arrow type outside those (store such values as a ``per_sample_object`` column).
+    Raises :class:`SchemaTypeError` for a non-Arrow type, :class:`SchemaError` for another.
     """
     if not isinstance(value_type, pa.DataType):
         msg = (
@@ -203,25 +182,20 @@ class ColumnSpec:
     kind
         Which kind of value the key holds (:data:`ColumnKind`).
     value_type
-        The Arrow type of one value (list item, tensor element or scalar); ``None`` for objects
-        and batch-global values.
+        The Arrow type of one number; ``None`` for objects and batch-global values.
     length
         For list and tensor kinds: the :data:`LengthRule` a sample's value follows, or ``None``.
     flag
         Values are 0/1 (``bool`` accepted).
     finite
-        Reject NaN and infinity in a float column; in a response-aligned column only where the
-        loss mask is 1. ``from_train_data(allow_nonfinite=True)`` sets it ``False``.
+        Reject NaN and infinity (in a response column only where the loss mask is 1).
     nonempty
         For ``per_token_list``: no token's list is empty.
-    codec
-        For ``per_sample_object``: how the objects are stored (:data:`ObjectCodec`).
-    global_shape
-        For ``batch_global``: the shape of the value (:data:`GlobalShape`).
+    codec, global_shape, storage
+        For objects (:data:`ObjectCodec`), batch-globals (:data:`GlobalShape`), int tensors
+        (:data:`ColumnStorage`).
     role
         The part the column plays (:data:`Role`), or ``None``.
-    storage
-        For an int32 or int64 ``per_sample_tensor``: :data:`ColumnStorage`.
 
     Examples
     --------
@@ -305,11 +279,7 @@ class ColumnSpec:
 
     @property
     def storage_types(self) -> tuple[pa.DataType, ...]:
-        """The Arrow types the values may be stored as, narrowest first (see ``storage``).
-
-        ``(value_type,)`` for exact storage; for narrow storage uint8, uint16, int32 (those
-        narrower than ``value_type``) and ``value_type``. Empty for objects and batch-globals.
-        """
+        """The Arrow types the values may be stored as, narrowest first (none for objects)."""
         if self.value_type is None:
             return ()
         return storage_types(self.value_type, self.storage)
@@ -322,11 +292,9 @@ class ColumnSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Roles:
-    """The column that plays each :data:`Role` in one set of specs, or ``None``: found once.
+    """The column that plays each :data:`Role` in one set of resolved specs, or ``None``.
 
-    A batch holds its ``Roles`` (and so can a builder), so that no code looks a role up in the
-    specs per column per call. ``Roles.of(specs)`` assumes specs resolved by
-    :func:`resolve_specs` (one column per role).
+    Found once and held by a batch, so that no code looks a role up per column per call.
     """
 
     length_source: str | None = None
@@ -414,11 +382,7 @@ KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 """The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
 
 TOTAL_LENGTHS = "total_lengths"
-"""The derived key: each sample's token count, from the length source's offsets (never stored).
-
-The one place the name is spelled; the train-data layouts (``to_train_data``) and the builder
-find it here.
-"""
+"""The derived key: each sample's token count, from the length source (never stored)."""
 
 _DERIVED = (TOTAL_LENGTHS,)
 
@@ -431,29 +395,14 @@ PADDING_VALUES: Mapping[str, int] = MappingProxyType(
         "is_padding": 1,
     }
 )
-"""What :func:`arrow_split.pad_to_dp` writes into the rows it adds, by key (miles #2694).
-
-A padding row is a copy of the batch's last row, except these keys when the batch has them:
-every value of a per-token key (a zero loss mask), or the one value of a per-sample key (no
-sample index, no rollout id, no tokens counted toward a rollout, the padding flag set).
-"""
+"""What :func:`arrow_split.pad_to_dp` writes into the rows it adds (copies of the last row), by
+key: every value of a per-token key, the one value of a per-sample key (miles #2694)."""
 
 
 def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:
-    """Return the spec of every key, in the order given; declared specs override known ones.
+    """The spec of every key but ``total_lengths``, in order; declared specs override known ones.
 
-    Parameters
-    ----------
-    keys
-        The keys of the train data (``total_lengths`` is skipped: the library derives it).
-    specs
-        Column specs declared by the caller, for keys the library does not know or to override
-        a known key's spec.
-
-    Raises
-    ------
-    SchemaError
-        A key is neither known nor declared, or a spec is declared twice.
+    Raises :class:`SchemaError` for a key neither known nor declared, or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
     for spec in _spec_list(specs):

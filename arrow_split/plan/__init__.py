@@ -1,18 +1,11 @@
 """Partition plans: which rows of a batch go to which data-parallel rank. Pure numpy.
 
-A :class:`Plan` is a value: its method, ``dp_size``, sample count, one read-only int64 index
-array per rank, and a fingerprint of its inputs, so that ranks check in O(1) that they hold
-parts of the same plan. Two methods (:data:`SplitMethod`), each placing every sample where the
-frameworks in use today place it: ``"strided"`` (``balance_data=False``), rank ``r`` gets rows
-``r, r + dp_size, ...``; ``"balanced"`` (``balance_data=True``), Karmarkar-Karp largest
-differencing into ``dp_size`` parts of equal size and close token totals
-(:mod:`arrow_split._karmarkar_karp` says how). With ``order_by`` (the adapter slots) each rank's
-rows are then sorted stably by that key. ``dp_size`` is at most :data:`MAX_DP_SIZE`; a balanced
-plan needs a multiple of ``dp_size`` samples, at least ``dp_size``. A plan costs
-O(samples + dp_size).
-
-:meth:`Plan.build` parses its inputs once; :func:`plan_partitions`, :func:`partition_for_rank`
-and :func:`plan_fingerprint` are wrappers kept for the classic API.
+A :class:`Plan` is a value: method, ``dp_size``, one read-only int64 index array per rank, and a
+fingerprint of its inputs, so that ranks check in O(1) that they hold parts of one plan.
+``"strided"``: rank ``r`` gets rows ``r, r + dp_size, ...``; ``"balanced"``: Karmarkar-Karp into
+equal-size parts of close token totals (:mod:`._karmarkar_karp`), as the frameworks in use
+today place them. ``order_by`` (adapter slots) then sorts each rank's rows stably.
+:func:`plan_partitions`, :func:`partition_for_rank`, :func:`plan_fingerprint`: the classic API.
 """
 
 from __future__ import annotations
@@ -53,7 +46,7 @@ _FINGERPRINT_PERSON = b"arrow_split.plan"
 
 
 def _check_balanced(n: int, dp_size: int) -> None:
-    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
+    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size (a plan rule)."""
     if n < dp_size:
         msg = (
             f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
@@ -121,11 +114,7 @@ def _checked(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlanKey:
-    """What identifies a plan without its rows: method, ``dp_size`` and fingerprint.
-
-    A shard carries its plan's key and its ``dp_rank``, so a rank checks in O(1) that it holds
-    its own part of the plan it asked for, and ranks can compare fingerprints across a job.
-    """
+    """What identifies a plan without its rows; a shard carries it to check its plan in O(1)."""
 
     method: SplitMethod
     dp_size: int
@@ -136,9 +125,8 @@ class PlanKey:
 class Plan:
     """Which rows go to which rank: a value that can travel with the data.
 
-    Build one with :meth:`build` (or :meth:`strided`, :meth:`balanced`). ``partitions[r]`` holds
-    rank ``r``'s rows (int64, read-only); every row of the batch is in exactly one. Two plans are
-    equal when their fingerprints and rows are.
+    ``partitions[r]`` holds rank ``r``'s rows (int64, read-only); every row is in exactly one.
+    Two plans are equal when their fingerprints and rows are.
     """
 
     method: SplitMethod
@@ -165,18 +153,16 @@ class Plan:
         dp_size
             Number of data-parallel ranks, an int in ``[1, MAX_DP_SIZE]``.
         balance_data
-            ``True`` for the balanced plan (equal sample counts, close token totals), ``False``
-            for the strided plan.
+            ``True`` for the balanced plan, ``False`` for the strided plan.
         order_by
-            Optional: one integer per sample (adapter slots); each rank's rows are sorted
-            stably by it. Without it, each rank's rows are ascending.
+            Optional: one integer per sample (adapter slots) each rank's rows are sorted by.
 
         Raises
         ------
         PlanTypeError
             For inputs of the wrong type (``bool`` or float ``dp_size``, float lengths...).
         PlanError
-            For a bad `dp_size` or `total_lengths`, or a balanced plan whose sample count is
+            For a bad `dp_size` or `total_lengths`, or a balanced plan of a sample count
             smaller than `dp_size` or not a multiple of it.
         """
         return cls._make(*_checked(total_lengths, check_dp_size(dp_size), balance_data, order_by))
@@ -252,11 +238,7 @@ def plan_partitions(
     balance_data: bool,
     order_by: npt.ArrayLike | None = None,
 ) -> list[Int64Array]:
-    """Every rank's rows: a wrapper of ``Plan.build(...).partitions``, as writable copies.
-
-    Entry ``r`` holds the rows of rank ``r`` (int64, C-contiguous, owning its memory); every row
-    is in exactly one entry. Arguments and errors as :meth:`Plan.build`.
-    """
+    """Every rank's rows: ``Plan.build(...).partitions`` as writable copies (see there)."""
     return [
         rows.copy()
         for rows in Plan.build(
@@ -273,10 +255,7 @@ def partition_for_rank(
     balance_data: bool,
     order_by: npt.ArrayLike | None = None,
 ) -> Int64Array:
-    """One rank's rows: a wrapper of ``Plan.build(...).rows(dp_rank)``, as a writable copy.
-
-    `dp_rank` is checked first (an int in ``[0, dp_size)``); the rest as :meth:`Plan.build`.
-    """
+    """One rank's rows: ``Plan.build(...).rows(dp_rank)`` as a writable copy (rank parsed first)."""
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     lengths, _, method, keys = _checked(total_lengths, size, balance_data, order_by)
@@ -290,12 +269,10 @@ def plan_fingerprint(
     balance_data: bool,
     order_by: npt.ArrayLike | None = None,
 ) -> str:
-    """``Plan.build(...).fingerprint`` without computing the rows: 16 hex digits of the inputs.
+    """``Plan.build(...).fingerprint`` without computing the rows: 16 hex digits.
 
-    A BLAKE2b digest of the sample count, `dp_size`, the method name, the lengths as
-    little-endian int64 bytes and, when given, the ``order_by`` keys the same way: equal inputs
-    give equal digests on every platform, in every process, whatever the container or integer
-    dtype of `total_lengths`. Arguments and errors as :meth:`Plan.build`.
+    BLAKE2b of the sample count, `dp_size`, the method and the lengths (and ``order_by`` keys) as
+    little-endian int64: equal inputs give equal digests on every platform and in every process.
     """
     lengths, size, method, keys = _checked(
         total_lengths, check_dp_size(dp_size), balance_data, order_by

@@ -1,39 +1,18 @@
 """Karmarkar-Karp largest differencing into `k` parts, of equal or of free sizes: the one KK.
 
-The algorithm, tie-breaks included, is the ``get_seqlen_balanced_partitions`` that verl and
-miles share; the balanced plan (equal sizes, token counts), the schedule's distribution of
-micro-batches over ranks (equal sizes) and its packing by weight (free sizes) all call it here.
+The algorithm, tie-breaks included, is verl's and miles' ``get_seqlen_balanced_partitions``
+(``tests/reference_plan.py`` spells it in plain Python): seed states of `k` sets (with
+``equal_size`` each run of `k` sorted items, else one item per state), pop the two states of
+largest spread (ties: the larger first set), let the first's set ``i`` absorb the second's set
+``k - 1 - i``, re-sort its sets descending, push it back; the last state's sets are the parts.
+A set compares by (sum, count, item list); indices are distinct and a set keeps its first item
+in front, so ``(sum, count, first index)`` decides, and with non-negative values a state need
+store only its non-empty sets.
 
-1. sort the items ``(value, index)`` ascending;
-2. seed the states: with ``equal_size``, each run of `k` consecutive sorted items is one state
-   (item ``j`` of the run in set ``j``); without, each item is a state of one set holding it
-   and ``k - 1`` empty sets. A state keeps its sets in descending order, where a set compares
-   by its sum, then its number of items, then its list of ``(index, value)`` items;
-3. a priority queue pops first the state with the largest spread (largest set sum minus smallest),
-   on equal spreads the state whose first set compares larger;
-4. pop A, pop B, let A's set ``i`` absorb B's set ``k - 1 - i``, re-sort A's sets, push A back;
-   repeat until one state is left;
-5. its sets, in order, are the parts.
-
-Why a set never needs its item list to be compared. Indices are distinct, and a set keeps its
-first item in front when it absorbs another, so the comparison of two non-empty item lists is
-decided by their first index: a set is ordered by ``(sum, count, first index)``. With
-non-negative values an empty set never compares above a non-empty one, so a state stores only
-its non-empty sets.
-
-Two ways to run it, one result (``tests/reference_plan.py`` and ``tests/reference_schedule.py``
-are the plain-Python references both are tested against):
-
-general (:func:`kk_partitions`)
-    States as lists of sets ``[sum, count, first index, indices, values]``; any sizes, and float
-    values, whose sums are accumulated one item at a time as the reference does, so they round
-    the same way.
-equal sizes of integers (:func:`balanced_plan`), the balanced plan's hot path
-    All sets of a state have the same count, so inside a state ``(sum, first_row)`` suffices. A
-    state holds only its set sums and first rows, each merge records which first row absorbed
-    which, and the part of every row is resolved at the end by following these parent links with
-    vectorised pointer jumping. Small ``k`` (many states of few sets) merges Python tuples, large
-    ``k`` numpy arrays.
+:func:`kk_partitions` runs it on lists (any sizes, float sums added one item at a time as the
+reference rounds); :func:`balanced_plan`, the balanced plan's hot path (equal sizes of ints),
+keeps only each state's set sums and first rows, records which first row absorbed which, and
+resolves every row's part at the end by vectorised pointer jumping.
 """
 
 from __future__ import annotations
@@ -119,11 +98,7 @@ def _seed(values: list[Any], k: int, equal_size: bool, exact: bool) -> list[list
 
 
 def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[list[int]]:
-    """Return the `k` parts of checked `values` in the algorithm's final order, unsorted.
-
-    `values` are non-negative Python ints (`exact`: sums are added whole) or floats; there are at
-    least `k` of them, a multiple of `k` with `equal_size`.
-    """
+    """The `k` parts of checked `values` (ints with `exact`, else floats), in the final order."""
     states = _seed(values, k, equal_size, exact)
     heap = [_key(sets, k, state) for state, sets in enumerate(states)]
     heapq.heapify(heap)
@@ -293,21 +268,19 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     k
         Number of parts, a positive int no larger than the number of items.
     equal_size
-        ``True``: every part gets ``len(weights) / k`` items (the count must be a multiple of
-        `k`). ``False``: parts may differ in size; only their sums are balanced.
+        Whether every part gets ``len(weights) / k`` items (else only sums are balanced).
 
     Returns
     -------
     list of numpy.ndarray
-        `k` int64 arrays of item indices, each sorted ascending, in the algorithm's order (the
-        heaviest part first), exactly as ``get_seqlen_balanced_partitions`` returns them.
+        `k` sorted int64 arrays of indices, heaviest part first, as verl's KK returns them.
 
     Raises
     ------
     PlanTypeError
         For non-numeric weights or a `k` that is not an int.
     PlanError
-        For fewer items than `k`, a count not divisible by `k` with `equal_size`, or negative
+        For fewer items than `k`, a count not a multiple of `k` with `equal_size`, or negative
         or non-finite weights.
     """
     parts = check_positive_int("k", k)
@@ -330,12 +303,10 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
 
 
 def sorted_parts(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[Int64Array]:
-    """The `k` parts of checked `values`, in the algorithm's order, each sorted ascending.
+    """The `k` parts of checked `values` (as :func:`kk_partitions`), each sorted ascending.
 
-    `values` are non-negative Python ints (`exact`) or floats, at least `k` of them, a multiple
-    of `k` with `equal_size`. Equal sizes of ints whose total fits int64 take the fast path
-    (:func:`balanced_plan`), everything else the general one (:func:`kk_partitions`): both give
-    the same parts.
+    Equal sizes of ints whose total fits int64 take the fast path (:func:`balanced_plan`),
+    everything else the general one: both give the same parts.
     """
     if equal_size and exact and values and max(values) * len(values) <= _INT64_MAX:
         return balanced_plan(np.asarray(values, dtype=np.int64), k)
