@@ -178,12 +178,11 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
 
 def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
     """Whether a list (of any depth) holds a ``bool`` or ``numpy.bool_``."""
-    for item in values:
-        if isinstance(item, (bool, np.bool_)):
-            return True
-        if isinstance(item, (list, tuple)) and _holds_a_bool(item):
-            return True
-    return False
+    return any(
+        isinstance(item, (bool, np.bool_))
+        or (isinstance(item, (list, tuple)) and _holds_a_bool(item))
+        for item in values
+    )
 
 
 def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:

@@ -168,7 +168,4 @@ class ArrowSplitWarning(UserWarning):
 
 
 class UnknownKeyWarning(ArrowSplitWarning):
-    """A train-data key the library does not know, carried with a spec inferred from its values.
-
-    The message gives the ``ColumnSpec(...)`` to declare, which fixes the type and silences it.
-    """
+    """An unknown key carried with an inferred spec; the message gives the ColumnSpec to declare."""

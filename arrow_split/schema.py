@@ -323,9 +323,7 @@ def _known() -> dict[str, ColumnSpec]:
     int32, float32 = pa.int32(), pa.float32()
     specs = [
         ColumnSpec("tokens", "per_token", int32, role="length_source"),
-        ColumnSpec(
-            "loss_masks", "per_token", pa.uint8(), length="response", flag=True, role="loss_mask"
-        ),
+        ColumnSpec("loss_masks", "per_token", pa.uint8(), "response", flag=True, role="loss_mask"),
         ColumnSpec("rollout_log_probs", "per_token", float32, length="response"),
         ColumnSpec(
             "rollout_sampling_masks",
@@ -337,19 +335,9 @@ def _known() -> dict[str, ColumnSpec]:
         ),
         ColumnSpec("teacher_log_probs", "per_token", float32, length="response"),
         ColumnSpec("opd_reverse_kl", "per_token", float32, length="response"),
-        ColumnSpec(
-            "rollout_routed_experts",
-            "per_sample_tensor",
-            int32,
-            length="tokens_minus_one",
-            storage="narrow",
-        ),
-        ColumnSpec(
-            "rollout_indexer_topk",
-            "per_sample_tensor",
-            int32,
-            length="tokens_minus_one",
-            storage="narrow",
+        *(  # MoE ids: tokens x layers x top-k, stored narrow
+            ColumnSpec(name, "per_sample_tensor", int32, "tokens_minus_one", storage="narrow")
+            for name in ("rollout_routed_experts", "rollout_indexer_topk")
         ),
         ColumnSpec("response_lengths", "per_sample_scalar", pa.int64(), role="response_length"),
         ColumnSpec("rewards", "per_sample_scalar", pa.float64()),

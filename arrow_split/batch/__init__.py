@@ -197,15 +197,11 @@ class RolloutBatch:
         A list comes as a tuple, a dict as a ``MappingProxyType``, an array read-only
         (:meth:`to_train_data` returns fresh lists and dicts, miles' types).
         """
-        try:
-            return self._globals_view
-        except AttributeError:
-            pass
-        view = MappingProxyType(
-            {key: _read_only_global(value) for key, value in self._batch_globals.items()}
-        )
-        self._globals_view = view  # set once: the batch is immutable
-        return view
+        if not hasattr(self, "_globals_view"):  # set once: the batch is immutable
+            self._globals_view = MappingProxyType(
+                {key: _read_only_global(value) for key, value in self._batch_globals.items()}
+            )
+        return self._globals_view
 
     @property
     def roles(self) -> Roles:
@@ -238,15 +234,12 @@ class RolloutBatch:
     @property
     def total_lengths(self) -> np.ndarray:
         """Token count of each row (int64, read-only), computed once; every shard shares it."""
-        try:
-            return self._total_lengths
-        except AttributeError:
-            pass
-        offsets = self._record_batch.column(self._roles.length_source).offsets.to_numpy()
-        lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
-        lengths.flags.writeable = False
-        self._total_lengths = lengths  # set once: the batch is immutable
-        return lengths
+        if not hasattr(self, "_total_lengths"):  # set once: the batch is immutable
+            offsets = self._record_batch.column(self._roles.length_source).offsets.to_numpy()
+            lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
+            lengths.flags.writeable = False
+            self._total_lengths = lengths
+        return self._total_lengths
 
     @property
     def batch_total_lengths(self) -> np.ndarray:
@@ -426,16 +419,8 @@ class RolloutBatch:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # pyarrow pickles buffers out of band (protocol 5): Ray stores them without a copy.
-        return (
-            _rebuild_batch,
-            (
-                self._record_batch,
-                dict(self._specs),
-                dict(self._batch_globals),
-                self._plan,
-                self._trust_objects,
-            ),
-        )
+        parts = (self._record_batch, dict(self._specs), dict(self._batch_globals))
+        return (_rebuild_batch, (*parts, self._plan, self._trust_objects))
 
     def __repr__(self) -> str:
         return (
@@ -482,16 +467,11 @@ def _rebuild_batch(
     specs: dict[str, ColumnSpec],
     batch_globals: dict[str, object],
     plan: Plan | None,
-    trust_objects: bool = True,
+    trust: bool = True,
 ) -> RolloutBatch:
-    owned = {key: _own_global(value) for key, value in batch_globals.items()}
-    return RolloutBatch._make(
-        record_batch,
-        MappingProxyType(specs),
-        MappingProxyType(owned),
-        plan=plan,
-        trust_objects=trust_objects,
-    )
+    owned = MappingProxyType({key: _own_global(value) for key, value in batch_globals.items()})
+    specs_view = MappingProxyType(specs)
+    return RolloutBatch._make(record_batch, specs_view, owned, plan=plan, trust_objects=trust)
 
 
 def check_batch(

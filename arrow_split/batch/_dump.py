@@ -99,10 +99,7 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
         Not an Arrow IPC dump of a known version, or bad metadata or content.
     """
     validate = as_flag("validate", validate)
-    source = _check_path(path)
-    if not os.path.exists(source):
-        msg = f"no rollout dump at `{source}`"
-        raise FileNotFoundError(2, msg, source)
+    source = _existing(path, "rollout dump")
     try:
         mapped = pa.memory_map(source)
     except FileNotFoundError:
@@ -156,10 +153,7 @@ def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
     """Read a file written by :func:`write_parquet` (a copy); raises as :func:`read_dump`."""
     import pyarrow.parquet as pq
 
-    source = _check_path(path)
-    if not os.path.exists(source):
-        msg = f"no Parquet file at `{source}`"
-        raise FileNotFoundError(2, msg, source)
+    source = _existing(path, "Parquet file")
     try:
         table = pq.read_table(source)
         record_batch = table.combine_chunks().to_batches()
@@ -282,6 +276,14 @@ def _check_path(path: object) -> str:
         msg = f"`path` {target!r:.60} holds a NUL character; no file can have that name"
         raise DumpError(msg)
     return target
+
+
+def _existing(path: object, what: str) -> str:
+    source = _check_path(path)
+    if not os.path.exists(source):
+        msg = f"no {what} at `{source}`"
+        raise FileNotFoundError(2, msg, source)
+    return source
 
 
 def _decode_names(schema: pa.Schema) -> None:

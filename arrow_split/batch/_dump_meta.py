@@ -369,13 +369,10 @@ _OBJECT_TEXT = {  # objects only: their codec is how they are stored
 
 def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
     """The Arrow field metadata of a dump's column, for people and other tools (never read)."""
-    tokens = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
-    response = role_column(specs, "response_length") or role_column(
-        KNOWN_COLUMNS, "response_length"
+    tokens, response = (  # the batch's columns, else the known ones (which have both)
+        role_column(specs, role) or str(role_column(KNOWN_COLUMNS, role))
+        for role in ("length_source", "response_length")
     )
-    if tokens is None or response is None:  # pragma: no cover - the known columns have both
-        msg = "the known columns lack a length source or a response length"
-        raise DumpError(msg)
     parts = [_KIND_TEXT[spec.kind]]
     metadata = {b"arrow_split.kind": spec.kind.encode()}
     if spec.length is not None:

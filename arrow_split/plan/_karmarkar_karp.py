@@ -20,7 +20,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Sequence
 from operator import add
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -134,21 +134,13 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
     return np.asarray(np.argsort(keys, kind="stable"), dtype=np.int64)
 
 
-class _States(Protocol):
-    """The sets of every state, known by their sums and first rows, and who absorbed whom."""
-
-    def merge(self, first: int, second: int) -> _FastKey:
-        """Merge state `second` into state `first`; return the queue key of the result."""
-
-    def first_rows(self, state: int) -> Int64Array:
-        """Return the first row of each set of `state`, largest set first."""
-
-    def parents(self) -> Int64Array:
-        """Return, for each row, the first row of the set that absorbed its set (or itself)."""
-
-
 class _TupleStates:
-    """States as Python tuples: cheapest per merge when each state has only a few sets."""
+    """States as Python tuples: cheapest per merge when each state has only a few sets.
+
+    A state's sets are known by their sums and first rows; ``merge(first, second)`` merges
+    state ``second`` into ``first`` and returns its queue key; ``parents()`` gives, per row,
+    the first row of the set that absorbed its set (or itself).
+    """
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
         self.n = sums.size
@@ -169,9 +161,6 @@ class _TupleStates:
         self.counts[first] = count
         return (sums[-1] - sums[0], -sums[0], -count, -rows[0], first)
 
-    def first_rows(self, state: int) -> Int64Array:
-        return np.array(self.rows[state], dtype=np.int64)
-
     def parents(self) -> Int64Array:
         parents = np.arange(self.n, dtype=np.int64)
         parents[np.array(self.children, dtype=np.int64)] = self.adopters
@@ -179,7 +168,7 @@ class _TupleStates:
 
 
 class _ArrayStates:
-    """States as rows of two int64 matrices: cheapest per merge when each state has many sets."""
+    """:class:`_TupleStates` as two int64 matrices: cheapest when each state has many sets."""
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
         self.sums = sums  # taken over, not copied: the caller passes fresh arrays
@@ -199,14 +188,11 @@ class _ArrayStates:
         top = int(sums[0])
         return (int(sums[-1]) - top, -top, -count, -int(rows[0]), first)
 
-    def first_rows(self, state: int) -> Int64Array:
-        return np.array(self.rows[state], dtype=np.int64)
-
     def parents(self) -> Int64Array:
         return self.parent_rows
 
 
-def _merge_all(keys: list[_FastKey], states: _States) -> int:
+def _merge_all(keys: list[_FastKey], states: _TupleStates | _ArrayStates) -> int:
     """Run the largest-differencing loop over the queue `keys`; return the last state's index.
 
     The state made by the latest merge is held outside the heap, because it is often the next
@@ -245,14 +231,14 @@ def balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
         (-spread, -top, -1, -first, state)
         for state, (spread, top, first) in enumerate(zip(spreads, tops, firsts, strict=True))
     ]
-    states: _States
+    states: _TupleStates | _ArrayStates
     if dp_size >= _ARRAY_MERGE_MIN_SETS:
         states = _ArrayStates(sums, rows)
     else:
         states = _TupleStates(sums, rows)
     last = _merge_all(keys, states)
     rank_of_root = np.zeros(n, dtype=np.int64)
-    rank_of_root[states.first_rows(last)] = np.arange(dp_size, dtype=np.int64)
+    rank_of_root[np.array(states.rows[last], dtype=np.int64)] = np.arange(dp_size, dtype=np.int64)
     ranks = rank_of_root[_resolve_roots(states.parents())]
     grouped = _rows_ordered_by(ranks).reshape(dp_size, n // dp_size)
     return [part.copy() for part in grouped]
