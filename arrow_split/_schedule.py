@@ -27,8 +27,7 @@ from arrow_split._args import (
     check_weights,
 )
 from arrow_split._karmarkar_karp import kk_partitions, sorted_parts
-from arrow_split._split import take
-from arrow_split.batch import RolloutBatch
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError
 from arrow_split.plan import Plan, PlanKey, _fingerprint
 from arrow_split.shard import Shard
@@ -173,7 +172,8 @@ class RankSchedule:
                 " plan the schedule on every rank from the driver's batch, `dp_size` and config"
             )
             raise PlanMismatchError(msg)
-        return take(batch, self.plan, self.dp_rank)
+        batch = check_batch(batch)
+        return Shard._take(batch, self.rows, batch.total_lengths, key, self.dp_rank)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -5,21 +5,29 @@ HOLDS one (:attr:`Shard.rows`) beside ``partition`` (the original row of each), 
 batch's total lengths (one read-only array shared by every shard of a split), and the key and
 rank of the plan that made it. It stores no display choice: :meth:`Shard.to_train_data` takes
 the layout every time (:data:`TrainDataLayout`).
+
+:meth:`Shard._take` is the one place rows are gathered: each column taken by its codec into
+fresh, compact buffers (never a slice view, so pickling a shard ships only its own bytes). It
+pads as it gathers (:func:`arrow_split.pad_to_dp`), so a padded split copies each row once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
+from arrow_split._codecs import codec_for, numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey
 from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    PADDING_VALUES,
     TOTAL_LENGTHS,
     ActorTrainData,
     ColumnSpec,
@@ -80,6 +88,31 @@ class Shard:
             raise SchemaError(msg)
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
+
+    @classmethod
+    def _take(
+        cls,
+        batch: RolloutBatch,
+        rows: np.ndarray,
+        batch_total_lengths: np.ndarray,
+        plan_key: PlanKey | None = None,
+        dp_rank: int | None = None,
+        *,
+        partition: np.ndarray | None = None,
+        padded: bool = False,
+    ) -> Shard:
+        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked.
+
+        ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
+        ``padded``: rows from ``batch.num_samples`` on are padding rows (see :func:`_gather`).
+        """
+        # A fresh array either way: ``rows`` may view a plan read from the object store, and a
+        # shard holds no view of the store (it would pin the whole batch's object).
+        mapped = rows.copy() if partition is None else partition[rows]
+        mapped.flags.writeable = False
+        return cls._make(
+            _gather(batch, rows, padded), mapped, batch_total_lengths, plan_key, dp_rank
+        )
 
     @classmethod
     def _make(
@@ -259,6 +292,58 @@ class Shard:
             f"columns=[{', '.join(self.column_names)}], "
             f"globals=[{', '.join(self.batch_globals)}], {self.nbytes} bytes)"
         )
+
+
+# The column the schema declares with the ``padding`` role (``is_padding``).
+_MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "padding")
+
+
+def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
+    """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
+
+    With ``padded``, a row at or past ``batch.num_samples`` is a copy of the last row holding
+    :data:`~arrow_split.schema.PADDING_VALUES`, and the padding flag column is added if missing.
+    """
+    num_samples = batch.num_samples
+    record_batch, specs = batch.record_batch, batch.specs
+    source = np.minimum(rows, num_samples - 1) if padded else rows
+    names = record_batch.schema.names
+    columns = [codec_for(specs[name]).take(record_batch.column(name), source) for name in names]
+    if not padded:
+        taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
+        globals_, trust = batch._batch_globals, batch.trust_objects
+        return RolloutBatch._make(taken, specs, globals_, trust_objects=trust, roles=batch.roles)
+    pads = rows >= num_samples
+    if pads.any():
+        columns = [
+            _fill(specs[name], column, pads, PADDING_VALUES[name])
+            if name in PADDING_VALUES
+            else column
+            for name, column in zip(names, columns, strict=True)
+        ]
+    if batch.roles.padding is None:
+        specs = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]})
+        names = [*names, _MARKER]
+        columns.append(pa.array(pads, type=pa.bool_()))
+    return RolloutBatch._make(
+        pa.RecordBatch.from_arrays(columns, names=names),
+        specs,
+        batch._batch_globals,
+        trust_objects=batch.trust_objects,
+    )
+
+
+def _fill(spec: ColumnSpec, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
+    """``array`` with every value of the ``rows`` (a boolean mask) set to ``value``."""
+    if codec_for(spec).tensor_role == "ragged":
+        values, offsets = ragged_values(array)
+        filled = values.copy()
+        filled[np.repeat(rows, np.diff(offsets))] = value
+        child = pa.array(filled, type=array.type.value_type)
+        return pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), child)
+    filled = np.array(numpy_view(array), copy=True)
+    filled[rows] = value
+    return pa.array(filled, type=array.type)
 
 
 def _rebuild_shard(
