@@ -48,6 +48,8 @@ _DEFAULTS = EncodeOptions()
 
 def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> RolloutBatch:
     """Return a RolloutBatch as it is, or build one from a train-data dict."""
+    if isinstance(data_or_batch, RolloutBatch):
+        return data_or_batch
     if isinstance(data_or_batch, Mapping):
         return RolloutBatch._encode(data_or_batch, (), _DEFAULTS)
     return check_batch(data_or_batch, "data_or_batch")
@@ -126,36 +128,32 @@ def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
         As :func:`take`.
     """
     batch = check_batch(batch)
-    return _take_all(batch, _parse_plan(batch, plan), batch.total_lengths, padded=False)
-
-
-def _take_all(batch: RolloutBatch, plan: Plan, lengths: np.ndarray, padded: bool) -> list[Shard]:
-    """Every rank's shard; ``lengths``, one read-only array, is shared by them all."""
-    key = plan.key
+    plan = _parse_plan(batch, plan)
+    lengths = batch.total_lengths  # one read-only array, shared by every shard
     return [
-        Shard._take(batch, rows, lengths, key, rank, padded=padded)
+        Shard._take(batch, rows, lengths, plan.key, rank)
         for rank, rows in enumerate(plan.partitions)
     ]
 
 
-def _plan(
-    batch: RolloutBatch, dp_size: int, method: SplitMethod, pad: bool
-) -> tuple[Plan, np.ndarray]:
-    """The plan of ``batch`` (padded with ``pad``: see :func:`pad_to_dp`) and its total lengths.
+def _planned(
+    data_or_batch: RolloutBatch | Mapping[str, Any], dp_size: int, method: SplitMethod, pad: bool
+) -> tuple[RolloutBatch, Plan, np.ndarray]:
+    """The batch, its plan (of the batch padded, with ``pad``) and the plan's total lengths.
 
-    The padded batch's lengths and adapter slots are those of its rows, padding rows copying the
-    last one, so the plan is the one :meth:`RolloutBatch.make_plan` gives the padded batch.
+    Padding rows copy the last row's length and adapter slot, so this is the plan that
+    :meth:`RolloutBatch.make_plan` gives the padded batch (:func:`pad_to_dp`), without it.
     """
+    batch = as_rollout_batch(data_or_batch)
+    lengths, slots = batch.total_lengths, batch.role_values("adapter_slot")
     num_samples = batch.num_samples
-    deficit = -num_samples % dp_size if pad else 0
-    if not deficit:
-        return batch._plan_for(dp_size, method), batch.total_lengths
-    rows = np.minimum(np.arange(num_samples + deficit), num_samples - 1)
-    lengths = batch.total_lengths[rows]
-    lengths.flags.writeable = False
-    slots = batch.role_values("adapter_slot")
-    keys = None if slots is None else slots[rows].astype(np.int64)
-    return Plan._make(lengths, dp_size, method, keys), lengths
+    if deficit := -num_samples % dp_size if pad else 0:
+        rows = np.minimum(np.arange(num_samples + deficit), num_samples - 1)
+        lengths = lengths[rows]
+        lengths.flags.writeable = False
+        slots = None if slots is None else slots[rows]
+    keys = None if slots is None else slots.astype(np.int64, copy=False)
+    return batch, Plan._make(lengths, dp_size, method, keys), lengths
 
 
 def split_train_data_by_dp_raw(
@@ -192,9 +190,11 @@ def split_train_data_by_dp_raw(
     size = check_dp_size(dp_size)
     method = method_of(balance_data)
     pad = as_flag("pad_to_dp", pad_to_dp)
-    batch = as_rollout_batch(data_or_batch)
-    plan, lengths = _plan(batch, size, method, pad)
-    return _take_all(batch, plan, lengths, pad)
+    batch, plan, lengths = _planned(data_or_batch, size, method, pad)
+    return [
+        Shard._take(batch, rows, lengths, plan.key, rank, padded=pad)
+        for rank, rows in enumerate(plan.partitions)
+    ]
 
 
 def shard_for_rank(
@@ -258,7 +258,7 @@ def shard_for_rank(
         _check_against(plan, method, size, bool(resplit))
         if plan.dp_size == size:
             return Shard._take(batch, plan.partitions[rank], batch.total_lengths, plan.key, rank)
-    plan, lengths = _plan(batch, size, method, pad)
+    batch, plan, lengths = _planned(batch, size, method, pad)
     return Shard._take(batch, plan.partitions[rank], lengths, plan.key, rank, padded=pad)
 
 

@@ -32,6 +32,7 @@ from arrow_split.schema import (
     ActorTrainData,
     ColumnSpec,
     Role,
+    Roles,
     RolloutTrainData,
     TrainData,
 )
@@ -306,23 +307,20 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
     """
     num_samples = batch.num_samples
     record_batch, specs = batch.record_batch, batch.specs
+    roles: Roles | None = batch.roles
     source = np.minimum(rows, num_samples - 1) if padded else rows
     names = record_batch.schema.names
     columns = [codec_for(specs[name]).take(record_batch.column(name), source) for name in names]
-    if not padded:
-        taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-        globals_, trust = batch._batch_globals, batch.trust_objects
-        return RolloutBatch._make(taken, specs, globals_, trust_objects=trust, roles=batch.roles)
-    pads = rows >= num_samples
-    if pads.any():
+    pads = rows >= num_samples if padded else None
+    if pads is not None and pads.any():
         columns = [
             _fill(specs[name], column, pads, PADDING_VALUES[name])
             if name in PADDING_VALUES
             else column
             for name, column in zip(names, columns, strict=True)
         ]
-    if batch.roles.padding is None:
-        specs = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]})
+    if pads is not None and batch.roles.padding is None:  # the flag column is new: so are the roles
+        specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
         names = [*names, _MARKER]
         columns.append(pa.array(pads, type=pa.bool_()))
     return RolloutBatch._make(
@@ -330,6 +328,7 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
         specs,
         batch._batch_globals,
         trust_objects=batch.trust_objects,
+        roles=roles,
     )
 
 
