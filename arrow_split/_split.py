@@ -77,8 +77,7 @@ def _parse_indices(indices: object, num_samples: int) -> np.ndarray:
 def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
     """Gather ``indices`` (rows of ``source``) into a shard with fresh, compact buffers.
 
-    The shard's ``partition`` maps each row to the row of the original whole batch, and it keeps
-    the whole batch's total lengths. Rows taken of a shard keep that shard's plan and rank.
+    ``partition`` maps the rows to the whole batch; rows of a shard keep its plan and rank.
     """
     if isinstance(source, Shard):  # its rows, mapped back to its whole batch
         rows = _parse_indices(indices, source.num_samples)
@@ -102,9 +101,7 @@ def _parse_plan(batch: RolloutBatch, plan: object) -> Plan:
 
 
 def take(batch: RolloutBatch, plan: Plan, dp_rank: int) -> Shard:
-    """Rank ``dp_rank``'s rows of ``plan``, gathered alone into a shard.
-
-    No other rank's rows are gathered, converted or copied.
+    """Rank ``dp_rank``'s rows of ``plan``, gathered alone (no other rank's rows are copied).
 
     Raises
     ------
@@ -141,8 +138,7 @@ def _planned(
 ) -> tuple[RolloutBatch, Plan, np.ndarray]:
     """The batch, its plan (of the batch padded, with ``pad``) and the plan's total lengths.
 
-    Padding rows copy the last row's length and adapter slot, so this is the plan that
-    :meth:`RolloutBatch.make_plan` gives the padded batch (:func:`pad_to_dp`), without it.
+    Padding rows copy the last row's length and slot: the padded batch's plan, without it.
     """
     batch = as_rollout_batch(data_or_batch)
     lengths, slots = batch.total_lengths, batch.role_values("adapter_slot")
@@ -168,24 +164,19 @@ def split_train_data_by_dp_raw(
     Parameters
     ----------
     data_or_batch
-        A train-data dict (converted with :meth:`RolloutBatch.from_train_data`) or a
-        RolloutBatch (to split a shard's rows again, pass ``shard.rows``).
+        A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
     dp_size
         The number of data-parallel ranks.
     balance_data
-        ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``. ``True``: Karmarkar-Karp
-        partitions of equal size balanced by total length (see :func:`plan_partitions`).
-        Either way, a batch with adapter slots has each rank's rows stably sorted by slot.
+        ``False``: rank ``r`` gets rows ``r, r + dp_size, ...``; ``True``: equal-size
+        Karmarkar-Karp partitions balanced by total length. Rows are stably sorted by adapter slot.
     pad_to_dp
-        First add the fewest padding rows that make the batch a multiple of ``dp_size``
-        (:func:`arrow_split.pad_to_dp`: zero loss mask, ``sample_indices`` -1, ``is_padding``
-        true), so that a balanced split of any size works.
+        Pad the batch to a multiple of ``dp_size`` first (:func:`arrow_split.pad_to_dp`).
 
     Returns
     -------
     list of Shard
-        Shard ``r`` holds rank ``r``'s rows in plan order; ``shard.partition`` maps them back,
-        ``shard.plan_fingerprint`` is the same on every shard.
+        Shard ``r`` holds rank ``r``'s rows in plan order, with the same ``plan_fingerprint``.
     """
     size = check_dp_size(dp_size)
     method = method_of(balance_data)
@@ -208,28 +199,19 @@ def shard_for_rank(
 ) -> Shard:
     """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
-    The plan is computed from the length source's offsets (and the adapter slots) alone, as
-    :func:`split_train_data_by_dp_raw` computes it (:meth:`RolloutBatch.make_plan`), and the
-    rank's rows are taken by :func:`take`: no other rank's rows are gathered, converted or
-    copied. A batch that carries the driver's plan (:meth:`RolloutBatch.with_plan`) is checked
-    against it and not re-planned.
+    The same plan is computed (no other rank's rows are copied); a batch that carries the
+    driver's plan (:meth:`RolloutBatch.with_plan`) is checked against it and not re-planned.
 
     Parameters
     ----------
-    data_or_batch, dp_size
-        As for :func:`split_train_data_by_dp_raw`.
+    data_or_batch, dp_size, pad_to_dp
+        As for :func:`split_train_data_by_dp_raw` (a batch carrying a plan is taken as it is).
     dp_rank
         The rank whose shard to take, in ``[0, dp_size)``.
     balance_data
         The plan's method; ``None`` follows the plan the batch carries (an error if it has none).
     resplit
-        Only for a batch that carries a plan: allow a ``dp_size`` other than the plan's (the
-        batch is planned again for the new size, e.g. after a rank was lost). Without it a
-        different ``dp_size`` is a :class:`PlanMismatchError`.
-    pad_to_dp
-        As for :func:`split_train_data_by_dp_raw`: pad the batch to a multiple of ``dp_size``
-        first (every rank pads the same way). A batch that carries a plan for this ``dp_size``
-        was padded, if at all, before it was planned, and is taken as it is.
+        Allow a ``dp_size`` other than that of the plan the batch carries (it is planned again).
 
     Raises
     ------
@@ -289,25 +271,14 @@ def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
     (``raw_reward``) keep one value per real sample. A batch that divides ``dp_size`` only gains
     the (all false) ``is_padding`` column, so every step has the same columns (miles #2694).
 
-    Parameters
-    ----------
-    batch
-        A whole batch (not a shard: pad before splitting).
-    dp_size
-        The number of data-parallel ranks.
-
-    Returns
-    -------
-    RolloutBatch
-        A new batch (``batch`` is unchanged) of ``ceil(n / dp_size) * dp_size`` rows whose
-        ``is_padding`` column marks the added rows. It carries no plan: plan it afterwards.
+    Returns a new batch of ``ceil(n / dp_size) * dp_size`` rows, without a plan.
 
     Raises
     ------
     PlanError, PlanTypeError
         A bad ``dp_size``.
     SchemaTypeError
-        ``batch`` is not a whole RolloutBatch.
+        ``batch`` is not a whole RolloutBatch (pad before splitting).
     """
     size = check_dp_size(dp_size)
     if type(batch) is not RolloutBatch:
