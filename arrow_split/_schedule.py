@@ -1,10 +1,7 @@
-"""The rollout-side micro-batch schedule, as miles computes it, built on a :class:`Plan`.
+"""The rollout-side micro-batch schedule, exactly as miles computes it, as a :class:`Plan`.
 
-:func:`plan_schedule` gives exactly miles' rollout-side ``partitions``, ``micro_batch_indices``,
-``num_microbatches`` and ``num_rollouts``: rollouts cut into steps, each step packed into
-micro-batches (:func:`_pack_step`) dealt to ranks (:func:`_distribute`). Every rank's rows form a
-:class:`Plan` fingerprinted over all the inputs: a scheduled shard carries its :class:`PlanKey`,
-and a rank that asks for another schedule gets a :class:`PlanMismatchError`.
+Rollouts are cut into steps, each step packed into micro-batches dealt to ranks; the plan is
+fingerprinted over every input, so a rank that asks for another schedule is refused.
 """
 
 from __future__ import annotations
