@@ -1,10 +1,7 @@
-"""The rollout-side micro-batch schedule, as miles computes it, built on a :class:`Plan`.
+"""The rollout-side micro-batch schedule, exactly as miles computes it, as a :class:`Plan`.
 
-:func:`plan_schedule` gives exactly miles' rollout-side ``partitions``, ``micro_batch_indices``,
-``num_microbatches`` and ``num_rollouts``: rollouts cut into steps, each step packed into
-micro-batches (:func:`_pack_step`) dealt to ranks (:func:`_distribute`). Every rank's rows form a
-:class:`Plan` fingerprinted over all the inputs: a scheduled shard carries its :class:`PlanKey`,
-and a rank that asks for another schedule gets a :class:`PlanMismatchError`.
+Rollouts are cut into steps, each step packed into micro-batches dealt to ranks; the plan is
+fingerprinted over every input, so a rank that asks for another schedule is refused.
 """
 
 from __future__ import annotations
@@ -26,8 +23,7 @@ from arrow_split._args import (
     check_rollout_ids,
     check_weights,
 )
-from arrow_split._split import take
-from arrow_split.batch import RolloutBatch
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError
 from arrow_split.plan import Plan, PlanKey, _fingerprint
 from arrow_split.plan._karmarkar_karp import kk_partitions, sorted_parts
@@ -173,7 +169,8 @@ class RankSchedule:
                 " plan the schedule on every rank from the driver's batch, `dp_size` and config"
             )
             raise PlanMismatchError(msg)
-        return take(batch, self.plan, self.dp_rank)
+        batch = check_batch(batch)
+        return Shard._take(batch, self.rows, batch.total_lengths, key, self.dp_rank)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,29 +1,32 @@
-"""One rank's rows of a batch: a value made of the rows and where they came from.
+"""One rank's rows of a batch (:class:`Shard`), and the one gather that takes them.
 
-A :class:`Shard` is what a split returns. It is not a :class:`~arrow_split.RolloutBatch`: it
-HOLDS one (:attr:`Shard.rows`) beside ``partition`` (the original row of each), the whole
-batch's total lengths (one read-only array shared by every shard of a split), and the key and
-rank of the plan that made it. It stores no display choice: :meth:`Shard.to_train_data` takes
-the layout every time (:data:`TrainDataLayout`).
+A shard HOLDS a :class:`~arrow_split.RolloutBatch` of its rows beside where they came from.
+:meth:`Shard._take` gathers each column by its codec into fresh, compact buffers (never a slice
+view: a pickled shard ships only its own bytes), padding as it goes, so rows are copied once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import MappingProxyType
 from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
+from arrow_split._codecs import codec_for, numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey
 from arrow_split.schema import (
+    KNOWN_COLUMNS,
+    PADDING_VALUES,
     TOTAL_LENGTHS,
     ActorTrainData,
     ColumnSpec,
     Role,
+    Roles,
     RolloutTrainData,
     TrainData,
 )
@@ -33,10 +36,8 @@ __all__ = ["Shard", "TrainDataLayout"]
 TrainDataLayout = Literal["rollout", "actor"]
 """The classic layouts of a shard's train data.
 
-``rollout``: what the rollout side's classic split ships: ``partition`` (list of ints) and
-``total_lengths`` of the WHOLE batch. ``actor``: what a train actor works with after
-``process_rollout_data``: no ``partition``, ``total_lengths`` of this shard's rows, and the whole
-batch's as ``global_total_lengths``.
+``rollout``: ``partition`` and the WHOLE batch's ``total_lengths`` (the rollout side's split).
+``actor``: this shard's ``total_lengths``, the whole batch's as ``global_total_lengths``.
 """
 
 
@@ -46,14 +47,11 @@ class Shard:
     Parameters
     ----------
     rows
-        This shard's rows, as a batch of their own (:attr:`rows`).
-    partition
-        The original row index of each row (int64).
-    batch_total_lengths
-        The whole batch's total lengths; a read-only int64 array is shared, not copied.
+        This shard's rows, as a batch of their own.
+    partition, batch_total_lengths
+        The original row of each row; the whole batch's total lengths (int64; read-only: shared).
     plan_key, dp_rank
-        The key of the plan that made the shard and its rank, or ``None`` for rows taken
-        without a plan (:func:`arrow_split.take_rows`).
+        The plan that made the shard and its rank; ``None`` for :func:`arrow_split.take_rows`.
     """
 
     __slots__ = ("_batch_total_lengths", "_dp_rank", "_partition", "_plan_key", "_rows")
@@ -80,6 +78,30 @@ class Shard:
             raise SchemaError(msg)
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
+
+    @classmethod
+    def _take(
+        cls,
+        batch: RolloutBatch,
+        rows: np.ndarray,
+        batch_total_lengths: np.ndarray,
+        plan_key: PlanKey | None = None,
+        dp_rank: int | None = None,
+        *,
+        partition: np.ndarray | None = None,
+        padded: bool = False,
+    ) -> Shard:
+        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked.
+
+        ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
+        """
+        # A fresh array either way: ``rows`` may view a plan read from the object store, and a
+        # shard holds no view of the store (it would pin the whole batch's object).
+        mapped = rows.copy() if partition is None else partition[rows]
+        mapped.flags.writeable = False
+        return cls._make(
+            _gather(batch, rows, padded), mapped, batch_total_lengths, plan_key, dp_rank
+        )
 
     @classmethod
     def _make(
@@ -214,14 +236,10 @@ class Shard:
     @overload
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData: ...
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
-        """The shard in the classic train-data layout ``layout``, as fresh Python objects.
+        """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout``, as a dict.
 
-        The per-sample and batch-global keys of :meth:`RolloutBatch.to_train_data`, plus the keys
-        of ``layout`` (required: ``"rollout"`` or ``"actor"``, see :data:`TrainDataLayout`). A
-        plain ``dict``, typed by :class:`~arrow_split.RolloutTrainData` or
-        :class:`~arrow_split.ActorTrainData` after the layout. Pickled objects decode as the
-        rows' batch says (:attr:`RolloutBatch.trust_objects`: a shard of a batch read from a
-        file decodes plain data only, unless read trusted).
+        ``layout`` is required (:data:`TrainDataLayout`). Pickled objects decode as the rows'
+        batch says (:attr:`RolloutBatch.trust_objects`).
         """
         as_choice("layout", layout, TrainDataLayout)
         train_data = self._rows.to_train_data()
@@ -261,20 +279,63 @@ class Shard:
         )
 
 
-def _rebuild_shard(
-    rows: RolloutBatch,
-    partition: np.ndarray,
-    batch_total_lengths: np.ndarray,
-    plan_key: PlanKey | None,
-    dp_rank: int | None,
-) -> Shard:
-    return Shard(
-        rows,
-        partition=partition,
-        batch_total_lengths=batch_total_lengths,
-        plan_key=plan_key,
-        dp_rank=dp_rank,
+# The column the schema declares with the ``padding`` role (``is_padding``).
+_MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "padding")
+
+
+def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
+    """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
+
+    With ``padded``, a row at or past ``batch.num_samples`` is a copy of the last row holding
+    :data:`~arrow_split.schema.PADDING_VALUES`, and the padding flag column is added if missing.
+    """
+    num_samples = batch.num_samples
+    record_batch, specs = batch.record_batch, batch.specs
+    roles: Roles | None = batch.roles
+    source = np.minimum(rows, num_samples - 1) if padded else rows
+    names = record_batch.schema.names
+    columns = [codec_for(specs[name]).take(record_batch.column(name), source) for name in names]
+    pads = rows >= num_samples if padded else None
+    if pads is not None and pads.any():
+        columns = [
+            _fill(specs[name], column, pads, PADDING_VALUES[name])
+            if name in PADDING_VALUES
+            else column
+            for name, column in zip(names, columns, strict=True)
+        ]
+    if pads is not None and batch.roles.padding is None:  # a new flag column: new roles
+        specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
+        names = [*names, _MARKER]
+        columns.append(pa.array(pads, type=pa.bool_()))
+    if pads is None:
+        taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
+    else:  # a filled column is built afresh: its type is named anew
+        taken = pa.RecordBatch.from_arrays(columns, names=names)
+    return RolloutBatch._make(
+        taken,
+        specs,
+        batch._batch_globals,
+        trust_objects=batch.trust_objects,
+        roles=roles,
     )
+
+
+def _fill(spec: ColumnSpec, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
+    """``array`` with every value of the ``rows`` (a boolean mask) set to ``value``."""
+    if codec_for(spec).tensor_role == "ragged":
+        values, offsets = ragged_values(array)
+        filled = values.copy()
+        filled[np.repeat(rows, np.diff(offsets))] = value
+        child = pa.array(filled, type=array.type.value_type)
+        return pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), child)
+    filled = np.array(numpy_view(array), copy=True)
+    filled[rows] = value
+    return pa.array(filled, type=array.type)
+
+
+def _rebuild_shard(rows: RolloutBatch, *parts: Any) -> Shard:
+    partition, lengths, key, rank = parts
+    return Shard(rows, partition=partition, batch_total_lengths=lengths, plan_key=key, dp_rank=rank)
 
 
 def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
