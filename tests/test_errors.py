@@ -1073,7 +1073,7 @@ BUILTIN_RAISES = {
     ("_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
     ("_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
     ("testing/__init__.py", "AssertionError"): "what an assertion helper raises, by contract",
-    ("demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
+    ("__main__.py", "RuntimeError"): "the demo's check of its own results, not of user input",
     (
         "ray/_handoff.py",
         "ImportError",
