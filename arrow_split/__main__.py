@@ -26,16 +26,7 @@ from arrow_split.testing import RolloutConfig, iter_sample_groups, make_train_da
 if TYPE_CHECKING:
     import torch
 
-__all__ = [
-    "DemoConfig",
-    "StepReport",
-    "TrainActor",
-    "build_parser",
-    "expected_checksums",
-    "main",
-    "rollout_config",
-    "run_demo",
-]
+__all__ = ["DemoConfig", "StepReport", "build_parser", "main", "rollout_config", "run_demo"]
 
 # --- the parser ---------------------------------------------------------------------------------
 
@@ -125,16 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    modes = ("eager", "delayed") if arguments.mode == "both" else (arguments.mode,)
+    sizes = (arguments.samples, arguments.mean_response, arguments.max_response, arguments.dp_size)
     config = DemoConfig(
-        samples=arguments.samples,
-        mean_response=arguments.mean_response,
-        max_response=arguments.max_response,
-        dp_size=arguments.dp_size,
-        steps=arguments.steps,
-        modes=("eager", "delayed") if arguments.mode == "both" else (arguments.mode,),
-        balance_data=not arguments.strided,
-        moe=arguments.moe,
-        seed=arguments.seed,
+        *sizes, arguments.steps, modes, not arguments.strided, arguments.moe, arguments.seed
     )
     try:
         return run_demo(config)
@@ -215,7 +200,7 @@ def _per_sample_arrays(tensors: torch.Tensor | list[torch.Tensor]) -> list[np.nd
     return list(tensors.numpy()[:, None])  # a scalar column: one value per sample
 
 
-def expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
+def _expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """CRC32 of every sample of every checked column, from the original values."""
     return {
         key: np.asarray(_checksums(data[key], dtype), dtype=np.int64)
@@ -224,7 +209,7 @@ def expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
     }
 
 
-class TrainActor:
+class _TrainActor:
     """A data-parallel train rank (a Ray actor): takes its shard and makes tensors, as a trainer."""
 
     def step(
@@ -265,7 +250,7 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
     from arrow_split.ray import split_train_data_by_dp
 
     settings = rollout_config(config)
-    expected = expected_checksums(make_train_data(settings, step))
+    expected = _expected_checksums(make_train_data(settings, step))
     builder = RolloutBatchBuilder()
     appending = 0.0
     # The rollout loop: groups of samples finish one after the other and become columnar at
@@ -367,7 +352,7 @@ def run_demo(config: DemoConfig) -> int:
         logging_level=logging.ERROR,
     )
     try:
-        actor = ray.remote(num_cpus=0)(TrainActor)
+        actor = ray.remote(num_cpus=0)(_TrainActor)
         actors = [actor.remote() for _ in range(config.dp_size)]
         print(
             f"arrow_split demo: {config.samples} samples/step, dp_size {config.dp_size}, "

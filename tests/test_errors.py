@@ -1075,12 +1075,10 @@ BUILTIN_RAISES = {
     ("testing/__init__.py", "AssertionError"): "what an assertion helper raises, by contract",
     ("__main__.py", "RuntimeError"): "the demo's check of its own results, not of user input",
     (
-        "ray/_handoff.py",
+        "ray/__init__.py",
         "ImportError",
     ): "an optional dependency: fail at import, say what to install",
-    ("ray/_nodes.py", "ImportError"): "an optional dependency (as above)",
     ("torch/__init__.py", "ImportError"): "an optional dependency (as above)",
-    ("torch/_layouts.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
 }

@@ -1,12 +1,7 @@
 """The Ray hand-off: the driver puts a step's batch, each data-parallel rank takes its own rows.
 
-:func:`split_train_data_by_dp` (driver) and :func:`process_rollout_data` (train actor) parse
-their arguments once; ``delay`` picks the hand-off (eager: one object per node group, see
-:mod:`arrow_split.ray._nodes`; delayed: the whole batch once, with its plan, each rank gathering
-its rows into fresh buffers, or splitting again for another ``dp_size`` with ``resplit=True``).
-:func:`warm_up` does a fresh process's first-time work before its first step. Lifetimes,
-ownership and serialization are described in docs/ray.md: the process that puts owns the
-objects (call it on the driver), and dropping the references frees them.
+``delay`` picks the hand-off: eager, one object per node group (:mod:`arrow_split.ray._nodes`);
+delayed, the whole batch once with its plan. docs/ray.md describes both, lifetimes and ownership.
 """
 
 from __future__ import annotations
@@ -18,15 +13,10 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
-try:
-    import ray
-    from ray import exceptions as ray_exceptions
-except ImportError:
-    msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
-    raise ImportError(msg) from None
-
 import numpy as np
 import pyarrow as pa
+import ray
+from ray import exceptions as ray_exceptions
 
 from arrow_split import (
     KNOWN_COLUMNS,
@@ -119,24 +109,19 @@ def split_train_data_by_dp(
     ----------
     data_or_batch
         A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
-    dp_size
-        The number of data-parallel ranks.
-    balance_data
-        The plan: ``False`` strided, ``True`` balanced.
+    dp_size, balance_data
+        The number of data-parallel ranks, and the plan (``False`` strided, ``True`` balanced).
     delay
-        ``False``: one object per node group, each rank taking or slicing its rows. ``True``:
-        the whole batch once, with its plan.
+        ``False``: one object per node group; ``True``: the whole batch once, with its plan.
     rank_nodes
-        Eager only: each rank's node id (``ray.get_runtime_context().get_node_id()``), in rank
-        order; ranks with the same id share one object. ``None``: one object for all ranks.
+        Eager only: each rank's node id in rank order (ranks on one node share an object).
     pad_to_dp
         Pad the batch first to a multiple of ``dp_size`` (:func:`arrow_split.pad_to_dp`).
 
     Returns
     -------
     list of ObjectRef or ObjectRef
-        Eager: one reference per rank (``refs[r]`` holds rank ``r``'s rows). Delayed: one
-        reference to the whole batch. Drop them once every rank has processed the step.
+        Eager: one reference per rank; delayed: one to the whole batch. Drop them after the step.
 
     Raises
     ------
@@ -214,43 +199,36 @@ def process_rollout_data(
 ) -> Shard:
     """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
-    Call it in the train actor of rank ``dp_rank``; only this rank's rows are fetched (eager)
-    or gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
+    Call it in the train actor of rank ``dp_rank``: only this rank's rows are fetched (eager) or
+    gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
 
     Parameters
     ----------
     refs_or_ref
-        The eager list of references (only ``refs[dp_rank]`` is fetched), the delayed
-        reference, or what one of them holds (as Ray resolves a top-level argument).
+        The eager list of references, the delayed reference, or what one of them holds.
     dp_rank, dp_size
         This rank and the number of ranks.
     balance_data
         The plan's method, checked against the put's; ``None`` follows the driver's.
-    resplit
-        Delayed only: allow another ``dp_size`` than the driver's (the batch is split again).
+    resplit, pad_to_dp
+        Delayed only: allow another ``dp_size`` than the driver's (padding the batch first).
     witness_ids
         Optional: one int per sample of the WHOLE batch, added as ``seq_witness_ids``.
     locality
-        Delayed only, where the rows are taken: ``"auto"`` here if this node holds the batch,
-        else on a node that does; ``"local"`` always here; ``"holder"`` always on a holder.
-    step
-        Optional: the training step, named in error messages.
-    on_fetch
-        Optional, for measuring: called with each reference fetched to this process.
-    pad_to_dp
-        Delayed, when the batch is split again: pad it to a multiple of ``dp_size`` first.
+        Delayed only, where the rows are taken (:data:`Locality`).
+    step, on_fetch
+        Optional: the step named in errors; a callback given each reference fetched here.
 
     Returns
     -------
     Shard
-        Delayed, and eager with one object for every rank: fresh, writable buffers. Eager with
-        several node groups: a read-only zero-copy slice of its node's object.
+        Fresh buffers, but a read-only zero-copy slice of its node's object with ``rank_nodes``.
 
     Raises
     ------
     PlanError, OptionError
-        A bad ``dp_rank``, ``dp_size`` or ``locality`` (before any fetch); an eager list whose
-        length is not ``dp_size``; a shard where the whole batch is expected.
+        A bad ``dp_rank``, ``dp_size`` or ``locality``; an eager list whose length is not
+        ``dp_size``; a shard where the whole batch is expected.
     PlanMismatchError
         What was put is another plan's data (method, ``dp_size`` or ranks).
     NotARolloutBatchError
@@ -426,9 +404,8 @@ def _mallopt() -> Callable[[int, int], int] | None:
 def reserve_heap(nbytes: int) -> bool:
     """Keep ``nbytes`` of touched, free heap for this process and Arrow (glibc); ``False`` if not.
 
-    Sets glibc's thresholds (blocks up to 32 MiB from the heap, trimmed above twice the
-    reserve), makes the system allocator Arrow's default pool, then touches and frees
-    ``nbytes``. A later, larger ``nbytes`` grows the reserve. ``nbytes`` is parsed by the caller.
+    Sets glibc's thresholds, makes the system allocator Arrow's default pool, then touches and
+    frees ``nbytes`` (docs/ray.md, "The first step"). ``nbytes`` is parsed by the caller.
     """
     global _reserved  # one heap per process
     if nbytes <= _reserved:
@@ -462,23 +439,20 @@ def _through_pickle(value: object) -> object:
 def warm_up(*, reserve_bytes: int = 0) -> None:
     """Do a rank's first-time work now (imports, kernels, caches), once per process.
 
-    Call it in each train actor's ``__init__``: it runs one eager and one delayed rank's work on
-    two samples in memory (nothing put, no Ray connection needed) and, where Ray is initialized,
-    counts the live nodes as a delayed rank does. A later call only grows the reserve.
+    Call it in each train actor's ``__init__``: it runs an eager and a delayed rank's work on two
+    samples in memory (nothing put) and, where Ray is initialized, counts the live nodes. A later
+    call only grows the reserve.
 
     Parameters
     ----------
     reserve_bytes : int, default 0
         Heap to fault in now and keep for the first steps (glibc; 0 to 2**30), about twice a
-        rank step's private memory; makes the system allocator Arrow's default pool. Why:
-        docs/ray.md.
+        rank step's private memory (docs/ray.md says why).
 
     Raises
     ------
-    OptionTypeError
-        If ``reserve_bytes`` is not an int (a bool or a float is refused).
-    OptionError
-        If ``reserve_bytes`` is negative or above 2**30.
+    OptionTypeError, OptionError
+        ``reserve_bytes`` is not an int, or out of range.
 
     Warns
     -----

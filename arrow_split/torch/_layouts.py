@@ -1,7 +1,6 @@
 """The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
-They arrange the columns the door (:mod:`arrow_split.torch`) read, and every tensor they add
-(cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md`` describes them.
+They arrange the columns :mod:`arrow_split.torch` read; every tensor they add is fresh.
 """
 
 from __future__ import annotations
@@ -14,12 +13,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TypeAlias, cast
 
 import numpy as np
-
-try:
-    import torch
-except ImportError:
-    msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
-    raise ImportError(msg) from None
+import torch
 
 from arrow_split import ColumnSpec, SchemaError, ValueRangeError
 from arrow_split.schema import LengthRule
