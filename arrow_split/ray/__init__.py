@@ -1,8 +1,7 @@
 """Ray leaf: put a rollout batch into the object store; each data-parallel rank takes its own rows.
 
 :func:`split_train_data_by_dp` on the driver, :func:`process_rollout_data` in each train actor
-(after :func:`warm_up` in its ``__init__``); docs/ray.md describes the eager and delayed
-hand-offs, locality, lifetimes and ownership. This leaf imports the public core only.
+(after :func:`warm_up` in its ``__init__``); docs/ray.md is the guide.
 """
 
 from __future__ import annotations

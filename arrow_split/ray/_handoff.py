@@ -18,6 +18,7 @@ import pyarrow as pa
 import ray
 from ray import exceptions as ray_exceptions
 
+import arrow_split.ray._nodes as _nodes
 from arrow_split import (
     KNOWN_COLUMNS,
     ArrowSplitWarning,
@@ -33,17 +34,7 @@ from arrow_split import (
 )
 from arrow_split import pad_to_dp as pad_batch
 from arrow_split._args import as_choice, as_flag, as_int, check_dp_rank, check_dp_size, method_of
-from arrow_split.ray._nodes import (
-    Locality,
-    NodeRows,
-    OnFetch,
-    live_nodes,
-    node_rows,
-    pick_holder,
-    put_by_node,
-    rank_slice,
-    take_on_holder,
-)
+from arrow_split.ray._nodes import Locality, NodeRows, OnFetch
 from arrow_split.schema import role_column
 
 if TYPE_CHECKING:
@@ -148,7 +139,7 @@ def split_train_data_by_dp(
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
-    return put_by_node(batch, plan, nodes)  # one node's rows alive at a time
+    return _nodes.put_by_node(batch, plan, nodes)  # one node's rows alive at a time
 
 
 def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
@@ -258,17 +249,13 @@ def process_rollout_data(
         value = _fetch(refs_or_ref[rank], who, what, on_fetch)
         if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
             value = _detached(value)
-        shard = rank_slice(value, rank, size, method, who, what)
+        shard = _nodes.rank_slice(value, rank, size, method, who, what)
     elif isinstance(refs_or_ref, NodeRows):  # Ray resolved an eager reference given top-level
-        shard = rank_slice(refs_or_ref, rank, size, method, who, "the object given")
+        shard = _nodes.rank_slice(refs_or_ref, rank, size, method, who, "the object given")
     else:
-        request = {
-            "dp_rank": rank,
-            "dp_size": size,
-            "balance_data": balance_data,
-            "resplit": resplit,
-            "pad_to_dp": pad,
-        }
+        request = dict(
+            dp_rank=rank, dp_size=size, balance_data=balance_data, resplit=resplit, pad_to_dp=pad
+        )
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
         whole = len(shard.batch_total_lengths)
@@ -286,9 +273,9 @@ def _delayed_shard(
 ) -> Shard:
     """The rank's rows of the whole batch, taken on a node that holds it or here."""
     if isinstance(ref_or_batch, ray.ObjectRef):
-        node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
+        node_id = _nodes.pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
-            shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
+            shard = _nodes.take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
                 rows = _detached(shard.rows)
                 if witness_ids is not None:
@@ -471,7 +458,7 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     if reserve:
         reserve_heap(reserve)
     if ray.is_initialized():
-        live_nodes()
+        _nodes.live_nodes()
     if _warm:
         return
     tokens, response, mask = (
@@ -482,11 +469,11 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
         {tokens: [[1, 2, 3], [4, 5]], response: [2, 1], mask: [[1, 0], [1]]}
     )
     plan = batch.make_plan(2, balance_data=True)
-    rows = _through_pickle(node_rows(batch, plan, [0, 1]))
+    rows = _through_pickle(_nodes.node_rows(batch, plan, [0, 1]))
     whole = cast(RolloutBatch, _through_pickle(batch.with_plan(plan)))
     for shard in (
-        rank_slice(rows, 0, 2, None, "warm_up", "its object"),
-        rank_slice(rows, 1, 2, None, "warm_up", "its object"),
+        _nodes.rank_slice(rows, 0, 2, None, "warm_up", "its object"),
+        _nodes.rank_slice(rows, 1, 2, None, "warm_up", "its object"),
         shard_for_rank(whole, 1, 2, balance_data=True),
     ):
         shard.numeric_columns()

@@ -231,8 +231,11 @@ class _Counts:
         self.values = dict.fromkeys(("lost", "duplicated", "torn", "in_flight_kept"), 0)
         self.values.update(torn_tails=0, torn_injected=0, acked_samples=0)
 
-    def judge(self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch) -> None:
+    def judge(
+        self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch, torn_tail: bool
+    ) -> None:
         """Compare a recovery with the first ``acked`` groups (or ``acked + 1``, whole)."""
+        self.values["torn_tails"] += torn_tail
         names = got.record_batch.schema.names
         ids = got.record_batch.column(_IDENTITY).to_pylist() if _IDENTITY in names else []
         wanted = [i for group in stream[:acked] for i in list(group[_IDENTITY])]
@@ -340,36 +343,27 @@ def run_kill_test(
     stream = _kill_stream(seed, groups)
     arguments = [journal, str(seed), str(groups), sync]
     code = "from arrow_split.testing import _zygote; _zygote()"
-    zygote = subprocess.Popen(
-        [sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
     counts, done, rounds, start = _Counts(), 0, 1, 0
-    try:
-        while done < kills:
-            target = start + rng.randrange(0, 6)
-            acked, killed = _one_round(zygote, start, target, rng.uniform(0, 2e-3))
-            if not killed:  # the writer reached the end of the stream: a new journal
-                shutil.rmtree(journal)
-                os.makedirs(journal)
-                rounds, start = rounds + 1, 0
-                continue
-            got, torn_tail = _recovered(journal, scratch)
-            counts.values["torn_tails"] += torn_tail
-            counts.judge(stream, acked, got)
-            if counts.kept and rng.random() < 0.5:
-                _cut_last_record(journal, rng)
-                got, torn_tail = _recovered(journal, scratch)
-                counts.values["torn_injected"] += 1
-                counts.values["torn_tails"] += torn_tail
-                counts.judge(stream, acked, got)
-                counts.values["torn"] += counts.kept  # a cut record must be gone whole
-            start, done = acked, done + 1
+    try:  # leaving the `with` closes the zygote's stdin (it exits) and waits for it
+        with subprocess.Popen(
+            [sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as zygote:
+            while done < kills:
+                target = start + rng.randrange(0, 6)
+                acked, killed = _one_round(zygote, start, target, rng.uniform(0, 2e-3))
+                if not killed:  # the writer reached the end of the stream: a new journal
+                    shutil.rmtree(journal)
+                    os.makedirs(journal)
+                    rounds, start = rounds + 1, 0
+                    continue
+                counts.judge(stream, acked, *_recovered(journal, scratch))
+                if counts.kept and rng.random() < 0.5:
+                    _cut_last_record(journal, rng)
+                    counts.values["torn_injected"] += 1
+                    counts.judge(stream, acked, *_recovered(journal, scratch))
+                    counts.values["torn"] += counts.kept  # a cut record must be gone whole
+                start, done = acked, done + 1
     finally:
-        if zygote.stdin is not None:
-            zygote.stdin.close()
-        zygote.wait()
-        if zygote.stdout is not None:
-            zygote.stdout.close()
         if folder is None:
             shutil.rmtree(base, ignore_errors=True)
     return KillReport(kill_points=done, rounds=rounds, **counts.values)
