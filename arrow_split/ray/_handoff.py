@@ -168,13 +168,6 @@ def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
     return list(rank_nodes)
 
 
-def _as_locality(locality: object) -> Locality:
-    if not isinstance(locality, str):  # named like a wrong string, as the tests pin it
-        msg = f"invalid `locality`: {locality!r:.40}; expected one of: 'auto', 'local', 'holder'"
-        raise OptionError(msg)
-    return cast(Locality, as_choice("locality", locality, Locality))
-
-
 def process_rollout_data(
     refs_or_ref: ObjectRef[Any] | Sequence[ObjectRef[Any]] | RolloutBatch,
     dp_rank: int,
@@ -234,7 +227,8 @@ def process_rollout_data(
     method = None if balance_data is None else method_of(balance_data)
     resplit = as_flag("resplit", resplit)
     step = None if step is None else as_int("step", step, minimum=0)
-    where = _as_locality(locality)
+    # a locality not a str is named like a wrong string (an OptionError), as the tests pin it
+    where = cast(Locality, as_choice("locality", locality, Locality, type_error=OptionError))
     pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):

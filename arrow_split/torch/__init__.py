@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -167,7 +167,7 @@ def _options(
     pad_to_multiple_of: object = None,
 ) -> TensorOptions:
     """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
-    chosen = _layout(layout)
+    chosen = as_choice("layout", layout, TensorLayout)
     multiple = _multiple(pad_to_multiple_of)
     token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
     mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
@@ -175,17 +175,6 @@ def _options(
     fill = _pad_value(pad_value)
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
-
-
-def _layout(layout: object) -> str:
-    if not isinstance(layout, str):
-        choices = ", ".join(map(repr, get_args(TensorLayout)))
-        msg = (
-            f"invalid `layout`: {layout!r:.40} of type {type(layout).__name__}; expected one of: "
-            f"{choices}"
-        )
-        raise OptionTypeError(msg)
-    return as_choice("layout", layout, TensorLayout)
 
 
 def _scalar(value: object) -> object:
