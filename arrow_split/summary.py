@@ -1,13 +1,8 @@
 """A text summary of a rollout batch or a dump, for a person to read (``arrow-split inspect``).
 
-The summary shows the sample and token counts, the bytes of each column, a histogram of the
-response lengths, the mean and standard deviation of each float column (the rewards), the
-batch-global keys, and the plan fingerprints (:func:`arrow_split.plan_fingerprint`) of both
-methods for a few ``dp_size`` values, so that a dump can be matched with the plans a training run
-logged. A plan the batch cannot meet (balanced mode on a sample count that ``dp_size`` does not
-divide) shows the reason instead.
-
-Public: :func:`summarize` (a batch) and :func:`inspect_path` (a dump file).
+Counts, bytes per column, a histogram of the response lengths, the float columns' statistics,
+the batch-global keys, and both methods' plan fingerprints for a few ``dp_size`` values, so that
+a dump can be matched with the plans a training run logged (docs/dumps.md).
 """
 
 from __future__ import annotations
@@ -32,16 +27,10 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 def summarize(
     batch: RolloutBatch, *, dp_sizes: Iterable[int] = (8, 64), balance_data: bool = True
 ) -> str:
-    """Return a multi-line text summary of a rollout batch.
+    """Return a multi-line text summary of ``batch`` (of a shard: ``shard.rows``).
 
-    Parameters
-    ----------
-    batch
-        A batch (for a shard, its rows: ``shard.rows``).
-    dp_sizes
-        The ``dp_size`` values whose plan fingerprints are shown (both methods for each).
-    balance_data
-        The method the training run uses: its fingerprints are marked with ``*``.
+    ``dp_sizes``: whose plan fingerprints are shown (both methods each); ``balance_data``: the
+    method in use, whose fingerprints are marked ``*``.
 
     Raises
     ------
@@ -65,12 +54,8 @@ def inspect_path(
 ) -> str:
     """Read a dump (:meth:`RolloutBatch.read`) and summarize it, file facts first.
 
-    Raises
-    ------
-    FileNotFoundError, DumpError
-        As :meth:`RolloutBatch.read`.
-    PlanTypeError, PlanError
-        As :func:`summarize`.
+    Raises ``FileNotFoundError`` or ``DumpError`` as :meth:`RolloutBatch.read`, and what
+    :func:`summarize` raises.
     """
     sizes = _check_dp_sizes(dp_sizes)
     parts, info = read_dump(path)

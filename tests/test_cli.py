@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from arrow_split.cli import main
+from arrow_split.__main__ import main
 
 
 @pytest.mark.parametrize(
@@ -41,7 +41,7 @@ def test_bad_flags_exit_with_a_clear_message(
 def test_bad_flags_do_not_import_ray_or_torch() -> None:
     code = (
         "import sys\n"
-        "from arrow_split.cli import main\n"
+        "from arrow_split.__main__ import main\n"
         "try:\n    main(['demo', '--steps', '0'])\nexcept SystemExit:\n    pass\n"
         "print('ray' in sys.modules, 'torch' in sys.modules)"
     )
@@ -102,7 +102,7 @@ def test_the_demo_without_ray_says_what_to_install_on_one_line() -> None:
     code = (
         "import sys\n"
         "sys.modules['ray'] = None\n"  # `import ray` raises ImportError, as without Ray
-        "from arrow_split.cli import main\n"
+        "from arrow_split.__main__ import main\n"
         "sys.exit(main(['demo', '--steps', '1']))\n"
     )
     result = subprocess.run(

@@ -1,12 +1,7 @@
 """The Ray hand-off: the driver puts a step's batch, each data-parallel rank takes its own rows.
 
-:func:`split_train_data_by_dp` (driver) and :func:`process_rollout_data` (train actor) parse
-their arguments once; ``delay`` picks the hand-off (eager: one object per node group, see
-:mod:`arrow_split.ray._nodes`; delayed: the whole batch once, with its plan, each rank gathering
-its rows into fresh buffers, or splitting again for another ``dp_size`` with ``resplit=True``).
-:func:`warm_up` does a fresh process's first-time work before its first step. Lifetimes,
-ownership and serialization are described in docs/ray.md: the process that puts owns the
-objects (call it on the driver), and dropping the references frees them.
+``delay`` picks the hand-off: eager, one object per node group (:mod:`arrow_split.ray._nodes`);
+delayed, the whole batch once with its plan. docs/ray.md describes both, lifetimes and ownership.
 """
 
 from __future__ import annotations
@@ -18,16 +13,12 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
-try:
-    import ray
-    from ray import exceptions as ray_exceptions
-except ImportError:
-    msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
-    raise ImportError(msg) from None
-
 import numpy as np
 import pyarrow as pa
+import ray
+from ray import exceptions as ray_exceptions
 
+import arrow_split.ray._nodes as _nodes
 from arrow_split import (
     KNOWN_COLUMNS,
     ArrowSplitWarning,
@@ -43,17 +34,7 @@ from arrow_split import (
 )
 from arrow_split import pad_to_dp as pad_batch
 from arrow_split._args import as_choice, as_flag, as_int, check_dp_rank, check_dp_size, method_of
-from arrow_split.ray._nodes import (
-    Locality,
-    NodeRows,
-    OnFetch,
-    live_nodes,
-    node_rows,
-    pick_holder,
-    put_by_node,
-    rank_slice,
-    take_on_holder,
-)
+from arrow_split.ray._nodes import Locality, NodeRows, OnFetch
 from arrow_split.schema import role_column
 
 if TYPE_CHECKING:
@@ -119,24 +100,19 @@ def split_train_data_by_dp(
     ----------
     data_or_batch
         A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
-    dp_size
-        The number of data-parallel ranks.
-    balance_data
-        The plan: ``False`` strided, ``True`` balanced.
+    dp_size, balance_data
+        The number of data-parallel ranks, and the plan (``False`` strided, ``True`` balanced).
     delay
-        ``False``: one object per node group, each rank taking or slicing its rows. ``True``:
-        the whole batch once, with its plan.
+        ``False``: one object per node group; ``True``: the whole batch once, with its plan.
     rank_nodes
-        Eager only: each rank's node id (``ray.get_runtime_context().get_node_id()``), in rank
-        order; ranks with the same id share one object. ``None``: one object for all ranks.
+        Eager only: each rank's node id in rank order (ranks on one node share an object).
     pad_to_dp
         Pad the batch first to a multiple of ``dp_size`` (:func:`arrow_split.pad_to_dp`).
 
     Returns
     -------
     list of ObjectRef or ObjectRef
-        Eager: one reference per rank (``refs[r]`` holds rank ``r``'s rows). Delayed: one
-        reference to the whole batch. Drop them once every rank has processed the step.
+        Eager: one reference per rank; delayed: one to the whole batch. Drop them after the step.
 
     Raises
     ------
@@ -163,7 +139,7 @@ def split_train_data_by_dp(
     plan = batch.make_plan(size, balance_data=balance_data)
     if delay:
         return ray.put(batch.with_plan(plan))
-    return put_by_node(batch, plan, nodes)  # one node's rows alive at a time
+    return _nodes.put_by_node(batch, plan, nodes)  # one node's rows alive at a time
 
 
 def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
@@ -192,13 +168,6 @@ def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
     return list(rank_nodes)
 
 
-def _as_locality(locality: object) -> Locality:
-    if not isinstance(locality, str):  # named like a wrong string, as the tests pin it
-        msg = f"invalid `locality`: {locality!r:.40}; expected one of: 'auto', 'local', 'holder'"
-        raise OptionError(msg)
-    return cast(Locality, as_choice("locality", locality, Locality))
-
-
 def process_rollout_data(
     refs_or_ref: ObjectRef[Any] | Sequence[ObjectRef[Any]] | RolloutBatch,
     dp_rank: int,
@@ -214,43 +183,36 @@ def process_rollout_data(
 ) -> Shard:
     """Return this rank's shard from what :func:`split_train_data_by_dp` put.
 
-    Call it in the train actor of rank ``dp_rank``; only this rank's rows are fetched (eager)
-    or gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
+    Call it in the train actor of rank ``dp_rank``: only this rank's rows are fetched (eager) or
+    gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
 
     Parameters
     ----------
     refs_or_ref
-        The eager list of references (only ``refs[dp_rank]`` is fetched), the delayed
-        reference, or what one of them holds (as Ray resolves a top-level argument).
+        The eager list of references, the delayed reference, or what one of them holds.
     dp_rank, dp_size
         This rank and the number of ranks.
     balance_data
         The plan's method, checked against the put's; ``None`` follows the driver's.
-    resplit
-        Delayed only: allow another ``dp_size`` than the driver's (the batch is split again).
+    resplit, pad_to_dp
+        Delayed only: allow another ``dp_size`` than the driver's (padding the batch first).
     witness_ids
         Optional: one int per sample of the WHOLE batch, added as ``seq_witness_ids``.
     locality
-        Delayed only, where the rows are taken: ``"auto"`` here if this node holds the batch,
-        else on a node that does; ``"local"`` always here; ``"holder"`` always on a holder.
-    step
-        Optional: the training step, named in error messages.
-    on_fetch
-        Optional, for measuring: called with each reference fetched to this process.
-    pad_to_dp
-        Delayed, when the batch is split again: pad it to a multiple of ``dp_size`` first.
+        Delayed only, where the rows are taken (:data:`Locality`).
+    step, on_fetch
+        Optional: the step named in errors; a callback given each reference fetched here.
 
     Returns
     -------
     Shard
-        Delayed, and eager with one object for every rank: fresh, writable buffers. Eager with
-        several node groups: a read-only zero-copy slice of its node's object.
+        Fresh buffers, but a read-only zero-copy slice of its node's object with ``rank_nodes``.
 
     Raises
     ------
     PlanError, OptionError
-        A bad ``dp_rank``, ``dp_size`` or ``locality`` (before any fetch); an eager list whose
-        length is not ``dp_size``; a shard where the whole batch is expected.
+        A bad ``dp_rank``, ``dp_size`` or ``locality``; an eager list whose length is not
+        ``dp_size``; a shard where the whole batch is expected.
     PlanMismatchError
         What was put is another plan's data (method, ``dp_size`` or ranks).
     NotARolloutBatchError
@@ -265,7 +227,8 @@ def process_rollout_data(
     method = None if balance_data is None else method_of(balance_data)
     resplit = as_flag("resplit", resplit)
     step = None if step is None else as_int("step", step, minimum=0)
-    where = _as_locality(locality)
+    # a locality not a str is named like a wrong string (an OptionError), as the tests pin it
+    where = cast(Locality, as_choice("locality", locality, Locality, type_error=OptionError))
     pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):
@@ -280,17 +243,13 @@ def process_rollout_data(
         value = _fetch(refs_or_ref[rank], who, what, on_fetch)
         if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
             value = _detached(value)
-        shard = rank_slice(value, rank, size, method, who, what)
+        shard = _nodes.rank_slice(value, rank, size, method, who, what)
     elif isinstance(refs_or_ref, NodeRows):  # Ray resolved an eager reference given top-level
-        shard = rank_slice(refs_or_ref, rank, size, method, who, "the object given")
+        shard = _nodes.rank_slice(refs_or_ref, rank, size, method, who, "the object given")
     else:
-        request = {
-            "dp_rank": rank,
-            "dp_size": size,
-            "balance_data": balance_data,
-            "resplit": resplit,
-            "pad_to_dp": pad,
-        }
+        request = dict(
+            dp_rank=rank, dp_size=size, balance_data=balance_data, resplit=resplit, pad_to_dp=pad
+        )
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
     if witness_ids is not None:
         whole = len(shard.batch_total_lengths)
@@ -308,9 +267,9 @@ def _delayed_shard(
 ) -> Shard:
     """The rank's rows of the whole batch, taken on a node that holds it or here."""
     if isinstance(ref_or_batch, ray.ObjectRef):
-        node_id = pick_holder(ref_or_batch, request["dp_rank"], locality)
+        node_id = _nodes.pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
-            shard = take_on_holder(ref_or_batch, node_id, request, on_fetch)
+            shard = _nodes.take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
                 rows = _detached(shard.rows)
                 if witness_ids is not None:
@@ -426,9 +385,8 @@ def _mallopt() -> Callable[[int, int], int] | None:
 def reserve_heap(nbytes: int) -> bool:
     """Keep ``nbytes`` of touched, free heap for this process and Arrow (glibc); ``False`` if not.
 
-    Sets glibc's thresholds (blocks up to 32 MiB from the heap, trimmed above twice the
-    reserve), makes the system allocator Arrow's default pool, then touches and frees
-    ``nbytes``. A later, larger ``nbytes`` grows the reserve. ``nbytes`` is parsed by the caller.
+    Sets glibc's thresholds, makes the system allocator Arrow's default pool, then touches and
+    frees ``nbytes`` (docs/ray.md, "The first step"). ``nbytes`` is parsed by the caller.
     """
     global _reserved  # one heap per process
     if nbytes <= _reserved:
@@ -462,23 +420,20 @@ def _through_pickle(value: object) -> object:
 def warm_up(*, reserve_bytes: int = 0) -> None:
     """Do a rank's first-time work now (imports, kernels, caches), once per process.
 
-    Call it in each train actor's ``__init__``: it runs one eager and one delayed rank's work on
-    two samples in memory (nothing put, no Ray connection needed) and, where Ray is initialized,
-    counts the live nodes as a delayed rank does. A later call only grows the reserve.
+    Call it in each train actor's ``__init__``: it runs an eager and a delayed rank's work on two
+    samples in memory (nothing put) and, where Ray is initialized, counts the live nodes. A later
+    call only grows the reserve.
 
     Parameters
     ----------
     reserve_bytes : int, default 0
         Heap to fault in now and keep for the first steps (glibc; 0 to 2**30), about twice a
-        rank step's private memory; makes the system allocator Arrow's default pool. Why:
-        docs/ray.md.
+        rank step's private memory (docs/ray.md says why).
 
     Raises
     ------
-    OptionTypeError
-        If ``reserve_bytes`` is not an int (a bool or a float is refused).
-    OptionError
-        If ``reserve_bytes`` is negative or above 2**30.
+    OptionTypeError, OptionError
+        ``reserve_bytes`` is not an int, or out of range.
 
     Warns
     -----
@@ -497,7 +452,7 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     if reserve:
         reserve_heap(reserve)
     if ray.is_initialized():
-        live_nodes()
+        _nodes.live_nodes()
     if _warm:
         return
     tokens, response, mask = (
@@ -508,11 +463,11 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
         {tokens: [[1, 2, 3], [4, 5]], response: [2, 1], mask: [[1, 0], [1]]}
     )
     plan = batch.make_plan(2, balance_data=True)
-    rows = _through_pickle(node_rows(batch, plan, [0, 1]))
+    rows = _through_pickle(_nodes.node_rows(batch, plan, [0, 1]))
     whole = cast(RolloutBatch, _through_pickle(batch.with_plan(plan)))
     for shard in (
-        rank_slice(rows, 0, 2, None, "warm_up", "its object"),
-        rank_slice(rows, 1, 2, None, "warm_up", "its object"),
+        _nodes.rank_slice(rows, 0, 2, None, "warm_up", "its object"),
+        _nodes.rank_slice(rows, 1, 2, None, "warm_up", "its object"),
         shard_for_rank(whole, 1, 2, balance_data=True),
     ):
         shard.numeric_columns()

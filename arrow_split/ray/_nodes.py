@@ -1,20 +1,8 @@
 """Where a step's rows live on a cluster: eager objects per node group, delayed takes on a holder.
 
-Eager. Ranks with the same ``rank_nodes`` label share one object. One group (the default): the
-batch with its plan, put as it is; a rank takes its rows into fresh buffers. Several groups: a
-:class:`NodeRows` per group, its ranks' rows gathered once in plan order into fresh compact
-buffers (never a slice view, which would ship its parent's buffers, ARROW-10739); a rank checks
-the plan's key and its row range in O(1) and slices them without a copy (a read-only view that
-pins its group's object). A wrong label costs bytes across nodes, never a wrong shard. A put
-that fails part-way frees what was put and raises a :class:`~arrow_split.TransportError`.
-
-Delayed. Ray moves an object between nodes whole, so a rank whose node does not hold the batch
-has its rows taken on a node that does (``locality="auto"`` or ``"holder"``) by one helper actor
-per holding node (named :data:`HELPER_NAME_PREFIX` + node id, no CPU, 8 takes at once), and
-fetches only its shard, which it copies into fresh buffers. A helper dies with the process that
-created it; a call retries once on a fresh one, then takes locally, as it does when the location
-lookup fails or no node holds a copy. Helper handles and the live-node count (trusted 10 s) are
-per process and per Ray session; :func:`clear_caches` drops them.
+Eager: one object per group of ranks on one node, each rank checking the plan's key and its row
+range in O(1). Delayed: a rank whose node does not hold the batch has its rows taken by a helper
+actor on a node that does. docs/ray.md, "Eager" and "At cluster scale", describes both.
 """
 
 from __future__ import annotations
@@ -24,16 +12,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
-try:
-    import ray
-    from ray import exceptions as ray_exceptions
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-except ImportError:
-    msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
-    raise ImportError(msg) from None
-
 import numpy as np
 import pyarrow as pa
+import ray
+from ray import exceptions as ray_exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from arrow_split import (
     ArrowSplitError,
@@ -92,10 +75,9 @@ _HelperGoneError = (
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class NodeRows:
-    """What an eager split puts per node group: its ranks' rows in plan order, rank after rank.
+    """An eager object of several ranks: their rows in plan order, and each rank's bounds.
 
-    ``partition`` maps each row to the whole batch; ``bounds[rank]`` is the rank's
-    ``(start, stop)`` in ``record_batch``.
+    Fresh compact buffers, never a slice view (which would ship its parent's buffers).
     """
 
     record_batch: pa.RecordBatch
@@ -182,12 +164,8 @@ def rank_slice(
 ) -> Shard:
     """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced.
 
-    Raises
-    ------
-    NotARolloutBatchError, PlanError
-        ``value`` is not what an eager split puts.
-    PlanMismatchError
-        It holds other ranks' rows, or rows of another plan.
+    Raises NotARolloutBatchError or PlanError for what an eager split does not put, and
+    PlanMismatchError for other ranks' rows or another plan's.
     """
     if isinstance(value, RolloutBatch) and value.plan is not None:
         key = value.plan.key
@@ -303,13 +281,9 @@ def take_on_holder(
 ) -> Shard | None:
     """The rank's shard, taken on ``node_id`` and copied into fresh buffers here.
 
-    ``request`` holds :func:`arrow_split.shard_for_rank`'s keywords. ``None``: take locally
-    instead (the helper was unreachable twice, the batch is gone, or not a whole batch).
-
-    Raises
-    ------
-    ArrowSplitError
-        The take itself failed on the holder (a plan the batch cannot meet, a plan mismatch).
+    ``request``: :func:`~arrow_split.shard_for_rank`'s keywords. ``None``: take locally (the
+    helper was unreachable twice, the batch is gone or not a whole batch). The holder's
+    ArrowSplitError is raised here.
     """
     for _ in range(_ATTEMPTS):
         helper = _helper_on(node_id)

@@ -1,7 +1,6 @@
 """Test helpers that ship with the library: seeded rollout batches, assertions, the kill test.
 
-Like ``polars.testing``: what the project's tests, benchmarks and demo use, and users can too
-(``docs/testing.md``). Numpy and pyarrow only (hypothesis: :mod:`arrow_split.testing.strategies`).
+What the project's tests, benchmarks and demo use, and users can too (docs/testing.md).
 """
 
 from __future__ import annotations
@@ -107,9 +106,8 @@ def _check_mapping(what: str, left: Mapping[str, Any], right: Mapping[str, Any])
 def assert_batches_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard) -> None:
     """Assert that two rollout batches (or shards) hold the same columns, specs and globals.
 
-    NaN equals NaN at the same place, as in :meth:`RolloutBatch.equals`. The ``AssertionError``
-    names the first difference: a column's name, type, or first differing row (with both values),
-    a spec, a batch-global key, or a side that is not a batch at all.
+    NaN equals NaN at the same place. The ``AssertionError`` names the first difference (a
+    column's name, type or first differing row with both values, a spec, a batch-global key).
 
     Examples
     --------
@@ -127,11 +125,7 @@ def assert_batches_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard
 
 
 def assert_shards_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard) -> None:
-    """Assert that two shards are equal: as batches, then in what makes them shards.
-
-    ``partition``, ``batch_total_lengths`` and ``plan_fingerprint``, where both sides have them;
-    the ``AssertionError`` names the first difference.
-    """
+    """Assert two shards equal as batches, then in partition, lengths and plan fingerprint."""
     assert_batches_equal(left, right)
     for name in ("partition", "batch_total_lengths", "plan_fingerprint"):
         left_value = getattr(left, name, _MISSING)
@@ -152,9 +146,8 @@ _RECORD_FRAME = struct.Struct("<4s8sQQQI")  # a record's frame (format 2: arrow_
 class KillReport:
     """What :func:`run_kill_test` saw; a sound journal has ``lost == duplicated == torn == 0``.
 
-    ``in_flight_kept``: kills after the write, before ``extend`` returned (the call kept whole);
-    ``torn_tails``: journals ending in a partial record, dropped by recovery (a kill inside the
-    write, or one of the ``torn_injected``: half the kept calls cut at a random byte, judged again).
+    ``in_flight_kept``: kills after the write, before ``extend`` returned; ``torn_tails``: partial
+    last records dropped by recovery (``torn_injected`` of them cut on purpose).
     """
 
     kill_points: int
@@ -238,8 +231,11 @@ class _Counts:
         self.values = dict.fromkeys(("lost", "duplicated", "torn", "in_flight_kept"), 0)
         self.values.update(torn_tails=0, torn_injected=0, acked_samples=0)
 
-    def judge(self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch) -> None:
+    def judge(
+        self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch, torn_tail: bool
+    ) -> None:
         """Compare a recovery with the first ``acked`` groups (or ``acked + 1``, whole)."""
+        self.values["torn_tails"] += torn_tail
         names = got.record_batch.schema.names
         ids = got.record_batch.column(_IDENTITY).to_pylist() if _IDENTITY in names else []
         wanted = [i for group in stream[:acked] for i in list(group[_IDENTITY])]
@@ -328,12 +324,10 @@ def run_kill_test(
 ) -> KillReport:
     """SIGKILL a journaling writer ``kills`` times; count lost, duplicated and torn samples.
 
-    A warm helper process (the *zygote*) forks each writer, which recovers the journal in
-    ``folder`` (a temporary one by default), appends a seeded stream of ``groups`` groups of 4
-    samples from one group before where the last writer stopped (a replay) and reports ``begin``
-    and ``ack`` per group on a pipe. This process kills it at a random group and delay (before,
-    inside or after the write) and recovers a copy of the journal: it must hold exactly the
-    acknowledged groups, plus the interrupted one whole or not at all. POSIX only (it forks).
+    A warm helper process forks each writer, which recovers the journal in ``folder`` (a
+    temporary one by default) and appends ``groups`` groups of 4 samples, replaying one; each
+    recovery must hold exactly the acknowledged groups, plus the interrupted one whole or not at
+    all. POSIX only (it forks).
     """
     kills = as_int("kills", kills, minimum=0, maximum=_MAX_KILLS)
     seed = as_int("seed", seed, minimum=0)
@@ -349,36 +343,27 @@ def run_kill_test(
     stream = _kill_stream(seed, groups)
     arguments = [journal, str(seed), str(groups), sync]
     code = "from arrow_split.testing import _zygote; _zygote()"
-    zygote = subprocess.Popen(
-        [sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
     counts, done, rounds, start = _Counts(), 0, 1, 0
-    try:
-        while done < kills:
-            target = start + rng.randrange(0, 6)
-            acked, killed = _one_round(zygote, start, target, rng.uniform(0, 2e-3))
-            if not killed:  # the writer reached the end of the stream: a new journal
-                shutil.rmtree(journal)
-                os.makedirs(journal)
-                rounds, start = rounds + 1, 0
-                continue
-            got, torn_tail = _recovered(journal, scratch)
-            counts.values["torn_tails"] += torn_tail
-            counts.judge(stream, acked, got)
-            if counts.kept and rng.random() < 0.5:
-                _cut_last_record(journal, rng)
-                got, torn_tail = _recovered(journal, scratch)
-                counts.values["torn_injected"] += 1
-                counts.values["torn_tails"] += torn_tail
-                counts.judge(stream, acked, got)
-                counts.values["torn"] += counts.kept  # a cut record must be gone whole
-            start, done = acked, done + 1
+    try:  # leaving the `with` closes the zygote's stdin (it exits) and waits for it
+        with subprocess.Popen(
+            [sys.executable, "-c", code, *arguments], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ) as zygote:
+            while done < kills:
+                target = start + rng.randrange(0, 6)
+                acked, killed = _one_round(zygote, start, target, rng.uniform(0, 2e-3))
+                if not killed:  # the writer reached the end of the stream: a new journal
+                    shutil.rmtree(journal)
+                    os.makedirs(journal)
+                    rounds, start = rounds + 1, 0
+                    continue
+                counts.judge(stream, acked, *_recovered(journal, scratch))
+                if counts.kept and rng.random() < 0.5:
+                    _cut_last_record(journal, rng)
+                    counts.values["torn_injected"] += 1
+                    counts.judge(stream, acked, *_recovered(journal, scratch))
+                    counts.values["torn"] += counts.kept  # a cut record must be gone whole
+                start, done = acked, done + 1
     finally:
-        if zygote.stdin is not None:
-            zygote.stdin.close()
-        zygote.wait()
-        if zygote.stdout is not None:
-            zygote.stdout.close()
         if folder is None:
             shutil.rmtree(base, ignore_errors=True)
     return KillReport(kill_points=done, rounds=rounds, **counts.values)

@@ -1,8 +1,7 @@
 """Seeded rollout batches shaped like RL training data, as train-data dicts.
 
-A prompt of ``prompt_tokens`` tokens and a long-tailed response (exponential, at least 1, capped
-and then ``truncated``) per sample, every column drawn in a fixed order from one seeded
-generator: a config (:class:`RolloutConfig`) and a step always give the same batch.
+Every column is drawn in a fixed order from one seeded generator: a config and a step always
+give the same batch.
 """
 
 from __future__ import annotations
@@ -30,14 +29,8 @@ __all__ = [
 ]
 
 ColumnSet = Literal["every", "numeric"]
-"""Which columns a generated batch has.
-
-``numeric``: ``tokens``, ``response_lengths``, ``loss_masks``, ``rollout_log_probs``,
-``rewards``, ``truncated``, ``sample_indices`` and ``raw_reward`` (what the benchmarks compare).
-``every``: those and one column of every other kind (``teacher_log_probs``, ``rollout_ids``,
-objects, batch globals). Either gets ``rollout_routed_experts`` with a ``moe_shape`` and
-``rollout_sampling_masks`` with a ``sampling_top_k``.
-"""
+"""Which columns a generated batch has: ``numeric`` (the benchmarks' columns), or ``every``:
+those and one column of every other kind (ids, objects, batch globals)."""
 
 
 def _pair(name: str, value: object) -> tuple[int, int]:
@@ -54,24 +47,18 @@ class RolloutConfig:
 
     Parameters
     ----------
-    samples
-        Samples in the batch.
+    samples, seed
+        Samples in the batch, and the seed of every draw (equal configs give equal batches).
     response_mean, response_cap
-        Mean of the exponential response lengths, and the longest (samples at the cap are
-        ``truncated``), in tokens.
+        Mean and cap of the exponential response lengths (capped samples are ``truncated``).
     prompt_tokens
         Inclusive range of the uniform prompt lengths, in tokens.
     moe_shape
-        ``(layers, top_k)`` of ``rollout_routed_experts`` (int32, ``[len(tokens) - 1, layers,
-        top_k]`` per sample), or ``None`` for none.
-    seed
-        Seed of every draw: equal configs give equal batches.
+        ``(layers, top_k)`` of ``rollout_routed_experts`` (int32), or ``None`` for none.
     sampling_top_k
-        Give ``rollout_sampling_masks``: 1 to ``sampling_top_k`` distinct ids per response token,
-        from a stream of their own (the other columns are the same with or without them).
+        Give ``rollout_sampling_masks`` (1 to ``sampling_top_k`` ids per response token).
     as_numpy
-        Which columns come as numpy rather than Python lists: ``True``, ``False`` or a set of
-        keys. Objects are always lists; routed experts always numpy.
+        Which columns come as numpy rather than lists: ``True``, ``False`` or a set of keys.
     columns
         Which columns the batch has (:data:`ColumnSet`).
 
@@ -141,8 +128,7 @@ WORKLOADS: Mapping[str, RolloutConfig] = MappingProxyType(
     }
 )
 """The named benchmark workloads (numeric columns, Python lists, seed 0): about 12k, 0.5M, 18M
-and 70M tokens. ``dataclasses.replace(WORKLOADS["medium"], as_numpy=True)`` gives the same values
-as numpy arrays."""
+and 70M tokens."""
 
 VOCAB_SIZE = 151_936
 NUM_EXPERTS = 128
@@ -173,10 +159,7 @@ def _lengths(
 
 
 def make_lengths(config: RolloutConfig, step: int = 0) -> npt.NDArray[np.int64]:
-    """The int64 total length of each sample of ``make_train_data(config, step)``, alone.
-
-    Two draws per sample, without the batch: what a planner benchmark needs.
-    """
+    """The int64 total length of each sample of ``make_train_data(config, step)``, alone."""
     step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     return _lengths(config, _rng(config.seed, step))[0]
 
@@ -264,12 +247,7 @@ def _in_form(config: RolloutConfig, key: str, value: Any) -> Any:
 
 
 def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
-    """A seeded rollout batch as a classic train-data dict, shaped by ``config``.
-
-    Each ``step`` of a config is a different batch of the same shape. Per-sample keys come as
-    lists (or numpy, as ``config.as_numpy`` says), as :meth:`RolloutBatch.from_train_data
-    <arrow_split.RolloutBatch.from_train_data>` takes them.
-    """
+    """A seeded rollout batch as a classic train-data dict; each ``step`` is another batch."""
     step = as_int("step", step, minimum=0, maximum=_MAX_STEP)
     rng = _rng(config.seed, step)
     columns = _numeric(config, rng)
@@ -292,12 +270,9 @@ def is_per_sample(key: str) -> bool:
 def iter_sample_groups(
     config: RolloutConfig, group_size: int = 8, *, step: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """The batch of :func:`make_train_data` as train-data dicts of ``group_size`` samples.
+    """The batch of :func:`make_train_data` as train-data dicts of ``group_size`` rows each.
 
-    The batch is generated first; each group is a slice of it in row order (the last may be
-    smaller), valid on its own: per-sample keys and ``raw_reward`` hold the group's rows, other
-    batch-global keys are the batch's. ``group_size`` is ``>= 1``, as a rollout engine returns
-    the samples of one prompt.
+    Per-sample keys and ``raw_reward`` hold the group's rows, other batch-global keys the batch's.
     """
     group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
@@ -319,10 +294,8 @@ def make_multimodal_train_data(
 ) -> dict[str, Any]:
     """A seeded multimodal batch: the samples of a prompt share its processed image.
 
-    Numeric columns (``prompts * samples_per_prompt`` samples) and ``multimodal_train_inputs``:
-    per prompt one dict of ``pixel_values`` (float32, about ``image_bytes`` bytes) and
-    ``image_grid_thw``, the same object for each of its samples (``shared=True``) or an equal
-    copy each. Either way a column stored once keeps one copy per prompt.
+    ``multimodal_train_inputs`` holds per prompt one dict of ``pixel_values`` (about
+    ``image_bytes`` bytes) and ``image_grid_thw``: one object per prompt (``shared``) or a copy.
 
     Examples
     --------

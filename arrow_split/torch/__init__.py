@@ -1,8 +1,7 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
-:func:`to_tensors` parses its options once, reads the numeric columns under the memory rule
-(``_private_or_copy``) and has :mod:`arrow_split.torch._layouts` arrange them;
-``docs/torch.md`` describes the layouts, dtypes, keys and memory. Imports the public core only.
+Options are parsed once here, the numeric columns read under one memory rule
+(``_private_or_copy``) and arranged by :mod:`arrow_split.torch._layouts` (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -76,35 +75,32 @@ def to_tensors(
     shard
         What a split returns (or a whole :class:`~arrow_split.RolloutBatch`).
     layout
-        ``"per_sample"`` (a list of views per column), ``"packed"`` (flat + int32 cumulative
-        lengths), ``"padded"`` (adds ``attention_mask``...) or ``"nested"`` (jagged).
+        ``"per_sample"``, ``"packed"``, ``"padded"`` or ``"nested"`` (:data:`TensorLayout`).
     device
         Move every tensor to this device (``torch.device`` or str); ``None`` keeps the CPU.
     token_dtype, mask_dtype, id_dtype
-        dtype of ``tokens`` (int64 or int32), of flag columns such as ``loss_masks`` (int64,
-        int32, uint8, bool or float32) and of the ids stored narrow (int32, int64, or ``None``
-        for the stored type, cast on the device when there is one).
+        dtype of ``tokens`` (int64, int32), of flag columns (int64, int32, uint8, bool, float32)
+        and of ids stored narrow (int32, int64, or ``None`` for the stored type).
     pad_value, pad_to_multiple_of
-        ``"padded"`` only: the value of padding positions (flag and bool columns: 0), and the
-        multiple (``>= 1``) each padded length is rounded up to.
+        ``"padded"`` only: the value of padding positions (flags: 0), and the multiple (``>= 1``)
+        each padded length is rounded up to.
 
     Returns
     -------
     dict of str to torch.Tensor or list of torch.Tensor
-        The ragged and scalar columns in the shard's order, then the layout's extra keys. Objects
-        and batch-global values are left out.
+        The ragged and scalar columns in the shard's order, then the layout's extra keys.
 
     Raises
     ------
     SchemaTypeError
         ``shard`` is neither a Shard nor a RolloutBatch.
-    OptionError
-        An unknown option value; an OptionTypeError for one of the wrong type.
+    OptionError, OptionTypeError
+        An unknown option value, or one of the wrong type.
     SchemaError
         A column whose name clashes with an extra key of the layout.
     ValueRangeError
-        ``pad_to_multiple_of`` out of range, a ``pad_value`` that does not fit a column, more than
-        2**31 - 1 values in a column, or an ``id_dtype`` narrower than a column's stored type.
+        An option out of range, a ``pad_value`` that does not fit a column, more than 2**31 - 1
+        values in a column, or an ``id_dtype`` narrower than a column's stored type.
 
     Examples
     --------
@@ -127,14 +123,9 @@ def to_micro_batches(
     """One :func:`to_tensors` result (``**options``) per micro-batch of a shard.
 
     Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]``
-    (``RankSchedule.micro_batch_offsets``, non-decreasing from 0 to ``len(shard)``): each is
-    converted from a slice of the shard, with no second gather, with its own ``cu_seqlens``.
-
-    Raises
-    ------
-    OptionTypeError, OptionError
-        Offsets that are not integers, or not non-decreasing from 0 to the shard's rows; and
-        what :func:`to_tensors` raises for its options.
+    (``RankSchedule.micro_batch_offsets``), converted from a slice of the shard (no second
+    gather). Raises OptionTypeError or OptionError for offsets that are not integers rising
+    from 0 to ``len(shard)``, and what :func:`to_tensors` raises.
     """
     rows = _rows_of(shard)
     offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
@@ -152,9 +143,6 @@ def to_micro_batches(
         )
         for start, stop in itertools.pairwise(offsets.tolist())
     ]
-
-
-# --- the door: each option parsed once ---------------------------------------------------------
 
 
 def _rows_of(shard: object) -> RolloutBatch:
@@ -179,7 +167,7 @@ def _options(
     pad_to_multiple_of: object = None,
 ) -> TensorOptions:
     """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
-    chosen = _layout(layout)
+    chosen = as_choice("layout", layout, TensorLayout)
     multiple = _multiple(pad_to_multiple_of)
     token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
     mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
@@ -187,17 +175,6 @@ def _options(
     fill = _pad_value(pad_value)
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
-
-
-def _layout(layout: object) -> str:
-    if not isinstance(layout, str):
-        choices = ", ".join(map(repr, get_args(TensorLayout)))
-        msg = (
-            f"invalid `layout`: {layout!r:.40} of type {type(layout).__name__}; expected one of: "
-            f"{choices}"
-        )
-        raise OptionTypeError(msg)
-    return as_choice("layout", layout, TensorLayout)
 
 
 def _scalar(value: object) -> object:
@@ -265,9 +242,6 @@ def _device(device: object) -> torch.device | None:
         return torch.device(device)
     msg = f"invalid `device`: {device!r}; {expected}"
     raise OptionError(msg)
-
-
-# --- Arrow -> torch, under the memory rule -----------------------------------------------------
 
 
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:

@@ -1,7 +1,6 @@
 """The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
 
-They arrange the columns the door (:mod:`arrow_split.torch`) read, and every tensor they add
-(cumulative lengths, masks, padding, nested offsets) is fresh. ``docs/torch.md`` describes them.
+They arrange the columns :mod:`arrow_split.torch` read; every tensor they add is fresh.
 """
 
 from __future__ import annotations
@@ -14,19 +13,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TypeAlias, cast
 
 import numpy as np
-
-try:
-    import torch
-except ImportError:
-    msg = "arrow_split.torch needs PyTorch; install it with `pip install arrow-split[torch]`"
-    raise ImportError(msg) from None
+import torch
 
 from arrow_split import ColumnSpec, SchemaError, ValueRangeError
 from arrow_split.schema import LengthRule
 
 __all__ = [
     "AllColumns",
-    "Columns",
+    "Arranged",
     "MAX_PAD_MULTIPLE",
     "RaggedColumn",
     "TensorOptions",
@@ -37,7 +31,7 @@ __all__ = [
 ]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
-Columns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor]"
+Arranged: TypeAlias = "tuple[dict[str, Tensors], dict[str, Tensors]]"  # the columns, extra keys
 AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
 
 MAX_PAD_MULTIPLE = 2**20
@@ -132,29 +126,18 @@ class TokenListColumn:
         }
 
 
-def _per_sample(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
-    tensors: dict[str, Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, RaggedColumn):
-            tensors[name] = list(torch.split(column.values, column.lengths.tolist()))
-        else:
-            tensors[name] = column
-    return tensors
+def _per_sample(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
+    return {name: list(torch.split(c.values, c.lengths.tolist())) for name, c in ragged.items()}, {}
 
 
-def _packed(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
-    tensors: dict[str, Tensors] = {}
-    extras: dict[str, torch.Tensor] = {}
-    for name, column in columns.items():
-        if not isinstance(column, RaggedColumn):
-            tensors[name] = column
-            continue
-        tensors[name] = column.values
+def _packed(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
+    extras: dict[str, Tensors] = {}
+    for name, column in ragged.items():
         kind, group = column.group
         key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
         if key not in extras:
             extras[key] = move(_cu_seqlens(name, column.offsets), options)
-    return _merge(tensors, extras, "packed")
+    return {name: column.values for name, column in ragged.items()}, extras
 
 
 def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
@@ -169,32 +152,28 @@ def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(offsets.astype(np.int32))
 
 
-def _padded(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+def _padded(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     masks: dict[tuple[str, str], torch.Tensor] = {}
-    for column in columns.values():
-        if isinstance(column, RaggedColumn) and column.group not in masks:
-            masks[column.group] = _length_mask(column, columns, options)
-    tensors: dict[str, Tensors] = {}
-    for name, column in columns.items():
-        if isinstance(column, RaggedColumn):
-            tensors[name] = _pad(column, masks[column.group], options)
-        else:
-            tensors[name] = column
-    extras = {
+    for column in ragged.values():
+        if column.group not in masks:
+            masks[column.group] = _length_mask(column, ragged, options)
+    extras: dict[str, Tensors] = {
         _MASK_KEYS[cast("LengthRule", group)]: mask
         for (kind, group), mask in masks.items()
         if kind == "rule"
     }
-    return _merge(tensors, extras, "padded")
+    return {name: _pad(c, masks[c.group], options) for name, c in ragged.items()}, extras
 
 
-def _length_mask(column: RaggedColumn, columns: Columns, options: TensorOptions) -> torch.Tensor:
+def _length_mask(
+    column: RaggedColumn, ragged: dict[str, RaggedColumn], options: TensorOptions
+) -> torch.Tensor:
     """``[n, width]`` bool, True at a sample's real positions; width shared by the group."""
     width = max(
         (
             int(other.lengths.max(initial=0))
-            for other in columns.values()
-            if isinstance(other, RaggedColumn) and other.group == column.group
+            for other in ragged.values()
+            if other.group == column.group
         ),
         default=0,
     )
@@ -232,21 +211,18 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
     return int(pad_value)
 
 
-def _nested(columns: Columns, options: TensorOptions) -> dict[str, Tensors]:
+def _nested(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     """Columns of one length group share one offsets tensor, hence one jagged dimension."""
     tensors: dict[str, Tensors] = {}
     shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
-    for name, column in columns.items():
-        if not isinstance(column, RaggedColumn):
-            tensors[name] = column
-            continue
+    for name, column in ragged.items():
         offsets = shared.get(column.group)
         if offsets is None or not np.array_equal(offsets[0], column.offsets):
             fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
             offsets = (column.offsets, fresh)
             shared.setdefault(column.group, offsets)
         tensors[name] = _jagged(column, offsets[1])
-    return tensors
+    return tensors, {}
 
 
 def _jagged(column: RaggedColumn, offsets: torch.Tensor) -> torch.Tensor:
@@ -288,7 +264,7 @@ def _merge(
     return {**tensors, **extras}
 
 
-_ARRANGE: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
+_ARRANGE: dict[str, Callable[[dict[str, RaggedColumn], TensorOptions], Arranged]] = {
     "per_sample": _per_sample,
     "packed": _packed,
     "padded": _padded,
@@ -297,17 +273,18 @@ _ARRANGE: dict[str, Callable[[Columns, TensorOptions], dict[str, Tensors]]] = {
 
 
 def arrange(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
-    """The tensors of ``options.layout``: the other columns, then the lists per token.
+    """The columns in order as ``options.layout`` arranges them, its keys, the lists per token.
 
-    A list per token is packed in every layout but ``per_sample`` (:meth:`TokenListColumn.packed`).
+    A list per token is packed in every layout but ``per_sample`` (it has no dense shape).
     """
-    rest: Columns = {}
+    ragged = {name: column for name, column in columns.items() if isinstance(column, RaggedColumn)}
+    arranged, extras = _ARRANGE[options.layout](ragged, options)
+    tensors: dict[str, Tensors] = {}
     lists: dict[str, Tensors] = {}
     for name, column in columns.items():
-        if not isinstance(column, TokenListColumn):
-            rest[name] = column
-        elif options.layout == "per_sample":
-            lists.update(column.per_sample(options))
+        if isinstance(column, TokenListColumn):
+            per_sample = options.layout == "per_sample"
+            lists.update(column.per_sample(options) if per_sample else column.packed(options))
         else:
-            lists.update(column.packed(options))
-    return _merge(_ARRANGE[options.layout](rest, options), lists, options.layout)
+            tensors[name] = arranged[name] if isinstance(column, RaggedColumn) else column
+    return _merge(_merge(tensors, extras, options.layout), lists, options.layout)

@@ -162,7 +162,7 @@ def test_failed_write_keeps_the_old_file_and_leaves_no_temporary(
 def test_inspect_prints_a_name_with_a_newline_on_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from arrow_split.cli import main
+    from arrow_split.__main__ import main
 
     good = tmp_path / "good.arrow"
     RolloutBatch.from_train_data({"tokens": [[1]]}).write(good)
