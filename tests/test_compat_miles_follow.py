@@ -17,7 +17,9 @@ import pyarrow as pa
 import pytest
 
 from arrow_split import ColumnSpec, PlanError, RolloutBatch, SchemaError, UnknownKeyWarning
-from arrow_split.compat import _miles_convert, _miles_install, miles
+from arrow_split.compat import miles
+from arrow_split.compat.miles import _convert as _miles_convert
+from arrow_split.compat.miles import _install as _miles_install
 from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
 
 # Keys that miles' open PRs add, with values of the shapes they produce.

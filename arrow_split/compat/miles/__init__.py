@@ -33,8 +33,8 @@ from arrow_split import (
     TransportError,
 )
 from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
-from arrow_split.compat import _miles_install
-from arrow_split.compat._miles_convert import (
+from arrow_split.compat.miles import _install
+from arrow_split.compat.miles._convert import (
     SCHEDULE_CONFIG_KEYS,
     FlopsFn,
     RolloutShard,
@@ -50,7 +50,7 @@ from arrow_split.compat._miles_convert import (
     to_batch,
     witness_ids_of,
 )
-from arrow_split.compat._miles_install import Installation, as_specs, patch
+from arrow_split.compat.miles._install import Installation, as_specs, patch
 from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
@@ -349,7 +349,7 @@ class ArrowRef:
 
 def _wrap_ref(ray_ref: Any) -> Any:
     """A Ray reference in the installed miles' reference type (``ArrowRef`` before install)."""
-    factory = _miles_install.REF_FACTORY
+    factory = _install.REF_FACTORY
     return ArrowRef(ray_ref) if factory is None else factory(ray_ref)
 
 
