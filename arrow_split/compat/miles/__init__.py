@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+import arrow_split.compat.miles._install as _install
 from arrow_split import (
     KNOWN_COLUMNS,
     ArrowSplitError,
@@ -33,7 +34,6 @@ from arrow_split import (
     TransportError,
 )
 from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
-from arrow_split.compat.miles import _install
 from arrow_split.compat.miles._convert import (
     SCHEDULE_CONFIG_KEYS,
     FlopsFn,
@@ -50,7 +50,12 @@ from arrow_split.compat.miles._convert import (
     to_batch,
     witness_ids_of,
 )
-from arrow_split.compat.miles._install import Installation, as_specs, patch
+from arrow_split.compat.miles._install import (
+    Installation,
+    UnpatchedBindingWarning,
+    as_specs,
+    patch,
+)
 from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
@@ -61,6 +66,7 @@ __all__ = [
     "RolloutShard",
     "SCHEDULE_CONFIG_KEYS",
     "StoreGetResult",
+    "UnpatchedBindingWarning",
     "can_schedule_on_rollout_side",
     "install",
     "process_rollout_data",

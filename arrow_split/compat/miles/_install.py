@@ -1,26 +1,34 @@
 """The machinery behind ``install()``: bind the drop-ins wherever miles binds its functions.
 
-The patch follows miles' six functions by identity, not module names (miles #1842 moved a
-binding), through every loaded module's globals; each installation binds fresh wrappers, so
-:meth:`Installation.undo` finds its own again and rebinds the newest installation left, or
-miles' own (undo in any order). A refused binding puts everything back: InstallError.
-Bindings outside module globals (class attributes, dicts, closures) are not searched.
+Bindings are found by identity, not by module name (miles #1842 moved one): loaded modules'
+globals and class attributes are rebound, and found again by :meth:`Installation.undo`. Other
+holders (a partial, a container, a default, a closure) cannot be rebound: they are reported.
 """
 
 from __future__ import annotations
 
 import functools
+import gc
 import importlib
 import logging
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import ModuleType
+from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
-from arrow_split import ColumnSpec, InstallError, SchemaTypeError
+from arrow_split import ArrowSplitWarning, ColumnSpec, InstallError, SchemaTypeError
 from arrow_split._args import describe
 
-__all__ = ["Installation", "REF_FACTORY", "RefFactory", "as_specs", "patch", "ref_factory_of"]
+__all__ = [
+    "Installation",
+    "REF_FACTORY",
+    "RefFactory",
+    "UnpatchedBindingWarning",
+    "as_specs",
+    "patch",
+    "ref_factory_of",
+]
 
 RefFactory = Callable[[Any], Any]
 
@@ -29,7 +37,6 @@ REF_FACTORY: RefFactory | None = None
 ``ArrowRef``, or the installed miles' own type (``install()`` sets it, ``undo()`` restores it)."""
 
 _LOG = logging.getLogger("arrow_split.compat.miles")
-_ABSENT = object()  # a name the module did not have before install()
 
 _CONVERSION = "miles.ray.rollout.train_data_conversion"
 _OBJECT_STORE = "miles.utils.object_store"
@@ -65,14 +72,16 @@ _TAKES_FLOPS = frozenset({"split_train_data_by_dp", "split_train_data_by_dp_sche
 _TAKES_LENGTHS = frozenset({"process_rollout_data", "process_rollout_data_shard"})
 
 
+class UnpatchedBindingWarning(ArrowSplitWarning):
+    """``install()`` found one of miles' functions where it cannot rebind it; it stays miles'."""
+
+
 class Installation:
-    """What :func:`install` patched: ``patched`` and ``skipped`` (``"module.name"`` strings).
+    """What :func:`install` patched (``"module.name"`` strings), skipped and left unpatched.
 
-    ``bound`` maps each of the six names to this installation's drop-in (a fresh wrapper of the
-    public function, found again by identity); ``factory`` is the reference type it set.
-
-    :meth:`undo` puts miles' own functions back, in any order of several installations: the
-    names an undone installation held go to the newest one still installed, or to miles.
+    ``unpatched`` names each holder of a miles function that could not be rebound (``"holder:
+    name"``). ``bound`` maps the six names to this installation's drop-ins, found again by
+    identity; ``factory`` is the reference type it set.
     """
 
     def __init__(
@@ -81,23 +90,28 @@ class Installation:
         skipped: Sequence[str],
         bound: Mapping[str, Callable[..., Any]],
         factory: RefFactory | None,
+        unpatched: Sequence[str] = (),
     ) -> None:
         self.patched = tuple(patched)
         self.ref_type = "ArrowRef" if factory is None else factory.__qualname__
         self.skipped = tuple(skipped)
+        self.unpatched = tuple(unpatched)
         self.bound = dict(bound)
         self.factory = factory
 
     def undo(self) -> None:
-        """Restore every name this installation holds, wherever it is bound (idempotent)."""
+        """Restore every name this installation holds (idempotent, in any order of several).
+
+        Each name goes to the newest installation still installed, or back to miles.
+        """
         if not any(layer is self for layer in _ACTIVE):
             return
         _ACTIVE.remove(self)
         top = _ACTIVE[-1] if _ACTIVE else None
         replacement = dict(top.bound) if top is not None else dict(_BASE)
         known = {id(value): (value, name) for name, value in self.bound.items()}
-        for module, attr, name in _sites(known):
-            setattr(module, attr, replacement[name])
+        for holder, attr, name in _sites(known):
+            setattr(holder, attr, replacement[name])
         global REF_FACTORY  # the process's one reference type
         REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
         if top is None:
@@ -111,64 +125,109 @@ _ACTIVE: list[Installation] = []  # the installations not undone, oldest first
 _BASE: dict[str, Callable[..., Any]] = {}  # miles' own functions, while any is installed
 _BASE_FACTORY: list[Any] = []  # the reference type before the first installation
 
-
-def _defined(modules: Mapping[str, ModuleType]) -> dict[str, Callable[..., Any]]:
-    """Miles' own six functions, from the modules that define them."""
-    return {name: getattr(modules[module], name) for module, name in _DEFINED}
+Known = Mapping[int, tuple[object, str]]  # id -> (function, name), matched by identity
 
 
 def _known(originals: Mapping[str, Any]) -> dict[int, tuple[object, str]]:
-    """``id -> (function, name)`` of miles' functions and every installed drop-in's."""
+    """Miles' functions and every installed drop-in, by id."""
     known = {id(value): (value, name) for name, value in originals.items()}
     for layer in _ACTIVE:
         known.update({id(value): (value, name) for name, value in layer.bound.items()})
     return known
 
 
-def _sites(known: Mapping[int, tuple[object, str]]) -> list[tuple[ModuleType, str, str]]:
-    """Every loaded module's global bound to one of ``known`` (by identity), with its name."""
+def _hits(holder: object, known: Known) -> list[tuple[object, str, str]]:
+    """``(holder, attr, name)`` for each attribute of ``holder`` bound to one of ``known``."""
     found = []
-    for module in list(sys.modules.values()):
-        namespace = getattr(module, "__dict__", None)
-        if not isinstance(namespace, dict) or getattr(module, "__name__", "").startswith(
-            "arrow_split."
-        ):
-            continue
-        for attr, value in list(namespace.items()):
-            hit = known.get(id(value))
-            if hit is not None and hit[0] is value:
-                found.append((module, attr, hit[1]))
+    for attr, value in list(vars(holder).items()):
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            found.append((holder, attr, hit[1]))
     return found
 
 
-def _patch_all(
-    known: Mapping[int, tuple[object, str]], bound: Mapping[str, Callable[..., Any]]
-) -> list[str]:
+def _own(holder: object) -> bool:
+    name = holder.__name__ if isinstance(holder, ModuleType) else holder.__module__
+    return str(name).startswith("arrow_split.")
+
+
+def _sites(known: Known) -> list[tuple[object, str, str]]:
+    """Every loaded module's global and every class attribute bound to one of ``known``."""
+    found = []
+    for module in list(sys.modules.values()):
+        if isinstance(getattr(module, "__dict__", None), dict) and not _own(module):
+            found += _hits(module, known)
+    dicts = [ref for ref in gc.get_referrers(*(v for v, _ in known.values())) if type(ref) is dict]
+    classes = {id(ref): ref for ref in gc.get_referrers(*dicts) if isinstance(ref, type)}
+    for owner in classes.values():
+        if not _own(owner):
+            found += _hits(owner, known)
+    return found
+
+
+def _qualified(holder: object, attr: str) -> str:
+    if isinstance(holder, ModuleType):
+        return f"{holder.__name__}.{attr}"
+    return f"{holder.__module__}.{holder.__qualname__}.{attr}"  # type: ignore[attr-defined]
+
+
+def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[str]:
     """Bind the drop-in at every site; on a refusal, put back what was bound and raise."""
-    done: list[tuple[ModuleType, str, object]] = []
-    for module, attr, name in _sites(known):
-        before = module.__dict__[attr]
+    done: list[tuple[object, str, object]] = []
+    for holder, attr, name in _sites(known):
+        before = vars(holder)[attr]
         try:
-            setattr(module, attr, bound[name])
+            setattr(holder, attr, bound[name])
         except Exception as exc:
-            for patched_module, patched_attr, value in reversed(done):
-                setattr(patched_module, patched_attr, value)
+            for patched, patched_attr, value in reversed(done):
+                setattr(patched, patched_attr, value)
             msg = (
-                f"install() could not bind `{module.__name__}.{attr}` "
+                f"install() could not bind `{_qualified(holder, attr)}` "
                 f"({type(exc).__name__}: {exc}); nothing was patched (the {len(done)} names "
                 "bound before it are restored): call arrow_split.compat.miles' functions "
                 "directly, or make that module's attribute writable"
             )
             raise InstallError(msg) from exc
-        done.append((module, attr, before))
-    return [f"{module.__name__}.{attr}" for module, attr, _ in done]
+        done.append((holder, attr, before))
+    return [_qualified(holder, attr) for holder, attr, _ in done]
+
+
+def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[tuple[str, str]]:
+    """``(holder, name)`` for each named holder still bound to one of miles' functions.
+
+    A holder only a running frame (a local variable) reaches is not a binding: not listed.
+    """
+    names = {id(value): name for name, value in originals.items()}
+    skip = {id(holder) for holder in ours}
+    found = []
+    for holder in gc.get_referrers(*originals.values()):
+        if isinstance(holder, FrameType) or id(holder) in skip:
+            continue
+        where = _where(holder)
+        kind = type(holder)
+        label = f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
+        if where:
+            held = {names[id(item)] for item in gc.get_referents(holder) if id(item) in names}
+            found += [(f"{label} {where}", name) for name in sorted(held)]
+    return found
+
+
+def _where(holder: object) -> str:
+    """Where ``holder`` is bound: a module global, or the function or class that holds it."""
+    for module in list(sys.modules.values()):
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if value is holder:
+                return f"`{module.__name__}.{attr}`"
+    for ref in gc.get_referrers(holder):
+        owners = gc.get_referrers(ref) if isinstance(ref, (tuple, dict)) else [ref]
+        for owner in owners:
+            if isinstance(owner, (FunctionType, type)):
+                return f"of `{owner.__module__}.{owner.__qualname__}`"
+    return ""
 
 
 def ref_factory_of(object_store: object) -> RefFactory | None:
-    """The installed miles' reference type: ``_RayStoreObjectRef(payload=...)`` or ``None``.
-
-    ``None`` (``StoreObjectRef = Box``) means the drop-in's ``Box``-shaped ``ArrowRef``.
-    """
+    """The installed miles' ``_RayStoreObjectRef(payload=...)``; ``None`` for ``Box`` (ArrowRef)."""
     pydantic_ref = getattr(object_store, "_RayStoreObjectRef", None)
     if pydantic_ref is None:
         return None
@@ -208,56 +267,46 @@ def _import_required(name: str) -> ModuleType:
         raise ImportError(msg) from exc
 
 
-def _import_optional(name: str) -> ModuleType | None:
+def _optional_attr(module: str, attr: str | None = None) -> Any:
+    """``module.attr`` (or the module itself), ``None`` when it does not import."""
     try:
-        return importlib.import_module(name)
-    except ImportError:
-        return None
-
-
-def _optional_attr(module: str, attr: str) -> Any:
-    try:
-        return getattr(importlib.import_module(module), attr)
+        found = importlib.import_module(module)
+        return found if attr is None else getattr(found, attr)
     except (ImportError, AttributeError):
         return None
 
 
-def _timer_hook() -> Callable[[list[int]], None] | None:
+def _hooks(specs: list[ColumnSpec], strict_keys: bool, pad_to_dp: bool) -> dict[str, Any]:
+    """The options bound into the drop-ins; miles' FLOPs estimate and throughput timer."""
     timer = _optional_attr("miles.utils.timer", "Timer")
-    if timer is None:
-        return None
+    calculate = _optional_attr("miles.utils.flops_utils", "calculate_fwd_flops")
 
     def keep_seq_lens(total_lengths: list[int]) -> None:
         timer().seq_lens = total_lengths
 
-    return keep_seq_lens
-
-
-def _flops_hook() -> Callable[[Sequence[int], Any], list[float]] | None:
-    calculate = _optional_attr("miles.utils.flops_utils", "calculate_fwd_flops")
-    if calculate is None:
-        return None
-
     def flops(total_lengths: Sequence[int], args: Any) -> list[float]:
         return [calculate([length], args) for length in total_lengths]
 
-    return flops
+    return {
+        "specs": specs,
+        "strict_keys": strict_keys,
+        "pad_to_dp": pad_to_dp,
+        "flops": None if calculate is None else flops,
+        "on_batch_lengths": None if timer is None else keep_seq_lens,
+    }
 
 
 def _bind(function: Callable[..., Any], name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
     keywords = {}
-    if name in _TAKES_SPECS and hooks["specs"]:
-        keywords["specs"] = hooks["specs"]
     if name in _TAKES_SPECS:
-        keywords.update({key: hooks[key] for key in ("strict_keys", "pad_to_dp") if hooks[key]})
+        keywords = {key: hooks[key] for key in ("specs", "strict_keys", "pad_to_dp") if hooks[key]}
     if name in _TAKES_FLOPS and hooks["flops"] is not None:
         keywords["flops"] = hooks["flops"]
     if name in _TAKES_LENGTHS and hooks["on_batch_lengths"] is not None:
         keywords["on_batch_lengths"] = hooks["on_batch_lengths"]
     # a fresh object for every installation, even without keywords: undo() finds its own by
     # identity, never the public function a user imported from arrow_split.compat.miles
-    patched = functools.wraps(function)(functools.partial(function, **keywords))
-    return patched
+    return functools.wraps(function)(functools.partial(function, **keywords))
 
 
 def patch(
@@ -270,16 +319,14 @@ def patch(
 ) -> Installation:
     """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
     modules = {name: _import_required(name) for name in _REQUIRED}
-    hooks = {
-        "specs": specs,
-        "strict_keys": strict_keys,
-        "pad_to_dp": pad_to_dp,
-        "flops": _flops_hook(),
-        "on_batch_lengths": _timer_hook(),
-    }
-    originals = dict(_BASE) if _ACTIVE else _defined(modules)
+    hooks = _hooks(specs, strict_keys, pad_to_dp)
+    if _ACTIVE:
+        originals = dict(_BASE)
+    else:
+        originals = {name: getattr(modules[module], name) for module, name in _DEFINED}
     bound = {name: _bind(drop_ins[name], name, hooks) for name in originals}
     patched = _patch_all(_known(originals), bound)
+    unpatched = _unpatched(originals, ours=(originals, _BASE))
     skipped = [
         f"{module_name}.{name}"
         for module_name, names in _OPTIONAL.items()
@@ -287,13 +334,21 @@ def patch(
         for name in names
     ]
     global REF_FACTORY  # the process's one reference type
-    factory = ref_factory_of(_import_optional(_OBJECT_STORE))
+    factory = ref_factory_of(_optional_attr(_OBJECT_STORE))
     if not _ACTIVE:
         _BASE.update(originals)
         _BASE_FACTORY[:] = [REF_FACTORY]
     REF_FACTORY = factory
-    installation = Installation(patched, skipped, bound, factory)
+    listed = [f"{holder}: {name}" for holder, name in unpatched]
+    installation = Installation(patched, skipped, bound, factory, listed)
     _ACTIVE.append(installation)
+    for holder, name in unpatched:
+        msg = (
+            f"install() cannot rebind miles' `{name}` in the {holder}: it still calls miles' "
+            "own; bind it as a module global or a class attribute (install() patches those), "
+            f"or call `arrow_split.compat.miles.{name}` there"
+        )
+        warnings.warn(msg, UnpatchedBindingWarning, stacklevel=3)
     summary = (
         f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}; "
         f"references: {installation.ref_type}"
