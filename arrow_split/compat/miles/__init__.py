@@ -11,27 +11,19 @@ errors, ``pad_to_dp``, unknown keys inferred with a warning): docs/miles.md.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
-from typing import Any, NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-import arrow_split.compat.miles._install as _install
 from arrow_split import (
     KNOWN_COLUMNS,
-    ArrowSplitError,
     ColumnSpec,
-    NotARolloutBatchError,
     OptionError,
-    OptionTypeError,
     PlanError,
-    PlanMismatchError,
     RolloutBatch,
     SchemaError,
     SchemaTypeError,
-    Shard,
-    TransportError,
 )
 from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
 from arrow_split.compat.miles._convert import (
@@ -49,6 +41,14 @@ from arrow_split.compat.miles._convert import (
     step_batch_size,
     to_batch,
     witness_ids_of,
+)
+from arrow_split.compat.miles._handoff import (
+    ArrowRef,
+    StoreGetResult,
+    fetch_delayed,
+    fetch_eager,
+    put_delayed,
+    put_eager,
 )
 from arrow_split.compat.miles._install import (
     Installation,
@@ -317,234 +317,21 @@ def process_rollout_data(
     rank = check_dp_rank(dp_rank, size)
     if arg_flag(args, "delay_split_train_data_by_dp"):
         witness_ids = witness_ids_of(witness_info)
-        options = _KeyOptions(
-            specs, as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
-        )
-        rollout_data, result = _fetch_delayed(
-            args, rollout_data_ref, rank, size, witness_ids, options
+        rollout_data, result = fetch_delayed(
+            args,
+            rollout_data_ref,
+            rank,
+            size,
+            witness_ids=witness_ids,
+            specs=specs,
+            strict_keys=as_flag("strict_keys", strict_keys),
+            pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
         )
     else:
         _check_no_witness(witness_info)
-        rollout_data, result = _fetch_eager(rollout_data_ref, rank, size)
+        rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
     shard = process_rollout_data_shard(args, rollout_data, on_batch_lengths=on_batch_lengths)
     return shard, result
-
-
-class ArrowRef:
-    """A reference to what arrow_split put, shaped like miles' ``Box``.
-
-    Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
-    """
-
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    @property
-    def inner(self) -> Any:
-        """The Ray object reference."""
-        return self._inner
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ArrowRef, (self._inner,))
-
-    def __repr__(self) -> str:
-        return f"ArrowRef({self._inner!r})"
-
-
-def _wrap_ref(ray_ref: Any) -> Any:
-    """A Ray reference in the installed miles' reference type (``ArrowRef`` before install)."""
-    factory = _install.REF_FACTORY
-    return ArrowRef(ray_ref) if factory is None else factory(ray_ref)
-
-
-class StoreGetResult:
-    """What a rank fetched, with miles' get-result interface.
-
-    ``value``, and a context manager whose exit releases it.
-
-    ``value`` is the rank's :class:`~arrow_split.Shard`. Releasing drops this object's reference
-    to it; the store frees the object once nothing else refers to it (per-sample numpy arrays of
-    the returned dict are views of an eager shard and keep it alive while they live).
-    """
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: Shard | None) -> None:
-        self._value = value
-
-    @property
-    def value(self) -> Shard | None:
-        """The fetched shard, or ``None`` once released."""
-        return self._value
-
-    def release(self) -> None:
-        """Drop the reference to the fetched value (idempotent)."""
-        self._value = None
-
-    def __enter__(self) -> Shard | None:
-        return self._value
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.release()
-
-
-def put_eager(parts: Iterable[tuple[Shard, int, dict[str, Any]]], dp_size: int) -> list[Any]:
-    """Put one :class:`RolloutShard` per rank; one shard is built and put at a time.
-
-    All or nothing (miles #2248/#2286): when a put fails, the references already made are
-    dropped, which frees their objects (this process owns them), and a
-    :class:`~arrow_split.TransportError` names the rank whose put failed.
-    """
-    import ray
-
-    refs: list[Any] = []
-    rank = 0
-    try:
-        for shard, rank, extras in parts:
-            value = RolloutShard(shard, rank, dp_size, extras)
-            refs.append(ray.put(value))
-    except ArrowSplitError:
-        raise  # a shard that could not be taken: the caller's error, nothing to report
-    except Exception as exc:
-        done = len(refs)
-        refs.clear()  # the only references: dropping them frees the objects already put
-        reason = next(iter(str(exc).splitlines()), "")
-        msg = (
-            f"the put of dp_rank {rank}'s shard ({rank + 1} of {dp_size}) failed "
-            f"({type(exc).__name__}: {reason}); the {done} shards already put were freed and "
-            "nothing of this step is in the store: make room (or lower the step's size) and "
-            "split again"
-        )
-        raise TransportError(msg) from exc
-    return [_wrap_ref(ref) for ref in refs]
-
-
-def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
-    """Put the whole batch once (with its plan when ``dp_size`` is known)."""
-    import ray
-
-    from arrow_split.ray import split_train_data_by_dp as put_batch
-
-    if dp_size is None:
-        return _wrap_ref(ray.put(batch))
-    return _wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True))
-
-
-def _unwrap(ref: object) -> Any:
-    """The Ray reference in a reference of either shape (``inner`` or ``payload``), or itself."""
-    for attribute in ("inner", "payload"):
-        if hasattr(ref, attribute):
-            return getattr(ref, attribute)
-    return ref
-
-
-def _fetch_eager(
-    refs: Sequence[object], dp_rank: int, dp_size: int
-) -> tuple[dict[str, Any], StoreGetResult]:
-    """Fetch ``refs[dp_rank]`` alone; return its rollout-layout dict and the get result."""
-    import ray
-
-    if not isinstance(refs, (list, tuple)) or len(refs) != dp_size:
-        got = f"{len(refs)} references" if isinstance(refs, (list, tuple)) else repr(refs)[:60]
-        msg = (
-            f"eager mode needs the list of `dp_size` ({dp_size}) references that "
-            f"`split_train_data_by_dp` returned, got {got}; with "
-            "`args.delay_split_train_data_by_dp` pass the one delayed reference"
-        )
-        raise PlanError(msg)
-    for index, item in enumerate(refs):
-        if not isinstance(_unwrap(item), (ray.ObjectRef, RolloutShard, Mapping)):
-            msg = (
-                f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
-                f"returned, got {type(item).__name__} {item!r:.40}"
-            )
-            raise OptionTypeError(msg)
-    item = _unwrap(refs[dp_rank])
-    value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
-    if isinstance(value, RolloutShard):
-        if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
-            msg = (
-                f"`refs[{dp_rank}]` holds rank {value.dp_rank}'s rows of a {value.dp_size}-rank "
-                f"split, not rank {dp_rank}'s of {dp_size}; pass the list in the order "
-                "`split_train_data_by_dp` returned it, with the same `dp_size`"
-            )
-            raise PlanMismatchError(msg)
-        return value.to_dict(), StoreGetResult(value.shard)
-    if isinstance(value, Mapping):  # a shard miles' own store put: its dict, as miles reads it
-        return dict(value), StoreGetResult(None)
-    msg = f"`refs[{dp_rank}]` holds a {type(value).__name__}, not a rank's shard"
-    raise NotARolloutBatchError(msg)
-
-
-class _KeyOptions(NamedTuple):
-    """How a delayed rank converts and splits: specs, unknown keys refused, padding."""
-
-    specs: Iterable[ColumnSpec]
-    strict_keys: bool
-    pad_to_dp: bool
-
-
-def _fetch_delayed(
-    args: Any,
-    ref: object,
-    dp_rank: int,
-    dp_size: int,
-    witness_ids: Sequence[int] | None,
-    options: _KeyOptions,
-) -> tuple[dict[str, Any], StoreGetResult]:
-    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
-
-    An :class:`ArrowRef` holds a RolloutBatch: only this rank's rows are gathered (on a node that
-    holds the batch if this one does not). Any other reference (miles' pydantic reference, or
-    miles' own delayed put of the dict) is fetched here: a batch is mapped from this node's
-    store (zero-copy) and this rank's rows taken; a dict is converted, validated as any batch.
-    """
-    import ray
-
-    from arrow_split.ray import process_rollout_data as take_rank
-
-    balance_data = arg_flag(args, "balance_data", required=True)
-    target: object
-    if isinstance(ref, ArrowRef):
-        target = ref.inner
-    elif isinstance(ref, (RolloutBatch, Mapping)):
-        target = ref
-    elif isinstance(_unwrap(ref), ray.ObjectRef):
-        target = ray.get(_unwrap(ref))
-    else:
-        msg = (
-            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
-            f"{type(ref).__name__} {ref!r:.40}"
-        )
-        raise OptionTypeError(msg)
-    if isinstance(target, RolloutShard):
-        msg = (
-            "the delayed reference holds one rank's shard, not the whole batch; pass the "
-            "reference `split_train_data_by_dp` returned with `args.delay_split_train_data_by_dp`"
-        )
-        raise PlanError(msg)
-    if isinstance(target, Mapping):
-        target = to_batch(args, target, options.specs, strict_keys=options.strict_keys)
-    elif not isinstance(target, (RolloutBatch, ray.ObjectRef)):
-        msg = f"the delayed reference holds a {type(target).__name__}, not a train-data dict"
-        raise NotARolloutBatchError(msg)
-    shard = take_rank(
-        target,
-        dp_rank,
-        dp_size,
-        balance_data=balance_data,
-        resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
-        witness_ids=witness_ids,
-        pad_to_dp=options.pad_to_dp,
-    )
-    return rollout_dict(shard, {}), StoreGetResult(shard)
 
 
 def _check_no_witness(witness_info: object) -> None:
