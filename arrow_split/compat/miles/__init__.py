@@ -1,12 +1,9 @@
 """A drop-in for miles' DP split: miles' six functions with miles' signatures, args and results.
 
-miles' signatures live only here (for :func:`install` and code written against miles);
-``arrow_split`` and ``arrow_split.ray`` have their own functions of the same names, returning
-Shard, RolloutBatch or ObjectRef (docs/miles.md, "One name, one function"). The rollout-side
-functions (the ``_raw`` splits, :func:`can_schedule_on_rollout_side`,
-:func:`process_rollout_data_shard`) need no Ray. Where the drop-in differs from miles on purpose
-(train data validated before anything is put, no key dropped, ``data`` never mutated, typed
-errors, ``pad_to_dp``, unknown keys inferred with a warning): docs/miles.md.
+miles' signatures live only here, for :func:`install` and code written against miles (the
+functions of the same names in ``arrow_split`` and ``arrow_split.ray`` are the library's own).
+Only :func:`split_train_data_by_dp` and :func:`process_rollout_data` need Ray. What differs
+from miles on purpose, and why: docs/miles.md.
 """
 
 from __future__ import annotations
@@ -77,8 +74,7 @@ __all__ = [
 ]
 
 OnBatchLengths = Callable[[list[int]], None]
-"""Called with the whole batch's total lengths when a rank completes its shard (miles keeps them
-for its throughput metrics; :func:`install` passes that hook)."""
+"""Called with the whole batch's total lengths as a rank completes its shard (miles' metrics)."""
 
 # The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
 _PARTITION = "partition"
@@ -104,11 +100,9 @@ def split_train_data_by_dp_raw(
     strict_keys: bool = False,
     pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
-    """Split the train data into one rollout-layout dict per rank (strided or balanced).
+    """Split the train data into one rollout-layout dict per rank (``args.balance_data``).
 
-    ``args.balance_data`` picks the plan; a batch with adapter slots has each rank's rows stably
-    sorted by slot and carries ``n_adapters`` (``args.multi_lora_n_adapters``). ``specs``,
-    ``strict_keys`` and ``pad_to_dp``: see the module docstring.
+    ``specs`` declares unknown keys, ``strict_keys`` refuses them, ``pad_to_dp`` pads the batch.
     """
     balance_data = arg_flag(args, "balance_data", required=True)
     size = check_dp_size(dp_size)
@@ -118,7 +112,7 @@ def split_train_data_by_dp_raw(
 
 
 def _options(strict_keys: bool, pad_to_dp: bool, dp_size: int | None) -> dict[str, Any]:
-    """``to_batch``'s keywords: strictness about unknown keys, the size to pad to (if any)."""
+    """``to_batch``'s keywords."""
     pad = as_flag("pad_to_dp", pad_to_dp) and dp_size is not None
     return {
         "strict_keys": as_flag("strict_keys", strict_keys),
@@ -133,8 +127,8 @@ def can_schedule_on_rollout_side(
 ) -> bool:
     """Whether the rollout side can plan the whole micro-batch schedule, as miles decides it.
 
-    It can when the backend gave its full parallel config, multi-LoRA is off, no sample has
-    multimodal inputs, and the batch has rollout ids for at least one step of rollouts.
+    Yes with a full parallel config, no multi-LoRA, no multimodal rows, and rollout ids enough for
+    one step.
     """
     check_args(args)
     if not has_full_schedule_config(train_parallel_config):
@@ -168,10 +162,9 @@ def split_train_data_by_dp_scheduled_raw(
     strict_keys: bool = False,
     pad_to_dp: bool = False,
 ) -> list[dict[str, Any]]:
-    """Split with the micro-batch schedule planned on the rollout side, exactly as miles does.
+    """Split by the rollout-side micro-batch schedule: rows in micro-batch order, miles' keys.
 
-    Each dict holds the rank's rows in micro-batch order and miles' schedule keys. ``flops``
-    gives per-sample workloads for ``args.balance_by_flops`` (:func:`install` passes miles' own).
+    ``flops`` gives per-sample workloads for ``args.balance_by_flops``.
     """
     check_flops(flops)
     dp_size = _dp_size_of(train_parallel_config)
@@ -197,13 +190,10 @@ def split_train_data_by_dp(
     strict_keys: bool = False,
     pad_to_dp: bool = False,
 ) -> list[Any] | Any:
-    """Put the train data into Ray's object store for the data-parallel ranks.
+    """Put the train data into Ray's object store for the ranks; validated before any put.
 
-    Eager (default): one reference per rank, each to a :class:`RolloutShard`, planned by the
-    rollout-side schedule when :func:`can_schedule_on_rollout_side` allows it, else strided or
-    balanced. With ``args.delay_split_train_data_by_dp``: one reference to the whole batch (with
-    its plan when the config names ``dp_size``); each rank takes its own rows. Everything is
-    validated before anything is put. Call it on the driver, which then owns the objects.
+    Eager: one reference per rank (the rollout-side schedule where it can be planned). With
+    ``args.delay_split_train_data_by_dp``: one reference to the whole batch.
     """
     check_flops(flops)
     balance_data = arg_flag(args, "balance_data", required=True)
@@ -231,12 +221,9 @@ def process_rollout_data_shard(
     *,
     on_batch_lengths: OnBatchLengths | None = None,
 ) -> dict[str, Any]:
-    """Complete a rank's shard on the train side, in place, as miles does.
+    """Complete a rank's shard in place: drop ``partition``, keep the rank's ``total_lengths``.
 
-    Pops ``partition`` and replaces the whole batch's ``total_lengths`` by those of the rank's
-    rows; ``on_batch_lengths`` receives the whole batch's (miles' throughput metrics read them).
-    Everything is checked, and ``on_batch_lengths`` called, before the dict is changed: a failure
-    leaves it as it was.
+    ``on_batch_lengths`` gets the whole batch's. All is checked first: a failure changes nothing.
     """
     if not isinstance(rollout_data, dict):
         msg = (
@@ -269,7 +256,7 @@ def process_rollout_data_shard(
 
 
 def _lengths_list(total_lengths: object) -> list[Any]:
-    """The whole batch's ``total_lengths`` as a list (a list, a tuple or a 1-D array)."""
+    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as a list."""
     try:
         ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
     except (TypeError, ValueError):  # ragged
@@ -305,13 +292,9 @@ def process_rollout_data(
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Return this rank's actor-layout dict and the get result, as miles' train side does.
 
-    Eager: ``rollout_data_ref`` is the list :func:`split_train_data_by_dp` returned; only
-    ``rollout_data_ref[dp_rank]`` is fetched. Delayed (``args.delay_split_train_data_by_dp``): one
-    reference to the whole batch, put by :func:`split_train_data_by_dp` (only this rank's rows are
-    gathered) or by miles' own store (the dict is fetched and validated); ``witness_info``
-    (anything with ``witness_ids``, one per sample of the whole batch) adds ``seq_witness_ids``.
-    ``specs``, ``strict_keys``: for a dict miles' own store put; ``pad_to_dp``: a delayed batch
-    that is split here again (no plan for this ``dp_size``) is padded first.
+    ``rollout_data_ref``: the eager list (only this rank's item is fetched) or the delayed
+    reference (only this rank's rows are gathered; ``witness_info.witness_ids`` adds
+    ``seq_witness_ids``). ``specs``, ``strict_keys``: for a dict miles' own store put.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
@@ -335,7 +318,7 @@ def process_rollout_data(
 
 
 def _check_no_witness(witness_info: object) -> None:
-    """Eager shards already hold their witness ids: miles refuses witness info there too."""
+    """Eager shards hold their witness ids already: miles refuses witness info there too."""
     if witness_info is not None:
         msg = (
             "`witness_info` is only used with `args.delay_split_train_data_by_dp`: eager shards "
@@ -351,35 +334,12 @@ def install(
     pad_to_dp: bool = False,
     verbose: bool = False,
 ) -> Installation:
-    """Patch this module's six functions into the importable miles; return what was patched.
+    """Bind the six drop-ins wherever the importable miles binds its own; ``undo()`` reverts.
 
-    Every loaded module's global bound to one of miles' six functions (by identity) is bound to
-    a fresh wrapper of the drop-in; ``undo()`` restores miles' own, in any order of several
-    installations. A module that refuses a binding: everything is put back, InstallError.
-
-    Parameters
-    ----------
-    specs
-        Column specs for keys the library does not know, passed to every converting function.
-    strict_keys
-        Refuse a key neither known nor declared instead of inferring its spec with a warning.
-    pad_to_dp
-        Pad every split batch to a multiple of the DP size (:func:`arrow_split.pad_to_dp`).
-    verbose
-        Also print the summary (it is always logged at INFO).
-
-    Returns
-    -------
-    Installation
-        ``patched``, ``skipped`` (``"module.name"`` strings), ``ref_type`` (the reference type
-        the drop-in now returns) and ``undo()``.
-
-    Raises
-    ------
-    ImportError
-        miles (or a module that defines these functions) is not importable.
-    InstallError
-        A module refused a binding.
+    ``specs``, ``strict_keys`` and ``pad_to_dp`` are passed to every function that takes them;
+    ``verbose`` also prints the summary (always logged at INFO). Returns the
+    :class:`Installation`; a holder it cannot rebind gets an :class:`UnpatchedBindingWarning`.
+    Raises ImportError without miles, InstallError (all put back) if a binding is refused.
     """
     return patch(
         _DROP_INS,

@@ -7,6 +7,7 @@ and rendered as miles' rollout-layout dict, or as a :class:`RolloutShard` the ea
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
@@ -84,22 +85,15 @@ def _field(args: object, name: str, *, required: bool) -> object:
 
 
 def arg_flag(args: object, name: str, *, required: bool = False) -> bool:
-    """``args.<name>`` as a bool (see the module docstring)."""
+    """``args.<name>`` as a bool; a missing optional field is ``False``."""
     value = _field(args, name, required=required)
-    if value is None and not required:
-        return False
-    return as_flag(f"args.{name}", value)
+    return False if value is None and not required else as_flag(f"args.{name}", value)
 
 
-def arg_int(args: object, name: str) -> int | None:
-    """Optional ``args.<name>`` as an int >= 1, or ``None`` when missing or ``None``."""
-    value = _field(args, name, required=False)
+def arg_int(args: object, name: str, *, required: bool = False) -> int | None:
+    """``args.<name>`` as an int >= 1; a missing (or ``None``) optional field is ``None``."""
+    value = _field(args, name, required=required)
     return None if value is None else as_int(f"args.{name}", value, minimum=1)
-
-
-def arg_required_int(args: object, name: str) -> int:
-    """Required ``args.<name>`` as an int >= 1."""
-    return as_int(f"args.{name}", _field(args, name, required=True), minimum=1)
 
 
 def witness_ids_of(witness_info: object) -> Any:
@@ -120,8 +114,7 @@ SCHEDULE_CONFIG_KEYS = ("dp_size", "cp_size", "vpp_size", "microbatch_group_size
 """The keys of miles' train parallel config that the rollout-side schedule needs, all of them."""
 
 FlopsFn = Callable[[Sequence[int], Any], Sequence[float]]
-"""``flops(total_lengths, args)``: one workload (e.g. forward FLOPs) per sample, for
-``args.balance_by_flops``."""
+"""``flops(total_lengths, args)``: one workload per sample, for ``args.balance_by_flops``."""
 
 ShardParts = tuple[Shard, int, dict[str, Any]]
 """A rank's shard, its rank, and the extra keys miles puts beside it (the schedule's)."""
@@ -143,16 +136,10 @@ def to_batch(
     strict_keys: bool = False,
     pad_dp_size: int | None = None,
 ) -> RolloutBatch:
-    """Validate and convert miles' train data; add ``n_adapters`` from ``args`` where miles does.
+    """Validate and convert miles' train data (never mutated), padded to ``pad_dp_size``.
 
-    A batch with adapter slots and no adapter count gets ``args.multi_lora_n_adapters`` (when it
-    is set) as a batch-global value, so that every shard carries it, as miles adds it to every
-    shard. miles' sampling-mask keys become one ``rollout_sampling_masks`` column
-    (:mod:`arrow_split.compat._miles_keys`); :func:`rollout_dict` gives them back. A key
-    neither known nor declared is carried with an inferred spec and a warning
-    (:mod:`arrow_split.compat._miles_infer`) unless ``strict_keys``. With ``pad_dp_size``, the
-    batch is padded to a multiple of it (:func:`arrow_split.pad_to_dp`). ``data`` is never
-    mutated (miles adds ``total_lengths`` to it; the library derives it).
+    Adapter slots without a count get ``args.multi_lora_n_adapters``, as miles adds it to every
+    shard; miles' keys are mapped by :mod:`~arrow_split.compat.miles._keys`.
     """
     check_args(args)
     if isinstance(data, RolloutBatch):
@@ -184,19 +171,17 @@ def _from_train_data(
     return batch
 
 
-RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
-"""The keys a split puts into each rank's dict itself; train data must not hold them."""
+_RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
 
 
 def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
     """Refuse a data key that the rank dict's own key would silently replace."""
-    for key in RANK_DICT_KEYS:
-        if key in data:
-            msg = (
-                f"train data holds `{key}`, a key the split puts into each rank's dict itself "
-                f"(it would be replaced silently); rename the key, e.g. `my_{key}`"
-            )
-            raise SchemaError(msg)
+    for key in (key for key in _RANK_DICT_KEYS if key in data):
+        msg = (
+            f"train data holds `{key}`, a key the split puts into each rank's dict itself "
+            f"(it would be replaced silently); rename the key, e.g. `my_{key}`"
+        )
+        raise SchemaError(msg)
 
 
 def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
@@ -216,11 +201,7 @@ def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
 
 
 def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
-    """The classic split: strided or balanced, each rank's rows stably sorted by adapter slot.
-
-    Planned once; each rank's shard is taken when the iterator reaches it, so a caller that puts
-    as it goes holds one rank's rows at a time.
-    """
+    """The classic split, planned now; a rank's shard is taken as the iterator reaches it."""
     plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
     return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
 
@@ -237,7 +218,9 @@ def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
     name = _role_name("step_batch_size")
     if name in batch_globals:
         return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
-    return arg_required_int(args, "global_batch_size")
+    return as_int(
+        "args.global_batch_size", _field(args, "global_batch_size", required=True), minimum=1
+    )
 
 
 def schedule_config(
@@ -267,7 +250,6 @@ def schedule_config(
 def _weights(
     config: ScheduleConfig, lengths: np.ndarray, args: Any, flops: FlopsFn | None
 ) -> Sequence[float] | None:
-    check_flops(flops)
     if not config.balance_by_flops:
         return None
     if flops is None:
@@ -308,10 +290,7 @@ def scheduled_shards(
     train_parallel_config: Mapping[str, Any],
     flops: FlopsFn | None,
 ) -> Iterator[ShardParts]:
-    """Every rank's rows in micro-batch order, with miles' schedule keys beside them.
-
-    Planned (and checked) now; each rank's shard is taken when the iterator reaches it.
-    """
+    """Each rank's rows in micro-batch order and miles' schedule keys; planned now, taken lazily."""
     rollout_ids = batch.role_values("rollout_id")
     if rollout_ids is None:
         name = _role_name("rollout_id")
@@ -332,42 +311,24 @@ def scheduled_shards(
 
 
 def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
-    """A shard as miles' rollout-layout dict: ``partition``, whole ``total_lengths``, miles' types.
+    """A shard as miles' rollout-layout dict of fresh objects (numpy views for tensors).
 
-    Fresh Python objects (per-sample tensors are numpy views of the shard's buffers, as a Ray
-    get hands miles its numpy arrays). Flag columns that the library stores as bool come back as
-    0/1 ints, as miles keeps them.
+    Flags stored as bool come back as 0/1 ints, as miles keeps them.
     """
     train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:
             train_data[name] = [int(value) for value in train_data[name]]
-    train_data.update({key: _copy(value) for key, value in extras.items()})
+    train_data.update(copy.deepcopy(dict(extras)))
     return train_data
 
 
-def _copy(value: object) -> object:
-    if isinstance(value, list):
-        return [_copy(item) for item in value]
-    return value
-
-
 class RolloutShard(Mapping[str, Any]):
-    """One rank's shard as miles' rollout-layout dict, read-only, decoded on first read.
+    """One rank's shard read as miles' rollout-layout dict: read-only, decoded on first read.
 
-    What the eager hand-off puts, one per rank: it pickles as its Arrow shard (no Python lists),
-    and reads like the dict miles would have put (``shard["partition"]``, ``shard["tokens"]``).
-    :meth:`to_dict` returns a fresh, mutable dict.
-
-    Parameters
-    ----------
-    shard
-        The rank's rows.
-    dp_rank, dp_size
-        The rank and the number of ranks of the split that made it.
-    extras
-        Keys miles puts beside the rows (the schedule's), copied into every dict.
+    What the eager hand-off puts: it pickles as its Arrow shard (no Python lists). ``extras``
+    (the schedule's keys) are copied into every dict; :meth:`to_dict` returns a fresh one.
     """
 
     __slots__ = ("_decoded", "dp_rank", "dp_size", "extras", "shard")

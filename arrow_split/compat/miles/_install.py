@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import gc
 import importlib
+import inspect
 import logging
 import sys
 import warnings
@@ -20,15 +21,7 @@ from typing import Any
 from arrow_split import ArrowSplitWarning, ColumnSpec, InstallError, SchemaTypeError
 from arrow_split._args import describe
 
-__all__ = [
-    "Installation",
-    "REF_FACTORY",
-    "RefFactory",
-    "UnpatchedBindingWarning",
-    "as_specs",
-    "patch",
-    "ref_factory_of",
-]
+__all__ = ["Installation", "REF_FACTORY", "UnpatchedBindingWarning", "as_specs", "patch"]
 
 RefFactory = Callable[[Any], Any]
 
@@ -39,37 +32,19 @@ REF_FACTORY: RefFactory | None = None
 _LOG = logging.getLogger("arrow_split.compat.miles")
 
 _CONVERSION = "miles.ray.rollout.train_data_conversion"
-_OBJECT_STORE = "miles.utils.object_store"
 _DATA = "miles.utils.data"
-_REQUIRED: dict[str, tuple[str, ...]] = {
-    _CONVERSION: (
-        "can_schedule_on_rollout_side",
-        "process_rollout_data_shard",
-        "split_train_data_by_dp",
-        "split_train_data_by_dp_raw",
-        "split_train_data_by_dp_scheduled_raw",
-    ),
-    _DATA: ("process_rollout_data", "split_train_data_by_dp_raw"),
+_DEFINED = {  # name -> the miles module that defines it (both must import)
+    "can_schedule_on_rollout_side": _CONVERSION,
+    "process_rollout_data_shard": _CONVERSION,
+    "split_train_data_by_dp": _CONVERSION,
+    "split_train_data_by_dp_raw": _CONVERSION,
+    "split_train_data_by_dp_scheduled_raw": _CONVERSION,
+    "process_rollout_data": _DATA,
 }
-_OPTIONAL: dict[str, tuple[str, ...]] = {
-    "miles.ray.rollout.rollout_manager": ("split_train_data_by_dp",),
-    "miles.backends.training_utils.data": ("process_rollout_data",),
+_OPTIONAL = {  # modules of known bindings that a job may not load: reported as skipped
+    "miles.ray.rollout.rollout_manager": "split_train_data_by_dp",
+    "miles.backends.training_utils.data": "process_rollout_data",
 }
-_DEFINED = [
-    *((_CONVERSION, name) for name in _REQUIRED[_CONVERSION]),
-    (_DATA, "process_rollout_data"),
-]
-# Which functions take which of the hooks install() binds.
-_TAKES_SPECS = frozenset(
-    {
-        "process_rollout_data",
-        "split_train_data_by_dp",
-        "split_train_data_by_dp_raw",
-        "split_train_data_by_dp_scheduled_raw",
-    }
-)
-_TAKES_FLOPS = frozenset({"split_train_data_by_dp", "split_train_data_by_dp_scheduled_raw"})
-_TAKES_LENGTHS = frozenset({"process_rollout_data", "process_rollout_data_shard"})
 
 
 class UnpatchedBindingWarning(ArrowSplitWarning):
@@ -226,7 +201,7 @@ def _where(holder: object) -> str:
     return ""
 
 
-def ref_factory_of(object_store: object) -> RefFactory | None:
+def _ref_factory(object_store: object) -> RefFactory | None:
     """The installed miles' ``_RayStoreObjectRef(payload=...)``; ``None`` for ``Box`` (ArrowRef)."""
     pydantic_ref = getattr(object_store, "_RayStoreObjectRef", None)
     if pydantic_ref is None:
@@ -296,14 +271,10 @@ def _hooks(specs: list[ColumnSpec], strict_keys: bool, pad_to_dp: bool) -> dict[
     }
 
 
-def _bind(function: Callable[..., Any], name: str, hooks: dict[str, Any]) -> Callable[..., Any]:
-    keywords = {}
-    if name in _TAKES_SPECS:
-        keywords = {key: hooks[key] for key in ("specs", "strict_keys", "pad_to_dp") if hooks[key]}
-    if name in _TAKES_FLOPS and hooks["flops"] is not None:
-        keywords["flops"] = hooks["flops"]
-    if name in _TAKES_LENGTHS and hooks["on_batch_lengths"] is not None:
-        keywords["on_batch_lengths"] = hooks["on_batch_lengths"]
+def _bind(function: Callable[..., Any], hooks: dict[str, Any]) -> Callable[..., Any]:
+    """``function`` with each hook it takes that is set, as a fresh object."""
+    takes = inspect.signature(function).parameters
+    keywords = {key: value for key, value in hooks.items() if key in takes and value}
     # a fresh object for every installation, even without keywords: undo() finds its own by
     # identity, never the public function a user imported from arrow_split.compat.miles
     return functools.wraps(function)(functools.partial(function, **keywords))
@@ -318,23 +289,20 @@ def patch(
     verbose: bool,
 ) -> Installation:
     """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
-    modules = {name: _import_required(name) for name in _REQUIRED}
+    modules = {name: _import_required(name) for name in sorted(set(_DEFINED.values()))}
     hooks = _hooks(specs, strict_keys, pad_to_dp)
     if _ACTIVE:
         originals = dict(_BASE)
     else:
-        originals = {name: getattr(modules[module], name) for module, name in _DEFINED}
-    bound = {name: _bind(drop_ins[name], name, hooks) for name in originals}
+        originals = {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
+    bound = {name: _bind(drop_ins[name], hooks) for name in originals}
     patched = _patch_all(_known(originals), bound)
     unpatched = _unpatched(originals, ours=(originals, _BASE))
     skipped = [
-        f"{module_name}.{name}"
-        for module_name, names in _OPTIONAL.items()
-        if module_name not in sys.modules
-        for name in names
+        f"{module}.{name}" for module, name in _OPTIONAL.items() if module not in sys.modules
     ]
     global REF_FACTORY  # the process's one reference type
-    factory = ref_factory_of(_optional_attr(_OBJECT_STORE))
+    factory = _ref_factory(_optional_attr("miles.utils.object_store"))
     if not _ACTIVE:
         _BASE.update(originals)
         _BASE_FACTORY[:] = [REF_FACTORY]
