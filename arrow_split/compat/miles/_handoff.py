@@ -8,6 +8,7 @@ type (``Box``-shaped :class:`ArrowRef` before #2542, ``_RayStoreObjectRef`` afte
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -31,39 +32,17 @@ from arrow_split.compat.miles._convert import (
     to_batch,
 )
 
-__all__ = [
-    "ArrowRef",
-    "StoreGetResult",
-    "fetch_delayed",
-    "fetch_eager",
-    "put_delayed",
-    "put_eager",
-    "unwrap",
-    "wrap_ref",
-]
+__all__ = ["ArrowRef", "StoreGetResult", "fetch_delayed", "fetch_eager", "put_delayed", "put_eager"]
 
 
+@dataclass(frozen=True, slots=True)
 class ArrowRef:
     """A reference to what arrow_split put, shaped like miles' ``Box``.
 
     Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
     """
 
-    __slots__ = ("_inner",)
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    @property
-    def inner(self) -> Any:
-        """The Ray object reference."""
-        return self._inner
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (ArrowRef, (self._inner,))
-
-    def __repr__(self) -> str:
-        return f"ArrowRef({self._inner!r})"
+    inner: Any
 
 
 def wrap_ref(ray_ref: Any) -> Any:

@@ -15,6 +15,7 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
@@ -51,6 +52,7 @@ class UnpatchedBindingWarning(ArrowSplitWarning):
     """``install()`` found one of miles' functions where it cannot rebind it; it stays miles'."""
 
 
+@dataclass(eq=False, repr=False)
 class Installation:
     """What :func:`install` patched (``"module.name"`` strings), skipped and left unpatched.
 
@@ -59,20 +61,16 @@ class Installation:
     identity; ``factory`` is the reference type it set.
     """
 
-    def __init__(
-        self,
-        patched: Sequence[str],
-        skipped: Sequence[str],
-        bound: Mapping[str, Callable[..., Any]],
-        factory: RefFactory | None,
-        unpatched: Sequence[str] = (),
-    ) -> None:
-        self.patched = tuple(patched)
-        self.ref_type = "ArrowRef" if factory is None else factory.__qualname__
-        self.skipped = tuple(skipped)
-        self.unpatched = tuple(unpatched)
-        self.bound = dict(bound)
-        self.factory = factory
+    patched: tuple[str, ...]
+    skipped: tuple[str, ...]
+    bound: dict[str, Callable[..., Any]]
+    factory: RefFactory | None
+    unpatched: tuple[str, ...] = ()
+
+    @property
+    def ref_type(self) -> str:
+        """The reference type the drop-in returns."""
+        return "ArrowRef" if self.factory is None else self.factory.__qualname__
 
     def undo(self) -> None:
         """Restore every name this installation holds (idempotent, in any order of several).
@@ -307,8 +305,8 @@ def patch(
         _BASE.update(originals)
         _BASE_FACTORY[:] = [REF_FACTORY]
     REF_FACTORY = factory
-    listed = [f"{holder}: {name}" for holder, name in unpatched]
-    installation = Installation(patched, skipped, bound, factory, listed)
+    listed = tuple(f"{holder}: {name}" for holder, name in unpatched)
+    installation = Installation(tuple(patched), tuple(skipped), bound, factory, listed)
     _ACTIVE.append(installation)
     for holder, name in unpatched:
         msg = (

@@ -124,12 +124,8 @@ def infer_unknown_specs(
     if strict_keys:
         return declared
     names = {spec.name for spec in declared if isinstance(spec, ColumnSpec)}
-    unknown = [
-        key
-        for key in data
-        if isinstance(key, str) and key not in KNOWN_COLUMNS and key not in names
-    ]
-    unknown = [key for key in unknown if key not in _DERIVED]
+    names |= {*KNOWN_COLUMNS, *_DERIVED}
+    unknown = [key for key in data if isinstance(key, str) and key not in names]
     if not unknown:
         return declared
     num_samples = _num_samples(data)
@@ -164,7 +160,8 @@ def _infer(key: str, value: object, num_samples: int | None) -> tuple[ColumnSpec
         return ColumnSpec(key, "per_sample_scalar", value_type, flag=flag), line
     numbers = [_numbers(item) for item in items]
     if items and all(found is not None for found in numbers):
-        value_type = _list_type([found for found in numbers if found is not None])
+        floats = "float" in numbers or all(found == "empty" for found in numbers)
+        value_type = pa.float32() if floats else pa.int64()
         type_name = _TYPE_NAMES[str(value_type)]
         line = f'ColumnSpec("{key}", "per_token", pa.{type_name}(), length="response")'
         return ColumnSpec(key, "per_token", value_type), line
@@ -173,12 +170,8 @@ def _infer(key: str, value: object, num_samples: int | None) -> tuple[ColumnSpec
 
 
 def _per_sample_items(value: object, num_samples: int | None) -> list[Any] | None:
-    if num_samples is None:
-        return None
-    if isinstance(value, np.ndarray) and value.ndim >= 1 and len(value) == num_samples:
-        return list(value)
-    if isinstance(value, (list, tuple)) and len(value) == num_samples:
-        return list(value)
+    if (isinstance(value, np.ndarray) and value.ndim >= 1) or isinstance(value, (list, tuple)):
+        return list(value) if len(value) == num_samples else None
     return None
 
 
@@ -207,12 +200,6 @@ def _numbers(item: object) -> str | None:
     if not all(_is_number(value) and not isinstance(value, (bool, np.bool_)) for value in item):
         return None
     return "int" if all(isinstance(value, Integral) for value in item) else "float"
-
-
-def _list_type(kinds: Sequence[str]) -> pa.DataType:
-    if "float" in kinds or all(kind == "empty" for kind in kinds):
-        return pa.float32()
-    return pa.int64()
 
 
 def _infer_global(key: str, value: object) -> tuple[ColumnSpec, str] | None:
