@@ -47,12 +47,7 @@ from arrow_split.compat.miles._handoff import (
     put_delayed,
     put_eager,
 )
-from arrow_split.compat.miles._install import (
-    Installation,
-    UnpatchedBindingWarning,
-    as_specs,
-    patch,
-)
+from arrow_split.compat.miles._install import Installation, UnpatchedBindingWarning, as_specs, patch
 from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
