@@ -296,3 +296,13 @@ def test_a_local_container_is_no_binding(fake_miles: Path) -> None:  # noqa: F81
     installation.undo()
     assert installation.unpatched == ()
     assert held[0](None, None, dp_size=1) == "miles"
+
+
+def test_class_attributes_undo_in_any_order(holders: Any) -> None:
+    original = holders.Splitter.__dict__["split"]
+    with pytest.warns(miles.UnpatchedBindingWarning):
+        first, second = miles.install(), miles.install(pad_to_dp=True)
+    first.undo()
+    assert holders.Splitter.__dict__["split"] is second.bound["split_train_data_by_dp_raw"]
+    second.undo()
+    assert holders.Splitter.__dict__["split"] is original

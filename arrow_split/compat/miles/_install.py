@@ -120,7 +120,7 @@ def _hits(holder: object, known: Known) -> list[tuple[object, str, str]]:
 
 
 def _own(holder: object) -> bool:
-    name = holder.__name__ if isinstance(holder, ModuleType) else holder.__module__
+    name = holder.__module__ if isinstance(holder, type) else getattr(holder, "__name__", "")
     return str(name).startswith("arrow_split.")
 
 
@@ -139,9 +139,9 @@ def _sites(known: Known) -> list[tuple[object, str, str]]:
 
 
 def _qualified(holder: object, attr: str) -> str:
-    if isinstance(holder, ModuleType):
-        return f"{holder.__name__}.{attr}"
-    return f"{holder.__module__}.{holder.__qualname__}.{attr}"  # type: ignore[attr-defined]
+    if isinstance(holder, type):
+        return f"{holder.__module__}.{holder.__qualname__}.{attr}"
+    return f"{getattr(holder, '__name__', '?')}.{attr}"
 
 
 def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[str]:
