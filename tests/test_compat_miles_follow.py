@@ -17,7 +17,10 @@ import pyarrow as pa
 import pytest
 
 from arrow_split import ColumnSpec, PlanError, RolloutBatch, SchemaError, UnknownKeyWarning
-from arrow_split.compat import _miles_convert, _miles_install, miles
+from arrow_split.compat import miles
+from arrow_split.compat.miles import _handoff
+from arrow_split.compat.miles import _install as _miles_install
+from arrow_split.compat.miles import _keys as _miles_convert
 from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
 
 # Keys that miles' open PRs add, with values of the shapes they produce.
@@ -190,9 +193,9 @@ def test_install_returns_the_installed_miles_reference_type(
     before = _miles_install.REF_FACTORY
     installation = miles.install()
     try:
-        ref = miles._wrap_ref("a ray reference")
+        ref = _handoff.wrap_ref("a ray reference")
         assert getattr(ref, expected) == "a ray reference"
-        assert miles._unwrap(ref) == "a ray reference"
+        assert _handoff.unwrap(ref) == "a ray reference"
         name = "_RayStoreObjectRef(payload=...)" if expected == "payload" else "ArrowRef"
         assert installation.ref_type == name
         if expected == "payload":
@@ -207,5 +210,5 @@ def test_install_returns_the_installed_miles_reference_type(
 def test_both_reference_shapes_are_read() -> None:
     box = miles.ArrowRef("r")
     pydantic_like = Namespace(payload="r")
-    assert miles._unwrap(box) == miles._unwrap(pydantic_like) == "r"
-    assert miles._unwrap("r") == "r"
+    assert _handoff.unwrap(box) == _handoff.unwrap(pydantic_like) == "r"
+    assert _handoff.unwrap("r") == "r"

@@ -209,3 +209,100 @@ def test_a_refused_binding_rolls_back_and_raises_typed(miles_1842: Path) -> None
     assert _bindings() == before
     miles.install().undo()  # nothing was left half installed
     assert _bindings() == before
+
+
+# --- bindings outside module globals (issue 29) ----------------------------------------------
+
+_HOLDERS = """
+import functools
+from miles.ray.rollout.train_data_conversion import split_train_data_by_dp_raw
+from miles.utils.data import process_rollout_data
+
+class Splitter:
+    split = split_train_data_by_dp_raw
+
+QUICK = functools.partial(process_rollout_data, witness_info=None)
+"""
+_MORE_HOLDERS = """
+from miles.ray.rollout.train_data_conversion import can_schedule_on_rollout_side as can
+
+REGISTRY = {"can": can}
+
+def make():
+    held = can
+    def inner():
+        return held
+    return inner
+
+INNER = make()
+
+def with_default(check=can):
+    return check
+"""
+
+
+@pytest.fixture
+def holders(fake_miles: Path) -> Any:  # noqa: F811
+    import importlib
+
+    (fake_miles / "miles/ray/rollout/holders.py").write_text(_HOLDERS)
+    return importlib.import_module("miles.ray.rollout.holders")
+
+
+def test_a_class_attribute_is_patched_and_undone_a_partial_reported(holders: Any) -> None:
+    original = holders.Splitter.__dict__["split"]
+    with pytest.warns(miles.UnpatchedBindingWarning) as caught:
+        installation = miles.install()
+    assert holders.Splitter.split.func is miles.split_train_data_by_dp_raw
+    assert "miles.ray.rollout.holders.Splitter.split" in installation.patched
+    assert installation.unpatched == (
+        "functools.partial `miles.ray.rollout.holders.QUICK`: process_rollout_data",
+    )
+    assert len(caught) == 1
+    assert str(caught[0].message).startswith(
+        "install() cannot rebind miles' `process_rollout_data` in the functools.partial "
+        "`miles.ray.rollout.holders.QUICK`: it still calls miles' own"
+    )
+    installation.undo()
+    assert holders.Splitter.__dict__["split"] is original
+    assert holders.Splitter.split(None, None, dp_size=1) == "miles"
+
+
+def test_dicts_closures_and_defaults_holding_miles_are_reported(
+    holders: Any,
+    fake_miles: Path,  # noqa: F811
+) -> None:
+    import importlib
+
+    (fake_miles / "miles/ray/rollout/more_holders.py").write_text(_MORE_HOLDERS)
+    importlib.import_module("miles.ray.rollout.more_holders")
+    with pytest.warns(miles.UnpatchedBindingWarning):
+        installation = miles.install()
+    installation.undo()
+    where = "miles.ray.rollout.more_holders"
+    assert set(installation.unpatched) == {
+        "functools.partial `miles.ray.rollout.holders.QUICK`: process_rollout_data",
+        f"dict `{where}.REGISTRY`: can_schedule_on_rollout_side",
+        f"cell of `{where}.make.<locals>.inner`: can_schedule_on_rollout_side",
+        f"tuple of `{where}.with_default`: can_schedule_on_rollout_side",
+    }
+
+
+def test_a_local_container_is_no_binding(fake_miles: Path) -> None:  # noqa: F811
+    import miles.ray.rollout.train_data_conversion as conversion
+
+    held = [conversion.split_train_data_by_dp_raw]
+    installation = miles.install()  # no warning: a local variable is not a binding
+    installation.undo()
+    assert installation.unpatched == ()
+    assert held[0](None, None, dp_size=1) == "miles"
+
+
+def test_class_attributes_undo_in_any_order(holders: Any) -> None:
+    original = holders.Splitter.__dict__["split"]
+    with pytest.warns(miles.UnpatchedBindingWarning):
+        first, second = miles.install(), miles.install(pad_to_dp=True)
+    first.undo()
+    assert holders.Splitter.__dict__["split"] is second.bound["split_train_data_by_dp_raw"]
+    second.undo()
+    assert holders.Splitter.__dict__["split"] is original

@@ -1083,12 +1083,12 @@ BUILTIN_RAISES = {
     ): "an optional dependency: fail at import, say what to install",
     ("torch/__init__.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
-    ("compat/_miles_install.py", "ImportError"): "`install()` without miles: what to install",
+    ("compat/miles/_install.py", "ImportError"): "`install()` without miles: what to install",
 }
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.
 ALLOWED_ASSERTS = {
-    ("compat/miles.py", "train_parallel_config is not None"): "`_dp_size_of` refused None",
+    ("compat/miles/__init__.py", "train_parallel_config is not None"): "`_dp_size_of` refused None",
 }
 
 

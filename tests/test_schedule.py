@@ -25,7 +25,7 @@ from arrow_split import (
     split,
     take,
 )
-from arrow_split.compat._miles_convert import miles_schedule_fields
+from arrow_split.compat.miles._convert import miles_schedule_fields
 from arrow_split.errors import PlanError, PlanTypeError
 from tests.reference_schedule import reference_karmarkar_karp, reference_schedule
 

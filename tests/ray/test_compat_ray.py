@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from arrow_split import PlanError, PlanMismatchError, Shard, TransportError
-from arrow_split.compat import _miles_install, miles
+from arrow_split.compat import miles
+from arrow_split.compat.miles import _install as _miles_install
 from tests.ray.support import store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")

@@ -1,0 +1,355 @@
+"""A drop-in for miles' DP split: miles' six functions with miles' signatures, args and results.
+
+miles' signatures live only here, for :func:`install` and code written against miles (the
+functions of the same names in ``arrow_split`` and ``arrow_split.ray`` are the library's own).
+Only :func:`split_train_data_by_dp` and :func:`process_rollout_data` need Ray. What differs
+from miles on purpose, and why: docs/miles.md.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from arrow_split import (
+    KNOWN_COLUMNS,
+    ColumnSpec,
+    OptionError,
+    PlanError,
+    RolloutBatch,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
+from arrow_split.compat.miles._convert import (
+    SCHEDULE_CONFIG_KEYS,
+    FlopsFn,
+    RolloutShard,
+    ShardParts,
+    arg_flag,
+    check_args,
+    check_flops,
+    has_full_schedule_config,
+    plan_shards,
+    rollout_dict,
+    scheduled_shards,
+    step_batch_size,
+    to_batch,
+    witness_ids_of,
+)
+from arrow_split.compat.miles._handoff import (
+    ArrowRef,
+    StoreGetResult,
+    fetch_delayed,
+    fetch_eager,
+    put_delayed,
+    put_eager,
+)
+from arrow_split.compat.miles._install import Installation, UnpatchedBindingWarning, as_specs, patch
+from arrow_split.schema import TOTAL_LENGTHS, role_column
+
+__all__ = [
+    "ArrowRef",
+    "FlopsFn",
+    "Installation",
+    "OnBatchLengths",
+    "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
+    "StoreGetResult",
+    "UnpatchedBindingWarning",
+    "can_schedule_on_rollout_side",
+    "install",
+    "process_rollout_data",
+    "process_rollout_data_shard",
+    "split_train_data_by_dp",
+    "split_train_data_by_dp_raw",
+    "split_train_data_by_dp_scheduled_raw",
+]
+
+OnBatchLengths = Callable[[list[int]], None]
+"""Called with the whole batch's total lengths as a rank completes its shard (miles' metrics)."""
+
+# The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
+_PARTITION = "partition"
+_TOTAL_LENGTHS = TOTAL_LENGTHS
+
+
+def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
+    if not isinstance(train_parallel_config, Mapping) or "dp_size" not in train_parallel_config:
+        msg = (
+            "`train_parallel_config` must name `dp_size` (the number of data-parallel ranks), "
+            f"got {train_parallel_config!r}"
+        )
+        raise OptionError(msg)
+    return check_dp_size(train_parallel_config["dp_size"])
+
+
+def split_train_data_by_dp_raw(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    *,
+    dp_size: int,
+    specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[dict[str, Any]]:
+    """Split the train data into one rollout-layout dict per rank (``args.balance_data``).
+
+    ``specs`` declares unknown keys, ``strict_keys`` refuses them, ``pad_to_dp`` pads the batch.
+    """
+    balance_data = arg_flag(args, "balance_data", required=True)
+    size = check_dp_size(dp_size)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, size))
+    parts = plan_shards(batch, size, balance_data)
+    return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def _options(strict_keys: bool, pad_to_dp: bool, dp_size: int | None) -> dict[str, Any]:
+    """``to_batch``'s keywords."""
+    pad = as_flag("pad_to_dp", pad_to_dp) and dp_size is not None
+    return {
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_dp_size": dp_size if pad else None,
+    }
+
+
+def can_schedule_on_rollout_side(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    train_parallel_config: Mapping[str, Any] | None,
+) -> bool:
+    """Whether the rollout side can plan the whole micro-batch schedule, as miles decides it.
+
+    Yes with a full parallel config, no multi-LoRA, no multimodal rows, and rollout ids enough for
+    one step.
+    """
+    check_args(args)
+    if not has_full_schedule_config(train_parallel_config):
+        return False
+    if arg_flag(args, "multi_lora"):
+        return False
+    name = role_column(KNOWN_COLUMNS, "rollout_id")
+    if isinstance(data, RolloutBatch):
+        keys = {*data.column_names, *data.batch_globals}
+        batch_globals: Mapping[str, object] = data.batch_globals
+        rollout_ids = data.role_values("rollout_id")
+    elif isinstance(data, Mapping):
+        keys, batch_globals = set(data), data
+        rollout_ids = data.get(name) if name is not None else None
+    else:
+        msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
+        raise SchemaTypeError(msg)
+    if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
+        return False
+    wanted = step_batch_size(args, batch_globals)
+    return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted
+
+
+def split_train_data_by_dp_scheduled_raw(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    *,
+    train_parallel_config: Mapping[str, Any],
+    specs: Iterable[ColumnSpec] = (),
+    flops: FlopsFn | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[dict[str, Any]]:
+    """Split by the rollout-side micro-batch schedule: rows in micro-batch order, miles' keys.
+
+    ``flops`` gives per-sample workloads for ``args.balance_by_flops``.
+    """
+    check_flops(flops)
+    dp_size = _dp_size_of(train_parallel_config)
+    if not has_full_schedule_config(train_parallel_config):
+        msg = (
+            f"`train_parallel_config` must name every key of {SCHEDULE_CONFIG_KEYS} for the "
+            f"rollout-side schedule, got {sorted(train_parallel_config)}; check "
+            "`can_schedule_on_rollout_side` first"
+        )
+        raise OptionError(msg)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
+    parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
+    return [rollout_dict(shard, extras) for shard, _, extras in parts]
+
+
+def split_train_data_by_dp(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    train_parallel_config: Mapping[str, Any] | None,
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    flops: FlopsFn | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> list[Any] | Any:
+    """Put the train data into Ray's object store for the ranks; validated before any put.
+
+    Eager: one reference per rank (the rollout-side schedule where it can be planned). With
+    ``args.delay_split_train_data_by_dp``: one reference to the whole batch.
+    """
+    check_flops(flops)
+    balance_data = arg_flag(args, "balance_data", required=True)
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        config = {} if train_parallel_config is None else train_parallel_config
+        dp_size = _dp_size_of(config) if "dp_size" in config else None
+        batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
+        if dp_size is not None:  # checked (plan included) before the put
+            batch.make_plan(dp_size, balance_data=balance_data)
+        return put_delayed(batch, dp_size, balance_data)
+    dp_size = _dp_size_of(train_parallel_config)
+    batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
+    assert train_parallel_config is not None  # checked by _dp_size_of
+    if can_schedule_on_rollout_side(args, batch, train_parallel_config):
+        config = {**train_parallel_config, "dp_size": dp_size}
+        parts: Iterable[ShardParts] = list(scheduled_shards(args, batch, config, flops))
+    else:
+        parts = plan_shards(batch, dp_size, balance_data)
+    return put_eager(parts, dp_size)
+
+
+def process_rollout_data_shard(
+    args: Any,
+    rollout_data: dict[str, Any],
+    *,
+    on_batch_lengths: OnBatchLengths | None = None,
+) -> dict[str, Any]:
+    """Complete a rank's shard in place: drop ``partition``, keep the rank's ``total_lengths``.
+
+    ``on_batch_lengths`` gets the whole batch's. All is checked first: a failure changes nothing.
+    """
+    if not isinstance(rollout_data, dict):
+        msg = (
+            f"`rollout_data` must be a rollout-layout dict, as `split_train_data_by_dp_raw` "
+            f"returns it, got {type(rollout_data).__name__}"
+        )
+        raise SchemaTypeError(msg)
+    missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
+    if missing:
+        msg = (
+            f"the shard lacks {', '.join(f'`{key}`' for key in missing)}; pass a rollout-layout "
+            "dict, as `split_train_data_by_dp_raw` returns it"
+        )
+        raise SchemaError(msg)
+    partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
+    total_lengths = _lengths_list(rollout_data[_TOTAL_LENGTHS])
+    outside = [row for row in partition if not 0 <= row < len(total_lengths)]
+    if outside:
+        msg = (
+            f"`{_PARTITION}` holds row {outside[0]}, outside the {len(total_lengths)} samples "
+            f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
+        )
+        raise PlanError(msg)
+    rank_lengths = [total_lengths[row] for row in partition]
+    if on_batch_lengths is not None:
+        on_batch_lengths(list(total_lengths))
+    del rollout_data[_PARTITION]
+    rollout_data[_TOTAL_LENGTHS] = rank_lengths
+    return rollout_data
+
+
+def _lengths_list(total_lengths: object) -> list[Any]:
+    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as a list."""
+    try:
+        ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # ragged
+        ndim = -1
+    if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
+        msg = (
+            f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
+            f"{type(total_lengths).__name__}"
+        )
+        raise SchemaTypeError(msg)
+    try:
+        lengths = as_index_array(_TOTAL_LENGTHS, total_lengths)
+    except OptionError as error:  # strings, floats, bools: not token counts
+        msg = f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
+        raise SchemaTypeError(msg) from None
+    if lengths.size and int(lengths.min()) < 0:
+        msg = f"`{_TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
+        raise SchemaError(msg)
+    return list(lengths.tolist())
+
+
+def process_rollout_data(
+    args: Any,
+    rollout_data_ref: Any,
+    dp_rank: int,
+    dp_size: int,
+    witness_info: Any = None,
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    on_batch_lengths: OnBatchLengths | None = None,
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Return this rank's actor-layout dict and the get result, as miles' train side does.
+
+    ``rollout_data_ref``: the eager list (only this rank's item is fetched) or the delayed
+    reference (only this rank's rows are gathered; ``witness_info.witness_ids`` adds
+    ``seq_witness_ids``). ``specs``, ``strict_keys``: for a dict miles' own store put.
+    """
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    if arg_flag(args, "delay_split_train_data_by_dp"):
+        witness_ids = witness_ids_of(witness_info)
+        rollout_data, result = fetch_delayed(
+            args,
+            rollout_data_ref,
+            rank,
+            size,
+            witness_ids=witness_ids,
+            specs=specs,
+            strict_keys=as_flag("strict_keys", strict_keys),
+            pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
+        )
+    else:
+        _check_no_witness(witness_info)
+        rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
+    shard = process_rollout_data_shard(args, rollout_data, on_batch_lengths=on_batch_lengths)
+    return shard, result
+
+
+def _check_no_witness(witness_info: object) -> None:
+    """Eager shards hold their witness ids already: miles refuses witness info there too."""
+    if witness_info is not None:
+        msg = (
+            "`witness_info` is only used with `args.delay_split_train_data_by_dp`: eager shards "
+            "were split on the rollout side, so attach witness ids there (`seq_witness_ids`)"
+        )
+        raise OptionError(msg)
+
+
+def install(
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+    verbose: bool = False,
+) -> Installation:
+    """Bind the six drop-ins wherever the importable miles binds its own; ``undo()`` reverts.
+
+    ``specs``, ``strict_keys`` and ``pad_to_dp`` are passed to every function that takes them;
+    ``verbose`` also prints the summary (always logged at INFO). Returns the
+    :class:`Installation`; a holder it cannot rebind gets an :class:`UnpatchedBindingWarning`.
+    Raises ImportError without miles, InstallError (all put back) if a binding is refused.
+    """
+    return patch(
+        _DROP_INS,
+        specs=as_specs(specs),
+        strict_keys=as_flag("strict_keys", strict_keys),
+        pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
+        verbose=as_flag("verbose", verbose),
+    )
+
+
+_DROP_INS: dict[str, Callable[..., Any]] = {
+    "can_schedule_on_rollout_side": can_schedule_on_rollout_side,
+    "process_rollout_data": process_rollout_data,
+    "process_rollout_data_shard": process_rollout_data_shard,
+    "split_train_data_by_dp": split_train_data_by_dp,
+    "split_train_data_by_dp_raw": split_train_data_by_dp_raw,
+    "split_train_data_by_dp_scheduled_raw": split_train_data_by_dp_scheduled_raw,
+}

@@ -1,0 +1,370 @@
+"""miles' train data on arrow_split, without Ray: from miles' ``args`` and dict to each rank's dict.
+
+``args`` is read once (fields parsed with :mod:`arrow_split._args`' rules, errors naming
+``args.<field>``), a batch built, each rank's rows picked (the plan or the rollout-side schedule)
+and rendered as miles' rollout-layout dict, or as a :class:`RolloutShard` the eager hand-off puts.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split import (
+    KNOWN_COLUMNS,
+    ArrowSplitError,
+    ColumnSpec,
+    OptionError,
+    OptionTypeError,
+    RankSchedule,
+    RolloutBatch,
+    ScheduleConfig,
+    SchemaError,
+    Shard,
+    ValueRangeError,
+    pad_to_dp,
+    plan_schedule,
+    take,
+)
+from arrow_split._args import as_flag, as_int, describe
+from arrow_split.compat.miles._keys import (
+    from_miles_keys,
+    infer_unknown_specs,
+    miles_key_note,
+    to_miles_keys,
+)
+from arrow_split.schema import Role, role_column
+
+__all__ = [
+    "FlopsFn",
+    "RolloutShard",
+    "SCHEDULE_CONFIG_KEYS",
+    "ShardParts",
+    "arg_flag",
+    "check_args",
+    "check_flops",
+    "has_full_schedule_config",
+    "miles_schedule_fields",
+    "plan_shards",
+    "rollout_dict",
+    "scheduled_shards",
+    "step_batch_size",
+    "to_batch",
+    "witness_ids_of",
+]
+
+_MISSING = object()
+
+
+def check_args(args: object) -> None:
+    """Refuse an ``args`` that cannot be miles' argument namespace (no attributes to read)."""
+    if args is None or isinstance(args, (Mapping, str, bytes, int, float, list, tuple)):
+        msg = (
+            f"`args` must be miles' argument namespace (an `argparse.Namespace`), got "
+            f"{describe(args)}; pass the `args` miles' functions receive, or "
+            "`argparse.Namespace(balance_data=False, ...)`"
+        )
+        raise OptionTypeError(msg)
+
+
+def _field(args: object, name: str, *, required: bool) -> object:
+    check_args(args)
+    value = getattr(args, name, _MISSING)
+    if value is _MISSING and required:
+        msg = (
+            f"`args` has no field `{name}`; miles' argument parser sets it: pass miles' `args`, "
+            f"or set `args.{name}`"
+        )
+        raise OptionError(msg)
+    return None if value is _MISSING else value
+
+
+def arg_flag(args: object, name: str, *, required: bool = False) -> bool:
+    """``args.<name>`` as a bool; a missing optional field is ``False``."""
+    value = _field(args, name, required=required)
+    return False if value is None and not required else as_flag(f"args.{name}", value)
+
+
+def arg_int(args: object, name: str, *, required: bool = False) -> int | None:
+    """``args.<name>`` as an int >= 1; a missing (or ``None``) optional field is ``None``."""
+    value = _field(args, name, required=required)
+    return None if value is None else as_int(f"args.{name}", value, minimum=1)
+
+
+def witness_ids_of(witness_info: object) -> Any:
+    """``witness_info.witness_ids``, or a typed error naming what was given instead."""
+    if witness_info is None:
+        return None
+    witness_ids = getattr(witness_info, "witness_ids", _MISSING)
+    if witness_ids is _MISSING:
+        msg = (
+            f"`witness_info` must have `witness_ids` (one int per sample of the whole batch), "
+            f"got {describe(witness_info)}"
+        )
+        raise OptionTypeError(msg)
+    return witness_ids
+
+
+SCHEDULE_CONFIG_KEYS = ("dp_size", "cp_size", "vpp_size", "microbatch_group_size_per_vp_stage")
+"""The keys of miles' train parallel config that the rollout-side schedule needs, all of them."""
+
+FlopsFn = Callable[[Sequence[int], Any], Sequence[float]]
+"""``flops(total_lengths, args)``: one workload per sample, for ``args.balance_by_flops``."""
+
+ShardParts = tuple[Shard, int, dict[str, Any]]
+"""A rank's shard, its rank, and the extra keys miles puts beside it (the schedule's)."""
+
+
+def _role_name(role: Role) -> str:
+    name = role_column(KNOWN_COLUMNS, role)
+    if name is None:  # every role used here is held by a known column
+        msg = f"no known column has role {role!r}"
+        raise SchemaError(msg)
+    return name
+
+
+def to_batch(
+    args: Any,
+    data: Mapping[str, Any] | RolloutBatch,
+    specs: Iterable[ColumnSpec],
+    *,
+    strict_keys: bool = False,
+    pad_dp_size: int | None = None,
+) -> RolloutBatch:
+    """Validate and convert miles' train data (never mutated), padded to ``pad_dp_size``.
+
+    Adapter slots without a count get ``args.multi_lora_n_adapters``, as miles adds it to every
+    shard; miles' keys are mapped by :mod:`~arrow_split.compat.miles._keys`.
+    """
+    check_args(args)
+    if isinstance(data, RolloutBatch):
+        batch = data
+    else:
+        batch = _from_train_data(args, data, specs, strict_keys)
+    if pad_dp_size is not None:
+        batch = pad_to_dp(batch, pad_dp_size)
+    return batch
+
+
+def _from_train_data(
+    args: Any, data: Mapping[str, Any], specs: Iterable[ColumnSpec], strict_keys: bool
+) -> RolloutBatch:
+    slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
+    if isinstance(data, Mapping) and slots in data and count not in data:
+        n_adapters = arg_int(args, "multi_lora_n_adapters")
+        if n_adapters is not None:
+            data = {**data, count: n_adapters}
+    if isinstance(data, Mapping):
+        _check_no_rank_keys(data)
+        data = from_miles_keys(data)
+        specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
+    try:
+        batch = RolloutBatch.from_train_data(data, specs=specs)
+    except ArrowSplitError as error:
+        raise miles_key_note(error) from None
+    _check_adapter_slots(batch, slots, count)
+    return batch
+
+
+_RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
+
+
+def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
+    """Refuse a data key that the rank dict's own key would silently replace."""
+    for key in (key for key in _RANK_DICT_KEYS if key in data):
+        msg = (
+            f"train data holds `{key}`, a key the split puts into each rank's dict itself "
+            f"(it would be replaced silently); rename the key, e.g. `my_{key}`"
+        )
+        raise SchemaError(msg)
+
+
+def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
+    values = batch.role_values("adapter_slot")
+    n_adapters = batch.batch_globals.get(count)
+    if values is None or n_adapters is None or not len(values):
+        return
+    bad = np.flatnonzero((values < 0) | (values >= int(n_adapters)))  # type: ignore[call-overload]
+    if bad.size:
+        sample = int(bad[0])
+        msg = (
+            f"sample {sample}: `{slots}` is {int(values[sample])} but `{count}` is {n_adapters}; "
+            f"adapter slots must be in [0, {count}) (set `args.multi_lora_n_adapters` to the "
+            "number of adapters)"
+        )
+        raise ValueRangeError(msg)
+
+
+def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
+    """The classic split, planned now; a rank's shard is taken as the iterator reaches it."""
+    plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
+    return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
+
+
+def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
+    """Whether the config names every key of :data:`SCHEDULE_CONFIG_KEYS` (values may be None)."""
+    if not train_parallel_config:
+        return False
+    return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
+
+
+def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
+    """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
+    name = _role_name("step_batch_size")
+    if name in batch_globals:
+        return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
+    return as_int(
+        "args.global_batch_size", _field(args, "global_batch_size", required=True), minimum=1
+    )
+
+
+def schedule_config(
+    args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
+) -> ScheduleConfig:
+    """The schedule's parameters, read from miles' ``args`` and train parallel config."""
+    use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
+    micro_batch_size = arg_int(args, "micro_batch_size")
+    if micro_batch_size is None and use_dynamic:
+        micro_batch_size = 1  # unused by the token-budget packing
+    return ScheduleConfig(
+        global_batch_size=step_batch_size(args, batch.batch_globals),
+        micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
+        use_dynamic_batch_size=use_dynamic,
+        max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
+        cp_size=train_parallel_config["cp_size"],
+        vpp_size=train_parallel_config["vpp_size"],
+        microbatch_group_size_per_vp_stage=train_parallel_config[
+            "microbatch_group_size_per_vp_stage"
+        ],
+        balance_data=arg_flag(args, "balance_data", required=True),
+        balance_by_flops=arg_flag(args, "balance_by_flops"),
+        allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
+    )
+
+
+def _weights(
+    config: ScheduleConfig, lengths: np.ndarray, args: Any, flops: FlopsFn | None
+) -> Sequence[float] | None:
+    if not config.balance_by_flops:
+        return None
+    if flops is None:
+        msg = (
+            "`args.balance_by_flops` is set but no `flops` function was given; pass "
+            "`flops=lambda total_lengths, args: [...]` (one workload per sample), or use "
+            "`install()`, which passes miles' own FLOPs estimate"
+        )
+        raise OptionError(msg)
+    return flops(lengths.tolist(), args)
+
+
+def check_flops(flops: object) -> None:
+    """Refuse a ``flops`` that is neither ``None`` nor callable (typed, at the door)."""
+    if flops is not None and not callable(flops):
+        msg = (
+            "`flops` must be a function `flops(total_lengths, args)` returning one workload "
+            f"per sample, got {type(flops).__name__}"
+        )
+        raise OptionTypeError(msg)
+
+
+def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:
+    """The schedule keys miles puts beside a rank's rows, with miles' values and types."""
+    offsets = rank_schedule.micro_batch_offsets.tolist()
+    return {
+        "micro_batch_indices": [
+            list(range(start, stop)) for start, stop in itertools.pairwise(offsets)
+        ],
+        "num_microbatches": list(rank_schedule.num_microbatches),
+        "num_rollouts": list(rank_schedule.num_rollouts),
+    }
+
+
+def scheduled_shards(
+    args: Any,
+    batch: RolloutBatch,
+    train_parallel_config: Mapping[str, Any],
+    flops: FlopsFn | None,
+) -> Iterator[ShardParts]:
+    """Each rank's rows in micro-batch order and miles' schedule keys; planned now, taken lazily."""
+    rollout_ids = batch.role_values("rollout_id")
+    if rollout_ids is None:
+        name = _role_name("rollout_id")
+        msg = f"the rollout-side schedule needs `{name}` (one rollout id per sample)"
+        raise SchemaError(msg)
+    config = schedule_config(args, batch, train_parallel_config)
+    lengths = batch.total_lengths
+    schedule = plan_schedule(
+        lengths,
+        rollout_ids,
+        train_parallel_config["dp_size"],
+        config,
+        weights=_weights(config, lengths, args, flops),
+    )
+    return (
+        (rank.take(batch), rank.dp_rank, miles_schedule_fields(rank)) for rank in schedule.ranks
+    )
+
+
+def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
+    """A shard as miles' rollout-layout dict of fresh objects (numpy views for tensors).
+
+    Flags stored as bool come back as 0/1 ints, as miles keeps them.
+    """
+    train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
+    for name, spec in shard.specs.items():
+        value_type = spec.value_type
+        if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:
+            train_data[name] = [int(value) for value in train_data[name]]
+    train_data.update(copy.deepcopy(dict(extras)))
+    return train_data
+
+
+class RolloutShard(Mapping[str, Any]):
+    """One rank's shard read as miles' rollout-layout dict: read-only, decoded on first read.
+
+    What the eager hand-off puts: it pickles as its Arrow shard (no Python lists). ``extras``
+    (the schedule's keys) are copied into every dict; :meth:`to_dict` returns a fresh one.
+    """
+
+    __slots__ = ("_decoded", "dp_rank", "dp_size", "extras", "shard")
+
+    def __init__(
+        self, shard: Shard, dp_rank: int, dp_size: int, extras: Mapping[str, Any] | None = None
+    ) -> None:
+        self.shard = shard
+        self.dp_rank = dp_rank
+        self.dp_size = dp_size
+        self.extras = dict(extras or {})
+        self._decoded: dict[str, Any] | None = None
+
+    def _dict(self) -> dict[str, Any]:
+        if self._decoded is None:
+            self._decoded = rollout_dict(self.shard, self.extras)
+        return self._decoded
+
+    def to_dict(self) -> dict[str, Any]:
+        """A fresh dict of every key (decoded again: no list is shared with another call)."""
+        return rollout_dict(self.shard, self.extras)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._dict())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RolloutShard, (self.shard, self.dp_rank, self.dp_size, self.extras))
+
+    def __repr__(self) -> str:
+        return (
+            f"RolloutShard(dp_rank={self.dp_rank}, dp_size={self.dp_size}, "
+            f"{self.shard.num_samples} samples, extras=[{', '.join(self.extras)}])"
+        )

@@ -1,0 +1,224 @@
+"""miles' hand-off through Ray's object store: the puts, the gets and their reference types.
+
+Eager: one :class:`RolloutShard` per rank, all put or none (miles #2248/#2286). Delayed: the
+whole batch once, each rank gathers its own rows. References come back in the installed miles'
+type (``Box``-shaped :class:`ArrowRef` before #2542, ``_RayStoreObjectRef`` after).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+import arrow_split.compat.miles._install as _install
+from arrow_split import (
+    ArrowSplitError,
+    ColumnSpec,
+    NotARolloutBatchError,
+    OptionTypeError,
+    PlanError,
+    PlanMismatchError,
+    RolloutBatch,
+    Shard,
+    TransportError,
+)
+from arrow_split.compat.miles._convert import (
+    RolloutShard,
+    ShardParts,
+    arg_flag,
+    rollout_dict,
+    to_batch,
+)
+
+__all__ = ["ArrowRef", "StoreGetResult", "fetch_delayed", "fetch_eager", "put_delayed", "put_eager"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrowRef:
+    """A reference to what arrow_split put, shaped like miles' ``Box``.
+
+    Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
+    """
+
+    inner: Any
+
+
+def wrap_ref(ray_ref: Any) -> Any:
+    """A Ray reference in the installed miles' reference type (``ArrowRef`` before install)."""
+    factory = _install.REF_FACTORY
+    return ArrowRef(ray_ref) if factory is None else factory(ray_ref)
+
+
+def unwrap(ref: object) -> Any:
+    """The Ray reference in a reference of either shape (``inner`` or ``payload``), or itself."""
+    for attribute in ("inner", "payload"):
+        if hasattr(ref, attribute):
+            return getattr(ref, attribute)
+    return ref
+
+
+class StoreGetResult:
+    """What a rank fetched, with miles' get-result interface: ``value``, a context manager.
+
+    ``value`` is the rank's :class:`~arrow_split.Shard`; releasing (or leaving the ``with``)
+    drops this object's reference to it, and the store frees it once nothing else refers to it
+    (numpy arrays of the returned dict are views of an eager shard and keep it alive).
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: Shard | None) -> None:
+        self._value = value
+
+    @property
+    def value(self) -> Shard | None:
+        """The fetched shard, or ``None`` once released."""
+        return self._value
+
+    def release(self) -> None:
+        """Drop the reference to the fetched value (idempotent)."""
+        self._value = None
+
+    def __enter__(self) -> Shard | None:
+        return self._value
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.release()
+
+
+def put_eager(parts: Iterable[ShardParts], dp_size: int) -> list[Any]:
+    """Put one :class:`RolloutShard` per rank, one at a time; a failed put frees the others."""
+    import ray
+
+    refs: list[Any] = []
+    rank = 0
+    try:
+        for shard, rank, extras in parts:
+            refs.append(ray.put(RolloutShard(shard, rank, dp_size, extras)))
+    except ArrowSplitError:
+        raise  # a shard that could not be taken: the caller's error, nothing to report
+    except Exception as exc:
+        done = len(refs)
+        refs.clear()  # the only references: dropping them frees the objects already put
+        reason = next(iter(str(exc).splitlines()), "")
+        msg = (
+            f"the put of dp_rank {rank}'s shard ({rank + 1} of {dp_size}) failed "
+            f"({type(exc).__name__}: {reason}); the {done} shards already put were freed and "
+            "nothing of this step is in the store: make room (or lower the step's size) and "
+            "split again"
+        )
+        raise TransportError(msg) from exc
+    return [wrap_ref(ref) for ref in refs]
+
+
+def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
+    """Put the whole batch once (with its plan when ``dp_size`` is known)."""
+    import ray
+
+    from arrow_split.ray import split_train_data_by_dp as put_batch
+
+    if dp_size is None:
+        return wrap_ref(ray.put(batch))
+    return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True))
+
+
+def fetch_eager(
+    refs: Sequence[object], dp_rank: int, dp_size: int
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Fetch ``refs[dp_rank]`` alone; return its rollout-layout dict and the get result."""
+    import ray
+
+    if not isinstance(refs, (list, tuple)) or len(refs) != dp_size:
+        got = f"{len(refs)} references" if isinstance(refs, (list, tuple)) else repr(refs)[:60]
+        msg = (
+            f"eager mode needs the list of `dp_size` ({dp_size}) references that "
+            f"`split_train_data_by_dp` returned, got {got}; with "
+            "`args.delay_split_train_data_by_dp` pass the one delayed reference"
+        )
+        raise PlanError(msg)
+    for index, item in enumerate(refs):
+        if not isinstance(unwrap(item), (ray.ObjectRef, RolloutShard, Mapping)):
+            msg = (
+                f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
+                f"returned, got {type(item).__name__} {item!r:.40}"
+            )
+            raise OptionTypeError(msg)
+    item = unwrap(refs[dp_rank])
+    value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
+    if isinstance(value, RolloutShard):
+        if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
+            msg = (
+                f"`refs[{dp_rank}]` holds rank {value.dp_rank}'s rows of a {value.dp_size}-rank "
+                f"split, not rank {dp_rank}'s of {dp_size}; pass the list in the order "
+                "`split_train_data_by_dp` returned it, with the same `dp_size`"
+            )
+            raise PlanMismatchError(msg)
+        return value.to_dict(), StoreGetResult(value.shard)
+    if isinstance(value, Mapping):  # a shard miles' own store put: its dict, as miles reads it
+        return dict(value), StoreGetResult(None)
+    msg = f"`refs[{dp_rank}]` holds a {type(value).__name__}, not a rank's shard"
+    raise NotARolloutBatchError(msg)
+
+
+def fetch_delayed(
+    args: Any,
+    ref: object,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    witness_ids: Sequence[int] | None,
+    specs: Iterable[ColumnSpec],
+    strict_keys: bool,
+    pad_to_dp: bool,
+) -> tuple[dict[str, Any], StoreGetResult]:
+    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
+
+    An :class:`ArrowRef`'s batch is gathered where it lives; any other reference is fetched
+    here, and a dict (miles' own put) converted.
+    """
+    import ray
+
+    from arrow_split.ray import process_rollout_data as take_rank
+
+    balance_data = arg_flag(args, "balance_data", required=True)
+    target: object
+    if isinstance(ref, ArrowRef):
+        target = ref.inner
+    elif isinstance(ref, (RolloutBatch, Mapping)):
+        target = ref
+    elif isinstance(unwrap(ref), ray.ObjectRef):
+        target = ray.get(unwrap(ref))
+    else:
+        msg = (
+            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
+            f"{type(ref).__name__} {ref!r:.40}"
+        )
+        raise OptionTypeError(msg)
+    if isinstance(target, RolloutShard):
+        msg = (
+            "the delayed reference holds one rank's shard, not the whole batch; pass the "
+            "reference `split_train_data_by_dp` returned with `args.delay_split_train_data_by_dp`"
+        )
+        raise PlanError(msg)
+    if isinstance(target, Mapping):
+        target = to_batch(args, target, specs, strict_keys=strict_keys)
+    elif not isinstance(target, (RolloutBatch, ray.ObjectRef)):
+        msg = f"the delayed reference holds a {type(target).__name__}, not a train-data dict"
+        raise NotARolloutBatchError(msg)
+    shard = take_rank(
+        target,
+        dp_rank,
+        dp_size,
+        balance_data=balance_data,
+        resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
+        witness_ids=witness_ids,
+        pad_to_dp=pad_to_dp,
+    )
+    return rollout_dict(shard, {}), StoreGetResult(shard)

@@ -1,0 +1,327 @@
+"""The machinery behind ``install()``: bind the drop-ins wherever miles binds its functions.
+
+Bindings are found by identity, not by module name (miles #1842 moved one): loaded modules'
+globals and class attributes are rebound, and found again by :meth:`Installation.undo`. Other
+holders (a partial, a container, a default, a closure) cannot be rebound: they are reported.
+"""
+
+from __future__ import annotations
+
+import functools
+import gc
+import importlib
+import inspect
+import logging
+import sys
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from types import FrameType, FunctionType, ModuleType
+from typing import Any
+
+from arrow_split import ArrowSplitWarning, ColumnSpec, InstallError, SchemaTypeError
+from arrow_split._args import describe
+
+__all__ = ["Installation", "REF_FACTORY", "UnpatchedBindingWarning", "as_specs", "patch"]
+
+RefFactory = Callable[[Any], Any]
+
+REF_FACTORY: RefFactory | None = None
+"""What wraps each Ray reference the drop-in returns: ``None`` for its ``Box``-shaped
+``ArrowRef``, or the installed miles' own type (``install()`` sets it, ``undo()`` restores it)."""
+
+_LOG = logging.getLogger("arrow_split.compat.miles")
+
+_CONVERSION = "miles.ray.rollout.train_data_conversion"
+_DATA = "miles.utils.data"
+_DEFINED = {  # name -> the miles module that defines it (both must import)
+    "can_schedule_on_rollout_side": _CONVERSION,
+    "process_rollout_data_shard": _CONVERSION,
+    "split_train_data_by_dp": _CONVERSION,
+    "split_train_data_by_dp_raw": _CONVERSION,
+    "split_train_data_by_dp_scheduled_raw": _CONVERSION,
+    "process_rollout_data": _DATA,
+}
+_OPTIONAL = {  # modules of known bindings that a job may not load: reported as skipped
+    "miles.ray.rollout.rollout_manager": "split_train_data_by_dp",
+    "miles.backends.training_utils.data": "process_rollout_data",
+}
+
+
+class UnpatchedBindingWarning(ArrowSplitWarning):
+    """``install()`` found one of miles' functions where it cannot rebind it; it stays miles'."""
+
+
+@dataclass(eq=False, repr=False)
+class Installation:
+    """What :func:`install` patched (``"module.name"`` strings), skipped and left unpatched.
+
+    ``unpatched`` names each holder of a miles function that could not be rebound (``"holder:
+    name"``). ``bound`` maps the six names to this installation's drop-ins, found again by
+    identity; ``factory`` is the reference type it set.
+    """
+
+    patched: tuple[str, ...]
+    skipped: tuple[str, ...]
+    bound: dict[str, Callable[..., Any]]
+    factory: RefFactory | None
+    unpatched: tuple[str, ...] = ()
+
+    @property
+    def ref_type(self) -> str:
+        """The reference type the drop-in returns."""
+        return "ArrowRef" if self.factory is None else self.factory.__qualname__
+
+    def undo(self) -> None:
+        """Restore every name this installation holds (idempotent, in any order of several).
+
+        Each name goes to the newest installation still installed, or back to miles.
+        """
+        if not any(layer is self for layer in _ACTIVE):
+            return
+        _ACTIVE.remove(self)
+        top = _ACTIVE[-1] if _ACTIVE else None
+        replacement = dict(top.bound) if top is not None else dict(_BASE)
+        known = {id(value): (value, name) for name, value in self.bound.items()}
+        for holder, attr, name in _sites(known):
+            setattr(holder, attr, replacement[name])
+        global REF_FACTORY  # the process's one reference type
+        REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
+        if top is None:
+            _BASE.clear()
+
+    def __repr__(self) -> str:
+        return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
+
+
+_ACTIVE: list[Installation] = []  # the installations not undone, oldest first
+_BASE: dict[str, Callable[..., Any]] = {}  # miles' own functions, while any is installed
+_BASE_FACTORY: list[Any] = []  # the reference type before the first installation
+
+Known = Mapping[int, tuple[object, str]]  # id -> (function, name), matched by identity
+
+
+def _known(originals: Mapping[str, Any]) -> dict[int, tuple[object, str]]:
+    """Miles' functions and every installed drop-in, by id."""
+    known = {id(value): (value, name) for name, value in originals.items()}
+    for layer in _ACTIVE:
+        known.update({id(value): (value, name) for name, value in layer.bound.items()})
+    return known
+
+
+def _hits(holder: object, known: Known) -> list[tuple[object, str, str]]:
+    """``(holder, attr, name)`` for each attribute of ``holder`` bound to one of ``known``."""
+    found = []
+    for attr, value in list(vars(holder).items()):
+        hit = known.get(id(value))
+        if hit is not None and hit[0] is value:
+            found.append((holder, attr, hit[1]))
+    return found
+
+
+def _own(holder: object) -> bool:
+    name = holder.__module__ if isinstance(holder, type) else getattr(holder, "__name__", "")
+    return str(name).startswith("arrow_split.")
+
+
+def _sites(known: Known) -> list[tuple[object, str, str]]:
+    """Every loaded module's global and every class attribute bound to one of ``known``."""
+    found = []
+    for module in list(sys.modules.values()):
+        if isinstance(getattr(module, "__dict__", None), dict) and not _own(module):
+            found += _hits(module, known)
+    dicts = [ref for ref in gc.get_referrers(*(v for v, _ in known.values())) if type(ref) is dict]
+    classes = {id(ref): ref for ref in gc.get_referrers(*dicts) if isinstance(ref, type)}
+    for owner in classes.values():
+        if not _own(owner):
+            found += _hits(owner, known)
+    return found
+
+
+def _qualified(holder: object, attr: str) -> str:
+    if isinstance(holder, type):
+        return f"{holder.__module__}.{holder.__qualname__}.{attr}"
+    return f"{getattr(holder, '__name__', '?')}.{attr}"
+
+
+def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[str]:
+    """Bind the drop-in at every site; on a refusal, put back what was bound and raise."""
+    done: list[tuple[object, str, object]] = []
+    for holder, attr, name in _sites(known):
+        before = vars(holder)[attr]
+        try:
+            setattr(holder, attr, bound[name])
+        except Exception as exc:
+            for patched, patched_attr, value in reversed(done):
+                setattr(patched, patched_attr, value)
+            msg = (
+                f"install() could not bind `{_qualified(holder, attr)}` "
+                f"({type(exc).__name__}: {exc}); nothing was patched (the {len(done)} names "
+                "bound before it are restored): call arrow_split.compat.miles' functions "
+                "directly, or make that module's attribute writable"
+            )
+            raise InstallError(msg) from exc
+        done.append((holder, attr, before))
+    return [_qualified(holder, attr) for holder, attr, _ in done]
+
+
+def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[tuple[str, str]]:
+    """``(holder, name)`` for each named holder still bound to one of miles' functions.
+
+    A holder only a running frame (a local variable) reaches is not a binding: not listed.
+    """
+    names = {id(value): name for name, value in originals.items()}
+    skip = {id(holder) for holder in ours}
+    found = []
+    for holder in gc.get_referrers(*originals.values()):
+        if isinstance(holder, FrameType) or id(holder) in skip:
+            continue
+        where = _where(holder)
+        kind = type(holder)
+        label = f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
+        if where:
+            held = {names[id(item)] for item in gc.get_referents(holder) if id(item) in names}
+            found += [(f"{label} {where}", name) for name in sorted(held)]
+    return found
+
+
+def _where(holder: object) -> str:
+    """Where ``holder`` is bound: a module global, or the function or class that holds it."""
+    for module in list(sys.modules.values()):
+        for attr, value in list(getattr(module, "__dict__", {}).items()):
+            if value is holder:
+                return f"`{module.__name__}.{attr}`"
+    for ref in gc.get_referrers(holder):
+        owners = gc.get_referrers(ref) if isinstance(ref, (tuple, dict)) else [ref]
+        for owner in owners:
+            if isinstance(owner, (FunctionType, type)):
+                return f"of `{owner.__module__}.{owner.__qualname__}`"
+    return ""
+
+
+def _ref_factory(object_store: object) -> RefFactory | None:
+    """The installed miles' ``_RayStoreObjectRef(payload=...)``; ``None`` for ``Box`` (ArrowRef)."""
+    pydantic_ref = getattr(object_store, "_RayStoreObjectRef", None)
+    if pydantic_ref is None:
+        return None
+
+    def wrap(ray_ref: Any) -> Any:
+        return pydantic_ref(payload=ray_ref)
+
+    wrap.__qualname__ = f"{pydantic_ref.__name__}(payload=...)"
+    return wrap
+
+
+def as_specs(specs: object) -> list[ColumnSpec]:
+    """``specs`` as a list of :class:`ColumnSpec` (an iterable of them, never a str)."""
+    if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
+        msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
+        raise SchemaTypeError(msg)
+    checked = list(specs)
+    for position, spec in enumerate(checked):
+        if not isinstance(spec, ColumnSpec):
+            msg = (
+                f"`specs` item {position} must be a ColumnSpec, got {describe(spec)}; declare "
+                'a key as `ColumnSpec("score", "per_sample_scalar", pa.float64())`'
+            )
+            raise SchemaTypeError(msg)
+    return checked
+
+
+def _import_required(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        msg = (
+            f"arrow_split.compat.miles.install() patches an importable miles, but `{name}` does "
+            f"not import ({type(exc).__name__}: {exc}); install miles (and its dependencies) "
+            "in this environment, or call the functions of arrow_split.compat.miles directly"
+        )
+        raise ImportError(msg) from exc
+
+
+def _optional_attr(module: str, attr: str | None = None) -> Any:
+    """``module.attr`` (or the module itself), ``None`` when it does not import."""
+    try:
+        found = importlib.import_module(module)
+        return found if attr is None else getattr(found, attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _hooks(specs: list[ColumnSpec], strict_keys: bool, pad_to_dp: bool) -> dict[str, Any]:
+    """The options bound into the drop-ins; miles' FLOPs estimate and throughput timer."""
+    timer = _optional_attr("miles.utils.timer", "Timer")
+    calculate = _optional_attr("miles.utils.flops_utils", "calculate_fwd_flops")
+
+    def keep_seq_lens(total_lengths: list[int]) -> None:
+        timer().seq_lens = total_lengths
+
+    def flops(total_lengths: Sequence[int], args: Any) -> list[float]:
+        return [calculate([length], args) for length in total_lengths]
+
+    return {
+        "specs": specs,
+        "strict_keys": strict_keys,
+        "pad_to_dp": pad_to_dp,
+        "flops": None if calculate is None else flops,
+        "on_batch_lengths": None if timer is None else keep_seq_lens,
+    }
+
+
+def _bind(function: Callable[..., Any], hooks: dict[str, Any]) -> Callable[..., Any]:
+    """``function`` with each hook it takes that is set, as a fresh object."""
+    takes = inspect.signature(function).parameters
+    keywords = {key: value for key, value in hooks.items() if key in takes and value}
+    # a fresh object for every installation, even without keywords: undo() finds its own by
+    # identity, never the public function a user imported from arrow_split.compat.miles
+    return functools.wraps(function)(functools.partial(function, **keywords))
+
+
+def patch(
+    drop_ins: Mapping[str, Callable[..., Any]],
+    *,
+    specs: list[ColumnSpec],
+    strict_keys: bool,
+    pad_to_dp: bool,
+    verbose: bool,
+) -> Installation:
+    """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
+    modules = {name: _import_required(name) for name in sorted(set(_DEFINED.values()))}
+    hooks = _hooks(specs, strict_keys, pad_to_dp)
+    if _ACTIVE:
+        originals = dict(_BASE)
+    else:
+        originals = {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
+    bound = {name: _bind(drop_ins[name], hooks) for name in originals}
+    patched = _patch_all(_known(originals), bound)
+    unpatched = _unpatched(originals, ours=(originals, _BASE))
+    skipped = [
+        f"{module}.{name}" for module, name in _OPTIONAL.items() if module not in sys.modules
+    ]
+    global REF_FACTORY  # the process's one reference type
+    factory = _ref_factory(_optional_attr("miles.utils.object_store"))
+    if not _ACTIVE:
+        _BASE.update(originals)
+        _BASE_FACTORY[:] = [REF_FACTORY]
+    REF_FACTORY = factory
+    listed = tuple(f"{holder}: {name}" for holder, name in unpatched)
+    installation = Installation(tuple(patched), tuple(skipped), bound, factory, listed)
+    _ACTIVE.append(installation)
+    for holder, name in unpatched:
+        msg = (
+            f"install() cannot rebind miles' `{name}` in the {holder}: it still calls miles' "
+            "own; bind it as a module global or a class attribute (install() patches those), "
+            f"or call `arrow_split.compat.miles.{name}` there"
+        )
+        warnings.warn(msg, UnpatchedBindingWarning, stacklevel=3)
+    summary = (
+        f"arrow_split.compat.miles patched {len(patched)} names: {', '.join(patched)}; "
+        f"references: {installation.ref_type}"
+    )
+    if skipped:
+        summary += f"; skipped (not importable here): {', '.join(skipped)}"
+    _LOG.info(summary)
+    if verbose:
+        print(summary)
+    return installation
