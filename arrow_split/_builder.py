@@ -1,19 +1,16 @@
 """The streaming builder: samples become columnar as they finish, not at the step's end.
 
-:class:`RolloutBatchBuilder` parses its options once, at construction. Each call encodes its
-samples once, through the path of :meth:`RolloutBatch.from_train_data`
-(:func:`arrow_split._convert.encode_columns` and the codecs), checks what the step adds (keys,
-tensor shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
-columns (:mod:`arrow_split._codecs._growable`); :meth:`RolloutBatchBuilder.finish` hands them to
-the batch without a copy and without checking them again. With a journal, each accepted call is a
-record of :mod:`arrow_split._journal` before it returns.
+Each call is encoded once, through the path of :meth:`RolloutBatch.from_train_data`, checked
+against what the step holds, and appended to growable Arrow columns that :meth:`finish` hands to
+the batch without a copy or a second check (docs/builder.md). With a journal, each accepted call
+is a record of :mod:`arrow_split._journal` before it returns (docs/journal.md).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +27,6 @@ from arrow_split._codecs import (
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
-    Group,
     JournalDamage,
     JournalSync,
     OnDuplicate,
@@ -39,8 +35,9 @@ from arrow_split._journal import (
     global_from_record,
     global_record,
     group_from_record,
-    group_record,
     journal_header,
+    pack_value,
+    spec_json,
 )
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
@@ -59,7 +56,7 @@ from arrow_split.schema import (
     role_column,
 )
 
-__all__ = ["RolloutBatchBuilder"]
+__all__ = ["Group", "RolloutBatchBuilder", "group_record"]
 
 _SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
 _IDENTITY_FIX = (
@@ -664,7 +661,7 @@ class RolloutBatchBuilder:
             if record.kind != "group":
                 msg = f"an unknown kind of record {record.kind!r:.40}"
                 raise JournalError(msg)
-            group = group_from_record(record, source, allow_nonfinite)
+            group = Group(*group_from_record(record, source, allow_nonfinite))
             self._check_keys(dict.fromkeys(group.sample_keys), self._length)
             self._check_identity(group, self._length)
             self._check_group(group)
@@ -672,7 +669,7 @@ class RolloutBatchBuilder:
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
             raise JournalError(msg) from None
-        except (ArrowSplitError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+        except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
             raise JournalError(msg) from None
         if replayed is not None:
@@ -710,3 +707,53 @@ def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Gro
     if growable is None or not reusable:
         growable = growables[name] = growable_for(array.type)
     return growable
+
+
+class Group:
+    """One accepted ``append``/``extend``, encoded and checked: what a ``group`` record holds.
+
+    The per-sample columns as the codecs encoded them, the specs as used, the per-sample
+    batch-global values (float64) and the group's other batch-global values.
+    """
+
+    __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
+
+    def __init__(
+        self,
+        columns: dict[str, pa.Array],
+        used: dict[str, ColumnSpec],
+        batch_globals: dict[str, object],
+        sample_keys: tuple[str, ...],
+    ) -> None:
+        self.columns = columns
+        self.used = used
+        self.sample_keys = sample_keys
+        self.sample_globals = {
+            k: np.asarray(v, dtype=np.float64) for k, v in batch_globals.items() if k in sample_keys
+        }
+        self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
+        self.count = len(next(iter(columns.values())))  # the length source is always there
+
+    def take(self, rows: Sequence[int]) -> Group:
+        """The group of the samples at ``rows`` only (a replay's samples dropped)."""
+        picked = np.asarray(rows, dtype=np.int64)
+        columns = {
+            name: codec_for(self.used[name]).take(array, picked)
+            for name, array in self.columns.items()
+        }
+        values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
+        return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
+
+
+def group_record(group: Group) -> tuple[dict[str, object], list[pa.Array]]:
+    """The JSON and the columns of the ``group`` record of ``group`` (docs/journal.md)."""
+    names, sample_globals = list(group.columns), list(group.sample_globals)
+    meta: dict[str, object] = {
+        "names": names,
+        "sample_globals": sample_globals,
+        "sample_keys": list(group.sample_keys),
+        "specs": [spec_json(spec) for spec in group.used.values()],
+        "globals": {key: pack_value(group.used[key], v) for key, v in group.globals.items()},
+    }
+    arrays = [group.columns[name] for name in names]
+    return meta, arrays + [pa.array(group.sample_globals[key]) for key in sample_globals]
