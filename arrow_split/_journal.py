@@ -14,10 +14,8 @@ import binascii
 import contextlib
 import errno
 import fcntl
-import io
 import json
 import os
-import pickle
 import re
 import socket
 import struct
@@ -38,6 +36,7 @@ from arrow_split._codecs import (
     check_per_sample_values,
     codec_for,
 )
+from arrow_split._codecs.objects import loads_plain
 from arrow_split._convert import check_content
 from arrow_split._dump_meta import spec_from_json as _spec_from_json
 from arrow_split._dump_meta import spec_to_json as _spec_to_json
@@ -475,40 +474,20 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
     ):
         msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not a list of [key, value]"
         raise JournalError(msg)
-    pairs = {pair[0]: pair[1] for pair in item if isinstance(pair[0], (int, str, float))}
+    pairs: dict[object, object] = {
+        pair[0]: pair[1] for pair in item if isinstance(pair[0], (int, str, float))
+    }
     if len(pairs) != len(item):
         msg = f"batch-global key `{spec.name}` repeats a key, or one is no number: {item!r:.60}"
         raise JournalError(msg)
     return pairs
 
 
-_PLAIN = {
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("builtins", "list"),
-    ("builtins", "dict"),
-}
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds plain data only: every global it may name is in :data:`_PLAIN`."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _PLAIN:
-            msg = f"refers to `{module}.{name}`, which a journal's value never holds"
-            raise pickle.UnpicklingError(msg)
-        return super().find_class(module, name)
-
-
 def unpickle_v1(text: object) -> object:
     """A format-1 value (a base64 pickle) built as plain data, no code run (else a JournalError)."""
     try:
         raw = base64.b64decode(str(text) if isinstance(text, str) else b"!", validate=True)
-        value = _PlainUnpickler(io.BytesIO(raw)).load()
+        value = loads_plain(raw)
     except Exception as exc:
         msg = f"a format-1 batch-global value does not read: {type(exc).__name__}: {exc}"
         raise JournalError(msg) from None
@@ -838,14 +817,13 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _set_aside(path: str, suffix: str) -> str:
-    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...); return the new name."""
+def _set_aside(path: str, suffix: str) -> None:
+    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...)."""
     target, number = f"{path}.{suffix}", 0
     while os.path.exists(target):
         number += 1
         target = f"{path}.{suffix}.{number}"
     os.rename(path, target)
-    return target
 
 
 def _damage_error(scan: Scan, folder: str) -> JournalError:
