@@ -210,8 +210,8 @@ def _encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Ar
 
 
 def _no_constant(name: str) -> NoReturn:
-    msg = f"`{name}` is not JSON (a journal holds finite numbers only)"
-    raise ValueError(msg)
+    msg = f"its JSON holds `{name}`; a journal holds finite numbers only"
+    raise JournalError(msg)
 
 
 def _decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Record:
@@ -757,19 +757,18 @@ class _Writer:
     def __init__(
         self, path: str, end: int, sync: JournalSync, journal_id: bytes, sequence: int
     ) -> None:
-        self.path = path
-        self.sync = sync
-        self.journal_id = journal_id
-        self.sequence = sequence
+        self.path, self.sync, self.journal_id, self.sequence = path, sync, journal_id, sequence
         self._end = end
         self._broken = False
-        self._descriptor = os.open(path, os.O_WRONLY)
         try:
-            os.ftruncate(self._descriptor, end)  # a torn tail's bytes, if any
-            os.lseek(self._descriptor, end, os.SEEK_SET)
-        except OSError:
-            os.close(self._descriptor)
-            raise
+            self._descriptor = os.open(path, os.O_WRONLY)
+        except OSError as exc:
+            raise _journal_error(f"cannot open the journal `{path}`", exc) from None
+        self._cut_back()  # a torn tail's bytes, if any
+        if self._broken:
+            self.close()
+            msg = f"cannot cut the torn tail of the journal `{path}`; check it is writable"
+            raise JournalError(msg)
 
     def write(self, payload: _Payload) -> None:
         if self._broken:
