@@ -152,11 +152,6 @@ class Scan:
     torn_at: int | None = None
 
     @property
-    def end(self) -> int:
-        """Where appends resume: after the last whole record (a torn tail dropped)."""
-        return self.size if self.torn_at is None else self.torn_at
-
-    @property
     def expected(self) -> int:
         """The sequence number of the next record."""
         return self.records[-1].sequence + 1 if self.records else 0
@@ -903,47 +898,37 @@ class StepJournal:
             raise JournalError(msg, errno=errno.ENOENT)
         lock = _Lock(folder)
         try:
-            return cls._recover(folder, (sync, salvage), lock, *_steps(folder))
+            journals, dumps = _steps(folder)
+            pending = sorted(journals - dumps)
+            if len(pending) > 1:
+                msg = f"`{folder}` holds the unfinished journals of steps {pending}; keep one"
+                raise JournalError(msg)
+            latest = pending[0] if pending else max(journals)
+            path = journal_file(folder, latest)
+            scan = scan_file(path)
+            if scan.damage and not salvage:
+                raise _damage_error(scan, folder)
+            header = scan.records[0].meta
+            arguments = parse_header(header, path, latest)
+            if not pending:  # the last step was finished: its dump is whole; start the next
+                step_journal = cls(folder, _next_step(folder, latest), header, sync, lock)
+                step_journal._start(journals)
+                return step_journal, [], arguments
+            step_journal = cls(folder, latest, header, sync, lock)
+            if scan.damage or scan.version != 2:
+                step_journal.damage = list(scan.damage)
+                step_journal.rewriting = True
+                step_journal.header = {}  # the builder writes its own header (format 2)
+                _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
+            else:
+                end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
+                sequence = scan.records[-1].sequence + 1
+                step_journal._writer = _Writer(path, end, sync, scan.journal_id, sequence)
+            for step in journals - {latest}:
+                _remove(journal_file(folder, step))  # finished steps' journals
         except BaseException:
             lock.release()
             raise
-
-    @classmethod
-    def _recover(
-        cls,
-        folder: str,
-        options: tuple[JournalSync, bool],
-        lock: _Lock,
-        journals: set[int],
-        dumps: set[int],
-    ) -> tuple[StepJournal, list[Record], dict[str, Any]]:
-        sync, salvage = options
-        pending = sorted(journals - dumps)
-        if len(pending) > 1:
-            msg = f"`{folder}` holds the unfinished journals of steps {pending}; keep one"
-            raise JournalError(msg)
-        latest = pending[0] if pending else max(journals)
-        path = journal_file(folder, latest)
-        scan = scan_file(path)
-        if scan.damage and not salvage:
-            raise _damage_error(scan, folder)
-        header = scan.records[0].meta
-        arguments = parse_header(header, path, latest)
-        if not pending:  # the last step was finished: its dump is whole; start the next
-            step_journal = cls(folder, _next_step(folder, latest), header, sync, lock)
-            step_journal._start(journals)
-            return step_journal, [], arguments
-        step_journal = cls(folder, latest, header, sync, lock)
-        if scan.damage or scan.version != 2:
-            step_journal.damage = list(scan.damage)
-            step_journal.rewriting = True
-            step_journal.header = {}  # the builder writes its own header (format 2)
-            _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
-        else:
-            last = scan.records[-1].sequence
-            step_journal._writer = _Writer(path, scan.end, sync, scan.journal_id, last + 1)
-        for step in journals - {latest}:
-            _remove(journal_file(folder, step))  # finished steps' journals
         return step_journal, scan.records[1:], arguments
 
     def restart(self, header: dict[str, Any]) -> None:
