@@ -88,8 +88,7 @@ class RolloutBatchBuilder:
     identity
         The per-sample key that identifies a sample (a replay), or ``None``.
     on_duplicate
-        What a replayed sample does: ``"skip"`` (dropped) or ``"error"``
-        (:class:`DuplicateSampleError`).
+        A replayed sample is dropped (``"skip"``) or a DuplicateSampleError (``"error"``).
 
     Raises
     ------
@@ -647,11 +646,8 @@ def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
 
 
 def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-    """The column's growable; a new one where an empty one holds another Arrow type.
-
-    An empty growable of another type (the previous step's narrow storage, tensor shape or
-    object codec) is replaced: a step's types depend on its own samples only.
-    """
+    """The column's growable; an empty one of another Arrow type is replaced."""
+    # a step's types are its own: the last step's narrow storage, tensor shape or codec never carry
     growable = growables.get(name)
     reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
     if growable is None or not reusable:
@@ -660,11 +656,7 @@ def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Gro
 
 
 class Group:
-    """One accepted ``append``/``extend``, encoded and checked: what a ``group`` record holds.
-
-    The per-sample columns as the codecs encoded them, the specs as used, the per-sample
-    batch-global values (float64) and the group's other batch-global values.
-    """
+    """One accepted call, encoded and checked: columns, specs as used, batch-global values."""
 
     __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
 
