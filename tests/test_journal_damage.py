@@ -366,8 +366,10 @@ _CRAFTS = [
     "length",
     "columns",
     "reorder_names",
-    "other_payload",
     "not_an_object",
+    "duplicate",
+    "reorder",
+    "spliced",
 ]
 
 
@@ -376,10 +378,9 @@ def _craft(
     data: st.DataObject,
     meta: dict[str, Any],
     arrays: list[pa.Array],
-    others: list[bytes],
     evil: bytes,
 ) -> tuple[object, list[pa.Array]] | bytes:
-    """Crafted content for one record: new JSON and columns, or another record's whole payload."""
+    """Crafted content for one record: new JSON and columns, or a whole payload."""
     meta, arrays = dict(meta), list(arrays)
     keys = sorted(meta)
     if how == "drop" and keys:
@@ -415,8 +416,6 @@ def _craft(
             arrays.append(_sized(data.draw(_GARBAGE_ARRAYS), len(arrays[0])))
     elif how == "reorder_names" and isinstance(meta.get("names"), list):
         meta["names"] = list(reversed(meta["names"]))
-    elif how == "other_payload":
-        return data.draw(st.sampled_from(others))
     elif how == "not_an_object":
         return _payload(data.draw(_JSON), arrays)
     return meta, arrays
@@ -467,17 +466,30 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
         path = folder / "step-000000.journal"
         original = path.read_bytes()
         records = _frames(original)
+        assert b"".join(_framed(*record[1:]) for record in records) == original  # as documented
         spliced = [
             payload for *_, payload in _frames((other_folder / "step-000000.journal").read_bytes())
         ]
         evil = pickle.dumps(_RunsCode(marker))
         target = data.draw(st.integers(0, len(records) - 1), label="record")
-        offset, journal_id, sequence, payload = records[target]
-        others = [p for i, (*_, p) in enumerate(records) if i != target] + spliced
-        crafted = _craft(how, data, *_read_payload(payload), others, evil)
-        new_payload = crafted if isinstance(crafted, bytes) else _payload(*crafted)
-        end = offset + _FRAME_HEAD.size + 4 + len(payload)
-        damaged = original[:offset] + _framed(journal_id, sequence, new_payload) + original[end:]
+        payloads = {index: payload for index, (*_, payload) in enumerate(records)}
+        if how in ("duplicate", "reorder"):  # another record's content at this place
+            other_index = data.draw(st.sampled_from(sorted(set(payloads) - {target})))
+            if how == "reorder":
+                payloads[other_index] = records[target][3]
+            payloads[target] = records[other_index][3]
+            rewritten = {target, other_index}
+        elif how == "spliced":  # a record of another journal, framed as one of this one
+            payloads[target] = data.draw(st.sampled_from(spliced))
+            rewritten = {target}
+        else:
+            crafted = _craft(how, data, *_read_payload(payloads[target]), evil)
+            payloads[target] = crafted if isinstance(crafted, bytes) else _payload(*crafted)
+            rewritten = {target}
+        damaged = b"".join(
+            _framed(journal_id, sequence, payloads[index])
+            for index, (_, journal_id, sequence, _) in enumerate(records)
+        )
         path.write_bytes(damaged)
         try:
             recovered = RolloutBatchBuilder.recover(folder)
@@ -492,7 +504,7 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
             batch = recovered.finish()
         except ArrowSplitError:  # a crafted batch-global that a call could have set too
             recovered.close()
-            assert target > 0
+            assert 0 not in rewritten
             assert not marker.exists()
             return
         recovered.close()
@@ -500,7 +512,10 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
             batch.to_train_data()
         held = set(batch.column("sample_indices").to_pylist())
         untouched = {
-            2 * (number - 1) + i for number in (1, 2, 3) if number != target for i in range(2)
+            2 * (number - 1) + i
+            for number in (1, 2, 3)
+            if number not in rewritten
+            for i in range(2)
         }
         assert untouched <= held  # every acknowledged record not rewritten is recovered
         assert not marker.exists()
