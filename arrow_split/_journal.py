@@ -14,6 +14,7 @@ import binascii
 import contextlib
 import errno
 import fcntl
+import io
 import json
 import os
 import re
@@ -157,15 +158,15 @@ class Scan:
         return self.records[-1].sequence + 1 if self.records else 0
 
 
-class _Payload:
+class _Payload(io.RawIOBase):
     """A record's IPC stream as pieces (Arrow buffers by reference): a write-only file object."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pieces: list[memoryview] = []
         self.size = 0
-        self.closed = False
 
-    def write(self, data: bytes | pa.Buffer) -> int:
+    def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         self.pieces.append(view)
         self.size += view.nbytes
@@ -179,12 +180,6 @@ class _Payload:
 
     def tell(self) -> int:
         return self.size
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
 
     def writable(self) -> bool:
         return True
