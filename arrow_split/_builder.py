@@ -1,19 +1,16 @@
 """The streaming builder: samples become columnar as they finish, not at the step's end.
 
-:class:`RolloutBatchBuilder` parses its options once, at construction. Each call encodes its
-samples once, through the path of :meth:`RolloutBatch.from_train_data`
-(:func:`arrow_split._convert.encode_columns` and the codecs), checks what the step adds (keys,
-tensor shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
-columns (:mod:`arrow_split._codecs._growable`); :meth:`RolloutBatchBuilder.finish` hands them to
-the batch without a copy and without checking them again. With a journal, each accepted call is a
-record of :mod:`arrow_split._journal` before it returns.
+Each call is encoded once, through the path of :meth:`RolloutBatch.from_train_data`, checked
+against what the step holds, and appended to growable Arrow columns that :meth:`finish` hands to
+the batch without a copy or a second check (docs/builder.md). With a journal, each accepted call
+is a record of :mod:`arrow_split._journal` before it returns (docs/journal.md).
 """
 
 from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -30,7 +27,6 @@ from arrow_split._codecs import (
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._convert import encode_columns, encode_train_data
 from arrow_split._journal import (
-    Group,
     JournalDamage,
     JournalSync,
     OnDuplicate,
@@ -39,8 +35,9 @@ from arrow_split._journal import (
     global_from_record,
     global_record,
     group_from_record,
-    group_record,
     journal_header,
+    pack_value,
+    spec_json,
 )
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
@@ -59,7 +56,7 @@ from arrow_split.schema import (
     role_column,
 )
 
-__all__ = ["RolloutBatchBuilder"]
+__all__ = ["Group", "RolloutBatchBuilder", "group_record"]
 
 _SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
 _IDENTITY_FIX = (
@@ -72,34 +69,11 @@ class RolloutBatchBuilder:
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
     Each :meth:`append` (one sample) or :meth:`extend` (a group in the train-data layout) is
-    validated at once with the rules, error types and messages of
-    :meth:`RolloutBatch.from_train_data`, the message naming the sample's position in the
-    batch; a rejected call leaves the builder exactly as it was. :meth:`finish` returns the
-    batch, equal to ``from_train_data`` of the same samples and batch-global values, and leaves
-    the builder empty for the next step, its buffers' capacity kept (docs/builder.md).
-
-    Keys. The first call of a step fixes the per-sample keys; a later sample with a key missing
-    or added is a :class:`SchemaError`. A per-sample batch-global key (``raw_reward``) may come
-    with the samples, one value each, or whole through :meth:`set_global`; other batch-global
-    keys through :meth:`set_global`, or with a sample or group (then every one that has it gives
-    the same value). Rules on the whole batch are checked by :meth:`finish`.
-
-    Values are Python lists, numpy arrays, ``array.array`` or any object that exports the
-    buffer protocol, ``__array__`` or DLPack (a CPU torch tensor); they are copied. A builder is
-    not thread-safe: use one per producer thread, or a lock.
-
-    Journal. With ``journal=folder`` every accepted call is written to the step's journal in
-    ``folder`` before it returns, so it survives a crash of the process: :meth:`recover` rebuilds
-    the builder and appends go on; :meth:`finish` writes the step's dump ``step-<n>.arrow`` and
-    starts the next step's journal (docs/journal.md). ``sync`` says when the OS is asked to write
-    through to the disk: ``"call"`` after every call, ``"step"`` at :meth:`finish`, ``"os"``
-    never (the dump is always synced). A failed write raises :class:`JournalError` and leaves the
-    builder and the journal as they were.
-
-    Identity. With ``identity=key`` (a per-sample key such as ``"sample_indices"``), a sample
-    whose ``key`` value the builder holds already this step is a replay: ``on_duplicate="skip"``
-    (the default) drops it, ``"error"`` raises :class:`DuplicateSampleError` and adds nothing.
-    A loop that replays its last group after :meth:`recover` cannot duplicate samples.
+    checked at once with the rules and errors of :meth:`RolloutBatch.from_train_data`, naming the
+    sample's position in the batch; a rejected call changes nothing. :meth:`finish` returns the
+    batch (equal to ``from_train_data`` of the same samples) and empties the builder, its
+    capacity kept. Keys, values, threads: docs/builder.md; ``journal``, ``sync``, ``identity``
+    and ``on_duplicate``: docs/journal.md.
 
     Parameters
     ----------
@@ -110,17 +84,16 @@ class RolloutBatchBuilder:
     journal
         A folder for the journal and the steps' dumps (created if missing), or ``None``.
     sync
-        ``"call"``, ``"step"`` (the default) or ``"os"``: see Journal above.
+        When the OS writes through: ``"call"``, ``"step"`` (at :meth:`finish`) or ``"os"``.
     identity
-        The per-sample key that identifies a sample, or ``None`` (no replay check).
+        The per-sample key that identifies a sample (a replay), or ``None``.
     on_duplicate
-        ``"skip"`` (the default) or ``"error"``: see Identity above.
+        A replayed sample is dropped (``"skip"``) or a DuplicateSampleError (``"error"``).
 
     Raises
     ------
     JournalError
-        ``journal`` holds an unfinished step with samples (resume it with :meth:`recover`), or
-        cannot be written.
+        ``journal`` holds an unfinished step (resume it with :meth:`recover`), or is unwritable.
 
     Examples
     --------
@@ -269,13 +242,12 @@ class RolloutBatchBuilder:
         Returns
         -------
         int
-            1, or 0 for a replayed sample skipped (see Identity in the class docstring).
+            1, or 0 for a replayed sample skipped (``identity``).
 
         Raises
         ------
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
-            As :meth:`RolloutBatch.from_train_data` would, naming the sample's position in the
-            batch; the builder is left unchanged.
+            As :meth:`RolloutBatch.from_train_data` would; the builder is left unchanged.
         DuplicateSampleError
             With ``on_duplicate="error"``, a replayed sample.
         JournalError
@@ -298,8 +270,7 @@ class RolloutBatchBuilder:
         Raises
         ------
         SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
-            As :meth:`RolloutBatch.from_train_data` would on the group, naming each sample's
-            position in the batch; the builder is left unchanged.
+            As :meth:`append`.
         DuplicateSampleError, JournalError
             As :meth:`append`.
         """
@@ -316,8 +287,7 @@ class RolloutBatchBuilder:
         Raises
         ------
         SchemaError
-            ``key`` is not a batch-global key, is given per sample already, or ``value`` does
-            not have the key's documented shape.
+            ``key`` is not batch-global, is given per sample already, or ``value`` is misshapen.
         """
         spec = self._spec(key)
         if spec.is_per_sample:
@@ -491,14 +461,12 @@ class RolloutBatchBuilder:
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended; the builder is then empty, its capacity kept.
 
-        With a journal, the batch is first written as the step's dump and the next step's
-        journal is started (see Journal in the class docstring).
+        With a journal, the batch is first written as the step's dump ``step-<n>.arrow``.
 
         Raises
         ------
         SchemaError, ColumnTypeError, ValueRangeError
-            A rule on the whole batch is broken (a batch-global value given whole with the wrong
-            number of values); the builder is left unchanged.
+            A rule on the whole batch is broken; the builder is left unchanged.
         JournalError
             The step's dump cannot be written; the builder and its journal are left unchanged.
         """
@@ -559,10 +527,7 @@ class RolloutBatchBuilder:
         return batch
 
     def close(self) -> None:
-        """Close the journal file and release the folder's lock, if any; the journal stays on disk.
-
-        A closed builder with a journal refuses further calls with :class:`JournalError`.
-        """
+        """Close the journal (kept on disk) and free its folder; later calls raise JournalError."""
         if self._journal is not None:
             self._journal.close()
 
@@ -580,13 +545,9 @@ class RolloutBatchBuilder:
     ) -> RolloutBatchBuilder:
         """The builder of the unfinished step in the journal folder ``journal``, as it was.
 
-        It holds exactly the samples and batch-global values of the calls written whole to the
-        journal: every call that returned before a crash, and possibly the one the crash
-        interrupted, whole or not at all (a torn tail is dropped). Its specs, options and
-        identity key are the journal's; appends go on into the same journal. A folder whose
-        last step was finished gives an empty builder for the next step. Every field of every
-        record is checked with the library's rules; a record whose samples the builder holds
-        already (by the identity key) adds nothing.
+        It holds the samples and batch-global values of every call written whole to the journal
+        (a torn tail is dropped), every field of every record checked; appends go on into the
+        same journal. Damage, salvage and trust: docs/journal.md.
 
         Parameters
         ----------
@@ -595,25 +556,18 @@ class RolloutBatchBuilder:
         sync, on_duplicate
             As for the builder.
         salvage
-            Damage other than a torn tail (a flipped byte, a record of another journal, a
-            record repeated or out of order) is a :class:`JournalError` by default, and nothing
-            is changed. With ``salvage=True`` every whole record is kept, in order; the damaged
-            file is renamed ``step-<n>.journal.damaged`` (never deleted), the records are
-            written into a new journal, and :attr:`salvaged` lists the damaged places skipped.
+            Keep every whole record of a damaged journal (moved aside as ``.damaged``) instead
+            of raising; :attr:`salvaged` lists what was skipped.
         trust_objects
-            Whether the recovered step's pickled per-sample objects may decode as any object
-            (``True``) or as plain data only (``False``, the default: a journal is a file). It
-            becomes the :attr:`RolloutBatch.trust_objects` of this step's batch; later steps
-            hold only this process's samples and are trusted.
+            Whether the recovered step's pickled objects may decode as any object (the
+            :attr:`RolloutBatch.trust_objects` of this step's batch); ``False``: plain data only.
 
         Raises
         ------
         JournalError
-            ``journal`` is in use by another builder (the message names its process, host and
-            since when), holds no journal (``errno.ENOENT``), a file that is not a journal, a
-            journal of an unknown version, several unfinished steps, a damaged journal (without
-            ``salvage``) or a record that breaks a rule of the library (naming the file, the
-            record and its offset).
+            The folder is in use (naming its holder), holds no journal (``errno.ENOENT``), a
+            file that is not a journal, several unfinished steps, damage (without ``salvage``)
+            or a record that breaks a rule (naming the file, the record and its offset).
         OptionTypeError, OptionError
             An argument is of the wrong kind.
         """
@@ -642,15 +596,7 @@ class RolloutBatchBuilder:
         return builder
 
     def _replay(self, record: Record, source: str) -> None:
-        """Add what a journal record holds, every field checked (replays skipped by identity).
-
-        Records are written again when the journal is rewritten (a salvage, a format 1).
-
-        Raises
-        ------
-        JournalError
-            The record breaks a rule; the message names the file, the record and its offset.
-        """
+        """Add a journal record's content, every field checked (a JournalError naming it)."""
         where = f"`{source}` record {record.sequence} at offset {record.offset}"
         allow_nonfinite = self._options.allow_nonfinite
         try:
@@ -664,7 +610,7 @@ class RolloutBatchBuilder:
             if record.kind != "group":
                 msg = f"an unknown kind of record {record.kind!r:.40}"
                 raise JournalError(msg)
-            group = group_from_record(record, source, allow_nonfinite)
+            group = Group(*group_from_record(record, source, allow_nonfinite))
             self._check_keys(dict.fromkeys(group.sample_keys), self._length)
             self._check_identity(group, self._length)
             self._check_group(group)
@@ -672,7 +618,7 @@ class RolloutBatchBuilder:
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
             raise JournalError(msg) from None
-        except (ArrowSplitError, pa.ArrowException, ValueError, TypeError, KeyError) as exc:
+        except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
             raise JournalError(msg) from None
         if replayed is not None:
@@ -700,13 +646,56 @@ def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
 
 
 def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-    """The column's growable; a new one where an empty one holds another Arrow type.
-
-    An empty growable of another type (the previous step's narrow storage, tensor shape or
-    object codec) is replaced: a step's types depend on its own samples only.
-    """
+    """The column's growable; an empty one of another Arrow type is replaced."""
+    # a step's types are its own: the last step's narrow storage, tensor shape or codec never carry
     growable = growables.get(name)
     reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
     if growable is None or not reusable:
         growable = growables[name] = growable_for(array.type)
     return growable
+
+
+class Group:
+    """One accepted call, encoded and checked: columns, specs as used, batch-global values."""
+
+    __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
+
+    def __init__(
+        self,
+        columns: dict[str, pa.Array],
+        used: dict[str, ColumnSpec],
+        batch_globals: dict[str, object],
+        sample_keys: tuple[str, ...],
+    ) -> None:
+        self.columns = columns
+        self.used = used
+        self.sample_keys = sample_keys
+        self.sample_globals = {
+            k: np.asarray(v, dtype=np.float64) for k, v in batch_globals.items() if k in sample_keys
+        }
+        self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
+        self.count = len(next(iter(columns.values())))  # the length source is always there
+
+    def take(self, rows: Sequence[int]) -> Group:
+        """The group of the samples at ``rows`` only (a replay's samples dropped)."""
+        picked = np.asarray(rows, dtype=np.int64)
+        columns = {
+            name: codec_for(self.used[name]).take(array, picked)
+            for name, array in self.columns.items()
+        }
+        values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
+        return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
+
+
+def group_record(group: Group) -> tuple[dict[str, object], list[pa.Array]]:
+    """The JSON and the columns of the ``group`` record of ``group`` (docs/journal.md)."""
+    names, sample_globals = list(group.columns), list(group.sample_globals)
+    meta: dict[str, object] = {
+        "names": names,
+        "sample_globals": sample_globals,
+        "sample_keys": list(group.sample_keys),
+        "specs": [spec_json(spec) for spec in group.used.values()],
+        "globals": {key: pack_value(group.used[key], v) for key, v in group.globals.items()},
+    }
+    arrays = [group.columns[name] for name in names]
+    return meta, arrays + [pa.array(group.sample_globals[key]) for key in sample_globals]

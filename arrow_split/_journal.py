@@ -1,28 +1,10 @@
 """The builder's journal: every accepted call on disk before it returns, recoverable after a crash.
 
-A journal is a folder (docs/journal.md tells the story and the file format). Step ``n`` writes
-``step-<n>.journal`` (six digits at least) while it is built; ``finish`` writes its dump
-``step-<n>.arrow``, starts step ``n + 1``'s journal and removes the finished one. A dump is never
-overwritten. The lock file ``journal.lock`` is held (``flock``) by one builder at a time and names
-its holder (pid, host, time).
-
-Format ``"2"``: a file is a sequence of records, each a 44-byte :data:`FRAME` (magic, journal
-id, sequence number, payload length, XXH3-64 of the payload, check of the frame) and its payload,
-one Arrow IPC stream whose schema metadata ``arrow_split.journal`` holds the record's JSON:
-``open`` (the header: versions, step, declared specs, options, identity; written to a temporary
-file and renamed), ``group`` (one accepted ``append``/``extend``: :class:`Group`) and ``global``
-(one ``set_global``). Specs are stored as a dump stores them, batch-global values as tagged JSON
-(:func:`pack_value`), never a pickle; records are written from the columns' own buffers in
-gathered writes.
-
-Files are input: :func:`scan_file` checks every frame and payload, and every field of every
-record is checked with the library's rules (:func:`parse_header`, :func:`group_from_record`,
-:func:`global_from_record`). A crash leaves at most a *torn tail* (the last record cut short),
-which is dropped; anything else is damage: :class:`~arrow_split.errors.JournalError` naming the
-file, the offset and how many whole records follow, nothing changed, or with ``salvage=True``
-every whole record kept in order, the damaged file renamed ``.damaged`` and the records written
-into a fresh journal. A format-1 journal (no sequence numbers, values pickled and read as plain
-data only) is read likewise and rewritten in format 2 (the old file kept as ``.v1``).
+A journal folder holds ``step-<n>.journal`` while step ``n`` is built and ``step-<n>.arrow`` once
+it is finished; ``journal.lock`` names its one writer. Files are input: every frame, payload and
+field is checked, a torn tail is dropped, any other damage is a :class:`JournalError` (or salvaged
+on request). The record layout, frames and recovery rules are on the page docs/journal.md. The
+module sits below the builder: it takes and returns plain values (columns, specs, counts, JSON).
 """
 
 from __future__ import annotations
@@ -35,7 +17,6 @@ import fcntl
 import io
 import json
 import os
-import pickle
 import re
 import socket
 import struct
@@ -44,7 +25,7 @@ import weakref
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal, NamedTuple, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -56,6 +37,7 @@ from arrow_split._codecs import (
     check_per_sample_values,
     codec_for,
 )
+from arrow_split._codecs.objects import loads_plain
 from arrow_split._convert import check_content
 from arrow_split._version import __version__
 from arrow_split.batch import RolloutBatch
@@ -65,7 +47,7 @@ from arrow_split.errors import ArrowSplitError, DumpError, JournalError
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, role_column
 
 __all__ = [
-    "Group",
+    "GroupParts",
     "JournalDamage",
     "JournalSync",
     "OnDuplicate",
@@ -74,9 +56,10 @@ __all__ = [
     "global_from_record",
     "global_record",
     "group_from_record",
-    "group_record",
     "journal_header",
+    "pack_value",
     "parse_header",
+    "spec_json",
     "unpickle_v1",
 ]
 
@@ -92,8 +75,8 @@ _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
 _LOCK_NAME = "journal.lock"
 _MAGIC = b"ASJ2"
 FRAME = struct.Struct("<4s8sQQQI")
-"""A record's frame: magic, journal id, sequence number, payload length, payload XXH3-64, and
-the low 32 bits of the XXH3-64 of the frame's first 36 bytes (the frame's own check)."""
+"""A record's 40-byte frame (docs/journal.md): magic, journal id, sequence number, payload
+length, payload XXH3-64, and the low 32 bits of the XXH3-64 of the frame's first 36 bytes."""
 _HEAD = struct.Struct("<4s8sQQQ")
 _MAGIC_V1 = b"ASJ1"
 _FRAME_V1 = struct.Struct("<4sQI")  # format 1: magic, payload length, CRC-32 of the payload
@@ -114,7 +97,7 @@ def dump_file(folder: str, step: int) -> str:
     return os.path.join(folder, f"step-{step:06d}.arrow")
 
 
-def _spec_json(spec: ColumnSpec) -> dict[str, object]:
+def spec_json(spec: ColumnSpec) -> dict[str, object]:
     """A spec as a dump stores it, made once per spec object (shared: do not change it)."""
     cached = _SPEC_JSON.get(id(spec))
     if cached is not None and cached[0] is spec:  # the object kept alive: never a stale id
@@ -127,7 +110,6 @@ def _spec_json(spec: ColumnSpec) -> dict[str, object]:
 
 
 def _read_spec(item: object, source: str) -> ColumnSpec:
-    """A spec stored by :func:`_spec_json` (a :class:`JournalError` if it is not one)."""
     try:
         return _spec_from_json(item, 0, source)
     except DumpError as exc:
@@ -168,23 +150,23 @@ class Scan:
     journal_id: bytes = b""
     records: list[Record] = field(default_factory=list)
     damage: list[JournalDamage] = field(default_factory=list)
-    torn_at: int | None = None  # the offset of a torn tail (a last record cut short)
+    torn_at: int | None = None
 
     @property
-    def end(self) -> int:
-        """Where appends resume: after the last whole record (a torn tail dropped)."""
-        return self.size if self.torn_at is None else self.torn_at
+    def expected(self) -> int:
+        """The sequence number of the next record."""
+        return self.records[-1].sequence + 1 if self.records else 0
 
 
-class _Payload:
+class _Payload(io.RawIOBase):
     """A record's IPC stream as pieces (Arrow buffers by reference): a write-only file object."""
 
     def __init__(self) -> None:
+        super().__init__()
         self.pieces: list[memoryview] = []
         self.size = 0
-        self.closed = False
 
-    def write(self, data: bytes | pa.Buffer) -> int:
+    def write(self, data: Any) -> int:
         view = memoryview(data).cast("B")
         self.pieces.append(view)
         self.size += view.nbytes
@@ -198,12 +180,6 @@ class _Payload:
 
     def tell(self) -> int:
         return self.size
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
 
     def writable(self) -> bool:
         return True
@@ -223,13 +199,18 @@ def _encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Ar
     return payload
 
 
+def _no_constant(name: str) -> NoReturn:
+    msg = f"its JSON holds `{name}`; a journal holds finite numbers only"
+    raise JournalError(msg)
+
+
 def _decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Record:
     """The record a payload holds (a :class:`JournalError` if it is not one)."""
     try:
         reader = pa.ipc.open_stream(payload)
         record_batch = reader.read_next_batch()
         record_batch.validate(full=True)
-        meta = json.loads((reader.schema.metadata or {})[_META])
+        meta = json.loads((reader.schema.metadata or {})[_META], parse_constant=_no_constant)
         columns = list(record_batch.columns)
     except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration) as exc:
         msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
@@ -259,44 +240,33 @@ def _write_record(descriptor: int, journal_id: bytes, sequence: int, payload: _P
             views[first] = views[first][written:]
 
 
-class _Frame:
-    """A whole, self-consistent frame header at an offset (its payload not checked yet)."""
+class _Frame(NamedTuple):
+    """A frame whose magic and own check hold, at ``offset`` (its payload not checked yet)."""
 
-    __slots__ = ("checksum", "journal_id", "length", "offset", "sequence")
+    offset: int
+    journal_id: bytes
+    sequence: int
+    length: int
+    checksum: int
 
-    def __init__(self, view: memoryview, offset: int) -> None:
-        _, self.journal_id, self.sequence, self.length, self.checksum = _HEAD.unpack(
-            view[offset : offset + _HEAD.size]
-        )
-        self.offset = offset
+    @property
+    def end(self) -> int:
+        return self.offset + FRAME.size + self.length
 
 
 def _frame_at(view: memoryview, offset: int) -> _Frame | None:
-    """The frame header at ``offset`` if its magic and its own check hold."""
     if offset + FRAME.size > len(view) or view[offset : offset + 4] != _MAGIC:
         return None
     (check,) = struct.unpack_from("<I", view, offset + _HEAD.size)
     if _head_check(view[offset : offset + _HEAD.size]) != check:
         return None
-    frame = _Frame(view, offset)
+    frame = _Frame(offset, *_HEAD.unpack_from(view, offset)[1:])
     return frame if frame.length < _MAX_PAYLOAD else None
 
 
 def _whole(view: memoryview, frame: _Frame) -> bool:
-    start = frame.offset + FRAME.size
-    end = start + frame.length
-    return end <= len(view) and bool(xxhash.xxh3_64_intdigest(view[start:end]) == frame.checksum)
-
-
-def _next_whole(view: memoryview, raw: bytes, start: int) -> _Frame | None:
-    """The first whole record (frame and payload checks hold) at or after ``start``."""
-    at = raw.find(_MAGIC, start)
-    while at >= 0:
-        frame = _frame_at(view, at)
-        if frame is not None and _whole(view, frame):
-            return frame
-        at = raw.find(_MAGIC, at + 1)
-    return None
+    payload = view[frame.offset + FRAME.size : frame.end]
+    return frame.end <= len(view) and bool(xxhash.xxh3_64_intdigest(payload) == frame.checksum)
 
 
 def scan_file(path: str) -> Scan:
@@ -342,10 +312,9 @@ def _scan_v2(scan: Scan, buffer: pa.Buffer, view: memoryview) -> None:
         frame = _frame_at(view, offset)
         if frame is not None and _whole(view, frame):
             _take(scan, buffer, frame)
-            offset = frame.offset + FRAME.size + frame.length
+            offset = frame.end
             continue
-        if raw is None:
-            raw = bytes(view)
+        raw = bytes(view) if raw is None else raw
         following = _next_whole(view, raw, offset + 1)
         if following is None and _is_torn(scan, view, frame, offset):
             scan.torn_at = offset
@@ -356,26 +325,33 @@ def _scan_v2(scan: Scan, buffer: pa.Buffer, view: memoryview) -> None:
         offset = end
 
 
+def _next_whole(view: memoryview, raw: bytes, start: int) -> _Frame | None:
+    """The first whole record (frame and payload checks hold) at or after ``start``."""
+    at = raw.find(_MAGIC, start)
+    while at >= 0:
+        frame = _frame_at(view, at)
+        if frame is not None and _whole(view, frame):
+            return frame
+        at = raw.find(_MAGIC, at + 1)
+    return None
+
+
 def _is_torn(scan: Scan, view: memoryview, frame: _Frame | None, offset: int) -> bool:
     """Whether the bytes from ``offset`` on are the start of the next record, cut short."""
-    expected = scan.records[-1].sequence + 1 if scan.records else 0
     if frame is not None:  # a whole frame: its payload runs past the end of the file
         return bool(
             frame.journal_id == scan.journal_id
-            and frame.sequence == expected
-            and frame.offset + FRAME.size + frame.length > len(view)
+            and frame.sequence == scan.expected
+            and frame.end > len(view)
         )
     rest = bytes(view[offset:])
-    if len(rest) >= FRAME.size:
-        return False
-    known = _MAGIC + scan.journal_id + struct.pack("<Q", expected)
-    return known[: len(rest)] == rest[: len(known)]
+    known = _MAGIC + scan.journal_id + struct.pack("<Q", scan.expected)
+    return len(rest) < FRAME.size and known[: len(rest)] == rest[: len(known)]
 
 
 def _take(scan: Scan, buffer: pa.Buffer, frame: _Frame) -> None:
     """Add the whole record at ``frame``, or the damage it is (another journal's, out of order)."""
-    size = FRAME.size + frame.length
-    expected = scan.records[-1].sequence + 1 if scan.records else 0
+    size, expected = frame.end - frame.offset, scan.expected
     reason = ""
     if frame.journal_id != scan.journal_id:
         reason = f"a record of another journal (id {frame.journal_id.hex()}) spliced in"
@@ -400,7 +376,7 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
     scan = Scan(path, 1, len(view))
     end = 0
     while end + _FRAME_V1.size <= len(view):
-        magic, length, crc = _FRAME_V1.unpack(view[end : end + _FRAME_V1.size])
+        magic, length, crc = _FRAME_V1.unpack_from(view, end)
         start = end + _FRAME_V1.size
         if magic != _MAGIC_V1 or start + length > len(view):
             break
@@ -413,11 +389,11 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
         end = start + length
     if not scan.records or scan.records[0].kind != "open":
         _not_a_journal(path, view)
-    if end < len(view):
-        rest = len(view) - end
+    rest = len(view) - end
+    if rest:
         torn = rest < _FRAME_V1.size
         if not torn:
-            magic, length, _ = _FRAME_V1.unpack(view[end : end + _FRAME_V1.size])
+            magic, length, _ = _FRAME_V1.unpack_from(view, end)
             torn = magic == _MAGIC_V1 and end + _FRAME_V1.size + length > len(view)
         if torn:
             scan.torn_at = end
@@ -428,11 +404,7 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
 
 
 def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
-    """A checked batch-global value as JSON tagged with its shape (``{"int": 3}``).
-
-    ``int_map`` is stored as ``[[key, value], ...]`` (JSON keys would be strings),
-    ``float_per_sample`` as base64 little-endian float64 (NaN and infinity kept exactly).
-    """
+    """A checked batch-global value as JSON tagged with its shape (docs/journal.md)."""
     shape = spec.global_shape or "int"
     if shape == "float_per_sample":
         floats = np.ascontiguousarray(np.asarray(value, dtype="<f8"))
@@ -445,44 +417,45 @@ def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
 
 
 def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> object:
-    """The value :func:`pack_value` stored, checked against ``spec``.
-
-    Raises
-    ------
-    JournalError
-        The value is not tagged with the spec's shape, or breaks the shape's rules.
-    """
+    """The value :func:`pack_value` stored, checked against ``spec`` (else a JournalError)."""
     shape = spec.global_shape or "int"
     if not isinstance(stored, dict) or list(stored) != [shape]:
-        msg = (
-            f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, "
-            f"got {stored!r:.60}"
-        )
-        raise JournalError(msg)
+        msg = f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, got "
+        raise JournalError(msg + f"{stored!r:.60}")
     item = stored[shape]
+    if shape == "float_per_sample":
+        raw = _base64(item)
+        if raw is None or len(raw) % 8:
+            msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not base64 float64 values"
+            raise JournalError(msg)
+        item = np.frombuffer(raw, dtype="<f8").astype(np.float64)
+    elif shape == "int_map":
+        item = _pairs(spec, item)
+    return _checked(spec, item, allow_nonfinite)
+
+
+def _checked(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
+    """A batch-global value read from a journal, checked as a call's would be."""
     try:
-        if shape == "float_per_sample":
-            value: Any = _floats(spec, item)
+        if spec.global_shape == "float_per_sample":
             check_per_sample_values(spec, value, allow_nonfinite)
-            value.flags.writeable = False
-            return value
-        if shape == "int_map":
-            item = _pairs(spec, item)
-        return check_batch_global(spec, item, 0, allow_nonfinite)
+            floats = np.array(value, dtype=np.float64)
+            floats.flags.writeable = False
+            return floats
+        if isinstance(value, Mapping) and spec.global_shape != "int_map":
+            msg = f"holds a dict, not its {spec.global_shape} value"
+            raise JournalError(msg)
+        return check_batch_global(spec, value, 0, allow_nonfinite)
     except ArrowSplitError as exc:
         msg = f"batch-global key `{spec.name}` holds a bad value: {exc}"
         raise JournalError(msg) from None
 
 
-def _floats(spec: ColumnSpec, item: object) -> np.ndarray:
+def _base64(item: object) -> bytes | None:
     try:
-        raw = base64.b64decode(str(item) if isinstance(item, str) else b"!", validate=True)
+        return base64.b64decode(item, validate=True) if isinstance(item, str) else None
     except (binascii.Error, ValueError):
-        raw = b"!"
-    if len(raw) % 8:
-        msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not base64 float64 values"
-        raise JournalError(msg)
-    return np.frombuffer(raw, dtype="<f8").astype(np.float64)
+        return None
 
 
 def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
@@ -491,46 +464,20 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
     ):
         msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not a list of [key, value]"
         raise JournalError(msg)
-    pairs = {pair[0]: pair[1] for pair in item}
+    pairs: dict[object, object] = {
+        pair[0]: pair[1] for pair in item if isinstance(pair[0], (int, str, float))
+    }
     if len(pairs) != len(item):
-        msg = f"batch-global key `{spec.name}` holds a key twice: {item!r:.60}"
+        msg = f"batch-global key `{spec.name}` repeats a key, or one is no number: {item!r:.60}"
         raise JournalError(msg)
     return pairs
 
 
-_PLAIN = {
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
-    ("builtins", "list"),
-    ("builtins", "dict"),
-}
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Builds plain data only: every global it may name is in :data:`_PLAIN`."""
-
-    def find_class(self, module: str, name: str) -> Any:
-        if (module, name) not in _PLAIN:
-            msg = f"refers to `{module}.{name}`, which a journal's value never holds"
-            raise pickle.UnpicklingError(msg)
-        return super().find_class(module, name)
-
-
 def unpickle_v1(text: object) -> object:
-    """A format-1 value (a base64 pickle), built as plain data, with no code run.
-
-    Raises
-    ------
-    JournalError
-        The text is not base64, not a pickle, or a pickle of anything but plain data.
-    """
+    """A format-1 value (a base64 pickle) built as plain data, no code run (else a JournalError)."""
     try:
         raw = base64.b64decode(str(text) if isinstance(text, str) else b"!", validate=True)
-        value = _PlainUnpickler(io.BytesIO(raw)).load()
+        value = loads_plain(raw)
     except Exception as exc:
         msg = f"a format-1 batch-global value does not read: {type(exc).__name__}: {exc}"
         raise JournalError(msg) from None
@@ -540,25 +487,6 @@ def unpickle_v1(text: object) -> object:
     return value
 
 
-def check_v1_value(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
-    """A format-1 value checked against ``spec`` (a :class:`JournalError` if it breaks a rule)."""
-    try:
-        if spec.global_shape == "float_per_sample":
-            check_per_sample_values(spec, value, allow_nonfinite)
-            floats = np.asarray(value, dtype=np.float64).copy()
-            floats.flags.writeable = False
-            return floats
-        if isinstance(value, Mapping) and spec.global_shape != "int_map":
-            msg = f"batch-global key `{spec.name}` holds a dict"
-            raise JournalError(msg)
-        return check_batch_global(spec, value, 0, allow_nonfinite)
-    except ArrowSplitError as exc:
-        if isinstance(exc, JournalError):
-            raise
-        msg = f"batch-global key `{spec.name}` holds a bad value: {exc}"
-        raise JournalError(msg) from None
-
-
 def journal_header(
     declared: Sequence[ColumnSpec], options: EncodeOptions, identity: str | None
 ) -> dict[str, object]:
@@ -566,14 +494,14 @@ def journal_header(
     return {
         "journal_version": JOURNAL_VERSION,
         "library_version": __version__,
-        "declared": [_spec_json(spec) for spec in declared],
+        "declared": [spec_json(spec) for spec in declared],
         "allow_nonfinite": options.allow_nonfinite,
         "exact_floats": options.exact_floats,
         "identity": identity,
     }
 
 
-def _field(header: dict[str, Any], name: str, kinds: tuple[type, ...], path: str) -> Any:
+def _field(header: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: str) -> Any:
     value = header.get(name, KeyError)
     if (
         value is KeyError
@@ -587,14 +515,14 @@ def _field(header: dict[str, Any], name: str, kinds: tuple[type, ...], path: str
     return value
 
 
-def parse_header(header: dict[str, Any], path: str, step: int) -> dict[str, Any]:
+def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, Any]:
     """The builder's arguments from an ``open`` record, every field checked, never coerced.
 
     Raises
     ------
     JournalError
-        A field is missing or of the wrong kind (``"False"`` is not a flag), the version is
-        unknown, or the step number is not the file's.
+        A field is missing or of the wrong kind, the version is unknown, or the step is not the
+        file's.
     """
     version = _field(header, "journal_version", (str,), path)
     if version not in _READABLE:
@@ -619,7 +547,7 @@ def parse_header(header: dict[str, Any], path: str, step: int) -> dict[str, Any]
 
 def global_record(key: str, spec: ColumnSpec, value: object) -> dict[str, object]:
     """The JSON of the ``global`` record of a checked batch-global value."""
-    return {"key": key, "spec": _spec_json(spec), "value": pack_value(spec, value)}
+    return {"key": key, "spec": spec_json(spec), "value": pack_value(spec, value)}
 
 
 def global_from_record(
@@ -633,66 +561,21 @@ def global_from_record(
         raise JournalError(msg)
     stored = record.meta.get("value")
     if record.sequence < 0:
-        return key, spec, check_v1_value(spec, unpickle_v1(stored), allow_nonfinite)
+        return key, spec, _checked(spec, unpickle_v1(stored), allow_nonfinite)
     return key, spec, unpack_value(spec, stored, allow_nonfinite)
 
 
-class Group:
-    """One accepted ``append``/``extend``, encoded and checked: what a ``group`` record holds.
+class GroupParts(NamedTuple):
+    """What a ``group`` record holds, checked: the builder makes its group of these."""
 
-    The per-sample columns as the codecs encoded them, the specs as used, the per-sample
-    batch-global values (float64) and the group's other batch-global values.
-    """
-
-    __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
-
-    def __init__(
-        self,
-        columns: dict[str, pa.Array],
-        used: dict[str, ColumnSpec],
-        batch_globals: dict[str, object],
-        sample_keys: tuple[str, ...],
-    ) -> None:
-        self.columns = columns
-        self.used = used
-        self.sample_keys = sample_keys
-        self.sample_globals = {
-            k: np.asarray(v, dtype=np.float64) for k, v in batch_globals.items() if k in sample_keys
-        }
-        self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
-        self.count = len(next(iter(columns.values())))  # the length source is always there
-
-    def take(self, rows: Sequence[int]) -> Group:
-        """The group of the samples at ``rows`` only (a replay's samples dropped)."""
-        picked = np.asarray(rows, dtype=np.int64)
-        columns = {
-            name: codec_for(self.used[name]).take(array, picked)
-            for name, array in self.columns.items()
-        }
-        values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
-        return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
+    columns: dict[str, pa.Array]
+    used: dict[str, ColumnSpec]
+    batch_globals: dict[str, object]
+    sample_keys: tuple[str, ...]
 
 
-def group_record(group: Group) -> tuple[dict[str, object], list[pa.Array]]:
-    """The JSON and the columns of the ``group`` record of ``group``."""
-    names = list(group.columns)
-    sample_globals = list(group.sample_globals)
-    meta: dict[str, object] = {
-        "names": names,
-        "sample_globals": sample_globals,
-        "sample_keys": list(group.sample_keys),
-        "specs": [_spec_json(spec) for spec in group.used.values()],
-        "globals": {
-            key: pack_value(group.used[key], value) for key, value in group.globals.items()
-        },
-    }
-    arrays = [group.columns[name] for name in names]
-    arrays += [pa.array(group.sample_globals[key]) for key in sample_globals]
-    return meta, arrays
-
-
-def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> Group:
-    """The group a ``group`` record holds, every field checked with the library's rules.
+def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> GroupParts:
+    """The parts of a ``group`` record, every field checked with the library's rules.
 
     Raises
     ------
@@ -700,7 +583,7 @@ def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> Gro
         A field is missing or of the wrong kind, a column does not fit its spec, or the
         content breaks a rule of :meth:`~arrow_split.RolloutBatch.from_train_data`.
     """
-    meta: dict[str, Any] = record.meta
+    meta = record.meta
     names, sample_globals = _names(meta, "names"), _names(meta, "sample_globals")
     sample_keys = _names(meta, "sample_keys")
     used = _record_specs(meta, source)
@@ -721,10 +604,10 @@ def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> Gro
     except ArrowSplitError as exc:
         msg = f"its content breaks a rule of the library: {exc}"
         raise JournalError(msg) from None
-    return Group(columns, used, {**group_globals, **values}, tuple(sample_keys))
+    return GroupParts(columns, used, {**group_globals, **values}, tuple(sample_keys))
 
 
-def _names(meta: dict[str, Any], name: str) -> list[str]:
+def _names(meta: Mapping[str, Any], name: str) -> list[str]:
     """A record's list of distinct key names (a :class:`JournalError` if it is not one)."""
     value = meta.get(name)
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
@@ -736,7 +619,7 @@ def _names(meta: dict[str, Any], name: str) -> list[str]:
     return list(value)
 
 
-def _record_specs(meta: dict[str, Any], source: str) -> dict[str, ColumnSpec]:
+def _record_specs(meta: Mapping[str, Any], source: str) -> dict[str, ColumnSpec]:
     items = meta.get("specs")
     if not isinstance(items, list):
         msg = f"its `specs` must be a list, got {items!r:.60}"
@@ -752,7 +635,7 @@ def _record_specs(meta: dict[str, Any], source: str) -> dict[str, ColumnSpec]:
 
 
 def _columns(
-    used: dict[str, ColumnSpec], names: list[str], arrays: Sequence[pa.Array]
+    used: Mapping[str, ColumnSpec], names: list[str], arrays: Sequence[pa.Array]
 ) -> dict[str, pa.Array]:
     columns = {}
     for name, array in zip(names, arrays, strict=True):
@@ -760,11 +643,10 @@ def _columns(
         if spec is None or not spec.is_per_sample:
             msg = f"its column `{name}` has no per-sample spec in the record"
             raise JournalError(msg)
-        array = codec_for(spec).stored(spec, array)  # a format-1 column in this version's form
-        if not codec_for(spec).holds(spec, array.type):
+        if not codec_for(spec).holds(spec, array.type):  # checked before any conversion
             msg = f"its column `{name}` is {array.type}, which its spec {spec} never makes"
             raise JournalError(msg)
-        columns[name] = array
+        columns[name] = codec_for(spec).stored(spec, array)  # a format-1 column made current
     source = role_column(used, "length_source")
     if source is None or source not in columns:
         msg = f"it has no length-source column (`{role_column(KNOWN_COLUMNS, 'length_source')}`)"
@@ -777,7 +659,7 @@ def _columns(
 
 
 def _sample_globals(
-    used: dict[str, ColumnSpec], keys: list[str], arrays: Sequence[pa.Array], count: int
+    used: Mapping[str, ColumnSpec], keys: list[str], arrays: Sequence[pa.Array], count: int
 ) -> dict[str, object]:
     values: dict[str, object] = {}
     for key, array in zip(keys, arrays, strict=True):
@@ -793,7 +675,7 @@ def _sample_globals(
 
 
 def _group_globals(
-    meta: dict[str, Any], used: dict[str, ColumnSpec], version_1: bool, allow_nonfinite: bool
+    meta: Mapping[str, Any], used: Mapping[str, ColumnSpec], version_1: bool, allow_nonfinite: bool
 ) -> dict[str, object]:
     stored = unpickle_v1(meta.get("globals")) if version_1 else meta.get("globals")
     if not isinstance(stored, dict):
@@ -806,7 +688,7 @@ def _group_globals(
             msg = f"its batch-global value `{key!r:.40}` has no batch-global spec in the record"
             raise JournalError(msg)
         if version_1:
-            values[key] = check_v1_value(spec, value, allow_nonfinite)
+            values[key] = _checked(spec, value, allow_nonfinite)
         else:
             values[key] = unpack_value(spec, value, allow_nonfinite)
     return values
@@ -865,19 +747,18 @@ class _Writer:
     def __init__(
         self, path: str, end: int, sync: JournalSync, journal_id: bytes, sequence: int
     ) -> None:
-        self.path = path
-        self.sync = sync
-        self.journal_id = journal_id
-        self.sequence = sequence
+        self.path, self.sync, self.journal_id, self.sequence = path, sync, journal_id, sequence
         self._end = end
         self._broken = False
-        self._descriptor = os.open(path, os.O_WRONLY)
         try:
-            os.ftruncate(self._descriptor, end)  # a torn tail's bytes, if any
-            os.lseek(self._descriptor, end, os.SEEK_SET)
-        except OSError:
-            os.close(self._descriptor)
-            raise
+            self._descriptor = os.open(path, os.O_WRONLY)
+        except OSError as exc:
+            raise _journal_error(f"cannot open the journal `{path}`", exc) from None
+        self._cut_back()  # a torn tail's bytes, if any
+        if self._broken:
+            self.close()
+            msg = f"cannot cut the torn tail of the journal `{path}`; check it is writable"
+            raise JournalError(msg)
 
     def write(self, payload: _Payload) -> None:
         if self._broken:
@@ -925,14 +806,13 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _set_aside(path: str, suffix: str) -> str:
-    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...); return the new name."""
+def _set_aside(path: str, suffix: str) -> None:
+    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...)."""
     target, number = f"{path}.{suffix}", 0
     while os.path.exists(target):
         number += 1
         target = f"{path}.{suffix}.{number}"
     os.rename(path, target)
-    return target
 
 
 def _damage_error(scan: Scan, folder: str) -> JournalError:
@@ -972,8 +852,7 @@ class StepJournal:
         Raises
         ------
         JournalError
-            The folder is in use by another builder, holds a step's journal with samples and no
-            dump (recover it instead), a damaged journal, or cannot be written.
+            The folder is in use, holds an unfinished step or a damaged journal, or is unwritable.
         """
         try:
             os.makedirs(folder, exist_ok=True)
@@ -1006,9 +885,7 @@ class StepJournal:
         Raises
         ------
         JournalError
-            The folder is in use, holds no journal (``errno.ENOENT``), several unfinished
-            journals, a file that is not a journal, a bad header, or a damaged journal (without
-            ``salvage``).
+            As :meth:`~arrow_split.RolloutBatchBuilder.recover` says.
         """
         journals = _steps(folder)[0] if os.path.isdir(folder) else set()
         if not journals:
@@ -1016,47 +893,37 @@ class StepJournal:
             raise JournalError(msg, errno=errno.ENOENT)
         lock = _Lock(folder)
         try:
-            return cls._recover(folder, (sync, salvage), lock, *_steps(folder))
+            journals, dumps = _steps(folder)
+            pending = sorted(journals - dumps)
+            if len(pending) > 1:
+                msg = f"`{folder}` holds the unfinished journals of steps {pending}; keep one"
+                raise JournalError(msg)
+            latest = pending[0] if pending else max(journals)
+            path = journal_file(folder, latest)
+            scan = scan_file(path)
+            if scan.damage and not salvage:
+                raise _damage_error(scan, folder)
+            header = scan.records[0].meta
+            arguments = parse_header(header, path, latest)
+            if not pending:  # the last step was finished: its dump is whole; start the next
+                step_journal = cls(folder, _next_step(folder, latest), header, sync, lock)
+                step_journal._start(journals)
+                return step_journal, [], arguments
+            step_journal = cls(folder, latest, header, sync, lock)
+            if scan.damage or scan.version != 2:
+                step_journal.damage = list(scan.damage)
+                step_journal.rewriting = True
+                step_journal.header = {}  # the builder writes its own header (format 2)
+                _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
+            else:
+                end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
+                sequence = scan.records[-1].sequence + 1
+                step_journal._writer = _Writer(path, end, sync, scan.journal_id, sequence)
+            for step in journals - {latest}:
+                _remove(journal_file(folder, step))  # finished steps' journals
         except BaseException:
             lock.release()
             raise
-
-    @classmethod
-    def _recover(
-        cls,
-        folder: str,
-        options: tuple[JournalSync, bool],
-        lock: _Lock,
-        journals: set[int],
-        dumps: set[int],
-    ) -> tuple[StepJournal, list[Record], dict[str, Any]]:
-        sync, salvage = options
-        pending = sorted(journals - dumps)
-        if len(pending) > 1:
-            msg = f"`{folder}` holds the unfinished journals of steps {pending}; keep one"
-            raise JournalError(msg)
-        latest = pending[0] if pending else max(journals)
-        path = journal_file(folder, latest)
-        scan = scan_file(path)
-        if scan.damage and not salvage:
-            raise _damage_error(scan, folder)
-        header = scan.records[0].meta
-        arguments = parse_header(header, path, latest)
-        if not pending:  # the last step was finished: its dump is whole; start the next
-            step_journal = cls(folder, _next_step(folder, latest), header, sync, lock)
-            step_journal._start(journals)
-            return step_journal, [], arguments
-        step_journal = cls(folder, latest, header, sync, lock)
-        if scan.damage or scan.version != 2:
-            step_journal.damage = list(scan.damage)
-            step_journal.rewriting = True
-            step_journal.header = {}  # the builder writes its own header (format 2)
-            _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
-        else:
-            last = scan.records[-1].sequence
-            step_journal._writer = _Writer(path, scan.end, sync, scan.journal_id, last + 1)
-        for step in journals - {latest}:
-            _remove(journal_file(folder, step))  # finished steps' journals
         return step_journal, scan.records[1:], arguments
 
     def restart(self, header: dict[str, Any]) -> None:
@@ -1103,15 +970,13 @@ class StepJournal:
     def finish_step(self, batch: RolloutBatch) -> None:
         """Write the step's dump, start the next step's journal, remove this one's.
 
-        Once the dump is written the step is done: if the next step's journal cannot be started,
-        the next call that writes to the journal raises :class:`JournalError` saying so, and
-        :meth:`~arrow_split.RolloutBatchBuilder.recover` starts it.
+        Once the dump is written the step is done: a next journal that cannot be started is
+        reported by the next write (:meth:`~arrow_split.RolloutBatchBuilder.recover` starts it).
 
         Raises
         ------
         JournalError
-            The dump exists already (it is never overwritten) or cannot be written; this step's
-            journal is kept whole.
+            The dump exists already (never overwritten) or cannot be written; the journal is kept.
         """
         writer = self._file()
         target = dump_file(self.folder, self.step)

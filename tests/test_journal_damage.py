@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
+import pickle
+import struct
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
+import pyarrow as pa
 import pytest
-from hypothesis import given, settings
+import xxhash
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from arrow_split import (
@@ -243,3 +250,272 @@ def test_recovered_step_decodes_plain_objects_only_unless_trusted(tmp_path):
     trusted = RolloutBatchBuilder.recover(tmp_path / "other", trust_objects=True)
     assert trusted.finish().trust_objects is True
     trusted.close()
+
+
+# -- records whose frame is valid (length and checks recomputed) but whose content is crafted
+
+_FRAME_HEAD = struct.Struct("<4s8sQQQ")  # docs/journal.md: magic, id, sequence, length, XXH3-64
+_META_KEY = b"arrow_split.journal"
+
+
+def _frames(data: bytes) -> list[tuple[int, bytes, int, bytes]]:
+    """Each record of a format-2 journal: offset, journal id, sequence number, payload."""
+    records, at = [], 0
+    while at < len(data):
+        _, journal_id, sequence, length, _ = _FRAME_HEAD.unpack_from(data, at)
+        start = at + _FRAME_HEAD.size + 4
+        records.append((at, journal_id, sequence, data[start : start + length]))
+        at = start + length
+    return records
+
+
+def _framed(journal_id: bytes, sequence: int, payload: bytes) -> bytes:
+    """A record with a valid frame, made from the documented format (not the library's code)."""
+    head = _FRAME_HEAD.pack(
+        b"ASJ2", journal_id, sequence, len(payload), xxhash.xxh3_64_intdigest(payload)
+    )
+    return head + struct.pack("<I", xxhash.xxh3_64_intdigest(head) & 0xFFFFFFFF) + payload
+
+
+def _read_payload(payload: bytes) -> tuple[dict[str, Any], list[pa.Array]]:
+    reader = pa.ipc.open_stream(pa.py_buffer(bytearray(payload)))
+    batch = reader.read_next_batch()
+    return json.loads(reader.schema.metadata[_META_KEY]), list(batch.columns)
+
+
+def _payload(meta: object, arrays: list[pa.Array]) -> bytes:
+    names = [f"c{i}" for i in range(len(arrays))]
+    schema = pa.schema([pa.field(n, a.type) for n, a in zip(names, arrays, strict=True)])
+    batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    batch = batch.replace_schema_metadata({_META_KEY: json.dumps(meta).encode()})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return bytes(sink.getvalue())
+
+
+class _RunsCode:
+    """A pickle that would create ``path`` if it were ever loaded as anything but plain data."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.system, (f"touch {self.path}",))
+
+
+def _crafted_group(first: int, count: int = 2) -> dict[str, list[object]]:
+    group: dict[str, list[object]] = dict(_group(first, count))
+    group["metadata"] = [{"i": first + i} for i in range(count)]
+    group["raw_reward"] = [0.5] * count
+    return group
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=8,
+)
+_GARBAGE_ARRAYS = st.sampled_from(
+    [
+        pa.array([1, 2], pa.int64()),
+        pa.array([1], pa.int32()),
+        pa.array([None, None], pa.int64()),
+        pa.array([1.5, float("nan")]),
+        pa.array(["a", "b"]),
+        pa.array([b"\x80\x04N.", b"junk"], pa.large_binary()),
+        pa.array([[1, 2], [3]], pa.large_list(pa.int32())),
+        pa.array([[1, 2], None], pa.list_(pa.int64())),
+        pa.array([[[1]], [[2, 3]]]),
+        pa.array([{"x": 1}, {"x": 2}]),
+        pa.array([True, False]),
+        pa.array([], pa.int64()),
+        pa.array([1, 2]).dictionary_encode(),
+        pa.array([0, 1], pa.int8()),
+        pa.array([2**40, -1], pa.int64()),
+        pa.nulls(2),
+    ]
+)
+
+
+def _sized(array: pa.Array, rows: int) -> pa.Array:
+    """``array`` repeated or cut to ``rows`` rows (a record's columns all have the same rows)."""
+    if not len(array):
+        return pa.nulls(rows, array.type)
+    return pa.concat_arrays([array] * rows).slice(0, rows)
+
+
+def _bad_offsets() -> pa.Array:
+    """A list array whose offsets run backwards and past its values (an invalid array)."""
+    offsets = pa.py_buffer(struct.pack("<3q", 0, 9, 2))
+    values = pa.array([1, 2, 3], pa.int32())
+    return pa.LargeListArray.from_buffers(
+        pa.large_list(pa.int32()), 2, [None, offsets], children=[values]
+    )
+
+
+_CRAFTS = [
+    "drop",
+    "extra",
+    "swap",
+    "kind",
+    "value",
+    "array",
+    "offsets",
+    "evil",
+    "length",
+    "columns",
+    "reorder_names",
+    "not_an_object",
+    "duplicate",
+    "reorder",
+    "spliced",
+]
+
+
+def _craft(
+    how: str,
+    data: st.DataObject,
+    meta: dict[str, Any],
+    arrays: list[pa.Array],
+    evil: bytes,
+) -> tuple[object, list[pa.Array]] | bytes:
+    """Crafted content for one record: new JSON and columns, or a whole payload."""
+    meta, arrays = dict(meta), list(arrays)
+    keys = sorted(meta)
+    if how == "drop" and keys:
+        del meta[data.draw(st.sampled_from(keys))]
+    elif how == "extra":
+        meta[data.draw(st.text(max_size=8))] = data.draw(_JSON)
+    elif how == "swap" and len(keys) > 1:
+        a, b = data.draw(st.lists(st.sampled_from(keys), min_size=2, max_size=2, unique=True))
+        meta[a], meta[b] = meta[b], meta[a]
+    elif how == "kind":
+        meta["kind"] = data.draw(st.sampled_from(["open", "group", "global", "", "GROUP"]) | _JSON)
+    elif how == "value" and keys:
+        key = data.draw(st.sampled_from(keys))
+        meta[key] = data.draw(_JSON | st.just(_mutated(data, meta[key])))
+    elif how == "array" and arrays:
+        arrays[data.draw(st.integers(0, len(arrays) - 1))] = _sized(
+            data.draw(_GARBAGE_ARRAYS), len(arrays[0])
+        )
+    elif how == "offsets" and arrays:
+        arrays[0] = _bad_offsets()
+    elif how == "evil" and arrays:
+        count = len(arrays[0])
+        arrays[data.draw(st.integers(0, len(arrays) - 1))] = pa.array(
+            [evil] * count, pa.large_binary()
+        ).dictionary_encode()
+    elif how == "length" and arrays:  # every column of a record has the same rows
+        rows = data.draw(st.integers(0, len(arrays[0])))
+        arrays = [array.slice(0, rows) for array in arrays]
+    elif how == "columns" and arrays:
+        if data.draw(st.booleans()):
+            arrays.pop(data.draw(st.integers(0, len(arrays) - 1)))
+        else:
+            arrays.append(_sized(data.draw(_GARBAGE_ARRAYS), len(arrays[0])))
+    elif how == "reorder_names" and isinstance(meta.get("names"), list):
+        meta["names"] = list(reversed(meta["names"]))
+    elif how == "not_an_object":
+        return _payload(data.draw(_JSON), arrays)
+    return meta, arrays
+
+
+def _mutated(data: st.DataObject, value: object) -> object:
+    """A near miss of a stored field: one item dropped, doubled or replaced, a type changed."""
+    if isinstance(value, list) and value:
+        index = data.draw(st.integers(0, len(value) - 1))
+        choice = data.draw(st.sampled_from(["drop", "double", "replace"]))
+        if choice == "drop":
+            return value[:index] + value[index + 1 :]
+        if choice == "double":
+            return [*value, value[index]]
+        return [*value[:index], _mutated(data, value[index]), *value[index + 1 :]]
+    if isinstance(value, dict) and value:
+        key = data.draw(st.sampled_from(sorted(value)))
+        return {**value, key: _mutated(data, value[key])}
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return data.draw(st.sampled_from([value + 1, -1, 2**64, float(value), str(value), None]))
+    if isinstance(value, str):
+        return data.draw(st.sampled_from(["", value + "x", value.upper(), "int_map", "large_list"]))
+    return data.draw(_JSON)
+
+
+@settings(max_examples=25, deadline=None)
+@pytest.mark.parametrize("how", _CRAFTS)
+@given(data=st.data())
+def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_error(
+    how: str, data: st.DataObject
+) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        folder, other_folder = Path(scratch) / "j", Path(scratch) / "other"
+        marker = Path(scratch) / "code-ran"
+        builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
+        for index in range(3):
+            builder.extend(_crafted_group(2 * index))
+        builder.set_global("dynamic_global_batch_size", 6)
+        builder.close()
+        other = RolloutBatchBuilder(journal=other_folder, exact_floats=True)
+        other.extend({"tokens": [[7, 8]], "response_lengths": [1], "loss_masks": [[1]]})
+        other.set_global("dynamic_global_batch_size", 1)
+        other.close()
+        path = folder / "step-000000.journal"
+        original = path.read_bytes()
+        records = _frames(original)
+        assert b"".join(_framed(*record[1:]) for record in records) == original  # as documented
+        spliced = [
+            payload for *_, payload in _frames((other_folder / "step-000000.journal").read_bytes())
+        ]
+        evil = pickle.dumps(_RunsCode(marker))
+        target = data.draw(st.integers(0, len(records) - 1), label="record")
+        payloads = {index: payload for index, (*_, payload) in enumerate(records)}
+        if how in ("duplicate", "reorder"):  # another record's content at this place
+            other_index = data.draw(st.sampled_from(sorted(set(payloads) - {target})))
+            if how == "reorder":
+                payloads[other_index] = records[target][3]
+            payloads[target] = records[other_index][3]
+            rewritten = {target, other_index}
+        elif how == "spliced":  # a record of another journal, framed as one of this one
+            payloads[target] = data.draw(st.sampled_from(spliced))
+            rewritten = {target}
+        else:
+            crafted = _craft(how, data, *_read_payload(payloads[target]), evil)
+            payloads[target] = crafted if isinstance(crafted, bytes) else _payload(*crafted)
+            rewritten = {target}
+        damaged = b"".join(
+            _framed(journal_id, sequence, payloads[index])
+            for index, (_, journal_id, sequence, _) in enumerate(records)
+        )
+        path.write_bytes(damaged)
+        try:
+            recovered = RolloutBatchBuilder.recover(folder)
+        except JournalError:
+            event("a JournalError")
+            assert path.read_bytes() == damaged  # nothing changed, nothing cut
+            assert not marker.exists()
+            return
+        event("recovered")
+        assert path.read_bytes() == damaged  # a valid frame is never a torn tail: never cut
+        try:
+            batch = recovered.finish()
+        except ArrowSplitError:  # a crafted batch-global that a call could have set too
+            recovered.close()
+            assert 0 not in rewritten
+            assert not marker.exists()
+            return
+        recovered.close()
+        with contextlib.suppress(ArrowSplitError):  # objects decode as plain data only
+            batch.to_train_data()
+        held = set(batch.column("sample_indices").to_pylist())
+        untouched = {
+            2 * (number - 1) + i
+            for number in (1, 2, 3)
+            if number not in rewritten
+            for i in range(2)
+        }
+        assert untouched <= held  # every acknowledged record not rewritten is recovered
+        assert not marker.exists()
