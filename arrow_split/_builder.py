@@ -2,7 +2,7 @@
 
 :class:`RolloutBatchBuilder` parses its options once, at construction. Each call encodes its
 samples once, through the path of :meth:`RolloutBatch.from_train_data`
-(:func:`arrow_split._convert.encode_columns` and the codecs), checks what the step adds (keys,
+(:func:`arrow_split._codecs._convert.encode_columns` and the codecs), checks what the step adds (keys,
 tensor shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
 columns (:mod:`arrow_split._codecs._growable`); :meth:`RolloutBatchBuilder.finish` hands them to
 the batch without a copy and without checking them again. With a journal, each accepted call is a
@@ -20,15 +20,11 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice, as_flag, as_path, describe
-from arrow_split._codecs import (
-    EncodeOptions,
-    ScalarCodec,
-    check_batch_global,
-    check_per_sample_values,
-    codec_for,
-)
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions
+from arrow_split._codecs._convert import encode_columns, encode_train_data
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
-from arrow_split._convert import encode_columns, encode_train_data
+from arrow_split._codecs.scalar import ScalarCodec, check_batch_global, check_per_sample_values
 from arrow_split._journal import (
     Group,
     JournalDamage,

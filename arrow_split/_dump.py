@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
-from arrow_split._convert import check_content
+from arrow_split._codecs._convert import check_content
 from arrow_split._dump_meta import (
     DumpMetadata,
     decode_metadata,

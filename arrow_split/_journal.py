@@ -50,13 +50,10 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from arrow_split._codecs import (
-    EncodeOptions,
-    check_batch_global,
-    check_per_sample_values,
-    codec_for,
-)
-from arrow_split._convert import check_content
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions
+from arrow_split._codecs._convert import check_content
+from arrow_split._codecs.scalar import check_batch_global, check_per_sample_values
 from arrow_split._dump_meta import spec_from_json as _spec_from_json
 from arrow_split._dump_meta import spec_to_json as _spec_to_json
 from arrow_split._version import __version__

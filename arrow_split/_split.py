@@ -29,7 +29,8 @@ from arrow_split._args import (
     describe,
     method_of,
 )
-from arrow_split._codecs import EncodeOptions, codec_for, numpy_view, ragged_values
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions, numpy_view, ragged_values
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,

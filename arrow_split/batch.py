@@ -21,23 +21,17 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
-from arrow_split._codecs import (
-    EncodeOptions,
-    TensorRole,
-    codec_for,
-    data_buffer,
-    global_to_python,
-    numpy_view,
-    parts,
-    token_list_values,
-)
-from arrow_split._convert import (
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions, TensorRole, data_buffer, numpy_view, parts
+from arrow_split._codecs._convert import (
     check_finite_columns,
     check_parts,
     decode_train_data,
     encode_train_data,
     per_sample_values,
 )
+from arrow_split._codecs.lists import token_list_values
+from arrow_split._codecs.scalar import global_to_python
 from arrow_split._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
 from arrow_split.errors import (
     ArrowSplitError,

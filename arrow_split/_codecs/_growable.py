@@ -24,13 +24,8 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import (
-    canonical_codes,
-    codes_and_validity,
-    leaf_type,
-    numpy_dtype,
-    trailing_shape,
-)
+from arrow_split._codecs._base import leaf_type, numpy_dtype, trailing_shape
+from arrow_split._codecs.objects import canonical_codes, codes_and_validity
 from arrow_split.errors import SchemaError
 
 __all__ = ["Growable", "ShapeMismatch", "growable_for"]

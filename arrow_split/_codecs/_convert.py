@@ -18,21 +18,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import (
-    EncodeOptions,
-    check_batch_global,
-    check_finite,
-    check_flag,
-    check_nonempty,
-    child_nulls,
-    codec_for,
-    global_to_python,
-    is_array,
-    is_flag,
-    ragged_values,
-    token_list_values,
-    unpadded_samples,
-)
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions, child_nulls, ragged_values
+from arrow_split._codecs._numeric import check_finite, check_flag, is_array, is_flag
+from arrow_split._codecs.lists import check_nonempty, token_list_values
+from arrow_split._codecs.scalar import check_batch_global, global_to_python, unpadded_samples
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -322,8 +312,8 @@ def decode_train_data(
 ) -> dict[str, object]:
     """The classic train-data dict of a record batch and its globals, as fresh Python objects.
 
-    Pickled objects decode as plain data only unless ``trust_objects`` (see
-    :mod:`arrow_split._safe_pickle`).
+    Pickled objects decode as plain data only unless ``trust_objects``
+    (:func:`~arrow_split._codecs.objects.loads_plain`).
     """
     train_data: dict[str, object] = {}
     for key, spec in specs.items():
