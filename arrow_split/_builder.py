@@ -2,8 +2,8 @@
 
 :class:`RolloutBatchBuilder` parses its options once, at construction. Each call encodes its
 samples once, through the path of :meth:`RolloutBatch.from_train_data`
-(:func:`arrow_split._codecs._convert.encode_columns` and the codecs), checks what the step adds (keys,
-tensor shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
+(:func:`arrow_split._codecs._convert.encode_columns`), checks what the step adds (keys, tensor
+shapes, batch-global values, identities) and appends the encoded arrays to growable Arrow
 columns (:mod:`arrow_split._codecs._growable`); :meth:`RolloutBatchBuilder.finish` hands them to
 the batch without a copy and without checking them again. With a journal, each accepted call is a
 record of :mod:`arrow_split._journal` before it returns.

@@ -122,6 +122,22 @@ class Growable(abc.ABC):
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
 
+class _Typed(Growable):
+    """A growable of the Arrow type it was made for."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+
+def _validity(valid: _Buffer, nulls: int) -> pa.Buffer | None:
+    """The validity bitmap of the rows so far (``None`` without a null)."""
+    return pa.py_buffer(np.packbits(valid.values(), bitorder="little")) if nulls else None
+
+
 def _array_offsets(array: pa.Array) -> np.ndarray:
     """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
     buffer = array.buffers()[1]
@@ -130,20 +146,16 @@ def _array_offsets(array: pa.Array) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
 
 
-class _BinaryGrowable(Growable):
+class _BinaryGrowable(_Typed):
     """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.append_one(0)
         self._data = _Buffer(np.dtype(np.uint8))
         self._valid = _Buffer(np.dtype(np.bool_))
         self._nulls = 0
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:
@@ -169,9 +181,7 @@ class _BinaryGrowable(Growable):
 
     def finish(self) -> pa.Array:
         count = self.length
-        validity = None
-        if self._nulls:
-            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        validity = _validity(self._valid, self._nulls)
         offsets, data = self._offsets.take(), self._data.take()
         self._offsets.append_one(0)
         self._valid.clear()
@@ -183,20 +193,16 @@ def _digest(view: memoryview) -> bytes:
     return hashlib.blake2b(view, digest_size=16).digest()
 
 
-class _OnceGrowable(Growable):
+class _OnceGrowable(_Typed):
     """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._codes = _Buffer(np.dtype(np.int32))
         self._valid = _Buffer(np.dtype(np.bool_))
         self._values = _BinaryGrowable(value_type.value_type)
         self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
         self._nulls = 0
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:
@@ -233,9 +239,7 @@ class _OnceGrowable(Growable):
 
     def finish(self) -> pa.Array:
         count = self.length
-        validity = None
-        if self._nulls:
-            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        validity = _validity(self._valid, self._nulls)
         codes = pa.Array.from_buffers(
             pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
         )
@@ -271,14 +275,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
     raise SchemaError(msg)
 
 
-class _PrimitiveGrowable(Growable):
+class _PrimitiveGrowable(_Typed):
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._values = _Buffer(numpy_dtype(value_type))
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:

@@ -23,6 +23,7 @@ from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ARROW_ERRORS",
+    "array_1d",
     "as_array",
     "check_array_dtype",
     "check_finite",
@@ -121,16 +122,38 @@ def _allowed_kinds(spec: ColumnSpec) -> str:
     return "iuf" if target_dtype(spec).kind == "f" else "iu"
 
 
-def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
-    """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values."""
+def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str, given: object) -> None:
+    """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values.
+
+    The hint casts ``given`` (the user's array) the way its library does: torch's ``.to``.
+    """
     if dtype.kind not in _allowed_kinds(spec):
         kind = {"f": "a float", "b": "a bool"}.get(target_dtype(spec).kind, "an integer")
         msg = (
             f"{location}: `{spec.name}` is {kind} column ({spec.value_type}) but the array has "
-            f"dtype {dtype}; convert it with `.astype(...)` in the producer, or declare the "
-            "column's type with a ColumnSpec"
+            f"dtype {dtype}; convert it with {_cast_hint(spec, given)} in the producer, or declare "
+            "the column's type with a ColumnSpec"
         )
         raise ColumnTypeError(msg)
+
+
+def _cast_hint(spec: ColumnSpec, given: object) -> str:
+    """``.to(torch.float32)`` for a torch tensor (torch is never imported), else ``.astype``."""
+    name = target_dtype(spec).name
+    if type(given).__module__.split(".")[0] == "torch":
+        return f"`.to(torch.{name})`"
+    return f"`.astype(np.{'bool_' if name == 'bool' else name})`"
+
+
+def array_1d(spec: ColumnSpec, value: object, location: str, shape: str) -> np.ndarray:
+    """``value`` as a 1-D array of numbers the column takes; ``shape`` says what 1-D means."""
+    array = as_array(value, spec.name, location)
+    if array.ndim != 1:
+        msg = f"{location}: `{spec.name}` must be 1-D {shape}, got shape {array.shape}"
+        raise ColumnTypeError(msg)
+    if array.size:
+        check_array_dtype(spec, array.dtype, location, value)
+    return array
 
 
 def finish(
@@ -163,13 +186,7 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
 
 def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one 1-D array per sample."""
-    arrays = [as_array(sample, spec.name, f"sample {i}") for i, sample in enumerate(samples)]
-    for sample, array in enumerate(arrays):
-        if array.ndim != 1:
-            msg = f"sample {sample}: `{spec.name}` must be 1-D per sample, got shape {array.shape}"
-            raise ColumnTypeError(msg)
-        if array.size:
-            check_array_dtype(spec, array.dtype, f"sample {sample}")
+    arrays = [array_1d(spec, value, f"sample {i}", "per sample") for i, value in enumerate(samples)]
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
     filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
     if target_dtype(spec).kind in "iu":

@@ -152,7 +152,7 @@ def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
         )
         raise ColumnTypeError(msg)
     if array.size:
-        check_array_dtype(spec, array.dtype, f"sample {sample}")
+        check_array_dtype(spec, array.dtype, f"sample {sample}", value)
     return array
 
 

@@ -22,8 +22,7 @@ from arrow_split._codecs._base import (
 )
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
-    as_array,
-    check_array_dtype,
+    array_1d,
     check_only_bools,
     finish,
     is_array,
@@ -55,12 +54,8 @@ class ScalarCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         if is_array(samples):
-            values = np.array(as_array(samples, spec.name, "the array"), copy=True)
-            if values.ndim != 1:
-                msg = f"`{spec.name}` must be 1-D (one number per sample), got shape {values.shape}"
-                raise ColumnTypeError(msg)
-            if values.size:
-                check_array_dtype(spec, values.dtype, "the array")
+            array = array_1d(spec, samples, "the array", "(one number per sample)")
+            values = np.array(array, copy=True)
         else:
             values = _scalars_from_python(spec, samples)
         return pa.array(finish(spec, values, None, options)), spec
