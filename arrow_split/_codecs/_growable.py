@@ -1,19 +1,9 @@
 """Growable Arrow columns: the builder appends encoded chunks and takes one array at ``finish``.
 
-A growable mirrors the Arrow layouts the codecs produce (fixed-width numbers, booleans,
-``large_binary``/``large_string``, ``fixed_size_list`` and ``large_list`` of those, and
-``dictionary<int32, large_binary>`` for objects stored once); it looks at Arrow types, never
-at a column's kind. :func:`growable_for` picks one for an Arrow type.
-
-Memory. Values go into resizable pool buffers grown by doubling; :meth:`Growable.finish` shrinks
-them and hands them to the array without a copy, so the builder holds at most twice the batch's
-bytes, and the next step starts at the same capacity.
-
-Shapes. A tensor column (``large_list`` of ``fixed_size_list``) whose first chunk holds only empty
-samples takes the shape of the first chunk that has one; two shapes raise :class:`ShapeMismatch`,
-which the builder turns into the library's error. Objects stored once are deduplicated across the
-whole step (a BLAKE2b digest, then the bytes), and finish in the canonical form of
-``from_train_data``.
+They mirror the layouts the codecs make, by Arrow type, never by kind. Values grow in pool
+buffers by doubling and are handed over without a copy (at most twice the batch's bytes held).
+A tensor column takes the trailing shape of its first chunk holding a value; another shape is a
+:class:`ShapeMismatch`. Objects stored once are deduplicated across the step (digest, then bytes).
 """
 
 from __future__ import annotations
@@ -291,12 +281,9 @@ class _PrimitiveGrowable(_Typed):
         self._values.extend(values)
 
     def _widen(self, dtype: np.dtype) -> None:
-        """Hold values of ``dtype`` too: a narrow-stored id column whose values grew this step.
+        """Hold values of ``dtype`` too: a narrow-stored column whose chunks' types grew.
 
-        The codecs store such a column in the narrowest of uint8 / uint16 / int32 that holds a
-        chunk; the batch's type is the narrowest that holds every chunk, which is the widest of
-        the chunks' types (those types nest). The values so far are cast once; this happens at
-        most twice a step.
+        The batch's type is the widest chunk type (narrow types nest); at most twice a step.
         """
         wider = np.promote_types(self._values.dtype, dtype)
         if wider == self._values.dtype:
@@ -341,18 +328,31 @@ def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     return integers and trailing_shape(left) == trailing_shape(right)
 
 
-class _FixedSizeGrowable(Growable):
-    def __init__(self, size: int, child: Growable) -> None:
-        self.size = size
+class _Nested(Growable):
+    """A list level over a child; its type follows the child's, which may widen (narrow ids)."""
+
+    def _set_child(self, child: Growable) -> None:
         self.child = child
-        self._types = (child.type, pa.list_(child.type, size))
+        self._types = (child.type, self._wrap(child.type))
+
+    @abc.abstractmethod
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        """The list type over ``child``."""
 
     @property
     def type(self) -> pa.DataType:
-        child = self.child.type  # it may widen: the list type follows (built once per child type)
-        if child is not self._types[0]:
-            self._types = (child, pa.list_(child, self.size))
+        if self.child.type is not self._types[0]:  # built once per child type
+            self._set_child(self.child)
         return self._types[1]
+
+
+class _FixedSizeGrowable(_Nested):
+    def __init__(self, size: int, child: Growable) -> None:
+        self.size = size
+        self._set_child(child)
+
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        return pa.list_(child, self.size)
 
     @property
     def length(self) -> int:
@@ -365,7 +365,7 @@ class _FixedSizeGrowable(Growable):
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
 
 
-class _ListGrowable(Growable):
+class _ListGrowable(_Nested):
     """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values."""
 
     def __init__(self, child: Growable) -> None:
@@ -374,16 +374,8 @@ class _ListGrowable(Growable):
         self._offsets.append_one(0)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
-    def _set_child(self, child: Growable) -> None:
-        self.child = child
-        self._types = (child.type, pa.large_list(child.type))
-
-    @property
-    def type(self) -> pa.DataType:
-        child = self.child.type  # it may widen (narrow ids): the list type follows, built once
-        if child is not self._types[0]:
-            self._types = (child, pa.large_list(child))
-        return self._types[1]
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        return pa.large_list(child)
 
     @property
     def length(self) -> int:

@@ -23,13 +23,11 @@ from arrow_split._codecs._base import (
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
     array_1d,
-    check_only_bools,
     finish,
     is_array,
     is_bool_value,
     is_flag,
-    locate_python_value,
-    only_bools,
+    python_locator,
     scalars_from_list,
     target_dtype,
 )
@@ -75,14 +73,7 @@ class ScalarCodec(Codec):
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
     target = target_dtype(spec)
-
-    def locate(cause: str) -> None:
-        locate_python_value(
-            spec.name, samples, target=target, flag=is_flag(spec), ragged=False, cause=cause
-        )
-
-    if only_bools(spec):
-        check_only_bools(spec, samples, ragged=False)
+    locate = python_locator(spec, samples, ragged=False)
     if is_flag(spec):  # bools, 0/1 ints, or both mixed
         try:
             flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
