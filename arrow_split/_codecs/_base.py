@@ -1,11 +1,9 @@
 """What a codec is, and the Arrow layout every codec speaks.
 
-A codec owns one :data:`~arrow_split.schema.ColumnKind`: encode (checked once, naming the
-sample at fault), lengths, decode, take, the stored form of a file's column, its tensor role,
-its flat numbers and its Arrow type (and the inverse). Nothing else branches on a kind.
-A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing
-axis. Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships only its
-own bytes): one ``np.take`` for numbers, one run per row for lists of numbers.
+A codec owns one column kind: encode (checked once), lengths, decode, take, stored form, tensor
+role, flat numbers and Arrow type (and its inverse); nothing else branches on a kind. A list column
+is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing axis. Takes copy
+into fresh pool buffers, never a slice of the parent (a pickle ships only its own bytes).
 """
 
 from __future__ import annotations
@@ -57,41 +55,28 @@ per-sample offsets (a list per token), a 1-D tensor, or nothing."""
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EncodeOptions:
-    """Switches of :meth:`RolloutBatch.from_train_data` that change how values are checked.
+    """Switches of :meth:`RolloutBatch.from_train_data` that change how values are checked."""
 
-    ``allow_nonfinite`` keeps NaN and infinity in float columns. ``exact_floats`` rejects a wider
-    float that a float32 column would round (by default it is rounded, as a float32 cast does).
-    """
-
-    allow_nonfinite: bool = False
-    exact_floats: bool = False
+    allow_nonfinite: bool = False  # keep NaN and infinity in float columns
+    exact_floats: bool = False  # reject a float a float32 column would round (else rounded)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlatNumbers:
-    """A numeric column's numbers, flat.
+    """A numeric column's numbers, flat."""
 
-    ``values`` (1-D); ``offsets``: where each sample's values start (``n + 1`` from 0; ``None``
-    for one number per sample); ``token_offsets``: where each token's values start (a list per
-    token only).
-    """
-
-    values: np.ndarray
-    offsets: np.ndarray | None
-    token_offsets: np.ndarray | None = None
+    values: np.ndarray  # 1-D
+    offsets: np.ndarray | None  # where each sample's values start (n + 1 from 0); None: one each
+    token_offsets: np.ndarray | None = None  # where each token's values start (lists per token)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TypeFields:
-    """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`).
+    """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`)."""
 
-    ``storage``: the type the numbers are stored as (``value_type``, or a narrower integer type);
-    ``trailing``: a tensor's trailing shape; ``codec``: how objects are stored.
-    """
-
-    storage: pa.DataType | None = None
-    trailing: tuple[int, ...] = ()
-    codec: ObjectCodec | None = None
+    storage: pa.DataType | None = None  # the numbers' type: value_type, or a narrower integer
+    trailing: tuple[int, ...] = ()  # a tensor's trailing shape
+    codec: ObjectCodec | None = None  # how objects are stored
 
 
 def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
@@ -99,8 +84,7 @@ def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
     if fields is not None and fields.storage is not None:
         return fields.storage
     if spec.value_type is None:  # pragma: no cover - ColumnSpec guarantees it
-        msg = f"column `{spec.name}` has no value type"
-        raise ColumnTypeError(msg)
+        raise ColumnTypeError(f"column `{spec.name}` has no value type")
     return spec.value_type
 
 
@@ -127,10 +111,7 @@ class Codec(abc.ABC):
 
     @abc.abstractmethod
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        """The Arrow type of ``spec``'s column; ``fields`` gives what the values decide.
-
-        Without ``fields`` the type has no trailing shape and stores ``value_type``.
-        """
+        """``spec``'s column's Arrow type; ``fields``: what the values decide (default: none)."""
 
     @abc.abstractmethod
     def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
@@ -258,9 +239,8 @@ def numpy_view(array: pa.Array) -> np.ndarray:
 def _unpack_bits(array: pa.Array) -> np.ndarray:
     """A boolean array without nulls as numpy ``bool``, unpacked by numpy.
 
-    Not ``to_numpy``: pyarrow unpacks into Arrow's process-wide C++ pool, whose first buffer
-    faults in a huge page (milliseconds in a rank's first step); numpy's memory comes from the
-    heap that :func:`arrow_split.ray.warm_up` keeps.
+    Not ``to_numpy``: Arrow's C++ pool faults in a huge page on first use (milliseconds in a
+    rank's first step); numpy's memory comes from the heap :func:`arrow_split.ray.warm_up` keeps.
     """
     length = len(array)
     bitmap = array.buffers()[1]
@@ -274,8 +254,7 @@ def _unpack_bits(array: pa.Array) -> np.ndarray:
 def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(values, offsets)`` of a list column as numpy views, offsets from 0.
 
-    A tensor column's values have shape ``[rows, *trailing]``. A view of read-only memory (the
-    object store's) is read-only.
+    A tensor's values have shape ``[rows, *trailing]``; read-only over the object store's memory.
     """
     raw_offsets = array.offsets.to_numpy()
     start, stop = int(raw_offsets[0]), int(raw_offsets[-1])

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, cast
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import EncodeOptions, numpy_dtype
+from arrow_split._codecs._base import EncodeOptions, numpy_dtype, stored_type
 from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
@@ -28,7 +28,7 @@ __all__ = [
     "check_finite",
     "check_list_samples",
     "check_flag",
-    "exact_integers",
+    "concatenate",
     "finish",
     "flat_from_arrays",
     "flat_from_lists",
@@ -87,11 +87,7 @@ def as_array(value: object, name: str, location: str) -> np.ndarray:
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:
     """The numpy dtype of a numeric column's values."""
-    value_type = spec.value_type
-    if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
-        msg = f"column `{spec.name}` has no value type"
-        raise ColumnTypeError(msg)
-    return numpy_dtype(value_type)
+    return numpy_dtype(stored_type(spec, None))
 
 
 def is_flag(spec: ColumnSpec) -> bool:
@@ -181,14 +177,19 @@ def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
     """Flat values and offsets of a column given as one 1-D array per sample."""
     arrays = [array_1d(spec, value, f"sample {i}", "per sample") for i, value in enumerate(samples)]
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
-    filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
-    if target_dtype(spec).kind in "iu":
-        filled = exact_integers(spec.name, filled, arrays)
-    values = np.concatenate(filled) if filled else np.empty(0, dtype=target_dtype(spec))
-    return values, offsets_from_lengths(lengths)
+    return concatenate(spec, arrays), offsets_from_lengths(lengths)
 
 
-def exact_integers(
+def concatenate(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The samples' arrays one after the other (an empty float array must not upcast ints)."""
+    target = target_dtype(spec)
+    filled = [array for array in arrays if array.size]
+    if target.kind in "iu":
+        filled = _exact_integers(spec.name, filled, arrays)
+    return np.concatenate(filled) if filled else np.empty(0, dtype=target)
+
+
+def _exact_integers(
     name: str, filled: list[np.ndarray], arrays: Sequence[np.ndarray]
 ) -> list[np.ndarray]:
     """``filled`` (the non-empty ``arrays``), safe to concatenate into an integer column.

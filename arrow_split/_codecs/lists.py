@@ -36,7 +36,7 @@ from arrow_split._codecs._numeric import (
     as_array,
     check_array_dtype,
     check_list_samples,
-    exact_integers,
+    concatenate,
     finish,
     flat_from_arrays,
     flat_from_python,
@@ -95,9 +95,7 @@ class RaggedCodec(Codec):
         return TypeFields(storage=arrow_type.value_type)
 
     def lengths(self, array: pa.Array) -> np.ndarray:
-        offsets: np.ndarray = array.offsets.to_numpy()
-        lengths: np.ndarray = offsets[1:] - offsets[:-1]
-        return lengths
+        return np.diff(array.offsets.to_numpy())
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(*ragged_values(array))
@@ -224,11 +222,7 @@ class TensorCodec(RaggedCodec):
         offsets = offsets_from_lengths(rows)
         child = _narrow_values(spec, arrays) if spec.storage == "narrow" else None
         if child is None:
-            target = target_dtype(spec)
-            filled = [array for array in arrays if array.size]  # an empty one must not upcast
-            if target.kind in "iu":
-                filled = exact_integers(spec.name, filled, arrays)
-            stacked = np.concatenate(filled) if filled else np.empty(0, dtype=target)
+            stacked = concatenate(spec, arrays)
             width = int(np.prod(trailing, dtype=np.int64))
             child = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
         return pa.LargeListArray.from_arrays(pa.array(offsets), nest(child, trailing)), spec
