@@ -1,8 +1,6 @@
 """One codec per column kind, and :func:`codec_for`, the only place that picks one by kind.
 
-What a codec owns: :mod:`~arrow_split._codecs._base`. Batch-global values are not columns:
-:mod:`~arrow_split._codecs.scalar` checks and copies them. The dict <-> columns conversion:
-:mod:`~arrow_split._codecs._convert`.
+The codec contract: ``_base``; batch globals: ``scalar``; dict <-> columns: ``_convert``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""What a codec is, and the Arrow layout every codec speaks.
+"""What a codec is (all that branches on a column kind), and the Arrow layout codecs speak.
 
-A codec owns one column kind: encode (checked once), lengths, decode, take, stored form, tensor
-role, flat numbers and Arrow type (and its inverse); nothing else branches on a kind. A list column
-is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing axis. Takes copy
-into fresh pool buffers, never a slice of the parent (a pickle ships only its own bytes).
+A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing axis.
+Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships its own bytes).
 """
 
 from __future__ import annotations
@@ -340,15 +338,16 @@ def take_fixed(array: pa.Array, indices: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(array.type, len(indices), [None, buffer])
 
 
-def _leaf_start(array: pa.Array) -> tuple[pa.Array, int]:
-    """The leaf array under a list column, and the leaf index of its child's first element."""
+def _leaf_start(array: pa.Array) -> tuple[pa.Array, int, bool]:
+    """The leaf under a list column, the leaf index of its first item, whether a level has nulls."""
     child = array.values
-    start = child.offset
+    start, nulls = child.offset, False
     while pa.types.is_fixed_size_list(child.type):
+        nulls = nulls or child.null_count > 0
         size = child.type.list_size
         child = child.values
         start = start * size + child.offset
-    return child, start
+    return child, start, nulls or child.null_count > 0
 
 
 def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
@@ -357,8 +356,8 @@ def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
     if layout is None or array.null_count:
         return arrow_take(array, indices)
     dtype, levels, per_row = layout
-    leaf, base = _leaf_start(array)
-    if leaf.null_count or any(level.null_count for level in _items(array, len(levels) - 1)):
+    leaf, base, nulls = _leaf_start(array)
+    if nulls:
         return arrow_take(array, indices)
     offsets = np.frombuffer(
         array.buffers()[1], dtype=np.int64, count=len(array) + 1, offset=array.offset * 8
@@ -376,16 +375,6 @@ def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
         hi = (ends * per_row + base).tolist()
         np.concatenate([flat[a:b] for a, b in zip(lo, hi, strict=True)], out=gathered)
     return _assemble(array.type, levels, offsets_buffer, values_buffer, len(indices), rows)
-
-
-def _items(array: pa.Array, depth: int) -> list[pa.Array]:
-    """The ``fixed_size_list`` levels under a list column (``depth`` of them), outermost first."""
-    found = []
-    child = array.values
-    for _ in range(depth):
-        found.append(child)
-        child = child.values
-    return found
 
 
 def _assemble(

@@ -1,8 +1,7 @@
 """The one path between the classic train-data dict and a RecordBatch with batch-global values.
 
-Encoding checks each key's shape, then the length source, the response lengths, the other columns
-by their codecs, the length rules, finiteness and the globals; :func:`check_content` applies the
-same rules to a record batch read from a file. Columns are found by role, never by name.
+The checks run in one order (shapes, lengths, codecs, length rules, finiteness, globals), on a
+file's batch too (:func:`check_content`). Columns are found by role, never by name.
 """
 
 from __future__ import annotations

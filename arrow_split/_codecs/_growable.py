@@ -1,9 +1,7 @@
 """Growable Arrow columns: the builder appends encoded chunks and takes one array at ``finish``.
 
-They mirror the layouts the codecs make, by Arrow type, never by kind. Values grow in pool
-buffers by doubling and are handed over without a copy (at most twice the batch's bytes held).
-A tensor column takes the trailing shape of its first chunk holding a value; another shape is a
-:class:`ShapeMismatch`. Objects stored once are deduplicated across the step (digest, then bytes).
+By Arrow type, never by kind: pool buffers grown by doubling, handed over without a copy. A
+tensor column's shape is its first chunk's with a value; objects stored once dedupe per step.
 """
 
 from __future__ import annotations
@@ -21,6 +19,7 @@ from arrow_split.errors import SchemaError
 __all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
+_ZERO = np.zeros(1, dtype=np.int64)  # the first offset
 
 
 class _Buffer:
@@ -54,13 +53,6 @@ class _Buffer:
             self._reserve(end)
         self._view[self.size : end] = values
         self.size = end
-
-    def append_one(self, value: int) -> None:
-        """Append one value."""
-        if self.size >= len(self._view):
-            self._reserve(self.size + 1)
-        self._view[self.size] = value
-        self.size += 1
 
     def last(self) -> int:
         """The last value (the buffer must not be empty)."""
@@ -142,7 +134,7 @@ class _BinaryGrowable(_Typed):
     def __init__(self, value_type: pa.DataType) -> None:
         super().__init__(value_type)
         self._offsets = _Buffer(np.dtype(np.int64))
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._data = _Buffer(np.dtype(np.uint8))
         self._valid = _Buffer(np.dtype(np.bool_))
         self._nulls = 0
@@ -173,7 +165,7 @@ class _BinaryGrowable(_Typed):
         count = self.length
         validity = _validity(self._valid, self._nulls)
         offsets, data = self._offsets.take(), self._data.take()
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._valid.clear()
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
@@ -281,10 +273,7 @@ class _PrimitiveGrowable(_Typed):
         self._values.extend(values)
 
     def _widen(self, dtype: np.dtype) -> None:
-        """Hold values of ``dtype`` too: a narrow-stored column whose chunks' types grew.
-
-        The batch's type is the widest chunk type (narrow types nest); at most twice a step.
-        """
+        """Hold a wider ``dtype`` too (narrow ids grew): the batch takes the widest chunk type."""
         wider = np.promote_types(self._values.dtype, dtype)
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
@@ -298,19 +287,11 @@ class _PrimitiveGrowable(_Typed):
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
 
-class _BoolGrowable(Growable):
+class _BoolGrowable(_PrimitiveGrowable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
 
     def __init__(self) -> None:
-        self._values = _Buffer(np.dtype(np.bool_))
-
-    @property
-    def type(self) -> pa.DataType:
-        return pa.bool_()
-
-    @property
-    def length(self) -> int:
-        return self._values.size
+        super().__init__(pa.bool_())
 
     def append(self, array: pa.Array) -> None:
         self._values.extend(np.asarray(array.to_numpy(zero_copy_only=False)))
@@ -371,7 +352,7 @@ class _ListGrowable(_Nested):
     def __init__(self, child: Growable) -> None:
         self._set_child(child)
         self._offsets = _Buffer(np.dtype(np.int64))
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
     def _wrap(self, child: pa.DataType) -> pa.DataType:
@@ -422,6 +403,6 @@ class _ListGrowable(_Nested):
             self._set_child(growable_for(leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)

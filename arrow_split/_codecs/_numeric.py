@@ -1,8 +1,7 @@
 """Numbers in: a user's column (lists, numpy, any array-like) -> flat, checked numpy, once.
 
-Checks are vectorised; only a failing one locates and names the bad value. Python lists take a
-fast path (one ``struct.pack`` per sample), else the careful one (``pyarrow.array`` with a wide
-type; an integer column's Python sum must stay an int, as pyarrow truncates floats silently).
+Checks are vectorised; only a failing one locates the bad value. Python lists: one
+``struct.pack`` per sample, else ``pyarrow.array`` with a wide type (its float truncation caught).
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ __all__ = [
     "as_array",
     "check_array_dtype",
     "check_finite",
-    "check_list_samples",
     "check_flag",
+    "check_list_samples",
     "concatenate",
     "finish",
     "flat_from_arrays",
@@ -37,8 +36,8 @@ __all__ = [
     "is_bool_value",
     "is_flag",
     "locate_python_value",
-    "python_locator",
     "offsets_from_lengths",
+    "python_locator",
     "scalars_from_list",
     "target_dtype",
 ]
@@ -50,9 +49,7 @@ def is_array(value: object) -> bool:
     """Whether a sample is array-like (numpy, ``__array__``, ``__dlpack__``, a buffer)."""
     if isinstance(value, (list, tuple, str, bytes, bytearray)):
         return False
-    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-        return True
-    if hasattr(value, "__dlpack__"):
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
         return True
     try:
         memoryview(value)  # type: ignore[arg-type]
@@ -91,10 +88,7 @@ def target_dtype(spec: ColumnSpec) -> np.dtype:
 
 
 def is_flag(spec: ColumnSpec) -> bool:
-    """Whether a column holds 0/1 values: a declared flag (bools and the ints 0, 1), or ``bool``.
-
-    A ``bool`` column not declared a flag takes bools only (:func:`_check_only_bools`).
-    """
+    """Whether a column holds 0/1 values: a declared flag (bools, 0 and 1) or a ``bool`` column."""
     return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
@@ -112,10 +106,7 @@ def _allowed_kinds(spec: ColumnSpec) -> str:
 
 
 def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str, given: object) -> None:
-    """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values.
-
-    The hint casts ``given`` (the user's array) the way its library does: torch's ``.to``.
-    """
+    """Raise if an array's dtype cannot hold the column's values, hinting ``given``'s own cast."""
     if dtype.kind not in _allowed_kinds(spec):
         kind = {"f": "a float", "b": "a bool"}.get(target_dtype(spec).kind, "an integer")
         msg = (
@@ -148,10 +139,7 @@ def array_1d(spec: ColumnSpec, value: object, location: str, shape: str) -> np.n
 def finish(
     spec: ColumnSpec, values: np.ndarray, offsets: np.ndarray | None, options: EncodeOptions
 ) -> np.ndarray:
-    """Check flat ``values`` for ``spec`` and cast them to the column's dtype.
-
-    Finiteness is checked once the whole batch is encoded (it depends on the loss mask).
-    """
+    """Check flat ``values`` for ``spec`` and cast them (finiteness waits for the loss mask)."""
     target = target_dtype(spec)
     if is_flag(spec):
         check_flag(spec.name, values, offsets)
@@ -252,10 +240,7 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
 def python_locator(
     spec: ColumnSpec, samples: Sequence[object], *, ragged: bool
 ) -> Callable[[str], NoReturn]:
-    """What raises at the first value of Python ``samples`` the column cannot hold, given a cause.
-
-    A bool-only column is checked first (:func:`_check_only_bools`).
-    """
+    """What raises at the first Python value the column cannot hold (bool-only: checked now)."""
     if _only_bools(spec):
         _check_only_bools(spec, samples, ragged=ragged)
     return functools.partial(
@@ -361,10 +346,7 @@ def _beyond_exact_ints(values: np.ndarray) -> bool:
 
 
 def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
-    """``pack(*args)``, warnings raised as errors where a float is packed (``code`` "d").
-
-    A numpy complex packs as its real part with only a ``ComplexWarning``: the careful path's.
-    """
+    """``pack(*args)``; packing floats, a warning (a numpy complex's real part) is an error."""
     if code != "d":
         return pack(*args)
     with warnings.catch_warnings():
@@ -382,10 +364,7 @@ def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
 def flat_from_lists(
     target: np.dtype, samples: Sequence[object], *, flag: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Flat values and offsets of a column of Python lists, or ``None`` for the careful path.
-
-    Integers come in ``target``'s type, floats as float64; the caller checks and casts them.
-    """
+    """Flat values (ints as ``target``, floats as float64) and offsets; ``None``: careful path."""
     code = _typecode(target, flag=flag)
     # len(), not truthiness: `samples` may be a numpy object array of lists
     if code is None or len(samples) == 0:
@@ -471,8 +450,7 @@ def check_finite(
 ) -> None:
     """Raise :class:`ValueRangeError` on the first NaN or infinity the loss counts.
 
-    ``counted`` (aligned with ``values``) is the loss mask ``mask_name``: refused only where it is
-    not 0; without it everywhere (``mask_name`` then names the missing mask).
+    ``counted`` (the loss mask ``mask_name``, aligned): refused only where it is not 0.
     """
     if values.size == 0 or values.dtype.kind != "f":
         return
@@ -553,10 +531,7 @@ def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None
 
 
 def check_list_samples(name: str, samples: Sequence[object]) -> None:
-    """Raise :class:`ColumnTypeError` on the first sample that is not a sequence of values.
-
-    pyarrow would read ``bytes`` as its byte values and a ``set`` in arbitrary order.
-    """
+    """Raise on the first sample not a sequence (pyarrow reads bytes as numbers, sets unordered)."""
     for sample, values in enumerate(samples):
         text = isinstance(values, (str, bytes, bytearray))
         if type(values) is not list and (text or not isinstance(values, Sequence)):
@@ -593,8 +568,7 @@ def locate_python_value(
 ) -> NoReturn:
     """Raise at the first value of a Python column its numeric column cannot hold.
 
-    ``cause`` (what the conversion reported) is shown if the scan finds nothing more precise;
-    ``start`` numbers the first sample.
+    ``cause`` is shown if the scan finds nothing more precise; ``start`` numbers the first sample.
     """
     integer = target.kind in "iub"
     kind = "flag (0/1)" if flag else "integer" if integer else "float"

@@ -1,9 +1,7 @@
 """The codecs of list columns: ``per_token``, ``per_sample_tensor`` and ``per_token_list``.
 
-A tensor's trailing shape lives in its type (nested ``fixed_size_list``), the same for every
-sample; narrow storage keeps the first of ``spec.storage_types`` that holds the batch's values.
-A list per token comes as lists of lists, a 2-D array or :class:`TokenLists` (CSR); its errors
-name the sample, the token (``position``) and the ``item``.
+A tensor's trailing shape lives in its type (nested ``fixed_size_list``); a list per token comes
+as lists of lists, a 2-D array or :class:`TokenLists` (CSR), its errors naming token and item.
 """
 
 from __future__ import annotations
@@ -279,10 +277,9 @@ class TokenLists:
 
 
 def token_list_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, sample_offsets, token_offsets)`` of a ``per_token_list`` column, as numpy.
+    """``(values, sample_offsets, token_offsets)`` of a ``per_token_list`` column: numpy views.
 
-    ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (``tokens + 1``) the
-    values; both start at 0 whatever the array's slice offset. Views, not copies.
+    Sample offsets index the tokens, token offsets the values; both start at 0.
     """
     raw = array.offsets.to_numpy()
     start, stop = int(raw[0]), int(raw[-1])
