@@ -8,7 +8,7 @@ helpers in :mod:`arrow_split.testing`.
 from __future__ import annotations
 
 from arrow_split._builder import RolloutBatchBuilder
-from arrow_split._codecs import TokenLists
+from arrow_split._codecs.lists import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._schedule import (
     RankSchedule,

@@ -17,15 +17,11 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice, as_flag, as_path, describe
-from arrow_split._codecs import (
-    EncodeOptions,
-    ScalarCodec,
-    check_batch_global,
-    check_per_sample_values,
-    codec_for,
-)
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions
+from arrow_split._codecs._convert import encode_columns, encode_train_data
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
-from arrow_split._convert import encode_columns, encode_train_data
+from arrow_split._codecs.scalar import ScalarCodec, check_batch_global, check_per_sample_values
 from arrow_split._journal import (
     JournalDamage,
     JournalSync,

@@ -21,7 +21,7 @@ from arrow_split._args import (
     describe,
     method_of,
 )
-from arrow_split._codecs import EncodeOptions
+from arrow_split._codecs._base import EncodeOptions
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,

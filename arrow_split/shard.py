@@ -15,7 +15,8 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
-from arrow_split._codecs import codec_for, numpy_view, ragged_values
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey

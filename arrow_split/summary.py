@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
-from arrow_split._codecs import short_type
+from arrow_split._codecs._base import short_type
 from arrow_split.batch._dump import PathLike, read_dump
 from arrow_split.schema import KNOWN_COLUMNS, role_column
 

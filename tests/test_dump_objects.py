@@ -26,7 +26,7 @@ from arrow_split import (
     shard_for_rank,
     take_rows,
 )
-from arrow_split._codecs import NotPlainData, loads_plain
+from arrow_split._codecs.objects import NotPlainData, loads_plain
 from arrow_split.batch import values_equal
 from arrow_split.testing.strategies import rollout_batches
 

@@ -30,7 +30,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
     take_rows,
 )
-from arrow_split._codecs import numpy_dtype
+from arrow_split._codecs._base import numpy_dtype
 from arrow_split.testing import assert_batches_equal
 
 EXPERTS = "rollout_routed_experts"

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from arrow_split._codecs import arrow_take, take_fixed, take_runs
+from arrow_split._codecs._base import arrow_take, take_fixed, take_runs
 
 _LEAVES = [pa.int32(), pa.uint8(), pa.uint16(), pa.float32(), pa.int64(), pa.float64()]
 

@@ -1,11 +1,7 @@
-"""What a codec is, and the Arrow layout every codec speaks.
+"""What a codec is (all that branches on a column kind), and the Arrow layout codecs speak.
 
-A codec owns one :data:`~arrow_split.schema.ColumnKind`: encode (checked once, naming the
-sample at fault), lengths, decode, take, the stored form of a file's column, its tensor role,
-its flat numbers and its Arrow type (and the inverse). Nothing else branches on a kind.
-A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing
-axis. Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships only its
-own bytes): one ``np.take`` for numbers, one run per row for lists of numbers.
+A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing axis.
+Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships its own bytes).
 """
 
 from __future__ import annotations
@@ -57,41 +53,28 @@ per-sample offsets (a list per token), a 1-D tensor, or nothing."""
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class EncodeOptions:
-    """Switches of :meth:`RolloutBatch.from_train_data` that change how values are checked.
+    """Switches of :meth:`RolloutBatch.from_train_data` that change how values are checked."""
 
-    ``allow_nonfinite`` keeps NaN and infinity in float columns. ``exact_floats`` rejects a wider
-    float that a float32 column would round (by default it is rounded, as a float32 cast does).
-    """
-
-    allow_nonfinite: bool = False
-    exact_floats: bool = False
+    allow_nonfinite: bool = False  # keep NaN and infinity in float columns
+    exact_floats: bool = False  # reject a float a float32 column would round (else rounded)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlatNumbers:
-    """A numeric column's numbers, flat.
+    """A numeric column's numbers, flat."""
 
-    ``values`` (1-D); ``offsets``: where each sample's values start (``n + 1`` from 0; ``None``
-    for one number per sample); ``token_offsets``: where each token's values start (a list per
-    token only).
-    """
-
-    values: np.ndarray
-    offsets: np.ndarray | None
-    token_offsets: np.ndarray | None = None
+    values: np.ndarray  # 1-D
+    offsets: np.ndarray | None  # where each sample's values start (n + 1 from 0); None: one each
+    token_offsets: np.ndarray | None = None  # where each token's values start (lists per token)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TypeFields:
-    """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`).
+    """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`)."""
 
-    ``storage``: the type the numbers are stored as (``value_type``, or a narrower integer type);
-    ``trailing``: a tensor's trailing shape; ``codec``: how objects are stored.
-    """
-
-    storage: pa.DataType | None = None
-    trailing: tuple[int, ...] = ()
-    codec: ObjectCodec | None = None
+    storage: pa.DataType | None = None  # the numbers' type: value_type, or a narrower integer
+    trailing: tuple[int, ...] = ()  # a tensor's trailing shape
+    codec: ObjectCodec | None = None  # how objects are stored
 
 
 def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
@@ -99,8 +82,7 @@ def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
     if fields is not None and fields.storage is not None:
         return fields.storage
     if spec.value_type is None:  # pragma: no cover - ColumnSpec guarantees it
-        msg = f"column `{spec.name}` has no value type"
-        raise ColumnTypeError(msg)
+        raise ColumnTypeError(f"column `{spec.name}` has no value type")
     return spec.value_type
 
 
@@ -127,10 +109,7 @@ class Codec(abc.ABC):
 
     @abc.abstractmethod
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        """The Arrow type of ``spec``'s column; ``fields`` gives what the values decide.
-
-        Without ``fields`` the type has no trailing shape and stores ``value_type``.
-        """
+        """``spec``'s column's Arrow type; ``fields``: what the values decide (default: none)."""
 
     @abc.abstractmethod
     def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
@@ -258,9 +237,8 @@ def numpy_view(array: pa.Array) -> np.ndarray:
 def _unpack_bits(array: pa.Array) -> np.ndarray:
     """A boolean array without nulls as numpy ``bool``, unpacked by numpy.
 
-    Not ``to_numpy``: pyarrow unpacks into Arrow's process-wide C++ pool, whose first buffer
-    faults in a huge page (milliseconds in a rank's first step); numpy's memory comes from the
-    heap that :func:`arrow_split.ray.warm_up` keeps.
+    Not ``to_numpy``: Arrow's C++ pool faults in a huge page on first use (milliseconds in a
+    rank's first step); numpy's memory comes from the heap :func:`arrow_split.ray.warm_up` keeps.
     """
     length = len(array)
     bitmap = array.buffers()[1]
@@ -274,8 +252,7 @@ def _unpack_bits(array: pa.Array) -> np.ndarray:
 def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """``(values, offsets)`` of a list column as numpy views, offsets from 0.
 
-    A tensor column's values have shape ``[rows, *trailing]``. A view of read-only memory (the
-    object store's) is read-only.
+    A tensor's values have shape ``[rows, *trailing]``; read-only over the object store's memory.
     """
     raw_offsets = array.offsets.to_numpy()
     start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
@@ -361,15 +338,16 @@ def take_fixed(array: pa.Array, indices: np.ndarray) -> pa.Array:
     return pa.Array.from_buffers(array.type, len(indices), [None, buffer])
 
 
-def _leaf_start(array: pa.Array) -> tuple[pa.Array, int]:
-    """The leaf array under a list column, and the leaf index of its child's first element."""
+def _leaf_start(array: pa.Array) -> tuple[pa.Array, int, bool]:
+    """The leaf under a list column, the leaf index of its first item, whether a level has nulls."""
     child = array.values
-    start = child.offset
+    start, nulls = child.offset, False
     while pa.types.is_fixed_size_list(child.type):
+        nulls = nulls or child.null_count > 0
         size = child.type.list_size
         child = child.values
         start = start * size + child.offset
-    return child, start
+    return child, start, nulls or child.null_count > 0
 
 
 def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
@@ -378,8 +356,8 @@ def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
     if layout is None or array.null_count:
         return arrow_take(array, indices)
     dtype, levels, per_row = layout
-    leaf, base = _leaf_start(array)
-    if leaf.null_count or any(level.null_count for level in _items(array, len(levels) - 1)):
+    leaf, base, nulls = _leaf_start(array)
+    if nulls:
         return arrow_take(array, indices)
     offsets = np.frombuffer(
         array.buffers()[1], dtype=np.int64, count=len(array) + 1, offset=array.offset * 8
@@ -397,16 +375,6 @@ def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
         hi = (ends * per_row + base).tolist()
         np.concatenate([flat[a:b] for a, b in zip(lo, hi, strict=True)], out=gathered)
     return _assemble(array.type, levels, offsets_buffer, values_buffer, len(indices), rows)
-
-
-def _items(array: pa.Array, depth: int) -> list[pa.Array]:
-    """The ``fixed_size_list`` levels under a list column (``depth`` of them), outermost first."""
-    found = []
-    child = array.values
-    for _ in range(depth):
-        found.append(child)
-        child = child.values
-    return found
 
 
 def _assemble(

@@ -1,19 +1,7 @@
 """Growable Arrow columns: the builder appends encoded chunks and takes one array at ``finish``.
 
-A growable mirrors the Arrow layouts the codecs produce (fixed-width numbers, booleans,
-``large_binary``/``large_string``, ``fixed_size_list`` and ``large_list`` of those, and
-``dictionary<int32, large_binary>`` for objects stored once); it looks at Arrow types, never
-at a column's kind. :func:`growable_for` picks one for an Arrow type.
-
-Memory. Values go into resizable pool buffers grown by doubling; :meth:`Growable.finish` shrinks
-them and hands them to the array without a copy, so the builder holds at most twice the batch's
-bytes, and the next step starts at the same capacity.
-
-Shapes. A tensor column (``large_list`` of ``fixed_size_list``) whose first chunk holds only empty
-samples takes the shape of the first chunk that has one; two shapes raise :class:`ShapeMismatch`,
-which the builder turns into the library's error. Objects stored once are deduplicated across the
-whole step (a BLAKE2b digest, then the bytes), and finish in the canonical form of
-``from_train_data``.
+By Arrow type, never by kind: pool buffers grown by doubling, handed over without a copy. A
+tensor column's shape is its first chunk's with a value; objects stored once dedupe per step.
 """
 
 from __future__ import annotations
@@ -24,18 +12,14 @@ import hashlib
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import (
-    canonical_codes,
-    codes_and_validity,
-    leaf_type,
-    numpy_dtype,
-    trailing_shape,
-)
+from arrow_split._codecs._base import leaf_type, numpy_dtype, trailing_shape
+from arrow_split._codecs.objects import canonical_codes, codes_and_validity
 from arrow_split.errors import SchemaError
 
 __all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
+_ZERO = np.zeros(1, dtype=np.int64)  # the first offset
 
 
 class _Buffer:
@@ -69,13 +53,6 @@ class _Buffer:
             self._reserve(end)
         self._view[self.size : end] = values
         self.size = end
-
-    def append_one(self, value: int) -> None:
-        """Append one value."""
-        if self.size >= len(self._view):
-            self._reserve(self.size + 1)
-        self._view[self.size] = value
-        self.size += 1
 
     def last(self) -> int:
         """The last value (the buffer must not be empty)."""
@@ -127,6 +104,22 @@ class Growable(abc.ABC):
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
 
+class _Typed(Growable):
+    """A growable of the Arrow type it was made for."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        self._type = value_type
+
+    @property
+    def type(self) -> pa.DataType:
+        return self._type
+
+
+def _validity(valid: _Buffer, nulls: int) -> pa.Buffer | None:
+    """The validity bitmap of the rows so far (``None`` without a null)."""
+    return pa.py_buffer(np.packbits(valid.values(), bitorder="little")) if nulls else None
+
+
 def _array_offsets(array: pa.Array) -> np.ndarray:
     """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
     buffer = array.buffers()[1]
@@ -135,20 +128,16 @@ def _array_offsets(array: pa.Array) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
 
 
-class _BinaryGrowable(Growable):
+class _BinaryGrowable(_Typed):
     """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._offsets = _Buffer(np.dtype(np.int64))
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._data = _Buffer(np.dtype(np.uint8))
         self._valid = _Buffer(np.dtype(np.bool_))
         self._nulls = 0
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:
@@ -174,11 +163,9 @@ class _BinaryGrowable(Growable):
 
     def finish(self) -> pa.Array:
         count = self.length
-        validity = None
-        if self._nulls:
-            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        validity = _validity(self._valid, self._nulls)
         offsets, data = self._offsets.take(), self._data.take()
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._valid.clear()
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
@@ -188,20 +175,16 @@ def _digest(view: memoryview) -> bytes:
     return hashlib.blake2b(view, digest_size=16).digest()
 
 
-class _OnceGrowable(Growable):
+class _OnceGrowable(_Typed):
     """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._codes = _Buffer(np.dtype(np.int32))
         self._valid = _Buffer(np.dtype(np.bool_))
         self._values = _BinaryGrowable(value_type.value_type)
         self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
         self._nulls = 0
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:
@@ -238,9 +221,7 @@ class _OnceGrowable(Growable):
 
     def finish(self) -> pa.Array:
         count = self.length
-        validity = None
-        if self._nulls:
-            validity = pa.py_buffer(np.packbits(self._valid.values(), bitorder="little"))
+        validity = _validity(self._valid, self._nulls)
         codes = pa.Array.from_buffers(
             pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
         )
@@ -276,14 +257,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
     raise SchemaError(msg)
 
 
-class _PrimitiveGrowable(Growable):
+class _PrimitiveGrowable(_Typed):
     def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
+        super().__init__(value_type)
         self._values = _Buffer(numpy_dtype(value_type))
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
 
     @property
     def length(self) -> int:
@@ -296,13 +273,7 @@ class _PrimitiveGrowable(Growable):
         self._values.extend(values)
 
     def _widen(self, dtype: np.dtype) -> None:
-        """Hold values of ``dtype`` too: a narrow-stored id column whose values grew this step.
-
-        The codecs store such a column in the narrowest of uint8 / uint16 / int32 that holds a
-        chunk; the batch's type is the narrowest that holds every chunk, which is the widest of
-        the chunks' types (those types nest). The values so far are cast once; this happens at
-        most twice a step.
-        """
+        """Hold a wider ``dtype`` too (narrow ids grew): the batch takes the widest chunk type."""
         wider = np.promote_types(self._values.dtype, dtype)
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
@@ -316,19 +287,11 @@ class _PrimitiveGrowable(Growable):
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
 
-class _BoolGrowable(Growable):
+class _BoolGrowable(_PrimitiveGrowable):
     """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
 
     def __init__(self) -> None:
-        self._values = _Buffer(np.dtype(np.bool_))
-
-    @property
-    def type(self) -> pa.DataType:
-        return pa.bool_()
-
-    @property
-    def length(self) -> int:
-        return self._values.size
+        super().__init__(pa.bool_())
 
     def append(self, array: pa.Array) -> None:
         self._values.extend(np.asarray(array.to_numpy(zero_copy_only=False)))
@@ -346,18 +309,31 @@ def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     return integers and trailing_shape(left) == trailing_shape(right)
 
 
-class _FixedSizeGrowable(Growable):
-    def __init__(self, size: int, child: Growable) -> None:
-        self.size = size
+class _Nested(Growable):
+    """A list level over a child; its type follows the child's, which may widen (narrow ids)."""
+
+    def _set_child(self, child: Growable) -> None:
         self.child = child
-        self._types = (child.type, pa.list_(child.type, size))
+        self._types = (child.type, self._wrap(child.type))
+
+    @abc.abstractmethod
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        """The list type over ``child``."""
 
     @property
     def type(self) -> pa.DataType:
-        child = self.child.type  # it may widen: the list type follows (built once per child type)
-        if child is not self._types[0]:
-            self._types = (child, pa.list_(child, self.size))
+        if self.child.type is not self._types[0]:  # built once per child type
+            self._set_child(self.child)
         return self._types[1]
+
+
+class _FixedSizeGrowable(_Nested):
+    def __init__(self, size: int, child: Growable) -> None:
+        self.size = size
+        self._set_child(child)
+
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        return pa.list_(child, self.size)
 
     @property
     def length(self) -> int:
@@ -370,25 +346,17 @@ class _FixedSizeGrowable(Growable):
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
 
 
-class _ListGrowable(Growable):
+class _ListGrowable(_Nested):
     """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values."""
 
     def __init__(self, child: Growable) -> None:
         self._set_child(child)
         self._offsets = _Buffer(np.dtype(np.int64))
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
-    def _set_child(self, child: Growable) -> None:
-        self.child = child
-        self._types = (child.type, pa.large_list(child.type))
-
-    @property
-    def type(self) -> pa.DataType:
-        child = self.child.type  # it may widen (narrow ids): the list type follows, built once
-        if child is not self._types[0]:
-            self._types = (child, pa.large_list(child))
-        return self._types[1]
+    def _wrap(self, child: pa.DataType) -> pa.DataType:
+        return pa.large_list(child)
 
     @property
     def length(self) -> int:
@@ -435,6 +403,6 @@ class _ListGrowable(Growable):
             self._set_child(growable_for(leaf_type(self.type)))
         child = self.child.finish()
         offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
-        self._offsets.append_one(0)
+        self._offsets.extend(_ZERO)
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)

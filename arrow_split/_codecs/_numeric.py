@@ -1,14 +1,12 @@
 """Numbers in: a user's column (lists, numpy, any array-like) -> flat, checked numpy, once.
 
-Checks are vectorised passes; only a failing one locates and names the bad value. Python lists
-take a fast path (one ``struct.pack`` per sample, which refuses what the column cannot hold; a
-``bool`` can hide only among 0/1 values, looked at one by one), else the careful path
-(``pyarrow.array`` with an explicit wide type; an integer column's Python sum must stay an int,
-as pyarrow truncates floats silently).
+Checks are vectorised; only a failing one locates the bad value. Python lists: one
+``struct.pack`` per sample, else ``pyarrow.array`` with a wide type (its float truncation caught).
 """
 
 from __future__ import annotations
 
+import functools
 import struct
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -17,21 +15,19 @@ from typing import Any, NoReturn, cast
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import EncodeOptions, numpy_dtype
+from arrow_split._codecs._base import EncodeOptions, numpy_dtype, stored_type
 from arrow_split.errors import ColumnTypeError, ValueRangeError
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ARROW_ERRORS",
+    "array_1d",
     "as_array",
     "check_array_dtype",
     "check_finite",
     "check_flag",
-    "check_float32_exact",
-    "check_int_range",
     "check_list_samples",
-    "check_only_bools",
-    "exact_integers",
+    "concatenate",
     "finish",
     "flat_from_arrays",
     "flat_from_lists",
@@ -41,10 +37,9 @@ __all__ = [
     "is_flag",
     "locate_python_value",
     "offsets_from_lengths",
-    "only_bools",
+    "python_locator",
     "scalars_from_list",
     "target_dtype",
-    "where",
 ]
 
 ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
@@ -54,9 +49,7 @@ def is_array(value: object) -> bool:
     """Whether a sample is array-like (numpy, ``__array__``, ``__dlpack__``, a buffer)."""
     if isinstance(value, (list, tuple, str, bytes, bytearray)):
         return False
-    if isinstance(value, np.ndarray) or hasattr(value, "__array__"):
-        return True
-    if hasattr(value, "__dlpack__"):
+    if isinstance(value, np.ndarray) or hasattr(value, "__array__") or hasattr(value, "__dlpack__"):
         return True
     try:
         memoryview(value)  # type: ignore[arg-type]
@@ -66,10 +59,9 @@ def is_array(value: object) -> bool:
 
 
 def as_array(value: object, name: str, location: str) -> np.ndarray:
-    """``np.asarray(value)``, or a :class:`ColumnTypeError` naming where it could not be made.
+    """``np.asarray(value)`` (``np.from_dlpack`` without ``__array__``), or a ColumnTypeError.
 
-    A masked array with masked values is refused (``np.asarray`` would keep whatever the masked
-    slots hold); ``__dlpack__`` without ``__array__`` is read by ``np.from_dlpack`` (no copy).
+    A masked array with masked values is refused: ``np.asarray`` would keep the masked slots.
     """
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
@@ -92,65 +84,73 @@ def as_array(value: object, name: str, location: str) -> np.ndarray:
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:
     """The numpy dtype of a numeric column's values."""
-    value_type = spec.value_type
-    if not isinstance(value_type, pa.DataType):  # pragma: no cover - ColumnSpec guarantees it
-        msg = f"column `{spec.name}` has no value type"
-        raise ColumnTypeError(msg)
-    return numpy_dtype(value_type)
+    return numpy_dtype(stored_type(spec, None))
 
 
 def is_flag(spec: ColumnSpec) -> bool:
-    """Whether a column holds 0/1 values: a declared flag, or any column of Arrow type ``bool``.
-
-    A declared flag (``loss_masks``, ``truncated``) takes bools and the ints 0 and 1; a ``bool``
-    column not declared a flag takes bools only (:func:`only_bools`); neither takes a 2 or a float.
-    """
+    """Whether a column holds 0/1 values: a declared flag (bools, 0 and 1) or a ``bool`` column."""
     return spec.flag or pa.types.is_boolean(spec.value_type)  # the one Arrow type of kind "b"
 
 
-def only_bools(spec: ColumnSpec) -> bool:
+def _only_bools(spec: ColumnSpec) -> bool:
     """Whether a column takes bools only (``bool``, ``numpy.bool_``): Arrow ``bool``, no flag."""
     return target_dtype(spec).kind == "b" and not spec.flag
 
 
 def _allowed_kinds(spec: ColumnSpec) -> str:
-    if only_bools(spec):
+    if _only_bools(spec):
         return "b"
     if is_flag(spec):
         return "iub"
     return "iuf" if target_dtype(spec).kind == "f" else "iu"
 
 
-def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str) -> None:
-    """Raise :class:`ColumnTypeError` if an array's dtype cannot hold the column's values."""
+def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str, given: object) -> None:
+    """Raise if an array's dtype cannot hold the column's values, hinting ``given``'s own cast."""
     if dtype.kind not in _allowed_kinds(spec):
         kind = {"f": "a float", "b": "a bool"}.get(target_dtype(spec).kind, "an integer")
         msg = (
             f"{location}: `{spec.name}` is {kind} column ({spec.value_type}) but the array has "
-            f"dtype {dtype}; convert it with `.astype(...)` in the producer, or declare the "
-            "column's type with a ColumnSpec"
+            f"dtype {dtype}; convert it with {_cast_hint(spec, given)} in the producer, or declare "
+            "the column's type with a ColumnSpec"
         )
         raise ColumnTypeError(msg)
+
+
+def _cast_hint(spec: ColumnSpec, given: object) -> str:
+    """``.to(torch.float32)`` for a torch tensor (torch is never imported), else ``.astype``."""
+    name = target_dtype(spec).name
+    if type(given).__module__.split(".")[0] == "torch":
+        return f"`.to(torch.{name})`"
+    return f"`.astype(np.{'bool_' if name == 'bool' else name})`"
+
+
+def array_1d(spec: ColumnSpec, value: object, location: str, shape: str) -> np.ndarray:
+    """``value`` as a 1-D array of numbers the column takes; ``shape`` says what 1-D means."""
+    array = as_array(value, spec.name, location)
+    if array.ndim != 1:
+        msg = f"{location}: `{spec.name}` must be 1-D {shape}, got shape {array.shape}"
+        raise ColumnTypeError(msg)
+    if array.size:
+        check_array_dtype(spec, array.dtype, location, value)
+    return array
 
 
 def finish(
     spec: ColumnSpec, values: np.ndarray, offsets: np.ndarray | None, options: EncodeOptions
 ) -> np.ndarray:
-    """Check flat ``values`` for ``spec`` and cast them to the column's dtype.
-
-    Finiteness is checked once the whole batch is encoded (it depends on the loss mask).
-    """
+    """Check flat ``values`` for ``spec`` and cast them (finiteness waits for the loss mask)."""
     target = target_dtype(spec)
     if is_flag(spec):
         check_flag(spec.name, values, offsets)
     elif target.kind in "iu":
-        check_int_range(spec.name, values, target, offsets)
+        _check_int_range(spec.name, values, target, offsets)
     elif target.kind == "f":
         wide = values if values.dtype.kind == "f" else values.astype(np.float64)
         with np.errstate(over="ignore"):
             values = wide.astype(target, copy=False)
         if options.exact_floats:
-            check_float32_exact(spec.name, wide, values, offsets)
+            _check_float32_exact(spec.name, wide, values, offsets)
     return values.astype(target, copy=False)
 
 
@@ -163,28 +163,27 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
 
 def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one 1-D array per sample."""
-    arrays = [as_array(sample, spec.name, f"sample {i}") for i, sample in enumerate(samples)]
-    for sample, array in enumerate(arrays):
-        if array.ndim != 1:
-            msg = f"sample {sample}: `{spec.name}` must be 1-D per sample, got shape {array.shape}"
-            raise ColumnTypeError(msg)
-        if array.size:
-            check_array_dtype(spec, array.dtype, f"sample {sample}")
+    arrays = [array_1d(spec, value, f"sample {i}", "per sample") for i, value in enumerate(samples)]
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
-    filled = [array for array in arrays if array.size]  # an empty float array must not upcast ints
-    if target_dtype(spec).kind in "iu":
-        filled = exact_integers(spec.name, filled, arrays)
-    values = np.concatenate(filled) if filled else np.empty(0, dtype=target_dtype(spec))
-    return values, offsets_from_lengths(lengths)
+    return concatenate(spec, arrays), offsets_from_lengths(lengths)
 
 
-def exact_integers(
+def concatenate(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """The samples' arrays one after the other (an empty float array must not upcast ints)."""
+    target = target_dtype(spec)
+    filled = [array for array in arrays if array.size]
+    if target.kind in "iu":
+        filled = _exact_integers(spec.name, filled, arrays)
+    return np.concatenate(filled) if filled else np.empty(0, dtype=target)
+
+
+def _exact_integers(
     name: str, filled: list[np.ndarray], arrays: Sequence[np.ndarray]
 ) -> list[np.ndarray]:
-    """``filled`` (the non-empty ``arrays``), made safe to concatenate into an integer column.
+    """``filled`` (the non-empty ``arrays``), safe to concatenate into an integer column.
 
-    numpy concatenates uint64 with signed integers through float64 (rounding above 2**53): mixed,
-    the uint64 arrays become int64, and a value above the int64 maximum is reported.
+    numpy mixes uint64 and signed integers through float64 (rounding above 2**53): uint64 arrays
+    become int64, and a value above the int64 maximum is reported.
     """
     unsigned = [array.dtype == np.uint64 for array in filled]
     if not any(unsigned) or all(unsigned):
@@ -212,14 +211,7 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
     # Integers convert straight to the column's type (Arrow checks the range); floats go through
     # float64, so that a value which is not exactly a float32 can be caught.
     wide = spec.value_type if target.kind in "iu" else pa.float64()
-
-    def locate(cause: str) -> None:
-        locate_python_value(
-            spec.name, samples, target=target, flag=is_flag(spec), ragged=True, cause=cause
-        )
-
-    if only_bools(spec):
-        check_only_bools(spec, samples, ragged=True)
+    locate = python_locator(spec, samples, ragged=True)
     try:
         array = pa.array(samples, type=pa.large_list(wide))
     except ARROW_ERRORS as exc:
@@ -245,7 +237,23 @@ def flat_from_python(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.nd
     return array.values.to_numpy(zero_copy_only=False), offsets
 
 
-def check_only_bools(spec: ColumnSpec, samples: Sequence[object], *, ragged: bool) -> None:
+def python_locator(
+    spec: ColumnSpec, samples: Sequence[object], *, ragged: bool
+) -> Callable[[str], NoReturn]:
+    """What raises at the first Python value the column cannot hold (bool-only: checked now)."""
+    if _only_bools(spec):
+        _check_only_bools(spec, samples, ragged=ragged)
+    return functools.partial(
+        locate_python_value,
+        spec.name,
+        samples,
+        target=target_dtype(spec),
+        flag=is_flag(spec),
+        ragged=ragged,
+    )
+
+
+def _check_only_bools(spec: ColumnSpec, samples: Sequence[object], *, ragged: bool) -> None:
     """Raise :class:`ColumnTypeError` on a value that is not a bool in a bool-only column."""
     for sample, values in enumerate(samples):
         items = values if ragged and isinstance(values, (list, tuple)) else [values]
@@ -271,7 +279,7 @@ def _holds_a_bool(samples: Sequence[object]) -> bool:
 
 
 def _flat_from_mixed_flags(
-    spec: ColumnSpec, samples: Sequence[object], locate: Callable[[str], None]
+    spec: ColumnSpec, samples: Sequence[object], locate: Callable[[str], NoReturn]
 ) -> tuple[np.ndarray, np.ndarray]:
     """The slow path for a flag column whose lists mix bools and ints."""
     arrays = []
@@ -338,11 +346,7 @@ def _beyond_exact_ints(values: np.ndarray) -> bool:
 
 
 def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
-    """``pack(*args)``, with warnings raised as errors where a float is packed (``code`` "d").
-
-    A numpy complex packs as its real part with only a ``ComplexWarning``: that must send the
-    column to the careful path. Integer codes take ``__index__`` only: nothing to catch there.
-    """
+    """``pack(*args)``; packing floats, a warning (a numpy complex's real part) is an error."""
     if code != "d":
         return pack(*args)
     with warnings.catch_warnings():
@@ -360,10 +364,7 @@ def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
 def flat_from_lists(
     target: np.dtype, samples: Sequence[object], *, flag: bool
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """Flat values and offsets of a column of Python lists, or ``None`` for the careful path.
-
-    Integers come in ``target``'s type, floats as float64; the caller checks and casts them.
-    """
+    """Flat values (ints as ``target``, floats as float64) and offsets; ``None``: careful path."""
     code = _typecode(target, flag=flag)
     # len(), not truthiness: `samples` may be a numpy object array of lists
     if code is None or len(samples) == 0:
@@ -409,7 +410,7 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
 # --- checks on flat numbers, and the errors naming the sample ------------------------------------
 
 
-def where(offsets: np.ndarray | None, flat_index: int) -> str:
+def _where(offsets: np.ndarray | None, flat_index: int) -> str:
     """Describe a flat value index as ``sample i`` or ``sample i, position j``."""
     if offsets is None:
         return f"sample {flat_index}"
@@ -417,7 +418,7 @@ def where(offsets: np.ndarray | None, flat_index: int) -> str:
     return f"sample {sample}, position {flat_index - int(offsets[sample])}"
 
 
-def check_int_range(
+def _check_int_range(
     name: str, values: np.ndarray, target: np.dtype, offsets: np.ndarray | None
 ) -> None:
     """Raise :class:`ValueRangeError` if an integer value does not fit ``target``."""
@@ -427,12 +428,16 @@ def check_int_range(
     bad = (values < info.min) | (values > info.max)
     if bad.any():
         index = int(np.argmax(bad))
-        msg = (
-            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is out of range for "
-            f"{target} [{info.min}, {info.max}]; fix the value, or declare the column with a wider "
-            "`value_type` in a ColumnSpec"
-        )
-        raise ValueRangeError(msg)
+        _out_of_range(_where(offsets, index), name, values[index].item(), info)
+
+
+def _out_of_range(location: str, name: str, value: object, info: np.iinfo) -> NoReturn:
+    msg = (
+        f"{location}: `{name}` value {value!r} is out of range for {info.dtype} [{info.min}, "
+        f"{info.max}]; fix the value, or declare the column with a wider `value_type` in a "
+        "ColumnSpec"
+    )
+    raise ValueRangeError(msg)
 
 
 def check_finite(
@@ -445,8 +450,7 @@ def check_finite(
 ) -> None:
     """Raise :class:`ValueRangeError` on the first NaN or infinity the loss counts.
 
-    ``counted`` (aligned with ``values``) is the loss mask ``mask_name``: refused only where it is
-    not 0; without it everywhere (``mask_name`` then names the missing mask).
+    ``counted`` (the loss mask ``mask_name``, aligned): refused only where it is not 0.
     """
     if values.size == 0 or values.dtype.kind != "f":
         return
@@ -458,7 +462,7 @@ def check_finite(
     index = int(np.argmax(bad))
     if counted is not None:
         msg = (
-            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r} where "
+            f"{_where(offsets, index)}: `{name}` holds {values[index].item()!r} where "
             f"`{mask_name}` is {counted[index].item()!r}; NaN and infinity are refused on tokens "
             f"that count toward the loss (allowed where `{mask_name}` is 0); fix the producer, "
             "or pass `allow_nonfinite=True` to `from_train_data` to keep them everywhere"
@@ -468,7 +472,7 @@ def check_finite(
             f" (the batch has no `{mask_name}`: every response token counts)" if mask_name else ""
         )
         msg = (
-            f"{where(offsets, index)}: `{name}` holds {values[index].item()!r}{unmasked}; NaN "
+            f"{_where(offsets, index)}: `{name}` holds {values[index].item()!r}{unmasked}; NaN "
             "and infinity are rejected by default; fix the producer, or pass "
             "`allow_nonfinite=True` to `from_train_data` to keep them"
         )
@@ -483,13 +487,13 @@ def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> Non
     if bad.any():
         index = int(np.argmax(bad))
         msg = (
-            f"{where(offsets, index)}: `{name}` must hold 0/1 (or bool) values, got "
+            f"{_where(offsets, index)}: `{name}` must hold 0/1 (or bool) values, got "
             f"{values[index].item()!r}"
         )
         raise ValueRangeError(msg)
 
 
-def check_float32_exact(
+def _check_float32_exact(
     name: str, values: np.ndarray, rounded: np.ndarray, offsets: np.ndarray | None
 ) -> None:
     """Raise :class:`ValueRangeError` if ``rounded`` (float32) lost bits of wider ``values``."""
@@ -501,7 +505,7 @@ def check_float32_exact(
     if bad.any():
         index = int(np.argmax(bad))
         msg = (
-            f"{where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
+            f"{_where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
             "float32 and the column is float32 while `exact_floats=True`; drop `exact_floats` to "
             "round to the nearest float32 (what `torch.tensor(..., dtype=torch.float32)` does), "
             "or declare the column float64 with a ColumnSpec to keep every bit"
@@ -509,13 +513,8 @@ def check_float32_exact(
         raise ValueRangeError(msg)
 
 
-def _convert_hint(kind: str) -> str:
-    """The Python conversion that makes one value fit a column of ``kind``."""
-    if kind == "float":
-        return "`float(v)`"
-    if kind == "integer":
-        return "`int(v)`"
-    return "`int(bool(v))`"
+_HINTS = {"float": "`float(v)`", "integer": "`int(v)`", "flag (0/1)": "`int(bool(v))`"}
+"""The Python conversion that makes one value fit a column of each kind."""
 
 
 def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None:
@@ -531,25 +530,11 @@ def _bad_python_value(value: object, *, integer: bool, flag: bool) -> str | None
     return f"a {type(value).__name__}"
 
 
-def _article(word: str) -> str:
-    return "an" if word[0] in "aeiou" else "a"
-
-
-def _is_list_sample(values: object) -> bool:
-    """Whether a sample of a ragged column is an ordered sequence of values (not text, a set...)."""
-    return type(values) is list or (
-        isinstance(values, Sequence) and not isinstance(values, (str, bytes, bytearray))
-    )
-
-
 def check_list_samples(name: str, samples: Sequence[object]) -> None:
-    """Raise :class:`ColumnTypeError` on the first sample that is not a list of values.
-
-    pyarrow would read a ``bytes`` sample as its byte values and a ``set`` in arbitrary order;
-    neither is a sample of a ragged column.
-    """
+    """Raise on the first sample not a sequence (pyarrow reads bytes as numbers, sets unordered)."""
     for sample, values in enumerate(samples):
-        if not _is_list_sample(values):
+        text = isinstance(values, (str, bytes, bytearray))
+        if type(values) is not list and (text or not isinstance(values, Sequence)):
             msg = (
                 f"sample {sample}: `{name}` must be a list of numbers per sample, got "
                 f"{type(values).__name__} {values!r:.40}; pass a list or a 1-D numpy array"
@@ -574,17 +559,16 @@ def _numbered(
 def locate_python_value(
     name: str,
     samples: Sequence[object],
+    cause: str,
     *,
     target: np.dtype,
     flag: bool,
     ragged: bool,
-    cause: str,
     start: int = 0,
 ) -> NoReturn:
-    """Find the first value of a Python column that its numeric column cannot hold, and raise.
+    """Raise at the first value of a Python column its numeric column cannot hold.
 
-    ``cause`` is what the fast conversion reported; it is shown if the scan finds nothing more
-    precise. ``start`` is the number of the first sample in ``samples``.
+    ``cause`` is shown if the scan finds nothing more precise; ``start`` numbers the first sample.
     """
     integer = target.kind in "iub"
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
@@ -595,12 +579,7 @@ def locate_python_value(
             and isinstance(value, (int, np.integer))
             and not bounds.min <= value <= bounds.max
         ):
-            msg = (
-                f"{location}: `{name}` value {value!r} is out of range for "
-                f"{bounds.dtype} [{bounds.min}, {bounds.max}]; fix the value, or declare the "
-                "column with a wider `value_type` in a ColumnSpec"
-            )
-            raise ValueRangeError(msg)
+            _out_of_range(location, name, value, bounds)
         if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
             msg = (
                 f"{location}: `{name}` value {value!r:.40} is an int outside int64 in a float "
@@ -610,10 +589,10 @@ def locate_python_value(
         problem = _bad_python_value(value, integer=integer, flag=flag)
         if problem is not None:
             msg = (
-                f"{location}: `{name}` is {_article(kind)} {kind} column but holds {problem} "
-                f"({value!r:.40}); "
-                f"pass {kind} values (convert in the producer, e.g. {_convert_hint(kind)} or "
-                "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
+                f"{location}: `{name}` is {'an' if kind == 'integer' else 'a'} {kind} column but "
+                f"holds {problem} ({value!r:.40}); pass {kind} values (convert in the producer, "
+                f"e.g. {_HINTS[kind]} or `np.asarray(v, dtype=...)`), or declare the column's "
+                "type with a ColumnSpec"
             )
             raise ColumnTypeError(msg)
     msg = f"`{name}` could not be converted to a {kind} column: {cause}"

@@ -1,9 +1,7 @@
 """The codecs of list columns: ``per_token``, ``per_sample_tensor`` and ``per_token_list``.
 
-A tensor's trailing shape lives in its type (nested ``fixed_size_list``), the same for every
-sample; narrow storage keeps the first of ``spec.storage_types`` that holds the batch's values.
-A list per token comes as lists of lists, a 2-D array or :class:`TokenLists` (CSR); its errors
-name the sample, the token (``position``) and the ``item``.
+A tensor's trailing shape lives in its type (nested ``fixed_size_list``); a list per token comes
+as lists of lists, a 2-D array or :class:`TokenLists` (CSR), its errors naming token and item.
 """
 
 from __future__ import annotations
@@ -36,7 +34,7 @@ from arrow_split._codecs._numeric import (
     as_array,
     check_array_dtype,
     check_list_samples,
-    exact_integers,
+    concatenate,
     finish,
     flat_from_arrays,
     flat_from_python,
@@ -95,9 +93,7 @@ class RaggedCodec(Codec):
         return TypeFields(storage=arrow_type.value_type)
 
     def lengths(self, array: pa.Array) -> np.ndarray:
-        offsets: np.ndarray = array.offsets.to_numpy()
-        lengths: np.ndarray = offsets[1:] - offsets[:-1]
-        return lengths
+        return np.diff(array.offsets.to_numpy())
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(*ragged_values(array))
@@ -152,7 +148,7 @@ def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
         )
         raise ColumnTypeError(msg)
     if array.size:
-        check_array_dtype(spec, array.dtype, f"sample {sample}")
+        check_array_dtype(spec, array.dtype, f"sample {sample}", value)
     return array
 
 
@@ -224,11 +220,7 @@ class TensorCodec(RaggedCodec):
         offsets = offsets_from_lengths(rows)
         child = _narrow_values(spec, arrays) if spec.storage == "narrow" else None
         if child is None:
-            target = target_dtype(spec)
-            filled = [array for array in arrays if array.size]  # an empty one must not upcast
-            if target.kind in "iu":
-                filled = exact_integers(spec.name, filled, arrays)
-            stacked = np.concatenate(filled) if filled else np.empty(0, dtype=target)
+            stacked = concatenate(spec, arrays)
             width = int(np.prod(trailing, dtype=np.int64))
             child = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
         return pa.LargeListArray.from_arrays(pa.array(offsets), nest(child, trailing)), spec
@@ -285,10 +277,9 @@ class TokenLists:
 
 
 def token_list_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(values, sample_offsets, token_offsets)`` of a ``per_token_list`` column, as numpy.
+    """``(values, sample_offsets, token_offsets)`` of a ``per_token_list`` column: numpy views.
 
-    ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (``tokens + 1``) the
-    values; both start at 0 whatever the array's slice offset. Views, not copies.
+    Sample offsets index the tokens, token offsets the values; both start at 0.
     """
     raw = array.offsets.to_numpy()
     start, stop = int(raw[0]), int(raw[-1])

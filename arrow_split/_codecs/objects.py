@@ -1,11 +1,8 @@
 """The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
 
-``string`` and ``json`` (when every sample round-trips exactly) are ``large_string``,
-``string_list`` ``large_list<large_string>``; anything else falls back to ``pickle`` (the spec
-as used says so): one pickle per *distinct* value in a canonical ``dictionary<int32,
-large_binary>`` (values in the order of first use; a take keeps only those its rows use; an
-older dump's ``large_binary`` reads as before). A pickle is a program: :func:`loads_plain`
-reads plain data only (an allowlist of builtins and numpy), else :class:`NotPlainData`.
+``string`` and ``json`` (when every sample round-trips) are ``large_string``, ``string_list``
+``large_list<large_string>``; else ``pickle``: one pickle per distinct value in a canonical
+``dictionary<int32, large_binary>``. A pickle is a program: :func:`loads_plain` reads plain data.
 """
 
 from __future__ import annotations
@@ -30,23 +27,17 @@ from arrow_split.schema import ColumnSpec, ObjectCodec
 __all__ = [
     "NotPlainData",
     "ObjectsCodec",
-    "SHARED_TYPE",
     "canonical_codes",
     "codes_and_validity",
-    "encode_once",
-    "is_shared",
     "loads_plain",
-    "loads_trusted",
-    "row_views",
     "stored_once",
-    "take_once",
 ]
 
-SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
+_SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
 """The Arrow type of a pickled-object column: one dictionary entry per distinct pickle."""
 
 
-def is_shared(array: pa.Array) -> bool:
+def _is_shared(array: pa.Array) -> bool:
     """Whether ``array`` is stored once per distinct value (a dictionary array)."""
     return bool(pa.types.is_dictionary(array.type))
 
@@ -57,7 +48,7 @@ def _dictionary_array(codes: np.ndarray, valid: np.ndarray, values: pa.Array) ->
     return pa.DictionaryArray.from_arrays(indices, values)
 
 
-def encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
+def _encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
     """The dictionary array of per-sample pickles (``None``: a null row)."""
     codes = np.zeros(len(pickles), dtype=np.int32)
     valid = np.ones(len(pickles), dtype=bool)
@@ -72,9 +63,9 @@ def encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
 
 def stored_once(array: pa.Array) -> pa.Array:
     """A plain ``large_binary`` column (an older dump's, a Parquet file's) stored once."""
-    if is_shared(array):
+    if _is_shared(array):
         return array
-    return encode_once([None if view is None else view.tobytes() for view in row_views(array)])
+    return _encode_once([None if view is None else view.tobytes() for view in _row_views(array)])
 
 
 def canonical_codes(codes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -96,7 +87,7 @@ def codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return codes, valid
 
 
-def take_once(array: pa.Array, indices: np.ndarray) -> pa.Array:
+def _take_once(array: pa.Array, indices: np.ndarray) -> pa.Array:
     """The rows ``indices`` (int64) of a dictionary array, with only the values they use."""
     codes, valid = codes_and_validity(array)
     codes, valid = codes[indices], valid[indices]
@@ -121,13 +112,9 @@ def _binary_views(array: pa.Array) -> list[memoryview | None]:
     return views
 
 
-def row_views(array: pa.Array) -> Iterator[memoryview | None]:
-    """One view of each row's bytes (``None`` for a null row), dictionary or plain binary.
-
-    Views of the array's own data buffer (no copy, no Arrow scalar per row); a dictionary's
-    values are viewed once each, whatever number of rows use them.
-    """
-    if not is_shared(array):
+def _row_views(array: pa.Array) -> Iterator[memoryview | None]:
+    """One view of each row's bytes (``None`` if null) in the array's own buffers (no copy)."""
+    if not _is_shared(array):
         yield from _binary_views(array)
         return
     codes, valid = codes_and_validity(array)
@@ -142,7 +129,7 @@ def row_views(array: pa.Array) -> Iterator[memoryview | None]:
 _TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
     "string": (pa.large_string(),),
     "string_list": (list_type(pa.large_string()),),
-    "pickle": (SHARED_TYPE, pa.large_binary()),  # stored once; one pickle per row (format 1)
+    "pickle": (_SHARED_TYPE, pa.large_binary()),  # stored once; one pickle per row (format 1)
     "json": (pa.large_string(),),
 }
 """The Arrow types of each object codec: the one it makes first, then any it still reads."""
@@ -166,11 +153,11 @@ class ObjectsCodec(Codec):
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             return _string_lists(spec, samples), spec
-        return encode_once(_pickles(spec, samples)), spec
+        return _encode_once(_pickles(spec, samples)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
-            return [None if value is None else pickle.loads(value) for value in row_views(array)]
+            return [None if value is None else pickle.loads(value) for value in _row_views(array)]
         if spec.codec == "json":
             return [None if text is None else json.loads(text) for text in array.to_pylist()]
         return list(array.to_pylist())
@@ -187,7 +174,7 @@ class ObjectsCodec(Codec):
             return self.decode(spec, array)
         return [
             None if value is None else _unpickle(spec, sample, value, trust_objects)
-            for sample, value in enumerate(row_views(array))
+            for sample, value in enumerate(_row_views(array))
         ]
 
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
@@ -204,8 +191,8 @@ class ObjectsCodec(Codec):
         return stored_once(array) if spec.codec == "pickle" else array
 
     def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        if is_shared(array):
-            return take_once(array, indices)
+        if _is_shared(array):
+            return _take_once(array, indices)
         return super().take(array, indices)
 
 
@@ -242,7 +229,7 @@ def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
 def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
     """One row's object: plain data always, anything else only with ``trust_objects``."""
     try:
-        return loads_trusted(value) if trust_objects else loads_plain(value)
+        return _loads_trusted(value) if trust_objects else loads_plain(value)
     except NotPlainData as refused:
         msg = (
             f"sample {sample}: `{spec.name}` holds a pickled `{refused.name}`, which is not plain "
@@ -300,23 +287,15 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
 _CORE = "numpy._core" if int(np.__version__.split(".")[0]) >= 2 else "numpy.core"
 _NUMERIC = importlib.import_module(f"{_CORE}.numeric")
 _MULTIARRAY = importlib.import_module(f"{_CORE}.multiarray")
-_NUMPY_FUNCTIONS = {
-    "_frombuffer": _NUMERIC._frombuffer,
-    "_reconstruct": _MULTIARRAY._reconstruct,
-    "scalar": _MULTIARRAY.scalar,
+_NUMPY = {
+    ("numeric", "_frombuffer"): _NUMERIC._frombuffer,
+    ("multiarray", "_reconstruct"): _MULTIARRAY._reconstruct,
+    ("multiarray", "scalar"): _MULTIARRAY.scalar,
 }
 _ALLOWED: dict[tuple[str, str], object] = {
     ("numpy", "ndarray"): np.ndarray,
     ("numpy", "dtype"): np.dtype,
-    **{
-        (f"numpy.{core}.{module}", name): function
-        for core in ("core", "_core")
-        for module, name, function in (
-            ("numeric", "_frombuffer", _NUMPY_FUNCTIONS["_frombuffer"]),
-            ("multiarray", "_reconstruct", _NUMPY_FUNCTIONS["_reconstruct"]),
-            ("multiarray", "scalar", _NUMPY_FUNCTIONS["scalar"]),
-        )
-    },
+    **{(f"numpy.{c}.{m}", n): f for c in ("core", "_core") for (m, n), f in _NUMPY.items()},
     **{
         ("builtins", name): getattr(builtins, name)
         for name in ("bytearray", "complex", "frozenset", "set")
@@ -344,14 +323,10 @@ class _PlainUnpickler(pickle.Unpickler):
 
 
 def loads_plain(data: bytes | memoryview) -> object:
-    """The plain data a pickle holds, running no code it names.
-
-    Raises :class:`NotPlainData` for a callable outside the allowlist, and anything a broken
-    pickle raises (the caller turns both into typed errors).
-    """
+    """The plain data a pickle holds, running no code it names (else :class:`NotPlainData`)."""
     return _PlainUnpickler(io.BytesIO(data)).load()
 
 
-def loads_trusted(data: bytes | memoryview) -> object:
+def _loads_trusted(data: bytes | memoryview) -> object:
     """Any pickle (``pickle.loads``): only for objects the caller trusts."""
     return pickle.loads(data)

@@ -22,15 +22,12 @@ from arrow_split._codecs._base import (
 )
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
-    as_array,
-    check_array_dtype,
-    check_only_bools,
+    array_1d,
     finish,
     is_array,
     is_bool_value,
     is_flag,
-    locate_python_value,
-    only_bools,
+    python_locator,
     scalars_from_list,
     target_dtype,
 )
@@ -55,12 +52,8 @@ class ScalarCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         if is_array(samples):
-            values = np.array(as_array(samples, spec.name, "the array"), copy=True)
-            if values.ndim != 1:
-                msg = f"`{spec.name}` must be 1-D (one number per sample), got shape {values.shape}"
-                raise ColumnTypeError(msg)
-            if values.size:
-                check_array_dtype(spec, values.dtype, "the array")
+            array = array_1d(spec, samples, "the array", "(one number per sample)")
+            values = np.array(array, copy=True)
         else:
             values = _scalars_from_python(spec, samples)
         return pa.array(finish(spec, values, None, options)), spec
@@ -80,14 +73,7 @@ class ScalarCodec(Codec):
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
     target = target_dtype(spec)
-
-    def locate(cause: str) -> None:
-        locate_python_value(
-            spec.name, samples, target=target, flag=is_flag(spec), ragged=False, cause=cause
-        )
-
-    if only_bools(spec):
-        check_only_bools(spec, samples, ragged=False)
+    locate = python_locator(spec, samples, ragged=False)
     if is_flag(spec):  # bools, 0/1 ints, or both mixed
         try:
             flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
@@ -117,10 +103,7 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
 
 
 def _is_number(value: object) -> bool:
-    """Whether ``value`` is a real number: Python or numpy, or a 0-d array of one.
-
-    The same rule whatever the container (numpy, torch): never a complex, a str, an ndim > 0.
-    """
+    """Whether ``value`` is a real number: Python, numpy or a 0-d array (numpy, torch) of one."""
     if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
         return True
     dtype = getattr(value, "dtype", None)
@@ -133,11 +116,9 @@ def _is_number(value: object) -> bool:
 
 def _is_plain_int(value: object) -> bool:
     """An int, a numpy integer or a 0-d integer array; not a bool, not a float."""
-    if type(value) is int:
-        return True
     if isinstance(value, np.ndarray):
         return value.ndim == 0 and value.dtype.kind in "iu"
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    return _is_int(value)
 
 
 # --- batch-global values -------------------------------------------------------------------------
@@ -237,13 +218,9 @@ def check_per_sample_values(spec: ColumnSpec, value: object, allow_nonfinite: bo
 def check_batch_global(
     spec: ColumnSpec, value: object, num_samples: int, allow_nonfinite: bool
 ) -> object:
-    """Check a user's batch-global value against ``spec.global_shape``, once; a private copy.
+    """A private copy of a batch-global value, checked once against ``spec.global_shape``.
 
-    Raises
-    ------
-    SchemaError, ColumnTypeError, ValueRangeError
-        Not the documented shape; a per-sample global's non-number, or NaN/inf without
-        ``allow_nonfinite``.
+    Raises SchemaError (shape), ColumnTypeError or ValueRangeError (a per-sample global's value).
     """
     shape = spec.global_shape
     if shape == "float_per_sample":
@@ -281,11 +258,7 @@ def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
 def unpadded_samples(
     num_samples: int, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]
 ) -> int:
-    """The samples a per-sample batch-global value covers: every row but the padding rows.
-
-    Padding rows (true in the column with the ``padding`` role, see
-    :func:`arrow_split.pad_to_dp`) never enter batch statistics such as ``raw_reward``.
-    """
+    """The samples a per-sample global covers: every row but :func:`~arrow_split.pad_to_dp`'s."""
     marker = role_column(specs, "padding")
     if marker is None or marker not in columns:
         return num_samples

@@ -16,14 +16,16 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
-from arrow_split._codecs import EncodeOptions, codec_for, global_to_python, numpy_view
-from arrow_split._convert import (
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions, numpy_view
+from arrow_split._codecs._convert import (
     check_finite_columns,
     check_parts,
     decode_train_data,
     encode_train_data,
     per_sample_values,
 )
+from arrow_split._codecs.scalar import global_to_python
 from arrow_split.batch._columns import (
     ColumnValues,
     arrays_equal,

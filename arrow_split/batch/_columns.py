@@ -13,7 +13,9 @@ from collections.abc import Mapping
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import TensorRole, codec_for, data_buffer, parts, token_list_values
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import TensorRole, data_buffer, parts
+from arrow_split._codecs.lists import token_list_values
 from arrow_split.schema import ColumnSpec
 
 __all__ = [

@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from arrow_split._args import as_flag
 from arrow_split._codecs import codec_for
-from arrow_split._convert import check_content
+from arrow_split._codecs._convert import check_content
 from arrow_split._version import __version__
 from arrow_split.batch._dump_meta import (
     DumpMetadata,

@@ -1,12 +1,7 @@
 """The one path between the classic train-data dict and a RecordBatch with batch-global values.
 
-dict -> Arrow (:func:`encode_train_data`): every per-sample key's shape first (one value per
-sample), then the length source (whose offsets are the token counts), the response lengths, the
-other columns by their codecs, every :data:`~arrow_split.schema.LengthRule`, finiteness
-(:func:`check_finite_columns`) and the batch-global values. Arrow -> dict
-(:func:`decode_train_data`). :func:`check_content` applies the same rules to a record batch read
-from a file (a dump is input). Columns are found by their role (:class:`~arrow_split.schema.Roles`),
-never by name.
+The checks run in one order (shapes, lengths, codecs, length rules, finiteness, globals), on a
+file's batch too (:func:`check_content`). Columns are found by role, never by name.
 """
 
 from __future__ import annotations
@@ -18,21 +13,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs import (
-    EncodeOptions,
-    check_batch_global,
-    check_finite,
-    check_flag,
-    check_nonempty,
-    child_nulls,
-    codec_for,
-    global_to_python,
-    is_array,
-    is_flag,
-    ragged_values,
-    token_list_values,
-    unpadded_samples,
-)
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import EncodeOptions, child_nulls, ragged_values
+from arrow_split._codecs._numeric import check_finite, check_flag, is_array, is_flag
+from arrow_split._codecs.lists import check_nonempty, token_list_values
+from arrow_split._codecs.scalar import check_batch_global, global_to_python, unpadded_samples
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -58,10 +43,7 @@ _KNOWN_ROLES = Roles.of(KNOWN_COLUMNS)
 def per_sample_values(
     data: Mapping[str, Any], key: str, num_samples: int | None, source: str | None = None
 ) -> Sequence[Any]:
-    """Return ``data[key]`` if it is a sequence with one value per sample; raise otherwise.
-
-    ``source`` names the length source in the message (by default the known one).
-    """
+    """``data[key]`` if it holds one value per sample (counted by the length source ``source``)."""
     value = data[key]
     sequence = isinstance(value, (list, tuple)) or (is_array(value) and np.ndim(value) >= 1)
     if not sequence:
@@ -92,10 +74,9 @@ def _length_source(roles: Roles) -> str:
 def encode_train_data(
     data: Mapping[str, Any], specs: Iterable[ColumnSpec], options: EncodeOptions
 ) -> tuple[pa.RecordBatch, dict[str, ColumnSpec], dict[str, object]]:
-    """Validate and encode ``data``; return the record batch, the specs as used and the globals.
+    """Validate and encode ``data``: the record batch, the specs as used, the globals.
 
-    The specs keep the train data's key order; an object column's codec may have changed (a
-    ``string`` column with non-str values is pickled).
+    The specs keep the data's key order; an object column's codec may change (non-str: pickle).
     """
     if not isinstance(data, Mapping):
         msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
@@ -110,10 +91,9 @@ def encode_train_data(
 def encode_columns(
     data: Mapping[str, Any], resolved: Mapping[str, ColumnSpec], options: EncodeOptions
 ) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec], dict[str, object]]:
-    """Validate and encode ``data`` by its resolved specs (one per key, in order).
+    """Validate and encode ``data`` by its resolved specs (the streaming builder's path too).
 
-    Returns the per-sample columns, the specs as used and the checked batch-global values (what
-    the streaming builder encodes each group with, too).
+    Returns the per-sample columns, the specs as used and the checked batch-global values.
     """
     roles = Roles.of(resolved)
     source = _length_source(roles)
@@ -123,7 +103,26 @@ def encode_columns(
         for key, spec in resolved.items()
         if spec.is_per_sample
     }
-    columns, used = _encode_columns(data, resolved, roles, per_sample, options)
+    used = dict(resolved)
+    columns: dict[str, pa.Array] = {}
+    columns[source], used[source] = codec_for(used[source]).encode(
+        used[source], per_sample[source], options
+    )
+    total_lengths = np.diff(columns[source].offsets.to_numpy())
+    if TOTAL_LENGTHS in data:
+        _check_total_lengths(data, total_lengths, source, options)
+    response = roles.response_length
+    if response is not None and response in per_sample:
+        columns[response], used[response] = codec_for(used[response]).encode(
+            used[response], per_sample[response], options
+        )
+    extra = roles.extra_rows
+    extra_rows = per_sample[extra] if extra is not None and extra in per_sample else None
+    rules = LengthRules(source, total_lengths, roles, columns, extra_rows)
+    for key, values in per_sample.items():
+        if key not in columns:
+            columns[key], used[key] = codec_for(used[key]).encode(used[key], values, options)
+    rules.check(columns, resolved)
     if options.allow_nonfinite:
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
     else:
@@ -137,37 +136,6 @@ def encode_columns(
     return columns, used, batch_globals
 
 
-def _encode_columns(
-    data: Mapping[str, Any],
-    specs: Mapping[str, ColumnSpec],
-    roles: Roles,
-    per_sample: Mapping[str, Sequence[Any]],
-    options: EncodeOptions,
-) -> tuple[dict[str, pa.Array], dict[str, ColumnSpec]]:
-    source = _length_source(roles)
-    used = dict(specs)
-    columns: dict[str, pa.Array] = {}
-    columns[source], used[source] = codec_for(specs[source]).encode(
-        specs[source], per_sample[source], options
-    )
-    total_lengths = np.diff(columns[source].offsets.to_numpy())
-    if TOTAL_LENGTHS in data:
-        _check_total_lengths(data, total_lengths, source, options)
-    response = roles.response_length
-    if response is not None and response in per_sample:
-        columns[response], used[response] = codec_for(specs[response]).encode(
-            specs[response], per_sample[response], options
-        )
-    extra = roles.extra_rows
-    extra_rows = per_sample[extra] if extra is not None and extra in per_sample else None
-    rules = LengthRules(source, total_lengths, roles, columns, extra_rows)
-    for key, values in per_sample.items():
-        if key not in columns:
-            columns[key], used[key] = codec_for(specs[key]).encode(specs[key], values, options)
-    rules.check(columns, specs)
-    return columns, used
-
-
 def _nonfinite_allowed(spec: ColumnSpec) -> ColumnSpec:
     """The spec as used under ``allow_nonfinite=True``: a float column says ``finite=False``."""
     floats = spec.value_type is not None and pa.types.is_floating(spec.value_type)
@@ -177,11 +145,9 @@ def _nonfinite_allowed(spec: ColumnSpec) -> ColumnSpec:
 def check_finite_columns(
     columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec], roles: Roles | None = None
 ) -> None:
-    """Raise on the first NaN or infinity that counts, column by column.
+    """Raise on the first NaN or infinity that counts, column by column (once lengths hold).
 
-    A float column with ``finite`` set refuses them everywhere, except a response-aligned column
-    when the batch has a response-aligned loss mask: there only where the mask is 1 (miles'
-    log-prob guard). Call it once the length rules hold.
+    A ``finite`` float column refuses them everywhere, or where a response-aligned loss mask is 1.
     """
     mask_name = (Roles.of(specs) if roles is None else roles).loss_mask
     mask: np.ndarray | None = None
@@ -222,11 +188,7 @@ def _check_total_lengths(
 
 
 class LengthRules:
-    """What each :data:`~arrow_split.schema.LengthRule` expects of a sample, for one batch.
-
-    Built from the length source's token counts, the response lengths (checked here: between 0
-    and the sample's tokens) and the extra-rows values of the batch's columns.
-    """
+    """What each :data:`~arrow_split.schema.LengthRule` expects of a batch's samples."""
 
     def __init__(
         self,
@@ -320,11 +282,7 @@ def decode_train_data(
     *,
     trust_objects: bool = True,
 ) -> dict[str, object]:
-    """The classic train-data dict of a record batch and its globals, as fresh Python objects.
-
-    Pickled objects decode as plain data only unless ``trust_objects`` (see
-    :mod:`arrow_split._safe_pickle`).
-    """
+    """The classic train-data dict, fresh; pickles decode as plain data only unless trusted."""
     train_data: dict[str, object] = {}
     for key, spec in specs.items():
         if spec.is_per_sample:
@@ -361,13 +319,7 @@ def check_content(
     specs: Mapping[str, ColumnSpec],
     batch_globals: Mapping[str, object],
 ) -> None:
-    """Raise the codecs' typed error on the first rule the content breaks.
-
-    Raises
-    ------
-    ArrowSplitError
-        A subclass naming the column and the sample (the caller adds the file).
-    """
+    """Raise the codecs' typed error (column, sample) on the first rule the content breaks."""
     for name in record_batch.schema.names:
         _check_values(specs[name], record_batch.column(name))
     _check_lengths(record_batch, specs)
@@ -397,11 +349,8 @@ def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
 
 
 def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
-    where = (
-        f"sample {int(np.argmax(nulls.to_numpy(zero_copy_only=False)))}"
-        if nulls is not None
-        else "a value"
-    )
+    row = None if nulls is None else int(np.argmax(nulls.to_numpy(zero_copy_only=False)))
+    where = "a value" if row is None else f"sample {row}"
     msg = f"{where}: `{spec.name}` is null; a {spec.kind} column holds no nulls"
     raise ValueRangeError(msg)
 
