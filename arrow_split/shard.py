@@ -307,7 +307,7 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
     if pads is not None and batch.roles.padding is None:  # a new flag column: new roles
         specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
         names = [*names, _MARKER]
-        columns.append(pa.array(pads, type=pa.bool_()))
+        columns = [*columns, pa.array(pads, type=pa.bool_())]
     if pads is None:
         taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
     else:  # a filled column is built afresh: its type is named anew

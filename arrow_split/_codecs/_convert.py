@@ -127,7 +127,7 @@ def encode_columns(
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
     else:
         check_finite_columns(columns, used, roles)
-    unpadded = unpadded_samples(num_samples, columns, used)
+    unpadded = unpadded_samples(num_samples, columns, roles.padding)
     batch_globals = {
         key: check_batch_global(spec, data[key], unpadded, options.allow_nonfinite)
         for key, spec in resolved.items()
@@ -325,7 +325,7 @@ def check_content(
     _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
     check_finite_columns(columns, specs)
-    unpadded = unpadded_samples(record_batch.num_rows, columns, specs)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
     for key, value in batch_globals.items():
         check_batch_global(specs[key], value, unpadded, True)
 

@@ -32,7 +32,7 @@ from arrow_split._codecs._numeric import (
     target_dtype,
 )
 from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
-from arrow_split.schema import ColumnSpec, role_column
+from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ScalarCodec",
@@ -255,11 +255,11 @@ def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
     return checked
 
 
-def unpadded_samples(
-    num_samples: int, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]
-) -> int:
-    """The samples a per-sample global covers: every row but :func:`~arrow_split.pad_to_dp`'s."""
-    marker = role_column(specs, "padding")
+def unpadded_samples(num_samples: int, columns: Mapping[str, pa.Array], marker: str | None) -> int:
+    """The samples a per-sample global covers: every row but :func:`~arrow_split.pad_to_dp`'s.
+
+    ``marker`` is the padding column's name (``Roles.padding``), resolved once by the caller.
+    """
     if marker is None or marker not in columns:
         return num_samples
     flags = columns[marker]
