@@ -7,6 +7,7 @@ helpers in :mod:`arrow_split.testing`.
 
 from __future__ import annotations
 
+from arrow_split._args import SplitMethod
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.lists import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
@@ -53,7 +54,6 @@ from arrow_split.errors import (
 from arrow_split.plan import (
     Plan,
     PlanKey,
-    SplitMethod,
     partition_for_rank,
     plan_fingerprint,
     plan_partitions,

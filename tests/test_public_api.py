@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -73,3 +75,55 @@ def test_one_name_means_one_function_across_arrow_splits_own_namespaces() -> Non
             value = getattr(module, name)
             first = seen.setdefault(name, (module_name, value))
             assert first[1] is value, f"`{name}` means two things: {first[0]} and {module_name}"
+
+
+# The public faces: each gathers the names of its own package's private modules.
+FACES = {
+    "arrow_split",
+    "arrow_split.batch",
+    "arrow_split.compat.miles",
+    "arrow_split.ray",
+    "arrow_split.testing",
+    "arrow_split.torch",
+}
+
+
+def _imported_names(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+
+
+def _listed(path: Path) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "__all__" for target in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    return []
+
+
+def test_no_module_reexports_another_modules_names() -> None:
+    root = Path(arrow_split.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        if name in FACES:
+            continue
+        found += [f"{name}.{item}" for item in set(_listed(path)) & _imported_names(path)]
+    assert found == [], "list a name in the `__all__` of the module that defines it"
+
+
+def test_a_face_takes_its_names_from_its_own_package_only() -> None:
+    root = Path(arrow_split.__file__).parent
+    for face in FACES - {"arrow_split"}:
+        path = root.joinpath(*face.split(".")[1:], "__init__.py")
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                taken = set(_listed(path)) & {alias.name for alias in node.names}
+                assert not taken or node.module.startswith(face + "."), (face, node.module)

@@ -20,7 +20,6 @@ import numpy as np
 import numpy.typing as npt
 
 from arrow_split._args import (
-    MAX_DP_SIZE,
     Int64Array,
     SplitMethod,
     check_dp_rank,
@@ -33,10 +32,8 @@ from arrow_split.errors import PlanError
 from arrow_split.plan._karmarkar_karp import balanced_plan
 
 __all__ = [
-    "MAX_DP_SIZE",
     "Plan",
     "PlanKey",
-    "SplitMethod",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
