@@ -1,9 +1,7 @@
-"""The streaming builder: samples become columnar as they finish, not at the step's end.
+"""The streaming builder: each call encoded and checked once, appended to growable columns.
 
-Each call is encoded once, through the path of :meth:`RolloutBatch.from_train_data`, checked
-against what the step holds, and appended to growable Arrow columns that :meth:`finish` hands to
-the batch without a copy or a second check (docs/builder.md). With a journal, each accepted call
-is a record of :mod:`arrow_split._journal` before it returns (docs/journal.md).
+:meth:`finish` hands the columns to the batch without a copy or a second check; with a journal,
+each accepted call is on disk before it returns (docs/builder.md, docs/journal.md).
 """
 
 from __future__ import annotations
@@ -68,12 +66,9 @@ _IDENTITY_FIX = (
 class RolloutBatchBuilder:
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
-    Each :meth:`append` (one sample) or :meth:`extend` (a group in the train-data layout) is
-    checked at once with the rules and errors of :meth:`RolloutBatch.from_train_data`, naming the
-    sample's position in the batch; a rejected call changes nothing. :meth:`finish` returns the
-    batch (equal to ``from_train_data`` of the same samples) and empties the builder, its
-    capacity kept. Keys, values, threads: docs/builder.md; ``journal``, ``sync``, ``identity``
-    and ``on_duplicate``: docs/journal.md.
+    Each call is checked at once as :meth:`RolloutBatch.from_train_data` checks (a rejected
+    call changes nothing); :meth:`finish` returns the batch and empties the builder
+    (docs/builder.md, docs/journal.md).
 
     Parameters
     ----------
@@ -81,14 +76,11 @@ class RolloutBatchBuilder:
         :class:`ColumnSpec` declarations, as for :meth:`RolloutBatch.from_train_data`.
     allow_nonfinite, exact_floats
         As for :meth:`RolloutBatch.from_train_data`.
-    journal
-        A folder for the journal and the steps' dumps (created if missing), or ``None``.
-    sync
-        When the OS writes through: ``"call"``, ``"step"`` (at :meth:`finish`) or ``"os"``.
-    identity
-        The per-sample key that identifies a sample (a replay), or ``None``.
-    on_duplicate
-        A replayed sample is dropped (``"skip"``) or a DuplicateSampleError (``"error"``).
+    journal, sync
+        A folder for the journal and the dumps, or ``None``; when to sync (``"call"``,
+        ``"step"``, ``"os"``).
+    identity, on_duplicate
+        The per-sample key that identifies a replay, or ``None``; ``"skip"`` or ``"error"``.
 
     Raises
     ------
@@ -242,7 +234,7 @@ class RolloutBatchBuilder:
         Returns
         -------
         int
-            1, or 0 for a replayed sample skipped (``identity``).
+            1, or 0 for a replayed sample skipped.
 
         Raises
         ------
@@ -269,9 +261,9 @@ class RolloutBatchBuilder:
 
         Raises
         ------
-        SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
+        SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError, DuplicateSampleError
             As :meth:`append`.
-        DuplicateSampleError, JournalError
+        JournalError
             As :meth:`append`.
         """
         if not isinstance(train_data, Mapping):
@@ -459,9 +451,7 @@ class RolloutBatchBuilder:
     # -- finish
 
     def finish(self) -> RolloutBatch:
-        """The batch of every sample appended; the builder is then empty, its capacity kept.
-
-        With a journal, the batch is first written as the step's dump ``step-<n>.arrow``.
+        """The batch of every sample appended (with a journal, first written as the step's dump).
 
         Raises
         ------
@@ -543,31 +533,22 @@ class RolloutBatchBuilder:
         salvage: bool = False,
         trust_objects: bool = False,
     ) -> RolloutBatchBuilder:
-        """The builder of the unfinished step in the journal folder ``journal``, as it was.
-
-        It holds the samples and batch-global values of every call written whole to the journal
-        (a torn tail is dropped), every field of every record checked; appends go on into the
-        same journal. Damage, salvage and trust: docs/journal.md.
+        """The builder of the unfinished step in the folder ``journal``, every record checked.
 
         Parameters
         ----------
-        journal
-            The journal folder.
-        sync, on_duplicate
-            As for the builder.
+        journal, sync, on_duplicate
+            The journal folder; as for the builder.
         salvage
-            Keep every whole record of a damaged journal (moved aside as ``.damaged``) instead
-            of raising; :attr:`salvaged` lists what was skipped.
+            Keep every whole record of a damaged journal (moved aside) instead of raising.
         trust_objects
-            Whether the recovered step's pickled objects may decode as any object (the
-            :attr:`RolloutBatch.trust_objects` of this step's batch); ``False``: plain data only.
+            Whether the step's pickled objects may decode as any object, not plain data only.
 
         Raises
         ------
         JournalError
-            The folder is in use (naming its holder), holds no journal (``errno.ENOENT``), a
-            file that is not a journal, several unfinished steps, damage (without ``salvage``)
-            or a record that breaks a rule (naming the file, the record and its offset).
+            The folder is in use, holds no journal (``errno.ENOENT``), a file that is not one,
+            several unfinished steps, damage (without ``salvage``) or a record breaking a rule.
         OptionTypeError, OptionError
             An argument is of the wrong kind.
         """
