@@ -156,8 +156,7 @@ class RankSchedule:
         Raises
         ------
         PlanMismatchError
-            `batch` carries another plan (``batch.with_plan(schedule.plan)`` on the driver, of
-            another config, ``dp_size`` or batch) or has another number of samples.
+            `batch` carries another plan than this schedule's, or another number of samples.
         """
         key, theirs = self.plan_key, getattr(batch, "plan", None)
         mine = theirs is None or theirs.key == key
@@ -259,11 +258,7 @@ def _pack_step(
     config: ScheduleConfig,
     exact: bool,
 ) -> list[list[int]]:
-    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them.
-
-    Fixed chunks (aligned: :func:`_check_step`), or first-fit decreasing under the token budget
-    or Karmarkar-Karp on `workloads` into ``ceil(tokens / budget)``, split up to `align`.
-    """
+    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them."""
     budget = config.max_tokens_per_micro_batch
     if budget is None:
         size = config.micro_batch_size
@@ -371,10 +366,7 @@ def _frozen(array: Int64Array) -> Int64Array:
 
 
 def _fingerprint_words(ids: Int64Array, config: ScheduleConfig, weights: Weights | None) -> Any:
-    """Config text, rollout ids and weights as int64 words, for plan.py's fingerprint.
-
-    In place of a plan's sort keys, one per sample; these are more, so never a plan's digest.
-    """
+    """Config text, rollout ids and weights as int64 words (more than a plan's sort keys)."""
     text = config.canonical().encode("ascii")
     words = np.frombuffer(text.ljust(-(-len(text) // 8) * 8, b"\0"), dtype="<i8")
     tail: list[Any] = [[0]]
@@ -484,8 +476,7 @@ def plan_schedule(
     Raises
     ------
     PlanTypeError, PlanError
-        For inputs of the wrong type or value, fewer rollouts than one step, a step with fewer
-        samples than ranks, or a micro-batch count that cannot be aligned to the ranks.
+        Inputs of the wrong type or value, or a step that cannot give every rank micro-batches.
     """
     return _plan(check_dp_size(dp_size), *_parse(total_lengths, rollout_ids, config, weights))
 
@@ -500,9 +491,6 @@ def schedule_for_rank(
     weights: npt.ArrayLike | None = None,
 ) -> RankSchedule:
     """Return ``plan_schedule(...).ranks[dp_rank]`` (the whole schedule is computed).
-
-    Its :meth:`~RankSchedule.take` gathers the rank's rows into a shard that carries the plan's
-    key, and refuses a batch put with another schedule (:class:`PlanMismatchError`).
 
     Raises
     ------

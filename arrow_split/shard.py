@@ -210,24 +210,14 @@ class Shard:
         return self._rows.numeric_columns()
 
     def with_rows(self, rows: RolloutBatch) -> Shard:
-        """The same shard (partition, lengths, plan, rank) holding ``rows`` instead.
-
-        ``rows`` must have as many rows; e.g. the rows with batch-global values replaced.
-        """
-        return Shard(
-            rows,
-            partition=self._partition,
-            batch_total_lengths=self._batch_total_lengths,
-            plan_key=self._plan_key,
-            dp_rank=self._dp_rank,
-        )
+        """The same shard (partition, lengths, plan, rank) holding ``rows``, as many, instead."""
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return _rebuild_shard(rows, *parts)
 
     def add_train_data(self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()) -> Shard:
         """The same shard with more per-sample scalar keys (:meth:`RolloutBatch.add_train_data`)."""
-        rows = self._rows.add_train_data(data, specs=specs)
-        return Shard._make(
-            rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank
-        )
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return Shard._make(self._rows.add_train_data(data, specs=specs), *parts)
 
     @overload
     def to_train_data(self, *, layout: Literal["rollout"]) -> RolloutTrainData: ...
@@ -265,10 +255,8 @@ class Shard:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The rows pickle their buffers out of band (protocol 5): Ray stores them without a copy.
-        return (
-            _rebuild_shard,
-            (self._rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank),
-        )
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return (_rebuild_shard, (self._rows, *parts))
 
     def __repr__(self) -> str:
         rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
@@ -286,8 +274,7 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
     """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
 
-    With ``padded``, a row at or past ``batch.num_samples`` is a copy of the last row holding
-    :data:`~arrow_split.schema.PADDING_VALUES`, and the padding flag column is added if missing.
+    With ``padded``, a row at or past ``batch.num_samples`` is a padding row.
     """
     num_samples = batch.num_samples
     record_batch, specs = batch.record_batch, batch.specs
@@ -311,13 +298,8 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
         taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
     else:  # a filled column is built afresh: its type is named anew
         taken = pa.RecordBatch.from_arrays(columns, names=names)
-    return RolloutBatch._make(
-        taken,
-        specs,
-        batch._batch_globals,
-        trust_objects=batch.trust_objects,
-        roles=roles,
-    )
+    trust = batch.trust_objects
+    return RolloutBatch._make(taken, specs, batch._batch_globals, trust_objects=trust, roles=roles)
 
 
 def _fill(spec: ColumnSpec, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
