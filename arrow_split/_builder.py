@@ -154,7 +154,7 @@ class RolloutBatchBuilder:
         self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
         self._length = 0
 
-    def _header(self) -> dict[str, object]:
+    def _header(self) -> dict[str, object]:  # what the journal's `open` record holds
         return journal_header(self._declared, self._options, self._identity)
 
     def _as_identity(self, identity: object) -> str | None:
@@ -509,10 +509,7 @@ class RolloutBatchBuilder:
             KNOWN_COLUMNS, "length_source"
         )
         train_data: dict[str, object] = {str(source): [], **self._globals}
-        record_batch, used, batch_globals = encode_train_data(
-            train_data, self._declared, self._options
-        )
-        batch = RolloutBatch(record_batch, used, batch_globals)
+        batch = RolloutBatch(*encode_train_data(train_data, self._declared, self._options))
         self._close_step(batch)
         return batch
 
@@ -614,7 +611,6 @@ def _copy_value(value: object) -> object:
 
 
 def _same(left: object, right: object) -> bool:
-    """Equal batch-global values (lists of ints or str, or ints)."""
     return type(left) is type(right) and left == right
 
 
@@ -627,8 +623,7 @@ def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
 
 
 def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-    """The column's growable; an empty one of another Arrow type is replaced."""
-    # a step's types are its own: the last step's narrow storage, tensor shape or codec never carry
+    """The column's growable; an empty one of another Arrow type is replaced (never carried)."""
     growable = growables.get(name)
     reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
     if growable is None or not reusable:

@@ -163,12 +163,6 @@ class _Payload(io.RawIOBase):
         self.size += view.nbytes
         return view.nbytes
 
-    def checksum(self) -> int:
-        digest = xxhash.xxh3_64()
-        for piece in self.pieces:
-            digest.update(piece)
-        return digest.intdigest()
-
     def tell(self) -> int:
         return self.size
 
@@ -219,7 +213,10 @@ def _head_check(head: bytes | memoryview) -> int:
 
 def _write_record(descriptor: int, journal_id: bytes, sequence: int, payload: _Payload) -> None:
     """The frame, then the payload's pieces, in gathered writes (none lost to a short write)."""
-    head = _HEAD.pack(_MAGIC, journal_id, sequence, payload.size, payload.checksum())
+    digest = xxhash.xxh3_64()
+    for piece in payload.pieces:
+        digest.update(piece)
+    head = _HEAD.pack(_MAGIC, journal_id, sequence, payload.size, digest.intdigest())
     views = [memoryview(head + struct.pack("<I", _head_check(head))), *payload.pieces]
     first = 0
     while first < len(views):

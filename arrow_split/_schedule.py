@@ -179,8 +179,7 @@ class Schedule:
     Attributes
     ----------
     plan
-        Rank ``r``'s rows in micro-batch order at ``plan.partitions[r]`` (``dropped_rows`` in
-        none); :func:`arrow_split.take` and :func:`arrow_split.split` take shards by it.
+        Rank ``r``'s rows in micro-batch order at ``plan.partitions[r]`` (for :func:`take`).
     ranks
         ``dp_size`` :class:`RankSchedule`, rank ``r`` at index ``r``.
     num_microbatches, num_rollouts

@@ -34,11 +34,8 @@ from arrow_split.schema import (
 __all__ = ["Shard", "TrainDataLayout"]
 
 TrainDataLayout = Literal["rollout", "actor"]
-"""The classic layouts of a shard's train data.
-
-``rollout``: ``partition`` and the WHOLE batch's ``total_lengths`` (the rollout side's split).
-``actor``: this shard's ``total_lengths``, the whole batch's as ``global_total_lengths``.
-"""
+"""``rollout``: ``partition`` and the WHOLE batch's ``total_lengths``; ``actor``: the shard's
+``total_lengths``, the whole batch's as ``global_total_lengths``."""
 
 
 class Shard:
@@ -91,10 +88,7 @@ class Shard:
         partition: np.ndarray | None = None,
         padded: bool = False,
     ) -> Shard:
-        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked.
-
-        ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
-        """
+        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked."""
         # A fresh array either way: ``rows`` may view a plan read from the object store, and a
         # shard holds no view of the store (it would pin the whole batch's object).
         mapped = rows.copy() if partition is None else partition[rows]
@@ -226,11 +220,7 @@ class Shard:
     @overload
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData: ...
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
-        """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout``, as a dict.
-
-        ``layout`` is required (:data:`TrainDataLayout`). Pickled objects decode as the rows'
-        batch says (:attr:`RolloutBatch.trust_objects`).
-        """
+        """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout`` (required)."""
         as_choice("layout", layout, TrainDataLayout)
         train_data = self._rows.to_train_data()
         if layout == "rollout":
