@@ -195,8 +195,6 @@ class RolloutBatchBuilder:
         keys = ", ".join(self._specs) or "no keys yet"
         return f"RolloutBatchBuilder({self._length} samples; {keys})"
 
-    # -- keys and specs: declared once, each key resolved at its first use
-
     def _spec(self, key: str) -> ColumnSpec:
         """The spec of ``key``, resolved at its first use (an unknown key raises then)."""
         if key not in self._known:
@@ -225,8 +223,6 @@ class RolloutBatchBuilder:
             for key in keys
             if key != TOTAL_LENGTHS
         }
-
-    # -- the door: append, extend, set_global
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -448,8 +444,6 @@ class RolloutBatchBuilder:
         self._columns[key] = growable_for(array.type)
         self._columns[key].append(array)
 
-    # -- finish
-
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended (with a journal, first written as the step's dump).
 
@@ -517,8 +511,6 @@ class RolloutBatchBuilder:
         """Close the journal (kept on disk) and free its folder; later calls raise JournalError."""
         if self._journal is not None:
             self._journal.close()
-
-    # -- recovery
 
     @classmethod
     def recover(

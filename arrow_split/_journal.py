@@ -687,12 +687,10 @@ class _Lock:
                 "then retry"
             )
             raise JournalError(msg, errno=errno.EBUSY) from None
-        holder_text = json.dumps(
-            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        ).encode()
+        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         with contextlib.suppress(OSError):  # the holder's name is a courtesy
             os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, holder_text, 0)
+            os.pwrite(descriptor, json.dumps(holder).encode(), 0)
         self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
 
 

@@ -50,13 +50,10 @@ class ScheduleConfig:
         Pack micro-batches under a budget of ``max_tokens_per_gpu * cp_size`` tokens instead.
     vpp_size, microbatch_group_size_per_vp_stage
         With ``vpp_size > 1``, each step's micro-batches per rank are a multiple of the group.
-    balance_data
-        Deal micro-batches to ranks by Karmarkar-Karp on their token sums, not strided.
-    balance_by_flops
-        Pack and deal by the planner's `weights` (e.g. FLOPs); the budget only sets the count.
+    balance_data, balance_by_flops
+        Deal by Karmarkar-Karp on token sums; pack and deal by `weights` (budget: the count).
     allow_partial_train_step
-        With a token budget, train the trailing rollouts as a smaller last step (if they hold at
-        least `dp_size` samples) instead of dropping them.
+        With a token budget, train trailing rollouts of >= `dp_size` samples as a last step.
 
     Raises
     ------
@@ -127,7 +124,7 @@ class RankSchedule:
     Attributes
     ----------
     dp_rank, plan
-        The rank, and the whole schedule's :class:`Plan` (:attr:`rows`, :attr:`plan_key`).
+        The rank, and the whole schedule's :class:`Plan`.
     micro_batch_offsets
         int64, read-only: micro-batch ``j`` is ``rows[micro_batch_offsets[j]:...[j + 1]]``.
     num_microbatches, num_rollouts

@@ -199,10 +199,8 @@ def shard_for_rank(
 
     Parameters
     ----------
-    data_or_batch, dp_size, pad_to_dp
-        As for :func:`split_train_data_by_dp_raw` (a batch carrying a plan is taken as it is).
-    dp_rank
-        The rank whose shard to take, in ``[0, dp_size)``.
+    data_or_batch, dp_size, pad_to_dp, dp_rank
+        As for :func:`split_train_data_by_dp_raw`; the rank, in ``[0, dp_size)``.
     balance_data
         The plan's method; ``None`` follows the plan the batch carries (an error if it has none).
     resplit
