@@ -295,7 +295,6 @@ class RolloutBatchBuilder:
         self._commit_global(key, spec, value)
 
     def _add(self, train_data: Mapping[str, Any]) -> int:
-        """Encode and check a group once, then journal and commit it."""
         base = self._length
         sample_keys = self._check_keys(train_data, base)
         try:

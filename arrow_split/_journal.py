@@ -695,7 +695,6 @@ class _Lock:
 
 
 def _holder(descriptor: int) -> str:
-    """The lock's holder as its lock file names it."""
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
@@ -754,7 +753,6 @@ class _Writer:
 
 
 def _steps(folder: str) -> tuple[set[int], set[int]]:
-    """The step numbers of the folder's journals and of its dumps."""
     journals: set[int] = set()
     dumps: set[int] = set()
     for name in os.listdir(folder):

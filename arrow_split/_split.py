@@ -237,7 +237,6 @@ def shard_for_rank(
 
 
 def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None:
-    """Raise unless a rank's request matches the plan the batch was put with."""
     if plan.method != method:
         msg = (
             f"this rank asks for a {method} plan (`balance_data={method == 'balanced'}`) but the "
