@@ -687,10 +687,10 @@ class _Lock:
                 "then retry"
             )
             raise JournalError(msg, errno=errno.EBUSY) from None
-        holder = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
+        named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         with contextlib.suppress(OSError):  # the holder's name is a courtesy
             os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, json.dumps(holder).encode(), 0)
+            os.pwrite(descriptor, json.dumps(named).encode(), 0)
         self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
 
 
