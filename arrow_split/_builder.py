@@ -1,9 +1,7 @@
-"""The streaming builder: samples become columnar as they finish, not at the step's end.
+"""The streaming builder: each call encoded and checked once, appended to growable columns.
 
-Each call is encoded once, through the path of :meth:`RolloutBatch.from_train_data`, checked
-against what the step holds, and appended to growable Arrow columns that :meth:`finish` hands to
-the batch without a copy or a second check (docs/builder.md). With a journal, each accepted call
-is a record of :mod:`arrow_split._journal` before it returns (docs/journal.md).
+:meth:`finish` hands the columns to the batch without a copy or a second check; with a journal,
+each accepted call is on disk before it returns (docs/builder.md, docs/journal.md).
 """
 
 from __future__ import annotations
@@ -64,12 +62,9 @@ _IDENTITY_FIX = (
 class RolloutBatchBuilder:
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
-    Each :meth:`append` (one sample) or :meth:`extend` (a group in the train-data layout) is
-    checked at once with the rules and errors of :meth:`RolloutBatch.from_train_data`, naming the
-    sample's position in the batch; a rejected call changes nothing. :meth:`finish` returns the
-    batch (equal to ``from_train_data`` of the same samples) and empties the builder, its
-    capacity kept. Keys, values, threads: docs/builder.md; ``journal``, ``sync``, ``identity``
-    and ``on_duplicate``: docs/journal.md.
+    Each call is checked at once as :meth:`RolloutBatch.from_train_data` checks (a rejected
+    call changes nothing); :meth:`finish` returns the batch and empties the builder
+    (docs/builder.md, docs/journal.md).
 
     Parameters
     ----------
@@ -77,14 +72,11 @@ class RolloutBatchBuilder:
         :class:`ColumnSpec` declarations, as for :meth:`RolloutBatch.from_train_data`.
     allow_nonfinite, exact_floats
         As for :meth:`RolloutBatch.from_train_data`.
-    journal
-        A folder for the journal and the steps' dumps (created if missing), or ``None``.
-    sync
-        When the OS writes through: ``"call"``, ``"step"`` (at :meth:`finish`) or ``"os"``.
-    identity
-        The per-sample key that identifies a sample (a replay), or ``None``.
-    on_duplicate
-        A replayed sample is dropped (``"skip"``) or a DuplicateSampleError (``"error"``).
+    journal, sync
+        A folder for the journal and the dumps, or ``None``; when to sync (``"call"``,
+        ``"step"``, ``"os"``).
+    identity, on_duplicate
+        The per-sample key that identifies a replay, or ``None``; ``"skip"`` or ``"error"``.
 
     Raises
     ------
@@ -158,7 +150,7 @@ class RolloutBatchBuilder:
         self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
         self._length = 0
 
-    def _header(self) -> dict[str, object]:
+    def _header(self) -> dict[str, object]:  # what the journal's `open` record holds
         return journal_header(self._declared, self._options, self._identity)
 
     def _as_identity(self, identity: object) -> str | None:
@@ -199,8 +191,6 @@ class RolloutBatchBuilder:
         keys = ", ".join(self._specs) or "no keys yet"
         return f"RolloutBatchBuilder({self._length} samples; {keys})"
 
-    # -- keys and specs: declared once, each key resolved at its first use
-
     def _spec(self, key: str) -> ColumnSpec:
         """The spec of ``key``, resolved at its first use (an unknown key raises then)."""
         if key not in self._known:
@@ -230,15 +220,13 @@ class RolloutBatchBuilder:
             if key != TOTAL_LENGTHS
         }
 
-    # -- the door: append, extend, set_global
-
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
 
         Returns
         -------
         int
-            1, or 0 for a replayed sample skipped (``identity``).
+            1, or 0 for a replayed sample skipped.
 
         Raises
         ------
@@ -265,9 +253,9 @@ class RolloutBatchBuilder:
 
         Raises
         ------
-        SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
+        SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError, DuplicateSampleError
             As :meth:`append`.
-        DuplicateSampleError, JournalError
+        JournalError
             As :meth:`append`.
         """
         if not isinstance(train_data, Mapping):
@@ -303,7 +291,6 @@ class RolloutBatchBuilder:
         self._commit_global(key, spec, value)
 
     def _add(self, train_data: Mapping[str, Any]) -> int:
-        """Encode and check a group once, then journal and commit it."""
         base = self._length
         sample_keys = self._check_keys(train_data, base)
         try:
@@ -452,12 +439,8 @@ class RolloutBatchBuilder:
         self._columns[key] = growable_for(array.type)
         self._columns[key].append(array)
 
-    # -- finish
-
     def finish(self) -> RolloutBatch:
-        """The batch of every sample appended; the builder is then empty, its capacity kept.
-
-        With a journal, the batch is first written as the step's dump ``step-<n>.arrow``.
+        """The batch of every sample appended (with a journal, first written as the step's dump).
 
         Raises
         ------
@@ -515,10 +498,7 @@ class RolloutBatchBuilder:
             KNOWN_COLUMNS, "length_source"
         )
         train_data: dict[str, object] = {str(source): [], **self._globals}
-        record_batch, used, batch_globals = encode_train_data(
-            train_data, self._declared, self._options
-        )
-        batch = RolloutBatch(record_batch, used, batch_globals)
+        batch = RolloutBatch(*encode_train_data(train_data, self._declared, self._options))
         self._close_step(batch)
         return batch
 
@@ -526,8 +506,6 @@ class RolloutBatchBuilder:
         """Close the journal (kept on disk) and free its folder; later calls raise JournalError."""
         if self._journal is not None:
             self._journal.close()
-
-    # -- recovery
 
     @classmethod
     def recover(
@@ -539,31 +517,22 @@ class RolloutBatchBuilder:
         salvage: bool = False,
         trust_objects: bool = False,
     ) -> RolloutBatchBuilder:
-        """The builder of the unfinished step in the journal folder ``journal``, as it was.
-
-        It holds the samples and batch-global values of every call written whole to the journal
-        (a torn tail is dropped), every field of every record checked; appends go on into the
-        same journal. Damage, salvage and trust: docs/journal.md.
+        """The builder of the unfinished step in the folder ``journal``, every record checked.
 
         Parameters
         ----------
-        journal
-            The journal folder.
-        sync, on_duplicate
-            As for the builder.
+        journal, sync, on_duplicate
+            The journal folder; as for the builder.
         salvage
-            Keep every whole record of a damaged journal (moved aside as ``.damaged``) instead
-            of raising; :attr:`salvaged` lists what was skipped.
+            Keep every whole record of a damaged journal (moved aside) instead of raising.
         trust_objects
-            Whether the recovered step's pickled objects may decode as any object (the
-            :attr:`RolloutBatch.trust_objects` of this step's batch); ``False``: plain data only.
+            Whether the step's pickled objects may decode as any object, not plain data only.
 
         Raises
         ------
         JournalError
-            The folder is in use (naming its holder), holds no journal (``errno.ENOENT``), a
-            file that is not a journal, several unfinished steps, damage (without ``salvage``)
-            or a record that breaks a rule (naming the file, the record and its offset).
+            The folder is in use, holds no journal (``errno.ENOENT``), a file that is not one,
+            several unfinished steps, damage (without ``salvage``) or a record breaking a rule.
         OptionTypeError, OptionError
             An argument is of the wrong kind.
         """
@@ -629,7 +598,6 @@ def _copy_value(value: object) -> object:
 
 
 def _same(left: object, right: object) -> bool:
-    """Equal batch-global values (lists of ints or str, or ints)."""
     return type(left) is type(right) and left == right
 
 
@@ -642,8 +610,7 @@ def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
 
 
 def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-    """The column's growable; an empty one of another Arrow type is replaced."""
-    # a step's types are its own: the last step's narrow storage, tensor shape or codec never carry
+    """The column's growable; an empty one of another Arrow type is replaced (never carried)."""
     growable = growables.get(name)
     reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
     if growable is None or not reusable:

@@ -1,10 +1,8 @@
 """The builder's journal: every accepted call on disk before it returns, recoverable after a crash.
 
-A journal folder holds ``step-<n>.journal`` while step ``n`` is built and ``step-<n>.arrow`` once
-it is finished; ``journal.lock`` names its one writer. Files are input: every frame, payload and
-field is checked, a torn tail is dropped, any other damage is a :class:`JournalError` (or salvaged
-on request). The record layout, frames and recovery rules are on the page docs/journal.md. The
-module sits below the builder: it takes and returns plain values (columns, specs, counts, JSON).
+Files are input: every frame, payload and field is checked; a torn tail is dropped, other damage
+is a :class:`JournalError` (or salvaged). Layout and recovery rules: docs/journal.md. It sits
+below the builder and trades in plain values (columns, specs, JSON).
 """
 
 from __future__ import annotations
@@ -71,9 +69,7 @@ _READABLE = ("1", JOURNAL_VERSION)
 _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
 _LOCK_NAME = "journal.lock"
 _MAGIC = b"ASJ2"
-FRAME = struct.Struct("<4s8sQQQI")
-"""A record's 40-byte frame (docs/journal.md): magic, journal id, sequence number, payload
-length, payload XXH3-64, and the low 32 bits of the XXH3-64 of the frame's first 36 bytes."""
+FRAME = struct.Struct("<4s8sQQQI")  # magic, id, sequence, length, payload and frame checks
 _HEAD = struct.Struct("<4s8sQQQ")
 _MAGIC_V1 = b"ASJ1"
 _FRAME_V1 = struct.Struct("<4sQI")  # format 1: magic, payload length, CRC-32 of the payload
@@ -84,14 +80,9 @@ _SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
 _SPEC_JSON_SIZE = 4096
 
 
-def journal_file(folder: str, step: int) -> str:
-    """The journal file of step ``step``."""
-    return os.path.join(folder, f"step-{step:06d}.journal")
-
-
-def dump_file(folder: str, step: int) -> str:
-    """The dump that step ``step``'s ``finish`` writes."""
-    return os.path.join(folder, f"step-{step:06d}.arrow")
+def journal_file(folder: str, step: int, suffix: str = "journal") -> str:
+    """The journal file of step ``step`` (``suffix="arrow"``: its dump)."""
+    return os.path.join(folder, f"step-{step:06d}.{suffix}")
 
 
 def spec_json(spec: ColumnSpec) -> dict[str, object]:
@@ -169,12 +160,6 @@ class _Payload(io.RawIOBase):
         self.size += view.nbytes
         return view.nbytes
 
-    def checksum(self) -> int:
-        digest = xxhash.xxh3_64()
-        for piece in self.pieces:
-            digest.update(piece)
-        return digest.intdigest()
-
     def tell(self) -> int:
         return self.size
 
@@ -225,7 +210,10 @@ def _head_check(head: bytes | memoryview) -> int:
 
 def _write_record(descriptor: int, journal_id: bytes, sequence: int, payload: _Payload) -> None:
     """The frame, then the payload's pieces, in gathered writes (none lost to a short write)."""
-    head = _HEAD.pack(_MAGIC, journal_id, sequence, payload.size, payload.checksum())
+    digest = xxhash.xxh3_64()
+    for piece in payload.pieces:
+        digest.update(piece)
+    head = _HEAD.pack(_MAGIC, journal_id, sequence, payload.size, digest.intdigest())
     views = [memoryview(head + struct.pack("<I", _head_check(head))), *payload.pieces]
     first = 0
     while first < len(views):
@@ -267,13 +255,7 @@ def _whole(view: memoryview, frame: _Frame) -> bool:
 
 
 def scan_file(path: str) -> Scan:
-    """Read a journal file: its whole records, its damage, its torn tail (format 2 or 1).
-
-    Raises
-    ------
-    JournalError
-        The file cannot be read, or does not start with a journal's ``open`` record.
-    """
+    """A journal file's whole records, damage and torn tail (a JournalError if it is none)."""
     try:
         buffer = pa.memory_map(path).read_buffer()  # mapped: the page cache, not a copy
     except (OSError, pa.ArrowException) as exc:
@@ -513,14 +495,7 @@ def _field(header: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: 
 
 
 def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, Any]:
-    """The builder's arguments from an ``open`` record, every field checked, never coerced.
-
-    Raises
-    ------
-    JournalError
-        A field is missing or of the wrong kind, the version is unknown, or the step is not the
-        file's.
-    """
+    """The builder's arguments from an ``open`` record, every field checked, never coerced."""
     version = _field(header, "journal_version", (str,), path)
     if version not in _READABLE:
         msg = (
@@ -563,7 +538,7 @@ def global_from_record(
 
 
 class GroupParts(NamedTuple):
-    """What a ``group`` record holds, checked: the builder makes its group of these."""
+    """What a ``group`` record holds, checked."""
 
     columns: dict[str, pa.Array]
     used: dict[str, ColumnSpec]
@@ -572,14 +547,7 @@ class GroupParts(NamedTuple):
 
 
 def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> GroupParts:
-    """The parts of a ``group`` record, every field checked with the library's rules.
-
-    Raises
-    ------
-    JournalError
-        A field is missing or of the wrong kind, a column does not fit its spec, or the
-        content breaks a rule of :meth:`~arrow_split.RolloutBatch.from_train_data`.
-    """
+    """The parts of a ``group`` record, every field checked with the library's rules."""
     meta = record.meta
     names, sample_globals = _names(meta, "names"), _names(meta, "sample_globals")
     sample_keys = _names(meta, "sample_keys")
@@ -716,20 +684,14 @@ class _Lock:
                 "then retry"
             )
             raise JournalError(msg, errno=errno.EBUSY) from None
-        holder_text = json.dumps(
-            {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        ).encode()
+        named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         with contextlib.suppress(OSError):  # the holder's name is a courtesy
             os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, holder_text, 0)
-        self._release = weakref.finalize(self, os.close, descriptor)
-
-    def release(self) -> None:
-        self._release()
+            os.pwrite(descriptor, json.dumps(named).encode(), 0)
+        self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
 
 
 def _holder(descriptor: int) -> str:
-    """The lock's holder as its lock file names it."""
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
@@ -788,7 +750,6 @@ class _Writer:
 
 
 def _steps(folder: str) -> tuple[set[int], set[int]]:
-    """The step numbers of the folder's journals and of its dumps."""
     journals: set[int] = set()
     dumps: set[int] = set()
     for name in os.listdir(folder):
@@ -844,13 +805,7 @@ class StepJournal:
 
     @classmethod
     def create(cls, folder: str, header: dict[str, Any], sync: JournalSync) -> StepJournal:
-        """A new journal in ``folder`` (created if missing), for the step after its last dump.
-
-        Raises
-        ------
-        JournalError
-            The folder is in use, holds an unfinished step or a damaged journal, or is unwritable.
-        """
+        """A new journal in ``folder`` for the step after its last dump (a JournalError if not)."""
         try:
             os.makedirs(folder, exist_ok=True)
         except OSError as exc:
@@ -877,13 +832,7 @@ class StepJournal:
     def recover(
         cls, folder: str, sync: JournalSync, salvage: bool
     ) -> tuple[StepJournal, list[Record], dict[str, Any]]:
-        """The unfinished step's journal in ``folder``, its records, its header's arguments.
-
-        Raises
-        ------
-        JournalError
-            As :meth:`~arrow_split.RolloutBatchBuilder.recover` says.
-        """
+        """The unfinished step's journal in ``folder``, its records, its header's arguments."""
         journals = _steps(folder)[0] if os.path.isdir(folder) else set()
         if not journals:
             msg = f"no rollout journal in `{folder}`; start one with `journal={folder!r}`"
@@ -965,18 +914,13 @@ class StepJournal:
         self._file().write(_encode_record(kind, meta, arrays))
 
     def finish_step(self, batch: RolloutBatch) -> None:
-        """Write the step's dump, start the next step's journal, remove this one's.
+        """Write the step's dump (never overwritten), start the next journal, remove this one.
 
-        Once the dump is written the step is done: a next journal that cannot be started is
-        reported by the next write (:meth:`~arrow_split.RolloutBatchBuilder.recover` starts it).
-
-        Raises
-        ------
-        JournalError
-            The dump exists already (never overwritten) or cannot be written; the journal is kept.
+        Once the dump is written the step is done: a next journal that cannot start is reported
+        by the next write.
         """
         writer = self._file()
-        target = dump_file(self.folder, self.step)
+        target = journal_file(self.folder, self.step, "arrow")
         if os.path.lexists(target):
             msg = (
                 f"the step's dump `{target}` exists already; a dump is never overwritten: move "

@@ -50,13 +50,10 @@ class ScheduleConfig:
         Pack micro-batches under a budget of ``max_tokens_per_gpu * cp_size`` tokens instead.
     vpp_size, microbatch_group_size_per_vp_stage
         With ``vpp_size > 1``, each step's micro-batches per rank are a multiple of the group.
-    balance_data
-        Deal micro-batches to ranks by Karmarkar-Karp on their token sums, not strided.
-    balance_by_flops
-        Pack and deal by the planner's `weights` (e.g. FLOPs); the budget only sets the count.
+    balance_data, balance_by_flops
+        Deal by Karmarkar-Karp on token sums; pack and deal by `weights` (budget: the count).
     allow_partial_train_step
-        With a token budget, train the trailing rollouts as a smaller last step (if they hold at
-        least `dp_size` samples) instead of dropping them.
+        With a token budget, train trailing rollouts of >= `dp_size` samples as a last step.
 
     Raises
     ------
@@ -127,7 +124,7 @@ class RankSchedule:
     Attributes
     ----------
     dp_rank, plan
-        The rank, and the whole schedule's :class:`Plan` (:attr:`rows`, :attr:`plan_key`).
+        The rank, and the whole schedule's :class:`Plan`.
     micro_batch_offsets
         int64, read-only: micro-batch ``j`` is ``rows[micro_batch_offsets[j]:...[j + 1]]``.
     num_microbatches, num_rollouts
@@ -156,8 +153,7 @@ class RankSchedule:
         Raises
         ------
         PlanMismatchError
-            `batch` carries another plan (``batch.with_plan(schedule.plan)`` on the driver, of
-            another config, ``dp_size`` or batch) or has another number of samples.
+            `batch` carries another plan than this schedule's, or another number of samples.
         """
         key, theirs = self.plan_key, getattr(batch, "plan", None)
         mine = theirs is None or theirs.key == key
@@ -180,8 +176,7 @@ class Schedule:
     Attributes
     ----------
     plan
-        Rank ``r``'s rows in micro-batch order at ``plan.partitions[r]`` (``dropped_rows`` in
-        none); :func:`arrow_split.take` and :func:`arrow_split.split` take shards by it.
+        Rank ``r``'s rows in micro-batch order at ``plan.partitions[r]`` (for :func:`take`).
     ranks
         ``dp_size`` :class:`RankSchedule`, rank ``r`` at index ``r``.
     num_microbatches, num_rollouts
@@ -259,11 +254,7 @@ def _pack_step(
     config: ScheduleConfig,
     exact: bool,
 ) -> list[list[int]]:
-    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them.
-
-    Fixed chunks (aligned: :func:`_check_step`), or first-fit decreasing under the token budget
-    or Karmarkar-Karp on `workloads` into ``ceil(tokens / budget)``, split up to `align`.
-    """
+    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them."""
     budget = config.max_tokens_per_micro_batch
     if budget is None:
         size = config.micro_batch_size
@@ -371,10 +362,7 @@ def _frozen(array: Int64Array) -> Int64Array:
 
 
 def _fingerprint_words(ids: Int64Array, config: ScheduleConfig, weights: Weights | None) -> Any:
-    """Config text, rollout ids and weights as int64 words, for plan.py's fingerprint.
-
-    In place of a plan's sort keys, one per sample; these are more, so never a plan's digest.
-    """
+    """Config text, rollout ids and weights as int64 words (more than a plan's sort keys)."""
     text = config.canonical().encode("ascii")
     words = np.frombuffer(text.ljust(-(-len(text) // 8) * 8, b"\0"), dtype="<i8")
     tail: list[Any] = [[0]]
@@ -484,8 +472,7 @@ def plan_schedule(
     Raises
     ------
     PlanTypeError, PlanError
-        For inputs of the wrong type or value, fewer rollouts than one step, a step with fewer
-        samples than ranks, or a micro-batch count that cannot be aligned to the ranks.
+        Inputs of the wrong type or value, or a step that cannot give every rank micro-batches.
     """
     return _plan(check_dp_size(dp_size), *_parse(total_lengths, rollout_ids, config, weights))
 
@@ -500,9 +487,6 @@ def schedule_for_rank(
     weights: npt.ArrayLike | None = None,
 ) -> RankSchedule:
     """Return ``plan_schedule(...).ranks[dp_rank]`` (the whole schedule is computed).
-
-    Its :meth:`~RankSchedule.take` gathers the rank's rows into a shard that carries the plan's
-    key, and refuses a batch put with another schedule (:class:`PlanMismatchError`).
 
     Raises
     ------

@@ -1,8 +1,6 @@
 """The split's public doors: parse the arguments once, plan, and gather by :meth:`Shard._take`.
 
-Padding (miles #2694, ``pad_to_dp=True``) is done by the gather itself: a split plans the padded
-row count and each rank gathers its padding rows as copies of the last row (see
-:func:`pad_to_dp`), so the whole batch is never copied first.
+With ``pad_to_dp=True`` each rank's gather makes its padding rows: the batch is never copied first.
 """
 
 from __future__ import annotations
@@ -136,10 +134,7 @@ def split(batch: RolloutBatch, plan: Plan) -> list[Shard]:
 def _planned(
     data_or_batch: RolloutBatch | Mapping[str, Any], dp_size: int, method: SplitMethod, pad: bool
 ) -> tuple[RolloutBatch, Plan, np.ndarray]:
-    """The batch, its plan (of the batch padded, with ``pad``) and the plan's total lengths.
-
-    Padding rows copy the last row's length and slot: the padded batch's plan, without it.
-    """
+    """The batch, its plan (of the batch padded, with ``pad``) and the plan's total lengths."""
     batch = as_rollout_batch(data_or_batch)
     lengths, slots = batch.total_lengths, batch.role_values("adapter_slot")
     num_samples = batch.num_samples
@@ -199,15 +194,13 @@ def shard_for_rank(
 ) -> Shard:
     """Rank ``dp_rank``'s shard, as ``split_train_data_by_dp_raw(...)[dp_rank]``, alone.
 
-    The same plan is computed (no other rank's rows are copied); a batch that carries the
-    driver's plan (:meth:`RolloutBatch.with_plan`) is checked against it and not re-planned.
+    A batch that carries the driver's plan (:meth:`RolloutBatch.with_plan`) is checked against
+    it and not re-planned.
 
     Parameters
     ----------
-    data_or_batch, dp_size, pad_to_dp
-        As for :func:`split_train_data_by_dp_raw` (a batch carrying a plan is taken as it is).
-    dp_rank
-        The rank whose shard to take, in ``[0, dp_size)``.
+    data_or_batch, dp_size, pad_to_dp, dp_rank
+        As for :func:`split_train_data_by_dp_raw`; the rank, in ``[0, dp_size)``.
     balance_data
         The plan's method; ``None`` follows the plan the batch carries (an error if it has none).
     resplit
@@ -216,8 +209,7 @@ def shard_for_rank(
     Raises
     ------
     PlanMismatchError
-        The batch carries a plan of another method, or of another ``dp_size`` without
-        ``resplit=True``.
+        The batch carries a plan of another method, or of another ``dp_size`` (no ``resplit``).
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
@@ -245,7 +237,6 @@ def shard_for_rank(
 
 
 def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None:
-    """Raise unless a rank's request matches the plan the batch was put with."""
     if plan.method != method:
         msg = (
             f"this rank asks for a {method} plan (`balance_data={method == 'balanced'}`) but the "
@@ -266,12 +257,8 @@ def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None
 def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
     """The batch with the fewest padding rows that make its size a multiple of ``dp_size``.
 
-    A padding row copies the last row but for :data:`arrow_split.schema.PADDING_VALUES` (zero
-    loss mask, ``sample_indices`` -1, ``is_padding`` true); per-sample batch statistics
-    (``raw_reward``) keep one value per real sample. A batch that divides ``dp_size`` only gains
-    the (all false) ``is_padding`` column, so every step has the same columns (miles #2694).
-
-    Returns a new batch of ``ceil(n / dp_size) * dp_size`` rows, without a plan.
+    A padding row copies the last row but for :data:`arrow_split.schema.PADDING_VALUES`; a batch
+    that divides ``dp_size`` only gains the (all false) ``is_padding`` column (docs/usage.md).
 
     Raises
     ------

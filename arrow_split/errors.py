@@ -1,56 +1,35 @@
 """The exception tree of arrow_split.
 
-Every error the library raises on purpose derives from :class:`ArrowSplitError`, and also from the
-built-in exception a Python user would expect: ``TypeError`` for a value of the wrong type,
-``ValueError`` for a wrong value, ``KeyError`` for a missing column, ``RuntimeError`` for a failure
-of the transport::
+Every error raised on purpose derives from :class:`ArrowSplitError` and from the built-in a
+user would expect (``TypeError``, ``ValueError``, ``KeyError``, ``RuntimeError``); docs/errors.md::
 
     ArrowSplitError
-    ├── SchemaError            (ValueError)   undeclared key, bad column spec, bad batch-global
-    │   │                                     value, a missing required key
-    │   ├── SchemaTypeError    (TypeError)    an argument of the wrong type: `data` that is not a
-    │   │                                     mapping, a spec that is not a ColumnSpec, a
-    │   │                                     ColumnSpec field of the wrong type
+    ├── SchemaError            (ValueError)   undeclared key, bad spec or batch-global value
+    │   ├── SchemaTypeError    (TypeError)    an argument of the wrong type (data, spec, field)
     │   └── ColumnNotFoundError (KeyError)    a column the batch does not have
-    ├── ColumnTypeError        (TypeError)    a value of the wrong type: float in an integer
-    │                                         column, None in a token list, a scalar where a
-    │                                         list is required
-    ├── RaggedLengthError      (ValueError)   lengths that disagree: a per-sample key vs `tokens`,
-    │                                         a per-token column vs its sample's length
-    ├── ValueRangeError        (ValueError)   a value outside its type or domain: int32 overflow,
-    │                                         NaN/inf, a mask that is not 0/1
+    ├── ColumnTypeError        (TypeError)    a value of the wrong type for its column
+    ├── RaggedLengthError      (ValueError)   lengths that disagree (per-sample, per-token)
+    ├── ValueRangeError        (ValueError)   a value outside its range: overflow, NaN, mask 2
     ├── OptionError            (ValueError)   a keyword argument outside its allowed values
-    │   │                                     (`layout`, `locality`, `device`, a dtype, ...)
     │   └── OptionTypeError    (TypeError)    a keyword argument of the wrong type
-    │                                         (`pad_to_multiple_of=2.0`, `device=0.5`, a dtype
-    │                                         given as a str)
-    ├── DumpError              (ValueError)   a rollout dump that cannot be read or written:
-    │   │                                     truncated, not an Arrow file, a wrong version,
-    │   │                                     missing or corrupt metadata, corrupt objects
-    │   └── UntrustedObjectError              an object read from a file that is not plain data
-    │                                         (decode it with `trust_objects=True`)
-    ├── JournalError           (RuntimeError) a builder's journal that cannot be written (a full
-    │                                         disk, a file size limit) or read (not a journal)
+    ├── DumpError              (ValueError)   a rollout dump that cannot be read or written
+    │   └── UntrustedObjectError              a file's object that is not plain data
+    ├── JournalError           (RuntimeError) a builder's journal that cannot be written or read
     ├── DuplicateSampleError   (ValueError)   a sample whose identity the builder holds already
-    ├── PlanError              (ValueError)   a partition request that cannot be met: `dp_size`,
-    │   │                                     `dp_rank`, balanced mode on a batch it cannot split
-    │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type (bool, float)
-    │   └── PlanMismatchError                 a rank asks for another plan than the one the data
-    │                                         was put with (method, `dp_size`, rank)
-    ├── InstallError           (RuntimeError) the miles drop-in could not patch a binding
-    │                                         (rolled back: nothing stays patched)
-    └── TransportError         (RuntimeError) the object store lost a batch or a shard, or a
-        └── NotARolloutBatchError (TypeError) reference holds something that is not a rollout batch
+    ├── PlanError              (ValueError)   a partition request that cannot be met
+    │   ├── PlanTypeError      (TypeError)    `dp_size` or `dp_rank` of the wrong type
+    │   └── PlanMismatchError                 a rank asks for another plan than its data's
+    ├── InstallError           (RuntimeError) the miles drop-in could not patch (rolled back)
+    └── TransportError         (RuntimeError) the object store lost a batch or a shard
+        └── NotARolloutBatchError (TypeError) a reference that holds no rollout batch
 
 Warnings, a tree of their own::
 
     ArrowSplitWarning          (UserWarning)
-    └── UnknownKeyWarning                     the miles drop-in carries a key it does not know,
-                                              with a spec inferred from its values (once per key)
+    └── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
 
-Each message names the key, the sample, the expected and the actual values, and how to fix the call.
-Input errors (schema, types, lengths, ranges, options, plans) are raised before anything is put or
-split; a :class:`TransportError` is raised on a rank, when what was put cannot be had.
+Messages name the key, the sample, the expected and actual values, and the fix. Input errors are
+raised before anything is put or split; a :class:`TransportError` on a rank, when a put is lost.
 """
 
 from __future__ import annotations

@@ -35,11 +35,8 @@ from arrow_split.schema import (
 __all__ = ["Shard", "TrainDataLayout"]
 
 TrainDataLayout = Literal["rollout", "actor"]
-"""The classic layouts of a shard's train data.
-
-``rollout``: ``partition`` and the WHOLE batch's ``total_lengths`` (the rollout side's split).
-``actor``: this shard's ``total_lengths``, the whole batch's as ``global_total_lengths``.
-"""
+"""``rollout``: ``partition`` and the WHOLE batch's ``total_lengths``; ``actor``: the shard's
+``total_lengths``, the whole batch's as ``global_total_lengths``."""
 
 
 class Shard:
@@ -92,10 +89,7 @@ class Shard:
         partition: np.ndarray | None = None,
         padded: bool = False,
     ) -> Shard:
-        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked.
-
-        ``partition`` maps ``batch``'s rows to the whole batch's (``None``: ``batch`` is whole).
-        """
+        """``rows`` (read-only int64, in range) of ``batch``, gathered: nothing checked."""
         # A fresh array either way: ``rows`` may view a plan read from the object store, and a
         # shard holds no view of the store (it would pin the whole batch's object).
         mapped = rows.copy() if partition is None else partition[rows]
@@ -211,24 +205,14 @@ class Shard:
         return self._rows.numeric_columns()
 
     def with_rows(self, rows: RolloutBatch) -> Shard:
-        """The same shard (partition, lengths, plan, rank) holding ``rows`` instead.
-
-        ``rows`` must have as many rows; e.g. the rows with batch-global values replaced.
-        """
-        return Shard(
-            rows,
-            partition=self._partition,
-            batch_total_lengths=self._batch_total_lengths,
-            plan_key=self._plan_key,
-            dp_rank=self._dp_rank,
-        )
+        """The same shard (partition, lengths, plan, rank) holding ``rows``, as many, instead."""
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return _rebuild_shard(rows, *parts)
 
     def add_train_data(self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()) -> Shard:
         """The same shard with more per-sample scalar keys (:meth:`RolloutBatch.add_train_data`)."""
-        rows = self._rows.add_train_data(data, specs=specs)
-        return Shard._make(
-            rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank
-        )
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return Shard._make(self._rows.add_train_data(data, specs=specs), *parts)
 
     @overload
     def to_train_data(self, *, layout: Literal["rollout"]) -> RolloutTrainData: ...
@@ -237,11 +221,7 @@ class Shard:
     @overload
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData: ...
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
-        """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout``, as a dict.
-
-        ``layout`` is required (:data:`TrainDataLayout`). Pickled objects decode as the rows'
-        batch says (:attr:`RolloutBatch.trust_objects`).
-        """
+        """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout`` (required)."""
         as_choice("layout", layout, TrainDataLayout)
         train_data = self._rows.to_train_data()
         if layout == "rollout":
@@ -266,10 +246,8 @@ class Shard:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The rows pickle their buffers out of band (protocol 5): Ray stores them without a copy.
-        return (
-            _rebuild_shard,
-            (self._rows, self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank),
-        )
+        parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return (_rebuild_shard, (self._rows, *parts))
 
     def __repr__(self) -> str:
         rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
@@ -287,8 +265,7 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
     """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
 
-    With ``padded``, a row at or past ``batch.num_samples`` is a copy of the last row holding
-    :data:`~arrow_split.schema.PADDING_VALUES`, and the padding flag column is added if missing.
+    With ``padded``, a row at or past ``batch.num_samples`` is a padding row.
     """
     num_samples = batch.num_samples
     record_batch, specs = batch.record_batch, batch.specs
@@ -312,13 +289,8 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
         taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
     else:  # a filled column is built afresh: its type is named anew
         taken = pa.RecordBatch.from_arrays(columns, names=names)
-    return RolloutBatch._make(
-        taken,
-        specs,
-        batch._batch_globals,
-        trust_objects=batch.trust_objects,
-        roles=roles,
-    )
+    trust = batch.trust_objects
+    return RolloutBatch._make(taken, specs, batch._batch_globals, trust_objects=trust, roles=roles)
 
 
 def _fill(spec: ColumnSpec, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
