@@ -1,9 +1,7 @@
-"""Which rollout field is which kind of column, the Arrow type it becomes, and the part it plays.
+"""Which rollout field is which kind of column, its Arrow type, and its role (docs/columns.md).
 
-A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`. Roles
-(:data:`Role`) are declared here, on the specs; the rest of the library finds a column by its
-role (:class:`Roles`, :func:`role_column`), never by its name. Every list column has 64-bit
-offsets, so that no ``take`` overflows at 2**31 values. The tutorial is docs/columns.md.
+Unknown keys are never guessed: declare them with a :class:`ColumnSpec`. The rest of the library
+finds a column by its role (:class:`Roles`, :func:`role_column`), never by its name.
 """
 
 from __future__ import annotations
@@ -51,13 +49,8 @@ ColumnKind = Literal[
     "per_sample_object",
     "batch_global",
 ]
-"""The six kinds of values in a rollout batch.
-
-``per_token`` (``large_list<value_type>``), ``per_token_list`` (a list of numbers per token),
-``per_sample_tensor`` (``[rows, *trailing]`` per sample, the trailing shape in the type),
-``per_sample_scalar``, ``per_sample_object`` (stored by an :data:`ObjectCodec`) and
-``batch_global`` (one value for the batch, shipped whole with every shard).
-"""
+"""The six kinds of values in a rollout batch (their Arrow types: docs/columns.md); a
+``batch_global`` value is one value for the batch, shipped whole with every shard."""
 
 ObjectCodec = Literal["string", "string_list", "pickle", "json"]
 """How a per-sample object is stored: ``string`` (``large_string``), ``string_list``, ``json``
@@ -90,17 +83,7 @@ Role = Literal[
     "adapter_count",
     "padding",
 ]
-"""The part a column plays; one column per role.
-
-``length_source``: the per-token column whose lengths are the token counts (``tokens``).
-``response_length``: the response lengths. ``loss_mask``: the 0/1 per-token mask of the tokens
-that count (NaN is refused only where it is 1). ``sampling_mask``: the ids the sampler could pick
-per response token. ``extra_rows``: a per-sample value that allows extra ``tokens_minus_one``
-rows. ``witness``: per-sample witness ids. ``adapter_slot``: the LoRA adapter of each sample (a
-rank's rows are ordered by it). ``rollout_id``: the rollout of each sample. ``padding``: true on
-rows :func:`arrow_split.pad_to_dp` added. Batch-global: ``step_batch_size`` (rollouts per
-training step) and ``adapter_count`` (number of LoRA adapters).
-"""
+"""The part a column plays, one column per role (each role's meaning: docs/columns.md, "Roles")."""
 
 ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "length_source": ("per_token",),
@@ -126,10 +109,7 @@ _SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
 
 
 def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` of column ``name`` if a column's values may have it (ints, floats, bool).
-
-    Raises :class:`SchemaTypeError` for a non-Arrow type, :class:`SchemaError` for another.
-    """
+    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
     if not isinstance(value_type, pa.DataType):
         msg = (
             f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
@@ -292,10 +272,7 @@ class ColumnSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Roles:
-    """The column that plays each :data:`Role` in one set of resolved specs, or ``None``.
-
-    Found once and held by a batch, so that no code looks a role up per column per call.
-    """
+    """The column that plays each :data:`Role` in resolved specs, or ``None`` (found once)."""
 
     length_source: str | None = None
     response_length: str | None = None
@@ -450,10 +427,9 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     return None
 
 
-# The static types of the train-data dicts ``to_train_data`` returns. At run time they are
-# ``dict``; for a type checker, ``dict[str, Any]`` with a typed ``__getitem__`` per known key: a
-# TypedDict would refuse the keys users declare (mypy knows no PEP 728 ``extra_items``) and is not
-# a ``dict[str, Any]``. A key re-declared with another kind keeps the library's type: ``cast`` it.
+# The train-data dicts' static types: ``dict`` at run time; for a type checker a typed
+# ``__getitem__`` per known key (a TypedDict would refuse declared keys: no PEP 728 in mypy).
+
 if TYPE_CHECKING:
 
     class TrainData(dict[str, Any]):
