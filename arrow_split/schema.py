@@ -429,7 +429,6 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
 
 # The train-data dicts' static types: ``dict`` at run time; for a type checker a typed
 # ``__getitem__`` per known key (a TypedDict would refuse declared keys: no PEP 728 in mypy).
-
 if TYPE_CHECKING:
 
     class TrainData(dict[str, Any]):

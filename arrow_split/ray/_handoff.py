@@ -412,7 +412,6 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     Call it in each train actor's ``__init__``: it runs an eager and a delayed rank's work on two
     samples in memory (nothing put); a later call only grows the reserve.
 
-
     Parameters
     ----------
     reserve_bytes : int, default 0
