@@ -434,7 +434,6 @@ if TYPE_CHECKING:
     class TrainData(dict[str, Any]):
         """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-        # per-token: one list per sample
         @overload
         def __getitem__(self, key: Literal["tokens", "loss_masks"]) -> list[list[int]]: ...
         @overload
@@ -444,12 +443,10 @@ if TYPE_CHECKING:
         ) -> list[list[float]]: ...
         @overload
         def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...
-        # per-sample tensors: one numpy array per sample
         @overload
         def __getitem__(
             self, key: Literal["rollout_routed_experts", "rollout_indexer_topk"]
         ) -> list[np.ndarray]: ...
-        # per-sample scalars
         @overload
         def __getitem__(
             self,
@@ -470,14 +467,12 @@ if TYPE_CHECKING:
         def __getitem__(self, key: Literal["rewards", "raw_reward"]) -> list[float]: ...
         @overload
         def __getitem__(self, key: Literal["truncated", "is_padding"]) -> list[bool]: ...
-        # per-sample objects
         @overload
         def __getitem__(self, key: Literal["weight_versions"]) -> list[list[str]]: ...
         @overload
         def __getitem__(
             self, key: Literal["prompt", "metadata", "multimodal_train_inputs"]
         ) -> list[Any]: ...
-        # batch-global values
         @overload
         def __getitem__(self, key: Literal["dynamic_global_batch_size", "n_adapters"]) -> int: ...
         @overload
@@ -486,7 +481,6 @@ if TYPE_CHECKING:
         def __getitem__(self, key: Literal["step_adapter_names"]) -> list[str]: ...
         @overload
         def __getitem__(self, key: Literal["step_adapter_batch_sizes"]) -> dict[str, int]: ...
-        # a key of your own
         @overload
         def __getitem__(self, key: str) -> Any: ...
         def __getitem__(self, key: str) -> Any:

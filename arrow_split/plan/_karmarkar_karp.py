@@ -101,9 +101,7 @@ def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -
     return [one_set[3] for one_set in last] + [[] for _ in range(k - len(last))]
 
 
-# (-spread, -sum of first set, -count, -first row of first set, state index): heapq pops the
-# smallest tuple, i.e. the largest spread, then the state whose first set compares larger.
-# First rows are distinct, so the state index is never reached by a comparison.
+# As _Key: heapq pops the largest spread first; distinct first rows end every comparison.
 _FastKey = tuple[int, int, int, int, int]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)

@@ -37,8 +37,7 @@ MAX_PAD_MULTIPLE = 2**20
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
 _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of nested tensors, silenced around their construction only: a log line of torch
-# 2.13 (the deprecated `is_fx_tracing`) and the prototype warning of some versions.
+# Known noise of nested tensors, silenced around their construction only (torch 2.13 and older).
 _FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
 _FX_TRACING_MESSAGE = "is_fx_tracing will return true"
 _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
@@ -78,9 +77,7 @@ class RaggedColumn:
     @property
     def group(self) -> tuple[str, str]:
         """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        rule: LengthRule | None = (
-            "tokens" if self.spec.role == "length_source" else self.spec.length
-        )
+        rule = "tokens" if self.spec.role == "length_source" else self.spec.length
         if rule is not None and rule in _SEQLENS_KEYS:
             return ("rule", rule)
         return ("column", self.spec.name)
