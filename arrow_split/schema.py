@@ -352,13 +352,7 @@ TOTAL_LENGTHS = "total_lengths"
 _DERIVED = (TOTAL_LENGTHS,)
 
 PADDING_VALUES: Mapping[str, int] = MappingProxyType(
-    {
-        "loss_masks": 0,
-        "sample_indices": -1,
-        "rollout_ids": -1,
-        "rollout_mask_sums": 0,
-        "is_padding": 1,
-    }
+    dict(loss_masks=0, sample_indices=-1, rollout_ids=-1, rollout_mask_sums=0, is_padding=1)
 )
 """What :func:`arrow_split.pad_to_dp` writes into the rows it adds (copies of the last row), by
 key: every value of a per-token key, the one value of a per-sample key (miles #2694)."""

@@ -1,7 +1,4 @@
-"""Test helpers shipped with the library: seeded batches, assertions, the kill test.
-
-Users can use them too (docs/testing.md).
-"""
+"""Test helpers shipped in the library: seeded batches, assertions, kill test (docs/testing.md)."""
 
 from __future__ import annotations
 

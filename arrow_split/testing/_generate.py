@@ -281,8 +281,8 @@ def make_multimodal_train_data(
 ) -> dict[str, Any]:
     """A seeded multimodal batch: the samples of a prompt share its processed image.
 
-    ``multimodal_train_inputs`` holds per prompt one dict of ``pixel_values`` (about
-    ``image_bytes`` bytes) and ``image_grid_thw``: one object per prompt (``shared``) or a copy.
+    ``multimodal_train_inputs``: per prompt a dict of ``pixel_values`` (about ``image_bytes``)
+    and ``image_grid_thw``, one object per prompt (``shared``) or a copy per sample.
 
     Examples
     --------

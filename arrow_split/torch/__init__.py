@@ -48,13 +48,8 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 
 # The dtypes each option may be (ids: as tokens), with the numpy dtype a column is cast to.
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
-    torch.bool: np.bool_,
-    torch.uint8: np.uint8,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.float32: np.float32,
-}
+_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.bool: np.bool_, torch.uint8: np.uint8}
+_MASK_DTYPES |= {**_TOKEN_DTYPES, torch.float32: np.float32}
 
 
 def to_tensors(
@@ -285,8 +280,7 @@ def _fresh(values: np.ndarray) -> bool:
 
 def _address(values: np.ndarray) -> int:
     """Where ``values`` starts (``.ctypes.data`` would import ctypes on a process's first use)."""
-    address: int = values.__array_interface__["data"][0]
-    return address
+    return int(values.__array_interface__["data"][0])
 
 
 def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
