@@ -349,8 +349,6 @@ KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 TOTAL_LENGTHS = "total_lengths"
 """The derived key: each sample's token count, from the length source (never stored)."""
 
-_DERIVED = (TOTAL_LENGTHS,)
-
 PADDING_VALUES: Mapping[str, int] = MappingProxyType(
     dict(loss_masks=0, sample_indices=-1, rollout_ids=-1, rollout_mask_sums=0, is_padding=1)
 )
@@ -374,7 +372,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
         declared[spec.name] = spec
     resolved: dict[str, ColumnSpec] = {}
     for key in keys:
-        if key in _DERIVED:
+        if key == TOTAL_LENGTHS:
             continue
         found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
         if found is None:

@@ -77,7 +77,9 @@ class RaggedColumn:
     @property
     def group(self) -> tuple[str, str]:
         """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        rule = "tokens" if self.spec.role == "length_source" else self.spec.length
+        rule: LengthRule | None = (
+            "tokens" if self.spec.role == "length_source" else self.spec.length
+        )
         if rule is not None and rule in _SEQLENS_KEYS:
             return ("rule", rule)
         return ("column", self.spec.name)
