@@ -1,9 +1,7 @@
-"""Which rollout field is which kind of column, the Arrow type it becomes, and the part it plays.
+"""Which rollout field is which kind of column, its Arrow type, and its role (docs/columns.md).
 
-A key the library does not know is never guessed: declare it with a :class:`ColumnSpec`. Roles
-(:data:`Role`) are declared here, on the specs; the rest of the library finds a column by its
-role (:class:`Roles`, :func:`role_column`), never by its name. Every list column has 64-bit
-offsets, so that no ``take`` overflows at 2**31 values. The tutorial is docs/columns.md.
+Unknown keys are never guessed: declare them with a :class:`ColumnSpec`. The rest of the library
+finds a column by its role (:class:`Roles`, :func:`role_column`), never by its name.
 """
 
 from __future__ import annotations
@@ -51,13 +49,8 @@ ColumnKind = Literal[
     "per_sample_object",
     "batch_global",
 ]
-"""The six kinds of values in a rollout batch.
-
-``per_token`` (``large_list<value_type>``), ``per_token_list`` (a list of numbers per token),
-``per_sample_tensor`` (``[rows, *trailing]`` per sample, the trailing shape in the type),
-``per_sample_scalar``, ``per_sample_object`` (stored by an :data:`ObjectCodec`) and
-``batch_global`` (one value for the batch, shipped whole with every shard).
-"""
+"""The six kinds of values in a rollout batch (their Arrow types: docs/columns.md); a
+``batch_global`` value is one value for the batch, shipped whole with every shard."""
 
 ObjectCodec = Literal["string", "string_list", "pickle", "json"]
 """How a per-sample object is stored: ``string`` (``large_string``), ``string_list``, ``json``
@@ -90,17 +83,7 @@ Role = Literal[
     "adapter_count",
     "padding",
 ]
-"""The part a column plays; one column per role.
-
-``length_source``: the per-token column whose lengths are the token counts (``tokens``).
-``response_length``: the response lengths. ``loss_mask``: the 0/1 per-token mask of the tokens
-that count (NaN is refused only where it is 1). ``sampling_mask``: the ids the sampler could pick
-per response token. ``extra_rows``: a per-sample value that allows extra ``tokens_minus_one``
-rows. ``witness``: per-sample witness ids. ``adapter_slot``: the LoRA adapter of each sample (a
-rank's rows are ordered by it). ``rollout_id``: the rollout of each sample. ``padding``: true on
-rows :func:`arrow_split.pad_to_dp` added. Batch-global: ``step_batch_size`` (rollouts per
-training step) and ``adapter_count`` (number of LoRA adapters).
-"""
+"""The part a column plays, one column per role (each role's meaning: docs/columns.md, "Roles")."""
 
 ROLE_KINDS: dict[str, tuple[str, ...]] = {
     "length_source": ("per_token",),
@@ -126,10 +109,7 @@ _SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
 
 
 def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` of column ``name`` if a column's values may have it (ints, floats, bool).
-
-    Raises :class:`SchemaTypeError` for a non-Arrow type, :class:`SchemaError` for another.
-    """
+    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
     if not isinstance(value_type, pa.DataType):
         msg = (
             f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
@@ -292,10 +272,7 @@ class ColumnSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Roles:
-    """The column that plays each :data:`Role` in one set of resolved specs, or ``None``.
-
-    Found once and held by a batch, so that no code looks a role up per column per call.
-    """
+    """The column that plays each :data:`Role` in resolved specs, or ``None`` (found once)."""
 
     length_source: str | None = None
     response_length: str | None = None
@@ -372,16 +349,8 @@ KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
 TOTAL_LENGTHS = "total_lengths"
 """The derived key: each sample's token count, from the length source (never stored)."""
 
-_DERIVED = (TOTAL_LENGTHS,)
-
 PADDING_VALUES: Mapping[str, int] = MappingProxyType(
-    {
-        "loss_masks": 0,
-        "sample_indices": -1,
-        "rollout_ids": -1,
-        "rollout_mask_sums": 0,
-        "is_padding": 1,
-    }
+    dict(loss_masks=0, sample_indices=-1, rollout_ids=-1, rollout_mask_sums=0, is_padding=1)
 )
 """What :func:`arrow_split.pad_to_dp` writes into the rows it adds (copies of the last row), by
 key: every value of a per-token key, the one value of a per-sample key (miles #2694)."""
@@ -403,7 +372,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
         declared[spec.name] = spec
     resolved: dict[str, ColumnSpec] = {}
     for key in keys:
-        if key in _DERIVED:
+        if key == TOTAL_LENGTHS:
             continue
         found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
         if found is None:
@@ -450,16 +419,13 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     return None
 
 
-# The static types of the train-data dicts ``to_train_data`` returns. At run time they are
-# ``dict``; for a type checker, ``dict[str, Any]`` with a typed ``__getitem__`` per known key: a
-# TypedDict would refuse the keys users declare (mypy knows no PEP 728 ``extra_items``) and is not
-# a ``dict[str, Any]``. A key re-declared with another kind keeps the library's type: ``cast`` it.
+# The train-data dicts' static types: ``dict`` at run time; for a type checker a typed
+# ``__getitem__`` per known key (a TypedDict would refuse declared keys: no PEP 728 in mypy).
 if TYPE_CHECKING:
 
     class TrainData(dict[str, Any]):
         """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-        # per-token: one list per sample
         @overload
         def __getitem__(self, key: Literal["tokens", "loss_masks"]) -> list[list[int]]: ...
         @overload
@@ -469,12 +435,10 @@ if TYPE_CHECKING:
         ) -> list[list[float]]: ...
         @overload
         def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...
-        # per-sample tensors: one numpy array per sample
         @overload
         def __getitem__(
             self, key: Literal["rollout_routed_experts", "rollout_indexer_topk"]
         ) -> list[np.ndarray]: ...
-        # per-sample scalars
         @overload
         def __getitem__(
             self,
@@ -495,14 +459,12 @@ if TYPE_CHECKING:
         def __getitem__(self, key: Literal["rewards", "raw_reward"]) -> list[float]: ...
         @overload
         def __getitem__(self, key: Literal["truncated", "is_padding"]) -> list[bool]: ...
-        # per-sample objects
         @overload
         def __getitem__(self, key: Literal["weight_versions"]) -> list[list[str]]: ...
         @overload
         def __getitem__(
             self, key: Literal["prompt", "metadata", "multimodal_train_inputs"]
         ) -> list[Any]: ...
-        # batch-global values
         @overload
         def __getitem__(self, key: Literal["dynamic_global_batch_size", "n_adapters"]) -> int: ...
         @overload
@@ -511,7 +473,6 @@ if TYPE_CHECKING:
         def __getitem__(self, key: Literal["step_adapter_names"]) -> list[str]: ...
         @overload
         def __getitem__(self, key: Literal["step_adapter_batch_sizes"]) -> dict[str, int]: ...
-        # a key of your own
         @overload
         def __getitem__(self, key: str) -> Any: ...
         def __getitem__(self, key: str) -> Any:

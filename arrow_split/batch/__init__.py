@@ -1,8 +1,7 @@
 """The rollout batch: one Arrow RecordBatch plus batch-global values, immutable.
 
-No attribute can be rebound and every array handed out is read-only, except a take's private
-buffers, which :func:`arrow_split.torch.to_tensors` may share. A :class:`~arrow_split.Shard`
-holds a batch of its rows. Dumps on disk: :mod:`arrow_split.batch._dump` (docs/dumps.md).
+Every array handed out is read-only, except a take's private buffers, which
+:func:`arrow_split.torch.to_tensors` may share. Dumps: :mod:`arrow_split.batch._dump`.
 """
 
 from __future__ import annotations
@@ -51,9 +50,6 @@ __all__ = [
 class RolloutBatch:
     """A whole rollout batch as an Arrow RecordBatch plus batch-global values.
 
-    Build one with :meth:`from_train_data`; split it with
-    :func:`arrow_split.split_train_data_by_dp_raw` or :func:`arrow_split.shard_for_rank`.
-
     Parameters
     ----------
     record_batch
@@ -81,8 +77,8 @@ class RolloutBatch:
         "_total_lengths",
         "_trust_objects",
     )
-    _total_lengths: np.ndarray  # computed on first use (see `total_lengths`)
-    _globals_view: Mapping[str, object]  # made on first use (see `batch_globals`)
+    _total_lengths: np.ndarray  # made on first use
+    _globals_view: Mapping[str, object]  # made on first use
 
     def __init__(
         self,
@@ -194,11 +190,7 @@ class RolloutBatch:
 
     @property
     def batch_globals(self) -> Mapping[str, object]:
-        """The batch-global values, shipped whole with every shard, read-only all the way down.
-
-        A list comes as a tuple, a dict as a ``MappingProxyType``, an array read-only
-        (:meth:`to_train_data` returns fresh lists and dicts, miles' types).
-        """
+        """The batch-global values, read-only (lists as tuples, dicts as proxies)."""
         if not hasattr(self, "_globals_view"):  # set once: the batch is immutable
             self._globals_view = MappingProxyType(
                 {key: _read_only_global(value) for key, value in self._batch_globals.items()}
@@ -249,10 +241,7 @@ class RolloutBatch:
         return self.total_lengths
 
     def role_values(self, role: Role) -> np.ndarray | None:
-        """The values of the per-sample scalar column that plays ``role`` (read-only), or ``None``.
-
-        Raises :class:`SchemaError` for a role played by a column of more values per sample.
-        """
+        """The values of the per-sample scalar column playing ``role`` (read-only), or ``None``."""
         name = self._roles.column(role)
         if name is None or name not in self._record_batch.schema.names:
             return None
@@ -299,10 +288,7 @@ class RolloutBatch:
     def write(
         self, path: str | os.PathLike[str], *, compression: Compression | None = None
     ) -> None:
-        """Write the batch to one Arrow IPC file, atomically (docs/dumps.md).
-
-        Uncompressed by default, so that :meth:`read` maps it without a copy.
-        """
+        """Write the batch to one Arrow IPC file atomically (uncompressed: :meth:`read` maps it)."""
         write_dump(
             self._record_batch, self._specs, self._batch_globals, path, compression=compression
         )
@@ -313,9 +299,8 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """Map a file written by :meth:`write` back into a batch, without copying its buffers.
 
-        A file is input: ``validate`` checks its content with the codecs' own checks (skip it
-        only for files you trust); only plain data among its pickled objects decodes unless
-        ``trust_objects=True``.
+        ``validate=False`` skips the content checks (trusted files only); only plain data among
+        its pickled objects decodes unless ``trust_objects=True``.
 
         Raises
         ------
@@ -349,13 +334,9 @@ class RolloutBatch:
 
     def _with(self, *, plan: Plan | None) -> RolloutBatch:
         """The same batch carrying ``plan`` (trusted: a plan of this batch)."""
+        parts = (self._record_batch, self._specs, self._batch_globals)
         return RolloutBatch._make(
-            self._record_batch,
-            self._specs,
-            self._batch_globals,
-            plan=plan,
-            trust_objects=self._trust_objects,
-            roles=self._roles,
+            *parts, plan=plan, trust_objects=self._trust_objects, roles=self._roles
         )
 
     def add_train_data(
@@ -381,12 +362,9 @@ class RolloutBatch:
             check_finite_columns({key: array}, {key: spec})
             record_batch = record_batch.append_column(key, array)
         merged = MappingProxyType({**self._specs, **resolved})
+        trust = self._trust_objects
         return RolloutBatch._make(
-            record_batch,
-            merged,
-            self._batch_globals,
-            plan=self._plan,
-            trust_objects=self._trust_objects,
+            record_batch, merged, self._batch_globals, plan=self._plan, trust_objects=trust
         )
 
     def to_train_data(self) -> TrainData:
@@ -399,13 +377,8 @@ class RolloutBatch:
         DumpError
             A pickled object's bytes do not decode (a corrupt file).
         """
-        train_data = decode_train_data(
-            self._record_batch,
-            self._specs,
-            self._batch_globals,
-            trust_objects=self._trust_objects,
-        )
-        return cast("TrainData", train_data)
+        parts = (self._record_batch, self._specs, self._batch_globals)
+        return cast("TrainData", decode_train_data(*parts, trust_objects=self._trust_objects))
 
     def equals(self, other: object) -> bool:
         """Whether two batches hold the same values, specs and globals (NaN equal to NaN)."""
@@ -433,11 +406,7 @@ class RolloutBatch:
 
 
 def _own_global(value: object) -> object:
-    """A batch-global value as the batch keeps it: its own list, dict or read-only array.
-
-    The classic types stay (dumps and :meth:`RolloutBatch.to_train_data` see what they always
-    saw); a caller's list or writable array is copied, and read-only views come back as lists.
-    """
+    """A batch-global value as the batch keeps it: its own list, dict or read-only array."""
     if isinstance(value, (list, tuple)):
         return list(value)
     if isinstance(value, Mapping):

@@ -1,11 +1,9 @@
 """Partition plans: which rows of a batch go to which data-parallel rank. Pure numpy.
 
-A :class:`Plan` is a value: method, ``dp_size``, one read-only int64 index array per rank, and a
-fingerprint of its inputs, so that ranks check in O(1) that they hold parts of one plan.
-``"strided"``: rank ``r`` gets rows ``r, r + dp_size, ...``; ``"balanced"``: Karmarkar-Karp into
-equal-size parts of close token totals (:mod:`._karmarkar_karp`), as the frameworks in use
-today place them. ``order_by`` (adapter slots) then sorts each rank's rows stably.
-:func:`plan_partitions`, :func:`partition_for_rank`, :func:`plan_fingerprint`: the classic API.
+A :class:`Plan` holds one read-only int64 index array per rank and a fingerprint of its inputs,
+so that ranks check in O(1) that they hold parts of one plan. ``"strided"``: rank ``r`` gets rows
+``r, r + dp_size, ...``; ``"balanced"``: equal-size Karmarkar-Karp parts of close token totals.
+``order_by`` (adapter slots) then sorts each rank's rows stably.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ _FINGERPRINT_PERSON = b"arrow_split.plan"
 
 
 def _check_balanced(n: int, dp_size: int) -> None:
-    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size (a plan rule)."""
+    """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
     if n < dp_size:
         msg = (
             f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
@@ -52,11 +50,10 @@ def _check_balanced(n: int, dp_size: int) -> None:
         )
         raise PlanError(msg)
     if n % dp_size:
-        drop, pad = n % dp_size, dp_size - n % dp_size
         msg = (
             f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
-            f"drop {drop} samples or pad with {pad} (`pad_to_dp=True` does it), or use "
-            "`balance_data=False`"
+            f"drop {n % dp_size} samples or pad with {dp_size - n % dp_size} (`pad_to_dp=True` "
+            "does it), or use `balance_data=False`"
         )
         raise PlanError(msg)
 
@@ -159,8 +156,7 @@ class Plan:
         PlanTypeError
             For inputs of the wrong type (``bool`` or float ``dp_size``, float lengths...).
         PlanError
-            For a bad `dp_size` or `total_lengths`, or a balanced plan of a sample count
-            smaller than `dp_size` or not a multiple of it.
+            Bad inputs, or a balanced plan of fewer samples than `dp_size` or not a multiple.
         """
         return cls._make(*_checked(total_lengths, check_dp_size(dp_size), balance_data, order_by))
 
@@ -236,12 +232,8 @@ def plan_partitions(
     order_by: npt.ArrayLike | None = None,
 ) -> list[Int64Array]:
     """Every rank's rows: ``Plan.build(...).partitions`` as writable copies (see there)."""
-    return [
-        rows.copy()
-        for rows in Plan.build(
-            total_lengths, dp_size, balance_data=balance_data, order_by=order_by
-        ).partitions
-    ]
+    plan = Plan.build(total_lengths, dp_size, balance_data=balance_data, order_by=order_by)
+    return [rows.copy() for rows in plan.partitions]
 
 
 def partition_for_rank(
@@ -271,9 +263,8 @@ def plan_fingerprint(
     BLAKE2b of the sample count, `dp_size`, the method and the lengths (and ``order_by`` keys) as
     little-endian int64: equal inputs give equal digests on every platform and in every process.
     """
-    lengths, size, method, keys = _checked(
-        total_lengths, check_dp_size(dp_size), balance_data, order_by
-    )
+    size = check_dp_size(dp_size)
+    lengths, _, method, keys = _checked(total_lengths, size, balance_data, order_by)
     if method == "balanced":
         _check_balanced(lengths.size, size)
     return _fingerprint(size, method, lengths, keys)

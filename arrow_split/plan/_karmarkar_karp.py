@@ -1,18 +1,10 @@
 """Karmarkar-Karp largest differencing into `k` parts, of equal or of free sizes: the one KK.
 
-The algorithm, tie-breaks included, is verl's and miles' ``get_seqlen_balanced_partitions``
-(``tests/reference_plan.py`` spells it in plain Python): seed states of `k` sets (with
-``equal_size`` each run of `k` sorted items, else one item per state), pop the two states of
-largest spread (ties: the larger first set), let the first's set ``i`` absorb the second's set
-``k - 1 - i``, re-sort its sets descending, push it back; the last state's sets are the parts.
-A set compares by (sum, count, item list); indices are distinct and a set keeps its first item
-in front, so ``(sum, count, first index)`` decides, and with non-negative values a state need
-store only its non-empty sets.
-
-:func:`kk_partitions` runs it on lists (any sizes, float sums added one item at a time as the
-reference rounds); :func:`balanced_plan`, the balanced plan's hot path (equal sizes of ints),
-keeps only each state's set sums and first rows, records which first row absorbed which, and
-resolves every row's part at the end by vectorised pointer jumping.
+verl's and miles' ``get_seqlen_balanced_partitions``, tie-breaks included (plain Python in
+``tests/reference_plan.py``); a set compares by ``(sum, count, first index)``. :func:`kk_partitions`
+runs it on lists (float sums added one item at a time, as the reference rounds);
+:func:`balanced_plan`, the hot path (equal sizes of ints), keeps each state's set sums and first
+rows only and resolves every row's part at the end by vectorised pointer jumping.
 """
 
 from __future__ import annotations
@@ -36,8 +28,6 @@ __all__ = [
 ]
 
 Int64Array = npt.NDArray[np.int64]
-
-# --- general: any sizes, ints or floats ---------------------------------------------------
 
 # One set: [sum, count, first index, indices, values]. Values are kept only for float sums.
 _Set = list[Any]
@@ -111,11 +101,7 @@ def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -
     return [one_set[3] for one_set in last] + [[] for _ in range(k - len(last))]
 
 
-# --- equal sizes of integers: the balanced plan ------------------------------------------
-
-# (-spread, -sum of first set, -count, -first row of first set, state index): heapq pops the
-# smallest tuple, i.e. the largest spread, then the state whose first set compares larger.
-# First rows are distinct, so the state index is never reached by a comparison.
+# As _Key: heapq pops the largest spread first; distinct first rows end every comparison.
 _FastKey = tuple[int, int, int, int, int]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
@@ -135,11 +121,9 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
 
 
 class _TupleStates:
-    """States as Python tuples: cheapest per merge when each state has only a few sets.
+    """States as tuples of set sums and first rows: cheapest when a state has few sets.
 
-    A state's sets are known by their sums and first rows; ``merge(first, second)`` merges
-    state ``second`` into ``first`` and returns its queue key; ``parents()`` gives, per row,
-    the first row of the set that absorbed its set (or itself).
+    ``merge`` returns the merged state's queue key; ``parents()`` the absorbing first row per row.
     """
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
@@ -193,10 +177,9 @@ class _ArrayStates:
 
 
 def _merge_all(keys: list[_FastKey], states: _TupleStates | _ArrayStates) -> int:
-    """Run the largest-differencing loop over the queue `keys`; return the last state's index.
+    """Run the differencing loop over `keys`; return the last state's index.
 
-    The state made by the latest merge is held outside the heap, because it is often the next
-    one popped; it is pushed only when a heap state comes before it.
+    The latest merged state is held outside the heap: it is often the next one popped.
     """
     heapq.heapify(keys)
     held = heapq.heappop(keys)
@@ -266,8 +249,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     PlanTypeError
         For non-numeric weights or a `k` that is not an int.
     PlanError
-        For fewer items than `k`, a count not a multiple of `k` with `equal_size`, or negative
-        or non-finite weights.
+        Fewer items than `k`, a count not a multiple of `k` (`equal_size`), bad weights.
     """
     parts = check_positive_int("k", k)
     if not isinstance(equal_size, (bool, np.bool_)):
@@ -289,11 +271,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
 
 
 def sorted_parts(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[Int64Array]:
-    """The `k` parts of checked `values` (as :func:`kk_partitions`), each sorted ascending.
-
-    Equal sizes of ints whose total fits int64 take the fast path (:func:`balanced_plan`),
-    everything else the general one: both give the same parts.
-    """
+    """The `k` parts of checked `values` (as :func:`kk_partitions`), each sorted ascending."""
     if equal_size and exact and values and max(values) * len(values) <= _INT64_MAX:
         return balanced_plan(np.asarray(values, dtype=np.int64), k)
     found = kk_partitions(values, k, equal_size=equal_size, exact=exact)

@@ -93,8 +93,7 @@ def split_train_data_by_dp(
 ) -> list[ObjectRef[NodeRows]] | ObjectRef[RolloutBatch]:
     """Put a rollout batch into Ray's object store for ``dp_size`` data-parallel ranks.
 
-    Call it on the driver, which then owns the objects. Everything, the plan included, is
-    validated before anything is put.
+    Call it on the driver (which then owns the objects); everything is checked before any put.
 
     Parameters
     ----------
@@ -181,10 +180,7 @@ def process_rollout_data(
     on_fetch: OnFetch | None = None,
     pad_to_dp: bool = False,
 ) -> Shard:
-    """Return this rank's shard from what :func:`split_train_data_by_dp` put.
-
-    Call it in the train actor of rank ``dp_rank``: only this rank's rows are fetched (eager) or
-    gathered (delayed). ``shard.to_train_data(layout="actor")`` gives the actor dict.
+    """Return this rank's shard (its rows only) from what :func:`split_train_data_by_dp` put.
 
     Parameters
     ----------
@@ -211,8 +207,7 @@ def process_rollout_data(
     Raises
     ------
     PlanError, OptionError
-        A bad ``dp_rank``, ``dp_size`` or ``locality``; an eager list whose length is not
-        ``dp_size``; a shard where the whole batch is expected.
+        Bad ``dp_rank``, ``dp_size``, ``locality`` or list length; a shard where a batch is due.
     PlanMismatchError
         What was put is another plan's data (method, ``dp_size`` or ranks).
     NotARolloutBatchError
@@ -227,7 +222,6 @@ def process_rollout_data(
     method = None if balance_data is None else method_of(balance_data)
     resplit = as_flag("resplit", resplit)
     step = None if step is None else as_int("step", step, minimum=0)
-    # a locality not a str is named like a wrong string (an OptionError), as the tests pin it
     where = cast(Locality, as_choice("locality", locality, Locality, type_error=OptionError))
     pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
@@ -327,13 +321,8 @@ def _detached(batch: RolloutBatch) -> RolloutBatch:
             value = np.array(value, copy=True)
             value.flags.writeable = False
         batch_globals[key] = value
-    return RolloutBatch(
-        batch.record_batch,
-        batch.specs,
-        batch_globals,
-        plan=batch.plan,
-        trust_objects=batch.trust_objects,
-    )
+    parts = (batch.record_batch, batch.specs, batch_globals)
+    return RolloutBatch(*parts, plan=batch.plan, trust_objects=batch.trust_objects)
 
 
 def _with_witness(
@@ -385,8 +374,8 @@ def _mallopt() -> Callable[[int, int], int] | None:
 def reserve_heap(nbytes: int) -> bool:
     """Keep ``nbytes`` of touched, free heap for this process and Arrow (glibc); ``False`` if not.
 
-    Sets glibc's thresholds, makes the system allocator Arrow's default pool, then touches and
-    frees ``nbytes`` (docs/ray.md, "The first step"). ``nbytes`` is parsed by the caller.
+    Sets glibc's thresholds, makes the system allocator Arrow's pool, then touches and frees
+    ``nbytes`` (docs/ray.md, "The first step").
     """
     global _reserved  # one heap per process
     if nbytes <= _reserved:
@@ -421,8 +410,7 @@ def warm_up(*, reserve_bytes: int = 0) -> None:
     """Do a rank's first-time work now (imports, kernels, caches), once per process.
 
     Call it in each train actor's ``__init__``: it runs an eager and a delayed rank's work on two
-    samples in memory (nothing put) and, where Ray is initialized, counts the live nodes. A later
-    call only grows the reserve.
+    samples in memory (nothing put); a later call only grows the reserve.
 
     Parameters
     ----------

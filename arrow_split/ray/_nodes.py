@@ -1,8 +1,6 @@
 """Where a step's rows live on a cluster: eager objects per node group, delayed takes on a holder.
 
-Eager: one object per group of ranks on one node, each rank checking the plan's key and its row
-range in O(1). Delayed: a rank whose node does not hold the batch has its rows taken by a helper
-actor on a node that does. docs/ray.md, "Eager" and "At cluster scale", describes both.
+docs/ray.md, "Eager" and "At cluster scale", describes both.
 """
 
 from __future__ import annotations
@@ -75,10 +73,7 @@ _HelperGoneError = (
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class NodeRows:
-    """An eager object of several ranks: their rows in plan order, and each rank's bounds.
-
-    Fresh compact buffers, never a slice view (which would ship its parent's buffers).
-    """
+    """An eager object of several ranks: their rows in plan order (fresh), each rank's bounds."""
 
     record_batch: pa.RecordBatch
     specs: Mapping[str, ColumnSpec]
@@ -100,16 +95,8 @@ def node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
     sizes = np.array([0, *(len(part) for part in rows)], dtype=np.int64).cumsum()
     taken = take_rows(batch, np.concatenate(rows) if rows else np.zeros(0, np.int64))
     bounds = {rank: (int(sizes[i]), int(sizes[i + 1])) for i, rank in enumerate(ranks)}
-    return NodeRows(
-        taken.record_batch,
-        batch.specs,
-        batch.batch_globals,
-        taken.partition,
-        taken.batch_total_lengths,
-        plan.key,
-        bounds,
-        batch.trust_objects,
-    )
+    parts = (taken.record_batch, batch.specs, batch.batch_globals, taken.partition)
+    return NodeRows(*parts, taken.batch_total_lengths, plan.key, bounds, batch.trust_objects)
 
 
 def put_by_node(
@@ -162,11 +149,7 @@ def _ranks_text(ranks: Sequence[int]) -> str:
 def rank_slice(
     value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
 ) -> Shard:
-    """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced.
-
-    Raises NotARolloutBatchError or PlanError for what an eager split does not put, and
-    PlanMismatchError for other ranks' rows or another plan's.
-    """
+    """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced."""
     if isinstance(value, RolloutBatch) and value.plan is not None:
         key = value.plan.key
         if key.dp_size != dp_size or (method is not None and key.method != method):
@@ -192,12 +175,8 @@ def rank_slice(
         got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
         _mismatch(got, key, dp_rank, dp_size, method, who, what)
     start, stop = bounds
-    rows = RolloutBatch(
-        value.record_batch.slice(start, stop - start),
-        value.specs,
-        value.batch_globals,
-        trust_objects=value.trust_objects,
-    )
+    part = value.record_batch.slice(start, stop - start)
+    rows = RolloutBatch(part, value.specs, value.batch_globals, trust_objects=value.trust_objects)
     return Shard(
         rows,
         partition=value.partition[start:stop],
@@ -279,11 +258,9 @@ def live_nodes() -> int:
 def take_on_holder(
     ref: ObjectRef[Any], node_id: str, request: dict[str, Any], on_fetch: OnFetch | None
 ) -> Shard | None:
-    """The rank's shard, taken on ``node_id`` and copied into fresh buffers here.
+    """The rank's shard, taken on ``node_id`` (its errors raised here) and copied here.
 
-    ``request``: :func:`~arrow_split.shard_for_rank`'s keywords. ``None``: take locally (the
-    helper was unreachable twice, the batch is gone or not a whole batch). The holder's
-    ArrowSplitError is raised here.
+    ``None``: take locally (helper unreachable twice, batch gone or not a whole batch).
     """
     for _ in range(_ATTEMPTS):
         helper = _helper_on(node_id)

@@ -1,7 +1,4 @@
-"""Test helpers that ship with the library: seeded rollout batches, assertions, the kill test.
-
-What the project's tests, benchmarks and demo use, and users can too (docs/testing.md).
-"""
+"""Test helpers shipped in the library: seeded batches, assertions, kill test (docs/testing.md)."""
 
 from __future__ import annotations
 
@@ -56,8 +53,6 @@ __all__ = [
     "run_kill_test",
 ]
 
-# --- assertions ---------------------------------------------------------------------------------
-
 _MISSING = object()
 
 
@@ -86,11 +81,8 @@ def _check_record_batches(left: pa.RecordBatch, right: pa.RecordBatch) -> None:
             _fail(f"types of column `{name}`", left_column.type, right_column.type)
         if not arrays_equal(left_column, right_column):
             row = _first_differing_row(left_column, right_column)
-            _fail(
-                f"column `{name}`, row {row}: values",
-                left_column[row].as_py(),
-                right_column[row].as_py(),
-            )
+            values = (left_column[row].as_py(), right_column[row].as_py())
+            _fail(f"column `{name}`, row {row}: values", *values)
     if not left.schema.equals(right.schema, check_metadata=True):
         _fail("record batches (schema metadata)", left.schema, right.schema)
 
@@ -128,15 +120,11 @@ def assert_shards_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard)
     """Assert two shards equal as batches, then in partition, lengths and plan fingerprint."""
     assert_batches_equal(left, right)
     for name in ("partition", "batch_total_lengths", "plan_fingerprint"):
-        left_value = getattr(left, name, _MISSING)
-        right_value = getattr(right, name, _MISSING)
-        if left_value is _MISSING or right_value is _MISSING:
-            continue
-        if not values_equal(left_value, right_value):
+        left_value, right_value = getattr(left, name, _MISSING), getattr(right, name, _MISSING)
+        missing = left_value is _MISSING or right_value is _MISSING
+        if not missing and not values_equal(left_value, right_value):
             _fail(f"`{name}`", left_value, right_value)
 
-
-# --- the kill test ------------------------------------------------------------------------------
 
 _IDENTITY = "sample_indices"
 _RECORD_FRAME = struct.Struct("<4s8sQQQI")  # a record's frame (format 2: arrow_split._journal)
@@ -186,8 +174,8 @@ def _zygote() -> None:  # pragma: no cover - runs in the helper process
 
 def _writer(
     folder: str, stream: Sequence[dict[str, Any]], start: int, sync: str
-) -> None:  # pragma: no cover - runs in a forked writer
-    """Append ``stream[start:]``, reporting each call, then wait to be killed."""
+) -> None:  # pragma: no cover
+    """Append ``stream[start:]`` in a forked writer, reporting each call, then wait to be killed."""
     os.write(1, f"pid {os.getpid()}\n".encode())
     if any(name.endswith(".journal") for name in os.listdir(folder)):
         builder = RolloutBatchBuilder.recover(folder, sync=sync)  # type: ignore[arg-type]
@@ -281,10 +269,7 @@ def _read(pipe: IO[bytes]) -> list[str]:
 def _one_round(
     zygote: subprocess.Popen[bytes], acked: int, target: int, delay: float
 ) -> tuple[int, bool]:
-    """Run a writer from group ``acked - 1`` (a replay); kill it ``delay`` s into ``target``.
-
-    Returns the first group not acknowledged yet, and whether the writer was killed.
-    """
+    """Replay from group ``acked - 1``, kill ``delay`` s into ``target``: (acked, killed)."""
     commands, reports = cast(IO[bytes], zygote.stdin), cast(IO[bytes], zygote.stdout)
     commands.write(f"run {max(0, acked - 1)}\n".encode())
     commands.flush()
@@ -324,10 +309,9 @@ def run_kill_test(
 ) -> KillReport:
     """SIGKILL a journaling writer ``kills`` times; count lost, duplicated and torn samples.
 
-    A warm helper process forks each writer, which recovers the journal in ``folder`` (a
-    temporary one by default) and appends ``groups`` groups of 4 samples, replaying one; each
-    recovery must hold exactly the acknowledged groups, plus the interrupted one whole or not at
-    all. POSIX only (it forks).
+    Each forked writer recovers the journal in ``folder`` (a temporary one by default) and
+    appends ``groups`` groups of 4 samples; each recovery must hold exactly the acknowledged
+    groups, plus the interrupted one whole or not at all. POSIX only (it forks).
     """
     kills = as_int("kills", kills, minimum=0, maximum=_MAX_KILLS)
     seed = as_int("seed", seed, minimum=0)

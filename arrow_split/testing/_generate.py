@@ -1,8 +1,4 @@
-"""Seeded rollout batches shaped like RL training data, as train-data dicts.
-
-Every column is drawn in a fixed order from one seeded generator: a config and a step always
-give the same batch.
-"""
+"""Seeded rollout batches shaped like RL training data: a config and a step give one batch."""
 
 from __future__ import annotations
 
@@ -83,9 +79,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         # numpy ints are accepted and stored as Python ints (slices, ranges and sums take them)
         object.__setattr__(self, "samples", as_int("samples", self.samples, minimum=0))
-        object.__setattr__(
-            self, "response_cap", as_int("response_cap", self.response_cap, minimum=1)
-        )
+        cap = as_int("response_cap", self.response_cap, minimum=1)
+        object.__setattr__(self, "response_cap", cap)
         object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=2**63 - 1))
         mean = self.response_mean
         if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
@@ -235,15 +230,12 @@ def _extras(
 
 def _in_form(config: RolloutConfig, key: str, value: Any) -> Any:
     """``value`` (numpy, or Python objects) in the form the config asks for ``key``."""
-    if key == "rollout_routed_experts" or not isinstance(value, (list, np.ndarray)):
-        return value
-    if isinstance(value, list) and (not value or not isinstance(value[0], np.ndarray)):
+    plain = isinstance(value, list) and (not value or not isinstance(value[0], np.ndarray))
+    if key == "rollout_routed_experts" or config.numpy_for(key) or plain:
         return value  # objects and plain lists stay as they are
-    if config.numpy_for(key):
-        return value
     if isinstance(value, list):
         return [sample.tolist() for sample in value]
-    return value.tolist()
+    return value.tolist() if isinstance(value, np.ndarray) else value
 
 
 def make_train_data(config: RolloutConfig, step: int = 0) -> dict[str, Any]:
@@ -270,18 +262,13 @@ def is_per_sample(key: str) -> bool:
 def iter_sample_groups(
     config: RolloutConfig, group_size: int = 8, *, step: int = 0
 ) -> Iterator[dict[str, Any]]:
-    """The batch of :func:`make_train_data` as train-data dicts of ``group_size`` rows each.
-
-    Per-sample keys and ``raw_reward`` hold the group's rows, other batch-global keys the batch's.
-    """
+    """:func:`make_train_data`'s batch as dicts of ``group_size`` rows (other globals whole)."""
     group_size = as_int("group_size", group_size, minimum=1)
     data = make_train_data(config, step)
     per_sample = [key for key in data if is_per_sample(key)]
     for start in range(0, config.samples, group_size):
-        group = dict(data)
-        for key in per_sample:
-            group[key] = data[key][start : start + group_size]
-        yield group
+        rows = {key: data[key][start : start + group_size] for key in per_sample}
+        yield {**data, **rows}
 
 
 def make_multimodal_train_data(
@@ -294,8 +281,8 @@ def make_multimodal_train_data(
 ) -> dict[str, Any]:
     """A seeded multimodal batch: the samples of a prompt share its processed image.
 
-    ``multimodal_train_inputs`` holds per prompt one dict of ``pixel_values`` (about
-    ``image_bytes`` bytes) and ``image_grid_thw``: one object per prompt (``shared``) or a copy.
+    ``multimodal_train_inputs``: per prompt a dict of ``pixel_values`` (about ``image_bytes``)
+    and ``image_grid_thw``, one object per prompt (``shared``) or a copy per sample.
 
     Examples
     --------

@@ -1,7 +1,7 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
-Options are parsed once here, the numeric columns read under one memory rule
-(``_private_or_copy``) and arranged by :mod:`arrow_split.torch._layouts` (docs/torch.md).
+Options are parsed here, columns read under one memory rule (``_private_or_copy``) and arranged
+by :mod:`arrow_split.torch._layouts` (docs/torch.md).
 """
 
 from __future__ import annotations
@@ -48,13 +48,8 @@ TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 
 # The dtypes each option may be (ids: as tokens), with the numpy dtype a column is cast to.
 _TOKEN_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.int32: np.int32, torch.int64: np.int64}
-_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {
-    torch.bool: np.bool_,
-    torch.uint8: np.uint8,
-    torch.int32: np.int32,
-    torch.int64: np.int64,
-    torch.float32: np.float32,
-}
+_MASK_DTYPES: dict[torch.dtype, type[np.generic]] = {torch.bool: np.bool_, torch.uint8: np.uint8}
+_MASK_DTYPES |= {**_TOKEN_DTYPES, torch.float32: np.float32}
 
 
 def to_tensors(
@@ -123,9 +118,8 @@ def to_micro_batches(
     """One :func:`to_tensors` result (``**options``) per micro-batch of a shard.
 
     Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]``
-    (``RankSchedule.micro_batch_offsets``), converted from a slice of the shard (no second
-    gather). Raises OptionTypeError or OptionError for offsets that are not integers rising
-    from 0 to ``len(shard)``, and what :func:`to_tensors` raises.
+    (``RankSchedule.micro_batch_offsets``), a slice of the shard. Raises OptionTypeError or
+    OptionError for offsets not rising from 0 to ``len(shard)``, and what ``to_tensors`` raises.
     """
     rows = _rows_of(shard)
     offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
@@ -137,12 +131,9 @@ def to_micro_batches(
         raise OptionError(msg)
     parsed = _options(**options)
     record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
-    return [
-        _convert(
-            RolloutBatch(record_batch.slice(start, stop - start), specs, batch_globals), parsed
-        )
-        for start, stop in itertools.pairwise(offsets.tolist())
-    ]
+    pairs = itertools.pairwise(offsets.tolist())
+    slices = (record_batch.slice(start, stop - start) for start, stop in pairs)
+    return [_convert(RolloutBatch(part, specs, batch_globals), parsed) for part in slices]
 
 
 def _rows_of(shard: object) -> RolloutBatch:
@@ -178,7 +169,6 @@ def _options(
 
 
 def _scalar(value: object) -> object:
-    """A 0-d numpy array's value; anything else as it is."""
     return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
@@ -268,8 +258,7 @@ def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
 def _private_or_copy(values: np.ndarray, buffer: pa.Buffer | None) -> np.ndarray:
     """The memory rule, decided here only: share ``buffer`` if it is private, else copy.
 
-    Arrow allocated a mutable buffer in this process (what ``take`` returns); an immutable one
-    may be shared memory (the object store). Booleans unpacked for this call are ours to write.
+    A mutable buffer was allocated here (a ``take``); an immutable one may be the object store.
     """
     if buffer is None or not _is_view_of(values, buffer):
         if not values.flags.writeable and _fresh(values):
@@ -291,18 +280,13 @@ def _fresh(values: np.ndarray) -> bool:
 
 def _address(values: np.ndarray) -> int:
     """Where ``values`` starts (``.ctypes.data`` would import ctypes on a process's first use)."""
-    address: int = values.__array_interface__["data"][0]
-    return address
+    return int(values.__array_interface__["data"][0])
 
 
 def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
-    start = _address(values)
-    return bool(
-        values.size > 0
-        and values.flags.c_contiguous
-        and buffer.address <= start
-        and start + values.nbytes <= buffer.address + buffer.size
-    )
+    start, end = _address(values), buffer.address + buffer.size
+    inside = buffer.address <= start and start + values.nbytes <= end
+    return bool(values.size > 0 and values.flags.c_contiguous and inside)
 
 
 def _tensor_of(

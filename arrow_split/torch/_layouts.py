@@ -1,7 +1,4 @@
-"""The layouts of :func:`arrow_split.torch.to_tensors`: per-sample, packed, padded, nested.
-
-They arrange the columns :mod:`arrow_split.torch` read; every tensor they add is fresh.
-"""
+"""The layouts of :func:`arrow_split.torch.to_tensors` (docs/torch.md); added tensors are fresh."""
 
 from __future__ import annotations
 
@@ -40,8 +37,7 @@ MAX_PAD_MULTIPLE = 2**20
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
 _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of nested tensors, silenced around their construction only: a log line of torch
-# 2.13 (the deprecated `is_fx_tracing`) and the prototype warning of some versions.
+# Known noise of nested tensors, silenced around their construction only (torch 2.13 and older).
 _FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
 _FX_TRACING_MESSAGE = "is_fx_tracing will return true"
 _NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
@@ -91,10 +87,7 @@ class RaggedColumn:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenListColumn:
-    """A list per token: packed in every layout but ``per_sample`` (it has no dense shape).
-
-    ``sample_offsets`` (``n + 1``) index the tokens, ``token_offsets`` (tokens + 1) the values.
-    """
+    """A list per token: ``sample_offsets`` (``n + 1``) index tokens, ``token_offsets`` values."""
 
     spec: ColumnSpec
     values: torch.Tensor
@@ -103,17 +96,10 @@ class TokenListColumn:
 
     def per_sample(self, options: TensorOptions) -> dict[str, Tensors]:
         """``name``: one flat tensor per sample; ``name_offsets``: its per-token offsets from 0."""
-        starts = self.token_offsets[self.sample_offsets]
-        values = list(torch.split(self.values, np.diff(starts).tolist()))
-        offsets = [
-            move(
-                torch.from_numpy(self.token_offsets[begin : end + 1] - self.token_offsets[begin]),
-                options,
-            )
-            for begin, end in zip(
-                self.sample_offsets[:-1].tolist(), self.sample_offsets[1:].tolist(), strict=True
-            )
-        ]
+        token, sample = self.token_offsets, self.sample_offsets
+        values = list(torch.split(self.values, np.diff(token[sample]).tolist()))
+        bounds = zip(sample[:-1].tolist(), sample[1:].tolist(), strict=True)
+        offsets = [move(torch.from_numpy(token[b : e + 1] - token[b]), options) for b, e in bounds]
         return {self.spec.name: values, f"{self.spec.name}_offsets": offsets}
 
     def packed(self, options: TensorOptions) -> dict[str, Tensors]:
@@ -169,14 +155,8 @@ def _length_mask(
     column: RaggedColumn, ragged: dict[str, RaggedColumn], options: TensorOptions
 ) -> torch.Tensor:
     """``[n, width]`` bool, True at a sample's real positions; width shared by the group."""
-    width = max(
-        (
-            int(other.lengths.max(initial=0))
-            for other in ragged.values()
-            if other.group == column.group
-        ),
-        default=0,
-    )
+    group = [int(c.lengths.max(initial=0)) for c in ragged.values() if c.group == column.group]
+    width = max(group, default=0)
     multiple = options.pad_to_multiple_of
     if multiple is not None:
         width = -(-width // multiple) * multiple
