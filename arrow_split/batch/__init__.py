@@ -252,7 +252,8 @@ class RolloutBatch:
                 f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
             )
             raise SchemaError(msg)
-        values = numpy_view(self._record_batch.column(name))
+        column = self._record_batch.column(name)
+        values = numpy_view(column)
         values.flags.writeable = False  # booleans are unpacked into fresh memory
         return values
 
