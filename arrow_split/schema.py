@@ -327,7 +327,7 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64(), role="adapter_slot"),
         ColumnSpec("is_padding", "per_sample_scalar", pa.bool_(), flag=True, role="padding"),
         ColumnSpec("prompt", "per_sample_object", codec="string"),
-        ColumnSpec("metadata", "per_sample_object", codec="pickle"),
+        ColumnSpec("metadata", "per_sample_object", codec="json"),
         ColumnSpec("weight_versions", "per_sample_object", codec="string_list"),
         ColumnSpec("multimodal_train_inputs", "per_sample_object", role="extra_rows"),
         ColumnSpec("raw_reward", "batch_global", global_shape="float_per_sample"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from arrow_split import RolloutBatch, RolloutBatchBuilder
+from arrow_split import ColumnSpec, RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import assert_batches_equal, run_kill_test
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -133,11 +133,13 @@ def test_a_journal_of_version_1_is_recovered(tmp_path: Path) -> None:
     shutil.copytree(DATA / "journal_v1", tmp_path / "journal")
     groups, batch_globals = stored_journal_samples()
     train_data = {key: [v for group in groups for v in group[key]] for key in groups[0]}  # type: ignore[attr-defined]
-    expected = RolloutBatch.from_train_data({**train_data, **batch_globals})
+    pickled = ColumnSpec("metadata", "per_sample_object", codec="pickle")  # version 1's default
+    expected = RolloutBatch.from_train_data({**train_data, **batch_globals}, specs=[pickled])
     recovered = RolloutBatchBuilder.recover(tmp_path / "journal")
     assert len(recovered) == 3
     assert recovered.extend(groups[1]) == 0  # the identity key came back too
     batch = recovered.finish()
     assert batch.specs["prompt"].codec == "pickle"
+    assert batch.specs["metadata"].codec == "pickle"  # the step goes on as its journal began
     assert_batches_equal(batch, expected)
     assert_batches_equal(RolloutBatch.read(tmp_path / "journal" / "step-000000.arrow"), expected)

@@ -4,7 +4,7 @@ The checked-in dump ``tests/data/rollout_v1.arrow`` is the batch of :func:`v1_ba
 with arrow_split 0.1.0 (dump format 1) from the repository root by::
 
     PYTHONPATH=. python -c "from tests.test_dump import v1_batch; \\
-        v1_batch().write('tests/data/rollout_v1.arrow')"
+        v1_batch(metadata='pickle').write('tests/data/rollout_v1.arrow')"
 
 Never write it again: :func:`test_the_v1_dump_still_reads` checks that this version, and every
 later one, reads it back equal to the batch rebuilt from the same seeded values.
@@ -42,6 +42,7 @@ from arrow_split import (
 from arrow_split.batch import _dump
 from arrow_split.batch._dump import DumpInfo
 from arrow_split.errors import DumpError
+from arrow_split.schema import ObjectCodec
 from arrow_split.summary import inspect_path, summarize
 from arrow_split.testing.strategies import train_data
 from tests.reference_split import normalize
@@ -74,8 +75,11 @@ def read_parquet(path: Any) -> RolloutBatch:
 ADVANTAGES = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
 
 
-def v1_batch() -> RolloutBatch:
-    """Six samples with every column kind and a declared column, from a seeded generator."""
+def v1_batch(metadata: ObjectCodec = "json") -> RolloutBatch:
+    """Six samples with every column kind and a declared column, from a seeded generator.
+
+    ``metadata`` is how the ``metadata`` column is stored (version 1 of the dump pickled it).
+    """
     rng = np.random.default_rng(20260101)
     totals = [5, 9, 3, 12, 7, 8]
     responses = [int(rng.integers(1, total)) for total in totals]
@@ -102,7 +106,8 @@ def v1_batch() -> RolloutBatch:
         "step_adapter_names": ["base", "lora-a"],
         "prompt_group_sizes": [2, 2, 2],
     }
-    return RolloutBatch.from_train_data(train_data, specs=[ADVANTAGES])
+    metadata_spec = ColumnSpec("metadata", "per_sample_object", codec=metadata)
+    return RolloutBatch.from_train_data(train_data, specs=[ADVANTAGES, metadata_spec])
 
 
 def _same_train_data(left: dict[str, Any], right: dict[str, Any]) -> bool:
@@ -274,7 +279,7 @@ def test_a_compressed_read_decompresses_into_fresh_memory(tmp_path: Path) -> Non
 
 
 def test_parquet_keeps_names_types_specs_and_globals(tmp_path: Path) -> None:
-    batch = v1_batch()
+    batch = v1_batch(metadata="pickle")
     path = tmp_path / "batch.parquet"
     write_parquet(batch, path)
     table = pq.read_table(path)
@@ -293,6 +298,18 @@ def test_parquet_keeps_names_types_specs_and_globals(tmp_path: Path) -> None:
     assert [spec["name"] for spec in specs] == list(batch.specs)
     assert json.loads(stored[b"arrow_split.batch_globals"])["step_slots"] == {"json": [0, 1]}
     assert read_parquet(path).equals(batch)
+
+
+def test_metadata_of_plain_data_is_json_text_by_default(tmp_path: Path) -> None:
+    batch = v1_batch()
+    assert batch.specs["metadata"].codec == "json"
+    path = tmp_path / "batch.parquet"
+    write_parquet(batch, path)
+    column = pq.read_table(path).column("metadata")
+    assert column.type == pa.large_string()  # any tool reads it; no pickle
+    assert json.loads(column[1].as_py()) == {"turn": 1, "tags": ["a", "b"]}
+    assert read_parquet(path).equals(batch)
+    assert read_parquet(path).to_train_data()["metadata"] == batch.to_train_data()["metadata"]
     assert os.listdir(tmp_path) == ["batch.parquet"]
 
 
@@ -551,7 +568,7 @@ def test_the_v1_dump_still_reads() -> None:
     assert V1_DUMP.stat().st_size < 50 * 1024
     read, info = read_dump(V1_DUMP)
     # Written before narrow storage: its routed experts are int32, today's batch stores uint8.
-    expected = v1_batch()
+    expected = v1_batch(metadata="pickle")
     record_batch = expected.record_batch
     index = record_batch.schema.get_field_index("rollout_routed_experts")
     experts = record_batch.column(index)

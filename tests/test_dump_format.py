@@ -1,6 +1,7 @@
 """A dump as a data format: every field says its kind, length rule and meaning; other tools read it.
 
-polars and duckdb are not dependencies: their tests skip where they are not installed.
+polars and duckdb are not dependencies of the package: the development set-up installs them, and
+their tests skip where they are not installed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ DATA = {
     "loss_masks": [[1, 0], [1], []],
     "rewards": [0.5, 1.0, 0.0],
     "prompt": ["p", "q", "r"],
-    "metadata": [{"a": 1}, {"a": 1}, None],
+    "metadata": [{"a": 1, "tags": ["x"]}, {"a": 2, "tags": []}, None],
 }
 
 
@@ -48,7 +49,7 @@ def test_every_field_carries_its_metadata(batch: RolloutBatch, tmp_path: Path) -
         assert masks[b"arrow_split.length_rule"] == b"response"
         assert masks[b"arrow_split.length_of"] == b"response_lengths"
         assert b"only the last `response_lengths[i]` tokens" in masks[b"arrow_split.description"]
-        assert schema.field("metadata").metadata[b"arrow_split.codec"] == b"pickle"
+        assert schema.field("metadata").metadata[b"arrow_split.codec"] == b"json"
         assert b"arrow_split.length_of" not in schema.field("rewards").metadata
 
 
@@ -70,6 +71,9 @@ def test_polars_reads_and_aligns_the_response(batch: RolloutBatch, tmp_path: Pat
     assert [len(m) for m in response["loss_masks"].to_list()] == [2, 1, 0]
     assert frame["prompt"].to_list() == ["p", "q", "r"]
     assert frame["rewards"].to_list() == [0.5, 1.0, 0.0]
+    metadata = frame["metadata"].str.json_decode()  # plain data: JSON text, not pickles
+    assert metadata.struct.field("a").to_list() == [1, 2, None]
+    assert metadata.struct.field("tags").to_list() == [["x"], [], None]
 
 
 def test_duckdb_reads_and_aligns_the_response(batch: RolloutBatch, tmp_path: Path) -> None:
@@ -80,6 +84,11 @@ def test_duckdb_reads_and_aligns_the_response(batch: RolloutBatch, tmp_path: Pat
         f"from read_parquet('{parquet}')"
     ).fetchall()
     assert rows == [([2, 3], [1, 0], "p"), ([7], [1], "q"), ([], [], "r")]
+    fields = duckdb.sql(
+        "select metadata->>'$.a', json_array_length(metadata->'$.tags') "
+        f"from read_parquet('{parquet}')"
+    ).fetchall()
+    assert fields == [("1", 1), ("2", 0), (None, None)]
 
 
 def test_specs_are_readable_json(batch: RolloutBatch, tmp_path: Path) -> None:

@@ -69,6 +69,18 @@ def test_the_builder_gives_the_batch_from_train_data_gives() -> None:
         assert_batches_equal(builder.finish(), expected)
 
 
+def test_metadata_is_json_by_default_in_every_entry_path() -> None:
+    assert RolloutBatch.from_train_data(_data(FITS)).specs["metadata"].codec == "json"
+    for groups in ([FITS, FITS], [FITS, [(1, 2)]], [[(1, 2)], FITS]):
+        builder = RolloutBatchBuilder()
+        for metadata in groups:
+            builder.extend(_data(metadata))
+        every = [value for metadata in groups for value in metadata]
+        expected = RolloutBatch.from_train_data(_data(every))
+        assert expected.specs["metadata"].codec == ("json" if every == FITS * 2 else "pickle")
+        assert_batches_equal(builder.finish(), expected)
+
+
 def test_corrupt_json_text_is_a_dump_error(tmp_path: Path) -> None:
     batch = RolloutBatch.from_train_data(_data([{"a": 1}]), specs=[JSON_METADATA])
     index = batch.record_batch.schema.get_field_index("metadata")

@@ -19,6 +19,7 @@ import pytest
 from hypothesis import given, settings
 
 from arrow_split import (
+    ColumnSpec,
     DumpError,
     OptionTypeError,
     RolloutBatch,
@@ -168,7 +169,8 @@ def test_the_flag_travels_with_a_pickle(tmp_path: Path) -> None:
 
 
 def _corrupt(tmp_path: Path, damage: bytes) -> RolloutBatch:
-    batch = RolloutBatch.from_train_data(_train_data([{"a": 1}]))
+    pickled = ColumnSpec("metadata", "per_sample_object", codec="pickle")
+    batch = RolloutBatch.from_train_data(_train_data([{"a": 1}]), specs=[pickled])
     column = batch.column("metadata")
     values = pa.array([damage], type=pa.large_binary())
     broken = pa.DictionaryArray.from_arrays(column.indices, values)

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from arrow_split import RolloutBatch, RolloutBatchBuilder, take_rows
+from arrow_split import ColumnSpec, RolloutBatch, RolloutBatchBuilder, take_rows
 from arrow_split.testing import assert_batches_equal, make_multimodal_train_data
 
 OVERHEAD = 64  # bytes of Arrow framing a dictionary may add beyond its values
@@ -45,6 +45,10 @@ def sharing_patterns(draw: st.DrawFn) -> list[Any]:
     ]
 
 
+PICKLED = [ColumnSpec("metadata", "per_sample_object", codec="pickle")]
+"""``metadata`` stored as pickles (plain data is JSON text by default)."""
+
+
 def _train_data(objects: list[Any]) -> dict[str, Any]:
     return {
         "tokens": [[row, 1] for row in range(len(objects))],
@@ -59,7 +63,7 @@ def _distinct_bytes(objects: list[Any]) -> int:
 
 @given(sharing_patterns(), st.data())
 def test_each_distinct_value_is_stored_once(objects: list[Any], data: st.DataObject) -> None:
-    batch = RolloutBatch.from_train_data(_train_data(objects))
+    batch = RolloutBatch.from_train_data(_train_data(objects), specs=PICKLED)
     column = batch.record_batch.column("metadata")
     assert pa.types.is_dictionary(column.type)
     values = column.dictionary
@@ -71,7 +75,7 @@ def test_each_distinct_value_is_stored_once(objects: list[Any], data: st.DataObj
     shard = take_rows(batch, np.asarray(rows, dtype=np.int64))
     picked = [objects[row] for row in rows]
     assert shard.rows.to_train_data()["metadata"] == picked
-    expected = RolloutBatch.from_train_data(_train_data(picked))
+    expected = RolloutBatch.from_train_data(_train_data(picked), specs=PICKLED)
     taken = shard.rows.record_batch.column("metadata")
     assert taken.equals(expected.record_batch.column("metadata"))
 
@@ -107,7 +111,7 @@ def test_a_shard_carries_only_the_images_of_its_rows() -> None:
 
 def test_a_dump_round_trips_and_a_plain_column_reads_stored_once(tmp_path: Path) -> None:
     objects = [{"a": 1}, {"a": 1}, None, "x", {"a": 1}]
-    batch = RolloutBatch.from_train_data(_train_data(objects))
+    batch = RolloutBatch.from_train_data(_train_data(objects), specs=PICKLED)
     batch.write(tmp_path / "batch.arrow")
     read = RolloutBatch.read(tmp_path / "batch.arrow")
     assert_batches_equal(read, batch)
@@ -148,7 +152,7 @@ def test_any_row_range_decodes_to_its_objects(form: str, objects: list[Any], dat
     # Decoding reads each row's bytes in place, from the column's data buffer and offsets: a row
     # range (an eager rank's slice) starts mid-buffer, null rows have no bytes, and a column an
     # older version stored (one pickle per row, `large_binary` or `binary`) reads the same way.
-    batch = RolloutBatch.from_train_data(_train_data(objects))
+    batch = RolloutBatch.from_train_data(_train_data(objects), specs=PICKLED)
     record_batch = batch.record_batch
     if form != "once":
         index = batch.column_names.index("metadata")
