@@ -78,6 +78,9 @@ _META = b"arrow_split.journal"
 _MAX_PAYLOAD = 1 << 48
 _SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
 _SPEC_JSON_SIZE = 4096
+_SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
+_NAMES: list[str] = []
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 
 
 def journal_file(folder: str, step: int, suffix: str = "journal") -> str:
@@ -168,17 +171,42 @@ class _Payload(io.RawIOBase):
 
 
 def _encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> _Payload:
-    text = json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
-    names = [f"c{i}" for i in range(len(arrays))]
-    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=names)
-    record_batch = record_batch.replace_schema_metadata({_META: text})
+    """The record's IPC stream: its schema message, its batch's message, the end of the stream."""
+    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=_column_names(len(arrays)))
+    schema = record_batch.schema.with_metadata({_META: _meta_text(kind, meta)})
     payload = _Payload()
-    with (
-        pa.PythonFile(payload, mode="w") as sink,
-        pa.ipc.new_stream(sink, record_batch.schema) as writer,
-    ):
-        writer.write_batch(record_batch)
+    if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
+        with (
+            pa.PythonFile(payload, mode="w") as sink,
+            pa.ipc.new_stream(sink, schema) as writer,
+        ):
+            writer.write_batch(record_batch)
+        return payload
+    for piece in (schema.serialize(), record_batch.serialize(), _END_OF_STREAM):
+        payload.write(piece)
     return payload
+
+
+def _column_names(count: int) -> list[str]:
+    while len(_NAMES) < count:
+        _NAMES.append(f"c{len(_NAMES)}")
+    return _NAMES[:count]
+
+
+def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
+    """The record's JSON; a ``specs`` list of :func:`spec_json`'s shared dicts encoded once."""
+    specs = meta.get("specs")
+    if not isinstance(specs, list) or not specs:
+        return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
+    key = tuple(map(id, specs))
+    cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
+    if cached is None:
+        if len(_SPECS_TEXT) >= _SPEC_JSON_SIZE:
+            _SPECS_TEXT.clear()
+        cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
+    rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
+    text = json.dumps(rest, allow_nan=False)
+    return f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
 
 
 def _no_constant(name: str) -> NoReturn:
