@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from arrow_split._args import as_choice
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import numpy_view, ragged_values
+from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey
@@ -272,7 +272,11 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
     roles: Roles | None = batch.roles
     source = np.minimum(rows, num_samples - 1) if padded else rows
     names = record_batch.schema.names
-    columns = [codec_for(specs[name]).take(record_batch.column(name), source) for name in names]
+    memo: RunsMemo = {}
+    columns = [
+        codec_for(specs[name]).take(array, source, memo)
+        for name, array in zip(names, record_batch.columns, strict=True)
+    ]
     pads = rows >= num_samples if padded else None
     if pads is not None and pads.any():
         columns = [

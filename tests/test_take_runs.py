@@ -79,7 +79,40 @@ def test_take_fixed_equals_arrows_take(leaf: pa.DataType, values: list[int], sta
         pa.array([[1], [None], [2, 3]], type=pa.large_list(pa.int32())),
     ],
 )
-def test_nulls_and_booleans_take_arrows_path(column: pa.Array) -> None:
+def test_nulls_and_booleans_equal_arrows_take(column: pa.Array) -> None:
     rows = np.array([2, 0], dtype=np.int64)
     take = take_runs if pa.types.is_large_list(column.type) else take_fixed
     assert take(column, rows).equals(arrow_take(column, rows))
+
+
+@given(
+    st.lists(st.booleans(), min_size=1, max_size=40),
+    st.integers(0, 20),
+    st.lists(st.integers(0, 1_000), max_size=30),
+)
+def test_booleans_take_bits_in_fresh_buffers(
+    values: list[bool], start: int, picks: list[int]
+) -> None:
+    column = pa.array(values).slice(min(start, len(values) - 1))
+    rows = np.array([pick % len(column) for pick in picks] if len(column) else [], dtype=np.int64)
+    taken = take_fixed(column, rows)
+    assert taken.equals(arrow_take(column, rows))
+    assert _owns(taken, column)
+
+
+@given(list_columns())
+def test_columns_of_one_take_share_their_runs(case: tuple[pa.Array, np.ndarray]) -> None:
+    column, rows = case
+    offsets = column.offsets.to_numpy()  # a column of the same rows, its own offsets buffer
+    other = pa.LargeListArray.from_arrays(
+        pa.array(offsets.copy(), type=pa.int64()),
+        pa.array(np.arange(offsets[-1]) % 7, type=pa.uint8()),
+    )
+    memo: dict[tuple[bytes, int, int], tuple[pa.Buffer, int, list[slice]]] = {}
+    first, second = take_runs(column, rows, memo), take_runs(other, rows, memo)
+    assert first.equals(arrow_take(column, rows))
+    assert second.equals(arrow_take(other, rows))
+    assert _owns(second, other)
+    nested = pa.types.is_fixed_size_list(column.type.value_type)
+    if not nested:  # the same runs (same rows, one value per row): one entry, shared
+        assert len(memo) == 1

@@ -25,6 +25,7 @@ __all__ = [
     "Codec",
     "EncodeOptions",
     "FlatNumbers",
+    "RunsMemo",
     "TensorRole",
     "TypeFields",
     "arrow_take",
@@ -144,8 +145,11 @@ class Codec(abc.ABC):
             return numpy_view(array), None
         return None
 
-    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        """The rows ``indices`` (int64, checked by the caller) in fresh buffers."""
+    def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
+        """The rows ``indices`` (int64, checked by the caller) in fresh buffers.
+
+        ``memo``: as :func:`take_runs`, shared by the columns of one take.
+        """
         return take_fixed(array, indices)
 
 
@@ -327,15 +331,31 @@ def _pool(count: int, dtype: np.dtype) -> tuple[pa.Buffer, np.ndarray]:
 
 
 def take_fixed(array: pa.Array, indices: np.ndarray) -> pa.Array:
-    """The rows ``indices`` (checked int64) of a column of numbers: one ``np.take``."""
+    """The rows ``indices`` (checked int64) of a column of numbers or bools: one ``np.take``."""
     dtype = _fixed_width(array.type)
-    if dtype is None or array.null_count:
+    if array.null_count:
         return arrow_take(array, indices)
+    if dtype is None:
+        return (
+            _take_bits(array, indices)
+            if pa.types.is_boolean(array.type)
+            else arrow_take(array, indices)
+        )
     start = array.offset * dtype.itemsize
     values = np.frombuffer(array.buffers()[1], dtype=dtype, count=len(array), offset=start)
     buffer, out = _pool(len(indices), dtype)
     np.take(values, indices, out=out)
     return pa.Array.from_buffers(array.type, len(indices), [None, buffer])
+
+
+def _take_bits(array: pa.Array, indices: np.ndarray) -> pa.Array:
+    """The rows ``indices`` of a bool column without nulls: its bits unpacked, taken, packed."""
+    packed = np.frombuffer(array.buffers()[1], dtype=np.uint8)
+    bits = np.unpackbits(packed, count=array.offset + len(array), bitorder="little")
+    taken = np.packbits(bits[array.offset :][indices], bitorder="little")
+    buffer, out = _pool(len(taken), np.dtype(np.uint8))
+    out[:] = taken
+    return pa.Array.from_buffers(pa.bool_(), len(indices), [None, buffer])
 
 
 def _leaf_start(array: pa.Array) -> tuple[pa.Array, int, bool]:
@@ -350,8 +370,17 @@ def _leaf_start(array: pa.Array) -> tuple[pa.Array, int, bool]:
     return child, start, nulls or child.null_count > 0
 
 
-def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
-    """The rows ``indices`` (checked int64) of a list column of numbers, each row as one run."""
+RunsMemo = dict[tuple[bytes, int, int], tuple[pa.Buffer, int, list[slice]]]
+"""What :func:`take_runs` keeps between the columns of one take: per the rows' offsets (and
+the leaf's base and values per row), the new offsets buffer, the row count and the runs."""
+
+
+def take_runs(array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
+    """The rows ``indices`` (checked int64) of a list column of numbers, each row as one run.
+
+    Columns of one take whose rows have the same offsets (``memo``) share the new offsets
+    buffer and the runs: per-token columns of one length are gathered for the price of one.
+    """
     layout = _run_layout(array.type)
     if layout is None or array.null_count:
         return arrow_take(array, indices)
@@ -362,18 +391,22 @@ def take_runs(array: pa.Array, indices: np.ndarray) -> pa.Array:
     offsets = np.frombuffer(
         array.buffers()[1], dtype=np.int64, count=len(array) + 1, offset=array.offset * 8
     )
-    starts = offsets[indices]
-    ends = offsets[indices + 1]
-    offsets_buffer, new_offsets = _pool(len(indices) + 1, np.dtype(np.int64))
-    new_offsets[0] = 0
-    np.cumsum(ends - starts, out=new_offsets[1:])
-    rows = int(new_offsets[-1])
+    bounds = np.stack((offsets[indices], offsets[indices + 1]), axis=1)
+    key = (bounds.tobytes(), base, per_row)
+    known = None if memo is None else memo.get(key)
+    if known is None:
+        offsets_buffer, new_offsets = _pool(len(indices) + 1, np.dtype(np.int64))
+        new_offsets[0] = 0
+        np.cumsum(bounds[:, 1] - bounds[:, 0], out=new_offsets[1:])
+        runs = [slice(a, b) for a, b in (bounds * per_row + base).tolist()]
+        known = (offsets_buffer, int(new_offsets[-1]), runs)
+        if memo is not None:
+            memo[key] = known
+    offsets_buffer, rows, runs = known
     flat = np.frombuffer(leaf.buffers()[1], dtype=dtype)
     values_buffer, gathered = _pool(rows * per_row, dtype)
     if rows:
-        lo = (starts * per_row + base).tolist()
-        hi = (ends * per_row + base).tolist()
-        np.concatenate([flat[a:b] for a, b in zip(lo, hi, strict=True)], out=gathered)
+        np.concatenate([flat[run] for run in runs], out=gathered)
     return _assemble(array.type, levels, offsets_buffer, values_buffer, len(indices), rows)
 
 

@@ -18,6 +18,7 @@ from arrow_split._codecs._base import (
     Codec,
     EncodeOptions,
     FlatNumbers,
+    RunsMemo,
     TypeFields,
     is_list,
     leaf_type,
@@ -98,8 +99,8 @@ class RaggedCodec(Codec):
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(*ragged_values(array))
 
-    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
-        return take_runs(array, indices)
+    def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
+        return take_runs(array, indices, memo)
 
 
 # --- per_sample_tensor ---------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions, TypeFields, list_type
+from arrow_split._codecs._base import Codec, EncodeOptions, RunsMemo, TypeFields, list_type
 from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
@@ -190,7 +190,7 @@ class ObjectsCodec(Codec):
     def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
         return stored_once(array) if spec.codec == "pickle" else array
 
-    def take(self, array: pa.Array, indices: np.ndarray) -> pa.Array:
+    def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
         if _is_shared(array):
             return _take_once(array, indices)
         return super().take(array, indices)
