@@ -6,7 +6,7 @@ each ``sync`` policy taking turns, each round; the floor, :func:`_write_floor`; 
 :func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`_measure_multimodal`
 (``multimodal``, in a local Ray) and :func:`_measure_dump` (``dump.json``).
 
-Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 3
+Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 5
 repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
 samples). Writes ``journal.json`` and ``dump.json`` under ``--out``.
 """
@@ -41,7 +41,7 @@ __all__ = ["SIZES", "parse_args", "report", "run"]
 
 POLICIES = ("none", "os", "step", "call")
 SIZES = {
-    False: {"workload": "medium", "repeats": 3, "kills": 320, "prompts": 16, "image_bytes": MIB},
+    False: {"workload": "medium", "repeats": 5, "kills": 320, "prompts": 16, "image_bytes": MIB},
     True: {"workload": "tiny", "repeats": 1, "kills": 8, "prompts": 2, "image_bytes": 64 * 1024},
 }
 DUMP_SAMPLES = {False: 2048, True: 16}
@@ -49,12 +49,27 @@ DUMP_SAMPLES = {False: 2048, True: 16}
 
 
 def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
-    """Seconds of a step's extends and finish per policy, and of recovering its journal."""
+    """Seconds of a step's extends and finish per policy and of the floor; the recovery.
+
+    Each round runs no journal, each ``sync`` policy and the floor (:func:`_write_floor`) in
+    turn, each after an untimed ``os.sync()``: every one starts with no dirty pages left by the
+    one before (in training, a step's journal is written back long before the next step), so
+    none pays for another's writeback and the floor meets the disk as the policies do.
+    """
     config = dataclasses.replace(WORKLOADS[workload], as_numpy=True)
     groups = list(iter_sample_groups(config, 8))
+    shutil.rmtree(folder, ignore_errors=True)
+    builder = RolloutBatchBuilder(journal=folder)
+    for group in groups:
+        builder.extend(group)
+    builder.close()
+    journal_bytes = sum(path.stat().st_size for path in folder.glob("*.journal"))
+    recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
+    write_floor = _write_floor(folder, len(groups))
 
     appends: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     steps: dict[str, list[float]] = {policy: [] for policy in POLICIES}
+    floor_writes: list[float] = []
 
     def step(policy: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -66,20 +81,24 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
         appends[policy].append(time.perf_counter() - started)
         builder.finish()
 
-    # Round robin: no policy always runs first, on memory that no earlier step has touched.
     for _ in range(max(repeats, 1)):
         for policy in POLICIES:
+            os.sync()
             steps[policy].extend(timed(lambda policy=policy: step(policy), 1)["all"])
+        os.sync()
+        floor_writes.extend(timed(write_floor, 1)["all"])
+    shutil.rmtree(folder, ignore_errors=True)
+    data = write_floor.data
+    crc = timed(lambda: xxhash.xxh3_64_intdigest(data), repeats)
+    written = summarize(floor_writes)
+    floor = {
+        "bytes": len(data),
+        "write_seconds": written,
+        "crc_seconds": crc,
+        "seconds": written["median"] + crc["median"],
+    }
     seconds = {policy: summarize(values) for policy, values in steps.items()}
     append_seconds = {policy: summarize(values) for policy, values in appends.items()}
-    shutil.rmtree(folder, ignore_errors=True)
-    builder = RolloutBatchBuilder(journal=folder)
-    for group in groups:
-        builder.extend(group)
-    builder.close()
-    journal_bytes = sum(path.stat().st_size for path in folder.glob("*.journal"))
-    recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
-    floor = _write_floor(folder, len(groups), repeats)  # after: its writes load the disk
     base, append_base = seconds["none"]["median"], append_seconds["none"]["median"]
     return {
         "workload": workload,
@@ -92,7 +111,7 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
         },
         "journal_bytes": journal_bytes,
         "floor": floor,
-        # the least any journal of these bytes could cost: the appends, plus write + CRC alone
+        # the least any journal of these bytes could cost: the appends, plus write + XXH3 alone
         "floor_vs_no_journal": (append_base + floor["seconds"]) / append_base,
         "recovery_seconds": recovery,
         # the appends with sync="step" against the floor measured in this run (goal: <= 1.1)
@@ -101,29 +120,31 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     }
 
 
-def _write_floor(folder: Path, records: int, repeats: int) -> dict[str, Any]:
-    """What any journal of these bytes pays: writing them and their XXH3-64, nothing else.
+class _FloorWrite:
+    """A call writing the journal's bytes, in ``records`` pieces, to a fresh file (no sync)."""
 
-    The journal's bytes, in ``records`` pieces (one per call), written with ``os.write`` to a
-    fresh file (no sync: the ``os`` and ``step`` policies' appends), and their XXH3-64 (the
-    journal's own check). The folder's lock file is not journal data and is left out.
-    """
-    data = memoryview(b"".join(path.read_bytes() for path in sorted(folder.glob("*.journal"))))
-    size = -(-len(data) // max(records, 1))
-    pieces = [data[start : start + size] for start in range(0, len(data), size)]
-    target = folder.parent / "floor.bin"
+    def __init__(self, data: memoryview, records: int, target: Path) -> None:
+        size = -(-len(data) // max(records, 1))
+        self.data, self.target = data, target
+        self.pieces = [data[start : start + size] for start in range(0, len(data), size)]
 
-    def write() -> None:
-        descriptor = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        for piece in pieces:
+    def __call__(self) -> None:
+        descriptor = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        for piece in self.pieces:
             os.write(descriptor, piece)
         os.close(descriptor)
-        target.unlink()
+        self.target.unlink()
 
-    written = timed(write, repeats)
-    crc = timed(lambda: xxhash.xxh3_64_intdigest(data), repeats)
-    seconds = written["median"] + crc["median"]
-    return {"bytes": len(data), "write_seconds": written, "crc_seconds": crc, "seconds": seconds}
+
+def _write_floor(folder: Path, records: int) -> _FloorWrite:
+    """What any journal of these bytes pays: writing them (this call) and their XXH3-64.
+
+    The journal's bytes, one ``os.write`` per record to a fresh file (no sync: the ``os`` and
+    ``step`` policies' appends); their XXH3-64 is the journal's own check. The folder's lock file
+    is not journal data and is left out.
+    """
+    data = memoryview(b"".join(path.read_bytes() for path in sorted(folder.glob("*.journal"))))
+    return _FloorWrite(data, records, folder.parent / "floor.bin")
 
 
 def _plain(batch: RolloutBatch, name: str) -> RolloutBatch:

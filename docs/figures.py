@@ -136,8 +136,12 @@ def journal_table() -> str:
     ]
     rows += [
         [
-            "floor: writing the journal's bytes and their CRC-32 / no journal",
+            "floor: writing the journal's bytes and their XXH3-64 / no journal",
             ratio(appends["floor_vs_no_journal"]),
+        ],
+        [
+            'appends with `sync="step"` / no journal plus the floor (goal: at most 1.1x)',
+            ratio(appends["step_appends_vs_floor"]),
         ],
         ["recovery of the step's journal", seconds(appends["recovery_seconds"]["median"])],
         [
