@@ -2,7 +2,8 @@
 
 README.md ("Routed experts, dumps") says what each figure of ``journal.json`` and ``dump.json``
 is and which goal it has; measured here by :func:`_measure_appends` (``appends``: no journal and
-each ``sync`` policy taking turns, each round; the floor, :func:`_write_floor`; the recovery),
+each ``sync`` policy taking turns, each round; the floor, :func:`_write_floor`, alone and inside
+the appends, :class:`_InStepFloor`; the recovery),
 :func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`_measure_multimodal`
 (``multimodal``, in a local Ray) and :func:`_measure_dump` (``dump.json``).
 
@@ -22,6 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import torch
 import xxhash
@@ -51,10 +53,11 @@ DUMP_SAMPLES = {False: 2048, True: 16}
 def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
     """Seconds of a step's extends and finish per policy and of the floor; the recovery.
 
-    Each round runs no journal, each ``sync`` policy and the floor (:func:`_write_floor`) in
-    turn, each after an untimed ``os.sync()``: every one starts with no dirty pages left by the
-    one before (in training, a step's journal is written back long before the next step), so
-    none pays for another's writeback and the floor meets the disk as the policies do.
+    Each round runs no journal, each ``sync`` policy, the floor (:func:`_write_floor`) and the
+    floor inside the appends (:class:`_InStepFloor`) in turn, each after an untimed
+    ``os.sync()``: every one starts with no dirty pages left by the one before (in training, a
+    step's journal is written back long before the next step), so none pays for another's
+    writeback and the floor meets the disk as the policies do.
     """
     config = dataclasses.replace(WORKLOADS[workload], as_numpy=True)
     groups = list(iter_sample_groups(config, 8))
@@ -66,10 +69,12 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     journal_bytes = sum(path.stat().st_size for path in folder.glob("*.journal"))
     recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
     write_floor = _write_floor(folder, len(groups))
+    in_step = _InStepFloor(groups, folder.parent / "in_step.bin")
 
     appends: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     steps: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     floor_writes: list[float] = []
+    in_step_appends: list[float] = []
 
     def step(policy: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
@@ -87,6 +92,8 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
             steps[policy].extend(timed(lambda policy=policy: step(policy), 1)["all"])
         os.sync()
         floor_writes.extend(timed(write_floor, 1)["all"])
+        os.sync()
+        in_step_appends.append(in_step())
     shutil.rmtree(folder, ignore_errors=True)
     data = write_floor.data
     crc = timed(lambda: xxhash.xxh3_64_intdigest(data), repeats)
@@ -100,6 +107,7 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     seconds = {policy: summarize(values) for policy, values in steps.items()}
     append_seconds = {policy: summarize(values) for policy, values in appends.items()}
     base, append_base = seconds["none"]["median"], append_seconds["none"]["median"]
+    in_step_seconds = summarize(in_step_appends)
     return {
         "workload": workload,
         "samples": config.samples,
@@ -117,6 +125,11 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
         # the appends with sync="step" against the floor measured in this run (goal: <= 1.1)
         "step_appends_vs_floor": append_seconds["step"]["median"]
         / (append_base + floor["seconds"]),
+        # the same writes made where a journal makes them: inside the appends (_InStepFloor)
+        "in_step_floor": {"bytes": in_step.bytes, "append_seconds": in_step_seconds},
+        "in_step_floor_vs_floor": in_step_seconds["median"] / (append_base + floor["seconds"]),
+        "step_appends_vs_in_step_floor": append_seconds["step"]["median"]
+        / in_step_seconds["median"],
     }
 
 
@@ -134,6 +147,67 @@ class _FloorWrite:
             os.write(descriptor, piece)
         os.close(descriptor)
         self.target.unlink()
+
+
+class _InStepFloor:
+    """The appends without a journal, each group's own buffers checksummed and written after it.
+
+    What a journal writing the builder's own buffers pays at best, where it pays it: after each
+    ``extend``, the XXH3-64 of the group's arrays (the bytes the sample dicts hold) and one
+    ``os.writev`` of them to a fresh file (no sync), with no encoding, framing or offsets. The
+    floor of :func:`_write_floor` writes the same amount alone; this one meets the builder's own
+    work (the page cache's copies and the memory they take from the appends), as a journal does.
+    Returns the appends' seconds.
+    """
+
+    def __init__(self, groups: list[dict[str, Any]], target: Path) -> None:
+        self.groups, self.target = groups, target
+        self.pieces = [
+            [array.data.cast("B") for value in group.values() for array in _arrays(value)]
+            for group in groups
+        ]
+        self.bytes = sum(piece.nbytes for pieces in self.pieces for piece in pieces)
+
+    def __call__(self) -> float:
+        builder = RolloutBatchBuilder()
+        descriptor = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        started = time.perf_counter()
+        for group, pieces in zip(self.groups, self.pieces, strict=True):
+            builder.extend(group)
+            digest = xxhash.xxh3_64()
+            for piece in pieces:
+                digest.update(piece)
+            digest.intdigest()
+            _write_all(descriptor, pieces)
+        seconds = time.perf_counter() - started
+        os.close(descriptor)
+        self.target.unlink()
+        builder.finish()
+        return seconds
+
+
+def _arrays(value: object) -> list[np.ndarray]:
+    """A group value's arrays: itself (a per-sample column) or its items (one array a sample)."""
+    if isinstance(value, np.ndarray):
+        return [np.ascontiguousarray(value)]
+    if isinstance(value, list) and all(isinstance(item, np.ndarray) for item in value):
+        return [np.ascontiguousarray(item) for item in value]
+    msg = f"the in-step floor expects numpy arrays in a group, not {type(value).__name__}"
+    raise TypeError(msg)
+
+
+def _write_all(descriptor: int, pieces: list[memoryview]) -> None:
+    """``os.writev`` until every byte of ``pieces`` is written (a short write goes on)."""
+    while pieces:
+        written = os.writev(descriptor, pieces[:_IOV_MAX])
+        while pieces and written >= pieces[0].nbytes:
+            written -= pieces[0].nbytes
+            pieces = pieces[1:]
+        if written:
+            pieces = [pieces[0][written:], *pieces[1:]]
+
+
+_IOV_MAX = 1024
 
 
 def _write_floor(folder: Path, records: int) -> _FloorWrite:
@@ -264,6 +338,8 @@ def report(outputs: dict[str, Results], out: Path) -> None:
     print("appends vs no journal", {k: round(v, 2) for k, v in ratios.items()})
     print(f"floor (appends + write + XXH3 of the journal) {appends['floor_vs_no_journal']:.2f}x")
     print(f"step appends vs floor {appends['step_appends_vs_floor']:.2f}x")
+    print(f"in-step floor vs floor {appends['in_step_floor_vs_floor']:.2f}x")
+    print(f"step appends vs in-step floor {appends['step_appends_vs_in_step_floor']:.2f}x")
     print(f"recovery {appends['recovery_seconds']['median']:.3f} s;", "kill", journal["kill_test"])
     print(f"object bytes ratio {multimodal['bytes_ratio']:.4f}")
     print(f"dump: {dump['samples']:,} samples, {dump['tokens']:,} tokens; ms min / median below")

@@ -143,6 +143,15 @@ def journal_table() -> str:
             'appends with `sync="step"` / no journal plus the floor (goal: at most 1.1x)',
             ratio(appends["step_appends_vs_floor"]),
         ],
+        [
+            "in-step floor: the appends writing and checksumming each group's own arrays"
+            " / no journal plus the floor",
+            ratio(appends["in_step_floor_vs_floor"]),
+        ],
+        [
+            'appends with `sync="step"` / the in-step floor',
+            ratio(appends["step_appends_vs_in_step_floor"]),
+        ],
         ["recovery of the step's journal", seconds(appends["recovery_seconds"]["median"])],
         [
             "kill test: kill points (lost, duplicated, torn)",
