@@ -166,19 +166,22 @@ class _InStepFloor:
             [array.data.cast("B") for value in group.values() for array in _arrays(value)]
             for group in groups
         ]
-        self.bytes = sum(piece.nbytes for pieces in self.pieces for piece in pieces)
+        self.sizes = [sum(piece.nbytes for piece in pieces) for pieces in self.pieces]
+        self.bytes = sum(self.sizes)
 
     def __call__(self) -> float:
         builder = RolloutBatchBuilder()
         descriptor = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         started = time.perf_counter()
-        for group, pieces in zip(self.groups, self.pieces, strict=True):
+        for group, pieces, size in zip(self.groups, self.pieces, self.sizes, strict=True):
             builder.extend(group)
             digest = xxhash.xxh3_64()
             for piece in pieces:
                 digest.update(piece)
             digest.intdigest()
-            _write_all(descriptor, pieces)
+            if os.writev(descriptor, pieces) != size:  # a group is far fewer than IOV_MAX pieces
+                msg = "a short write to the in-step floor's file"
+                raise OSError(msg)
         seconds = time.perf_counter() - started
         os.close(descriptor)
         self.target.unlink()
@@ -194,20 +197,6 @@ def _arrays(value: object) -> list[np.ndarray]:
         return [np.ascontiguousarray(item) for item in value]
     msg = f"the in-step floor expects numpy arrays in a group, not {type(value).__name__}"
     raise TypeError(msg)
-
-
-def _write_all(descriptor: int, pieces: list[memoryview]) -> None:
-    """``os.writev`` until every byte of ``pieces`` is written (a short write goes on)."""
-    while pieces:
-        written = os.writev(descriptor, pieces[:_IOV_MAX])
-        while pieces and written >= pieces[0].nbytes:
-            written -= pieces[0].nbytes
-            pieces = pieces[1:]
-        if written:
-            pieces = [pieces[0][written:], *pieces[1:]]
-
-
-_IOV_MAX = 1024
 
 
 def _write_floor(folder: Path, records: int) -> _FloorWrite:
