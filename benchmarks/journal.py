@@ -157,7 +157,9 @@ class _InStepFloor:
     ``os.writev`` of them to a fresh file (no sync), with no encoding, framing or offsets. The
     floor of :func:`_write_floor` writes the same amount alone; this one meets the builder's own
     work (the page cache's copies and the memory they take from the appends), as a journal does.
-    Returns the appends' seconds.
+    It reads the samples' arrays, no longer in the CPU's caches by then, where a journal writes
+    the buffers the builder has just filled: not a strict lower bound. Returns the appends'
+    seconds.
     """
 
     def __init__(self, groups: list[dict[str, Any]], target: Path) -> None:
