@@ -29,7 +29,6 @@ import torch
 import xxhash
 
 from arrow_split import RolloutBatch, RolloutBatchBuilder
-from arrow_split import _journal as journal_internals
 from arrow_split.testing import (
     WORKLOADS,
     RolloutConfig,
@@ -131,44 +130,6 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
         "in_step_floor_vs_floor": in_step_seconds["median"] / (append_base + floor["seconds"]),
         "step_appends_vs_in_step_floor": append_seconds["step"]["median"]
         / in_step_seconds["median"],
-        "encoding": _measure_encoding(groups, folder, repeats),
-    }
-
-
-def _measure_encoding(groups: list[dict[str, Any]], folder: Path, repeats: int) -> dict[str, Any]:
-    """Seconds to encode the step's records alone, and the part Arrow spends copying bodies.
-
-    The records are caught on their way to the journal during one untimed step; then encoding
-    all of them (``encode_seconds``) and ``RecordBatch.serialize`` of their columns alone
-    (``body_copy_seconds``: the copy of every body into one buffer) are timed.
-    """
-    records: list[tuple[str, Any, list[pa.Array]]] = []
-    step_journal = journal_internals.StepJournal
-    write = step_journal.write
-
-    def catch(self: Any, kind: str, meta: Any, arrays: Any) -> None:
-        records.append((kind, meta, list(arrays)))
-        write(self, kind, meta, arrays)
-
-    shutil.rmtree(folder, ignore_errors=True)
-    step_journal.write = catch  # type: ignore[method-assign]
-    try:
-        builder = RolloutBatchBuilder(journal=folder)
-        for group in groups:
-            builder.extend(group)
-        builder.close()
-    finally:
-        step_journal.write = write  # type: ignore[method-assign]
-    shutil.rmtree(folder, ignore_errors=True)
-    batches = [
-        pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
-        for _, _, arrays in records
-    ]
-    encode = journal_internals._encode_record
-    return {
-        "records": len(records),
-        "encode_seconds": timed(lambda: [encode(*record) for record in records], repeats),
-        "body_copy_seconds": timed(lambda: [batch.serialize() for batch in batches], repeats),
     }
 
 
@@ -370,11 +331,6 @@ def report(outputs: dict[str, Results], out: Path) -> None:
     print(f"step appends vs floor {appends['step_appends_vs_floor']:.2f}x")
     print(f"in-step floor vs floor {appends['in_step_floor_vs_floor']:.2f}x")
     print(f"step appends vs in-step floor {appends['step_appends_vs_in_step_floor']:.2f}x")
-    encoding = appends["encoding"]
-    print(
-        f"encoding {encoding['records']} records {encoding['encode_seconds']['median']:.3f} s, "
-        f"of which body copies {encoding['body_copy_seconds']['median']:.3f} s"
-    )
     print(f"recovery {appends['recovery_seconds']['median']:.3f} s;", "kill", journal["kill_test"])
     print(f"object bytes ratio {multimodal['bytes_ratio']:.4f}")
     print(f"dump: {dump['samples']:,} samples, {dump['tokens']:,} tokens; ms min / median below")

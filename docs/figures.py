@@ -152,12 +152,6 @@ def journal_table() -> str:
             'appends with `sync="step"` / the in-step floor',
             ratio(appends["step_appends_vs_in_step_floor"]),
         ],
-        [
-            f"encoding the step's {appends['encoding']['records']} records alone"
-            " (of which Arrow's copies of their bodies)",
-            f"{seconds(appends['encoding']['encode_seconds']['median'])} "
-            f"({seconds(appends['encoding']['body_copy_seconds']['median'])})",
-        ],
         ["recovery of the step's journal", seconds(appends["recovery_seconds"]["median"])],
         [
             "kill test: kill points (lost, duplicated, torn)",

@@ -197,10 +197,6 @@ def test_the_journal_benchmark_writes_a_stamped_json(durable_files: Path) -> Non
     step_median = appends["append_seconds"]["step"]["median"]
     ratio = step_median / in_step["append_seconds"]["median"]
     assert appends["step_appends_vs_in_step_floor"] == ratio
-    encoding = appends["encoding"]  # the records of one step, caught on their way to the journal
-    assert encoding["records"] > 0
-    assert _is_seconds(encoding["encode_seconds"]["median"])
-    assert _is_seconds(encoding["body_copy_seconds"]["median"])
     kills = results["kill_test"]
     assert kills["kill_points"] == 8
     assert (kills["lost"], kills["duplicated"], kills["torn"]) == (0, 0, 0)
