@@ -24,7 +24,6 @@ from arrow_split._journal import (
     JournalDamage,
     JournalSync,
     OnDuplicate,
-    Record,
     StepJournal,
     global_from_record,
     global_record,
@@ -33,6 +32,7 @@ from arrow_split._journal import (
     pack_value,
     spec_json,
 )
+from arrow_split._record import Record
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,

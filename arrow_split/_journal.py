@@ -12,7 +12,6 @@ import binascii
 import contextlib
 import errno
 import fcntl
-import io
 import json
 import os
 import re
@@ -34,6 +33,7 @@ from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import check_content
 from arrow_split._codecs.objects import loads_plain
 from arrow_split._codecs.scalar import check_batch_global, check_per_sample_values
+from arrow_split._record import Payload, Record, decode_record, encode_record
 from arrow_split._version import __version__
 from arrow_split.batch import RolloutBatch
 from arrow_split.batch._dump_meta import spec_from_json as _spec_from_json
@@ -46,7 +46,6 @@ __all__ = [
     "JournalDamage",
     "JournalSync",
     "OnDuplicate",
-    "Record",
     "StepJournal",
     "global_from_record",
     "global_record",
@@ -64,8 +63,8 @@ JournalSync = Literal["call", "step", "os"]
 OnDuplicate = Literal["skip", "error"]
 """What an append of a sample whose identity the builder holds already does."""
 
-JOURNAL_VERSION = "2"
-_READABLE = ("1", JOURNAL_VERSION)
+JOURNAL_VERSION = "3"  # 3: group records are buffer records (2: IPC streams only)
+_READABLE = ("1", "2", JOURNAL_VERSION)
 _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
 _LOCK_NAME = "journal.lock"
 _MAGIC = b"ASJ2"
@@ -74,13 +73,9 @@ _HEAD = struct.Struct("<4s8sQQQ")
 _MAGIC_V1 = b"ASJ1"
 _FRAME_V1 = struct.Struct("<4sQI")  # format 1: magic, payload length, CRC-32 of the payload
 _IOV_MAX = 512  # pieces per gathered write (Linux allows 1024)
-_META = b"arrow_split.journal"
 _MAX_PAYLOAD = 1 << 48
 _SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
 _SPEC_JSON_SIZE = 4096
-_SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
-_NAMES: list[str] = []
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 
 
 def journal_file(folder: str, step: int, suffix: str = "journal") -> str:
@@ -105,17 +100,6 @@ def _read_spec(item: object, source: str) -> ColumnSpec:
         return _spec_from_json(item, 0, source)
     except DumpError as exc:
         raise JournalError(str(exc)) from None
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One record read back: its kind, its JSON, its columns, sequence number and offset."""
-
-    kind: str
-    meta: dict[str, Any]
-    arrays: list[pa.Array]
-    sequence: int = -1  # -1: a format-1 record (no sequence numbers)
-    offset: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,94 +133,11 @@ class Scan:
         return self.records[-1].sequence + 1 if self.records else 0
 
 
-class _Payload(io.RawIOBase):
-    """A record's IPC stream as pieces (Arrow buffers by reference): a write-only file object."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.pieces: list[memoryview] = []
-        self.size = 0
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self.pieces.append(view)
-        self.size += view.nbytes
-        return view.nbytes
-
-    def tell(self) -> int:
-        return self.size
-
-    def writable(self) -> bool:
-        return True
-
-
-def _encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> _Payload:
-    """The record's IPC stream: its schema message, its batch's message, the end of the stream."""
-    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=_column_names(len(arrays)))
-    schema = record_batch.schema.with_metadata({_META: _meta_text(kind, meta)})
-    payload = _Payload()
-    if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
-        with (
-            pa.PythonFile(payload, mode="w") as sink,
-            pa.ipc.new_stream(sink, schema) as writer,
-        ):
-            writer.write_batch(record_batch)
-        return payload
-    for piece in (schema.serialize(), record_batch.serialize(), _END_OF_STREAM):
-        payload.write(piece)
-    return payload
-
-
-def _column_names(count: int) -> list[str]:
-    while len(_NAMES) < count:
-        _NAMES.append(f"c{len(_NAMES)}")
-    return _NAMES[:count]
-
-
-def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
-    """The record's JSON; a ``specs`` list of :func:`spec_json`'s shared dicts encoded once."""
-    specs = meta.get("specs")
-    if not isinstance(specs, list) or not specs:
-        return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
-    key = tuple(map(id, specs))
-    cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
-    if cached is None:
-        if len(_SPECS_TEXT) >= _SPEC_JSON_SIZE:
-            _SPECS_TEXT.clear()
-        cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
-    rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
-    text = json.dumps(rest, allow_nan=False)
-    return f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
-
-
-def _no_constant(name: str) -> NoReturn:
-    msg = f"its JSON holds `{name}`; a journal holds finite numbers only"
-    raise JournalError(msg)
-
-
-def _decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Record:
-    """The record a payload holds (a :class:`JournalError` if it is not one)."""
-    try:
-        reader = pa.ipc.open_stream(payload)
-        record_batch = reader.read_next_batch()
-        record_batch.validate(full=True)
-        meta = json.loads((reader.schema.metadata or {})[_META], parse_constant=_no_constant)
-        columns = list(record_batch.columns)
-    except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration) as exc:
-        msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
-        raise JournalError(msg) from None
-    if not isinstance(meta, dict) or not isinstance(meta.get("kind"), str):
-        msg = "its JSON is not an object with a `kind`"
-        raise JournalError(msg)
-    kind = meta.pop("kind")
-    return Record(kind, meta, columns, sequence, offset)
-
-
 def _head_check(head: bytes | memoryview) -> int:
     return xxhash.xxh3_64_intdigest(head) & 0xFFFFFFFF
 
 
-def _write_record(descriptor: int, journal_id: bytes, sequence: int, payload: _Payload) -> None:
+def _write_record(descriptor: int, journal_id: bytes, sequence: int, payload: Payload) -> None:
     """The frame, then the payload's pieces, in gathered writes (none lost to a short write)."""
     digest = xxhash.xxh3_64()
     for piece in payload.pieces:
@@ -372,7 +273,7 @@ def _take(scan: Scan, buffer: pa.Buffer, frame: _Frame) -> None:
         scan.damage.append(JournalDamage(scan.path, frame.offset, 0, reason))
     try:
         payload = buffer.slice(frame.offset + FRAME.size, frame.length)
-        scan.records.append(_decode_record(payload, frame.sequence, frame.offset))
+        scan.records.append(decode_record(payload, frame.sequence, frame.offset))
     except JournalError as exc:
         reason = f"record {frame.sequence}: {exc}"
         scan.damage.append(JournalDamage(scan.path, frame.offset, size, reason))
@@ -390,7 +291,7 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
         if zlib.crc32(view[start : start + length]) != crc:
             break
         try:
-            scan.records.append(_decode_record(buffer.slice(start, length), -1, end))
+            scan.records.append(decode_record(buffer.slice(start, length), -1, end))
         except JournalError:
             break
         end = start + length
@@ -747,7 +648,7 @@ class _Writer:
             msg = f"cannot cut the torn tail of the journal `{path}`; check it is writable"
             raise JournalError(msg)
 
-    def write(self, payload: _Payload) -> None:
+    def write(self, payload: Payload) -> None:
         if self._broken:
             msg = (
                 f"`{self.path}` could not be cut back after a failed write; recover the "
@@ -910,7 +811,7 @@ class StepJournal:
         path = journal_file(self.folder, self.step)
         temporary = f"{path}.tmp"
         journal_id = os.urandom(8)
-        payload = _encode_record("open", {**self.header, "step": self.step}, [])
+        payload = encode_record("open", {**self.header, "step": self.step}, [])
         try:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
@@ -939,7 +840,7 @@ class StepJournal:
 
     def write(self, kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> None:
         """Append one record; on return it is in the file (synced if ``sync="call"``)."""
-        self._file().write(_encode_record(kind, meta, arrays))
+        self._file().write(encode_record(kind, meta, arrays))
 
     def finish_step(self, batch: RolloutBatch) -> None:
         """Write the step's dump (never overwritten), start the next journal, remove this one.

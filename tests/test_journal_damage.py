@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pytest
@@ -278,9 +278,71 @@ def _framed(journal_id: bytes, sequence: int, payload: bytes) -> bytes:
 
 
 def _read_payload(payload: bytes) -> tuple[dict[str, Any], list[pa.Array]]:
+    if payload[:4] == _BUFFERS_MAGIC:
+        parts = _buffer_parts(payload)
+        return parts.meta, _arrays_from(parts)
     reader = pa.ipc.open_stream(pa.py_buffer(bytearray(payload)))
     batch = reader.read_next_batch()
     return json.loads(reader.schema.metadata[_META_KEY]), list(batch.columns)
+
+
+_BUFFERS_MAGIC = b"ASB3"
+_BUFFERS_HEAD = struct.Struct("<4sIII")  # docs/journal.md: magic, sizes of schema, JSON, nodes
+
+
+class _BufferParts(NamedTuple):
+    meta: dict[str, Any]
+    schema: bytes
+    nodes: list[Any]
+    sizes: list[Any]
+    buffers: list[bytes]  # the present buffers' bytes, without their padding
+
+
+def _buffer_parts(payload: bytes) -> _BufferParts:
+    """A buffer record's parts, read from the documented format (not the library's code)."""
+    _, schema_size, text_size, nodes_size = _BUFFERS_HEAD.unpack_from(payload)
+    at = _BUFFERS_HEAD.size
+    schema = payload[at : at + schema_size]
+    at += schema_size
+    meta = json.loads(payload[at : at + text_size])
+    at += text_size
+    nodes, sizes = json.loads(payload[at : at + nodes_size])
+    at += nodes_size + (-(at + nodes_size) % 8)
+    buffers = []
+    for size in sizes:
+        if size >= 0:
+            buffers.append(payload[at : at + size])
+            at += size + (-size % 8)
+    assert at == len(payload)
+    return _BufferParts(meta, schema, nodes, sizes, buffers)
+
+
+def _arrays_from(parts: _BufferParts) -> list[pa.Array]:
+    """The columns of a buffer record: each node's buffers, then its child's, depth first."""
+    nodes = iter(parts.nodes)
+    present = iter(parts.buffers)
+    buffers = iter([None if size < 0 else pa.py_buffer(next(present)) for size in parts.sizes])
+
+    def one(arrow_type: pa.DataType) -> pa.Array:
+        length, offset = next(nodes)
+        own = [next(buffers) for _ in range(arrow_type.num_buffers)]
+        nested = isinstance(arrow_type, (pa.ListType, pa.LargeListType, pa.FixedSizeListType))
+        children = [one(arrow_type.value_type)] if nested else None
+        return pa.Array.from_buffers(arrow_type, length, own, -1, offset, children)
+
+    schema = pa.ipc.read_schema(pa.py_buffer(parts.schema))
+    return [one(arrow_type) for arrow_type in schema.types]
+
+
+def _buffer_payload(parts: _BufferParts, tail: bytes = b"") -> bytes:
+    """A buffer record made from its parts, as docs/journal.md lays it out."""
+    text, layout = json.dumps(parts.meta).encode(), json.dumps([parts.nodes, parts.sizes]).encode()
+    out = bytearray(_BUFFERS_HEAD.pack(_BUFFERS_MAGIC, len(parts.schema), len(text), len(layout)))
+    out += parts.schema + text + layout
+    out += bytes(-len(out) % 8)
+    for buffer in parts.buffers:
+        out += buffer + bytes(-len(buffer) % 8)
+    return bytes(out + tail)
 
 
 def _payload(meta: object, arrays: list[pa.Array]) -> bytes:
@@ -421,6 +483,55 @@ def _craft(
     return meta, arrays
 
 
+_BUFFER_CRAFTS = ["nodes", "sizes", "types", "bytes_after", "cut_buffer", "head"]
+"""Crafts of a buffer record's own parts (a group record's; the others are IPC streams)."""
+_OTHER_TYPES = st.sampled_from(
+    [
+        pa.int32(),
+        pa.int64(),
+        pa.float64(),
+        pa.bool_(),
+        pa.large_string(),
+        pa.large_binary(),
+        pa.large_list(pa.int64()),
+        pa.large_list(pa.float32()),
+        pa.list_(pa.int32()),
+        pa.large_list(pa.list_(pa.int32(), 2)),
+        pa.dictionary(pa.int8(), pa.string()),
+        pa.struct([("x", pa.int32())]),
+        pa.null(),
+    ]
+)
+
+
+def _craft_buffers(how: str, data: st.DataObject, payload: bytes) -> bytes:
+    """A buffer record with one of its parts crafted (other records are left as they are)."""
+    if payload[:4] != _BUFFERS_MAGIC:
+        return payload
+    parts = _buffer_parts(payload)
+    if how == "nodes":
+        return _buffer_payload(parts._replace(nodes=_mutated(data, parts.nodes)))
+    if how == "sizes":
+        return _buffer_payload(parts._replace(sizes=_mutated(data, parts.sizes)))
+    if how == "types":
+        schema = pa.ipc.read_schema(pa.py_buffer(parts.schema))
+        index = data.draw(st.integers(0, len(schema.types) - 1))
+        schema = schema.set(index, pa.field(schema.names[index], data.draw(_OTHER_TYPES)))
+        return _buffer_payload(parts._replace(schema=schema.serialize().to_pybytes()))
+    if how == "bytes_after":
+        return _buffer_payload(parts, tail=data.draw(st.binary(min_size=1, max_size=16)))
+    if how == "cut_buffer":
+        index = data.draw(st.integers(0, len(parts.buffers) - 1))
+        buffers = list(parts.buffers)
+        buffers[index] = buffers[index][: data.draw(st.integers(0, len(buffers[index])))]
+        return _buffer_payload(parts._replace(buffers=buffers))
+    raw = bytearray(payload)  # "head": one of the head's sizes set to any u32
+    struct.pack_into(
+        "<I", raw, 4 * data.draw(st.integers(1, 3)), data.draw(st.integers(0, 2**32 - 1))
+    )
+    return bytes(raw)
+
+
 def _mutated(data: st.DataObject, value: object) -> object:
     """A near miss of a stored field: one item dropped, doubled or replaced, a type changed."""
     if isinstance(value, list) and value:
@@ -444,7 +555,7 @@ def _mutated(data: st.DataObject, value: object) -> object:
 
 
 @settings(max_examples=25, deadline=None)
-@pytest.mark.parametrize("how", _CRAFTS)
+@pytest.mark.parametrize("how", _CRAFTS + _BUFFER_CRAFTS)
 @given(data=st.data())
 def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_error(
     how: str, data: st.DataObject
@@ -481,6 +592,9 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
             rewritten = {target, other_index}
         elif how == "spliced":  # a record of another journal, framed as one of this one
             payloads[target] = data.draw(st.sampled_from(spliced))
+            rewritten = {target}
+        elif how in _BUFFER_CRAFTS:
+            payloads[target] = _craft_buffers(how, data, payloads[target])
             rewritten = {target}
         else:
             crafted = _craft(how, data, *_read_payload(payloads[target]), evil)
@@ -519,3 +633,31 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
         }
         assert untouched <= held  # every acknowledged record not rewritten is recovered
         assert not marker.exists()
+
+
+def test_a_format_2_journal_of_ipc_records_still_recovers(tmp_path: Path) -> None:
+    """Format 2 (every record an IPC stream) reads back as it did: same samples, same globals."""
+    folder = tmp_path / "j"
+    builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
+    for index in range(3):
+        builder.extend(_crafted_group(2 * index))
+    builder.set_global("dynamic_global_batch_size", 6)
+    builder.close()
+    path = folder / "step-000000.journal"
+    records = _frames(path.read_bytes())
+    assert any(payload[:4] == _BUFFERS_MAGIC for *_, payload in records)  # format 3 today
+    rewritten = []
+    for _, journal_id, sequence, payload in records:
+        meta, arrays = _read_payload(payload)
+        if meta["kind"] == "open":
+            meta["journal_version"] = "2"
+        rewritten.append(_framed(journal_id, sequence, _payload(meta, arrays)))
+    expected = RolloutBatchBuilder.recover(folder)
+    want = expected.finish().to_train_data()
+    expected.close()
+    old = tmp_path / "format-2"
+    old.mkdir()
+    (old / path.name).write_bytes(b"".join(rewritten))
+    recovered = RolloutBatchBuilder.recover(old)
+    assert recovered.finish().to_train_data() == want
+    recovered.close()

@@ -1,0 +1,131 @@
+"""Arrays as their own buffers, by reference, and arrays rebuilt from such buffers.
+
+The journal writes a group's columns this way (docs/journal.md, "Buffer records"): the nodes
+(length, offset) and the buffers of each array, depth first, as Arrow holds them.
+No byte is copied to lay them out; rebuilding slices the file's buffer and validates in full.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import pyarrow as pa
+
+__all__ = ["Layout", "lay_out", "rebuild"]
+
+
+class Layout(NamedTuple):
+    """The nodes ``(length, offset)`` and the buffers of arrays, depth first."""
+
+    nodes: list[tuple[int, int]]
+    sizes: list[int]  # each buffer's size in bytes; -1 for an absent one (no validity bitmap)
+    buffers: list[pa.Buffer]  # the present buffers, in order
+
+
+@functools.lru_cache(maxsize=256)
+def _children(arrow_type: pa.DataType) -> int | None:
+    """How many child arrays a node of ``arrow_type`` has; ``None`` if it is not laid out here.
+
+    Laid out: primitive numbers, booleans, temporals, (large) strings and binaries, and lists,
+    large lists and fixed-size lists of those. Anything else (a dictionary, a struct, an
+    extension type) takes Arrow's IPC format instead.
+    """
+    if pa.types.is_dictionary(arrow_type) or isinstance(arrow_type, pa.BaseExtensionType):
+        return None
+    if pa.types.is_primitive(arrow_type) and not pa.types.is_null(arrow_type):
+        return 0
+    if (
+        pa.types.is_string(arrow_type)
+        or pa.types.is_large_string(arrow_type)
+        or pa.types.is_binary(arrow_type)
+        or pa.types.is_large_binary(arrow_type)
+    ):
+        return 0
+    if (
+        pa.types.is_list(arrow_type)
+        or pa.types.is_large_list(arrow_type)
+        or pa.types.is_fixed_size_list(arrow_type)
+    ):
+        return None if _children(arrow_type.value_type) is None else 1
+    return None
+
+
+def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
+    """The layout of ``arrays``, or ``None`` if a type of theirs is not laid out here."""
+    nodes: list[tuple[int, int]] = []
+    for array in arrays:
+        children = _children(array.type)
+        if children is None:
+            return None
+        nodes.append((len(array), array.offset))
+        while children:
+            array = array.values  # the whole child, its own offset kept
+            nodes.append((len(array), array.offset))
+            children = _children(array.type)
+    sizes: list[int] = []
+    buffers: list[pa.Buffer] = []
+    for array in arrays:
+        for buffer in array.buffers():
+            if buffer is None:
+                sizes.append(-1)
+            else:
+                sizes.append(buffer.size)
+                buffers.append(buffer)
+    return Layout(nodes, sizes, buffers)
+
+
+def rebuild(
+    types: Sequence[pa.DataType],
+    nodes: Sequence[tuple[int, int]],
+    buffers: Sequence[pa.Buffer | None],
+) -> list[pa.Array]:
+    """Arrays of ``types`` from a layout's nodes and buffers, each validated in full.
+
+    Null counts are counted from the validity bitmaps, never taken from the input.
+
+    Raises
+    ------
+    ValueError
+        The nodes or buffers do not fit the types, or an array they make is not valid Arrow.
+    """
+    cursor = _Cursor(nodes, buffers)
+    arrays = [cursor.array(arrow_type) for arrow_type in types]
+    if cursor.node < len(nodes) or cursor.buffer < len(buffers):
+        msg = "more nodes or buffers than its types have"
+        raise ValueError(msg)
+    try:
+        for array in arrays:
+            array.validate(full=True)
+    except pa.ArrowException as exc:
+        raise ValueError(str(exc)) from None
+    return arrays
+
+
+class _Cursor:
+    """Where :func:`rebuild` is in the nodes and buffers."""
+
+    def __init__(
+        self, nodes: Sequence[tuple[int, int]], buffers: Sequence[pa.Buffer | None]
+    ) -> None:
+        self.nodes, self.buffers = nodes, buffers
+        self.node = self.buffer = 0
+
+    def array(self, arrow_type: pa.DataType) -> pa.Array:
+        children = _children(arrow_type)
+        if children is None:
+            msg = f"no layout for a `{arrow_type}` array"
+            raise ValueError(msg)
+        count = arrow_type.num_buffers
+        if self.node >= len(self.nodes) or self.buffer + count > len(self.buffers):
+            msg = "fewer nodes or buffers than its types have"
+            raise ValueError(msg)
+        length, offset = self.nodes[self.node]
+        own = list(self.buffers[self.buffer : self.buffer + count])
+        self.node, self.buffer = self.node + 1, self.buffer + count
+        child = [self.array(arrow_type.value_type)] if children else None
+        try:
+            return pa.Array.from_buffers(arrow_type, length, own, -1, offset, child)
+        except (pa.ArrowException, TypeError, OverflowError) as exc:
+            raise ValueError(str(exc)) from None

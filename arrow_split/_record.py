@@ -1,0 +1,213 @@
+"""A journal record's payload: its kind, its JSON and its columns, as bytes and back.
+
+Two payloads (docs/journal.md, "Records"): a *buffer record* (format 3, a group's columns) is a
+small head, the columns' Arrow schema, the JSON, the columns' nodes and then their own buffers,
+written by reference (no byte copied to encode it); any other record is an Arrow IPC stream of one
+record batch whose schema metadata holds the JSON. Decoding reads both, checks every length, and
+validates every column in full: a file is input, never trusted.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import pyarrow as pa
+
+from arrow_split._codecs._layout import Layout, lay_out, rebuild
+from arrow_split.errors import JournalError
+
+__all__ = ["Payload", "Record", "decode_record", "encode_record"]
+
+_META = b"arrow_split.journal"
+_BUFFERS = b"ASB3"  # a buffer record's first bytes (an IPC stream's are ff ff ff ff)
+_BUFFERS_HEAD = struct.Struct("<4sIII")  # magic; sizes of the schema, the JSON, the nodes
+_ZEROS = bytes(8)
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
+_CACHE_SIZE = 4096
+_SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
+_SCHEMAS: dict[tuple[pa.DataType, ...], bytes] = {}
+_NAMES: list[str] = []
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record read back: its kind, its JSON, its columns, sequence number and offset."""
+
+    kind: str
+    meta: dict[str, Any]
+    arrays: list[pa.Array]
+    sequence: int = -1  # -1: a format-1 record (no sequence numbers)
+    offset: int = 0
+
+
+class Payload(io.RawIOBase):
+    """A record's bytes as pieces (Arrow buffers by reference): a write-only file object."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pieces: list[memoryview] = []
+        self.size = 0
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self.pieces.append(view)
+        self.size += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self.size
+
+    def writable(self) -> bool:
+        return True
+
+
+def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Array]) -> Payload:
+    """A record's payload: a buffer record if it has columns of laid-out types, else IPC."""
+    text = _meta_text(kind, meta)
+    layout = lay_out(arrays) if arrays else None
+    if layout is not None:
+        return _buffer_record(text, arrays, layout)
+    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=_column_names(len(arrays)))
+    schema = record_batch.schema.with_metadata({_META: text})
+    payload = Payload()
+    if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
+        with (
+            pa.PythonFile(payload, mode="w") as sink,
+            pa.ipc.new_stream(sink, schema) as writer,
+        ):
+            writer.write_batch(record_batch)
+        return payload
+    for piece in (schema.serialize(), record_batch.serialize(), _END_OF_STREAM):
+        payload.write(piece)
+    return payload
+
+
+def _buffer_record(text: bytes, arrays: Sequence[pa.Array], layout: Layout) -> Payload:
+    schema = _schema_message(tuple(array.type for array in arrays))
+    nodes = json.dumps([layout.nodes, layout.sizes], separators=(",", ":")).encode()
+    payload = Payload()
+    payload.write(_BUFFERS_HEAD.pack(_BUFFERS, len(schema), len(text), len(nodes)))
+    for piece in (schema, text, nodes):
+        payload.write(piece)
+    if payload.size & 7:
+        payload.write(_ZEROS[: -payload.size & 7])
+    for buffer in layout.buffers:
+        payload.write(buffer)
+        if buffer.size & 7:
+            payload.write(_ZEROS[: -buffer.size & 7])
+    return payload
+
+
+def _schema_message(types: tuple[pa.DataType, ...]) -> bytes:
+    """The IPC schema message of columns ``c0``, ``c1``, ... of ``types`` (made once per types)."""
+    message = _SCHEMAS.get(types)
+    if message is None:
+        if len(_SCHEMAS) >= _CACHE_SIZE:
+            _SCHEMAS.clear()
+        names = _column_names(len(types))
+        schema = pa.schema([pa.field(n, t) for n, t in zip(names, types, strict=True)])
+        message = _SCHEMAS[types] = schema.serialize().to_pybytes()
+    return message
+
+
+def _column_names(count: int) -> list[str]:
+    while len(_NAMES) < count:
+        _NAMES.append(f"c{len(_NAMES)}")
+    return _NAMES[:count]
+
+
+def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
+    """The record's JSON; a ``specs`` list of shared spec dicts encoded once per list."""
+    specs = meta.get("specs")
+    if not isinstance(specs, list) or not specs:
+        return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
+    key = tuple(map(id, specs))
+    cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
+    if cached is None:
+        if len(_SPECS_TEXT) >= _CACHE_SIZE:
+            _SPECS_TEXT.clear()
+        cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
+    rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
+    text = json.dumps(rest, allow_nan=False)
+    return f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
+
+
+def _no_constant(name: str) -> NoReturn:
+    msg = f"its JSON holds `{name}`; a journal holds finite numbers only"
+    raise JournalError(msg)
+
+
+def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Record:
+    """The record a payload holds (a :class:`JournalError` if it is not one)."""
+    view = memoryview(payload)
+    try:
+        if view[: len(_BUFFERS)] == _BUFFERS:
+            meta, columns = _read_buffer_record(payload, view)
+        else:
+            reader = pa.ipc.open_stream(payload)
+            record_batch = reader.read_next_batch()
+            record_batch.validate(full=True)
+            meta = json.loads((reader.schema.metadata or {})[_META], parse_constant=_no_constant)
+            columns = list(record_batch.columns)
+    except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration) as exc:
+        msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
+        raise JournalError(msg) from None
+    if not isinstance(meta, dict) or not isinstance(meta.get("kind"), str):
+        msg = "its JSON is not an object with a `kind`"
+        raise JournalError(msg)
+    kind = meta.pop("kind")
+    return Record(kind, meta, columns, sequence, offset)
+
+
+def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, list[pa.Array]]:
+    """A buffer record's JSON and columns (a ValueError or an ArrowException if it is none)."""
+    if len(view) < _BUFFERS_HEAD.size:
+        msg = "a buffer record shorter than its head"
+        raise ValueError(msg)
+    _, *sizes = _BUFFERS_HEAD.unpack_from(view)
+    start = _BUFFERS_HEAD.size
+    ends = [start + sum(sizes[:count]) for count in range(1, 4)]
+    if ends[-1] > len(view):
+        msg = "a buffer record whose head runs past its end"
+        raise ValueError(msg)
+    schema = pa.ipc.read_schema(payload.slice(start, sizes[0]))
+    meta = json.loads(bytes(view[ends[0] : ends[1]]), parse_constant=_no_constant)
+    nodes, buffer_sizes = _layout(json.loads(bytes(view[ends[1] : ends[2]])))
+    at = ends[2] + (-ends[2] & 7)
+    buffers: list[pa.Buffer | None] = []
+    for size in buffer_sizes:
+        if size < 0:
+            buffers.append(None)
+            continue
+        if at + size > len(view):
+            msg = "a buffer runs past the record's end"
+            raise ValueError(msg)
+        buffers.append(payload.slice(at, size))
+        at += size + (-size & 7)
+    if at != len(view):
+        msg = f"{len(view) - at} bytes after the record's last buffer"
+        raise ValueError(msg)
+    columns = rebuild(schema.types, nodes, buffers)
+    pa.RecordBatch.from_arrays(columns, schema=schema)  # as many rows in every column
+    return meta, columns
+
+
+def _layout(item: object) -> tuple[list[tuple[int, int]], list[int]]:
+    """The nodes and buffer sizes of a buffer record, every number checked (never coerced)."""
+    if isinstance(item, list) and len(item) == 2:
+        nodes, sizes = item
+        if (
+            isinstance(nodes, list)
+            and isinstance(sizes, list)
+            and all(isinstance(node, list) and len(node) == 2 for node in nodes)
+            and all(type(n) is int and n >= 0 for node in nodes for n in node)
+            and all(type(size) is int and size >= -1 for size in sizes)
+        ):
+            return [(node[0], node[1]) for node in nodes], sizes
+    msg = "its nodes are not `[[[length, offset], ...], [size, ...]]` of whole numbers"
+    raise ValueError(msg)
