@@ -154,7 +154,7 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
             record_batch.validate(full=True)
             meta = json.loads((reader.schema.metadata or {})[_META], parse_constant=_no_constant)
             columns = list(record_batch.columns)
-    except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration) as exc:
+    except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration, RecursionError) as exc:
         msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
         raise JournalError(msg) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("kind"), str):
@@ -165,16 +165,14 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
 
 
 def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, list[pa.Array]]:
-    """A buffer record's JSON and columns (a ValueError or an ArrowException if it is none)."""
+    """A buffer record's JSON and columns (a JournalError or an ArrowException if it is none)."""
     if len(view) < _BUFFERS_HEAD.size:
-        msg = "a buffer record shorter than its head"
-        raise ValueError(msg)
+        raise _broken("a buffer record shorter than its head")
     _, *sizes = _BUFFERS_HEAD.unpack_from(view)
     start = _BUFFERS_HEAD.size
     ends = [start + sum(sizes[:count]) for count in range(1, 4)]
     if ends[-1] > len(view):
-        msg = "a buffer record whose head runs past its end"
-        raise ValueError(msg)
+        raise _broken("a buffer record whose head runs past its end")
     schema = pa.ipc.read_schema(payload.slice(start, sizes[0]))
     meta = json.loads(bytes(view[ends[0] : ends[1]]), parse_constant=_no_constant)
     nodes, buffer_sizes = _layout(json.loads(bytes(view[ends[1] : ends[2]])))
@@ -185,14 +183,15 @@ def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, l
             buffers.append(None)
             continue
         if at + size > len(view):
-            msg = "a buffer runs past the record's end"
-            raise ValueError(msg)
+            raise _broken("a buffer runs past the record's end")
         buffers.append(payload.slice(at, size))
         at += size + (-size & 7)
     if at != len(view):
-        msg = f"{len(view) - at} bytes after the record's last buffer"
-        raise ValueError(msg)
-    columns = rebuild(schema.types, nodes, buffers)
+        raise _broken(f"{len(view) - at} bytes after the record's last buffer")
+    try:
+        columns = rebuild(schema.types, nodes, buffers)
+    except JournalError as exc:
+        raise _broken(str(exc)) from None
     pa.RecordBatch.from_arrays(columns, schema=schema)  # as many rows in every column
     return meta, columns
 
@@ -209,5 +208,8 @@ def _layout(item: object) -> tuple[list[tuple[int, int]], list[int]]:
             and all(type(size) is int and size >= -1 for size in sizes)
         ):
             return [(node[0], node[1]) for node in nodes], sizes
-    msg = "its nodes are not `[[[length, offset], ...], [size, ...]]` of whole numbers"
-    raise ValueError(msg)
+    raise _broken("its nodes are not `[[[length, offset], ...], [size, ...]]` of whole numbers")
+
+
+def _broken(reason: str) -> JournalError:
+    return JournalError(f"its payload is not a record: {reason}")

@@ -7,6 +7,7 @@ nested), the promise that encoding copies no column byte, and the IPC stream for
 
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import pyarrow as pa
@@ -124,3 +125,19 @@ def test_a_buffer_record_cut_or_padded_is_a_journal_error(cut: Any, reason: str)
     data = b"".join(bytes(piece) for piece in payload.pieces)
     with pytest.raises(JournalError, match=reason):
         decode_record(pa.py_buffer(cut(data)))
+
+
+def test_json_nested_past_the_parsers_depth_is_a_journal_error() -> None:
+    payload = encode_record("group", {}, [pa.array([1, 2], pa.int64())])
+    data = b"".join(bytes(piece) for piece in payload.pieces)
+    schema_size, text_size, nodes_size = struct.unpack_from("<III", data, 4)
+    schema = data[16 : 16 + schema_size]
+    nodes_at = 16 + schema_size + text_size
+    nodes = data[nodes_at : nodes_at + nodes_size]
+    buffers = data[nodes_at + nodes_size + (-(nodes_at + nodes_size) % 8) :]
+    deep = b"[" * 100_000
+    crafted = struct.pack("<4sIII", b"ASB3", schema_size, len(deep), nodes_size)
+    crafted += schema + deep + nodes
+    crafted += bytes(-len(crafted) % 8) + buffers
+    with pytest.raises(JournalError, match="not a record: RecursionError"):
+        decode_record(pa.py_buffer(crafted))

@@ -13,6 +13,8 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
+from arrow_split.errors import JournalError
+
 __all__ = ["Layout", "lay_out", "rebuild"]
 
 
@@ -87,19 +89,19 @@ def rebuild(
 
     Raises
     ------
-    ValueError
+    JournalError
         The nodes or buffers do not fit the types, or an array they make is not valid Arrow.
     """
     cursor = _Cursor(nodes, buffers)
     arrays = [cursor.array(arrow_type) for arrow_type in types]
     if cursor.node < len(nodes) or cursor.buffer < len(buffers):
         msg = "more nodes or buffers than its types have"
-        raise ValueError(msg)
+        raise JournalError(msg)
     try:
         for array in arrays:
             array.validate(full=True)
     except pa.ArrowException as exc:
-        raise ValueError(str(exc)) from None
+        raise JournalError(str(exc)) from None
     return arrays
 
 
@@ -116,11 +118,11 @@ class _Cursor:
         children = _children(arrow_type)
         if children is None:
             msg = f"no layout for a `{arrow_type}` array"
-            raise ValueError(msg)
+            raise JournalError(msg)
         count = arrow_type.num_buffers
         if self.node >= len(self.nodes) or self.buffer + count > len(self.buffers):
             msg = "fewer nodes or buffers than its types have"
-            raise ValueError(msg)
+            raise JournalError(msg)
         length, offset = self.nodes[self.node]
         own = list(self.buffers[self.buffer : self.buffer + count])
         self.node, self.buffer = self.node + 1, self.buffer + count
@@ -128,4 +130,4 @@ class _Cursor:
         try:
             return pa.Array.from_buffers(arrow_type, length, own, -1, offset, child)
         except (pa.ArrowException, TypeError, OverflowError) as exc:
-            raise ValueError(str(exc)) from None
+            raise JournalError(str(exc)) from None
