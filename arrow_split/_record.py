@@ -27,10 +27,10 @@ _META = b"arrow_split.journal"
 _BUFFERS = b"ASB3"  # a buffer record's first bytes (an IPC stream's are ff ff ff ff)
 _BUFFERS_HEAD = struct.Struct("<4sIII")  # magic; sizes of the schema, the JSON, the nodes
 _ZEROS = bytes(8)
+_PADS = [memoryview(_ZEROS[:count]) for count in range(8)]  # to a multiple of 8
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 _CACHE_SIZE = 4096
 _SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
-_SCHEMAS: dict[tuple[pa.DataType, ...], bytes] = {}
 _NAMES: list[str] = []
 
 
@@ -71,7 +71,7 @@ def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Arr
     text = _meta_text(kind, meta)
     layout = lay_out(arrays) if arrays else None
     if layout is not None:
-        return _buffer_record(text, arrays, layout)
+        return _buffer_record(text, layout)
     record_batch = pa.RecordBatch.from_arrays(list(arrays), names=_column_names(len(arrays)))
     schema = record_batch.schema.with_metadata({_META: text})
     payload = Payload()
@@ -87,32 +87,22 @@ def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Arr
     return payload
 
 
-def _buffer_record(text: bytes, arrays: Sequence[pa.Array], layout: Layout) -> Payload:
-    schema = _schema_message(tuple(array.type for array in arrays))
-    nodes = json.dumps([layout.nodes, layout.sizes], separators=(",", ":")).encode()
+def _buffer_record(text: bytes, layout: Layout) -> Payload:
+    # the nodes' JSON: a list of lists of ints prints as JSON
+    nodes = str([layout.nodes, layout.sizes]).encode()
+    head = _BUFFERS_HEAD.pack(_BUFFERS, len(layout.schema), len(text), len(nodes))
+    start = b"".join((head, layout.schema, text, nodes))
     payload = Payload()
-    payload.write(_BUFFERS_HEAD.pack(_BUFFERS, len(schema), len(text), len(nodes)))
-    for piece in (schema, text, nodes):
-        payload.write(piece)
-    if payload.size & 7:
-        payload.write(_ZEROS[: -payload.size & 7])
-    for buffer in layout.buffers:
-        payload.write(buffer)
-        if buffer.size & 7:
-            payload.write(_ZEROS[: -buffer.size & 7])
+    payload.write(start + _ZEROS[: -len(start) & 7])
+    pieces = payload.pieces
+    for buffer in layout.buffers:  # by reference: each column buffer is written as itself
+        size = buffer.size
+        pieces.append(memoryview(buffer))
+        if size & 7:
+            pieces.append(_PADS[-size & 7])
+            size += -size & 7
+        payload.size += size
     return payload
-
-
-def _schema_message(types: tuple[pa.DataType, ...]) -> bytes:
-    """The IPC schema message of columns ``c0``, ``c1``, ... of ``types`` (made once per types)."""
-    message = _SCHEMAS.get(types)
-    if message is None:
-        if len(_SCHEMAS) >= _CACHE_SIZE:
-            _SCHEMAS.clear()
-        names = _column_names(len(types))
-        schema = pa.schema([pa.field(n, t) for n, t in zip(names, types, strict=True)])
-        message = _SCHEMAS[types] = schema.serialize().to_pybytes()
-    return message
 
 
 def _column_names(count: int) -> list[str]:
@@ -196,7 +186,7 @@ def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, l
     return meta, columns
 
 
-def _layout(item: object) -> tuple[list[tuple[int, int]], list[int]]:
+def _layout(item: object) -> tuple[list[list[int]], list[int]]:
     """The nodes and buffer sizes of a buffer record, every number checked (never coerced)."""
     if isinstance(item, list) and len(item) == 2:
         nodes, sizes = item
@@ -207,7 +197,7 @@ def _layout(item: object) -> tuple[list[tuple[int, int]], list[int]]:
             and all(type(n) is int and n >= 0 for node in nodes for n in node)
             and all(type(size) is int and size >= -1 for size in sizes)
         ):
-            return [(node[0], node[1]) for node in nodes], sizes
+            return nodes, sizes
     raise _broken("its nodes are not `[[[length, offset], ...], [size, ...]]` of whole numbers")
 
 

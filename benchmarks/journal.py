@@ -7,7 +7,7 @@ the appends, :class:`_InStepFloor`; the recovery),
 :func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`_measure_multimodal`
 (``multimodal``, in a local Ray) and :func:`_measure_dump` (``dump.json``).
 
-Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 5
+Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 6
 repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
 samples). Writes ``journal.json`` and ``dump.json`` under ``--out``.
 """
@@ -20,10 +20,11 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import torch
 import xxhash
@@ -43,7 +44,7 @@ __all__ = ["SIZES", "parse_args", "report", "run"]
 
 POLICIES = ("none", "os", "step", "call")
 SIZES = {
-    False: {"workload": "medium", "repeats": 5, "kills": 320, "prompts": 16, "image_bytes": MIB},
+    False: {"workload": "medium", "repeats": 6, "kills": 320, "prompts": 16, "image_bytes": MIB},
     True: {"workload": "tiny", "repeats": 1, "kills": 8, "prompts": 2, "image_bytes": 64 * 1024},
 }
 DUMP_SAMPLES = {False: 2048, True: 16}
@@ -54,7 +55,8 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     """Seconds of a step's extends and finish per policy and of the floor; the recovery.
 
     Each round runs no journal, each ``sync`` policy, the floor (:func:`_write_floor`) and the
-    floor inside the appends (:class:`_InStepFloor`) in turn, each after an untimed
+    floor inside the appends (:class:`_InStepFloor`) in turn, each round starting one turn
+    later than the round before (no run always follows the same one), each after an untimed
     ``os.sync()``: every one starts with no dirty pages left by the one before (in training, a
     step's journal is written back long before the next step), so none pays for another's
     writeback and the floor meets the disk as the policies do.
@@ -69,7 +71,7 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
     journal_bytes = sum(path.stat().st_size for path in folder.glob("*.journal"))
     recovery = timed(lambda: RolloutBatchBuilder.recover(folder).close(), repeats)
     write_floor = _write_floor(folder, len(groups))
-    in_step = _InStepFloor(groups, folder.parent / "in_step.bin")
+    in_step = _InStepFloor(groups, write_floor, folder.parent / "in_step.bin")
 
     appends: dict[str, list[float]] = {policy: [] for policy in POLICIES}
     steps: dict[str, list[float]] = {policy: [] for policy in POLICIES}
@@ -86,14 +88,17 @@ def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any
         appends[policy].append(time.perf_counter() - started)
         builder.finish()
 
-    for _ in range(max(repeats, 1)):
-        for policy in POLICIES:
+    def run_policy(policy: str) -> None:
+        steps[policy].extend(timed(lambda: step(policy), 1)["all"])
+
+    turns: list[Callable[[], None]] = [partial(run_policy, policy) for policy in POLICIES]
+    turns.append(lambda: floor_writes.extend(timed(write_floor, 1)["all"]))
+    turns.append(lambda: in_step_appends.append(in_step()))
+    for round_number in range(max(repeats, 1)):
+        shift = round_number % len(turns)  # each round starts one turn later: no fixed order
+        for turn in turns[shift:] + turns[:shift]:
             os.sync()
-            steps[policy].extend(timed(lambda policy=policy: step(policy), 1)["all"])
-        os.sync()
-        floor_writes.extend(timed(write_floor, 1)["all"])
-        os.sync()
-        in_step_appends.append(in_step())
+            turn()
     shutil.rmtree(folder, ignore_errors=True)
     data = write_floor.data
     crc = timed(lambda: xxhash.xxh3_64_intdigest(data), repeats)
@@ -150,38 +155,32 @@ class _FloorWrite:
 
 
 class _InStepFloor:
-    """The appends without a journal, each group's own buffers checksummed and written after it.
+    """The floor's own work made where a journal makes it: one piece after each ``extend``.
 
-    What a journal writing the builder's own buffers pays at best, where it pays it: after each
-    ``extend``, the XXH3-64 of the group's arrays (the bytes the sample dicts hold) and one
-    ``os.writev`` of them to a fresh file (no sync), with no encoding, framing or offsets. The
-    floor of :func:`_write_floor` writes the same amount alone; this one meets the builder's own
-    work (the page cache's copies and the memory they take from the appends), as a journal does.
-    It reads the samples' arrays, no longer in the CPU's caches by then, where a journal writes
-    the buffers the builder has just filled: not a strict lower bound. Returns the appends'
-    seconds.
+    The appends without a journal; after the i-th ``extend``, as many bytes as the i-th piece of
+    the floor (:class:`_FloorWrite`: the journal's bytes in one piece per call) get their XXH3-64
+    and one ``os.write`` to a fresh file (no sync). The bytes come from one buffer reused by every
+    call, so they are in the CPU's caches as a record a journal has just made would be at best.
+    No encoding, framing or layout: the least a journal that writes and checks its bytes at each
+    call pays, measured inside the step, where the page cache's copies meet the builder's own
+    memory traffic. Returns the appends' seconds.
     """
 
-    def __init__(self, groups: list[dict[str, Any]], target: Path) -> None:
+    def __init__(self, groups: list[dict[str, Any]], floor: _FloorWrite, target: Path) -> None:
         self.groups, self.target = groups, target
-        self.pieces = [
-            [array.data.cast("B") for value in group.values() for array in _arrays(value)]
-            for group in groups
-        ]
-        self.sizes = [sum(piece.nbytes for piece in pieces) for pieces in self.pieces]
-        self.bytes = sum(self.sizes)
+        hot = memoryview(bytes(floor.pieces[0])) if floor.pieces else memoryview(b"")
+        sizes = [piece.nbytes for piece in floor.pieces]
+        self.pieces = [hot[:size] for size in sizes] + [hot[:0]] * (len(groups) - len(sizes))
+        self.bytes = sum(sizes)
 
     def __call__(self) -> float:
         builder = RolloutBatchBuilder()
         descriptor = os.open(self.target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         started = time.perf_counter()
-        for group, pieces, size in zip(self.groups, self.pieces, self.sizes, strict=True):
+        for group, piece in zip(self.groups, self.pieces, strict=True):
             builder.extend(group)
-            digest = xxhash.xxh3_64()
-            for piece in pieces:
-                digest.update(piece)
-            digest.intdigest()
-            if os.writev(descriptor, pieces) != size:  # a group is far fewer than IOV_MAX pieces
+            xxhash.xxh3_64_intdigest(piece)
+            if os.write(descriptor, piece) != piece.nbytes:
                 msg = "a short write to the in-step floor's file"
                 raise OSError(msg)
         seconds = time.perf_counter() - started
@@ -189,16 +188,6 @@ class _InStepFloor:
         self.target.unlink()
         builder.finish()
         return seconds
-
-
-def _arrays(value: object) -> list[np.ndarray]:
-    """A group value's arrays: itself (a per-sample column) or its items (one array a sample)."""
-    if isinstance(value, np.ndarray):
-        return [np.ascontiguousarray(value)]
-    if isinstance(value, list) and all(isinstance(item, np.ndarray) for item in value):
-        return [np.ascontiguousarray(item) for item in value]
-    msg = f"the in-step floor expects numpy arrays in a group, not {type(value).__name__}"
-    raise TypeError(msg)
 
 
 def _write_floor(folder: Path, records: int) -> _FloorWrite:

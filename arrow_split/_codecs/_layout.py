@@ -19,11 +19,22 @@ __all__ = ["Layout", "lay_out", "rebuild"]
 
 
 class Layout(NamedTuple):
-    """The nodes ``(length, offset)`` and the buffers of arrays, depth first."""
+    """Arrays as their types' IPC schema message, nodes ``[length, offset]`` and buffers.
 
-    nodes: list[tuple[int, int]]
-    sizes: list[int]  # each buffer's size in bytes; -1 for an absent one (no validity bitmap)
-    buffers: list[pa.Buffer]  # the present buffers, in order
+    Nodes and buffers are listed depth first (a list, then its values); ``sizes`` has each
+    buffer's size in bytes, ``-1`` for an absent one (no validity bitmap), and ``buffers`` the
+    present ones, in order.
+    """
+
+    schema: bytes
+    nodes: list[list[int]]
+    sizes: list[int]
+    buffers: list[pa.Buffer]
+
+
+_PLANS: dict[tuple[pa.DataType, ...], tuple[tuple[int, ...], bytes] | None] = {}
+_PLANS_SIZE = 1024
+_NAMES: list[str] = []
 
 
 @functools.lru_cache(maxsize=256)
@@ -54,18 +65,42 @@ def _children(arrow_type: pa.DataType) -> int | None:
     return None
 
 
-def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
-    """The layout of ``arrays``, or ``None`` if a type of theirs is not laid out here."""
-    nodes: list[tuple[int, int]] = []
-    for array in arrays:
-        children = _children(array.type)
+def _plan(types: tuple[pa.DataType, ...]) -> tuple[tuple[int, ...], bytes] | None:
+    """Each type's levels of children and the types' schema message (made once per types)."""
+    if types in _PLANS:
+        return _PLANS[types]
+    levels: list[int] = []
+    for arrow_type in types:
+        level, item = 0, arrow_type
+        while (children := _children(item)) == 1:
+            level, item = level + 1, item.value_type
         if children is None:
-            return None
-        nodes.append((len(array), array.offset))
-        while children:
+            levels = []
+            break
+        levels.append(level)
+    plan = None
+    if len(levels) == len(types):
+        while len(_NAMES) < len(types):
+            _NAMES.append(f"c{len(_NAMES)}")
+        fields = [pa.field(name, t) for name, t in zip(_NAMES, types, strict=False)]
+        plan = (tuple(levels), pa.schema(fields).serialize().to_pybytes())
+    if len(_PLANS) >= _PLANS_SIZE:
+        _PLANS.clear()
+    _PLANS[types] = plan
+    return plan
+
+
+def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
+    """The layout of ``arrays`` (named ``c0``, ``c1``, ...); ``None`` if a type is not laid out."""
+    plan = _plan(tuple(array.type for array in arrays))
+    if plan is None:
+        return None
+    nodes: list[list[int]] = []
+    for array, level in zip(arrays, plan[0], strict=True):
+        nodes.append([len(array), array.offset])
+        for _ in range(level):
             array = array.values  # the whole child, its own offset kept
-            nodes.append((len(array), array.offset))
-            children = _children(array.type)
+            nodes.append([len(array), array.offset])
     sizes: list[int] = []
     buffers: list[pa.Buffer] = []
     for array in arrays:
@@ -75,12 +110,12 @@ def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
             else:
                 sizes.append(buffer.size)
                 buffers.append(buffer)
-    return Layout(nodes, sizes, buffers)
+    return Layout(plan[1], nodes, sizes, buffers)
 
 
 def rebuild(
     types: Sequence[pa.DataType],
-    nodes: Sequence[tuple[int, int]],
+    nodes: Sequence[Sequence[int]],
     buffers: Sequence[pa.Buffer | None],
 ) -> list[pa.Array]:
     """Arrays of ``types`` from a layout's nodes and buffers, each validated in full.
@@ -108,9 +143,7 @@ def rebuild(
 class _Cursor:
     """Where :func:`rebuild` is in the nodes and buffers."""
 
-    def __init__(
-        self, nodes: Sequence[tuple[int, int]], buffers: Sequence[pa.Buffer | None]
-    ) -> None:
+    def __init__(self, nodes: Sequence[Sequence[int]], buffers: Sequence[pa.Buffer | None]) -> None:
         self.nodes, self.buffers = nodes, buffers
         self.node = self.buffer = 0
 
