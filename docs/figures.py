@@ -144,8 +144,8 @@ def journal_table() -> str:
             ratio(appends["step_appends_vs_floor"]),
         ],
         [
-            "in-step floor: the appends writing and checksumming each group's own arrays"
-            " / no journal plus the floor",
+            "in-step floor: the appends, each followed by the floor's write and XXH3-64 of as"
+            " many bytes / no journal plus the floor",
             ratio(appends["in_step_floor_vs_floor"]),
         ],
         [
