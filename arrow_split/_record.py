@@ -31,6 +31,7 @@ _PADS = [memoryview(_ZEROS[:count]) for count in range(8)]  # to a multiple of 8
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 _CACHE_SIZE = 4096
 _SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
+_RECENT_TEXT: dict[tuple[int, ...], tuple[list[object], dict[str, object], bytes]] = {}
 _NAMES: list[str] = []
 
 
@@ -112,19 +113,39 @@ def _column_names(count: int) -> list[str]:
 
 
 def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
-    """The record's JSON; a ``specs`` list of shared spec dicts encoded once per list."""
+    """The record's JSON; a ``specs`` list of shared spec dicts encoded once per list.
+
+    A JSON whose other fields are lists of names and empty objects (a group record's, most
+    often) is made once and found again by ``==``: two lists of ``str`` are equal only if their
+    JSON is the same.
+    """
     specs = meta.get("specs")
     if not isinstance(specs, list) or not specs:
         return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
     key = tuple(map(id, specs))
+    rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
+    recent = _RECENT_TEXT.get(key)
+    if recent is not None and recent[1] == rest:
+        return recent[2]
     cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
     if cached is None:
         if len(_SPECS_TEXT) >= _CACHE_SIZE:
             _SPECS_TEXT.clear()
         cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
-    rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
     text = json.dumps(rest, allow_nan=False)
-    return f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
+    encoded = f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
+    if all(_names_or_empty(value) for value in rest.values()):
+        if len(_RECENT_TEXT) >= _CACHE_SIZE:
+            _RECENT_TEXT.clear()
+        _RECENT_TEXT[key] = (cached[0], rest, encoded)
+    return encoded
+
+
+def _names_or_empty(value: object) -> bool:
+    """A ``str``, a list of them, or an empty dict: compared by ``==`` only if its JSON is too."""
+    if type(value) is list:
+        return all(type(item) is str for item in value)
+    return type(value) is str or (type(value) is dict and not value)
 
 
 def _no_constant(name: str) -> NoReturn:

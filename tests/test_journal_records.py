@@ -7,6 +7,7 @@ nested), the promise that encoding copies no column byte, and the IPC stream for
 
 from __future__ import annotations
 
+import json
 import struct
 from typing import Any
 
@@ -141,3 +142,26 @@ def test_json_nested_past_the_parsers_depth_is_a_journal_error() -> None:
     crafted += bytes(-len(crafted) % 8) + buffers
     with pytest.raises(JournalError, match="not a record: RecursionError"):
         decode_record(pa.py_buffer(crafted))
+
+
+def test_a_list_type_keeps_its_item_name_after_a_record_of_an_equal_type() -> None:
+    """``equals`` ignores a list's item name; the record's schema must not."""
+    named = pa.large_list(pa.field("x", pa.int32()))
+    for arrow_type in (pa.large_list(pa.int32()), named, pa.large_list(pa.int32())):
+        _, (back,) = _round_trip([pa.array([[1, 2], [3]], arrow_type)])
+        assert back.type.value_field.name == arrow_type.value_field.name
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [(1, 1.0), (1, True), (0, False), ([1], [1.0]), ({"k": 1}, {"k": 1.0}), (["a"], ["a", "b"])],
+)
+def test_a_records_json_is_its_own_after_an_equal_but_other_json(first: Any, then: Any) -> None:
+    """``1 == 1.0 == True``: a JSON made once and found again by ``==`` must not serve both."""
+    specs = [{"name": "a"}, {"name": "b"}]
+    for other in (first, then):
+        meta = {"names": ["a", "b"], "other": other, "specs": specs}
+        payload = encode_record("group", meta, [pa.array([1, 2], pa.int64())])
+        record = decode_record(pa.py_buffer(b"".join(bytes(piece) for piece in payload.pieces)))
+        assert record.meta == meta
+        assert json.dumps(record.meta["other"]) == json.dumps(other)

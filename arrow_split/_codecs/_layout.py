@@ -34,6 +34,9 @@ class Layout(NamedTuple):
 
 _PLANS: dict[tuple[pa.DataType, ...], tuple[tuple[int, ...], bytes] | None] = {}
 _PLANS_SIZE = 1024
+_RECENT: list[tuple[tuple[pa.DataType, ...], tuple[tuple[int, ...], bytes] | None]] = []
+_RECENT_SIZE = 4
+_LIST_TYPES = (pa.ListType, pa.LargeListType, pa.FixedSizeListType)
 _NAMES: list[str] = []
 
 
@@ -65,34 +68,56 @@ def _children(arrow_type: pa.DataType) -> int | None:
     return None
 
 
-def _plan(types: tuple[pa.DataType, ...]) -> tuple[tuple[int, ...], bytes] | None:
-    """Each type's levels of children and the types' schema message (made once per types)."""
-    if types in _PLANS:
-        return _PLANS[types]
+def _plan(types: Sequence[pa.DataType]) -> tuple[tuple[int, ...], bytes] | None:
+    """Each type's levels of children and the types' schema message (made once per types).
+
+    The recent plans are found by :func:`_same` (a type compared in well under a microsecond,
+    where hashing one takes about two); the others by hash.
+    """
+    for recent_types, plan in _RECENT:
+        if len(recent_types) == len(types) and all(map(_same, recent_types, types)):
+            return plan
+    key = tuple(types)
+    if key in _PLANS:
+        plan = _PLANS[key]
+    else:
+        plan = _PLANS[key] = _new_plan(key)
+        if len(_PLANS) > _PLANS_SIZE:
+            _PLANS.clear()
+    _RECENT.insert(0, (key, plan))
+    del _RECENT[_RECENT_SIZE:]
+    return plan
+
+
+def _same(known: pa.DataType, arrow_type: pa.DataType) -> bool:
+    """Whether two types are one (``equals`` and, at every list level, the item's name)."""
+    if not known.equals(arrow_type):
+        return False
+    while isinstance(known, _LIST_TYPES):
+        if known.value_field.name != arrow_type.value_field.name:
+            return False
+        known, arrow_type = known.value_type, arrow_type.value_type
+    return True
+
+
+def _new_plan(types: tuple[pa.DataType, ...]) -> tuple[tuple[int, ...], bytes] | None:
     levels: list[int] = []
     for arrow_type in types:
         level, item = 0, arrow_type
         while (children := _children(item)) == 1:
             level, item = level + 1, item.value_type
         if children is None:
-            levels = []
-            break
+            return None
         levels.append(level)
-    plan = None
-    if len(levels) == len(types):
-        while len(_NAMES) < len(types):
-            _NAMES.append(f"c{len(_NAMES)}")
-        fields = [pa.field(name, t) for name, t in zip(_NAMES, types, strict=False)]
-        plan = (tuple(levels), pa.schema(fields).serialize().to_pybytes())
-    if len(_PLANS) >= _PLANS_SIZE:
-        _PLANS.clear()
-    _PLANS[types] = plan
-    return plan
+    while len(_NAMES) < len(types):
+        _NAMES.append(f"c{len(_NAMES)}")
+    fields = [pa.field(name, t) for name, t in zip(_NAMES, types, strict=False)]
+    return tuple(levels), pa.schema(fields).serialize().to_pybytes()
 
 
 def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
     """The layout of ``arrays`` (named ``c0``, ``c1``, ...); ``None`` if a type is not laid out."""
-    plan = _plan(tuple(array.type for array in arrays))
+    plan = _plan([array.type for array in arrays])
     if plan is None:
         return None
     nodes: list[list[int]] = []
