@@ -1,6 +1,6 @@
 """A journal record's payload: its kind, its JSON and its columns, as bytes and back.
 
-Two payloads (docs/journal.md, "Records"): a *buffer record* (format 3, a group's columns) is a
+Two payloads (docs/journal.md, "The files"): a *buffer record* (format 3, a group's columns) is a
 small head, the columns' Arrow schema, the JSON, the columns' nodes and then their own buffers,
 written by reference (no byte copied to encode it); any other record is an Arrow IPC stream of one
 record batch whose schema metadata holds the JSON. Decoding reads both, checks every length, and

@@ -259,7 +259,7 @@ _META_KEY = b"arrow_split.journal"
 
 
 def _frames(data: bytes) -> list[tuple[int, bytes, int, bytes]]:
-    """Each record of a format-2 journal: offset, journal id, sequence number, payload."""
+    """Each record of a journal (formats 2 and 3 share the frame): offset, id, sequence, payload."""
     records, at = [], 0
     while at < len(data):
         _, journal_id, sequence, length, _ = _FRAME_HEAD.unpack_from(data, at)

@@ -1,6 +1,6 @@
 """A journal record's payload: group columns written as their own buffers, read back whole.
 
-The format is docs/journal.md's "Records"; tests/test_journal_damage.py reads and crafts it from
+The format is in docs/journal.md, "The files"; tests/test_journal_damage.py reads and crafts it from
 that text. Here: the round trip of every type a buffer record lays out (sliced, with nulls,
 nested), the promise that encoding copies no column byte, and the IPC stream for the rest.
 """

@@ -1,6 +1,6 @@
 """Arrays as their own buffers, by reference, and arrays rebuilt from such buffers.
 
-The journal writes a group's columns this way (docs/journal.md, "Buffer records"): the nodes
+The journal writes a group's columns this way (docs/journal.md, "The files"): the nodes
 (length, offset) and the buffers of each array, depth first, as Arrow holds them.
 No byte is copied to lay them out; rebuilding slices the file's buffer and validates in full.
 """
