@@ -216,6 +216,12 @@ class ColumnSpec:
             raise SchemaError(msg)
         if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
+        elif self.value_type is not None and not isinstance(self.value_type, pa.DataType):
+            msg = (
+                f"column `{self.name}`: `value_type` must be a pyarrow DataType or None, got "
+                f"{type(self.value_type).__name__} {self.value_type!r:.40}"
+            )
+            raise SchemaTypeError(msg)
         if self.kind == "batch_global":
             as_choice("global_shape", self.global_shape, GlobalShape, **_SCHEMA_ERRORS)
         if self.role is not None:

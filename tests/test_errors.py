@@ -808,6 +808,16 @@ def test_uint64_arrays_alone_or_mixed_with_signed_ones_keep_every_value() -> Non
             SchemaError,
             r"column `x`: tensor columns hold integers or floats, got bool",
         ),
+        (
+            lambda: ColumnSpec("x", "batch_global", [], global_shape="int", role="step_batch_size"),
+            SchemaTypeError,
+            r"column `x`: `value_type` must be a pyarrow DataType or None, got list \[\]",
+        ),
+        (
+            lambda: ColumnSpec("x", "per_sample_object", "int64"),
+            SchemaTypeError,
+            r"column `x`: `value_type` must be a pyarrow DataType or None, got str 'int64'",
+        ),
     ],
 )
 def test_column_spec_fields(make_spec: Any, error: type[Exception], match: str) -> None:

@@ -661,3 +661,27 @@ def test_a_format_2_journal_of_ipc_records_still_recovers(tmp_path: Path) -> Non
     recovered = RolloutBatchBuilder.recover(old)
     assert recovered.finish().to_train_data() == want
     recovered.close()
+
+
+@pytest.mark.parametrize("value_type", [[], {}, 3, "int64", True])
+def test_a_global_records_spec_with_a_value_type_of_another_json_kind_is_a_journal_error(
+    tmp_path: Path, value_type: object
+) -> None:
+    """Found by the crafted-record test: such a spec once raised an untyped AttributeError."""
+    folder = tmp_path / "j"
+    builder = RolloutBatchBuilder(journal=folder)
+    builder.extend(_crafted_group(0))
+    builder.set_global("dynamic_global_batch_size", 2)
+    builder.close()
+    path = folder / "step-000000.journal"
+    records = _frames(path.read_bytes())
+    _, journal_id, sequence, payload = records[-1]
+    meta, arrays = _read_payload(payload)
+    assert meta["kind"] == "global"
+    meta["spec"]["value_type"] = value_type
+    crafted = _framed(journal_id, sequence, _payload(meta, arrays))
+    damaged = b"".join(_framed(*record[1:]) for record in records[:-1]) + crafted
+    path.write_bytes(damaged)
+    with pytest.raises(JournalError):
+        RolloutBatchBuilder.recover(folder)
+    assert path.read_bytes() == damaged
