@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import pyarrow as pa
 
-from arrow_split._codecs._layout import Layout, lay_out, rebuild
+from arrow_split._codecs._layout import Layout, column_names, lay_out, rebuild
 from arrow_split.errors import JournalError
 
 __all__ = ["Payload", "Record", "decode_record", "encode_record"]
@@ -32,7 +32,6 @@ _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 b
 _CACHE_SIZE = 4096
 _SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
 _RECENT_TEXT: dict[tuple[int, ...], tuple[list[object], dict[str, object], bytes]] = {}
-_NAMES: list[str] = []
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +72,7 @@ def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Arr
     layout = lay_out(arrays) if arrays else None
     if layout is not None:
         return _buffer_record(text, layout)
-    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=_column_names(len(arrays)))
+    record_batch = pa.RecordBatch.from_arrays(list(arrays), names=column_names(len(arrays)))
     schema = record_batch.schema.with_metadata({_META: text})
     payload = Payload()
     if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
@@ -104,12 +103,6 @@ def _buffer_record(text: bytes, layout: Layout) -> Payload:
             size += -size & 7
         payload.size += size
     return payload
-
-
-def _column_names(count: int) -> list[str]:
-    while len(_NAMES) < count:
-        _NAMES.append(f"c{len(_NAMES)}")
-    return _NAMES[:count]
 
 
 def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:

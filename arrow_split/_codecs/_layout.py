@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from arrow_split.errors import JournalError
 
-__all__ = ["Layout", "lay_out", "rebuild"]
+__all__ = ["Layout", "column_names", "lay_out", "rebuild"]
 
 
 class Layout(NamedTuple):
@@ -109,10 +109,15 @@ def _new_plan(types: tuple[pa.DataType, ...]) -> tuple[tuple[int, ...], bytes] |
         if children is None:
             return None
         levels.append(level)
-    while len(_NAMES) < len(types):
-        _NAMES.append(f"c{len(_NAMES)}")
-    fields = [pa.field(name, t) for name, t in zip(_NAMES, types, strict=False)]
+    fields = [pa.field(n, t) for n, t in zip(column_names(len(types)), types, strict=True)]
     return tuple(levels), pa.schema(fields).serialize().to_pybytes()
+
+
+def column_names(count: int) -> list[str]:
+    """A record's column names, ``c0``, ``c1``, ... (docs/journal.md)."""
+    while len(_NAMES) < count:
+        _NAMES.append(f"c{len(_NAMES)}")
+    return _NAMES[:count]
 
 
 def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
