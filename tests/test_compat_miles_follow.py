@@ -157,7 +157,19 @@ def test_install_binds_pad_to_dp_and_strict_keys(fake_miles: Path) -> None:  # n
 
 # --- the reference type of the installed miles (miles #2542) --------------------------------------
 
-_PYDANTIC_STORE = """
+_STORE_INTERFACE = """
+    class ObjectStoreGetResult:
+        def __init__(self, value, release_fn):
+            self.value = value
+
+    class RayObjectStore:
+        def put(self, value, value_spec=None):
+            return value
+
+        def get(self, ref):
+            return ObjectStoreGetResult(ref, lambda value: None)
+"""
+_PYDANTIC_STORE = _STORE_INTERFACE + """
     class _BaseStoreObjectRef:
         pass
 
@@ -165,7 +177,7 @@ _PYDANTIC_STORE = """
         def __init__(self, *, payload):
             self.payload = payload
 """
-_BOX_STORE = """
+_BOX_STORE = _STORE_INTERFACE + """
     from miles.utils.ray_utils import Box
     StoreObjectRef = Box
 """

@@ -40,7 +40,7 @@ from arrow_split.schema import role_column
 if TYPE_CHECKING:
     from ray import ObjectRef
 
-__all__ = ["process_rollout_data", "split_train_data_by_dp", "warm_up"]
+__all__ = ["fetch", "process_rollout_data", "split_train_data_by_dp", "warm_up"]
 
 _WITNESS = str(role_column(KNOWN_COLUMNS, "witness"))
 _LENGTH_SOURCE = str(role_column(KNOWN_COLUMNS, "length_source"))
@@ -234,7 +234,7 @@ def process_rollout_data(
             )
             raise PlanError(msg)
         what = f"`refs[{rank}]`"
-        value = _fetch(refs_or_ref[rank], who, what, on_fetch)
+        value = fetch(refs_or_ref[rank], who, what, on_fetch)
         if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
             value = _detached(value)
         shard = _nodes.rank_slice(value, rank, size, method, who, what)
@@ -270,7 +270,7 @@ def _delayed_shard(
                     whole = len(shard.batch_total_lengths)
                     rows = _with_witness(rows, witness_ids, shard.partition, who, whole)
                 return shard if rows is shard.rows else shard.with_rows(rows)
-    value = _fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    value = fetch(ref_or_batch, who, "the delayed reference", on_fetch)
     if isinstance(value, NodeRows):
         msg = (
             f"{who}: got {len(value.partition)} rows of {len(value.batch_total_lengths)} samples "
@@ -292,7 +292,7 @@ def _delayed_shard(
     return shard_for_rank(batch, **request)
 
 
-def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
+def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
     """The value a reference holds (read-only views of the store), or the value itself."""
     if not isinstance(ref_or_value, ray.ObjectRef):
         return ref_or_value
@@ -300,10 +300,10 @@ def _fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) 
         value = ray.get(ref_or_value)
     except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
         msg = (
-            f"{who}: the object store lost {what} ({type(exc).__name__}); the "
-            "driver should own the batch: call `split_train_data_by_dp` on the driver (not "
-            "in an actor that may die) and keep its references until every rank has "
-            "processed the step"
+            f"{who}: the object store lost {what} (object {ref_or_value.hex()}, "
+            f"{type(exc).__name__}); it was freed, removed or its owner died: the driver should "
+            "own the batch (call `split_train_data_by_dp` on the driver, not in an actor that "
+            "may die) and keep its references until every rank has processed the step"
         )
         raise TransportError(msg) from exc
     if on_fetch is not None:

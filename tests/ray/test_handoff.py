@@ -690,7 +690,8 @@ def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) 
         time.sleep(0.2)
     kind, message = outcome
     assert kind == "TransportError"
-    assert "dp_rank 0: the object store lost `refs[0]` (OwnerDiedError)" in message
+    assert "dp_rank 0: the object store lost `refs[0]` (object " in message
+    assert f"{refs[0].hex()}, OwnerDiedError)" in message
     assert "the driver should own the batch" in message
     with pytest.raises(TransportError, match=r"dp_rank 0: the object store lost the delayed"):
         process_rollout_data(refs[0], 0, 1, balance_data=False)

@@ -42,6 +42,7 @@ from arrow_split.schema import Role, role_column
 
 __all__ = [
     "FlopsFn",
+    "RANK_DICT_KEYS",
     "RolloutShard",
     "SCHEDULE_CONFIG_KEYS",
     "ShardParts",
@@ -171,12 +172,12 @@ def _from_train_data(
     return batch
 
 
-_RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
+RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
 
 
 def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
     """Refuse a data key that the rank dict's own key would silently replace."""
-    for key in (key for key in _RANK_DICT_KEYS if key in data):
+    for key in (key for key in RANK_DICT_KEYS if key in data):
         msg = (
             f"train data holds `{key}`, a key the split puts into each rank's dict itself "
             f"(it would be replaced silently); rename the key, e.g. `my_{key}`"

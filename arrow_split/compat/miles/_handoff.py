@@ -7,6 +7,8 @@ type (``Box``-shaped :class:`ArrowRef` before #2542, ``_RayStoreObjectRef`` afte
 
 from __future__ import annotations
 
+import itertools
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -17,6 +19,7 @@ from arrow_split import (
     ArrowSplitError,
     ColumnSpec,
     NotARolloutBatchError,
+    OptionError,
     OptionTypeError,
     PlanError,
     PlanMismatchError,
@@ -37,18 +40,64 @@ __all__ = ["ArrowRef", "StoreGetResult", "fetch_delayed", "fetch_eager", "put_de
 
 @dataclass(frozen=True, slots=True)
 class ArrowRef:
-    """A reference to what arrow_split put, shaped like miles' ``Box``.
+    """A reference to a batch arrow_split put, shaped like miles' ``Box`` (``inner``).
 
-    Its ``inner`` is the Ray reference; wrapped, Ray hands it to an actor method unresolved.
+    Wrapped, Ray hands it to an actor method unresolved. ``step`` is the put's sequence number in
+    the process that put it (one per rollout step in a miles job), named in a rank's errors. It
+    survives pickle and cloudpickle, and :meth:`to_json` / :meth:`from_json` carry it as plain
+    JSON to a process that holds nothing else (docs/miles.md, "References on the wire").
     """
 
     inner: Any
+    step: int | None = None
+
+    @property
+    def payload(self) -> Any:
+        """The Ray reference, under the name miles' newer reference type gives it."""
+        return self.inner
+
+    def to_json(self) -> str:
+        """The reference as a JSON document; the object stays pinned until freed (see docs)."""
+        from arrow_split.ray._wire import ref_to_json
+
+        return ref_to_json(self.inner, step=self.step)
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ArrowRef:
+        """The reference :meth:`to_json` wrote (decoding never runs code from the text)."""
+        from arrow_split.ray._wire import ref_from_json
+
+        object_ref, members = ref_from_json(text)
+        step = members.get("step")
+        if step is not None and (type(step) is not int or step < 0):
+            msg = f"the reference {object_ref.hex()}: `step` must be an int >= 0 or null"
+            raise OptionError(msg)
+        return cls(object_ref, step)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # a Ray reference pickled by plain pickle loses its owner's address; Ray's own form
+        # keeps it (and, as for any reference serialized out of band, pins the object)
+        if type(self.inner).__module__.startswith("ray"):
+            from arrow_split.ray._wire import ref_to_bytes
+
+            return (_ref_from_wire, (ref_to_bytes(self.inner), self.step))
+        return (ArrowRef, (self.inner, self.step))
 
 
-def wrap_ref(ray_ref: Any) -> Any:
+def _ref_from_wire(payload: bytes, step: int | None) -> ArrowRef:
+    from arrow_split.ray._wire import ref_from_bytes
+
+    return ArrowRef(ref_from_bytes(payload), step)
+
+
+_LOG = logging.getLogger("arrow_split.compat.miles")
+_PUTS = itertools.count(1)  # this process's delayed puts, numbered from 1
+
+
+def wrap_ref(ray_ref: Any, step: int | None = None) -> Any:
     """A Ray reference in the installed miles' reference type (``ArrowRef`` before install)."""
     factory = _install.REF_FACTORY
-    return ArrowRef(ray_ref) if factory is None else factory(ray_ref)
+    return ArrowRef(ray_ref, step) if factory is None else factory(ray_ref)
 
 
 def unwrap(ref: object) -> Any:
@@ -119,14 +168,15 @@ def put_eager(parts: Iterable[ShardParts], dp_size: int) -> list[Any]:
 
 
 def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
-    """Put the whole batch once (with its plan when ``dp_size`` is known)."""
+    """Put the whole batch once (with its plan when ``dp_size`` is known), numbered."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp as put_batch
 
+    step = next(_PUTS)
     if dp_size is None:
-        return wrap_ref(ray.put(batch))
-    return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True))
+        return wrap_ref(ray.put(batch), step)
+    return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True), step)
 
 
 def fetch_eager(
@@ -186,15 +236,18 @@ def fetch_delayed(
     import ray
 
     from arrow_split.ray import process_rollout_data as take_rank
+    from arrow_split.ray._handoff import fetch
 
     balance_data = arg_flag(args, "balance_data", required=True)
+    step = ref.step if isinstance(ref, ArrowRef) else None
+    who = f"dp_rank {dp_rank}" if step is None else f"step {step}, dp_rank {dp_rank}"
     target: object
-    if isinstance(ref, ArrowRef):
+    if isinstance(ref, ArrowRef):  # what arrow_split put: a batch, taken where it lives
         target = ref.inner
     elif isinstance(ref, (RolloutBatch, Mapping)):
         target = ref
-    elif isinstance(unwrap(ref), ray.ObjectRef):
-        target = ray.get(unwrap(ref))
+    elif isinstance(unwrap(ref), ray.ObjectRef):  # miles' reference type: a batch or a dict
+        target = fetch(unwrap(ref), who, "the delayed reference", None)
     else:
         msg = (
             f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
@@ -208,6 +261,7 @@ def fetch_delayed(
         )
         raise PlanError(msg)
     if isinstance(target, Mapping):
+        _note_whole_dict()
         target = to_batch(args, target, specs, strict_keys=strict_keys)
     elif not isinstance(target, (RolloutBatch, ray.ObjectRef)):
         msg = f"the delayed reference holds a {type(target).__name__}, not a train-data dict"
@@ -219,6 +273,21 @@ def fetch_delayed(
         balance_data=balance_data,
         resplit=True,  # miles splits for the train side's own `dp_size`, whatever was put
         witness_ids=witness_ids,
+        step=step,
         pad_to_dp=pad_to_dp,
     )
     return rollout_dict(shard, {}), StoreGetResult(shard)
+
+
+_NOTED: list[bool] = []
+
+
+def _note_whole_dict() -> None:
+    """Log once per process that a rank converts a whole dict (the put was not the drop-in's)."""
+    if not _NOTED:
+        _NOTED.append(True)
+        _LOG.warning(
+            "arrow_split: a delayed batch arrived as miles' own dict, so this rank converts all "
+            'of it; install the drop-in in the process that puts (docs/miles.md, "Every '
+            'process of a job") so that the put stores one Arrow batch'
+        )

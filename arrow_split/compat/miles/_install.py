@@ -15,14 +15,22 @@ import logging
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType, FunctionType, ModuleType
 from typing import Any
 
 from arrow_split import ArrowSplitWarning, ColumnSpec, InstallError, SchemaTypeError
 from arrow_split._args import describe
+from arrow_split.compat.miles._store import STORE_MODULE, check_store, patch_store, unpatch_store
 
-__all__ = ["Installation", "REF_FACTORY", "UnpatchedBindingWarning", "as_specs", "patch"]
+__all__ = [
+    "Installation",
+    "REF_FACTORY",
+    "UnpatchedBindingWarning",
+    "as_specs",
+    "current",
+    "patch",
+]
 
 RefFactory = Callable[[Any], Any]
 
@@ -66,6 +74,7 @@ class Installation:
     bound: dict[str, Callable[..., Any]]
     factory: RefFactory | None
     unpatched: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def ref_type(self) -> str:
@@ -89,6 +98,7 @@ class Installation:
         REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
         if top is None:
             _BASE.clear()
+            unpatch_store()
 
     def __repr__(self) -> str:
         return f"Installation(patched={list(self.patched)}, skipped={list(self.skipped)})"
@@ -120,15 +130,33 @@ def _hits(holder: object, known: Known) -> list[tuple[object, str, str]]:
 
 
 def _own(holder: object) -> bool:
-    name = holder.__module__ if isinstance(holder, type) else getattr(holder, "__name__", "")
+    name = holder.__module__ if isinstance(holder, type) else _attr(holder, "__name__", "")
     return str(name).startswith("arrow_split.")
+
+
+def _attr(holder: object, name: str, default: Any) -> Any:
+    """``getattr`` that treats any error (a module's raising ``__getattr__``) as absent."""
+    try:
+        return getattr(holder, name, default)
+    except Exception:
+        return default
+
+
+def _module_dicts() -> list[tuple[str, dict[str, Any]]]:
+    """``(name, globals)`` of each loaded module (entries that refuse to show them skipped)."""
+    found = []
+    for name, module in list(sys.modules.items()):
+        namespace = _attr(module, "__dict__", None)
+        if isinstance(namespace, dict):
+            found.append((str(name), namespace))
+    return found
 
 
 def _sites(known: Known) -> list[tuple[object, str, str]]:
     """Every loaded module's global and every class attribute bound to one of ``known``."""
     found = []
     for module in list(sys.modules.values()):
-        if isinstance(getattr(module, "__dict__", None), dict) and not _own(module):
+        if isinstance(_attr(module, "__dict__", None), dict) and not _own(module):
             found += _hits(module, known)
     dicts = [ref for ref in gc.get_referrers(*(v for v, _ in known.values())) if type(ref) is dict]
     classes = {id(ref): ref for ref in gc.get_referrers(*dicts) if isinstance(ref, type)}
@@ -168,35 +196,101 @@ def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[st
 def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[tuple[str, str]]:
     """``(holder, name)`` for each named holder still bound to one of miles' functions.
 
-    A holder only a running frame (a local variable) reaches is not a binding: not listed.
+    A holder is named by the way up to a module global, a class or a function (a closure or a
+    default), through containers, namespaces and instances; one that only a running frame (a
+    local variable) reaches is not a binding, and ``__wrapped__`` (a wrapper's note of what it
+    wraps) is not a call of miles' function: neither is listed.
     """
     names = {id(value): name for name, value in originals.items()}
     skip = {id(holder) for holder in ours}
+    modules = _module_dicts()
     found = []
     for holder in gc.get_referrers(*originals.values()):
         if isinstance(holder, FrameType) or id(holder) in skip:
             continue
-        where = _where(holder)
-        kind = type(holder)
-        label = f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
+        held = {
+            names[id(item)]
+            for key, item in _items(holder)
+            if id(item) in names and key != "__wrapped__"
+        }
+        where = _where(holder, modules) if held else ""
         if where:
-            held = {names[id(item)] for item in gc.get_referents(holder) if id(item) in names}
-            found += [(f"{label} {where}", name) for name in sorted(held)]
+            found += [(where, name) for name in sorted(held)]
     return found
 
 
-def _where(holder: object) -> str:
-    """Where ``holder`` is bound: a module global, or the function or class that holds it."""
-    for module in list(sys.modules.values()):
-        for attr, value in list(getattr(module, "__dict__", {}).items()):
-            if value is holder:
-                return f"`{module.__name__}.{attr}`"
-    for ref in gc.get_referrers(holder):
-        owners = gc.get_referrers(ref) if isinstance(ref, (tuple, dict)) else [ref]
-        for owner in owners:
-            if isinstance(owner, (FunctionType, type)):
-                return f"of `{owner.__module__}.{owner.__qualname__}`"
+def _items(holder: object) -> list[tuple[object, object]]:
+    """``(key, item)`` for each object ``holder`` refers to (keys for dicts, else ``None``)."""
+    if type(holder) is dict:
+        return list(holder.items())
+    return [(None, item) for item in gc.get_referents(holder)]
+
+
+def _label(holder: object) -> str:
+    kind = type(holder)
+    return f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
+
+
+_DEPTH = 6  # containers above a holder searched for a name
+
+
+def _where(holder: object, modules: list[tuple[str, dict[str, Any]]]) -> str:
+    """``holder``'s label and where it is bound: a module global, or a function or class.
+
+    Containers, namespaces and instances above it are followed a few steps up (``"list in
+    `module.NAME`"``); ``""`` when no such root is reached (a frame's local, a cycle).
+    """
+    seen = {id(holder)}
+    label = _label(holder)
+    items: list[object] = [holder]
+    for depth in range(_DEPTH):
+        link = " " if depth == 0 else " in "
+        above: list[object] = []
+        for item in items:
+            for module_name, namespace in modules:
+                for attr, value in list(namespace.items()):
+                    if value is item and not module_name.startswith("arrow_split."):
+                        return f"{label}{link}`{module_name}.{attr}`"
+            for ref in gc.get_referrers(item):
+                if isinstance(ref, FrameType) or id(ref) in seen or ref is items:
+                    continue
+                seen.add(id(ref))
+                if isinstance(ref, (FunctionType, type)):
+                    if not _own(ref):
+                        return f"{label} of `{ref.__module__}.{ref.__qualname__}`"
+                elif isinstance(ref, (dict, list, tuple, set, frozenset)) or hasattr(
+                    ref, "__dict__"
+                ):
+                    above.append(ref)
+        items = above
     return ""
+
+
+def _defined(modules: Mapping[str, ModuleType]) -> dict[str, Any]:
+    """The six functions miles defines; a module without one is an InstallError, nothing patched."""
+    missing = [
+        f"`{module}.{name}`"
+        for name, module in _DEFINED.items()
+        if not hasattr(modules[module], name)
+    ]
+    if missing:
+        msg = (
+            f"install() patches miles' {', '.join(missing)}, which this miles does not define "
+            "(an older or newer miles); nothing was patched: pin a miles that defines them, or "
+            "call arrow_split.compat.miles' functions directly"
+        )
+        raise InstallError(msg)
+    return {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
+
+
+def _options_now() -> Mapping[str, Any]:
+    """The newest installation's options (what a patched store's put converts with)."""
+    return _ACTIVE[-1].options
+
+
+def current() -> Installation | None:
+    """The newest installation in this process not undone, or ``None`` (queryable anywhere)."""
+    return _ACTIVE[-1] if _ACTIVE else None
 
 
 def _ref_factory(object_store: object) -> RefFactory | None:
@@ -289,24 +383,29 @@ def patch(
     """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
     modules = {name: _import_required(name) for name in sorted(set(_DEFINED.values()))}
     hooks = _hooks(specs, strict_keys, pad_to_dp)
-    if _ACTIVE:
-        originals = dict(_BASE)
-    else:
-        originals = {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
+    originals = dict(_BASE) if _ACTIVE else _defined(modules)
+    store = _optional_attr(STORE_MODULE)
+    if store is not None:
+        check_store(store)  # before anything is bound: a store of another shape patches nothing
     bound = {name: _bind(drop_ins[name], hooks) for name in originals}
     patched = _patch_all(_known(originals), bound)
     unpatched = _unpatched(originals, ours=(originals, _BASE))
     skipped = [
         f"{module}.{name}" for module, name in _OPTIONAL.items() if module not in sys.modules
     ]
+    if store is None:
+        skipped.append(STORE_MODULE)
+    else:
+        patched += patch_store(store, _options_now)
     global REF_FACTORY  # the process's one reference type
-    factory = _ref_factory(_optional_attr("miles.utils.object_store"))
+    factory = _ref_factory(store)
     if not _ACTIVE:
         _BASE.update(originals)
         _BASE_FACTORY[:] = [REF_FACTORY]
     REF_FACTORY = factory
     listed = tuple(f"{holder}: {name}" for holder, name in unpatched)
-    installation = Installation(tuple(patched), tuple(skipped), bound, factory, listed)
+    options = {"specs": specs, "strict_keys": strict_keys, "pad_to_dp": pad_to_dp}
+    installation = Installation(tuple(patched), tuple(skipped), bound, factory, listed, options)
     _ACTIVE.append(installation)
     for holder, name in unpatched:
         msg = (

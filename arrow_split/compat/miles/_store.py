@@ -1,0 +1,133 @@
+"""miles' object store under the drop-in: a whole train-data dict put through it is one Arrow batch.
+
+miles' delayed mode puts the train data inline, through its store singleton
+(``miles.utils.object_store``: ``get_instance().put(value=data, value_spec=...)``), not through
+``split_train_data_by_dp``. :func:`patch_store` rebinds ``put`` and ``get`` on miles' Ray store
+class, so every instance (one built before the patch too) converts such a dict once, validated,
+and puts it as one Arrow batch; a delayed rank then takes only its rows. Any other value passes
+through untouched, and a ``get`` of a converted batch by code the drop-in does not patch returns
+miles' dict, as miles would have. ``remove`` is miles' own: it works on the reference returned.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from types import ModuleType
+from typing import Any
+
+from arrow_split import KNOWN_COLUMNS, InstallError, RolloutBatch
+from arrow_split.compat.miles._convert import RANK_DICT_KEYS, to_batch
+from arrow_split.compat.miles._keys import to_miles_keys
+from arrow_split.schema import role_column
+
+__all__ = ["STORE_MODULE", "StoreOptions", "check_store", "patch_store", "unpatch_store"]
+
+STORE_MODULE = "miles.utils.object_store"
+"""The module of miles' store singleton, its interface and its backends."""
+
+_RAY_STORE = "RayObjectStore"
+_LENGTH_SOURCE = str(role_column(KNOWN_COLUMNS, "length_source"))
+_LOG = logging.getLogger("arrow_split.compat.miles")
+
+StoreOptions = Callable[[], Mapping[str, Any]]
+"""Gives the current installation's ``specs`` and ``strict_keys`` at each put."""
+
+# (class, name) -> miles' own method, while the store is patched
+_ORIGINALS: dict[tuple[type, str], Callable[..., Any] | None] = {}
+
+
+def _parameters(function: object) -> list[str]:
+    try:
+        return list(inspect.signature(function).parameters)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return []
+
+
+def check_store(module: ModuleType) -> type:
+    """The Ray store class of miles, if its interface is the one the drop-in knows.
+
+    Raises InstallError (naming each difference) otherwise.
+    """
+    store = getattr(module, _RAY_STORE, None)
+    result = getattr(module, "ObjectStoreGetResult", None)
+    problems = []
+    if not isinstance(store, type):
+        problems.append(f"`{STORE_MODULE}.{_RAY_STORE}` is missing")
+    else:
+        if _parameters(getattr(store, "put", None))[:3] != ["self", "value", "value_spec"]:
+            problems.append(f"`{_RAY_STORE}.put` is not `put(self, value, value_spec=None)`")
+        if _parameters(getattr(store, "get", None))[:2] != ["self", "ref"]:
+            problems.append(f"`{_RAY_STORE}.get` is not `get(self, ref)`")
+    if not isinstance(result, type) or _parameters(result)[:2] != ["value", "release_fn"]:
+        problems.append("`ObjectStoreGetResult(value, release_fn)` is missing")
+    if problems or not isinstance(store, type):
+        msg = (
+            f"install() cannot patch miles' object store: {'; '.join(problems)}; this miles' "
+            "store interface is not the one the drop-in knows, so nothing was patched: pin a "
+            "miles whose store has `put(value, value_spec=None)` / `get(ref)`, or call "
+            "arrow_split.compat.miles' functions directly"
+        )
+        raise InstallError(msg)
+    return store
+
+
+def is_whole_train_data(value: object) -> bool:
+    """A whole batch's train-data dict (not a rank's shard, which holds ``partition``)."""
+    return (
+        isinstance(value, Mapping)
+        and _LENGTH_SOURCE in value
+        and not any(key in value for key in RANK_DICT_KEYS)
+    )
+
+
+def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
+    """Bind the converting ``put`` and ``get`` on miles' Ray store class; the names bound."""
+    store = check_store(module)
+    if (store, "put") in _ORIGINALS:  # patched by an earlier installation: options are read live
+        return []
+    put, get = store.put, store.get  # type: ignore[attr-defined]
+    result_type = module.ObjectStoreGetResult
+
+    def arrow_put(self: Any, value: Any, value_spec: Any = None) -> Any:
+        if not is_whole_train_data(value):
+            return put(self, value, value_spec)
+        from arrow_split.compat.miles._handoff import put_delayed
+
+        current = options()
+        batch = to_batch(
+            argparse.Namespace(),
+            value,
+            current["specs"],
+            strict_keys=current["strict_keys"],
+        )
+        return put_delayed(batch, None, balance_data=False)
+
+    def arrow_get(self: Any, ref: Any) -> Any:
+        result = get(self, ref)
+        value = result.value
+        if not isinstance(value, RolloutBatch):
+            return result
+        train_data = to_miles_keys(value, dict(value.to_train_data()))
+        return result_type(value=train_data, release_fn=lambda _: result.__exit__(None, None, None))
+
+    for name, method in (("put", arrow_put), ("get", arrow_get)):
+        original = vars(store).get(name)  # None: inherited, deleted again on undo
+        method.__qualname__ = f"{store.__qualname__}.{name}"
+        method.__doc__ = f"arrow_split's drop-in around miles' `{_RAY_STORE}.{name}`."
+        _ORIGINALS[(store, name)] = original
+        setattr(store, name, method)
+    _LOG.info("arrow_split.compat.miles patched %s.%s.put and .get", STORE_MODULE, _RAY_STORE)
+    return [f"{STORE_MODULE}.{_RAY_STORE}.put", f"{STORE_MODULE}.{_RAY_STORE}.get"]
+
+
+def unpatch_store() -> None:
+    """Put miles' own methods back (idempotent)."""
+    for (store, name), original in list(_ORIGINALS.items()):
+        if original is None:
+            delattr(store, name)
+        else:
+            setattr(store, name, original)
+    _ORIGINALS.clear()

@@ -1,0 +1,130 @@
+"""A Ray reference that crosses the wire: pickle, cloudpickle and plain JSON, without running code.
+
+Ray writes a reference out of band as a call of its own deserializer on plain bytes (the object
+id, the owner's address, the object's status). :func:`ref_to_bytes` keeps exactly that;
+:func:`ref_from_bytes` reads it back with an unpickler that resolves that one function and
+nothing else, so bytes from another process (or a JSON document carrying them) never run code.
+docs/ray.md, "References on the wire", documents the JSON form and the object's lifetime: as
+for any reference Ray serializes out of band, the object stays pinned until it is freed
+(:func:`free`) or its owner exits.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import pickle
+from typing import Any
+
+import ray
+from ray._private import internal_api
+
+from arrow_split import OptionError, OptionTypeError, TransportError
+
+__all__ = ["WIRE_FORMAT", "free", "ref_from_bytes", "ref_from_json", "ref_to_bytes", "ref_to_json"]
+
+WIRE_FORMAT = "arrow_split.ray_ref"
+"""The ``format`` member of a reference's JSON document (version 1)."""
+
+_DESERIALIZER = ("ray._private.serialization", "_object_ref_deserializer")
+
+
+class _RefUnpickler(pickle.Unpickler):
+    """Resolves Ray's reference deserializer and refuses every other global."""
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) == _DESERIALIZER:
+            return super().find_class(module, name)
+        msg = f"a wire reference may only call Ray's reference deserializer, not `{module}.{name}`"
+        raise pickle.UnpicklingError(msg)
+
+
+def ref_to_bytes(object_ref: ray.ObjectRef[Any]) -> bytes:
+    """Ray's out-of-band form of ``object_ref`` (id, owner address, status); pins the object."""
+    if not isinstance(object_ref, ray.ObjectRef):
+        msg = f"expected a ray.ObjectRef, got {type(object_ref).__name__}"
+        raise OptionTypeError(msg)
+    payload: bytes = ray.cloudpickle.dumps(object_ref)  # type: ignore[no-untyped-call]
+    return payload
+
+
+def ref_from_bytes(payload: bytes, what: str = "the reference") -> ray.ObjectRef[Any]:
+    """The reference :func:`ref_to_bytes` wrote; refuses anything else without running it."""
+    if not isinstance(payload, bytes):
+        msg = f"{what} must be bytes from `ref_to_bytes`, got {type(payload).__name__}"
+        raise OptionTypeError(msg)
+    try:
+        object_ref = _RefUnpickler(io.BytesIO(payload)).load()
+    except Exception as exc:  # any damage: a truncated stream, a foreign global, bad arguments
+        msg = (
+            f"{what} is not a Ray reference written by arrow_split ({type(exc).__name__}: "
+            f"{exc}); pass the bytes or JSON that `to_json`/`ref_to_bytes` produced, unchanged"
+        )
+        raise OptionError(msg) from None
+    if not isinstance(object_ref, ray.ObjectRef):
+        msg = f"{what} decodes to a {type(object_ref).__name__}, not a Ray reference"
+        raise OptionError(msg)
+    return object_ref
+
+
+def ref_to_json(object_ref: ray.ObjectRef[Any], **members: int | str | None) -> str:
+    """A JSON document for ``object_ref`` plus ``members`` (ints, strs or None): see the module."""
+    document: dict[str, object] = {
+        "format": WIRE_FORMAT,
+        "version": 1,
+        "object_id": object_ref.hex(),
+        "ray": base64.b64encode(ref_to_bytes(object_ref)).decode("ascii"),
+    }
+    document.update(members)
+    return json.dumps(document, sort_keys=True)
+
+
+def ref_from_json(text: str | bytes) -> tuple[ray.ObjectRef[Any], dict[str, Any]]:
+    """The reference and the other members of a document :func:`ref_to_json` wrote."""
+    if not isinstance(text, (str, bytes)):
+        msg = f"a reference's JSON must be str or bytes, got {type(text).__name__}"
+        raise OptionTypeError(msg)
+    try:
+        document = json.loads(text)
+    except ValueError as exc:
+        msg = f"a reference's JSON does not parse ({exc}); pass the text `to_json()` returned"
+        raise OptionError(msg) from None
+    if not isinstance(document, dict) or document.get("format") != WIRE_FORMAT:
+        msg = f'a reference\'s JSON must be an object with "format": "{WIRE_FORMAT}"'
+        raise OptionError(msg)
+    if document.get("version") != 1:
+        msg = (
+            f"a reference's JSON has version {document.get('version')!r}; this arrow_split reads "
+            "version 1: read it with the arrow_split that wrote it"
+        )
+        raise OptionError(msg)
+    encoded = document.pop("ray", None)
+    object_id = document.get("object_id")
+    what = f"the reference {object_id}"
+    if not isinstance(encoded, str):
+        msg = f'{what}: the JSON lacks its "ray" member (a base64 string)'
+        raise OptionError(msg)
+    try:
+        payload = base64.b64decode(encoded, validate=True)
+    except binascii.Error:
+        msg = f'{what}: the "ray" member is not base64'
+        raise OptionError(msg) from None
+    object_ref = ref_from_bytes(payload, what)
+    if object_ref.hex() != object_id:
+        msg = f'{what}: the "ray" member holds another reference ({object_ref.hex()})'
+        raise OptionError(msg)
+    return object_ref, document
+
+
+def free(object_ref: ray.ObjectRef[Any]) -> None:
+    """Free the object now, wherever it is stored (a later get raises a TransportError)."""
+    if not isinstance(object_ref, ray.ObjectRef):
+        msg = f"expected a ray.ObjectRef, got {type(object_ref).__name__}"
+        raise OptionTypeError(msg)
+    try:
+        internal_api.free([object_ref])  # type: ignore[attr-defined]
+    except Exception as exc:  # the owner is gone: nothing left to free
+        msg = f"could not free the reference {object_ref.hex()} ({type(exc).__name__}: {exc})"
+        raise TransportError(msg) from exc
