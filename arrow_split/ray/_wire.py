@@ -23,7 +23,15 @@ from ray._private import internal_api
 
 from arrow_split import OptionError, OptionTypeError, TransportError
 
-__all__ = ["WIRE_FORMAT", "free", "ref_from_bytes", "ref_from_json", "ref_to_bytes", "ref_to_json"]
+__all__ = [
+    "WIRE_FORMAT",
+    "can_free",
+    "free",
+    "ref_from_bytes",
+    "ref_from_json",
+    "ref_to_bytes",
+    "ref_to_json",
+]
 
 WIRE_FORMAT = "arrow_split.ray_ref"
 """The ``format`` member of a reference's JSON document (version 1)."""
@@ -118,13 +126,32 @@ def ref_from_json(text: str | bytes) -> tuple[ray.ObjectRef[Any], dict[str, Any]
     return object_ref, document
 
 
+def can_free() -> bool:
+    """Whether this Ray can free an object while references to it live (older Rays only)."""
+    return callable(getattr(internal_api, "free", None))
+
+
 def free(object_ref: ray.ObjectRef[Any]) -> None:
-    """Free the object now, wherever it is stored (a later get raises a TransportError)."""
+    """Free the object now, wherever it is stored (a later get raises a TransportError).
+
+    Raises
+    ------
+    TransportError
+        This Ray has no such call (:func:`can_free`; then the object lives until its last
+        reference is dropped or its owner exits), or the owner is gone.
+    """
     if not isinstance(object_ref, ray.ObjectRef):
         msg = f"expected a ray.ObjectRef, got {type(object_ref).__name__}"
         raise OptionTypeError(msg)
+    release = getattr(internal_api, "free", None)
+    if not callable(release):
+        msg = (
+            f"Ray {ray.__version__} cannot free the reference {object_ref.hex()} while "
+            "references to it live; drop them (the object goes with the last one) or end its owner"
+        )
+        raise TransportError(msg)
     try:
-        internal_api.free([object_ref])  # type: ignore[attr-defined]
+        release([object_ref])
     except Exception as exc:  # the owner is gone: nothing left to free
         msg = f"could not free the reference {object_ref.hex()} ({type(exc).__name__}: {exc})"
         raise TransportError(msg) from exc

@@ -47,10 +47,18 @@ from arrow_split.compat.miles._handoff import (
     put_delayed,
     put_eager,
 )
-from arrow_split.compat.miles._install import Installation, UnpatchedBindingWarning, as_specs, patch
+from arrow_split.compat.miles._install import (
+    Installation,
+    UnpatchedBindingWarning,
+    as_specs,
+    current,
+    patch,
+)
+from arrow_split.compat.miles._setup import ENV_VAR, environment, runtime_env, setup_worker
 from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
+    "ENV_VAR",
     "ArrowRef",
     "FlopsFn",
     "Installation",
@@ -60,9 +68,13 @@ __all__ = [
     "StoreGetResult",
     "UnpatchedBindingWarning",
     "can_schedule_on_rollout_side",
+    "current_installation",
+    "environment",
     "install",
     "process_rollout_data",
     "process_rollout_data_shard",
+    "runtime_env",
+    "setup_worker",
     "split_train_data_by_dp",
     "split_train_data_by_dp_raw",
     "split_train_data_by_dp_scheduled_raw",
@@ -343,6 +355,14 @@ def install(
         pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
         verbose=as_flag("verbose", verbose),
     )
+
+
+def current_installation() -> Installation | None:
+    """The newest :func:`install` in this process not undone, or ``None``.
+
+    Ask it in any worker to see that the drop-in is installed there (:func:`setup_worker`).
+    """
+    return current()
 
 
 _DROP_INS: dict[str, Callable[..., Any]] = {

@@ -86,8 +86,9 @@ def is_whole_train_data(value: object) -> bool:
 def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
     """Bind the converting ``put`` and ``get`` on miles' Ray store class; the names bound."""
     store = check_store(module)
+    names = [f"{STORE_MODULE}.{_RAY_STORE}.put", f"{STORE_MODULE}.{_RAY_STORE}.get"]
     if (store, "put") in _ORIGINALS:  # patched by an earlier installation: options are read live
-        return []
+        return names
     put, get = store.put, store.get  # type: ignore[attr-defined]
     result_type = module.ObjectStoreGetResult
 
@@ -119,8 +120,7 @@ def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
         method.__doc__ = f"arrow_split's drop-in around miles' `{_RAY_STORE}.{name}`."
         _ORIGINALS[(store, name)] = original
         setattr(store, name, method)
-    _LOG.info("arrow_split.compat.miles patched %s.%s.put and .get", STORE_MODULE, _RAY_STORE)
-    return [f"{STORE_MODULE}.{_RAY_STORE}.put", f"{STORE_MODULE}.{_RAY_STORE}.get"]
+    return names
 
 
 def unpatch_store() -> None:

@@ -1,0 +1,226 @@
+"""The drop-in in every process of a job: Ray's worker setup hook, or one environment variable.
+
+miles runs its rollout manager and each train actor in Ray worker processes of their own, so an
+``install()`` in the driver changes none of them. Two routes install it everywhere, with the
+same options (docs/miles.md, "Every process of a job"):
+
+- Ray: ``ray.init(runtime_env=runtime_env(...))`` names :func:`setup_worker` as the
+  ``worker_process_setup_hook``, which Ray calls in each worker before any task or actor code,
+  and carries the options in :data:`ENV_VAR`.
+- Launchers that only pass environment variables: set :data:`ENV_VAR` (:func:`environment`
+  gives its value). The package installs ``arrow_split_miles.pth``, which in a process where the
+  variable is set calls :func:`watch_imports`: the drop-in is installed right after the first
+  import of miles' conversion or data module completes, whoever imports it and whenever.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import logging
+import os
+import sys
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from types import ModuleType
+from typing import Any
+
+from arrow_split import ColumnSpec, OptionError
+from arrow_split._args import as_flag
+from arrow_split.batch._dump_meta import spec_from_json, spec_to_json
+from arrow_split.compat.miles._install import Installation, as_specs
+
+__all__ = ["ENV_VAR", "environment", "options_from_environment", "runtime_env", "setup_worker"]
+
+ENV_VAR = "ARROW_SPLIT_MILES"
+"""Set (``"1"`` or a JSON object of ``install()``'s options) to install the drop-in everywhere."""
+
+_HOOK = "arrow_split.compat.miles.setup_worker"
+_TRIGGERS = ("miles.ray.rollout.train_data_conversion", "miles.utils.data")
+_LOG = logging.getLogger("arrow_split.compat.miles")
+
+
+def _encode(specs: Iterable[ColumnSpec], strict_keys: bool, pad_to_dp: bool, verbose: bool) -> str:
+    options = {
+        "specs": [spec_to_json(spec) for spec in as_specs(specs)],
+        "strict_keys": as_flag("strict_keys", strict_keys),
+        "pad_to_dp": as_flag("pad_to_dp", pad_to_dp),
+        "verbose": as_flag("verbose", verbose),
+    }
+    return json.dumps(options, sort_keys=True)
+
+
+def environment(
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+    verbose: bool = False,
+) -> dict[str, str]:
+    """The environment variable that installs the drop-in, with these options, in a process.
+
+    Give it to a launcher (``env_vars``, a pod spec, ``export``); the options are
+    :func:`~arrow_split.compat.miles.install`'s.
+    """
+    return {ENV_VAR: _encode(specs, strict_keys, pad_to_dp, verbose)}
+
+
+def runtime_env(
+    *,
+    specs: Iterable[ColumnSpec] = (),
+    strict_keys: bool = False,
+    pad_to_dp: bool = False,
+    verbose: bool = False,
+) -> dict[str, Any]:
+    """A Ray ``runtime_env`` that installs the drop-in in every worker process of the job.
+
+    Pass it to ``ray.init(runtime_env=...)`` (merge it into yours); the options are
+    :func:`~arrow_split.compat.miles.install`'s and reach every worker.
+    """
+    return {
+        "worker_process_setup_hook": _HOOK,
+        "env_vars": environment(
+            specs=specs, strict_keys=strict_keys, pad_to_dp=pad_to_dp, verbose=verbose
+        ),
+    }
+
+
+def options_from_environment(value: str | None = None) -> dict[str, Any]:
+    """``install()``'s options from :data:`ENV_VAR` (``value``, or this process's variable)."""
+    text = os.environ.get(ENV_VAR, "") if value is None else value
+    if text.strip() in ("", "1"):
+        return {"specs": [], "strict_keys": False, "pad_to_dp": False, "verbose": False}
+    try:
+        stored = json.loads(text)
+    except ValueError as exc:
+        msg = f"`{ENV_VAR}` must be 1 or a JSON object of install() options ({exc})"
+        raise OptionError(msg) from None
+    known = {"specs", "strict_keys", "pad_to_dp", "verbose"}
+    if not isinstance(stored, dict) or set(stored) - known:
+        got = sorted(set(stored) - known) if isinstance(stored, dict) else type(stored).__name__
+        msg = (
+            f"`{ENV_VAR}` must be a JSON object with the members {sorted(known)}, got {got}; "
+            "make it with `arrow_split.compat.miles.environment(...)`"
+        )
+        raise OptionError(msg)
+    specs = stored.get("specs", [])
+    if not isinstance(specs, list):
+        msg = f"`{ENV_VAR}`: `specs` must be a JSON list, got {type(specs).__name__}"
+        raise OptionError(msg)
+    return {
+        "specs": [spec_from_json(item, position, ENV_VAR) for position, item in enumerate(specs)],
+        "strict_keys": as_flag(f"{ENV_VAR} strict_keys", stored.get("strict_keys", False)),
+        "pad_to_dp": as_flag(f"{ENV_VAR} pad_to_dp", stored.get("pad_to_dp", False)),
+        "verbose": as_flag(f"{ENV_VAR} verbose", stored.get("verbose", False)),
+    }
+
+
+_LOCK = threading.RLock()
+
+
+def setup_worker() -> Installation:
+    """Install the drop-in in this process with :data:`ENV_VAR`'s options (once per process).
+
+    Ray's ``worker_process_setup_hook`` (see :func:`runtime_env`); safe to call again.
+    """
+    from arrow_split.compat.miles import install
+    from arrow_split.compat.miles._install import current
+
+    unwatch()  # installed now: the import watch (if the variable set one) has nothing left to do
+    options = options_from_environment()
+    with _LOCK:
+        installed = current()
+        if installed is not None and _same(installed.options, options):
+            return installed
+        installation = install(**options)
+    _LOG.info("arrow_split.compat.miles installed in process %d", os.getpid())
+    return installation
+
+
+def _same(installed: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
+    return all(installed.get(key) == options[key] for key in ("specs", "strict_keys", "pad_to_dp"))
+
+
+class _Watch(importlib.abc.MetaPathFinder):
+    """Runs :func:`setup_worker` once the outermost import that loaded a trigger module ends."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.due = False
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "miles" and not fullname.startswith("miles."):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _Counted(self, spec.loader)
+                return spec
+        return None
+
+    def finished(self, fullname: str) -> None:
+        self.due = self.due or fullname in _TRIGGERS
+        if self.depth == 0 and self.due:
+            unwatch()
+            try:
+                setup_worker()
+            except Exception:  # never break the import that triggered it: say why, loudly
+                _LOG.exception("arrow_split: installing the miles drop-in failed")
+
+
+class _Counted(importlib.abc.Loader):
+    """A loader that counts nested miles imports around the real loader's ``exec_module``."""
+
+    def __init__(self, watch: _Watch, loader: Any) -> None:
+        self.watch = watch
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        create = getattr(self.loader, "create_module", None)
+        return None if create is None else create(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.watch.depth += 1
+        try:
+            self.loader.exec_module(module)
+        finally:
+            self.watch.depth -= 1
+        self.watch.finished(module.__name__)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, is_package, ... of the real loader
+        return getattr(self.loader, name)
+
+
+_WATCHES: list[_Watch] = []
+
+
+def watch_imports() -> None:
+    """Install the drop-in right after miles' conversion or data module is first imported.
+
+    Called by ``arrow_split_miles.pth`` when :data:`ENV_VAR` is set; installs at once when
+    miles is imported already.
+    """
+    with _LOCK:
+        if _WATCHES:
+            return
+        if any(name in sys.modules for name in _TRIGGERS):
+            setup_worker()
+            return
+        watch = _Watch()
+        _WATCHES.append(watch)
+        sys.meta_path.insert(0, watch)
+
+
+def unwatch() -> None:
+    """Stop watching imports (idempotent)."""
+    with _LOCK:
+        for watch in _WATCHES:
+            if watch in sys.meta_path:
+                sys.meta_path.remove(watch)
+        _WATCHES.clear()
