@@ -169,7 +169,9 @@ _STORE_INTERFACE = """
         def get(self, ref):
             return ObjectStoreGetResult(ref, lambda value: None)
 """
-_PYDANTIC_STORE = _STORE_INTERFACE + """
+_PYDANTIC_STORE = (
+    _STORE_INTERFACE
+    + """
     class _BaseStoreObjectRef:
         pass
 
@@ -177,10 +179,14 @@ _PYDANTIC_STORE = _STORE_INTERFACE + """
         def __init__(self, *, payload):
             self.payload = payload
 """
-_BOX_STORE = _STORE_INTERFACE + """
+)
+_BOX_STORE = (
+    _STORE_INTERFACE
+    + """
     from miles.utils.ray_utils import Box
     StoreObjectRef = Box
 """
+)
 _RAY_UTILS = """
     class Box:
         def __init__(self, inner):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from pathlib import Path
 from typing import Any
 
@@ -9,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from arrow_split import ColumnSpec, OptionTypeError, SchemaError, SchemaTypeError
+from arrow_split import ColumnSpec, InstallError, OptionTypeError, SchemaError, SchemaTypeError
 from arrow_split.compat import miles
 from tests.test_compat_miles import FULL_CONFIG, fake_miles, make_args, make_data  # noqa: F401
 
@@ -306,3 +308,148 @@ def test_class_attributes_undo_in_any_order(holders: Any) -> None:
     assert holders.Splitter.__dict__["split"] is second.bound["split_train_data_by_dp_raw"]
     second.undo()
     assert holders.Splitter.__dict__["split"] is original
+
+
+# --- miles' store, and holders install() cannot rebind -------------------------------------------
+
+_STORE = """
+    class ObjectStoreGetResult:
+        def __init__(self, value, release_fn):
+            self.value = value
+
+    class RayObjectStore:
+        def put(self, value, value_spec=None):
+            return ("miles put", value)
+
+        def get(self, ref):
+            return ObjectStoreGetResult(ref, lambda value: None)
+"""
+
+
+def _write(root: Path, relative: str, text: str) -> None:
+    import textwrap
+
+    (root / relative).write_text(textwrap.dedent(text))
+
+
+def test_the_store_class_is_patched_for_instances_built_before_and_undone(
+    fake_miles: Path,  # noqa: F811
+) -> None:
+    _write(fake_miles, "miles/utils/object_store.py", _STORE)
+    from miles.utils import object_store
+
+    built_before = object_store.RayObjectStore()
+    own_put = object_store.RayObjectStore.put
+    installation = miles.install()
+    assert "miles.utils.object_store.RayObjectStore.put" in installation.patched
+    assert type(built_before).put is not own_put  # the class: every instance, old and new
+    assert built_before.put({"other": 1}) == ("miles put", {"other": 1})  # not train data
+    shard = {"tokens": [[1]], "partition": [0]}  # a rank's dict, not a whole batch
+    assert built_before.put(shard) == ("miles put", shard)
+    assert miles.current_installation() is installation
+    second = miles.install(strict_keys=True)
+    assert "miles.utils.object_store.RayObjectStore.put" in second.patched
+    installation.undo()
+    assert type(built_before).put is not own_put  # still installed by the second
+    second.undo()
+    assert object_store.RayObjectStore.put is own_put
+    assert miles.current_installation() is None
+
+
+@pytest.mark.parametrize(
+    ("store", "problem"),
+    [
+        (
+            "class ObjectStoreGetResult:\n    def __init__(self, value, release_fn): pass\n",
+            "missing",
+        ),
+        (
+            _STORE.replace("def put(self, value, value_spec=None)", "def put(self, data)"),
+            "`RayObjectStore.put` is not",
+        ),
+        (_STORE.replace("def get(self, ref)", "def get(self)"), "`RayObjectStore.get` is not"),
+        (_STORE.replace("ObjectStoreGetResult", "Result"), "ObjectStoreGetResult"),
+    ],
+)
+def test_a_store_of_another_shape_is_an_install_error_with_nothing_patched(
+    fake_miles: Path,  # noqa: F811
+    store: str,
+    problem: str,
+) -> None:
+    _write(fake_miles, "miles/utils/object_store.py", store)
+    import miles.ray.rollout.train_data_conversion as conversion
+
+    with pytest.raises(InstallError, match="cannot patch miles' object store") as caught:
+        miles.install()
+    assert problem in str(caught.value)
+    assert conversion.split_train_data_by_dp_raw(None, None, dp_size=1) == "miles"
+    assert miles.current_installation() is None
+
+
+def test_a_miles_without_one_of_the_functions_is_an_install_error(
+    fake_miles: Path,  # noqa: F811
+) -> None:
+    path = fake_miles / "miles/ray/rollout/train_data_conversion.py"
+    path.write_text(path.read_text().replace("def can_schedule_on_rollout_side", "def renamed"))
+    import miles.utils.data as data_module
+
+    with pytest.raises(InstallError) as caught:
+        miles.install()
+    message = str(caught.value)
+    assert "`miles.ray.rollout.train_data_conversion.can_schedule_on_rollout_side`" in message
+    assert "nothing was patched" in message
+    assert data_module.process_rollout_data(None, None, 0, 1, None) == "miles"
+
+
+_NESTED = """
+    import functools
+    from types import SimpleNamespace
+
+    from miles.ray.rollout.train_data_conversion import split_train_data_by_dp_raw as raw
+
+    NESTED = {"splits": [raw]}
+    SPACE = SimpleNamespace(split=raw)
+
+    class Holder:
+        def __init__(self):
+            self.split = raw
+
+    HOLDER = Holder()
+
+    @functools.wraps(raw)
+    def wrapper(*args, **kwargs):
+        return "wrapper"
+"""
+
+
+def test_nested_containers_namespaces_and_instances_are_listed_wrappers_are_not(
+    fake_miles: Path,  # noqa: F811
+) -> None:
+    import importlib
+
+    _write(fake_miles, "miles/ray/rollout/nested.py", _NESTED)
+    importlib.import_module("miles.ray.rollout.nested")
+    with pytest.warns(miles.UnpatchedBindingWarning):
+        installation = miles.install()
+    installation.undo()
+    where = "miles.ray.rollout.nested"
+    assert set(installation.unpatched) == {
+        f"list in `{where}.NESTED`: split_train_data_by_dp_raw",
+        f"dict in `{where}.SPACE`: split_train_data_by_dp_raw",
+        f"{where}.Holder `{where}.HOLDER`: split_train_data_by_dp_raw",
+    }
+    assert not any("wrapper" in entry for entry in installation.unpatched)
+
+
+def test_a_module_whose_getattr_raises_is_skipped(
+    fake_miles: Path,  # noqa: F811
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Hostile(types.ModuleType):
+        def __getattribute__(self, name: str) -> Any:
+            raise RuntimeError("no attributes here")
+
+    monkeypatch.setitem(sys.modules, "hostile_module", Hostile("hostile_module"))
+    installation = miles.install()
+    installation.undo()
+    assert installation.patched
