@@ -33,6 +33,7 @@ from arrow_split.batch._columns import (
     values_equal,
 )
 from arrow_split.batch._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
+from arrow_split.batch._dump_meta import spec_from_json, spec_to_json
 from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, Roles, TrainData, resolve_specs
@@ -43,6 +44,8 @@ __all__ = [
     "arrays_equal",
     "check_batch",
     "record_batches_equal",
+    "spec_from_json",
+    "spec_to_json",
     "values_equal",
 ]
 

@@ -12,15 +12,32 @@ except ImportError:
     msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
     raise ImportError(msg) from None
 
-from arrow_split.ray._handoff import process_rollout_data, split_train_data_by_dp, warm_up
+from arrow_split.ray._handoff import fetch, process_rollout_data, split_train_data_by_dp, warm_up
 from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches
+from arrow_split.ray._wire import (
+    WIRE_FORMAT,
+    can_free,
+    free,
+    ref_from_bytes,
+    ref_from_json,
+    ref_to_bytes,
+    ref_to_json,
+)
 
 __all__ = [
     "HELPER_NAME_PREFIX",
     "Locality",
     "OnFetch",
+    "WIRE_FORMAT",
+    "can_free",
     "clear_caches",
+    "fetch",
+    "free",
     "process_rollout_data",
+    "ref_from_bytes",
+    "ref_from_json",
+    "ref_to_bytes",
+    "ref_to_json",
     "split_train_data_by_dp",
     "warm_up",
 ]

@@ -54,12 +54,12 @@ from arrow_split.compat.miles._install import (
     current,
     patch,
 )
-from arrow_split.compat.miles._setup import ENV_VAR, environment, runtime_env, setup_worker
+from arrow_split.compat.miles._setup import ENV_VAR, environment, install_once, runtime_env, watch
 from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = [
-    "ENV_VAR",
     "ArrowRef",
+    "ENV_VAR",
     "FlopsFn",
     "Installation",
     "OnBatchLengths",
@@ -78,6 +78,7 @@ __all__ = [
     "split_train_data_by_dp",
     "split_train_data_by_dp_raw",
     "split_train_data_by_dp_scheduled_raw",
+    "watch_imports",
 ]
 
 OnBatchLengths = Callable[[list[int]], None]
@@ -354,7 +355,30 @@ def install(
         strict_keys=as_flag("strict_keys", strict_keys),
         pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
         verbose=as_flag("verbose", verbose),
+        put_batch=_put_whole,
     )
+
+
+def _put_whole(batch: RolloutBatch) -> Any:
+    """What miles' patched store puts: the whole batch, planned by each rank for its size."""
+    return put_delayed(batch, None, balance_data=False)
+
+
+def setup_worker() -> Installation:
+    """Install the drop-in in this process with ``ARROW_SPLIT_MILES``'s options (once).
+
+    Ray's ``worker_process_setup_hook`` (see :func:`runtime_env`); a second call with the same
+    options returns the installation already made.
+    """
+    return install_once(install)
+
+
+def watch_imports() -> None:
+    """Install the drop-in right after miles' conversion or data module is first imported.
+
+    ``arrow_split_miles.pth`` calls it where ``ARROW_SPLIT_MILES`` is set.
+    """
+    watch(setup_worker)
 
 
 def current_installation() -> Installation | None:

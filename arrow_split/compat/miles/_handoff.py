@@ -58,14 +58,14 @@ class ArrowRef:
 
     def to_json(self) -> str:
         """The reference as a JSON document; the object stays pinned until freed (see docs)."""
-        from arrow_split.ray._wire import ref_to_json
+        from arrow_split.ray import ref_to_json
 
         return ref_to_json(self.inner, step=self.step)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ArrowRef:
         """The reference :meth:`to_json` wrote (decoding never runs code from the text)."""
-        from arrow_split.ray._wire import ref_from_json
+        from arrow_split.ray import ref_from_json
 
         object_ref, members = ref_from_json(text)
         step = members.get("step")
@@ -78,14 +78,14 @@ class ArrowRef:
         # a Ray reference pickled by plain pickle loses its owner's address; Ray's own form
         # keeps it (and, as for any reference serialized out of band, pins the object)
         if type(self.inner).__module__.startswith("ray"):
-            from arrow_split.ray._wire import ref_to_bytes
+            from arrow_split.ray import ref_to_bytes
 
             return (_ref_from_wire, (ref_to_bytes(self.inner), self.step))
         return (ArrowRef, (self.inner, self.step))
 
 
 def _ref_from_wire(payload: bytes, step: int | None) -> ArrowRef:
-    from arrow_split.ray._wire import ref_from_bytes
+    from arrow_split.ray import ref_from_bytes
 
     return ArrowRef(ref_from_bytes(payload), step)
 
@@ -235,8 +235,8 @@ def fetch_delayed(
     """
     import ray
 
+    from arrow_split.ray import fetch
     from arrow_split.ray import process_rollout_data as take_rank
-    from arrow_split.ray._handoff import fetch
 
     balance_data = arg_flag(args, "balance_data", required=True)
     step = ref.step if isinstance(ref, ArrowRef) else None

@@ -21,7 +21,13 @@ from typing import Any
 
 from arrow_split import ArrowSplitWarning, ColumnSpec, InstallError, SchemaTypeError
 from arrow_split._args import describe
-from arrow_split.compat.miles._store import STORE_MODULE, check_store, patch_store, unpatch_store
+from arrow_split.compat.miles._store import (
+    STORE_MODULE,
+    PutBatch,
+    check_store,
+    patch_store,
+    unpatch_store,
+)
 
 __all__ = [
     "Installation",
@@ -379,8 +385,12 @@ def patch(
     strict_keys: bool,
     pad_to_dp: bool,
     verbose: bool,
+    put_batch: PutBatch,
 ) -> Installation:
-    """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options)."""
+    """Bind ``drop_ins`` (name -> public function) wherever miles binds its own (parsed options).
+
+    ``put_batch`` is what miles' patched store puts a converted batch with.
+    """
     modules = {name: _import_required(name) for name in sorted(set(_DEFINED.values()))}
     hooks = _hooks(specs, strict_keys, pad_to_dp)
     originals = dict(_BASE) if _ACTIVE else _defined(modules)
@@ -396,7 +406,7 @@ def patch(
     if store is None:
         skipped.append(STORE_MODULE)
     else:
-        patched += patch_store(store, _options_now)
+        patched += patch_store(store, _options_now, put_batch)
     global REF_FACTORY  # the process's one reference type
     factory = _ref_factory(store)
     if not _ACTIVE:

@@ -4,12 +4,12 @@ miles runs its rollout manager and each train actor in Ray worker processes of t
 ``install()`` in the driver changes none of them. Two routes install it everywhere, with the
 same options (docs/miles.md, "Every process of a job"):
 
-- Ray: ``ray.init(runtime_env=runtime_env(...))`` names :func:`setup_worker` as the
+- Ray: ``ray.init(runtime_env=runtime_env(...))`` names ``setup_worker`` as the
   ``worker_process_setup_hook``, which Ray calls in each worker before any task or actor code,
   and carries the options in :data:`ENV_VAR`.
 - Launchers that only pass environment variables: set :data:`ENV_VAR` (:func:`environment`
   gives its value). The package installs ``arrow_split_miles.pth``, which in a process where the
-  variable is set calls :func:`watch_imports`: the drop-in is installed right after the first
+  variable is set calls ``watch_imports``: the drop-in is installed right after the first
   import of miles' conversion or data module completes, whoever imports it and whenever.
 """
 
@@ -22,16 +22,24 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
 from arrow_split import ColumnSpec, OptionError
 from arrow_split._args import as_flag
-from arrow_split.batch._dump_meta import spec_from_json, spec_to_json
-from arrow_split.compat.miles._install import Installation, as_specs
+from arrow_split.batch import spec_from_json, spec_to_json
+from arrow_split.compat.miles._install import Installation, as_specs, current
 
-__all__ = ["ENV_VAR", "environment", "options_from_environment", "runtime_env", "setup_worker"]
+__all__ = [
+    "ENV_VAR",
+    "environment",
+    "install_once",
+    "options_from_environment",
+    "runtime_env",
+    "unwatch",
+    "watch",
+]
 
 ENV_VAR = "ARROW_SPLIT_MILES"
 """Set (``"1"`` or a JSON object of ``install()``'s options) to install the drop-in everywhere."""
@@ -118,15 +126,11 @@ def options_from_environment(value: str | None = None) -> dict[str, Any]:
 
 _LOCK = threading.RLock()
 
+Install = Callable[..., Installation]
 
-def setup_worker() -> Installation:
-    """Install the drop-in in this process with :data:`ENV_VAR`'s options (once per process).
 
-    Ray's ``worker_process_setup_hook`` (see :func:`runtime_env`); safe to call again.
-    """
-    from arrow_split.compat.miles import install
-    from arrow_split.compat.miles._install import current
-
+def install_once(install: Install) -> Installation:
+    """``install(**options)`` with :data:`ENV_VAR`'s options, unless this process has them."""
     unwatch()  # installed now: the import watch (if the variable set one) has nothing left to do
     options = options_from_environment()
     with _LOCK:
@@ -143,9 +147,10 @@ def _same(installed: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
 
 
 class _Watch(importlib.abc.MetaPathFinder):
-    """Runs :func:`setup_worker` once the outermost import that loaded a trigger module ends."""
+    """Calls ``on_import`` once the outermost import that loaded a trigger module ends."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_import: Callable[[], object]) -> None:
+        self.on_import = on_import
         self.depth = 0
         self.due = False
 
@@ -169,7 +174,7 @@ class _Watch(importlib.abc.MetaPathFinder):
         if self.depth == 0 and self.due:
             unwatch()
             try:
-                setup_worker()
+                self.on_import()
             except Exception:  # never break the import that triggered it: say why, loudly
                 _LOG.exception("arrow_split: installing the miles drop-in failed")
 
@@ -200,19 +205,18 @@ class _Counted(importlib.abc.Loader):
 _WATCHES: list[_Watch] = []
 
 
-def watch_imports() -> None:
-    """Install the drop-in right after miles' conversion or data module is first imported.
+def watch(on_import: Callable[[], object]) -> None:
+    """Call ``on_import`` right after miles' conversion or data module is first imported.
 
-    Called by ``arrow_split_miles.pth`` when :data:`ENV_VAR` is set; installs at once when
-    miles is imported already.
+    At once when one is imported already; once per process.
     """
     with _LOCK:
         if _WATCHES:
             return
         if any(name in sys.modules for name in _TRIGGERS):
-            setup_worker()
+            on_import()
             return
-        watch = _Watch()
+        watch = _Watch(on_import)
         _WATCHES.append(watch)
         sys.meta_path.insert(0, watch)
 

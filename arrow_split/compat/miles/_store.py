@@ -23,7 +23,14 @@ from arrow_split.compat.miles._convert import RANK_DICT_KEYS, to_batch
 from arrow_split.compat.miles._keys import to_miles_keys
 from arrow_split.schema import role_column
 
-__all__ = ["STORE_MODULE", "StoreOptions", "check_store", "patch_store", "unpatch_store"]
+__all__ = [
+    "PutBatch",
+    "STORE_MODULE",
+    "StoreOptions",
+    "check_store",
+    "patch_store",
+    "unpatch_store",
+]
 
 STORE_MODULE = "miles.utils.object_store"
 """The module of miles' store singleton, its interface and its backends."""
@@ -83,7 +90,11 @@ def is_whole_train_data(value: object) -> bool:
     )
 
 
-def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
+PutBatch = Callable[[RolloutBatch], Any]
+"""Puts a whole batch (no plan) and returns the reference miles' callers get."""
+
+
+def patch_store(module: ModuleType, options: StoreOptions, put_batch: PutBatch) -> list[str]:
     """Bind the converting ``put`` and ``get`` on miles' Ray store class; the names bound."""
     store = check_store(module)
     names = [f"{STORE_MODULE}.{_RAY_STORE}.put", f"{STORE_MODULE}.{_RAY_STORE}.get"]
@@ -95,8 +106,6 @@ def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
     def arrow_put(self: Any, value: Any, value_spec: Any = None) -> Any:
         if not is_whole_train_data(value):
             return put(self, value, value_spec)
-        from arrow_split.compat.miles._handoff import put_delayed
-
         current = options()
         batch = to_batch(
             argparse.Namespace(),
@@ -104,7 +113,7 @@ def patch_store(module: ModuleType, options: StoreOptions) -> list[str]:
             current["specs"],
             strict_keys=current["strict_keys"],
         )
-        return put_delayed(batch, None, balance_data=False)
+        return put_batch(batch)
 
     def arrow_get(self: Any, ref: Any) -> Any:
         result = get(self, ref)
