@@ -322,6 +322,16 @@ def _known() -> dict[str, ColumnSpec]:
             ColumnSpec(name, "per_sample_tensor", int32, "tokens_minus_one", storage="narrow")
             for name in ("rollout_routed_experts", "rollout_indexer_topk")
         ),
+        # miles' newer keys: on-policy distillation's teacher view (#2410), advantage spans,
+        # media references (#2569), the weight version a sample started at (#2296), loss scaling
+        ColumnSpec("teacher_tokens", "per_token", int32),
+        ColumnSpec("teacher_gather_positions", "per_token", int32, length="response"),
+        ColumnSpec("teacher_response_lengths", "per_sample_scalar", pa.int64()),
+        ColumnSpec("non_positive_advantage_spans", "per_sample_tensor", pa.int64()),
+        ColumnSpec("media_refs", "per_sample_object", codec="json"),
+        ColumnSpec("start_weight_version", "per_sample_object", codec="json"),
+        ColumnSpec("loss_denominator_mask", "per_sample_scalar", pa.bool_(), flag=True),
+        ColumnSpec("loss_global_batch_sizes", "per_sample_scalar", pa.int64()),
         ColumnSpec("response_lengths", "per_sample_scalar", pa.int64(), role="response_length"),
         ColumnSpec("rewards", "per_sample_scalar", pa.float64()),
         ColumnSpec("truncated", "per_sample_scalar", pa.bool_(), flag=True),
@@ -433,7 +443,21 @@ if TYPE_CHECKING:
         """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
         @overload
-        def __getitem__(self, key: Literal["tokens", "loss_masks"]) -> list[list[int]]: ...
+        def __getitem__(
+            self,
+            key: Literal["tokens", "loss_masks", "teacher_tokens", "teacher_gather_positions"],
+        ) -> list[list[int]]: ...
+        @overload
+        def __getitem__(self, key: Literal["non_positive_advantage_spans"]) -> list[np.ndarray]: ...
+        @overload
+        def __getitem__(
+            self,
+            key: Literal[
+                "teacher_response_lengths", "loss_global_batch_sizes", "loss_denominator_mask"
+            ],
+        ) -> list[int]: ...
+        @overload
+        def __getitem__(self, key: Literal["media_refs", "start_weight_version"]) -> list[Any]: ...
         @overload
         def __getitem__(
             self,

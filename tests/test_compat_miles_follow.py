@@ -23,22 +23,22 @@ from arrow_split.compat.miles import _install as _miles_install
 from arrow_split.compat.miles import _keys as _miles_convert
 from tests.test_compat_miles import fake_miles, make_args, make_data  # noqa: F401
 
-# Keys that miles' open PRs add, with values of the shapes they produce.
+# Keys nobody declared, with values of the shapes miles' keys have.
 NEW_KEYS: dict[str, Any] = {
-    "teacher_tokens": [[5, 6, 7, 8], [9, 10], [11, 12, 13]],
-    "teacher_gather_positions": [[0, 2], [1], [0, 1, 2]],
-    "teacher_response_lengths": [2, 1, 3],
-    "start_weight_version": [3, 3, 4],
+    "draft_tokens": [[5, 6, 7, 8], [9, 10], [11, 12, 13]],
+    "draft_positions": [[0, 2], [1], [0, 1, 2]],
+    "draft_lengths": [2, 1, 3],
+    "queue_version": [3, 3, 4],
     "loss_weights": [[0.5], [1.0, 0.25], [1.0]],
-    "advantages": [[0.5], [-1.0, 2.0], [0.0]],
+    "token_bonus": [[0.5], [-1.0, 2.0], [0.0]],
 }
 EXPECTED_KINDS = {
-    "teacher_tokens": ("per_token", pa.int64()),
-    "teacher_gather_positions": ("per_token", pa.int64()),
-    "teacher_response_lengths": ("per_sample_scalar", pa.int64()),
-    "start_weight_version": ("per_sample_scalar", pa.int64()),
+    "draft_tokens": ("per_token", pa.int64()),
+    "draft_positions": ("per_token", pa.int64()),
+    "draft_lengths": ("per_sample_scalar", pa.int64()),
+    "queue_version": ("per_sample_scalar", pa.int64()),
     "loss_weights": ("per_token", pa.float32()),
-    "advantages": ("per_token", pa.float32()),
+    "token_bonus": ("per_token", pa.float32()),
 }
 
 
@@ -62,8 +62,8 @@ def test_keys_miles_adds_next_reach_the_rank_with_one_warning_each() -> None:
     for shard in shards:
         for key, values in NEW_KEYS.items():
             assert shard[key] == [values[row] for row in shard["partition"]], key
-    advantages = next(str(w.message) for w in caught if "`advantages`" in str(w.message))
-    assert 'ColumnSpec("advantages", "per_token", pa.float32(), length="response")' in advantages
+    advantages = next(str(w.message) for w in caught if "`token_bonus`" in str(w.message))
+    assert 'ColumnSpec("token_bonus", "per_token", pa.float32(), length="response")' in advantages
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per key: a second step warns no more
         miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
@@ -88,17 +88,17 @@ def test_inferred_specs() -> None:
 
 
 def test_a_declared_spec_wins_and_does_not_warn() -> None:
-    spec = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
-    data = make_data([3, 4], advantages=[[0.5], [1.0, 2.0]])
+    spec = ColumnSpec("token_bonus", "per_token", pa.float32(), length="response")
+    data = make_data([3, 4], token_bonus=[[0.5], [1.0, 2.0]])
     shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, specs=[spec])[0]
-    assert shard["advantages"] == [[0.5], [1.0, 2.0]]
+    assert shard["token_bonus"] == [[0.5], [1.0, 2.0]]
 
 
 def test_strict_keys_and_the_core_refuse_unknown_keys() -> None:
     data = new_key_data()
-    with pytest.raises(SchemaError, match=r"unknown key `teacher_tokens`"):
+    with pytest.raises(SchemaError, match=r"unknown key `draft_tokens`"):
         miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, strict_keys=True)
-    with pytest.raises(SchemaError, match=r"unknown key `teacher_tokens`"):
+    with pytest.raises(SchemaError, match=r"unknown key `draft_tokens`"):
         RolloutBatch.from_train_data(data)
 
 
@@ -230,3 +230,70 @@ def test_both_reference_shapes_are_read() -> None:
     pydantic_like = Namespace(payload="r")
     assert _handoff.unwrap(box) == _handoff.unwrap(pydantic_like) == "r"
     assert _handoff.unwrap("r") == "r"
+
+
+# --- miles' newer keys: known columns, no specs needed ------------------------------------------
+
+
+def newer_keys_data(lengths: list[int]) -> dict[str, Any]:
+    data = make_data(lengths)
+    responses = data["response_lengths"]
+    data.update(
+        teacher_tokens=[list(range(n + 2)) for n in lengths],
+        teacher_response_lengths=[r + 2 for r in responses],
+        teacher_gather_positions=[list(range(1, r + 1)) for r in responses],
+        non_positive_advantage_spans=[[[0, 1], [2, r]] if r > 2 else [] for r in responses],
+        media_refs=[{"image": [f"img{i}.png"]} if i % 2 else None for i in range(len(lengths))],
+        start_weight_version=[i if i % 3 else None for i in range(len(lengths))],
+        loss_denominator_mask=[i % 2 == 0 for i in range(len(lengths))],
+        loss_global_batch_sizes=[len(lengths)] * len(lengths),
+    )
+    return data
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_miles_newer_keys_are_known_and_split_like_the_reference(balance_data: bool) -> None:
+    from tests.reference_split import normalize, reference_split
+
+    data = newer_keys_data([7, 3, 12, 5, 9, 4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no UnknownKeyWarning: every key is known
+        shards = miles.split_train_data_by_dp_raw(
+            make_args(balance_data=balance_data), data, dp_size=3
+        )
+    expected = reference_split(data, 3, balance_data)
+    for shard, want in zip(shards, expected, strict=True):
+        got = normalize(shard)
+        got["loss_denominator_mask"] = [bool(flag) for flag in got["loss_denominator_mask"]]
+        got["truncated"] = [int(flag) for flag in got["truncated"]]
+        assert got == want
+
+
+def test_media_refs_turn_the_rollout_side_schedule_off() -> None:
+    from tests.test_compat_miles import FULL_CONFIG, schedule_data
+
+    data = schedule_data([3, 4, 5, 6, 7, 8, 9, 10], list(range(8)))
+    assert miles.can_schedule_on_rollout_side(make_args(), data, FULL_CONFIG)
+    with_media = {**data, "media_refs": [None] * 8}
+    assert not miles.can_schedule_on_rollout_side(make_args(), with_media, FULL_CONFIG)
+
+
+@pytest.mark.parametrize(
+    ("positions", "sample", "fragment"),
+    [
+        ([[0, 2, 4], [0], [0, 1, 1]], 2, "strictly increasing, but token 2 holds 1 after 1"),
+        ([[0, 2, 4], [9], [0, 1, 2]], 1, "token 0 holds 9, outside the teacher response"),
+        ([[0, 2, -1], [0], [0, 1, 2]], 0, "strictly increasing, but token 2 holds -1 after 2"),
+    ],
+)
+def test_teacher_positions_are_checked_before_anything_is_split(
+    positions: list[list[int]], sample: int, fragment: str
+) -> None:
+    from arrow_split import ValueRangeError
+
+    data = make_data([6, 2, 6])  # responses 3, 1, 3
+    data.update(teacher_gather_positions=positions, teacher_response_lengths=[5, 3, 4])
+    with pytest.raises(ValueRangeError) as caught:
+        miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)
+    assert str(caught.value).startswith(f"sample {sample}: `teacher_gather_positions`")
+    assert fragment in str(caught.value)

@@ -87,6 +87,7 @@ OnBatchLengths = Callable[[list[int]], None]
 # The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
 _PARTITION = "partition"
 _TOTAL_LENGTHS = TOTAL_LENGTHS
+_MEDIA_REFS = "media_refs"
 
 
 def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
@@ -155,6 +156,8 @@ def can_schedule_on_rollout_side(
         msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
         raise SchemaTypeError(msg)
     if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
+        return False
+    if _MEDIA_REFS in keys:  # samples that load media on the train side: planned there
         return False
     wanted = step_batch_size(args, batch_globals)
     return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted

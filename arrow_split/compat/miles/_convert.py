@@ -169,7 +169,45 @@ def _from_train_data(
     except ArrowSplitError as error:
         raise miles_key_note(error) from None
     _check_adapter_slots(batch, slots, count)
+    _check_gather_positions(batch)
     return batch
+
+
+_POSITIONS, _TEACHER_LENGTHS = "teacher_gather_positions", "teacher_response_lengths"
+
+
+def _check_gather_positions(batch: RolloutBatch) -> None:
+    """Each sample's teacher positions: strictly increasing, within its teacher response."""
+    if _POSITIONS not in batch.column_names:
+        return
+    column = batch.column(_POSITIONS)
+    offsets = np.asarray(column.offsets, dtype=np.int64)
+    values = np.asarray(column.flatten(), dtype=np.int64)
+    rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
+    steps = np.flatnonzero((np.diff(values) <= 0) & (rows[1:] == rows[:-1]))
+    if steps.size:
+        sample, token = int(rows[steps[0] + 1]), int(steps[0] + 1 - offsets[rows[steps[0] + 1]])
+        msg = (
+            f"sample {sample}: `{_POSITIONS}` must be strictly increasing, but token {token} "
+            f"holds {int(values[steps[0] + 1])} after {int(values[steps[0]])}; map each response "
+            "token to its own, later teacher position"
+        )
+        raise ValueRangeError(msg)
+    limit = (
+        np.asarray(batch.column(_TEACHER_LENGTHS), dtype=np.int64)[rows]
+        if _TEACHER_LENGTHS in batch.column_names
+        else None
+    )
+    outside = np.flatnonzero((values < 0) | (values >= limit if limit is not None else False))
+    if outside.size:
+        at = int(outside[0])
+        sample, token = int(rows[at]), int(at - offsets[rows[at]])
+        bound = f"< `{_TEACHER_LENGTHS}` {int(limit[at])}" if limit is not None else ">= 0"
+        msg = (
+            f"sample {sample}: `{_POSITIONS}` token {token} holds {int(values[at])}, outside "
+            f"the teacher response (positions must be >= 0 and {bound}); fix the position map"
+        )
+        raise ValueRangeError(msg)
 
 
 RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
