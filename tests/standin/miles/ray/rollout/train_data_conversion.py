@@ -1,15 +1,27 @@
-"""The classic split of a dict of Python lists (the plain-Python reference of the tests)."""
+"""The classic split of a dict of Python lists: plan, then list indexing per rank and key."""
 
 from miles.utils import object_store
 from miles.utils.object_store import ValueSpec
 from miles.utils.timer import Timer
-from tests.reference_split import reference_split
+from tests.reference_plan import reference_partitions
+from tests.reference_split import BATCH_GLOBAL_KEYS
 
 ROLLOUT_DATA_VALUE_SPEC = {"tokens": ValueSpec(codec="typed_ragged")}
 
 
 def split_train_data_by_dp_raw(args, data, *, dp_size):
-    return reference_split(dict(data), dp_size, bool(args.balance_data))
+    total_lengths = [len(tokens) for tokens in data["tokens"]]
+    partitions = reference_partitions(total_lengths, dp_size, bool(args.balance_data))
+    shards = []
+    for partition in partitions:
+        shard = {
+            key: value if key in BATCH_GLOBAL_KEYS else [value[row] for row in partition]
+            for key, value in data.items()
+        }
+        shard["partition"] = list(partition)
+        shard["total_lengths"] = total_lengths
+        shards.append(shard)
+    return shards
 
 
 def split_train_data_by_dp(args, data, train_parallel_config):

@@ -1,0 +1,234 @@
+"""miles' delayed step in real Ray processes: miles' classic dict against the drop-in everywhere.
+
+A rollout actor runs the stand-in miles' ``generate`` (``tests/standin``, laid out like miles):
+in delayed mode it puts the train data inline through miles' store singleton. Train actors, one
+process each, call ``process_rollout_data`` through the stand-in's ``get_rollout_data``.
+*classic*: the stand-in as it is (the whole dict pickled; each rank unpickles it and splits it
+for every rank). *arrow_split*: the same code in processes started with ``ARROW_SPLIT_MILES``
+set, so each installs the drop-in when miles is imported and the put stores one Arrow batch.
+
+Per rank: ``get_rollout_data`` timed in the rank's process, alone, for a few ranks of the split.
+Whole step: the put in the rollout process plus the slowest measured rank (the critical path).
+The floor of the drop-in's put is the conversion of the Python lists alone
+(``RolloutBatch.from_train_data``). One warm-up step, then medians. Writes ``miles_job.json``
+and ``miles_job.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from argparse import Namespace
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from arrow_split import RolloutBatch
+from arrow_split.compat.miles import ENV_VAR, current_installation
+from arrow_split.testing import WORKLOADS, make_train_data
+from benchmarks._common import (
+    REPO_ROOT,
+    MemoryGauge,
+    Results,
+    benchmark_parser,
+    format_seconds,
+    local_ray,
+    object_sizes,
+    pyplot,
+    run_main,
+    save_figure,
+)
+
+__all__ = ["main"]
+
+STANDIN = REPO_ROOT / "tests" / "standin"
+_STEP_DATA: dict[int, dict[str, Any]] = {}  # the rollout process's step, made before the timing
+
+
+def cached_train_data(args: Namespace, rollout_id: int) -> dict[str, Any]:
+    """The stand-in's rollout function: the step's train data, made before ``generate``."""
+    return _STEP_DATA[rollout_id]
+
+
+@ray.remote(num_cpus=0)
+class RolloutSide:
+    """The rollout manager's process: makes a step's data, then times miles' ``generate``."""
+
+    def __init__(self, args: Namespace) -> None:
+        from miles.ray.rollout.rollout_manager import RolloutManager
+
+        self.config = dataclasses.replace(WORKLOADS["medium"], samples=args.num_samples)
+        self.manager = RolloutManager(args, {"dp_size": args.dp_size})
+
+    def step(self, rollout_id: int) -> dict[str, Any]:
+        from benchmarks import miles_job  # the module the stand-in's rollout function reads
+
+        miles_job._STEP_DATA.clear()
+        miles_job._STEP_DATA[rollout_id] = make_train_data(self.config, rollout_id)
+        with MemoryGauge() as gauge:
+            started = time.perf_counter()
+            ref = self.manager.generate(rollout_id)["data_ref"]
+            seconds = time.perf_counter() - started
+        floor = time.perf_counter()
+        RolloutBatch.from_train_data(miles_job._STEP_DATA[rollout_id])
+        floor = time.perf_counter() - floor
+        installed = current_installation() is not None
+        return {
+            "ref": ref,
+            "put_s": seconds,
+            "floor_s": floor,
+            "installed": installed,
+            **gauge.figures,
+        }
+
+
+@ray.remote(num_cpus=0)
+class RankSide:
+    """One train actor's process: ``get_rollout_data`` of its rank, timed."""
+
+    def __init__(self, args: Namespace, dp_rank: int) -> None:
+        from miles.ray.train_actor import TrainRayActor
+
+        self.actor = TrainRayActor(args, dp_rank, args.dp_size)
+
+    def take(self, boxed: dict[str, Any]) -> dict[str, Any]:
+        with MemoryGauge() as gauge:
+            started = time.perf_counter()
+            rollout_data = self.actor.get_rollout_data(boxed["ref"])
+            seconds = time.perf_counter() - started
+        samples = len(rollout_data["tokens"])
+        del rollout_data
+        installed = current_installation() is not None
+        return {"seconds": seconds, "samples": samples, "installed": installed, **gauge.figures}
+
+
+def _mode(options: Any, name: str) -> dict[str, Any]:
+    args = Namespace(
+        balance_data=True,
+        delay_split_train_data_by_dp=True,
+        rollout_function_path="benchmarks.miles_job.cached_train_data",
+        num_samples=options.samples,
+        dp_size=options.dp_size,
+    )
+    env = {"env_vars": {ENV_VAR: "1"}} if name == "arrow_split" else {"env_vars": {ENV_VAR: ""}}
+    rollout = RolloutSide.options(runtime_env=env).remote(args)  # type: ignore[attr-defined]
+    ranks = [
+        RankSide.options(runtime_env=env).remote(args, rank)  # type: ignore[attr-defined]
+        for rank in options.ranks
+    ]
+    steps = []
+    for step in range(options.steps + 1):  # step 0 warms each process up
+        put = ray.get(rollout.step.remote(step))
+        ref = put.pop("ref")
+        inner = getattr(ref, "inner", ref)
+        takes = [ray.get(rank.take.remote({"ref": ref})) for rank in ranks]  # one at a time
+        steps.append({"put": put, "ranks": takes, "object_bytes": sum(object_sizes(inner))})
+        del ref, inner
+    for handle in (rollout, *ranks):
+        ray.kill(handle)
+    kept = steps[1:]
+    rank_medians = [
+        statistics.median(s["ranks"][i]["seconds"] for s in kept) for i in range(len(ranks))
+    ]
+    return {
+        "steps": kept,
+        "put_s": statistics.median(s["put"]["put_s"] for s in kept),
+        "conversion_floor_s": statistics.median(s["put"]["floor_s"] for s in kept),
+        "rank_s": dict(zip(map(str, options.ranks), rank_medians, strict=True)),
+        "slowest_rank_s": max(rank_medians),
+        "whole_step_s": statistics.median(
+            s["put"]["put_s"] + max(r["seconds"] for r in s["ranks"]) for s in kept
+        ),
+        "object_bytes": kept[-1]["object_bytes"],
+        "every_process_installed": all(
+            s["put"]["installed"] and all(r["installed"] for r in s["ranks"]) for s in kept
+        ),
+    }
+
+
+def run(options: Any) -> dict[str, Results]:
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(STANDIN), saved]))
+    sys.path.insert(0, str(STANDIN))  # the driver unpickles miles' reference type
+    try:
+        with local_ray(options.store_bytes):
+            modes = {name: _mode(options, name) for name in ("classic", "arrow_split")}
+    finally:
+        sys.path.remove(str(STANDIN))
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    classic, ours = modes["classic"], modes["arrow_split"]
+    ratios = {
+        "per_rank": classic["slowest_rank_s"] / ours["slowest_rank_s"],
+        "whole_step": classic["whole_step_s"] / ours["whole_step_s"],
+        "put": classic["put_s"] / ours["put_s"],
+        "whole_step_floor": classic["whole_step_s"] / ours["conversion_floor_s"],
+    }
+    config = {
+        "samples": options.samples,
+        "dp_size": options.dp_size,
+        "ranks": options.ranks,
+        "steps": options.steps,
+        "workload": "medium" if options.samples == WORKLOADS["medium"].samples else "custom",
+    }
+    return {"miles_job.json": {"config": config, "modes": modes, "ratios": ratios}}
+
+
+def report(outputs: dict[str, Results], out: Path) -> None:
+    results = outputs["miles_job.json"]
+    modes, ratios = results["modes"], results["ratios"]
+    for name, mode in modes.items():
+        print(
+            f"{name:12} put {format_seconds(mode['put_s']):>9}  slowest rank "
+            f"{format_seconds(mode['slowest_rank_s']):>9}  whole step "
+            f"{format_seconds(mode['whole_step_s']):>9}  "
+            f"object {mode['object_bytes'] / 2**20:.0f} MiB"
+        )
+    print(
+        f"per rank {ratios['per_rank']:.0f}x, whole step {ratios['whole_step']:.1f}x "
+        f"(classic whole step / the drop-in's conversion floor: {ratios['whole_step_floor']:.1f}x)"
+    )
+    plt = pyplot()
+    figure, axis = plt.subplots(figsize=(7, 3.5))
+    parts = ["put_s", "slowest_rank_s", "whole_step_s"]
+    for offset, name in enumerate(modes):
+        axis.bar(
+            [i + 0.4 * offset for i in range(len(parts))],
+            [modes[name][part] for part in parts],
+            width=0.4,
+            label=name,
+        )
+    axis.set_xticks([i + 0.2 for i in range(len(parts))], ["put", "slowest rank", "whole step"])
+    axis.set_yscale("log")
+    axis.set_ylabel("seconds (log)")
+    axis.legend()
+    config = results["config"]
+    title = f"miles' delayed step, {config['samples']} samples, dp {config['dp_size']}"
+    save_figure(figure, out / "miles_job.png", title)
+
+
+def parse_args(argv: list[str] | None) -> Any:
+    parser = benchmark_parser("miles_job", __doc__, "256 samples, dp 8, one step")
+    parser.add_argument("--steps", type=int, default=3)
+    options = parser.parse_args(argv)
+    if options.smoke:
+        options.samples, options.dp_size, options.steps = 256, 8, 1
+        options.ranks, options.store_bytes = [0, 7], 512 * 2**20
+    else:
+        options.samples, options.dp_size = WORKLOADS["medium"].samples, 64
+        options.ranks, options.store_bytes = [0, 31, 63], 3 * 2**30
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run_main(argv, parse_args, run, report)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
