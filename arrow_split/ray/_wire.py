@@ -4,7 +4,7 @@ Ray writes a reference out of band as a call of its own deserializer on plain by
 id, the owner's address, the object's status). :func:`ref_to_bytes` keeps exactly that;
 :func:`ref_from_bytes` reads it back with an unpickler that resolves that one function and
 nothing else, so bytes from another process (or a JSON document carrying them) never run code.
-docs/ray.md, "References on the wire", documents the JSON form and the object's lifetime: as
+docs/miles.md, "References on the wire", documents the JSON form and the object's lifetime: as
 for any reference Ray serializes out of band, the object stays pinned until it is freed
 (:func:`free`) or its owner exits.
 """
