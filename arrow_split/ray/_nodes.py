@@ -42,6 +42,7 @@ __all__ = [
     "NodeRows",
     "OnFetch",
     "clear_caches",
+    "is_gone",
     "live_nodes",
     "node_rows",
     "pick_holder",
@@ -243,6 +244,25 @@ def pick_holder(ref: ObjectRef[Any], dp_rank: int, locality: Locality) -> str | 
     if here in holders:
         return None if locality == "auto" else here
     return str(holders[dp_rank % len(holders)])
+
+
+def is_gone(ref: ObjectRef[Any]) -> bool:
+    """Whether ``ref``'s object is gone: no node holds it, and it is not ready within 10 s.
+
+    A freed or removed object (a get of it may never return). An object kept in its owner's
+    memory (a small task result) has no node either but is ready at once; an owner that cannot
+    answer in time is ``False`` (its get reports a dead owner).
+    """
+    try:
+        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
+    except ray_exceptions.RayError:
+        return False
+    location = locations.get(ref)
+    if location is None or location.get("node_ids") or location.get("did_spill"):
+        return False
+    # a freed object still reads as ready without fetching it: ask for it here
+    ready, _ = ray.wait([ref], timeout=_LOOKUP_TIMEOUT_MS / 1000, fetch_local=True)
+    return not ready
 
 
 def live_nodes() -> int:

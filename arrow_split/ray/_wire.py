@@ -16,6 +16,7 @@ import binascii
 import io
 import json
 import pickle
+import warnings
 from typing import Any
 
 import ray
@@ -151,7 +152,9 @@ def free(object_ref: ray.ObjectRef[Any]) -> None:
         )
         raise TransportError(msg)
     try:
-        release([object_ref])
+        with warnings.catch_warnings():  # Ray marks the call deprecated; it is what frees now
+            warnings.simplefilter("ignore", DeprecationWarning)
+            release([object_ref])
     except Exception as exc:  # the owner is gone: nothing left to free
         msg = f"could not free the reference {object_ref.hex()} ({type(exc).__name__}: {exc})"
         raise TransportError(msg) from exc
