@@ -29,6 +29,7 @@ __all__ = [
     "ObjectCodec",
     "PADDING_VALUES",
     "ROLE_KINDS",
+    "ROUTED_EXPERTS",
     "Role",
     "Roles",
     "RolloutTrainData",
@@ -300,6 +301,10 @@ class Roles:
     def column(self, role: Role) -> str | None:
         """The name of the column that plays ``role``, or ``None``."""
         return getattr(self, role)  # type: ignore[no-any-return]
+
+
+ROUTED_EXPERTS = "rollout_routed_experts"
+"""The MoE routing-replay column: per token, per layer, the top-k expert ids (stored narrow)."""
 
 
 def _known() -> dict[str, ColumnSpec]:
