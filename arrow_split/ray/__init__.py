@@ -14,11 +14,13 @@ except ImportError:
 
 from arrow_split.ray._handoff import process_rollout_data, split_train_data_by_dp, warm_up
 from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches
+from arrow_split.ray._prefetch import RolloutPrefetcher
 
 __all__ = [
     "HELPER_NAME_PREFIX",
     "Locality",
     "OnFetch",
+    "RolloutPrefetcher",
     "clear_caches",
     "process_rollout_data",
     "split_train_data_by_dp",
