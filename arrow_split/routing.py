@@ -213,26 +213,26 @@ class ExpertSlice:
         """Bytes of the held ids and their offsets."""
         return int(self.column.nbytes)
 
-    def padded(self, pad_value: int = -1, dtype: npt.DTypeLike = np.int32) -> list[np.ndarray]:
-        """Per sample, the zigzag layout a replay consumes, in ``dtype``.
+    def packed(
+        self, pad_value: int = -1, dtype: npt.DTypeLike = np.int32
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Every sample's zigzag layout one after the other, and its offsets (int64, from 0).
 
         Sample ``i`` has ``padded_lengths[i]`` rows; rows without routing (the last token's,
-        the sequence padding's) hold ``pad_value``.
+        the sequence padding's) hold ``pad_value``; ids are cast to ``dtype``.
         """
-        values, offsets = self.values, self.offsets
-        shape = values.shape[1:]
-        samples = []
-        for i in range(len(self.rows)):
-            out = np.full((int(self.padded_lengths[i]), *shape), pad_value, dtype=dtype)
-            held = values[offsets[i] : offsets[i + 1]]
-            taken = 0
-            for chunk in range(2):
-                count = int(self.ranges[i, chunk, 1] - self.ranges[i, chunk, 0])
-                slot = int(self.slots[i, chunk])
-                out[slot : slot + count] = held[taken : taken + count]
-                taken += count
-            samples.append(out)
-        return samples
+        offsets = np.zeros(len(self.padded_lengths) + 1, dtype=np.int64)
+        np.cumsum(self.padded_lengths, out=offsets[1:])
+        out = np.full((int(offsets[-1]), *self.values.shape[1:]), pad_value, dtype=dtype)
+        held = self.ranges[:, :, 1] - self.ranges[:, :, 0]
+        spots = np.stack((self.slots, self.slots + held), axis=2)
+        out[_gather_index(offsets[:-1], spots)] = self.values
+        return out, offsets
+
+    def padded(self, pad_value: int = -1, dtype: npt.DTypeLike = np.int32) -> list[np.ndarray]:
+        """:meth:`packed`, one array per sample."""
+        out, offsets = self.packed(pad_value, dtype)
+        return np.split(out, offsets[1:-1]) if len(offsets) > 1 else []
 
 
 def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:

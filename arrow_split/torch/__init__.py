@@ -30,6 +30,8 @@ from arrow_split import (
     ValueRangeError,
 )
 from arrow_split._args import as_choice, as_offsets, describe
+from arrow_split.torch._block import BlockLayout, TensorBlock
+from arrow_split.torch._experts import ExpertLayout, expert_tensors
 from arrow_split.torch._layouts import (
     MAX_PAD_MULTIPLE,
     AllColumns,
@@ -41,7 +43,15 @@ from arrow_split.torch._layouts import (
     move,
 )
 
-__all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
+__all__ = [
+    "BlockLayout",
+    "ExpertLayout",
+    "TensorBlock",
+    "TensorLayout",
+    "expert_tensors",
+    "to_micro_batches",
+    "to_tensors",
+]
 
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see ``docs/torch.md``)."""
