@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import math
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -223,7 +224,9 @@ def _runs(offsets: np.ndarray, picked: np.ndarray | None) -> tuple[np.ndarray, n
     stops = offsets[1:] if picked is None else offsets[picked + 1]
     new = np.zeros(len(starts) + 1, dtype=np.int64)
     np.cumsum(stops - starts, out=new[1:])
-    return np.stack((starts, stops), axis=1), new
+    bounds = np.empty((len(starts), 2), dtype=np.int64)
+    bounds[:, 0], bounds[:, 1] = starts, stops
+    return bounds, new
 
 
 def _plan(batch: RolloutBatch, picked: np.ndarray | None) -> tuple[list[_Plan], int]:
@@ -250,7 +253,7 @@ def _plan(batch: RolloutBatch, picked: np.ndarray | None) -> tuple[list[_Plan], 
             shape = (int(new_tokens[-1]), *values.shape[1:])
             plan = _Plan(column.spec, _Copy(values, token_bounds, None, shape), new, new_tokens)
         plans.append(plan)
-        sizes = [int(np.prod(shape)) * values.dtype.itemsize]
+        sizes = [math.prod(shape) * values.dtype.itemsize]
         sizes += [array.nbytes for array in (plan.offsets, plan.token_offsets) if array is not None]
         for size in sizes:
             nbytes = -(-nbytes // _ALIGN) * _ALIGN + size
@@ -264,7 +267,7 @@ def _place(plans: list[_Plan], buffer: np.ndarray) -> tuple[dict[str, BlockColum
     def view(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         nonlocal at
         at = -(-at // _ALIGN) * _ALIGN
-        size = int(np.prod(shape)) * dtype.itemsize
+        size = math.prod(shape) * dtype.itemsize
         out = buffer[at : at + size].view(dtype).reshape(shape)
         at += size
         return out

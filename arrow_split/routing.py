@@ -303,13 +303,14 @@ def take_expert_slice(
     dtype = values.dtype if num_experts is None else expert_id_dtype(num_experts)
     counts = offsets[picked + 1] - offsets[picked]
     ranges, slots, padded = place.chunks(counts + 1)
-    gathered = _gather(values, offsets[picked], ranges, layers, dtype)
+    gathered = _gather(values, offsets[picked], ranges, layers)
     if num_experts is not None and gathered.size and int(gathered.max()) >= num_experts:
         msg = (
             f"column `{column}` holds id {int(gathered.max())}, not below `num_experts` "
             f"{num_experts}; pass the model's expert count"
         )
         raise ValueRangeError(msg)
+    gathered = gathered.astype(dtype, copy=False)
     array = _column(gathered, (ranges[:, :, 1] - ranges[:, :, 0]).sum(axis=1), top_k)
     gathered.flags.writeable = False
     metadata = {
@@ -347,15 +348,17 @@ def _gather_index(starts: np.ndarray, ranges: np.ndarray) -> np.ndarray:
 
 
 def _gather(
-    values: np.ndarray, starts: np.ndarray, ranges: np.ndarray, layers: range, dtype: np.dtype
+    values: np.ndarray, starts: np.ndarray, ranges: np.ndarray, layers: range
 ) -> np.ndarray:
-    index = _gather_index(starts, ranges)
+    """The held rows of the stage's layers: one copy per chunk (a run of rows)."""
     stage = values[:, layers.start : layers.stop]
-    out = np.empty((len(index), *stage.shape[1:]), dtype=dtype)
-    if values.dtype == dtype:
-        np.take(stage, index, axis=0, out=out)
-    else:
-        out[...] = stage[index]
+    begins = (starts[:, None] + ranges[:, :, 0]).reshape(-1).tolist()
+    ends = (starts[:, None] + ranges[:, :, 1]).reshape(-1).tolist()
+    runs = [stage[begin:end] for begin, end in zip(begins, ends, strict=True) if end > begin]
+    total = sum(len(run) for run in runs)
+    out = np.empty((total, *stage.shape[1:]), dtype=values.dtype)
+    if runs:
+        np.concatenate(runs, out=out)
     return out
 
 

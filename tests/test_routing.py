@@ -204,3 +204,12 @@ def test_bad_arguments_of_the_take() -> None:
     with pytest.raises(OptionTypeError, match="`source` must be"):
         take_expert_slice({"tokens": []}, ParallelPlace())  # type: ignore[arg-type]
     assert pa.types.is_large_list(take_expert_slice(batch, ParallelPlace()).column.type)
+
+
+def test_an_id_above_the_narrow_type_is_caught_before_the_cast() -> None:
+    exact = dataclasses.replace(KNOWN_COLUMNS[ROUTED_EXPERTS], storage="exact")
+    data = make_data([5, 6], 4, 2, 256)
+    data[ROUTED_EXPERTS][1][0, 0, 0] = 300  # 300 as uint8 would read 44
+    batch = RolloutBatch.from_train_data(data, specs=[exact])
+    with pytest.raises(ValueRangeError, match="holds id 300"):
+        take_expert_slice(batch, ParallelPlace(), num_experts=256)

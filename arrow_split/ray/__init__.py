@@ -12,16 +12,19 @@ except ImportError:
     msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
     raise ImportError(msg) from None
 
+from arrow_split.ray._block import Fillable, fill_rank_block
 from arrow_split.ray._handoff import process_rollout_data, split_train_data_by_dp, warm_up
 from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches
 from arrow_split.ray._prefetch import RolloutPrefetcher
 
 __all__ = [
+    "Fillable",
     "HELPER_NAME_PREFIX",
     "Locality",
     "OnFetch",
     "RolloutPrefetcher",
     "clear_caches",
+    "fill_rank_block",
     "process_rollout_data",
     "split_train_data_by_dp",
     "warm_up",

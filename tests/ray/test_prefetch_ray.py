@@ -44,3 +44,26 @@ def test_a_bad_object_raises_at_its_step() -> None:
         with pytest.raises(NotARolloutBatchError, match="step 0, dp_rank 0"):
             prefetcher.get(0)
         assert prefetcher.get(1) == len(shard_for_rank(step_data(0), 0, 2, balance_data=True))
+
+
+def test_fill_rank_block_holds_the_ranks_rows_in_one_copy() -> None:
+    from arrow_split import PlanError, PlanMismatchError
+    from arrow_split.block import RankBlock
+    from arrow_split.ray import fill_rank_block
+
+    batch = RolloutBatch.from_train_data(step_data(5))
+    refs = split_train_data_by_dp(batch, 3, balance_data=True)
+    block = RankBlock()
+    for rank in range(3):
+        filled = fill_rank_block(refs, rank, 3, block, balance_data=True)
+        expected = shard_for_rank(batch, rank, 3, balance_data=True).numeric_columns()[0]
+        np.testing.assert_array_equal(filled.columns["tokens"].values, expected.values)
+        np.testing.assert_array_equal(filled.columns["tokens"].offsets, expected.offsets)
+    assert block.allocations == 1
+    with pytest.raises(PlanMismatchError, match="strided"):
+        fill_rank_block(refs, 0, 3, block, balance_data=False)
+    with pytest.raises(PlanError, match="got 3 references but `dp_size` is 2"):
+        fill_rank_block(refs, 0, 2, block)
+    delayed = split_train_data_by_dp(batch, 3, balance_data=True, delay=True)
+    with pytest.raises(PlanError, match="eager list"):
+        fill_rank_block(delayed, 0, 3, block)  # type: ignore[arg-type]
