@@ -12,6 +12,7 @@ the stored dtypes (a cast is one kernel on the device).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Literal
 
 import numpy as np
@@ -29,6 +30,7 @@ BlockLayout = Literal["packed", "per_sample"]
 ``"per_sample"``: a list of views per ragged column (a list per token stays packed)."""
 
 
+@functools.lru_cache(maxsize=32)
 def _torch_dtype(dtype: np.dtype) -> torch.dtype:
     return torch.from_numpy(np.empty(0, dtype=dtype)).dtype
 
@@ -38,10 +40,13 @@ def _view(base: torch.Tensor, start: int, array: np.ndarray) -> torch.Tensor:
     return flat.view(_torch_dtype(array.dtype)).view(array.shape)
 
 
-def _arrange(filled: FilledBlock, base: torch.Tensor, layout: str) -> dict[str, Tensors]:
+def _arrange(filled: FilledBlock, base: torch.Tensor | None, layout: str) -> dict[str, Tensors]:
+    """The layout's tensors: views of ``base`` (a copy of the block), or of the host block."""
     tensors: dict[str, Tensors] = {}
 
     def view(array: np.ndarray) -> torch.Tensor:
+        if base is None:  # the host block: its numpy views share its memory
+            return torch.from_numpy(array)
         return _view(base, filled.start_of(array) if array.size else 0, array)
 
     for name, column in filled.columns.items():
@@ -117,7 +122,7 @@ class TensorBlock:
         """
         self._layout = as_choice("layout", layout, BlockLayout)
         self._filled = self.block.fill(source, rows)
-        return _arrange(self._filled, self.host, self._layout)
+        return _arrange(self._filled, None, self._layout)
 
     def to_device(self) -> dict[str, Tensors]:
         """The last fill on :attr:`device`: one asynchronous copy, views of one device buffer.
@@ -132,7 +137,7 @@ class TensorBlock:
             msg = "`to_device` copies the last fill: call `fill(shard)` first"
             raise OptionError(msg)
         if self.device is None:
-            return _arrange(filled, self.host, self._layout)
+            return _arrange(filled, None, self._layout)
         nbytes = filled.nbytes
         buffer = self._device_buffer
         if buffer is None or buffer.numel() < self.block.capacity:

@@ -109,3 +109,12 @@ def test_the_block_reaches_the_device_in_one_copy_and_waits_before_reuse() -> No
             assert on_device[name].is_cuda
             assert torch.equal(on_device[name].cpu(), tensor)
     assert block.block.allocations == 1
+
+
+def test_a_cpu_device_gets_a_copy_of_the_block() -> None:
+    batch = batch_with_experts()
+    block = TensorBlock("cpu", pin=False)
+    host = block.fill(batch, np.arange(4))
+    copied = block.to_device()
+    assert torch.equal(copied["tokens"], host["tokens"])
+    assert copied["tokens"].data_ptr() != host["tokens"].data_ptr()
