@@ -99,9 +99,8 @@ class RolloutPrefetcher(Generic[ResultT]):
         A delayed put is split again (``resplit=True``); an eager list of another size raises
         PlanError at the step that needs it.
         """
-        fetch = self._fetch_for(dp_rank, dp_size)
-        self._options["resplit"] = True
-        self._prefetcher.replace(fetch)
+        self._options = {**self._options, "resplit": True}  # a fetch running keeps its own
+        self._prefetcher.replace(self._fetch_for(dp_rank, dp_size))
 
     def cancel(self) -> None:
         """Drop every step not yet taken."""
