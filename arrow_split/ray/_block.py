@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 import ray
 
-from arrow_split import PlanError, RolloutBatch, Shard
-from arrow_split._args import check_dp_rank, check_dp_size, method_of
+from arrow_split import OptionTypeError, PlanError, RolloutBatch, Shard
+from arrow_split._args import check_dp_rank, check_dp_size, describe, method_of
 from arrow_split.ray._handoff import process_rollout_data
 
 __all__ = ["Fillable", "fill_rank_block"]
@@ -58,6 +58,9 @@ def fill_rank_block(
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     method = None if balance_data is None else method_of(balance_data)
+    if not callable(getattr(block, "fill", None)):
+        msg = f"`block` must have a `fill(source, rows)` method, got {describe(block)}"
+        raise OptionTypeError(msg)
     if isinstance(refs, (list, tuple)) and len(refs) == size:
         ref = refs[rank]
         value = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Generic, TypeVar
 
-from arrow_split import Shard
-from arrow_split._args import check_dp_rank, check_dp_size
+from arrow_split import OptionTypeError, Shard
+from arrow_split._args import check_dp_rank, check_dp_size, describe
 from arrow_split.prefetch import Prefetcher
 from arrow_split.ray._handoff import process_rollout_data
 
@@ -71,6 +71,9 @@ class RolloutPrefetcher(Generic[ResultT]):
         lookahead: int = 1,
         **options: Any,
     ) -> None:
+        if convert is not None and not callable(convert):
+            msg = f"`convert` must be None or a callable taking a Shard, got {describe(convert)}"
+            raise OptionTypeError(msg)
         self._convert, self._options = convert, dict(options)
         self._prefetcher: Prefetcher[tuple[int, Any], ResultT] = Prefetcher(
             self._fetch_for(dp_rank, dp_size), lookahead=lookahead

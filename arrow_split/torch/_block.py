@@ -92,13 +92,18 @@ class TensorBlock:
         threads: int = 1,
         parallel_bytes: int = 8 << 20,
     ) -> None:
-        self.device = None if device is None else torch.device(device)
+        from arrow_split.torch import _device  # the leaf's one device rule (at call time)
+
+        self.device = _device(device)
         self.pinned = torch.cuda.is_available() if pin is None else as_flag("pin", pin)
         self.host: torch.Tensor = torch.empty(0, dtype=torch.uint8)
         self.block = RankBlock(
             allocate=self._allocate, threads=threads, parallel_bytes=parallel_bytes
         )
         on_cuda = self.device is not None and self.device.type == "cuda"
+        if on_cuda and not torch.cuda.is_available():
+            msg = f"`device` is {self.device} but CUDA is not available here; pass `device=None`"
+            raise OptionError(msg)
         self._stream = torch.cuda.Stream(self.device) if on_cuda else None  # type: ignore[no-untyped-call]
         self._device_buffer: torch.Tensor | None = None
         self._filled: FilledBlock | None = None

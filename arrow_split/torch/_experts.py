@@ -45,16 +45,24 @@ def expert_tensors(
         )
         raise OptionTypeError(msg)
     chosen = as_choice("layout", layout, ExpertLayout)
-    if id_dtype not in _IDS:
-        msg = f"`id_dtype` must be one of {list(_IDS)}, got {id_dtype!r}"
+    if not isinstance(id_dtype, torch.dtype) or id_dtype not in _IDS:
+        msg = f"`id_dtype` must be one of {list(_IDS)}, got {describe(id_dtype)}"
         raise OptionTypeError(msg)
-    fill = as_int("pad_value", pad_value)
+    low, high = torch.iinfo(id_dtype).min, torch.iinfo(id_dtype).max
+    fill = as_int("pad_value", pad_value, minimum=low, maximum=high)
+    where = _parse_device(device)
     values, offsets = expert_slice.packed(fill, _IDS[id_dtype])
     packed = torch.from_numpy(values)
-    if device is not None:
-        packed = packed.to(device)
+    if where is not None:
+        packed = packed.to(where)
     name = expert_slice.field.name
     if chosen == "packed":
         cu_seqlens = torch.from_numpy(offsets.astype("int32")).to(packed.device)
         return {name: packed, "cu_seqlens": cu_seqlens}
     return {name: list(torch.split(packed, expert_slice.padded_lengths.tolist()))}
+
+
+def _parse_device(device: object) -> torch.device | None:
+    from arrow_split.torch import _device  # the leaf's one device rule (imported at call time)
+
+    return _device(device)

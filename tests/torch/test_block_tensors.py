@@ -67,6 +67,9 @@ def test_the_host_block_is_not_reallocated_after_warm_up() -> None:
 
 
 def test_errors() -> None:
+    if not torch.cuda.is_available():
+        with pytest.raises(OptionError, match="CUDA is not available"):
+            TensorBlock("cuda")
     with pytest.raises(OptionError, match="call `fill"):
         TensorBlock().to_device()
     with pytest.raises(OptionError, match="layout"):

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from arrow_split._args import check_dp_rank, check_dp_size
+from arrow_split import OptionTypeError
+from arrow_split._args import check_dp_rank, check_dp_size, describe
 from arrow_split.prefetch import Prefetcher
 
 __all__ = ["MilesPrefetcher", "ProcessRolloutData"]
@@ -61,6 +62,10 @@ class MilesPrefetcher:
         process: ProcessRolloutData | None = None,
         **options: Any,
     ) -> None:
+        for name, function in (("convert", convert), ("process", process)):
+            if function is not None and not callable(function):
+                msg = f"`{name}` must be None or a callable, got {describe(function)}"
+                raise OptionTypeError(msg)
         self._args, self._convert, self._options = args, convert, options
         self._process = process
         self._place(dp_rank, dp_size)
