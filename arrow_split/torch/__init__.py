@@ -6,7 +6,6 @@ by :mod:`arrow_split.torch._layouts` (docs/torch.md).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -41,6 +40,7 @@ from arrow_split.torch._layouts import (
     TokenListColumn,
     arrange,
     move,
+    parse_device,
 )
 
 __all__ = [
@@ -172,7 +172,7 @@ def _options(
     multiple = _multiple(pad_to_multiple_of)
     token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
     mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
-    where = _device(device)
+    where = parse_device(device)
     fill = _pad_value(pad_value)
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
@@ -229,19 +229,6 @@ def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]
         msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
         raise OptionError(msg)
     return dtype
-
-
-def _device(device: object) -> torch.device | None:
-    if device is None or isinstance(device, torch.device):
-        return device
-    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
-    if not isinstance(device, str):
-        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
-        raise OptionTypeError(msg)
-    with contextlib.suppress(RuntimeError):
-        return torch.device(device)
-    msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg)
 
 
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:

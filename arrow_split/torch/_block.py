@@ -21,7 +21,7 @@ import torch
 from arrow_split import OptionError, RolloutBatch, Shard
 from arrow_split._args import as_choice, as_flag
 from arrow_split.block import BlockColumn, FilledBlock, RankBlock
-from arrow_split.torch._layouts import Tensors
+from arrow_split.torch._layouts import Tensors, parse_device
 
 __all__ = ["BlockLayout", "TensorBlock"]
 
@@ -92,9 +92,7 @@ class TensorBlock:
         threads: int = 1,
         parallel_bytes: int = 8 << 20,
     ) -> None:
-        from arrow_split.torch import _device  # the leaf's one device rule (at call time)
-
-        self.device = _device(device)
+        self.device = parse_device(device)
         self.pinned = torch.cuda.is_available() if pin is None else as_flag("pin", pin)
         self.host: torch.Tensor = torch.empty(0, dtype=torch.uint8)
         self.block = RankBlock(

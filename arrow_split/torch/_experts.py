@@ -9,7 +9,7 @@ import torch
 from arrow_split import OptionTypeError
 from arrow_split._args import as_choice, as_int, describe
 from arrow_split.routing import ExpertSlice
-from arrow_split.torch._layouts import Tensors
+from arrow_split.torch._layouts import Tensors, parse_device
 
 __all__ = ["ExpertLayout", "expert_tensors"]
 
@@ -50,7 +50,7 @@ def expert_tensors(
         raise OptionTypeError(msg)
     low, high = torch.iinfo(id_dtype).min, torch.iinfo(id_dtype).max
     fill = as_int("pad_value", pad_value, minimum=low, maximum=high)
-    where = _parse_device(device)
+    where = parse_device(device)
     values, offsets = expert_slice.packed(fill, _IDS[id_dtype])
     packed = torch.from_numpy(values)
     if where is not None:
@@ -60,9 +60,3 @@ def expert_tensors(
         cu_seqlens = torch.from_numpy(offsets.astype("int32")).to(packed.device)
         return {name: packed, "cu_seqlens": cu_seqlens}
     return {name: list(torch.split(packed, expert_slice.padded_lengths.tolist()))}
-
-
-def _parse_device(device: object) -> torch.device | None:
-    from arrow_split.torch import _device  # the leaf's one device rule (imported at call time)
-
-    return _device(device)

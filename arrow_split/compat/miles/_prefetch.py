@@ -24,13 +24,6 @@ ProcessRolloutData = Callable[..., tuple[dict[str, Any], Any]]
 """``process_rollout_data(args, ref, dp_rank, dp_size, witness_info, **options)``'s shape."""
 
 
-def _drop_in() -> ProcessRolloutData:
-    # imported here: the package imports this module once the drop-in wires it
-    from arrow_split.compat.miles import process_rollout_data
-
-    return process_rollout_data
-
-
 class MilesPrefetcher:
     """Prefetch a miles train rank's rollouts: ``(rollout_data, store_get_result)`` per rollout.
 
@@ -46,7 +39,8 @@ class MilesPrefetcher:
         Called on the thread with each ``rollout_data`` dict (the actor's conversion to tensors);
         its result replaces the dict. ``None``: the dict as it is.
     process
-        The fetch (default: :func:`arrow_split.compat.miles.process_rollout_data`).
+        The fetch: the drop-in's ``process_rollout_data`` (the package passes its own: this
+        module is imported by it, and imports nothing of it back).
     **options
         Keywords of ``process`` (``specs``, ``strict_keys``, ``pad_to_dp``...).
     """
@@ -59,11 +53,11 @@ class MilesPrefetcher:
         *,
         lookahead: int = 1,
         convert: Callable[[dict[str, Any]], Any] | None = None,
-        process: ProcessRolloutData | None = None,
+        process: ProcessRolloutData,
         **options: Any,
     ) -> None:
         for name, function in (("convert", convert), ("process", process)):
-            if function is not None and not callable(function):
+            if (function is not None or name == "process") and not callable(function):
                 msg = f"`{name}` must be None or a callable, got {describe(function)}"
                 raise OptionTypeError(msg)
         self._args, self._convert, self._options = args, convert, options
@@ -80,7 +74,7 @@ class MilesPrefetcher:
     def _fetch_as(self, dp_rank: int, dp_size: int) -> Callable[[tuple[Any, Any]], tuple[Any, Any]]:
         def fetch(item: tuple[Any, Any]) -> tuple[Any, Any]:
             ref, witness_info = item
-            process = self._process or _drop_in()
+            process = self._process
             rollout_data, result = process(
                 self._args, ref, dp_rank, dp_size, witness_info, **self._options
             )
