@@ -20,7 +20,7 @@ from types import TracebackType
 from typing import Generic, TypeVar
 
 from arrow_split._args import as_int, describe
-from arrow_split.errors import OptionError, OptionTypeError
+from arrow_split.errors import OptionError, OptionTypeError, TransportError
 
 __all__ = ["Prefetcher"]
 
@@ -110,8 +110,8 @@ class Prefetcher(Generic[SourceT, ResultT]):
         ------
         OptionError
             ``step`` was never submitted, was cancelled, or the prefetcher is stopped.
-        TimeoutError
-            ``timeout`` seconds passed first.
+        TransportError
+            ``timeout`` seconds passed first (the fetch goes on).
         """
         step = as_int("step", step, minimum=0)
         with self._lock:
@@ -122,8 +122,11 @@ class Prefetcher(Generic[SourceT, ResultT]):
             finally:
                 self._waiting -= 1
             if not done:
-                msg = f"step {step}: its fetch did not finish within {timeout} s"
-                raise TimeoutError(msg)
+                msg = (
+                    f"step {step}: its fetch did not finish within {timeout} s; wait longer, or "
+                    "`cancel()` and fetch it again"
+                )
+                raise TransportError(msg)
             self._check_running()
             if step not in self._ready:
                 msg = (

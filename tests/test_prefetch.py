@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from arrow_split import OptionError, OptionTypeError, PlanError
+from arrow_split import OptionError, OptionTypeError, PlanError, TransportError
 from arrow_split.prefetch import Prefetcher
 
 
@@ -160,6 +160,6 @@ def test_bad_calls() -> None:
         gate.gate.clear()
         prefetcher.replace(gate)
         prefetcher.submit(1, 1)
-        with pytest.raises(TimeoutError, match="step 1"):
+        with pytest.raises(TransportError, match="step 1: its fetch did not finish"):
             prefetcher.get(1, timeout=0.01)
         gate.gate.set()
