@@ -70,7 +70,7 @@ __all__ = ["SIZES", "parse_args", "report", "run"]
 SIZES = {
     False: {"moe_samples": 256, "layers": 64, "top_k": 8, "experts": 256, "pp": 4, "cp": 2,
             "workload": "medium", "dp_sizes": (64, 8), "prefetch_steps": 8, "train_factor": 1.2,
-            "repeats": 5},
+            "repeats": 9},
     True: {"moe_samples": 8, "layers": 4, "top_k": 2, "experts": 256, "pp": 2, "cp": 2,
            "workload": "tiny", "dp_sizes": (2,), "prefetch_steps": 3, "train_factor": 1.2,
            "repeats": 1},
@@ -133,31 +133,27 @@ def _slice(options: argparse.Namespace) -> dict[str, Any]:
 def _prefetch(batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
     """The trainer-visible wait per step with and without the prefetcher (delayed puts).
 
-    Each step's batch is put when the step before starts (a rollout ahead, as in an
-    asynchronous run) and dropped once taken: the store holds a few steps at a time.
+    Every step's batch is put first (the driver's work, done before the clock starts, so that
+    no put of this process competes with the fetches), then each is fetched twice: one after
+    the other without prefetch, then through the prefetcher while a training step sleeps.
     """
     dp = options.dp_sizes[-1]
     rank, _ = _rank_rows(batch.total_lengths, dp)
-
-    def put() -> Any:
-        return split_train_data_by_dp(batch, dp, balance_data=True, delay=True)
+    steps = options.prefetch_steps
+    refs = [split_train_data_by_dp(batch, dp, balance_data=True, delay=True) for _ in range(steps)]
 
     def fetch(ref: Any) -> Any:
         return to_tensors(process_rollout_data(ref, rank, dp, balance_data=True))
 
-    fetch(put())  # warm
-    steps, plain = options.prefetch_steps, []
-    for _ in range(steps):
-        ref = put()
-        plain.append(_seconds(lambda ref=ref: fetch(ref)))
-        del ref
+    fetch(refs[0])  # warm
+    plain = [_seconds(lambda ref=ref: fetch(ref)) for ref in refs]
     train = options.train_factor * float(np.median(plain))
     waits = []
     with RolloutPrefetcher(rank, dp, convert=to_tensors, balance_data=True) as prefetcher:
-        prefetcher.submit(0, put())
+        prefetcher.submit(0, refs[0])
         for step in range(steps):
             if step + 1 < steps:
-                prefetcher.submit(step + 1, put())
+                prefetcher.submit(step + 1, refs[step + 1])
             waits.append(_seconds(lambda step=step: prefetcher.get(step)))
             time.sleep(train)  # the training step; the next fetch runs meanwhile
     first, rest = waits[0], waits[1:] or waits
@@ -270,7 +266,7 @@ def run(options: argparse.Namespace) -> dict[str, Results]:
     groups = list(iter_sample_groups(config, 8))
     batch = RolloutBatch.from_train_data(rollout("classic", groups)[0])
     results["block"] = [_block(batch, dp, options.repeats) for dp in options.dp_sizes]
-    store = max(768 * MIB, 6 * batch.nbytes + 256 * MIB)
+    store = max(768 * MIB, (options.prefetch_steps + 4) * batch.nbytes + 256 * MIB)
     with local_ray(store):
         results["prefetch"] = _prefetch(batch, options)
         results["eager"] = _eager(groups, options.dp_sizes[0], options.repeats)
