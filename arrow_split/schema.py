@@ -25,13 +25,17 @@ __all__ = [
     "GlobalShape",
     "KNOWN_COLUMNS",
     "LengthRule",
+    "MEDIA_REFS",
     "NARROWABLE_TYPES",
     "ObjectCodec",
     "PADDING_VALUES",
     "ROLE_KINDS",
+    "ROUTED_EXPERTS",
     "Role",
     "Roles",
     "RolloutTrainData",
+    "TEACHER_GATHER_POSITIONS",
+    "TEACHER_RESPONSE_LENGTHS",
     "TOTAL_LENGTHS",
     "TrainData",
     "check_roles",
@@ -300,6 +304,19 @@ class Roles:
     def column(self, role: Role) -> str | None:
         """The name of the column that plays ``role``, or ``None``."""
         return getattr(self, role)  # type: ignore[no-any-return]
+
+
+ROUTED_EXPERTS = "rollout_routed_experts"
+"""The MoE routing-replay column: per token, per layer, the top-k expert ids (stored narrow)."""
+
+TEACHER_GATHER_POSITIONS = "teacher_gather_positions"
+"""Per response token, its position in the teacher's response: strictly increasing."""
+
+TEACHER_RESPONSE_LENGTHS = "teacher_response_lengths"
+"""Per sample, the length of the teacher's response (bounds the gather positions)."""
+
+MEDIA_REFS = "media_refs"
+"""Per sample, media the train side loads itself: no rollout-side schedule for such a batch."""
 
 
 def _known() -> dict[str, ColumnSpec]:

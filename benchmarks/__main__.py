@@ -26,6 +26,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "journal": ("benchmarks.journal",),
     "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
     "miles_job": ("benchmarks.miles_job",),
+    "rank_bytes": ("benchmarks.rank_bytes",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

@@ -48,12 +48,12 @@ from benchmarks._common import (
 __all__ = ["main"]
 
 STANDIN = REPO_ROOT / "tests" / "standin"
-_STEP_DATA: dict[int, dict[str, Any]] = {}  # the rollout process's step, made before the timing
+STEP_DATA: dict[int, dict[str, Any]] = {}  # the rollout process's step, made before the timing
 
 
 def cached_train_data(args: Namespace, rollout_id: int) -> dict[str, Any]:
     """The stand-in's rollout function: the step's train data, made before ``generate``."""
-    return _STEP_DATA[rollout_id]
+    return STEP_DATA[rollout_id]
 
 
 @ray.remote(num_cpus=0)
@@ -69,14 +69,14 @@ class RolloutSide:
     def step(self, rollout_id: int) -> dict[str, Any]:
         from benchmarks import miles_job  # the module the stand-in's rollout function reads
 
-        miles_job._STEP_DATA.clear()
-        miles_job._STEP_DATA[rollout_id] = make_train_data(self.config, rollout_id)
+        miles_job.STEP_DATA.clear()
+        miles_job.STEP_DATA[rollout_id] = make_train_data(self.config, rollout_id)
         with MemoryGauge() as gauge:
             started = time.perf_counter()
             ref = self.manager.generate(rollout_id)["data_ref"]
             seconds = time.perf_counter() - started
         floor = time.perf_counter()
-        RolloutBatch.from_train_data(miles_job._STEP_DATA[rollout_id])
+        RolloutBatch.from_train_data(miles_job.STEP_DATA[rollout_id])
         floor = time.perf_counter() - floor
         installed = current_installation() is not None
         return {

@@ -144,7 +144,7 @@ def test_the_agreement_check_fails_when_a_path_gives_other_rows() -> None:
 def test_every_benchmark_of_make_bench_has_a_smoke_mode() -> None:
     import importlib
 
-    assert sorted(BENCHMARKS) == ["cluster", "journal", "miles_job", "moe", "step"]
+    assert sorted(BENCHMARKS) == ["cluster", "journal", "miles_job", "moe", "rank_bytes", "step"]
     for module, *_ in BENCHMARKS.values():
         parsed = importlib.import_module(module).parse_args(["--smoke", "--out", "x"])
         out = parsed.out if hasattr(parsed, "out") else None
@@ -353,3 +353,26 @@ def test_the_step_benchmark_gives_the_floors_of_a_rank(
         "eager rank / numpy quick fix's rank",
     ):
         assert name in names
+
+
+def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Path) -> None:
+    command = [sys.executable, "-m", "benchmarks.rank_bytes", "--smoke", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads((tmp_path / "rank_bytes.json").read_text())
+    assert_stamped(results)
+    assert (tmp_path / "rank_bytes.png").stat().st_size > 0
+    assert set(results["summary"]) == {
+        "slice_experts_bytes_ratio",
+        "prefetch_wait_vs_fetch",
+        "block_vs_memcpy_dp2",
+        "eager_block_vs_numpy",
+    }
+    cut = results["slice"]
+    assert len(cut["slice_experts_bytes"]) == cut["pp"] * cut["cp"]
+    assert cut["experts_bytes_ratio"] == max(cut["slice_experts_bytes"]) / cut["full_experts_bytes"]
+    (block,) = results["block"]
+    assert not block["block_moved"]
+    assert block["warm_fill_allocated_bytes"] < block["rank_bytes"] + 65_536
+    assert results["prefetch"]["steps"] == len(results["prefetch"]["wait_seconds"]["all"]) + 1
+    assert set(results["eager"]["seconds"]) == {"numpy", "arrow_to_tensors", "arrow_block"}

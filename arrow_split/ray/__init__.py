@@ -12,8 +12,10 @@ except ImportError:
     msg = "arrow_split.ray needs Ray; install it with `pip install arrow-split[ray]`"
     raise ImportError(msg) from None
 
+from arrow_split.ray._block import Fillable, fill_rank_block
 from arrow_split.ray._handoff import fetch, process_rollout_data, split_train_data_by_dp, warm_up
 from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches
+from arrow_split.ray._prefetch import RolloutPrefetcher
 from arrow_split.ray._wire import (
     WIRE_FORMAT,
     can_free,
@@ -25,13 +27,16 @@ from arrow_split.ray._wire import (
 )
 
 __all__ = [
+    "Fillable",
     "HELPER_NAME_PREFIX",
     "Locality",
     "OnFetch",
+    "RolloutPrefetcher",
     "WIRE_FORMAT",
     "can_free",
     "clear_caches",
     "fetch",
+    "fill_rank_block",
     "free",
     "process_rollout_data",
     "ref_from_bytes",

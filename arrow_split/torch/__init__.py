@@ -6,7 +6,6 @@ by :mod:`arrow_split.torch._layouts` (docs/torch.md).
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -30,6 +29,8 @@ from arrow_split import (
     ValueRangeError,
 )
 from arrow_split._args import as_choice, as_offsets, describe
+from arrow_split.torch._block import BlockLayout, TensorBlock
+from arrow_split.torch._experts import ExpertLayout, expert_tensors
 from arrow_split.torch._layouts import (
     MAX_PAD_MULTIPLE,
     AllColumns,
@@ -39,9 +40,18 @@ from arrow_split.torch._layouts import (
     TokenListColumn,
     arrange,
     move,
+    parse_device,
 )
 
-__all__ = ["TensorLayout", "to_micro_batches", "to_tensors"]
+__all__ = [
+    "BlockLayout",
+    "ExpertLayout",
+    "TensorBlock",
+    "TensorLayout",
+    "expert_tensors",
+    "to_micro_batches",
+    "to_tensors",
+]
 
 TensorLayout = Literal["per_sample", "packed", "padded", "nested"]
 """How :func:`to_tensors` lays out the ragged columns (see ``docs/torch.md``)."""
@@ -162,7 +172,7 @@ def _options(
     multiple = _multiple(pad_to_multiple_of)
     token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
     mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
-    where = _device(device)
+    where = parse_device(device)
     fill = _pad_value(pad_value)
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
@@ -219,19 +229,6 @@ def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]
         msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
         raise OptionError(msg)
     return dtype
-
-
-def _device(device: object) -> torch.device | None:
-    if device is None or isinstance(device, torch.device):
-        return device
-    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
-    if not isinstance(device, str):
-        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
-        raise OptionTypeError(msg)
-    with contextlib.suppress(RuntimeError):
-        return torch.device(device)
-    msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg)
 
 
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:

@@ -12,7 +12,7 @@ from typing import TypeAlias, cast
 import numpy as np
 import torch
 
-from arrow_split import ColumnSpec, SchemaError, ValueRangeError
+from arrow_split import ColumnSpec, OptionError, OptionTypeError, SchemaError, ValueRangeError
 from arrow_split.schema import LengthRule
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "TokenListColumn",
     "arrange",
     "move",
+    "parse_device",
 ]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
@@ -54,6 +55,20 @@ class TensorOptions:
     device: torch.device | None
     pad_value: int | float
     pad_to_multiple_of: int | None
+
+
+def parse_device(device: object) -> torch.device | None:
+    """``device`` (None, a ``torch.device`` or a str) as a ``torch.device`` or ``None``."""
+    if device is None or isinstance(device, torch.device):
+        return device
+    expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
+    if not isinstance(device, str):
+        msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
+        raise OptionTypeError(msg)
+    with contextlib.suppress(RuntimeError):
+        return torch.device(device)
+    msg = f"invalid `device`: {device!r}; {expected}"
+    raise OptionError(msg)
 
 
 def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:

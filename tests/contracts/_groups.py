@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import os
 import shutil
 import tempfile
@@ -192,6 +193,61 @@ def _ray_leaf(data: object, dp_size: object, flags: tuple[object, object], nodes
     )
 
 
+def _ray_prefetch(refs: object, dp_size: object, balance: object) -> None:
+    """The Ray leaf's block fill and prefetcher (Ray tripped: its errors come back at ``get``)."""
+    from arrow_split.block import RankBlock
+    from arrow_split.ray import RolloutPrefetcher, fill_rank_block
+
+    rank = dp_size if isinstance(dp_size, int) else 0
+    check_contract(
+        fill_rank_block, refs, rank, 2, RankBlock(), balance_data=balance, allow=(RayReached,)
+    )
+    check_contract(fill_rank_block, refs, 0, 2, refs, allow=(RayReached,))
+    prefetcher = check_contract(RolloutPrefetcher, rank, 2, lookahead=dp_size, balance_data=balance)
+    if isinstance(prefetcher, RolloutPrefetcher):
+        check_contract(prefetcher.submit, 0, refs)
+        check_contract(prefetcher.get, 0, timeout=60, allow=(RayReached,))
+        prefetcher.stop()
+
+
+def _rank_bytes(place: object, rows: object, number: object, lookahead: object) -> None:
+    """The routed-experts slice, the reused block and the prefetcher (numpy, threads)."""
+    from arrow_split.block import RankBlock
+    from arrow_split.prefetch import Prefetcher
+    from arrow_split.routing import ParallelPlace, expert_id_dtype, take_expert_slice
+
+    made = check_contract(ParallelPlace, **place) if isinstance(place, dict) else place
+    check_contract(take_expert_slice, BATCH, made, rows, num_experts=number)
+    check_contract(take_expert_slice, BATCH, ParallelPlace(cp_size=2), rows)
+    check_contract(expert_id_dtype, number)
+    check_contract(RankBlock(threads=2, parallel_bytes=0).fill, BATCH, rows)
+    check_contract(RankBlock, threads=number, parallel_bytes=lookahead, allocate=place)
+    fetch = functools.partial(arrow_split.take_rows, BATCH)  # a fetch whose errors are typed
+    prefetcher = check_contract(Prefetcher, fetch, lookahead=lookahead)
+    if isinstance(prefetcher, Prefetcher):
+        with prefetcher:
+            check_contract(prefetcher.submit, number, rows)
+            check_contract(prefetcher.get, number, timeout=60)
+    check_contract(Prefetcher, place, lookahead=1)
+
+
+def _blocks(layout: object, pad_value: object, device: object, rows: object) -> None:
+    """The torch leaf's block (no pinned memory here) and the experts' tensors."""
+    from arrow_split.routing import ParallelPlace, take_expert_slice
+    from arrow_split.torch import TensorBlock, expert_tensors
+
+    block = check_contract(TensorBlock, device, pin=False)
+    if isinstance(block, TensorBlock):
+        check_contract(block.fill, BATCH, rows, layout=layout)
+        check_contract(block.to_device)
+    check_contract(TensorBlock, None, pin=layout, threads=pad_value)
+    expert_slice = take_expert_slice(BATCH, ParallelPlace(cp_size=2, cp_rank=1))
+    on = None if isinstance(device, str) and device == "cuda" else device  # a missing device
+    check_contract(expert_tensors, expert_slice, layout=layout, pad_value=pad_value, device=on)
+    check_contract(expert_tensors, expert_slice, id_dtype=layout)
+    check_contract(expert_tensors, layout)
+
+
 def _miles(args: Any, data: object, dp_size: object, shard: object) -> None:
     from arrow_split.compat import miles
 
@@ -334,6 +390,47 @@ GROUPS: dict[str, tuple[Callable[..., None], tuple[st.SearchStrategy[Any], ...]]
             st.one_of(
                 st.none(), st.lists(st.one_of(st.text(max_size=2), hostile_values()), max_size=4)
             ),
+        ),
+    ),
+    "ray_prefetch": (
+        _ray_prefetch,
+        (
+            st.one_of(
+                st.just(BATCH),
+                st.lists(st.one_of(st.just(BATCH), hostile_values()), min_size=1, max_size=3),
+                hostile_values(),
+            ),
+            small_ints,
+            hostile_values(),
+        ),
+    ),
+    "rank_bytes": (
+        _rank_bytes,
+        (
+            st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "pp_size": small_ints,
+                        "pp_rank": small_ints,
+                        "cp_size": small_ints,
+                        "cp_rank": small_ints,
+                    },
+                    optional={"stage_layers": st.one_of(hostile_values(), st.lists(small_ints))},
+                ),
+                hostile_values(),
+            ),
+            st.one_of(hostile_arrays(max_size=6), hostile_values()),
+            hostile_ints(low=-2, high=300),
+            hostile_ints(low=-2, high=4),
+        ),
+    ),
+    "blocks": (
+        _blocks,
+        (
+            st.sampled_from(["packed", "per_sample", "padded", None, 1]),
+            hostile_ints(),
+            st.one_of(st.sampled_from(["cuda", None, "cpu", "nowhere", 0]), hostile_values()),
+            st.one_of(hostile_arrays(max_size=6), hostile_values()),
         ),
     ),
     "miles": (

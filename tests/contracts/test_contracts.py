@@ -20,8 +20,13 @@ from arrow_split import OptionError, OptionTypeError, PlanError, RolloutBatch, t
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = 250 if os.environ.get("ARROW_SPLIT_HYPOTHESIS_PROFILE") == "ci" else 100
-CORE_GROUPS = ["indices", "shard", "plan", "train_data", "builder", "dump", "api", "testing"]
-LEAF_GROUPS = {"offsets": "torch", "tensors": "torch", "ray": "ray", "miles": "ray"}
+CORE_GROUPS = [
+    "indices", "shard", "plan", "train_data", "builder", "dump", "api", "testing", "rank_bytes",
+]  # fmt: skip
+LEAF_GROUPS = {
+    "offsets": "torch", "tensors": "torch", "blocks": "torch",
+    "ray": "ray", "ray_prefetch": "ray", "miles": "ray",
+}  # fmt: skip
 
 # Every public name, and the contract groups whose calls reach it (classes through their
 # constructor or methods); the names that are not entry points are listed apart.
@@ -53,8 +58,25 @@ COVERED = {
         "make_multimodal_train_data": "testing",
         "make_train_data": "testing",
     },
-    "arrow_split.torch": {"to_micro_batches": "offsets", "to_tensors": "tensors"},
-    "arrow_split.ray": {"process_rollout_data": "ray", "split_train_data_by_dp": "ray"},
+    "arrow_split.torch": {
+        "to_micro_batches": "offsets",
+        "to_tensors": "tensors",
+        "TensorBlock": "blocks",
+        "expert_tensors": "blocks",
+    },
+    "arrow_split.ray": {
+        "process_rollout_data": "ray",
+        "split_train_data_by_dp": "ray",
+        "RolloutPrefetcher": "ray_prefetch",
+        "fill_rank_block": "ray_prefetch",
+    },
+    "arrow_split.routing": {
+        "ParallelPlace": "rank_bytes",
+        "expert_id_dtype": "rank_bytes",
+        "take_expert_slice": "rank_bytes",
+    },
+    "arrow_split.block": {"RankBlock": "rank_bytes ray_prefetch"},
+    "arrow_split.prefetch": {"Prefetcher": "rank_bytes"},
     "arrow_split.compat.miles": {
         "can_schedule_on_rollout_side": "miles",
         "process_rollout_data": "miles",
@@ -78,6 +100,8 @@ NOT_ENTRY_POINTS = {
     "KillReport",
     "run_kill_test",  # SIGKILLs writers: its arguments in test_unbounded_cost.py
     "TokenLists",  # holds a sample's values as given: checked where from_train_data takes it
+    "ExpertSlice", "BlockColumn", "FilledBlock", "Event", "Fillable", "BlockLayout",
+    "ExpertLayout",  # results and protocols of the rank's own bytes (issue 42)
 }  # fmt: skip
 
 

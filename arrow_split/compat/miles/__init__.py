@@ -55,7 +55,7 @@ from arrow_split.compat.miles._install import (
     patch,
 )
 from arrow_split.compat.miles._setup import ENV_VAR, environment, install_once, runtime_env, watch
-from arrow_split.schema import TOTAL_LENGTHS, role_column
+from arrow_split.schema import MEDIA_REFS, TOTAL_LENGTHS, role_column
 
 __all__ = [
     "ArrowRef",
@@ -87,7 +87,7 @@ OnBatchLengths = Callable[[list[int]], None]
 # The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
 _PARTITION = "partition"
 _TOTAL_LENGTHS = TOTAL_LENGTHS
-_MEDIA_REFS = "media_refs"
+_MEDIA_REFS = MEDIA_REFS
 
 
 def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:

@@ -38,7 +38,7 @@ from arrow_split.compat.miles._keys import (
     miles_key_note,
     to_miles_keys,
 )
-from arrow_split.schema import Role, role_column
+from arrow_split.schema import TEACHER_GATHER_POSITIONS, TEACHER_RESPONSE_LENGTHS, Role, role_column
 
 __all__ = [
     "FlopsFn",
@@ -173,7 +173,7 @@ def _from_train_data(
     return batch
 
 
-_POSITIONS, _TEACHER_LENGTHS = "teacher_gather_positions", "teacher_response_lengths"
+_POSITIONS, _TEACHER_LENGTHS = TEACHER_GATHER_POSITIONS, TEACHER_RESPONSE_LENGTHS
 
 
 def _check_gather_positions(batch: RolloutBatch) -> None:

@@ -1,0 +1,143 @@
+"""One reused block per rank: the same values as the take, no reallocation, the reuse rule."""
+
+from __future__ import annotations
+
+import tracemalloc
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from arrow_split import OptionError, OptionTypeError, RolloutBatch, take_rows
+from arrow_split.block import RankBlock
+from arrow_split.testing.strategies import rollout_batches
+
+
+def assert_same_as_take(block: Any, batch: RolloutBatch, rows: np.ndarray) -> None:
+    filled = block.fill(batch, rows)
+    shard = take_rows(batch, rows)
+    assert filled.num_samples == len(rows)
+    assert list(filled.columns) == [column.spec.name for column in shard.numeric_columns()]
+    for column in shard.numeric_columns():
+        mine = filled.columns[column.spec.name]
+        np.testing.assert_array_equal(mine.values, column.values)
+        assert mine.values.dtype == column.values.dtype
+        for ours, theirs in (
+            (mine.offsets, column.offsets),
+            (mine.token_offsets, column.token_offsets),
+        ):
+            assert (ours is None) == (theirs is None)
+            if ours is not None:
+                np.testing.assert_array_equal(ours, theirs)
+        for array in (mine.values, mine.offsets, mine.token_offsets):
+            if array is not None and array.size:
+                assert 0 <= filled.start_of(array) <= filled.nbytes - array.nbytes
+                assert filled.start_of(array) % 64 == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(rollout_batches(), st.data(), st.sampled_from([1, 3]))
+def test_the_block_holds_what_the_take_gives(batch: RolloutBatch, data: Any, threads: int) -> None:
+    n = batch.num_samples
+    rows = np.array(
+        data.draw(st.lists(st.integers(0, max(n - 1, 0)), max_size=8) if n else st.just([])),
+        dtype=np.int64,
+    )
+    block = RankBlock(threads=threads, parallel_bytes=0)
+    assert_same_as_take(block, batch, rows)
+    assert_same_as_take(block, batch, rows[::-1].copy())  # the second fill reuses the block
+    whole = block.fill(batch)
+    np.testing.assert_array_equal(whole.columns["tokens"].values, batch.numeric_columns()[0].values)
+    block.close()
+
+
+def make_batch(lengths: list[int]) -> RolloutBatch:
+    rng = np.random.default_rng(len(lengths))
+    return RolloutBatch.from_train_data(
+        {
+            "tokens": [rng.integers(0, 1000, n).astype(np.int32) for n in lengths],
+            "rollout_log_probs": [rng.random(n // 2).astype(np.float32) for n in lengths],
+            "response_lengths": [n // 2 for n in lengths],
+        }
+    )
+
+
+def test_no_reallocation_after_warm_up() -> None:
+    batch = make_batch([4000] * 64)
+    block = RankBlock()
+    steps = [np.arange(i, 64, 4) for i in range(4)]
+    block.fill(batch, steps[0])
+    address, capacity = block.address, block.capacity
+    tracemalloc.start()
+    try:
+        for rows in steps[1:]:
+            start = tracemalloc.get_traced_memory()[0]
+            tracemalloc.reset_peak()
+            filled = block.fill(batch, rows)
+            new_bytes = tracemalloc.get_traced_memory()[1] - start
+            assert new_bytes < filled.nbytes / 20  # bookkeeping only, never the rank's bytes
+    finally:
+        tracemalloc.stop()
+    assert (block.address, block.capacity, block.allocations) == (address, capacity, 1)
+
+
+def test_the_block_grows_for_a_larger_step_only() -> None:
+    small, large = make_batch([100] * 8), make_batch([100_000] * 8)  # past the 1 MiB grain
+    block = RankBlock()
+    block.fill(small, np.arange(8))
+    assert block.allocations == 1
+    filled = block.fill(large, np.arange(8))
+    assert block.allocations == 2
+    assert block.capacity >= filled.nbytes
+    block.fill(small, np.arange(8))
+    block.fill(large, np.arange(4))
+    assert block.allocations == 2
+
+
+class FakeEvent:
+    """A device copy still reading the block: records when it was waited for."""
+
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def synchronize(self) -> None:
+        self.log.append("waited")
+
+
+def test_a_fill_waits_for_the_recorded_reader_before_writing() -> None:
+    log: list[str] = []
+
+    def allocate(nbytes: int) -> np.ndarray:
+        log.append("allocated")
+        return np.empty(nbytes, dtype=np.uint8)
+
+    batch = make_batch([50] * 4)
+    block = RankBlock(allocate=allocate)
+    first = block.fill(batch, np.arange(4))
+    tokens = first.columns["tokens"].values
+    block.record(FakeEvent(log))
+    original = tokens.copy()
+    log.append("reading")
+    np.testing.assert_array_equal(tokens, original)  # untouched until the next fill
+    block.fill(batch, np.array([3, 2, 1, 0]))
+    assert log == ["allocated", "reading", "waited"]
+    block.fill(batch, np.arange(4))
+    assert log == ["allocated", "reading", "waited"]  # waited once per record
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(OptionTypeError, match="`allocate` must be a callable"):
+        RankBlock(allocate=3)  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="`threads` must be >= 1"):
+        RankBlock(threads=0)
+    block = RankBlock(allocate=lambda n: np.empty(n, dtype=np.float32))
+    with pytest.raises(OptionError, match="must return a 1-D uint8 array"):
+        block.fill(make_batch([3]), [0])
+    with pytest.raises(OptionTypeError, match="`source` must be"):
+        RankBlock().fill({"tokens": [[1]]}, [0])  # type: ignore[arg-type]
+    with pytest.raises(OptionError, match="row 5, outside"):
+        RankBlock().fill(make_batch([3]), [5])
+    with pytest.raises(OptionTypeError, match="`event` must have"):
+        RankBlock().record(object())  # type: ignore[arg-type]

@@ -1,0 +1,78 @@
+"""The miles drop-in's prefetcher: get_rollout_data finds each rollout fetched (and converted)."""
+
+from __future__ import annotations
+
+import threading
+from argparse import Namespace
+from typing import Any
+
+import pytest
+
+from arrow_split import OptionError, PlanError
+from arrow_split.compat.miles._prefetch import MilesPrefetcher
+
+
+class FakeProcess:
+    """miles' ``process_rollout_data`` shape; records each call's thread and arguments."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.threads: set[str] = set()
+
+    def __call__(
+        self, args: Any, ref: Any, dp_rank: int, dp_size: int, witness: Any, **options: Any
+    ) -> tuple[dict[str, Any], str]:
+        self.threads.add(threading.current_thread().name)
+        self.calls.append((ref, dp_rank, dp_size, witness, options))
+        if ref == "lost":
+            msg = "the object was put for another plan"
+            raise PlanError(msg)
+        return {"tokens": [ref], "rank": (dp_rank, dp_size)}, f"result-{ref}"
+
+
+def test_a_submitted_rollout_is_fetched_and_converted_on_the_thread() -> None:
+    process = FakeProcess()
+
+    def convert(rollout_data: dict[str, Any]) -> dict[str, Any]:
+        return {**rollout_data, "converted": True}
+
+    args = Namespace(delay_split_train_data_by_dp=True)
+    with MilesPrefetcher(
+        args, 1, 4, convert=convert, process=process, strict_keys=True
+    ) as prefetcher:
+        prefetcher.submit(7, "ref-7", witness_info="w")
+        rollout_data, result = prefetcher.get_rollout_data(7)
+        assert rollout_data == {"tokens": ["ref-7"], "rank": (1, 4), "converted": True}
+        assert result == "result-ref-7"
+        assert process.calls == [("ref-7", 1, 4, "w", {"strict_keys": True})]
+        assert process.threads == {"arrow_split-prefetch"}
+        # a rollout never submitted is fetched where miles would fetch it
+        assert prefetcher.get_rollout_data(8, "ref-8")[1] == "result-ref-8"
+
+
+def test_replan_fetches_the_rollouts_not_taken_again() -> None:
+    process = FakeProcess()
+    with MilesPrefetcher(Namespace(), 0, 2, lookahead=2, process=process) as prefetcher:
+        prefetcher.submit(1, "a")
+        prefetcher.submit(2, "b")
+        prefetcher.replan(2, 3)
+        assert prefetcher.get_rollout_data(1)[0]["rank"] == (2, 3)
+        assert prefetcher.get_rollout_data(2)[0]["rank"] == (2, 3)
+        with pytest.raises(PlanError, match="`dp_rank` must be in"):
+            prefetcher.replan(3, 3)
+
+
+def test_an_error_is_raised_by_the_rollout_that_needs_it() -> None:
+    with MilesPrefetcher(Namespace(), 0, 1, process=FakeProcess()) as prefetcher:
+        prefetcher.submit(0, "lost")
+        prefetcher.submit(1, "fine")
+        with pytest.raises(PlanError, match="another plan") as caught:
+            prefetcher.get_rollout_data(0)
+        assert caught.value.__notes__ == ["raised by the prefetched fetch of step 0"]
+        assert prefetcher.get_rollout_data(1)[1] == "result-fine"
+        prefetcher.submit(2, "x")
+        prefetcher.cancel()
+        prefetcher.submit(2, "y")  # a cancelled rollout can come again
+        assert prefetcher.get_rollout_data(2)[1] == "result-y"
+    with pytest.raises(OptionError, match="stopped"):
+        prefetcher.get_rollout_data(3, "z")

@@ -1,0 +1,123 @@
+"""Tensors of the reused block equal to_tensors' values; the device copy, where CUDA is."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from arrow_split import OptionError, RolloutBatch, take_rows  # noqa: E402
+from arrow_split.routing import ParallelPlace, take_expert_slice  # noqa: E402
+from arrow_split.testing import WORKLOADS, make_train_data  # noqa: E402
+from arrow_split.torch import TensorBlock, expert_tensors, to_tensors  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+
+def batch_with_experts() -> RolloutBatch:
+    import dataclasses
+
+    config = dataclasses.replace(WORKLOADS["tiny"], moe_shape=(4, 2))
+    return RolloutBatch.from_train_data(make_train_data(config))
+
+
+def assert_like_to_tensors(tensors: dict[str, Any], expected: dict[str, Any]) -> None:
+    for name, values in tensors.items():
+        if name not in expected:
+            continue
+        want = expected[name]
+        if isinstance(values, list):
+            assert len(values) == len(want)
+            for mine, theirs in zip(values, want, strict=True):
+                assert torch.equal(mine.to(theirs.dtype), theirs)
+        else:
+            assert torch.equal(values.to(want.dtype), want), name
+
+
+def test_the_views_hold_what_to_tensors_gives_and_share_the_block() -> None:
+    batch = batch_with_experts()
+    rows = np.array([5, 1, 3])
+    block = TensorBlock(pin=False)
+    tensors = block.fill(batch, rows, layout="per_sample")
+    expected = to_tensors(take_rows(batch, rows), layout="per_sample", id_dtype=None)
+    assert set(expected) <= set(tensors)
+    assert_like_to_tensors(tensors, expected)
+    start, end = block.host.data_ptr(), block.host.data_ptr() + block.host.numel()
+    for values in tensors.values():
+        for tensor in values if isinstance(values, list) else [values]:
+            assert tensor.numel() == 0 or start <= tensor.data_ptr() < end
+    packed = block.fill(batch, rows)
+    offsets = packed["tokens_offsets"]
+    assert torch.equal(offsets, torch.tensor(take_rows(batch, rows).numeric_columns()[0].offsets))
+    assert block.to_device()["tokens"].data_ptr() == packed["tokens"].data_ptr()  # no device
+
+
+def test_the_host_block_is_not_reallocated_after_warm_up() -> None:
+    batch = batch_with_experts()
+    block = TensorBlock(pin=False)
+    block.fill(batch, np.arange(8))
+    pointer = block.host.data_ptr()
+    for step in range(3):
+        block.fill(batch, np.arange(step, 8, 2))
+        assert block.host.data_ptr() == pointer
+    assert block.block.allocations == 1
+
+
+def test_errors() -> None:
+    if not torch.cuda.is_available():
+        with pytest.raises(OptionError, match="CUDA is not available"):
+            TensorBlock("cuda")
+    with pytest.raises(OptionError, match="call `fill"):
+        TensorBlock().to_device()
+    with pytest.raises(OptionError, match="layout"):
+        TensorBlock().fill(batch_with_experts(), layout="padded")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("layout", ["per_sample", "packed"])
+def test_expert_tensors_are_the_zigzag_layout(layout: str) -> None:
+    batch = batch_with_experts()
+    place = ParallelPlace(pp_size=2, pp_rank=1, cp_size=2, cp_rank=0)
+    expert_slice = take_expert_slice(batch, place, [0, 2])
+    tensors = expert_tensors(expert_slice, layout=layout)  # type: ignore[arg-type]
+    padded = expert_slice.padded()
+    name = expert_slice.field.name
+    if layout == "packed":
+        assert torch.equal(tensors[name], torch.from_numpy(np.concatenate(padded)))
+        assert tensors["cu_seqlens"].tolist() == [
+            0,
+            len(padded[0]),
+            len(padded[0]) + len(padded[1]),
+        ]
+    else:
+        assert [t.tolist() for t in tensors[name]] == [p.tolist() for p in padded]
+    assert tensors[name][0].dtype == torch.int32
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_block_reaches_the_device_in_one_copy_and_waits_before_reuse() -> None:
+    batch = batch_with_experts()
+    block = TensorBlock("cuda")
+    assert block.pinned
+    assert block.host.is_pinned()
+    for step in range(3):
+        rows = np.arange(step, 8, 2)
+        host = block.fill(batch, rows)
+        expected = {k: v.clone() for k, v in host.items() if isinstance(v, torch.Tensor)}
+        on_device = block.to_device()
+        for name, tensor in expected.items():
+            assert on_device[name].is_cuda
+            assert torch.equal(on_device[name].cpu(), tensor)
+    assert block.block.allocations == 1
+
+
+def test_a_cpu_device_gets_a_copy_of_the_block() -> None:
+    batch = batch_with_experts()
+    block = TensorBlock("cpu", pin=False)
+    host = block.fill(batch, np.arange(4))
+    copied = block.to_device()
+    assert torch.equal(copied["tokens"], host["tokens"])
+    assert copied["tokens"].data_ptr() != host["tokens"].data_ptr()
