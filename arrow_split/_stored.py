@@ -1,0 +1,429 @@
+"""A batch put once as its Arrow buffers into a byte store; a rank reads only its rows' bytes.
+
+Where the bytes live is a :class:`ByteStore` (three methods: put, read ranges, remove):
+:class:`MemoryStore` here, Mooncake's store in the leaf :mod:`arrow_split.mooncake`. A put
+writes each non-empty buffer of each column under its own key, and an index (every sample's
+total length, then each rank's rows); it returns a :class:`StoredBatchRef`, plain JSON, that a
+process with no Ray turns back into a reference. A take reads the index ranges of its rank,
+then the byte ranges of its rows (:mod:`arrow_split._codecs._ranges`), and gathers its shard.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
+from arrow_split._codecs._ranges import Node, Ranges, column_buffers, read_rows, supported
+from arrow_split._version import __version__
+from arrow_split.batch import RolloutBatch
+from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
+from arrow_split.errors import (
+    DumpError,
+    NotARolloutBatchError,
+    PlanMismatchError,
+    TransportError,
+)
+from arrow_split.plan import Plan, PlanKey
+from arrow_split.shard import Shard
+
+__all__ = [
+    "ByteStore",
+    "MemoryStore",
+    "Read",
+    "StoredBatchRef",
+    "put_batch",
+    "remove_batch",
+    "take_rank",
+]
+
+FORMAT = "arrow_split.stored_batch/1"
+"""The ``format`` member of a reference's JSON; another value is refused."""
+
+Read = tuple[str, np.ndarray, np.ndarray, np.ndarray]
+"""One object's ranges: its key, each range's start in it, its size, its place in the target."""
+
+
+class ByteStore(Protocol):
+    """Where a stored batch's bytes live: the one interface a store implements.
+
+    Each method raises :class:`~arrow_split.TransportError` naming the key it failed on.
+    """
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        """Write each buffer under its key; never replace an object that exists."""
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        """Copy the ranges of ``reads`` into ``into`` (a writable uint8 array)."""
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Remove the objects of ``keys`` that exist (a missing one is no error)."""
+
+
+class MemoryStore:
+    """A :class:`ByteStore` in this process's memory, for tests and one-process runs.
+
+    Parameters
+    ----------
+    capacity : int, optional
+        The most bytes it holds; a put past it fails (as a full store does).
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.capacity = capacity
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        """Write each buffer; a key that exists or a full store raises TransportError."""
+        for key, buffer in zip(keys, buffers, strict=True):
+            if key in self.objects:
+                msg = f"the store holds `{key}` already; it is not replaced"
+                raise TransportError(msg)
+            held = sum(map(len, self.objects.values()))
+            if self.capacity is not None and held + buffer.size > self.capacity:
+                msg = (
+                    f"the store is full: `{key}` needs {buffer.size} bytes, "
+                    f"{self.capacity - held} are free"
+                )
+                raise TransportError(msg)
+            self.objects[key] = buffer.to_pybytes()
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        """Copy the ranges; a missing key or a range past an object raises TransportError."""
+        for key, starts, sizes, targets in reads:
+            blob = self.objects.get(key)
+            if blob is None:
+                msg = f"the store has no object `{key}`"
+                raise TransportError(msg)
+            view = np.frombuffer(blob, dtype=np.uint8)
+            for start, size, target in zip(
+                starts.tolist(), sizes.tolist(), targets.tolist(), strict=True
+            ):
+                if start + size > len(blob):
+                    msg = f"`{key}` holds {len(blob)} bytes, not the {start + size} asked for"
+                    raise TransportError(msg)
+                into[target : target + size] = view[start : start + size]
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Remove the objects that exist."""
+        for key in keys:
+            self.objects.pop(key, None)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatchRef:
+    """What a put returns: the keys, schema and plan a rank needs, as plain JSON.
+
+    ``to_json`` / ``from_json`` carry it to a process with no Ray (nothing is pickled).
+    """
+
+    prefix: str
+    step: int | None
+    num_samples: int
+    schema: str
+    method: str
+    dp_size: int
+    fingerprint: str
+    bounds: tuple[int, ...]
+    index: tuple[str, int]
+    columns: tuple[Node, ...]
+
+    @property
+    def plan_key(self) -> PlanKey:
+        """The key of the plan the batch was put with."""
+        return PlanKey(cast(Any, self.method), self.dp_size, self.fingerprint)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key the put wrote."""
+        found = [self.index[0]]
+        nodes = list(self.columns)
+        while nodes:
+            node = nodes.pop()
+            found.extend(buffer[0] for buffer in node.buffers if buffer is not None)
+            nodes.extend(node.children)
+        return found
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the put wrote (the columns' buffers and the index)."""
+        total, nodes = self.index[1], list(self.columns)
+        while nodes:
+            node = nodes.pop()
+            total += sum(buffer[1] for buffer in node.buffers if buffer is not None)
+            nodes.extend(node.children)
+        return total
+
+    def to_json(self) -> str:
+        """The reference as a JSON string."""
+        members = {
+            "format": FORMAT,
+            "prefix": self.prefix,
+            "step": self.step,
+            "num_samples": self.num_samples,
+            "schema": self.schema,
+            "plan": {
+                "method": self.method,
+                "dp_size": self.dp_size,
+                "fingerprint": self.fingerprint,
+                "bounds": list(self.bounds),
+            },
+            "index": list(self.index),
+            "columns": [_node_to_json(node) for node in self.columns],
+        }
+        return json.dumps(members, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StoredBatchRef:
+        """Parse a reference written by :meth:`to_json`; anything else is refused.
+
+        Raises
+        ------
+        NotARolloutBatchError
+            ``text`` is not such a reference (corrupt JSON, a member missing or mistyped).
+        """
+        try:
+            members = json.loads(text)
+            if members.get("format") != FORMAT:
+                msg = f"its `format` is {members.get('format')!r:.60}, not {FORMAT!r}"
+                raise ValueError(msg)
+            plan = members["plan"]
+            ref = cls(
+                prefix=_typed(members["prefix"], str),
+                step=None if members["step"] is None else _typed(members["step"], int),
+                num_samples=_typed(members["num_samples"], int),
+                schema=_typed(members["schema"], str),
+                method=_typed(plan["method"], str),
+                dp_size=_typed(plan["dp_size"], int),
+                fingerprint=_typed(plan["fingerprint"], str),
+                bounds=tuple(_typed(bound, int) for bound in plan["bounds"]),
+                index=(_typed(members["index"][0], str), _typed(members["index"][1], int)),
+                columns=tuple(_node_from_json(node) for node in members["columns"]),
+            )
+            _check_plan(ref)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            msg = (
+                f"not a stored-batch reference ({type(exc).__name__}: {exc}); pass the "
+                "`to_json()` of what `put_batch` returned"
+            )
+            raise NotARolloutBatchError(msg) from None
+        return ref
+
+
+def _typed(value: object, kind: type) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        msg = f"{value!r:.40} is not {kind.__name__}"
+        raise TypeError(msg)
+    return value
+
+
+def _check_plan(ref: StoredBatchRef) -> None:
+    bounds = np.asarray(ref.bounds, dtype=np.int64)
+    if (
+        ref.method not in ("balanced", "strided")
+        or ref.dp_size < 1
+        or len(bounds) != ref.dp_size + 1
+        or bounds[0] != 0
+        or bounds[-1] != ref.num_samples
+        or np.any(np.diff(bounds) < 0)
+        or ref.index[1] != 16 * ref.num_samples
+    ):
+        msg = "its plan or index does not fit its sample count"
+        raise ValueError(msg)
+
+
+def _node_to_json(node: Node) -> dict[str, object]:
+    return {
+        "buffers": [None if buffer is None else list(buffer) for buffer in node.buffers],
+        "children": [_node_to_json(child) for child in node.children],
+        "entries": node.entries,
+    }
+
+
+def _node_from_json(members: Mapping[str, Any]) -> Node:
+    buffers = tuple(
+        None if buffer is None else (_typed(buffer[0], str), _typed(buffer[1], int))
+        for buffer in members["buffers"]
+    )
+    children = tuple(_node_from_json(child) for child in members["children"])
+    return Node(buffers, children, _typed(members["entries"], int))
+
+
+def put_batch(
+    store: ByteStore, batch: RolloutBatch, plan: Plan, *, step: int | None = None
+) -> StoredBatchRef:
+    """Write ``batch`` (and ``plan``'s rows) into ``store`` once, as its Arrow buffers.
+
+    Raises
+    ------
+    DumpError
+        A column type or a batch-global value the stored form cannot hold (nothing written).
+    TransportError
+        The store refused a buffer (full, too large, down); what was written is removed.
+    """
+    record_batch = batch.record_batch
+    for field in record_batch.schema:
+        if not supported(field.type):
+            msg = f"column `{field.name}` of type {field.type} cannot be stored as buffers"
+            raise DumpError(msg)
+    metadata = encode_metadata(batch.specs, batch._batch_globals, __version__, None)
+    schema = record_batch.schema.with_metadata({**(record_batch.schema.metadata or {}), **metadata})
+    step_name = "x" if step is None else str(step)
+    prefix = f"arrow_split/{step_name}/{uuid.uuid4().hex}"
+    written: list[tuple[str, pa.Buffer]] = []
+    kept, columns = [], []
+    for position, array in enumerate(record_batch.columns):
+        node, compact = column_buffers(array, f"{prefix}/{position}", written)
+        columns.append(node)
+        kept.append(compact)
+    partitions = [np.asarray(rows, dtype=np.int64) for rows in plan.partitions]
+    index = np.concatenate([batch.total_lengths.astype(np.int64), *partitions])
+    written.append((f"{prefix}/index", pa.py_buffer(index)))
+    keys = [key for key, _ in written]
+    try:
+        store.put(keys, [buffer for _, buffer in written])
+    except TransportError as exc:
+        store.remove(keys)
+        msg = f"{_who(step, None)}: the put of `{prefix}` failed, what it wrote is removed: {exc}"
+        raise TransportError(msg) from exc
+    del kept  # the compacted arrays stay alive until the store holds their bytes
+    return StoredBatchRef(
+        prefix=prefix,
+        step=step,
+        num_samples=batch.num_samples,
+        schema=base64.b64encode(schema.serialize().to_pybytes()).decode(),
+        method=plan.method,
+        dp_size=plan.dp_size,
+        fingerprint=plan.fingerprint,
+        bounds=tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
+        index=(f"{prefix}/index", int(index.nbytes)),
+        columns=tuple(columns),
+    )
+
+
+def remove_batch(store: ByteStore, ref: StoredBatchRef) -> None:
+    """Remove every object of ``ref`` from ``store`` (once every rank has taken its rows)."""
+    store.remove(ref.keys)
+
+
+def _who(step: int | None, rank: int | None) -> str:
+    parts = ([] if step is None else [f"step {step}"]) + (
+        [] if rank is None else [f"dp_rank {rank}"]
+    )
+    return ", ".join(parts) or "put"
+
+
+def take_rank(
+    store: ByteStore,
+    ref: StoredBatchRef,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    balance_data: bool | None = None,
+    step: int | None = None,
+    trust_objects: bool = False,
+) -> Shard:
+    """Rank ``dp_rank``'s shard of a stored batch, reading only the bytes of its rows.
+
+    Value-equal to :func:`arrow_split.shard_for_rank` of the batch put.
+
+    Raises
+    ------
+    PlanError, PlanTypeError
+        A bad ``dp_rank`` or ``dp_size``.
+    PlanMismatchError
+        ``dp_size`` or ``balance_data`` is not the put's plan.
+    TransportError
+        An object is missing (removed, lost with its owner) or the store failed; the key and
+        the step are named.
+    """
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    trust = as_flag("trust_objects", trust_objects)
+    step = ref.step if step is None else as_int("step", step, minimum=0)
+    who = _who(step, rank)
+    if size != ref.dp_size or (balance_data is not None and method_of(balance_data) != ref.method):
+        asked = "" if balance_data is None else f" {method_of(balance_data)}"
+        msg = (
+            f"{who}: asked for a{asked} plan of {size} ranks but `{ref.prefix}` was put with a "
+            f"{ref.method} plan of {ref.dp_size}; pass the put's `dp_size` and `balance_data`"
+        )
+        raise PlanMismatchError(msg)
+    reader = _reader(store, who)
+    n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
+    starts = np.array([0, 8 * (n + first)], dtype=np.int64)
+    sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
+    (index,) = reader([(ref.index[0], starts, sizes)])
+    values = index.view(np.int64)
+    total_lengths, partition = values[:n].copy(), values[n:].copy()
+    total_lengths.flags.writeable = partition.flags.writeable = False
+    schema, specs, batch_globals = _decoded(ref)
+    rows = np.sort(partition)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) == 0)):
+        msg = f"{who}: the index `{ref.index[0]}` holds rows outside the batch or twice"
+        raise TransportError(msg)
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    run_starts = rows[np.concatenate([[0], cut])] if len(rows) else rows
+    run_ends = rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1 if len(rows) else rows
+    nodes = list(zip(ref.columns, schema.types, strict=True))
+    arrays = read_rows(nodes, run_starts, run_ends, reader)
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    sub_batch = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+    order = np.searchsorted(rows, partition)
+    order.flags.writeable = False
+    return Shard._take(sub_batch, order, total_lengths, ref.plan_key, rank, partition=rows)
+
+
+def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, object]]:
+    """The schema (the library's metadata removed), the specs and the batch-global values."""
+    source = f"stored batch `{ref.prefix}`"
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(ref.schema)))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        msg = f"{source}: its schema does not decode: {exc}"
+        raise NotARolloutBatchError(msg) from None
+    try:
+        metadata = decode_metadata(schema, source)
+    except DumpError as exc:
+        raise NotARolloutBatchError(str(exc)) from None
+    kept = {key: value for key, value in schema.metadata.items() if key not in metadata.keys}
+    if len(schema) != len(ref.columns):
+        msg = f"{source}: its schema has {len(schema)} columns, its layout {len(ref.columns)}"
+        raise NotARolloutBatchError(msg)
+    return (
+        schema.with_metadata(kept) if kept else schema.remove_metadata(),
+        (metadata.specs),
+        metadata.batch_globals,
+    )
+
+
+def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndarray]]:
+    """A round of reads into one fresh array: each request's ranges back to back."""
+
+    def read(requests: list[Ranges]) -> list[np.ndarray]:
+        totals = [int(sizes.sum()) for _, _, sizes in requests]
+        into = np.empty(sum(totals), dtype=np.uint8)
+        reads, base = [], 0
+        for (key, starts, sizes), total in zip(requests, totals, strict=True):
+            targets = base + np.cumsum(sizes) - sizes
+            reads.append((key, starts, sizes, targets))
+            base += total
+        try:
+            store.read(into, reads)
+        except TransportError as exc:
+            msg = (
+                f"{who}: {exc}; the batch was removed or lost with the process that put it: "
+                "keep the putting client alive until every rank has taken its rows"
+            )
+            raise TransportError(msg) from exc
+        ends = np.cumsum(totals)
+        return [into[end - total : end] for end, total in zip(ends, totals, strict=True)]
+
+    return read
