@@ -38,7 +38,7 @@ from arrow_split.schema import LengthRule
 
 PACKAGE = Path(arrow_split.__file__).parent
 BENCHMARKS = PACKAGE.parent / "benchmarks"
-LEAF_PACKAGES = ("ray", "torch", "testing", "compat")
+LEAF_PACKAGES = ("ray", "torch", "testing", "compat", "mooncake")
 COMMAND_LINE = ("__main__.py",)
 INTERNAL_INTERFACE = "arrow_split._args"
 """The one internal module a leaf may import: the parsing rule of each kind of argument, so that a

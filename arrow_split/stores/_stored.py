@@ -419,8 +419,8 @@ def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndar
             store.read(into, reads)
         except TransportError as exc:
             msg = (
-                f"{who}: {exc}; the batch was removed or lost with the process that put it: "
-                "keep the putting client alive until every rank has taken its rows"
+                f"{who}: {exc}; a stored batch lives until it is removed or the client that "
+                "put it closes: keep that client until every rank has taken its rows"
             )
             raise TransportError(msg) from exc
         ends = np.cumsum(totals)

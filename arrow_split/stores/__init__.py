@@ -20,7 +20,7 @@ True
 
 from __future__ import annotations
 
-from arrow_split._stored import (
+from arrow_split.stores._stored import (
     ByteStore,
     MemoryStore,
     Read,
