@@ -25,6 +25,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "moe": ("benchmarks.moe",),
     "journal": ("benchmarks.journal",),
     "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
+    "mooncake": ("benchmarks.mooncake",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

@@ -149,3 +149,42 @@ def test_a_corrupt_reference_is_refused(edit: object) -> None:
         StoredBatchRef.from_json(json.dumps(members))
     with pytest.raises(NotARolloutBatchError):
         StoredBatchRef.from_json("{not json")
+
+
+def _runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    if not len(rows):
+        return rows, rows
+    return rows[np.concatenate([[0], cut])], rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1
+
+
+@given(train_data(), st.data())
+def test_any_runs_of_rows_read_back_as_a_take_of_them(data: dict, draw: st.DataObject) -> None:
+    from arrow_split._codecs._ranges import column_buffers, read_rows
+
+    record_batch = RolloutBatch.from_train_data(data).record_batch
+    n = record_batch.num_rows
+    picked = draw.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    rows = np.flatnonzero(np.array(picked, dtype=bool)).astype(np.int64)
+    stored: dict[str, bytes] = {}
+    nodes = []
+    for position, array in enumerate(record_batch.columns):
+        written: list = []
+        node, _ = column_buffers(array, f"c{position}", written)
+        stored.update((key, buffer.to_pybytes()) for key, buffer in written)
+        nodes.append((node, array.type))
+
+    def reader(requests: list) -> list[np.ndarray]:
+        return [
+            np.frombuffer(
+                b"".join(stored[key][a : a + z] for a, z in zip(starts, sizes, strict=True)),
+                dtype=np.uint8,
+            )
+            for key, starts, sizes in requests
+        ]
+
+    for got, array in zip(
+        read_rows(nodes, *_runs(rows), reader), record_batch.columns, strict=True
+    ):
+        got.validate(full=True)
+        assert got.equals(array.take(pa.array(rows, type=pa.int64())))

@@ -36,8 +36,6 @@ CODES = {
 
 _MISSING = -704
 _LEAST_SEGMENT = 16 * 2**20
-_COALESCE = 0.05
-"""A round may read this share of extra bytes to join ranges (one range costs tens of µs)."""
 
 
 def _meaning(code: int) -> str:
@@ -133,33 +131,9 @@ class MooncakeStore:
                 raise TransportError(msg)
 
     def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
-        """Copy the ranges of ``reads`` into ``into``, through registered memory.
-
-        Ranges of one object with small gaps between them are read as one span into a
-        scratch array, then copied out, where that costs at most 5% more bytes.
-        """
-        spans = [_joined(starts, sizes) for _, starts, sizes, _ in reads]
-        total = sum(int(sizes.sum()) for _, _, sizes, _ in reads)
-        extra = sum(int(span_sizes.sum()) for _, span_sizes in spans) - total
-        if not 0 < extra <= _COALESCE * total:
-            direct = [(starts, sizes, targets) for _, starts, sizes, targets in reads]
-            self._get_ranges(into, [key for key, _, _, _ in reads], direct)
-            return
-        scratch = np.empty(total + extra, dtype=np.uint8)
-        placed, base = [], 0
-        for span_starts, span_sizes in spans:
-            placed.append((span_starts, span_sizes, base + np.cumsum(span_sizes) - span_sizes))
-            base += int(span_sizes.sum())
-        self._get_ranges(scratch, [key for key, _, _, _ in reads], placed)
-        for (_, starts, sizes, targets), (span_starts, _, places) in zip(
-            reads, placed, strict=True
-        ):
-            span = np.searchsorted(span_starts, starts, side="right") - 1
-            sources = places[span] + starts - span_starts[span]
-            for source, size, goal in zip(
-                sources.tolist(), sizes.tolist(), targets.tolist(), strict=True
-            ):
-                into[goal : goal + size] = scratch[source : source + size]
+        """Copy the ranges of ``reads`` into ``into``, registered for the call."""
+        ranges = [(starts, sizes, targets) for _, starts, sizes, targets in reads]
+        self._get_ranges(into, [key for key, _, _, _ in reads], ranges)
 
     def _get_ranges(
         self, target: np.ndarray, keys: list[str], ranges: Sequence[tuple[np.ndarray, ...]]
@@ -198,15 +172,3 @@ class MooncakeStore:
             if code < 0 and code != _MISSING:
                 msg = f"could not remove `{key}`: {_meaning(code)}"
                 raise TransportError(msg)
-
-
-def _joined(starts: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Ranges (sorted) joined across gaps of at most :data:`_COALESCE` of their mean size."""
-    if len(starts) < 2:
-        return starts, sizes
-    gaps = starts[1:] - (starts[:-1] + sizes[:-1])
-    limit = max(64.0, _COALESCE * float(sizes.mean()))
-    cut = np.flatnonzero(gaps > limit) + 1
-    firsts = np.concatenate([[0], cut])
-    lasts = np.concatenate([cut - 1, [len(starts) - 1]])
-    return starts[firsts], starts[lasts] + sizes[lasts] - starts[firsts]

@@ -2,10 +2,11 @@
 
 Where the bytes live is a :class:`ByteStore` (three methods: put, read ranges, remove):
 :class:`MemoryStore` here, Mooncake's store in the leaf :mod:`arrow_split.mooncake`. A put
-writes each non-empty buffer of each column under its own key, and an index (every sample's
-total length, then each rank's rows); it returns a :class:`StoredBatchRef`, plain JSON, that a
+writes the batch in its plan's order (each rank's rows one run of every buffer), each non-empty
+buffer of each column under its own key, and an index (every sample's total length, then each
+rank's rows); it returns a :class:`StoredBatchRef`, plain JSON, that a
 process with no Ray turns back into a reference. A take reads the index ranges of its rank,
-then the byte ranges of its rows (:mod:`arrow_split._codecs._ranges`), and gathers its shard.
+then the byte ranges of its rows (:mod:`arrow_split._codecs._ranges`), and builds its shard.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from arrow_split.errors import (
     TransportError,
 )
 from arrow_split.plan import Plan, PlanKey
-from arrow_split.shard import Shard
+from arrow_split.shard import Shard, _gather
 
 __all__ = [
     "ByteStore",
@@ -277,14 +278,19 @@ def put_batch(
     schema = record_batch.schema.with_metadata({**(record_batch.schema.metadata or {}), **metadata})
     step_name = "x" if step is None else str(step)
     prefix = f"arrow_split/{step_name}/{uuid.uuid4().hex}"
+    partitions = [np.asarray(rows, dtype=np.int64) for rows in plan.partitions]
+    order = np.concatenate([np.zeros(0, np.int64), *partitions])
+    if np.array_equal(order, np.arange(batch.num_samples)):
+        stored = record_batch
+    else:  # in plan order: each rank's rows are one run of every buffer
+        stored = _gather(batch, order, padded=False).record_batch
     written: list[tuple[str, pa.Buffer]] = []
     kept, columns = [], []
-    for position, array in enumerate(record_batch.columns):
+    for position, array in enumerate(stored.columns):
         node, compact = column_buffers(array, f"{prefix}/{position}", written)
         columns.append(node)
         kept.append(compact)
-    partitions = [np.asarray(rows, dtype=np.int64) for rows in plan.partitions]
-    index = np.concatenate([batch.total_lengths.astype(np.int64), *partitions])
+    index = np.concatenate([batch.total_lengths.astype(np.int64), order])
     written.append((f"{prefix}/index", pa.py_buffer(index)))
     keys = [key for key, _ in written]
     try:
@@ -369,16 +375,14 @@ def take_rank(
     if len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) == 0)):
         msg = f"{who}: the index `{ref.index[0]}` holds rows outside the batch or twice"
         raise TransportError(msg)
-    cut = np.flatnonzero(np.diff(rows) != 1) + 1
-    run_starts = rows[np.concatenate([[0], cut])] if len(rows) else rows
-    run_ends = rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1 if len(rows) else rows
     nodes = list(zip(ref.columns, schema.types, strict=True))
-    arrays = read_rows(nodes, run_starts, run_ends, reader)
+    run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
+    arrays = read_rows(nodes, *run, reader)  # the rank's rows: one run of the stored order
     record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-    sub_batch = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
-    order = np.searchsorted(rows, partition)
+    rank_rows = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+    order = np.arange(len(partition), dtype=np.int64)
     order.flags.writeable = False
-    return Shard._take(sub_batch, order, total_lengths, ref.plan_key, rank, partition=rows)
+    return Shard._take(rank_rows, order, total_lengths, ref.plan_key, rank, partition=partition)
 
 
 def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, object]]:
