@@ -111,7 +111,7 @@ def _mooncake_runs(
     found: dict[str, Any] = {}
     segment = max(64 * MIB, 3 * batch.nbytes)
     with local_master() as master:
-        writer = connect(master.address, segment_bytes=segment)
+        writer = connect(master.address, segment_bytes=segment, buffer_bytes=256 * MIB)
         reader = connect(master.address, segment_bytes=0, buffer_bytes=max(16 * MIB, batch.nbytes))
         for dp_size in sizes:
             plan = batch.make_plan(dp_size, balance_data=True)
