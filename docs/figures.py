@@ -236,14 +236,16 @@ def mooncake_table() -> str:
                     f"{dp}",
                     label,
                     seconds(row[path]["put_seconds"]),
+                    seconds(row[path]["put_batch_seconds"]) if path != "mooncake" else "",
                     seconds(take),
                     ratio(theirs / take),
                     mib(_median(row[path]["bytes_read"])),
                     ratio(_median(row[path]["bytes_read"]) / share),
                 ]
             )
-    header = ["dp", "path", "put", "take / rank", "vs Mooncake's", "read / rank", "x share"]
-    return _table(header, ["---:", "---", "---:", "---:", "---:", "---:", "---:"], rows)
+    header = ["dp", "path", "put (dict)", "put (batch)", "take / rank", "vs Mooncake's"]
+    header += ["read / rank", "x share"]
+    return _table(header, ["---:", "---", *["---:"] * 6], rows)
 
 
 def _median(values: list[float]) -> float:

@@ -23,8 +23,9 @@ import pyarrow as pa
 
 from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
 from arrow_split._codecs._ranges import Node, Ranges, column_buffers, read_rows, supported
+from arrow_split._split import _parse_plan
 from arrow_split._version import __version__
-from arrow_split.batch import RolloutBatch
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
 from arrow_split.errors import (
     DumpError,
@@ -209,6 +210,10 @@ class StoredBatchRef:
                 columns=tuple(_node_from_json(node) for node in members["columns"]),
             )
             _check_plan(ref)
+            outside = [key for key in ref.keys if not key.startswith(f"{ref.prefix}/")]
+            if outside:
+                msg = f"its key {outside[0]!r:.80} is outside its prefix {ref.prefix!r:.80}"
+                raise ValueError(msg)
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             msg = (
                 f"not a stored-batch reference ({type(exc).__name__}: {exc}); pass the "
@@ -269,6 +274,9 @@ def put_batch(
     TransportError
         The store refused a buffer (full, too large, down); what was written is removed.
     """
+    batch = check_batch(batch, "batch")
+    plan = _parse_plan(batch, plan)
+    step = None if step is None else as_int("step", step, minimum=0)
     record_batch = batch.record_batch
     for field in record_batch.schema:
         if not supported(field.type):
@@ -296,8 +304,12 @@ def put_batch(
     try:
         store.put(keys, [buffer for _, buffer in written])
     except TransportError as exc:
-        store.remove(keys)
-        msg = f"{_who(step, None)}: the put of `{prefix}` failed, what it wrote is removed: {exc}"
+        try:
+            store.remove(keys)
+            cleaned = "what it wrote is removed"
+        except TransportError as again:
+            cleaned = f"what it wrote could not be removed ({again})"
+        msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
         raise TransportError(msg) from exc
     del kept  # the compacted arrays stay alive until the store holds their bytes
     return StoredBatchRef(
@@ -323,7 +335,7 @@ def _who(step: int | None, rank: int | None) -> str:
     parts = ([] if step is None else [f"step {step}"]) + (
         [] if rank is None else [f"dp_rank {rank}"]
     )
-    return ", ".join(parts) or "put"
+    return ", ".join(parts) + (": " if parts and rank is None else "")
 
 
 def take_rank(
@@ -354,7 +366,7 @@ def take_rank(
     rank = check_dp_rank(dp_rank, size)
     trust = as_flag("trust_objects", trust_objects)
     step = ref.step if step is None else as_int("step", step, minimum=0)
-    who = _who(step, rank)
+    who = _who(step, rank)  # "step S, dp_rank R"
     if size != ref.dp_size or (balance_data is not None and method_of(balance_data) != ref.method):
         asked = "" if balance_data is None else f" {method_of(balance_data)}"
         msg = (
