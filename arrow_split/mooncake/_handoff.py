@@ -11,7 +11,7 @@ from typing import Any
 
 from mooncake.store import MooncakeDistributedStore
 
-from arrow_split import NotARolloutBatchError, RolloutBatch, Shard
+from arrow_split import NotARolloutBatchError, OptionTypeError, RolloutBatch, Shard
 from arrow_split.mooncake._client import MooncakeStore
 from arrow_split.stores import StoredBatchRef
 from arrow_split.stores import put_batch as _put
@@ -33,7 +33,7 @@ def _store(client: object) -> MooncakeStore:
         f"`client` must be a Mooncake client (`arrow_split.mooncake.connect`), got "
         f"{type(client).__name__}"
     )
-    raise TypeError(msg)
+    raise OptionTypeError(msg)
 
 
 def _ref(ref: object) -> StoredBatchRef:

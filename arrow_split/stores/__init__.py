@@ -20,11 +20,11 @@ True
 
 from __future__ import annotations
 
+from arrow_split.stores._ref import StoredBatchRef
 from arrow_split.stores._stored import (
     ByteStore,
     MemoryStore,
     Read,
-    StoredBatchRef,
     put_batch,
     remove_batch,
     take_rank,

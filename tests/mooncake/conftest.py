@@ -6,11 +6,13 @@ the system's libibverbs1, missing); CI installs both.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+os.environ.setdefault("GLOG_minloglevel", "2")  # the store's clients log every call at INFO
 try:
     import arrow_split.mooncake as mooncake_leaf
 except ImportError as exc:  # the wheel, or libibverbs1 it links, is missing
