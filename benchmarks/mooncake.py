@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from arrow_split import RolloutBatch
-from arrow_split.mooncake import MooncakeStore, connect, local_master, put_batch, remove, take_rank
 from arrow_split.testing import WORKLOADS, make_train_data
 from benchmarks._common import (
     MIB,
@@ -108,6 +107,15 @@ def _mooncake_runs(
     data: dict[str, Any], batch: RolloutBatch, sizes: tuple[int, ...], repeats: int
 ) -> dict[str, Any]:
     from mooncake.structured_object_store import MooncakeBundleTransfer
+
+    from arrow_split.mooncake import (
+        MooncakeStore,
+        connect,
+        local_master,
+        put_batch,
+        remove,
+        take_rank,
+    )
 
     found: dict[str, Any] = {}
     segment = max(64 * MIB, 3 * batch.nbytes)

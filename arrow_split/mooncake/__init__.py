@@ -10,10 +10,10 @@ from __future__ import annotations
 
 try:  # the dependency, before the modules that use it
     import mooncake.store as _store  # noqa: F401
-except ImportError:
+except ImportError as exc:
     msg = (
         "arrow_split.mooncake needs Mooncake's store; install it with "
-        "`pip install arrow-split[mooncake]` (and the system's libibverbs1)"
+        f"`pip install arrow-split[mooncake]` (and the system's libibverbs1): {exc}"
     )
     raise ImportError(msg) from None
 
