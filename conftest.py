@@ -4,7 +4,8 @@ Sybil collects them: the blocks of one page run in order in one namespace (a pag
 script), each page in a fresh temporary working directory with a small stand-in for miles on the
 import path (what ``arrow_split.compat.miles.install()`` patches). docs/ray.md runs on a local
 Ray started for that page and is marked ``ray``; docs/torch.md and the torch leaf's docstrings are
-marked ``torch`` and skipped without PyTorch; docs/reading-dumps.md skips a block whose reader
+marked ``torch`` and skipped without PyTorch; docs/mooncake.md is marked ``mooncake`` and skipped
+where Mooncake's store cannot be imported; docs/reading-dumps.md skips a block whose reader
 (polars, duckdb) is not installed.
 """
 
@@ -32,6 +33,7 @@ ROOT = Path(__file__).resolve().parent
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
 RAY_PAGES = ("docs/ray.md",)
 TORCH_PAGES = ("docs/torch.md",)
+MOONCAKE_PAGES = ("docs/mooncake.md",)
 
 # A stand-in with the modules and names of miles that install() patches; the functions say
 # "miles" so that a page can show they were replaced.
@@ -72,6 +74,15 @@ sybil_pytest.SybilItem._traceback_filter = _traceback_filter  # type: ignore[met
 
 def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
+
+
+def _mooncake_missing() -> str | None:
+    """Why Mooncake's store cannot be imported (the wheel, or libibverbs1 it links), or None."""
+    try:
+        import mooncake.store  # noqa: F401
+    except ImportError as exc:
+        return str(exc)
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -187,6 +198,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.ray)
             if not _has("ray"):
                 item.add_marker(no_ray)
+        if relative in MOONCAKE_PAGES or relative.startswith("arrow_split/mooncake/"):
+            item.add_marker(pytest.mark.mooncake)
+            missing = _mooncake_missing()
+            if missing is not None:
+                item.add_marker(pytest.mark.skip(reason=f"needs Mooncake's store: {missing}"))
         if relative in TORCH_PAGES or relative.startswith("arrow_split/torch/"):
             item.add_marker(pytest.mark.torch)
             if not _has("torch"):

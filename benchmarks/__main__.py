@@ -27,6 +27,7 @@ BENCHMARKS: dict[str, tuple[str, ...]] = {
     "cluster": ("benchmarks.cluster", "--steps", "8", "--soak-steps", "300"),
     "miles_job": ("benchmarks.miles_job",),
     "rank_bytes": ("benchmarks.rank_bytes",),
+    "mooncake": ("benchmarks.mooncake",),
 }
 """Every benchmark of ``make bench``: name -> module and its arguments of the full run."""
 

@@ -217,6 +217,43 @@ def cluster_table() -> str:
     return _table(header, ["---", "---:", "---:", "---:"], rows)
 
 
+def mooncake_table() -> str:
+    """Put, take per rank and bytes read per rank on one Mooncake master, and on Ray."""
+    results = _load("mooncake")
+    labels = {
+        "arrow_split": "arrow_split on Mooncake",
+        "mooncake": "Mooncake's structured store",
+        "ray": "arrow_split on Ray",
+    }
+    rows = []
+    for dp, row in results["dp"].items():
+        theirs = _median(row["mooncake"]["take_seconds"])
+        share = _median(row["share_bytes"])
+        for path, label in labels.items():
+            take = _median(row[path]["take_seconds"])
+            rows.append(
+                [
+                    f"{dp}",
+                    label,
+                    seconds(row[path]["put_seconds"]),
+                    seconds(row[path]["put_batch_seconds"]) if path != "mooncake" else "",
+                    seconds(take),
+                    ratio(theirs / take),
+                    mib(_median(row[path]["bytes_read"])),
+                    ratio(_median(row[path]["bytes_read"]) / share),
+                ]
+            )
+    header = ["dp", "path", "put (dict)", "put (batch)", "take / rank", "vs Mooncake's"]
+    header += ["read / rank", "x share"]
+    return _table(header, ["---:", "---", *["---:"] * 6], rows)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def stamp_line() -> str:
     """Which run the figures come from."""
     stamp = _load("step")["stamp"]
@@ -232,6 +269,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "dump": dump_table,
     "headline": headline_table,
     "journal": journal_table,
+    "mooncake": mooncake_table,
     "stamp": stamp_line,
     "step": step_table,
 }

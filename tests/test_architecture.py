@@ -38,7 +38,7 @@ from arrow_split.schema import LengthRule
 
 PACKAGE = Path(arrow_split.__file__).parent
 BENCHMARKS = PACKAGE.parent / "benchmarks"
-LEAF_PACKAGES = ("ray", "torch", "testing", "compat")
+LEAF_PACKAGES = ("ray", "torch", "testing", "compat", "mooncake")
 COMMAND_LINE = ("__main__.py",)
 INTERNAL_INTERFACE = "arrow_split._args"
 """The one internal module a leaf may import: the parsing rule of each kind of argument, so that a
@@ -137,6 +137,10 @@ def _needs_every_leaf() -> None:
     """Reading a leaf's ``__all__`` imports it: skip without its dependency (make test-min)."""
     pytest.importorskip("ray")
     pytest.importorskip("torch")
+    try:  # the wheel is Linux-only, and links libibverbs1
+        import mooncake.store  # noqa: F401
+    except ImportError as exc:
+        pytest.skip(f"needs Mooncake's store: {exc}")
 
 
 def test_leaves_import_only_public_names_of_the_core() -> None:

@@ -144,7 +144,15 @@ def test_the_agreement_check_fails_when_a_path_gives_other_rows() -> None:
 def test_every_benchmark_of_make_bench_has_a_smoke_mode() -> None:
     import importlib
 
-    assert sorted(BENCHMARKS) == ["cluster", "journal", "miles_job", "moe", "rank_bytes", "step"]
+    assert sorted(BENCHMARKS) == [
+        "cluster",
+        "journal",
+        "miles_job",
+        "moe",
+        "mooncake",
+        "rank_bytes",
+        "step",
+    ]
     for module, *_ in BENCHMARKS.values():
         parsed = importlib.import_module(module).parse_args(["--smoke", "--out", "x"])
         out = parsed.out if hasattr(parsed, "out") else None

@@ -1092,6 +1092,7 @@ BUILTIN_RAISES = {
         "ImportError",
     ): "an optional dependency: fail at import, say what to install",
     ("torch/__init__.py", "ImportError"): "an optional dependency (as above)",
+    ("mooncake/__init__.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/miles/_install.py", "ImportError"): "`install()` without miles: what to install",
 }

@@ -82,7 +82,9 @@ FACES = {
     "arrow_split",
     "arrow_split.batch",
     "arrow_split.compat.miles",
+    "arrow_split.mooncake",
     "arrow_split.ray",
+    "arrow_split.stores",
     "arrow_split.testing",
     "arrow_split.torch",
 }

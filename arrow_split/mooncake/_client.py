@@ -1,0 +1,174 @@
+"""A Mooncake client as the library's :class:`~arrow_split.stores.ByteStore`.
+
+Puts go from the batch's own buffers (``batch_put_from``), hard-pinned so that the store never
+evicts a live batch to make room; reads go into registered memory (``get_into_ranges``). Every
+status code the store returns is checked: a negative one is a :class:`~arrow_split.TransportError`
+naming the key and what the code means; a missing key is never read as empty bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+from mooncake.store import MooncakeDistributedStore, ReplicateConfig
+
+from arrow_split import OptionError, TransportError
+from arrow_split._args import as_int
+from arrow_split.stores import Read
+
+__all__ = ["MooncakeStore", "connect"]
+
+CODES = {
+    -1: "an internal error of the store",
+    -10: "a buffer overflow",
+    -200: "no space left: the store's segments are full",
+    -600: "invalid parameters: a value larger than the store allows, or a range past its end",
+    -704: "no such object: it was removed, never written, or lost with the client that put it",
+    -705: "the object exists already",
+    -706: "the object is leased by a reader",
+    -800: "the transfer failed",
+    -900: "the master did not answer: it is down or unreachable",
+}
+"""What the store's negative status codes mean (Mooncake's ``ErrorCode``)."""
+
+_MISSING = -704
+_LEAST_SEGMENT = 16 * 2**20
+
+
+def _meaning(code: int) -> str:
+    return f"status {code}, {CODES.get(code, 'an error of the store')}"
+
+
+def connect(
+    master: str,
+    *,
+    local_hostname: str = "127.0.0.1",
+    segment_bytes: int = 256 * 2**20,
+    buffer_bytes: int = 16 * 2**20,
+    protocol: str = "tcp",
+    setup_retries: int = 1,
+) -> MooncakeDistributedStore:
+    """A Mooncake client of the master at ``master`` (``host:port``), peer-to-peer metadata.
+
+    ``segment_bytes`` is the memory this client lends the store (a driver's batches live in
+    it; a rank that only reads may lend 0). ``MC_TCP_BIND_ADDRESS`` defaults to
+    ``local_hostname`` and ``MC_STORE_CLIENT_SETUP_RETRIES`` to ``setup_retries``, so that a
+    client with no master fails in seconds instead of about 90.
+
+    Raises
+    ------
+    OptionError, OptionTypeError
+        ``segment_bytes`` is not 0 or at least 16 MiB.
+    TransportError
+        The client could not be set up (no master there, or the store refused it).
+    """
+    segment_bytes = as_int("segment_bytes", segment_bytes, minimum=0)
+    if 0 < segment_bytes < _LEAST_SEGMENT:
+        msg = (
+            f"`segment_bytes` is {segment_bytes}; Mooncake takes 0 (a client that lends no "
+            f"memory) or at least {_LEAST_SEGMENT} (16 MiB)"
+        )
+        raise OptionError(msg)
+    os.environ.setdefault("MC_TCP_BIND_ADDRESS", local_hostname)
+    os.environ.setdefault("MC_STORE_CLIENT_SETUP_RETRIES", str(setup_retries))
+    client = MooncakeDistributedStore()
+    code = client.setup(
+        local_hostname, "P2PHANDSHAKE", segment_bytes, buffer_bytes, protocol, "", master
+    )
+    if code != 0:
+        msg = (
+            f"could not connect to the Mooncake master at `{master}` (status {code}); start "
+            "`mooncake_master --rpc_port=PORT` there, or pass its `host:port`"
+        )
+        raise TransportError(msg)
+    return client
+
+
+class MooncakeStore:
+    """A Mooncake client as a :class:`~arrow_split.stores.ByteStore`; counts the bytes it reads.
+
+    Parameters
+    ----------
+    client : mooncake.store.MooncakeDistributedStore
+        A client that is set up (:func:`connect`).
+    """
+
+    def __init__(self, client: MooncakeDistributedStore) -> None:
+        self.client = client
+        self.bytes_read = 0
+        self.ranges_read = 0
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        """Write each buffer under its key, from its own memory; an existing key is refused."""
+        existing = [
+            key
+            for key, found in zip(keys, self.client.batch_is_exist(list(keys)), strict=True)
+            if found != 0
+        ]
+        if existing:
+            msg = f"the store holds `{existing[0]}` already (or cannot tell); it is not replaced"
+            raise TransportError(msg)
+        config = ReplicateConfig()
+        config.with_hard_pin = True
+        addresses = [buffer.address for buffer in buffers]
+        sizes = [buffer.size for buffer in buffers]
+        registered = [
+            a
+            for a, s in zip(addresses, sizes, strict=True)
+            if self.client.register_buffer(a, s) == 0
+        ]
+        try:
+            codes = self.client.batch_put_from(list(keys), addresses, sizes, config)
+        finally:
+            for address in registered:
+                self.client.unregister_buffer(address)
+        for key, size, code in zip(keys, sizes, codes, strict=True):
+            if code < 0:
+                msg = f"could not put `{key}` ({size} bytes): {_meaning(code)}"
+                raise TransportError(msg)
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        """Copy the ranges of ``reads`` into ``into``, registered for the call."""
+        ranges = [(starts, sizes, targets) for _, starts, sizes, targets in reads]
+        self._get_ranges(into, [key for key, _, _, _ in reads], ranges)
+
+    def _get_ranges(
+        self, target: np.ndarray, keys: list[str], ranges: Sequence[tuple[np.ndarray, ...]]
+    ) -> None:
+        """One ``get_into_ranges`` into ``target``: per key, its starts, sizes and places."""
+        address = target.ctypes.data
+        if target.nbytes and self.client.register_buffer(address, target.nbytes) != 0:
+            msg = f"could not register {target.nbytes} bytes of memory to read `{keys[0]}` into"
+            raise TransportError(msg)
+        try:
+            results = self.client.get_into_ranges(
+                [address],
+                [keys],
+                [[places.tolist() for _, _, places in ranges]],
+                [[starts.tolist() for starts, _, _ in ranges]],
+                [[sizes.tolist() for _, sizes, _ in ranges]],
+            )
+        finally:
+            if target.nbytes:
+                self.client.unregister_buffer(address)
+        for key, (_, sizes, _), got in zip(keys, ranges, results[0], strict=True):
+            for size, code in zip(sizes.tolist(), got, strict=True):
+                if code != size:
+                    meaning = _meaning(code) if code < 0 else f"{code} bytes of {size}"
+                    msg = f"could not read `{key}`: {meaning}"
+                    raise TransportError(msg)
+        self.bytes_read += sum(int(sizes.sum()) for _, sizes, _ in ranges)
+        self.ranges_read += sum(len(sizes) for _, sizes, _ in ranges)
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Remove the objects of ``keys`` that exist (forced: readers' leases do not hold it)."""
+        if not keys:
+            return
+        codes = self.client.batch_remove(list(keys), True)
+        for key, code in zip(keys, codes, strict=True):
+            if code < 0 and code != _MISSING:
+                msg = f"could not remove `{key}`: {_meaning(code)}"
+                raise TransportError(msg)

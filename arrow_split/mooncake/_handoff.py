@@ -1,0 +1,128 @@
+"""The hand-off on Mooncake: the driver puts a step's batch once, each rank takes its own rows.
+
+The entry points a store backend calls (miles' object-store singleton among them): a put
+returns a :data:`MooncakeBatchRef`, plain JSON across the wire; a take accepts it or its JSON.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from mooncake.store import MooncakeDistributedStore
+
+from arrow_split import NotARolloutBatchError, OptionTypeError, RolloutBatch, Shard
+from arrow_split.mooncake._client import MooncakeStore
+from arrow_split.stores import StoredBatchRef
+from arrow_split.stores import put_batch as _put
+from arrow_split.stores import remove_batch as _remove
+from arrow_split.stores import take_rank as _take
+
+__all__ = ["MooncakeBatchRef", "put_batch", "remove", "take_rank"]
+
+MooncakeBatchRef = StoredBatchRef
+"""The reference a put returns: keys, schema, plan; ``to_json()`` / ``from_json()``."""
+
+
+def _store(client: object) -> MooncakeStore:
+    if isinstance(client, MooncakeStore):
+        return client
+    if isinstance(client, MooncakeDistributedStore):
+        return MooncakeStore(client)
+    msg = (
+        f"`client` must be a Mooncake client (`arrow_split.mooncake.connect`), got "
+        f"{type(client).__name__}"
+    )
+    raise OptionTypeError(msg)
+
+
+def _ref(ref: object) -> StoredBatchRef:
+    if isinstance(ref, StoredBatchRef):
+        return ref
+    if isinstance(ref, (str, bytes)):
+        return StoredBatchRef.from_json(ref)
+    msg = (
+        f"`ref` must be what `put_batch` returned or its `to_json()`, got {type(ref).__name__}; "
+        "a Ray object reference goes to `arrow_split.ray.process_rollout_data`"
+    )
+    raise NotARolloutBatchError(msg)
+
+
+def put_batch(
+    client: object,
+    data_or_batch: RolloutBatch | Mapping[str, Any],
+    *,
+    dp_size: int,
+    balance_data: bool,
+    step: int | None = None,
+) -> StoredBatchRef:
+    """Put a batch (or a train-data dict) into Mooncake once, as its Arrow buffers.
+
+    Everything is checked before anything is written; the batch's plan for ``dp_size`` ranks
+    travels with it.
+
+    Raises
+    ------
+    SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
+        ``data_or_batch`` is not a valid batch.
+    PlanError
+        A bad ``dp_size``, or a balanced plan the batch's sample count cannot meet.
+    DumpError
+        A batch-global value the stored form cannot hold.
+    TransportError
+        The store is full, a value too large, or the master down: what was written is removed.
+    """
+    store = _store(client)
+    if isinstance(data_or_batch, RolloutBatch):
+        batch = data_or_batch
+    else:
+        batch = RolloutBatch.from_train_data(data_or_batch)
+    plan = batch.make_plan(dp_size, balance_data=balance_data)
+    return _put(store, batch, plan, step=step)
+
+
+def take_rank(
+    client: object,
+    ref: StoredBatchRef | str | bytes,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    balance_data: bool | None = None,
+    step: int | None = None,
+    trust_objects: bool = False,
+) -> Shard:
+    """Rank ``dp_rank``'s shard, reading only the byte ranges of its rows from Mooncake.
+
+    ``ref`` is what :func:`put_batch` returned or its JSON; value-equal to
+    :func:`arrow_split.shard_for_rank` of the batch put.
+
+    Raises
+    ------
+    PlanError, PlanMismatchError
+        A bad ``dp_rank`` or ``dp_size``; another plan than the put's.
+    NotARolloutBatchError
+        ``ref`` is not a stored-batch reference.
+    TransportError
+        An object missing (removed, or lost with the client that put it) or the master down;
+        the key and the step are named.
+    """
+    return _take(
+        _store(client),
+        _ref(ref),
+        dp_rank,
+        dp_size,
+        balance_data=balance_data,
+        step=step,
+        trust_objects=trust_objects,
+    )
+
+
+def remove(client: object, ref: StoredBatchRef | str | bytes) -> None:
+    """Remove a batch from Mooncake once every rank has taken its rows.
+
+    Raises
+    ------
+    TransportError
+        The store refused a removal (the master down).
+    """
+    _remove(_store(client), _ref(ref))

@@ -1,0 +1,170 @@
+"""The reference a put returns: the keys, schema and plan a rank needs, as plain JSON.
+
+:meth:`StoredBatchRef.from_json` reads it like any input: a member missing or of the wrong type,
+a plan that does not fit the sample count, a key outside the reference's prefix is refused.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+from arrow_split._codecs._ranges import Node
+from arrow_split.errors import NotARolloutBatchError
+from arrow_split.plan import PlanKey
+
+__all__ = ["FORMAT", "StoredBatchRef"]
+
+FORMAT = "arrow_split.stored_batch/1"
+"""The ``format`` member of a reference's JSON; another value is refused."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatchRef:
+    """What a put returns: the keys, schema and plan a rank needs, as plain JSON.
+
+    ``to_json`` / ``from_json`` carry it to a process with no Ray (nothing is pickled).
+    """
+
+    prefix: str
+    step: int | None
+    num_samples: int
+    schema: str
+    method: str
+    dp_size: int
+    fingerprint: str
+    bounds: tuple[int, ...]
+    index: tuple[str, int]
+    columns: tuple[Node, ...]
+
+    @property
+    def plan_key(self) -> PlanKey:
+        """The key of the plan the batch was put with."""
+        return PlanKey(cast(Any, self.method), self.dp_size, self.fingerprint)
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key the put wrote."""
+        found = [self.index[0]]
+        nodes = list(self.columns)
+        while nodes:
+            node = nodes.pop()
+            found.extend(buffer[0] for buffer in node.buffers if buffer is not None)
+            nodes.extend(node.children)
+        return found
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes the put wrote (the columns' buffers and the index)."""
+        total, nodes = self.index[1], list(self.columns)
+        while nodes:
+            node = nodes.pop()
+            total += sum(buffer[1] for buffer in node.buffers if buffer is not None)
+            nodes.extend(node.children)
+        return total
+
+    def to_json(self) -> str:
+        """The reference as a JSON string."""
+        members = {
+            "format": FORMAT,
+            "prefix": self.prefix,
+            "step": self.step,
+            "num_samples": self.num_samples,
+            "schema": self.schema,
+            "plan": {
+                "method": self.method,
+                "dp_size": self.dp_size,
+                "fingerprint": self.fingerprint,
+                "bounds": list(self.bounds),
+            },
+            "index": list(self.index),
+            "columns": [_node_to_json(node) for node in self.columns],
+        }
+        return json.dumps(members, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> StoredBatchRef:
+        """Parse a reference written by :meth:`to_json`; anything else is refused.
+
+        Raises
+        ------
+        NotARolloutBatchError
+            ``text`` is not such a reference (corrupt JSON, a member missing or mistyped).
+        """
+        try:
+            members = json.loads(text)
+            if members.get("format") != FORMAT:
+                raise _refused(f"its `format` is {members.get('format')!r:.60}, not {FORMAT!r}")
+            plan = members["plan"]
+            ref = cls(
+                prefix=_typed(members["prefix"], str),
+                step=None if members["step"] is None else _typed(members["step"], int),
+                num_samples=_typed(members["num_samples"], int),
+                schema=_typed(members["schema"], str),
+                method=_typed(plan["method"], str),
+                dp_size=_typed(plan["dp_size"], int),
+                fingerprint=_typed(plan["fingerprint"], str),
+                bounds=tuple(_typed(bound, int) for bound in plan["bounds"]),
+                index=(_typed(members["index"][0], str), _typed(members["index"][1], int)),
+                columns=tuple(_node_from_json(node) for node in members["columns"]),
+            )
+            _check_plan(ref)
+            outside = [key for key in ref.keys if not key.startswith(f"{ref.prefix}/")]
+            if outside:
+                raise _refused(
+                    f"its key {outside[0]!r:.80} is outside its prefix {ref.prefix!r:.80}"
+                )
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
+            raise _refused(
+                f"{type(exc).__name__}: {exc}"
+            ) from None  # corrupt JSON, a member missing
+        return ref
+
+
+def _refused(reason: str) -> NotARolloutBatchError:
+    msg = (
+        f"not a stored-batch reference ({reason}); pass the `to_json()` of what `put_batch` "
+        "returned"
+    )
+    return NotARolloutBatchError(msg)
+
+
+def _typed(value: object, kind: type) -> Any:
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise _refused(f"{value!r:.40} is not {kind.__name__}")
+    return value
+
+
+def _check_plan(ref: StoredBatchRef) -> None:
+    bounds = np.asarray(ref.bounds, dtype=np.int64)
+    if (
+        ref.method not in ("balanced", "strided")
+        or ref.dp_size < 1
+        or len(bounds) != ref.dp_size + 1
+        or bounds[0] != 0
+        or bounds[-1] != ref.num_samples
+        or np.any(np.diff(bounds) < 0)
+        or ref.index[1] != 16 * ref.num_samples
+    ):
+        raise _refused("its plan or index does not fit its sample count")
+
+
+def _node_to_json(node: Node) -> dict[str, object]:
+    return {
+        "buffers": [None if buffer is None else list(buffer) for buffer in node.buffers],
+        "children": [_node_to_json(child) for child in node.children],
+        "entries": node.entries,
+    }
+
+
+def _node_from_json(members: Mapping[str, Any]) -> Node:
+    buffers = tuple(
+        None if buffer is None else (_typed(buffer[0], str), _typed(buffer[1], int))
+        for buffer in members["buffers"]
+    )
+    children = tuple(_node_from_json(child) for child in members["children"])
+    return Node(buffers, children, _typed(members["entries"], int))

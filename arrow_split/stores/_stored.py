@@ -1,0 +1,297 @@
+"""A batch put once as its Arrow buffers into a byte store; a rank reads only its rows' bytes.
+
+Where the bytes live is a :class:`ByteStore` (three methods: put, read ranges, remove):
+:class:`MemoryStore` here, Mooncake's store in the leaf :mod:`arrow_split.mooncake`. A put
+writes the batch in its plan's order (each rank's rows one run of every buffer), each non-empty
+buffer of each column under its own key, and an index (every sample's total length, then each
+rank's rows); it returns a :class:`StoredBatchRef`, plain JSON, that a
+process with no Ray turns back into a reference. A take reads the index ranges of its rank,
+then the byte ranges of its rows (:mod:`arrow_split._codecs._ranges`), and builds its shard.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
+from arrow_split._codecs._ranges import Ranges, column_buffers, read_rows, supported
+from arrow_split._split import _parse_plan
+from arrow_split._version import __version__
+from arrow_split.batch import RolloutBatch, check_batch
+from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
+from arrow_split.errors import (
+    DumpError,
+    NotARolloutBatchError,
+    PlanMismatchError,
+    TransportError,
+)
+from arrow_split.plan import Plan
+from arrow_split.shard import Shard, _gather
+from arrow_split.stores._ref import StoredBatchRef
+
+__all__ = [
+    "ByteStore",
+    "MemoryStore",
+    "Read",
+    "put_batch",
+    "remove_batch",
+    "take_rank",
+]
+
+Read = tuple[str, np.ndarray, np.ndarray, np.ndarray]
+"""One object's ranges: its key, each range's start in it, its size, its place in the target."""
+
+
+class ByteStore(Protocol):
+    """Where a stored batch's bytes live: the one interface a store implements.
+
+    Each method raises :class:`~arrow_split.TransportError` naming the key it failed on.
+    """
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        """Write each buffer under its key; never replace an object that exists."""
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        """Copy the ranges of ``reads`` into ``into`` (a writable uint8 array)."""
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Remove the objects of ``keys`` that exist (a missing one is no error)."""
+
+
+class MemoryStore:
+    """A :class:`ByteStore` in this process's memory, for tests and one-process runs.
+
+    Parameters
+    ----------
+    capacity : int, optional
+        The most bytes it holds; a put past it fails (as a full store does).
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.capacity = capacity
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        """Write each buffer; a key that exists or a full store raises TransportError."""
+        for key, buffer in zip(keys, buffers, strict=True):
+            if key in self.objects:
+                msg = f"the store holds `{key}` already; it is not replaced"
+                raise TransportError(msg)
+            held = sum(map(len, self.objects.values()))
+            if self.capacity is not None and held + buffer.size > self.capacity:
+                msg = (
+                    f"the store is full: `{key}` needs {buffer.size} bytes, "
+                    f"{self.capacity - held} are free"
+                )
+                raise TransportError(msg)
+            self.objects[key] = buffer.to_pybytes()
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        """Copy the ranges; a missing key or a range past an object raises TransportError."""
+        for key, starts, sizes, targets in reads:
+            blob = self.objects.get(key)
+            if blob is None:
+                msg = f"the store has no object `{key}`"
+                raise TransportError(msg)
+            view = np.frombuffer(blob, dtype=np.uint8)
+            for start, size, target in zip(
+                starts.tolist(), sizes.tolist(), targets.tolist(), strict=True
+            ):
+                if start + size > len(blob):
+                    msg = f"`{key}` holds {len(blob)} bytes, not the {start + size} asked for"
+                    raise TransportError(msg)
+                into[target : target + size] = view[start : start + size]
+
+    def remove(self, keys: Sequence[str]) -> None:
+        """Remove the objects that exist."""
+        for key in keys:
+            self.objects.pop(key, None)
+
+
+def put_batch(
+    store: ByteStore, batch: RolloutBatch, plan: Plan, *, step: int | None = None
+) -> StoredBatchRef:
+    """Write ``batch`` (and ``plan``'s rows) into ``store`` once, as its Arrow buffers.
+
+    Raises
+    ------
+    DumpError
+        A column type or a batch-global value the stored form cannot hold (nothing written).
+    TransportError
+        The store refused a buffer (full, too large, down); what was written is removed.
+    """
+    batch = check_batch(batch, "batch")
+    plan = _parse_plan(batch, plan)
+    step = None if step is None else as_int("step", step, minimum=0)
+    record_batch = batch.record_batch
+    for field in record_batch.schema:
+        if not supported(field.type):
+            msg = f"column `{field.name}` of type {field.type} cannot be stored as buffers"
+            raise DumpError(msg)
+    metadata = encode_metadata(batch.specs, batch._batch_globals, __version__, None)
+    schema = record_batch.schema.with_metadata({**(record_batch.schema.metadata or {}), **metadata})
+    step_name = "x" if step is None else str(step)
+    prefix = f"arrow_split/{step_name}/{uuid.uuid4().hex}"
+    partitions = [np.asarray(rows, dtype=np.int64) for rows in plan.partitions]
+    order = np.concatenate([np.zeros(0, np.int64), *partitions])
+    if np.array_equal(order, np.arange(batch.num_samples)):
+        stored = record_batch
+    else:  # in plan order: each rank's rows are one run of every buffer
+        stored = _gather(batch, order, padded=False).record_batch
+    written: list[tuple[str, pa.Buffer]] = []
+    kept, columns = [], []
+    for position, array in enumerate(stored.columns):
+        node, compact = column_buffers(array, f"{prefix}/{position}", written)
+        columns.append(node)
+        kept.append(compact)
+    index = np.concatenate([batch.total_lengths.astype(np.int64), order])
+    written.append((f"{prefix}/index", pa.py_buffer(index)))
+    keys = [key for key, _ in written]
+    try:
+        store.put(keys, [buffer for _, buffer in written])
+    except TransportError as exc:
+        try:
+            store.remove(keys)
+            cleaned = "what it wrote is removed"
+        except TransportError as again:
+            cleaned = f"what it wrote could not be removed ({again})"
+        msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
+        raise TransportError(msg) from exc
+    del kept  # the compacted arrays stay alive until the store holds their bytes
+    return StoredBatchRef(
+        prefix=prefix,
+        step=step,
+        num_samples=batch.num_samples,
+        schema=base64.b64encode(schema.serialize().to_pybytes()).decode(),
+        method=plan.method,
+        dp_size=plan.dp_size,
+        fingerprint=plan.fingerprint,
+        bounds=tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
+        index=(f"{prefix}/index", int(index.nbytes)),
+        columns=tuple(columns),
+    )
+
+
+def remove_batch(store: ByteStore, ref: StoredBatchRef) -> None:
+    """Remove every object of ``ref`` from ``store`` (once every rank has taken its rows)."""
+    store.remove(ref.keys)
+
+
+def _who(step: int | None, rank: int | None) -> str:
+    parts = ([] if step is None else [f"step {step}"]) + (
+        [] if rank is None else [f"dp_rank {rank}"]
+    )
+    return ", ".join(parts) + (": " if parts and rank is None else "")
+
+
+def take_rank(
+    store: ByteStore,
+    ref: StoredBatchRef,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    balance_data: bool | None = None,
+    step: int | None = None,
+    trust_objects: bool = False,
+) -> Shard:
+    """Rank ``dp_rank``'s shard of a stored batch, reading only the bytes of its rows.
+
+    Value-equal to :func:`arrow_split.shard_for_rank` of the batch put.
+
+    Raises
+    ------
+    PlanError, PlanTypeError
+        A bad ``dp_rank`` or ``dp_size``.
+    PlanMismatchError
+        ``dp_size`` or ``balance_data`` is not the put's plan.
+    TransportError
+        An object is missing (removed, lost with its owner) or the store failed; the key and
+        the step are named.
+    """
+    size = check_dp_size(dp_size)
+    rank = check_dp_rank(dp_rank, size)
+    trust = as_flag("trust_objects", trust_objects)
+    step = ref.step if step is None else as_int("step", step, minimum=0)
+    who = _who(step, rank)  # "step S, dp_rank R"
+    if size != ref.dp_size or (balance_data is not None and method_of(balance_data) != ref.method):
+        asked = "" if balance_data is None else f" {method_of(balance_data)}"
+        msg = (
+            f"{who}: asked for a{asked} plan of {size} ranks but `{ref.prefix}` was put with a "
+            f"{ref.method} plan of {ref.dp_size}; pass the put's `dp_size` and `balance_data`"
+        )
+        raise PlanMismatchError(msg)
+    reader = _reader(store, who)
+    n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
+    starts = np.array([0, 8 * (n + first)], dtype=np.int64)
+    sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
+    (index,) = reader([(ref.index[0], starts, sizes)])
+    values = index.view(np.int64)
+    total_lengths, partition = values[:n].copy(), values[n:].copy()
+    total_lengths.flags.writeable = partition.flags.writeable = False
+    schema, specs, batch_globals = _decoded(ref)
+    rows = np.sort(partition)
+    if len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) == 0)):
+        msg = f"{who}: the index `{ref.index[0]}` holds rows outside the batch or twice"
+        raise TransportError(msg)
+    nodes = list(zip(ref.columns, schema.types, strict=True))
+    run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
+    arrays = read_rows(nodes, *run, reader)  # the rank's rows: one run of the stored order
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    rank_rows = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+    order = np.arange(len(partition), dtype=np.int64)
+    order.flags.writeable = False
+    return Shard._take(rank_rows, order, total_lengths, ref.plan_key, rank, partition=partition)
+
+
+def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, object]]:
+    """The schema (the library's metadata removed), the specs and the batch-global values."""
+    source = f"stored batch `{ref.prefix}`"
+    try:
+        schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(ref.schema)))
+    except (ValueError, pa.ArrowInvalid) as exc:
+        msg = f"{source}: its schema does not decode: {exc}"
+        raise NotARolloutBatchError(msg) from None
+    try:
+        metadata = decode_metadata(schema, source)
+    except DumpError as exc:
+        raise NotARolloutBatchError(str(exc)) from None
+    kept = {key: value for key, value in schema.metadata.items() if key not in metadata.keys}
+    if len(schema) != len(ref.columns):
+        msg = f"{source}: its schema has {len(schema)} columns, its layout {len(ref.columns)}"
+        raise NotARolloutBatchError(msg)
+    return (
+        schema.with_metadata(kept) if kept else schema.remove_metadata(),
+        (metadata.specs),
+        metadata.batch_globals,
+    )
+
+
+def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndarray]]:
+    """A round of reads into one fresh array: each request's ranges back to back."""
+
+    def read(requests: list[Ranges]) -> list[np.ndarray]:
+        totals = [int(sizes.sum()) for _, _, sizes in requests]
+        into = np.empty(sum(totals), dtype=np.uint8)
+        reads, base = [], 0
+        for (key, starts, sizes), total in zip(requests, totals, strict=True):
+            targets = base + np.cumsum(sizes) - sizes
+            reads.append((key, starts, sizes, targets))
+            base += total
+        try:
+            store.read(into, reads)
+        except TransportError as exc:
+            msg = (
+                f"{who}: {exc}; a stored batch lives until it is removed or the client that "
+                "put it closes: keep that client until every rank has taken its rows"
+            )
+            raise TransportError(msg) from exc
+        ends = np.cumsum(totals)
+        return [into[end - total : end] for end, total in zip(ends, totals, strict=True)]
+
+    return read

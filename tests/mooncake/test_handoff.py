@@ -1,0 +1,221 @@
+"""The hand-off through a real Mooncake store: each rank reads only its rows' byte ranges.
+
+Differential against :func:`arrow_split.shard_for_rank`; faults (a full store, a value too
+large, a removed object, a client gone, a master down) are typed errors naming key and step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import time
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from arrow_split import (
+    NotARolloutBatchError,
+    OptionError,
+    PlanMismatchError,
+    RolloutBatch,
+    TransportError,
+    shard_for_rank,
+)
+
+try:  # the wheel, or libibverbs1 it links, missing: skipped with the reason
+    import arrow_split.mooncake  # noqa: F401
+except ImportError as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+from arrow_split.mooncake import (
+    MooncakeBatchRef,
+    MooncakeStore,
+    connect,
+    local_master,
+    put_batch,
+    remove,
+    take_rank,
+)
+from arrow_split.testing import (
+    WORKLOADS,
+    assert_shards_equal,
+    make_multimodal_train_data,
+    make_train_data,
+)
+
+pytestmark = pytest.mark.mooncake
+
+EVERY_KIND = dataclasses.replace(WORKLOADS["tiny"], columns="every")
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+@pytest.mark.parametrize("dp_size", [1, 4])
+def test_every_rank_takes_what_shard_for_rank_gives(
+    writer: Any, reader: Any, balance_data: bool, dp_size: int
+) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(EVERY_KIND))
+    ref = put_batch(writer, batch, dp_size=dp_size, balance_data=balance_data, step=1)
+    try:
+        text = ref.to_json()  # what crosses the wire
+        for rank in range(dp_size):
+            shard = take_rank(reader, text, rank, dp_size, balance_data=balance_data)
+            expected = shard_for_rank(batch, rank, dp_size, balance_data=balance_data)
+            assert_shards_equal(shard, expected)
+            assert shard.plan_key == expected.plan_key
+            assert np.array_equal(shard.partition, expected.partition)
+    finally:
+        remove(writer, ref)
+
+
+def test_objects_stored_once_and_a_train_data_dict(writer: Any, reader: Any) -> None:
+    data = make_multimodal_train_data(4, 2, 256)
+    ref = put_batch(writer, data, dp_size=2, balance_data=False)
+    batch = RolloutBatch.from_train_data(data)
+    for rank in range(2):
+        shard = take_rank(reader, ref, rank, 2, trust_objects=True)
+        assert_shards_equal(shard, shard_for_rank(batch, rank, 2, balance_data=False))
+    remove(writer, ref)
+
+
+def test_a_rank_reads_about_its_share(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["small"]))
+    ref = put_batch(writer, batch, dp_size=8, balance_data=True, step=2)
+    store = MooncakeStore(reader)
+    for rank in range(8):
+        store.bytes_read = 0
+        shard = take_rank(store, ref, rank, 8)
+        share = shard.nbytes + 16 * len(shard.partition) + 8 * batch.num_samples
+        assert store.bytes_read <= 1.1 * share
+    remove(writer, ref)
+
+
+def test_a_removed_batch_is_an_error_naming_key_and_step(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    ref = put_batch(writer, batch, dp_size=2, balance_data=False, step=9)
+    remove(writer, ref)
+    remove(writer, ref)  # a second removal finds nothing: no error
+    with pytest.raises(
+        TransportError, match=r"step 9, dp_rank 0: could not read `arrow_split/9/.*status -704"
+    ):
+        take_rank(reader, ref, 0, 2)
+
+
+def test_another_plan_or_a_foreign_reference_is_refused(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    ref = put_batch(writer, batch, dp_size=2, balance_data=False)
+    with pytest.raises(PlanMismatchError, match="strided plan of 2"):
+        take_rank(reader, ref, 0, 4)
+    with pytest.raises(NotARolloutBatchError, match="not a stored-batch reference"):
+        take_rank(reader, '{"format": 1}', 0, 2)
+    with pytest.raises(NotARolloutBatchError, match="`ref` must be"):
+        take_rank(reader, 42, 0, 2)  # type: ignore[arg-type]
+    remove(writer, ref)
+
+
+def test_an_existing_key_is_never_replaced(writer: Any) -> None:
+    store = MooncakeStore(writer)
+    key = f"arrow_split/test/{time.monotonic_ns()}"
+    store.put([key], [pa.py_buffer(b"first")])
+    with pytest.raises(TransportError, match=r"holds .* already"):
+        store.put([key], [pa.py_buffer(b"other")])
+    assert writer.get(key) == b"first"
+    store.remove([key])
+
+
+def _gone(client: Any, error: pytest.ExceptionInfo[TransportError]) -> bool:
+    """Whether no object of the failed put (its prefix named in the message) is in the store."""
+    prefix = str(error.value).split("`")[1]
+    keys = [f"{prefix}/{column}.{buffer}" for column in range(12) for buffer in range(3)]
+    return set(client.batch_is_exist([*keys, f"{prefix}/index"])) == {0}
+
+
+def test_a_full_store_or_a_value_too_large_leaves_nothing_behind() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["small"]))
+    with local_master() as master:
+        client = connect(master.address, segment_bytes=16 * 2**20)  # the least a client lends
+        try:
+            refs = [put_batch(client, batch, dp_size=2, balance_data=False) for _ in range(3)]
+            with pytest.raises(TransportError, match=r"step 4: the put of .*full") as full:
+                put_batch(client, batch, dp_size=2, balance_data=False, step=4)
+            assert _gone(client, full)
+            remove(client, refs.pop())
+            refs.append(put_batch(client, batch, dp_size=2, balance_data=False))  # room again
+            huge = {"tokens": [np.zeros(5 * 2**20, dtype=np.int32)]}  # one 20 MiB buffer
+            with pytest.raises(
+                TransportError, match=r"step 5: the put of .*`tokens`|status"
+            ) as big:
+                put_batch(client, huge, dp_size=1, balance_data=False, step=5)
+            assert _gone(client, big)
+            for rank in range(2):  # the batches put before are intact
+                assert take_rank(client, refs[0], rank, 2).num_samples == 128
+            for ref in refs:
+                remove(client, ref)
+        finally:
+            client.close()
+
+
+def test_the_client_that_put_gone_is_an_error_not_empty_data(master: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    owner = connect(master.address, segment_bytes=16 * 2**20)
+    ref = put_batch(owner, batch, dp_size=2, balance_data=False, step=6)
+    owner.close()  # its segment, and the batch in it, leave the store
+    with pytest.raises(TransportError, match=r"step 6, dp_rank 1: could not read .*no such object"):
+        take_rank(reader, ref, 1, 2)
+
+
+def test_a_master_that_dies_mid_step_is_an_error_within_seconds() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    with local_master() as master:
+        client = connect(master.address, segment_bytes=16 * 2**20)
+        ref = put_batch(client, batch, dp_size=2, balance_data=False, step=8)
+        take_rank(client, ref, 0, 2)
+        master.stop()
+        started = time.monotonic()
+        with pytest.raises(TransportError, match=r"step 8, dp_rank 1: could not read .*master"):
+            take_rank(client, ref, 1, 2)
+        with pytest.raises(TransportError, match="status -900"):
+            put_batch(client, batch, dp_size=2, balance_data=False)
+        assert time.monotonic() - started < 60  # bounded: no retry loop
+        client.close()
+
+
+def test_no_master_is_an_error_within_seconds() -> None:
+    with local_master() as master:
+        address = master.address
+    with pytest.raises(TransportError, match="could not connect to the Mooncake master"):
+        connect(address)
+
+
+def test_a_process_with_no_ray_takes_its_rows_from_the_json(
+    master: Any, writer: Any, tmp_path: Any
+) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    ref = put_batch(writer, batch, dp_size=2, balance_data=True, step=3)
+    (tmp_path / "ref.json").write_text(ref.to_json())
+    script = f"""
+import sys
+from arrow_split.mooncake import MooncakeBatchRef, connect, take_rank
+client = connect({master.address!r}, segment_bytes=0)
+ref = MooncakeBatchRef.from_json(open({str(tmp_path / "ref.json")!r}).read())
+shard = take_rank(client, ref, 1, 2)
+print(shard.num_samples, shard.partition.tolist(), "ray" in sys.modules)
+client.close()
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    expected = shard_for_rank(batch, 1, 2, balance_data=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[-2] == (
+        f"{expected.num_samples} {expected.partition.tolist()} False"
+    )
+    assert isinstance(MooncakeBatchRef.from_json(ref.to_json()), MooncakeBatchRef)
+    remove(writer, ref)
+
+
+def test_a_segment_mooncake_cannot_lend_is_refused_before_connecting() -> None:
+    with pytest.raises(OptionError, match="at least 16777216"):
+        connect("127.0.0.1:1", segment_bytes=2**20)

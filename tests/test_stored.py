@@ -1,0 +1,190 @@
+"""A batch put as its Arrow buffers into a byte store; each rank reads only its rows' bytes.
+
+Differential: every rank's :func:`take_rank` equals :func:`shard_for_rank` of the same batch.
+Faults: a full store, a missing object, a corrupt reference: typed errors, nothing left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from arrow_split import (
+    NotARolloutBatchError,
+    PlanMismatchError,
+    RolloutBatch,
+    TransportError,
+    shard_for_rank,
+)
+from arrow_split.stores import MemoryStore, Read, StoredBatchRef, put_batch, take_rank
+from arrow_split.testing import (
+    WORKLOADS,
+    assert_shards_equal,
+    make_multimodal_train_data,
+    make_train_data,
+)
+from arrow_split.testing.strategies import train_data
+
+
+class CountingStore(MemoryStore):
+    """A memory store that counts the bytes each read copies."""
+
+    def __init__(self, capacity: int | None = None) -> None:
+        super().__init__(capacity)
+        self.bytes_read = 0
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        self.bytes_read += sum(int(sizes.sum()) for _, _, sizes, _ in reads)
+        super().read(into, reads)
+
+
+def _every_rank(batch: RolloutBatch, dp_size: int, balance_data: bool) -> None:
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(dp_size, balance_data=balance_data), step=3)
+    ref = StoredBatchRef.from_json(ref.to_json())
+    for rank in range(dp_size):
+        shard = take_rank(store, ref, rank, dp_size, balance_data=balance_data)
+        expected = shard_for_rank(batch, rank, dp_size, balance_data=balance_data)
+        assert_shards_equal(shard, expected)
+        assert shard.plan_key == expected.plan_key
+        assert np.array_equal(shard.partition, expected.partition)
+        assert np.array_equal(shard.batch_total_lengths, expected.batch_total_lengths)
+
+
+@st.composite
+def cases(draw: st.DrawFn) -> tuple[RolloutBatch, int, bool]:
+    batch = RolloutBatch.from_train_data(draw(train_data()))
+    n = batch.num_samples
+    balance_data = draw(st.booleans()) and n > 0
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    size = draw(st.sampled_from(divisors)) if balance_data else draw(st.integers(1, n + 3))
+    return batch, size, balance_data
+
+
+@given(cases())
+@example((RolloutBatch.from_train_data({"tokens": []}), 3, False))
+def test_every_rank_takes_what_shard_for_rank_gives(case: tuple[RolloutBatch, int, bool]) -> None:
+    _every_rank(*case)
+
+
+@pytest.mark.parametrize("balance_data", [False, True])
+def test_generated_batches_of_every_kind(balance_data: bool) -> None:
+    config = dataclasses.replace(WORKLOADS["tiny"], columns="every")
+    _every_rank(RolloutBatch.from_train_data(make_train_data(config)), 4, balance_data)
+    multimodal = make_multimodal_train_data(4, 2, 64)
+    _every_rank(RolloutBatch.from_train_data(multimodal), 4, balance_data)
+
+
+def test_a_rank_reads_about_its_share_of_the_bytes() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["small"]))
+    store = CountingStore()
+    dp_size = 8
+    ref = put_batch(store, batch, batch.make_plan(dp_size, balance_data=True))
+    for rank in range(dp_size):
+        store.bytes_read = 0
+        shard = take_rank(store, ref, rank, dp_size)
+        share = shard.nbytes + 16 * len(shard.partition) + 8 * batch.num_samples
+        assert store.bytes_read <= 1.1 * share
+
+
+def test_a_full_store_keeps_nothing_of_a_failed_put() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    store = MemoryStore(capacity=batch.nbytes // 2)
+    with pytest.raises(TransportError, match=r"step 5: the put of `arrow_split/5/.*full"):
+        put_batch(store, batch, batch.make_plan(2, balance_data=False), step=5)
+    assert store.objects == {}
+
+
+def test_a_removed_object_is_a_transport_error_naming_key_and_step() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(2, balance_data=False), step=7)
+    gone = ref.keys[-1]
+    del store.objects[gone]
+    with pytest.raises(TransportError, match=rf"step 7, dp_rank 1: .*`{gone}`"):
+        take_rank(store, ref, 1, 2)
+
+
+def test_another_plan_is_a_mismatch() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(2, balance_data=False))
+    with pytest.raises(PlanMismatchError, match="strided plan of 2"):
+        take_rank(store, ref, 0, 4)
+    with pytest.raises(PlanMismatchError, match="balanced plan of 2 ranks"):
+        take_rank(store, ref, 0, 2, balance_data=True)
+
+
+def test_a_column_type_the_layout_cannot_hold_is_refused_before_the_put() -> None:
+    from arrow_split._codecs._ranges import supported
+
+    assert not supported(pa.null())
+    assert supported(pa.dictionary(pa.int32(), pa.large_binary()))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda members: members.update(format="other/1"),
+        lambda members: members.update(step="3"),
+        lambda members: members["plan"].update(bounds=[0, 1]),
+        lambda members: members.pop("columns"),
+        lambda members: members.update(index=["k", 3]),
+    ],
+)
+def test_a_corrupt_reference_is_refused(edit: object) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    members = json.loads(
+        put_batch(MemoryStore(), batch, batch.make_plan(2, balance_data=False)).to_json()
+    )
+    edit(members)  # type: ignore[operator]
+    with pytest.raises(NotARolloutBatchError, match="not a stored-batch reference"):
+        StoredBatchRef.from_json(json.dumps(members))
+    with pytest.raises(NotARolloutBatchError):
+        StoredBatchRef.from_json("{not json")
+
+
+def _runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    if not len(rows):
+        return rows, rows
+    return rows[np.concatenate([[0], cut])], rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1
+
+
+@given(train_data(), st.data())
+def test_any_runs_of_rows_read_back_as_a_take_of_them(data: dict, draw: st.DataObject) -> None:
+    from arrow_split._codecs._ranges import column_buffers, read_rows
+
+    record_batch = RolloutBatch.from_train_data(data).record_batch
+    n = record_batch.num_rows
+    picked = draw.draw(st.lists(st.booleans(), min_size=n, max_size=n))
+    rows = np.flatnonzero(np.array(picked, dtype=bool)).astype(np.int64)
+    stored: dict[str, bytes] = {}
+    nodes = []
+    for position, array in enumerate(record_batch.columns):
+        written: list = []
+        node, _ = column_buffers(array, f"c{position}", written)
+        stored.update((key, buffer.to_pybytes()) for key, buffer in written)
+        nodes.append((node, array.type))
+
+    def reader(requests: list) -> list[np.ndarray]:
+        return [
+            np.frombuffer(
+                b"".join(stored[key][a : a + z] for a, z in zip(starts, sizes, strict=True)),
+                dtype=np.uint8,
+            )
+            for key, starts, sizes in requests
+        ]
+
+    for got, array in zip(
+        read_rows(nodes, *_runs(rows), reader), record_batch.columns, strict=True
+    ):
+        got.validate(full=True)
+        assert got.equals(array.take(pa.array(rows, type=pa.int64())))
