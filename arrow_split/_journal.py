@@ -335,7 +335,7 @@ def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> obj
         raw = _base64(item)
         if raw is None or len(raw) % 8:
             msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not base64 float64 values"
-            raise JournalError(msg)
+            raise JournalError(msg, key=spec.name)
         item = np.frombuffer(raw, dtype="<f8").astype(np.float64)
     elif shape == "int_map":
         item = _pairs(spec, item)
@@ -356,7 +356,7 @@ def _checked(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
         return check_batch_global(spec, value, 0, allow_nonfinite)
     except ArrowSplitError as exc:
         msg = f"batch-global key `{spec.name}` holds a bad value: {exc}"
-        raise JournalError(msg) from None
+        raise JournalError(msg, key=spec.name) from None
 
 
 def _base64(item: object) -> bytes | None:
@@ -371,13 +371,13 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
         isinstance(pair, list) and len(pair) == 2 for pair in item
     ):
         msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not a list of [key, value]"
-        raise JournalError(msg)
+        raise JournalError(msg, key=spec.name)
     pairs: dict[object, object] = {
         pair[0]: pair[1] for pair in item if isinstance(pair[0], (int, str, float))
     }
     if len(pairs) != len(item):
         msg = f"batch-global key `{spec.name}` repeats a key, or one is no number: {item!r:.60}"
-        raise JournalError(msg)
+        raise JournalError(msg, key=spec.name)
     return pairs
 
 

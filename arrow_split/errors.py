@@ -34,6 +34,9 @@ raised before anything is put or split; a :class:`TransportError` on a rank, whe
 
 from __future__ import annotations
 
+import copy
+from typing import Any, ClassVar, TypeVar
+
 __all__ = [
     "ArrowSplitError",
     "ArrowSplitWarning",
@@ -59,8 +62,136 @@ __all__ = [
 ]
 
 
+_E = TypeVar("_E", bound="ArrowSplitError")
+
+
 class ArrowSplitError(Exception):
-    """Base class of every error arrow_split raises on purpose."""
+    """Base class of every error arrow_split raises on purpose; the facts are fields.
+
+    Parameters
+    ----------
+    message
+        What is wrong, in words, without the location (the sample, the file) and without the
+        fix: those are fields, rendered by :meth:`__str__`. ``raise OptionError(msg)`` with a
+        message alone stays valid (an error with no fields).
+    key
+        The column, key or argument the mistake is about (``"loss_masks"``, ``"dp_size"``).
+    sample, position, item
+        Where in the batch: the sample's index (in the batch, for a builder: counted from the
+        step's first sample), the token's position in the sample, the value's index in the
+        token's list (``per_token_list``).
+    expected, got
+        The value (or rule) expected and the value given, as text for the message.
+    fix
+        How to fix the call, rendered after the message.
+    path, offset
+        The file the error is about and the byte offset in it.
+    mistake
+        The mistake's name in :data:`MISTAKES` (the table that decides its class), if any.
+
+    Examples
+    --------
+    >>> from arrow_split.errors import RaggedLengthError
+    >>> error = RaggedLengthError("`loss_masks` has 2 values", key="loss_masks", sample=1)
+    >>> str(error), error.key, error.sample
+    ('sample 1: `loss_masks` has 2 values', 'loss_masks', 1)
+    >>> str(error.shifted(4))
+    'sample 5: `loss_masks` has 2 values'
+    """
+
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "key",
+        "sample",
+        "position",
+        "item",
+        "expected",
+        "got",
+        "fix",
+        "path",
+        "offset",
+        "mistake",
+    )
+    """The names of the facts, in the order the renderer reads them."""
+
+    def __init__(
+        self,
+        message: str = "",
+        /,
+        *,
+        key: str | None = None,
+        sample: int | None = None,
+        position: int | None = None,
+        item: int | None = None,
+        expected: str | None = None,
+        got: str | None = None,
+        fix: str | None = None,
+        path: str | None = None,
+        offset: int | None = None,
+        mistake: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.sample = sample
+        self.position = position
+        self.item = item
+        self.expected = expected
+        self.got = got
+        self.fix = fix
+        self.path = path
+        self.offset = offset
+        self.mistake = mistake
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The fields that are set, by name (what :meth:`shifted` and tools read)."""
+        values = {name: getattr(self, name) for name in self.FIELDS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def location(self) -> str:
+        """Where the mistake is, as the message starts: ``sample 3, position 1`` or ``''``."""
+        parts = []
+        if self.path is not None:
+            parts.append(f"`{self.path}`")
+        if self.offset is not None:
+            parts.append(f"byte {self.offset}")
+        for name in ("sample", "position", "item"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name} {value}")
+        return ", ".join(parts)
+
+    def __str__(self) -> str:
+        """The one renderer: ``location: message; fix`` (``key must be expected, got got``)."""
+        text = self.message
+        if not text and self.expected is not None:
+            subject = f"`{self.key}`" if self.key is not None else "the value"
+            text = f"{subject} must be {self.expected}"
+            if self.got is not None:
+                text += f", got {self.got}"
+        if self.fix:
+            text = f"{text}; {self.fix}" if text else self.fix
+        where = self.location()
+        return f"{where}: {text}" if where else text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def replaced(self: _E, **facts: Any) -> _E:
+        """A copy of the error with some facts replaced (its class and other fields kept)."""
+        error = copy.copy(self)
+        for name, value in facts.items():
+            if name not in self.FIELDS:
+                msg = f"{name!r} is not a field of {type(self).__name__}"
+                raise AttributeError(msg)
+            setattr(error, name, value)
+        return error
+
+    def shifted(self: _E, base: int) -> _E:
+        """The same error with its sample counted from ``base`` (a group's index to a batch's)."""
+        if self.sample is None or base == 0:
+            return self
+        return self.replaced(sample=self.sample + base)
 
 
 class SchemaError(ArrowSplitError, ValueError):
@@ -74,8 +205,7 @@ class SchemaTypeError(SchemaError, TypeError):
 class ColumnNotFoundError(SchemaError, KeyError):
     """A column that the batch does not have."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+    __str__ = ArrowSplitError.__str__  # KeyError's would quote the message
 
 
 class ColumnTypeError(ArrowSplitError, TypeError):
@@ -101,8 +231,8 @@ class UntrustedObjectError(DumpError):
 class JournalError(ArrowSplitError, RuntimeError):
     """A builder's journal that cannot be written or read; ``errno`` is the OS error's, if any."""
 
-    def __init__(self, message: str, errno: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str = "", /, errno: int | None = None, **facts: Any) -> None:
+        super().__init__(message, **facts)
         self.errno = errno
 
 

@@ -68,12 +68,12 @@ class Shard:
         self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
         if plan_key is not None and not isinstance(plan_key, PlanKey):
             msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key="plan_key")
         if dp_rank is not None and (
             isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
         ):
             msg = f"`dp_rank` must be an int or None, got {type(dp_rank).__name__}"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key="dp_rank")
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
 
@@ -329,9 +329,9 @@ def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
         array = np.array(values, dtype=np.int64, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
         msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg) from None
+        raise SchemaError(msg, key=what) from None
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=what)
     array.flags.writeable = False
     return array

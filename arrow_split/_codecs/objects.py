@@ -219,11 +219,8 @@ def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        msg = (
-            f"sample {sample}: `{spec.name}` holds text that is not JSON ({exc}); the file is "
-            "corrupt"
-        )
-        raise DumpError(msg) from exc
+        msg = f"`{spec.name}` holds text that is not JSON ({exc}); the file is corrupt"
+        raise DumpError(msg, key=spec.name, sample=sample) from exc
 
 
 def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
@@ -232,18 +229,18 @@ def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: b
         return _loads_trusted(value) if trust_objects else loads_plain(value)
     except NotPlainData as refused:
         msg = (
-            f"sample {sample}: `{spec.name}` holds a pickled `{refused.name}`, which is not plain "
+            f"`{spec.name}` holds a pickled `{refused.name}`, which is not plain "
             "data (None, bool, numbers, str, bytes, lists, tuples, sets, dicts, numpy arrays); "
             "decoding it would run code the file names: pass `trust_objects=True` when reading "
             "a file you trust"
         )
-        raise UntrustedObjectError(msg) from None
+        raise UntrustedObjectError(msg, key=spec.name, sample=sample) from None
     except Exception as exc:  # a corrupt pickle raises anything; unpickling user types too
         msg = (
-            f"sample {sample}: `{spec.name}` holds object bytes that do not decode "
+            f"`{spec.name}` holds object bytes that do not decode "
             f"({type(exc).__name__}: {exc}); the file is corrupt"
         )
-        raise DumpError(msg) from exc
+        raise DumpError(msg, key=spec.name, sample=sample) from exc
 
 
 def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
@@ -262,11 +259,8 @@ def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
 def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
     for sample, value in enumerate(samples):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            msg = (
-                f"sample {sample}: `{spec.name}` must be a list of str per sample, got "
-                f"{value!r:.60}"
-            )
-            raise ColumnTypeError(msg)
+            msg = f"`{spec.name}` must be a list of str per sample, got {value!r:.60}"
+            raise ColumnTypeError(msg, key=spec.name, sample=sample)
     return pa.array(samples, type=_TYPES["string_list"][0])
 
 
@@ -275,10 +269,10 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
         return pickle.dumps(value, protocol=5)
     except Exception as exc:  # pickling runs user code: any error means "cannot be stored"
         msg = (
-            f"sample {sample}: `{spec.name}` holds a {type(value).__name__} that cannot be "
+            f"`{spec.name}` holds a {type(value).__name__} that cannot be "
             f"pickled ({exc}); store a picklable value"
         )
-        raise ColumnTypeError(msg) from None
+        raise ColumnTypeError(msg, key=spec.name, sample=sample) from None
 
 
 # --- plain data: an unpickler that runs no code a file brings ------------------------------------

@@ -178,7 +178,7 @@ def _check_compression(compression: object) -> str | None:
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"
         )
-        raise DumpError(msg)
+        raise DumpError(msg, key="compression")
     if not pa.Codec.is_available(str(compression)):
         msg = f"this pyarrow build has no {compression!r} codec; pass `compression=None`"
         raise DumpError(msg)
@@ -267,14 +267,14 @@ def _check_path(path: object) -> str:
     """``path`` as a str: a str or an os.PathLike (no bytes), without a NUL character."""
     if not isinstance(path, (str, os.PathLike)):
         msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="path")
     target = os.fspath(path)
     if not isinstance(target, str):
         msg = f"`path` must name a file with a str, got {type(target).__name__} {target!r:.40}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="path")
     if "\0" in target:
         msg = f"`path` {target!r:.60} holds a NUL character; no file can have that name"
-        raise DumpError(msg)
+        raise DumpError(msg, key="path")
     return target
 
 

@@ -254,7 +254,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     parts = check_positive_int("k", k)
     if not isinstance(equal_size, (bool, np.bool_)):
         msg = f"`equal_size` must be a bool, got {type(equal_size).__name__}"
-        raise PlanTypeError(msg)
+        raise PlanTypeError(msg, key="equal_size")
     checked = check_weights(weights, None)
     n = checked.size
     if n < parts:
@@ -265,7 +265,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
             f"`equal_size` needs a multiple of `k` ({parts}) items, got {n}; "
             f"drop {n % parts} items, pad with {parts - n % parts}, or pass `equal_size=False`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="equal_size")
     exact = bool(np.issubdtype(checked.dtype, np.integer))
     return sorted_parts(checked.tolist(), parts, equal_size=equal_size, exact=exact)
 

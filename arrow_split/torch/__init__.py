@@ -128,7 +128,7 @@ def to_micro_batches(
             f"`micro_batch_offsets` must rise from 0 to the shard's {len(rows)} rows, got "
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="micro_batch_offsets")
     parsed = _options(**options)
     record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
     pairs = itertools.pairwise(offsets.tolist())
@@ -145,7 +145,7 @@ def _rows_of(shard: object) -> RolloutBatch:
         f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
         "`RolloutBatch.from_train_data(data)` or take one from a split"
     )
-    raise SchemaTypeError(msg)
+    raise SchemaTypeError(msg, key="shard")
 
 
 def _options(
@@ -179,7 +179,7 @@ def _pad_value(pad_value: object) -> int | float:
         pad_value, (int, float, np.integer, np.floating)
     ):
         msg = f"`pad_value` must be an int or a float, got {describe(pad_value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="pad_value")
     return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
 
 
@@ -194,16 +194,16 @@ def _multiple(pad_to_multiple_of: object) -> int | None:
             f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
             f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="pad_to_multiple_of")
     if pad_to_multiple_of < 1:
         msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key="pad_to_multiple_of")
     if pad_to_multiple_of > MAX_PAD_MULTIPLE:
         msg = (
             f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
             "every padded row is at least that wide: pass a token multiple such as 8 or 128"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key="pad_to_multiple_of")
     return int(pad_to_multiple_of)
 
 
@@ -214,10 +214,10 @@ def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]
             f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
             f"torch.dtype, one of: {choices}"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     if dtype not in allowed:
         msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
-        raise OptionError(msg)
+        raise OptionError(msg, key=name)
     return dtype
 
 
@@ -227,11 +227,11 @@ def _device(device: object) -> torch.device | None:
     expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
     if not isinstance(device, str):
         msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="device")
     with contextlib.suppress(RuntimeError):
         return torch.device(device)
     msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg)
+    raise OptionError(msg, key="device")
 
 
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
@@ -319,7 +319,7 @@ def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
             f"column `{column.spec.name}` is stored as {values.dtype} (its ids do not fit "
             f"{dtype}); pass `id_dtype=torch.int64` or `id_dtype=None`"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=column.spec.name)
     on_cpu = options.device is None or options.device.type == "cpu"
     if dtype is None or not on_cpu:
         tensor = move(_tensor_of(values, column.buffer), options)

@@ -59,13 +59,13 @@ def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
     for key, value in ((_IDS, ids), (_OFFSETS, offsets)):
         if not isinstance(value, (list, tuple)):
             msg = f"`{key}` must be a list with one list per sample, got {type(value).__name__}"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
     if len(ids) != len(offsets):
         msg = (
             f"`{_IDS}` has {len(ids)} samples but `{_OFFSETS}` has {len(offsets)}; both have one "
             "list per sample"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(msg, key=_IDS)
     masks = [TokenLists(i, o) for i, o in zip(ids, offsets, strict=True)]
     converted: dict[str, Any] = {}
     for key, value in data.items():
