@@ -23,6 +23,7 @@ from arrow_split.errors import (
     OptionTypeError,
     PlanError,
     PlanTypeError,
+    mistake,
 )
 
 __all__ = [
@@ -57,6 +58,7 @@ MAX_DP_SIZE = 65_536
 ``dp_size``), refused instead of allocating billions of empty ranks."""
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_A_BOOL = "a bool (True or False)"
 
 
 def describe(value: object) -> str:
@@ -74,8 +76,7 @@ def as_flag(name: str, value: object) -> bool:
     """``value`` as a bool: ``bool`` or ``numpy.bool_`` only (``bool("False")`` is ``True``)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    msg = f"`{name}` must be a bool (True or False), got {describe(value)}"
-    raise OptionTypeError(msg, key=name)
+    raise mistake("flag_type", key=name, expected=_A_BOOL, got=describe(value))
 
 
 def as_int(
@@ -93,14 +94,12 @@ def as_int(
     """
     number = _integer(value)
     if number is None:
-        msg = f"`{name}` must be an int, got {describe(value)}"
-        raise OptionTypeError(msg, key=name)
+        raise mistake("option_type", key=name, expected="an int", got=describe(value))
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         low = "" if minimum is None else f">= {minimum}"
         high = "" if maximum is None else f"<= {maximum}"
         bounds = " and ".join(part for part in (low, high) if part)
-        msg = f"`{name}` must be {bounds}, got {number}" + (f"; {fix}" if fix else "")
-        raise OptionError(msg, key=name)
+        raise mistake("option_value", key=name, expected=bounds, got=str(number), fix=fix or None)
     return number
 
 
@@ -131,15 +130,17 @@ def as_choice(
 def as_path(name: str, value: object) -> str:
     """``value`` as a path: a ``str`` or an ``os.PathLike`` of a str, not empty, without NUL."""
     if not isinstance(value, (str, os.PathLike)):
-        msg = f"`{name}` must be a path (a str or an os.PathLike), got {describe(value)}"
-        raise OptionTypeError(msg, key=name)
+        expected = "a path (a str or an os.PathLike)"
+        raise mistake("path_type", key=name, expected=expected, got=describe(value))
     path = os.fspath(value)
     if not isinstance(path, str):
         msg = f"`{name}` must name a path with a str, got {describe(path)}"
-        raise OptionTypeError(msg, key=name)
-    if not path or "\0" in path:
-        msg = f"`{name}` must be a non-empty path without NUL characters, got {path!r:.40}"
-        raise OptionError(msg, key=name)
+        raise mistake("path_type", msg, key=name)
+    if not path:
+        raise mistake("path_value", key=name, expected="a non-empty path", got="''")
+    if "\0" in path:
+        msg = f"`{name}` {path!r:.60} holds a NUL character; no file can have that name"
+        raise mistake("path_value", msg, key=name)
     return path
 
 
@@ -231,11 +232,10 @@ def check_positive_int(name: str, value: object) -> int:
     """``value`` as an int >= 1 (:class:`PlanTypeError` for a bool or a float)."""
     number = _integer(value)
     if number is None:
-        msg = f"`{name}` must be a positive int, got {value!r} of type {type(value).__name__}"
-        raise PlanTypeError(msg, key=name)
+        got = f"{value!r} of type {type(value).__name__}"
+        raise mistake("plan_type", key=name, expected="a positive int", got=got)
     if number < 1:
-        msg = f"`{name}` must be a positive int, got {value!r}"
-        raise PlanError(msg, key=name)
+        raise mistake("plan_value", key=name, expected="a positive int", got=repr(value))
     return number
 
 
@@ -245,11 +245,9 @@ def check_dp_size(dp_size: object) -> int:
     if size is None or size < 1:
         return check_positive_int("dp_size", dp_size)  # raises the positive-int error
     if size > MAX_DP_SIZE:
-        msg = (
-            f"`dp_size` must be at most {MAX_DP_SIZE}, got {dp_size!r}; a plan holds one index "
-            "array per rank: pass the number of data-parallel ranks"
-        )
-        raise PlanError(msg, key="dp_size")
+        fix = "a plan holds one index array per rank: pass the number of data-parallel ranks"
+        expected = f"at most {MAX_DP_SIZE}"
+        raise mistake("plan_value", key="dp_size", expected=expected, got=repr(dp_size), fix=fix)
     return size
 
 
@@ -259,21 +257,19 @@ def check_dp_rank(dp_rank: object, dp_size: object) -> int:
     size = check_dp_size(dp_size) if size is None else size
     rank = _integer(dp_rank)
     if rank is None:
-        kind = type(dp_rank).__name__
-        msg = f"`dp_rank` must be an int in [0, {size}), got {dp_rank!r} of type {kind}"
-        raise PlanTypeError(msg, key="dp_rank")
+        got = f"{dp_rank!r} of type {type(dp_rank).__name__}"
+        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {size})", got=got)
     if not 0 <= rank < size:
-        msg = f"`dp_rank` must be in [0, {size}), got {dp_rank!r}; `dp_size` is {size}"
-        raise PlanError(msg, key="dp_rank")
+        expected, fix = f"in [0, {size})", f"`dp_size` is {size}"
+        raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank), fix=fix)
     return rank
 
 
 def method_of(balance_data: object) -> SplitMethod:
     """The :data:`SplitMethod` of a ``balance_data`` flag (a bool; anything else is refused)."""
-    if not isinstance(balance_data, (bool, np.bool_)):
-        kind = type(balance_data).__name__
-        msg = f"`balance_data` must be a bool, got {balance_data!r} of type {kind}"
-        raise PlanTypeError(msg, key="balance_data")
+    if not isinstance(balance_data, (bool, np.bool_)):  # the rule of `as_flag`, its mistake
+        got = describe(balance_data)
+        raise mistake("flag_type", key="balance_data", expected=_A_BOOL, got=got)
     return "balanced" if balance_data else "strided"
 
 

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from arrow_split._args import (
     Int64Array,
     SplitMethod,
+    as_flag,
     check_dp_rank,
     check_dp_size,
     check_lengths,
@@ -74,11 +75,7 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         for name in _FLAGS:
-            value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
-                msg = f"`{name}` must be a bool, got {value!r} of type {type(value).__name__}"
-                raise PlanTypeError(msg, key=name)
-            object.__setattr__(self, name, bool(value))
+            object.__setattr__(self, name, as_flag(name, getattr(self, name)))
         for name in _INTS + _OPTIONAL_INTS:
             if name in _INTS or getattr(self, name) is not None:
                 object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))

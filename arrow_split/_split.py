@@ -213,9 +213,7 @@ def shard_for_rank(
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    if not isinstance(resplit, (bool, np.bool_)):
-        msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
-        raise PlanTypeError(msg, key="resplit")
+    resplit = as_flag("resplit", resplit)
     pad = as_flag("pad_to_dp", pad_to_dp)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
@@ -229,7 +227,7 @@ def shard_for_rank(
         balance_data = plan.method == "balanced"
     method = method_of(balance_data)
     if plan is not None:
-        _check_against(plan, method, size, bool(resplit))
+        _check_against(plan, method, size, resplit)
         if plan.dp_size == size:
             return Shard._take(batch, plan.partitions[rank], batch.total_lengths, plan.key, rank)
     batch, plan, lengths = _planned(batch, size, method, pad)

@@ -11,7 +11,9 @@ user would expect (``TypeError``, ``ValueError``, ``KeyError``, ``RuntimeError``
     ├── RaggedLengthError      (ValueError)   lengths that disagree (per-sample, per-token)
     ├── ValueRangeError        (ValueError)   a value outside its range: overflow, NaN, mask 2
     ├── OptionError            (ValueError)   a keyword argument outside its allowed values
-    │   └── OptionTypeError    (TypeError)    a keyword argument of the wrong type
+    │   ├── OptionTypeError    (TypeError)    a keyword argument of the wrong type
+    │   │   └── PathTypeError                 a path that is no str (also a SchemaTypeError)
+    │   └── PathError                         an empty path, a NUL in it (also a DumpError)
     ├── DumpError              (ValueError)   a rollout dump that cannot be read or written
     │   └── UntrustedObjectError              a file's object that is not plain data
     ├── JournalError           (RuntimeError) a builder's journal that cannot be written or read
@@ -28,6 +30,9 @@ Warnings, a tree of their own::
     ArrowSplitWarning          (UserWarning)
     └── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
 
+An error's facts are fields (``key``, ``sample``, ``position``, ``item``, ``expected``, ``got``,
+``fix``, ``path``, ``offset``), rendered into its message by one ``__str__``; which class a
+mistake gets is decided by one table, :data:`MISTAKES` (raise one with :func:`mistake`).
 Messages name the key, the sample, the expected and actual values, and the fix. Input errors are
 raised before anything is put or split; a :class:`TransportError` on a rank, when a put is lost.
 """
@@ -35,6 +40,8 @@ raised before anything is put or split; a :class:`TransportError` on a rank, whe
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar, TypeVar
 
 __all__ = [
@@ -46,9 +53,12 @@ __all__ = [
     "DuplicateSampleError",
     "InstallError",
     "JournalError",
+    "MISTAKES",
     "NotARolloutBatchError",
     "OptionError",
     "OptionTypeError",
+    "PathError",
+    "PathTypeError",
     "PlanError",
     "PlanMismatchError",
     "PlanTypeError",
@@ -59,6 +69,7 @@ __all__ = [
     "UnknownKeyWarning",
     "UntrustedObjectError",
     "ValueRangeError",
+    "mistake",
 ]
 
 
@@ -248,6 +259,20 @@ class OptionTypeError(OptionError, TypeError):
     """A keyword argument of the wrong type (a float where an int is needed, a str for a dtype)."""
 
 
+class PathTypeError(OptionTypeError, SchemaTypeError):
+    """A path argument that is not a str or an ``os.PathLike`` of one, at every door.
+
+    Also a :class:`SchemaTypeError`, what ``write``/``read`` raised for it before.
+    """
+
+
+class PathError(OptionError, DumpError):
+    """A path argument that is empty or holds a NUL character, at every door.
+
+    Also a :class:`DumpError`, what ``write``/``read`` raised for it before.
+    """
+
+
 class PlanError(ArrowSplitError, ValueError):
     """A partition request that cannot be satisfied."""
 
@@ -278,3 +303,56 @@ class ArrowSplitWarning(UserWarning):
 
 class UnknownKeyWarning(ArrowSplitWarning):
     """An unknown key carried with an inferred spec; the message gives the ColumnSpec to declare."""
+
+
+MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(
+    {
+        # arguments, at every door (core, Ray, torch, compat.miles)
+        "flag_type": (
+            OptionTypeError,
+            "a flag that is not a bool (`balance_data`, `resplit`)",
+        ),
+        "option_type": (OptionTypeError, "any other argument of the wrong type"),
+        "option_value": (OptionError, "an argument outside its allowed values or range"),
+        "path_type": (PathTypeError, "a path that is not a str or an os.PathLike of one"),
+        "path_value": (PathError, "an empty path, or one with a NUL character"),
+        "plan_type": (PlanTypeError, "`dp_size`, `dp_rank` or another planning number not an int"),
+        "plan_value": (PlanError, "`dp_size`, `dp_rank` or another planning number out of range"),
+        "plan": (PlanError, "a partition request that cannot be met"),
+        "plan_mismatch": (PlanMismatchError, "a rank asks for another plan than its data's"),
+        # data
+        "data_type": (SchemaTypeError, "data, a spec or a batch of the wrong type"),
+        "schema": (SchemaError, "an unknown key, a bad spec, a bad batch-global value"),
+        "missing_column": (ColumnNotFoundError, "a column the batch does not have"),
+        "column_type": (ColumnTypeError, "a value of the wrong type for its column"),
+        "ragged_length": (RaggedLengthError, "lengths that disagree"),
+        "value_range": (ValueRangeError, "a value outside its range: overflow, NaN, a mask of 2"),
+        "duplicate_sample": (DuplicateSampleError, "a sample the builder holds already"),
+        # files and transport
+        "dump": (DumpError, "a dump that cannot be read or written"),
+        "untrusted_object": (UntrustedObjectError, "a file's object that is not plain data"),
+        "journal": (JournalError, "a journal that cannot be written or read"),
+        "install": (InstallError, "the miles drop-in could not patch"),
+        "transport": (TransportError, "the object store lost a batch or a shard"),
+        "not_a_batch": (NotARolloutBatchError, "a reference that holds no rollout batch"),
+    }
+)
+"""The one table of mistake kinds: which class a mistake gets, at every door, and what it is.
+
+docs/errors.md shows it (tests/test_error_messages.py checks the two agree). Raise one with
+:func:`mistake`; ``error.mistake`` is its name.
+"""
+
+
+def mistake(name: str, message: str = "", /, **facts: Any) -> ArrowSplitError:
+    """The error of the mistake ``name`` of :data:`MISTAKES`, holding ``facts``.
+
+    Examples
+    --------
+    >>> from arrow_split.errors import mistake
+    >>> error = mistake("flag_type", key="resplit", expected="a bool", got="int 1")
+    >>> type(error).__name__, str(error)
+    ('OptionTypeError', '`resplit` must be a bool, got int 1')
+    """
+    cls, _ = MISTAKES[name]
+    return cls(message, mistake=name, **facts)

@@ -14,11 +14,11 @@ from typing import Any, Literal, cast, overload
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice
+from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
-from arrow_split.errors import SchemaError
+from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
 from arrow_split.schema import (
     KNOWN_COLUMNS,
@@ -72,8 +72,11 @@ class Shard:
         if dp_rank is not None and (
             isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
         ):
-            msg = f"`dp_rank` must be an int or None, got {type(dp_rank).__name__}"
-            raise SchemaError(msg, key="dp_rank")
+            got = describe(dp_rank)
+            raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
+        if dp_rank is not None and dp_rank < 0:
+            expected = "a rank >= 0 or None"
+            raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
 

@@ -845,11 +845,13 @@ def test_a_role_held_twice() -> None:
 
 @pytest.mark.parametrize("balance_data", ["yes", 1, None])
 def test_balance_data_must_be_a_bool(balance_data: Any) -> None:
-    message = f"`balance_data` must be a bool, got {balance_data!r} of type"
-    with pytest.raises(PlanTypeError, match=re.escape(message)):
+    # a flag, refused as every flag is (it was a PlanTypeError here, an OptionTypeError elsewhere)
+    with pytest.raises(OptionTypeError) as caught:
         split_train_data_by_dp_raw(_data(), 1, balance_data=balance_data)
-    with pytest.raises(PlanTypeError, match=re.escape(message)):
+    assert_facts(caught.value, {"key": "balance_data", "mistake": "flag_type"})
+    with pytest.raises(OptionTypeError) as caught:
         plan_partitions([1, 2], 1, balance_data=balance_data)
+    assert_facts(caught.value, {"key": "balance_data", "mistake": "flag_type"})
 
 
 def test_dp_size_beyond_the_limit() -> None:
@@ -1020,24 +1022,10 @@ def test_torch_options() -> None:
         ),
         ({"mask_dtype": torch.float64}, OptionError, r"invalid `mask_dtype`: torch.float64"),
         ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
-        (
-            {"pad_to_multiple_of": 2.0},
-            OptionTypeError,
-            r"`pad_to_multiple_of` must be None or an int >= 1, got 2.0 of type float; pass an "
-            r"int such as 8",
-        ),
-        ({"pad_to_multiple_of": True}, OptionTypeError, r"got True of type bool"),
-        (
-            {"pad_to_multiple_of": 0},
-            ValueRangeError,
-            r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
-        ),
-        (
-            {"pad_to_multiple_of": 2**31 - 1},
-            ValueRangeError,
-            r"`pad_to_multiple_of` must be at most 1048576, got 2147483647; every padded row is "
-            r"at least that wide: pass a token multiple such as 8 or 128",
-        ),
+        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` must be an int"),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"got bool True"),
+        ({"pad_to_multiple_of": 0}, ValueRangeError, r"`pad_to_multiple_of` must be None or"),
+        ({"pad_to_multiple_of": 2**31 - 1}, ValueRangeError, r"must be at most 1048576"),
     ]
     for kwargs, error, match in cases:
         with pytest.raises(error, match=match):
@@ -1147,6 +1135,11 @@ def test_every_error_class_is_drawn_in_the_tree_and_exported() -> None:
 
     for name in errors.__all__:
         error = getattr(errors, name)
+        if not isinstance(error, type):  # the table of mistakes and its constructor
+            assert f":data:`{name}`" in (errors.__doc__ or "") or f":func:`{name}`" in (
+                errors.__doc__ or ""
+            ), name
+            continue
         assert re.search(rf"(── |^    ){name}\b", errors.__doc__ or "", re.MULTILINE), name
         assert getattr(arrow_split, name) is error, name
         if issubclass(error, Warning):

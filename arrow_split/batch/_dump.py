@@ -14,7 +14,7 @@ from typing import Literal, NamedTuple, get_args
 
 import pyarrow as pa
 
-from arrow_split._args import as_flag
+from arrow_split._args import as_flag, as_path
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._convert import check_content
 from arrow_split._version import __version__
@@ -24,7 +24,7 @@ from arrow_split.batch._dump_meta import (
     encode_metadata,
     field_metadata,
 )
-from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
+from arrow_split.errors import ArrowSplitError, DumpError, mistake
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
@@ -178,10 +178,11 @@ def _check_compression(compression: object) -> str | None:
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"
         )
-        raise DumpError(msg, key="compression")
+        kind = "option_value" if isinstance(compression, str) else "option_type"
+        raise mistake(kind, msg, key="compression")
     if not pa.Codec.is_available(str(compression)):
-        msg = f"this pyarrow build has no {compression!r} codec; pass `compression=None`"
-        raise DumpError(msg)
+        msg = f"this pyarrow build has no {compression!r} codec"
+        raise mistake("option_value", msg, key="compression", fix="pass `compression=None`")
     return str(compression)
 
 
@@ -264,18 +265,8 @@ def _validate(parts: DumpParts, source: str) -> None:
 
 
 def _check_path(path: object) -> str:
-    """``path`` as a str: a str or an os.PathLike (no bytes), without a NUL character."""
-    if not isinstance(path, (str, os.PathLike)):
-        msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
-        raise SchemaTypeError(msg, key="path")
-    target = os.fspath(path)
-    if not isinstance(target, str):
-        msg = f"`path` must name a file with a str, got {type(target).__name__} {target!r:.40}"
-        raise SchemaTypeError(msg, key="path")
-    if "\0" in target:
-        msg = f"`path` {target!r:.60} holds a NUL character; no file can have that name"
-        raise DumpError(msg, key="path")
-    return target
+    """``path`` as a str: the one rule of every path argument (:func:`as_path`)."""
+    return as_path("path", path)
 
 
 def _existing(path: object, what: str) -> str:

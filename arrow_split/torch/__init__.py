@@ -29,7 +29,8 @@ from arrow_split import (
     Shard,
     ValueRangeError,
 )
-from arrow_split._args import as_choice, as_offsets, describe
+from arrow_split._args import as_choice, as_int, as_offsets, describe
+from arrow_split.errors import mistake
 from arrow_split.torch._layouts import (
     MAX_PAD_MULTIPLE,
     AllColumns,
@@ -169,6 +170,9 @@ def _options(
 
 
 def _scalar(value: object) -> object:
+    """A 0-d numpy array's or tensor's value (a tensor's as a Python number), else ``value``."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0:
+        return value.item()
     return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
@@ -184,27 +188,18 @@ def _pad_value(pad_value: object) -> int | float:
 
 
 def _multiple(pad_to_multiple_of: object) -> int | None:
+    """``None`` or an int in ``[1, MAX_PAD_MULTIPLE]``; its type parsed as every int's is."""
     if pad_to_multiple_of is None:
         return None
-    pad_to_multiple_of = _scalar(pad_to_multiple_of)
-    if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
-        pad_to_multiple_of, (int, np.integer)
-    ):
-        msg = (
-            f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
-            f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
-        )
-        raise OptionTypeError(msg, key="pad_to_multiple_of")
-    if pad_to_multiple_of < 1:
-        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
-        raise ValueRangeError(msg, key="pad_to_multiple_of")
-    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
-        msg = (
-            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
-            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
-        )
-        raise ValueRangeError(msg, key="pad_to_multiple_of")
-    return int(pad_to_multiple_of)
+    name = "pad_to_multiple_of"
+    number = as_int(name, pad_to_multiple_of)  # a 0-d array or tensor too; never a bool
+    if number < 1:
+        raise mistake("value_range", key=name, expected="None or an int >= 1", got=repr(number))
+    if number > MAX_PAD_MULTIPLE:
+        fix = "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+        expected = f"at most {MAX_PAD_MULTIPLE}"
+        raise mistake("value_range", key=name, expected=expected, got=repr(number), fix=fix)
+    return number
 
 
 def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]) -> torch.dtype:

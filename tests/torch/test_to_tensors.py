@@ -512,8 +512,8 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
             r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
         ),
         ({"pad_to_multiple_of": -8}, ValueRangeError, r"`pad_to_multiple_of` .* got -8"),
-        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got 2\.0"),
-        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got True"),
+        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got float 2\.0"),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got bool True"),
         ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
         (
             {"pad_value": None},
@@ -653,3 +653,23 @@ def test_padding_rows_are_marked_in_the_tensors(layout: TensorLayout) -> None:
     tensors = to_tensors(shards[1], layout=layout)
     assert tensors["is_padding"].tolist() == [False, True]
     assert tensors["sample_indices"].tolist() == [1, -1]
+
+
+@pytest.mark.parametrize(
+    "multiple",
+    [np.int64(4), np.array(4), torch.tensor(4), torch.tensor(4, dtype=torch.int32)],
+    ids=["numpy-int", "0-d-array", "0-d-tensor", "0-d-int32-tensor"],
+)
+def test_pad_to_multiple_of_takes_any_integer_scalar(batch: RolloutBatch, multiple: Any) -> None:
+    # the one rule of an int argument: a 0-d tensor is accepted wherever a 0-d array is
+    padded = to_tensors(batch, layout="padded", pad_to_multiple_of=multiple)
+    assert padded["tokens"].shape[1] % 4 == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("multiple", [torch.tensor(True), torch.tensor(4.0), np.array(True)])
+def test_pad_to_multiple_of_refuses_a_bool_or_float_scalar(
+    batch: RolloutBatch, multiple: Any
+) -> None:
+    with pytest.raises(OptionTypeError) as caught:
+        to_tensors(batch, layout="padded", pad_to_multiple_of=multiple)
+    assert caught.value.key == "pad_to_multiple_of"

@@ -126,6 +126,8 @@ def can_schedule_on_rollout_side(
     one step.
     """
     check_args(args)
+    if isinstance(train_parallel_config, Mapping) and "dp_size" in train_parallel_config:
+        check_dp_size(train_parallel_config["dp_size"])  # parsed as every door parses it
     if not has_full_schedule_config(train_parallel_config):
         return False
     if arg_flag(args, "multi_lora"):

@@ -78,9 +78,10 @@ def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def miles_key_note(error: ArrowSplitError) -> ArrowSplitError:
     """``error`` saying which of miles' keys ``rollout_sampling_masks`` came from."""
-    if f"`{_COLUMN}`" not in str(error):
+    if error.key != _COLUMN:
         return error
-    return type(error)(f"{error} (`{_COLUMN}` holds miles' `{_IDS}` and `{_OFFSETS}`)")
+    note = f"`{_COLUMN}` holds miles' `{_IDS}` and `{_OFFSETS}`"
+    return error.replaced(fix=f"{error.fix} ({note})" if error.fix else note)
 
 
 def to_miles_keys(shard: RolloutBatch, train_data: dict[str, Any]) -> dict[str, Any]:
