@@ -162,7 +162,7 @@ class RolloutBatchBuilder:
             spec = self._spec(identity)
         except SchemaError as exc:
             msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); "
-            raise SchemaError(msg + _IDENTITY_FIX) from None
+            raise SchemaError(msg + _IDENTITY_FIX, key="identity") from None
         value_type = spec.value_type
         hashable = value_type is not None and (
             pa.types.is_integer(value_type)

@@ -418,8 +418,8 @@ def _field(header: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: 
     ):
         wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         got = "nothing" if value is KeyError else f"{type(value).__name__} {value!r:.40}"
-        msg = f"`{path}`: the header's `{name}` must be {wanted}, got {got}"
-        raise JournalError(msg)
+        msg = f"the header's `{name}` must be {wanted}, got {got}"
+        raise JournalError(msg, path=path, key=name, expected=wanted, got=got)
     return value
 
 

@@ -172,14 +172,19 @@ class ArrowSplitError(Exception):
                 parts.append(f"{name} {value}")
         return ", ".join(parts)
 
-    def __str__(self) -> str:
-        """The one renderer: ``location: message; fix`` (``key must be expected, got got``)."""
+    def what(self) -> str:
+        """What is wrong, without location or fix: the message, else ``key must be expected``."""
         text = self.message
         if not text and self.expected is not None:
             subject = f"`{self.key}`" if self.key is not None else "the value"
             text = f"{subject} must be {self.expected}"
             if self.got is not None:
                 text += f", got {self.got}"
+        return text
+
+    def __str__(self) -> str:
+        """The one renderer: ``location: what; fix`` (see :meth:`what`)."""
+        text = self.what()
         if self.fix:
             text = f"{text}; {self.fix}" if text else self.fix
         where = self.location()

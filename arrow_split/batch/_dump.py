@@ -256,12 +256,13 @@ def _validate(parts: DumpParts, source: str) -> None:
     try:
         check_content(*parts)
     except ArrowSplitError as exc:
-        msg = (
-            f"`{source}`: the content breaks a rule of the library: {exc}; the file was "
-            "edited, crafted or written by a broken producer (read it with `validate=False` "
-            "only to inspect it)"
+        # the rule's own error, with its sample and position, is the cause (`__cause__`)
+        msg = f"the content breaks a rule of the library: {exc}"
+        fix = (
+            "the file was edited, crafted or written by a broken producer (read it with "
+            "`validate=False` only to inspect it)"
         )
-        raise DumpError(msg) from exc
+        raise DumpError(msg, path=source, key=exc.key, fix=fix) from exc
 
 
 def _check_path(path: object) -> str:

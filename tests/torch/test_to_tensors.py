@@ -34,6 +34,7 @@ from arrow_split.testing.strategies import train_data
 torch = pytest.importorskip("torch")
 
 from arrow_split.torch import TensorLayout, to_tensors  # noqa: E402
+from tests.error_facts import assert_facts  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -540,8 +541,9 @@ def test_bad_arguments(
 
 
 def test_not_a_batch() -> None:
-    with pytest.raises(SchemaError, match=r"`shard` must be a Shard or a RolloutBatch, got dict"):
+    with pytest.raises(SchemaError) as caught:
         to_tensors({"tokens": [[1]]})  # type: ignore[arg-type]
+    assert_facts(caught.value, {"key": "shard"})
 
 
 @pytest.mark.parametrize(
