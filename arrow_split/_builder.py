@@ -336,6 +336,8 @@ class RolloutBatchBuilder:
             growable = self._columns.get(name)
             if growable is None or growable.length == 0:
                 continue
+            if group.used[name].codec != self._specs[name].codec:
+                continue  # an object column that falls back to pickles: re-encoded on commit
             try:
                 growable.check(array)
             except ShapeMismatch as mismatch:

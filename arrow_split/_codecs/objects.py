@@ -144,7 +144,7 @@ class ObjectsCodec(Codec):
         if spec.codec == "string":
             # exactly `str`: a subclass (numpy.str_, a StrEnum) is pickled, keeping its type,
             # so a builder's step gives the bytes from_train_data gives whatever the grouping
-            if all(type(value) is str for value in samples):
+            if all(type(value) is str and _utf8(value) for value in samples):
                 return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "json":
@@ -152,7 +152,10 @@ class ObjectsCodec(Codec):
                 return pa.array([_json_text(value) for value in samples], pa.large_string()), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
-            return _string_lists(spec, samples), spec
+            _check_string_lists(spec, samples)
+            if all(_utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
+                return pa.array(samples, type=_TYPES["string_list"][0]), spec
+            spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
         return _encode_once(_pickles(spec, samples)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
@@ -196,17 +199,52 @@ class ObjectsCodec(Codec):
         return super().take(array, indices)
 
 
-def _fits_json(value: object) -> bool:
-    """Whether ``value`` comes back from JSON exactly (same types, same values)."""
-    if value is None or type(value) in (str, int, bool):
+_JSON_DEPTH = 200
+"""Values nested deeper are pickled: ``json`` encodes and decodes by recursion."""
+
+_JSON_INT_BITS = 13_000
+"""Ints of more bits are pickled: about 3,900 digits, below Python's limit of 4,300 digits for
+``int`` <-> ``str`` (``sys.set_int_max_str_digits``), which ``json`` is held to both ways."""
+
+
+def _utf8(text: str) -> bool:
+    """Whether ``text`` is valid Unicode for UTF-8 (no lone surrogate, which Arrow cannot store)."""
+    if text.isascii():
         return True
-    if type(value) is float:
-        return math.isfinite(value)
-    if type(value) is list:
-        return all(_fits_json(item) for item in value)
-    if type(value) is dict:
-        return all(type(key) is str and _fits_json(item) for key, item in value.items())
-    return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _fits_json(value: object) -> bool:
+    """Whether ``value`` comes back from JSON exactly (same types, same values), no recursion."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        kind = type(item)
+        if item is None or kind is bool:
+            continue
+        if kind is str:
+            if not _utf8(item):  # type: ignore[arg-type]
+                return False
+        elif kind is int:
+            if item.bit_length() > _JSON_INT_BITS:  # type: ignore[attr-defined]
+                return False
+        elif kind is float:
+            if not math.isfinite(item):  # type: ignore[arg-type]
+                return False
+        elif depth >= _JSON_DEPTH or kind not in (list, dict):
+            return False
+        elif kind is list:
+            stack.extend((child, depth + 1) for child in item)  # type: ignore[attr-defined]
+        else:
+            for key, child in item.items():  # type: ignore[attr-defined]
+                if type(key) is not str or not _utf8(key):
+                    return False
+                stack.append((child, depth + 1))
+    return True
 
 
 def _json_text(value: object) -> str | None:
@@ -256,12 +294,11 @@ def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
     return pickles
 
 
-def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
+def _check_string_lists(spec: ColumnSpec, samples: Sequence[object]) -> None:
     for sample, value in enumerate(samples):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             msg = f"`{spec.name}` must be a list of str per sample, got {value!r:.60}"
             raise ColumnTypeError(msg, key=spec.name, sample=sample)
-    return pa.array(samples, type=_TYPES["string_list"][0])
 
 
 def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
