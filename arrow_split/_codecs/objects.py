@@ -152,7 +152,7 @@ class ObjectsCodec(Codec):
                 return pa.array([_json_text(value) for value in samples], pa.large_string()), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
-            _check_string_lists(spec, samples)
+            _require_string_lists(spec, samples)
             if all(_utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
@@ -294,7 +294,7 @@ def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
     return pickles
 
 
-def _check_string_lists(spec: ColumnSpec, samples: Sequence[object]) -> None:
+def _require_string_lists(spec: ColumnSpec, samples: Sequence[object]) -> None:
     for sample, value in enumerate(samples):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
             msg = f"`{spec.name}` must be a list of str per sample, got {value!r:.60}"
