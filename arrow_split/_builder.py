@@ -7,7 +7,9 @@ each accepted call is on disk before it returns (docs/builder.md, docs/journal.m
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -37,6 +39,7 @@ from arrow_split.errors import (
     ArrowSplitError,
     DuplicateSampleError,
     JournalError,
+    ObjectFallbackWarning,
     RaggedLengthError,
     SchemaError,
     SchemaTypeError,
@@ -291,11 +294,14 @@ class RolloutBatchBuilder:
     def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
         sample_keys = self._check_keys(train_data, base)
-        try:
-            resolved = self._resolve(train_data.keys())
-            columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
-        except ArrowSplitError as error:
-            raise error.shifted(base) from None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                resolved = self._resolve(train_data.keys())
+                columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
+            except ArrowSplitError as error:
+                raise error.shifted(base) from None
+        _warn_again(caught, base)
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
         self._check_identity(checked, base)
@@ -470,10 +476,10 @@ class RolloutBatchBuilder:
             values.flags.writeable = False
             batch_globals[key] = values
         specs = dict(self._specs)
-        batch = RolloutBatch(  # the builder built every part: nothing is validated again
+        batch = RolloutBatch._make(  # the builder built and checked every part: trusted
             pa.RecordBatch.from_arrays(arrays, names=names),
-            specs,
-            {k: batch_globals[k] for k in specs if k in batch_globals},
+            MappingProxyType(specs),
+            MappingProxyType({k: batch_globals[k] for k in specs if k in batch_globals}),
             trust_objects=self._trust_objects,
         )
         try:
@@ -596,6 +602,15 @@ def _copy_value(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.copy()
     return list(value) if isinstance(value, (list, tuple)) else value
+
+
+def _warn_again(caught: list[warnings.WarningMessage], base: int) -> None:
+    """Issue a group's warnings again, a sample named as the batch counts it (arithmetic)."""
+    for record in caught:
+        message = record.message
+        if isinstance(message, ObjectFallbackWarning):
+            message = message.shifted(base)
+        warnings.warn_explicit(message, record.category, record.filename, record.lineno)
 
 
 def _same(left: object, right: object) -> bool:

@@ -28,7 +28,8 @@ user would expect (``TypeError``, ``ValueError``, ``KeyError``, ``RuntimeError``
 Warnings, a tree of their own::
 
     ArrowSplitWarning          (UserWarning)
-    └── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
+    ├── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
+    └── ObjectFallbackWarning                 a json object column stored as pickles for a batch
 
 An error's facts are fields (``key``, ``sample``, ``position``, ``item``, ``expected``, ``got``,
 ``fix``, ``path``, ``offset``), rendered into its message by one ``__str__``; which class a
@@ -55,6 +56,7 @@ __all__ = [
     "JournalError",
     "MISTAKES",
     "NotARolloutBatchError",
+    "ObjectFallbackWarning",
     "OptionError",
     "OptionTypeError",
     "PathError",
@@ -308,6 +310,37 @@ class ArrowSplitWarning(UserWarning):
 
 class UnknownKeyWarning(ArrowSplitWarning):
     """An unknown key carried with an inferred spec; the message gives the ColumnSpec to declare."""
+
+
+class ObjectFallbackWarning(ArrowSplitWarning):
+    """A ``json`` object column stored as pickles for a batch: a value JSON cannot keep exactly.
+
+    ``key`` and ``sample`` name the column and the first such value (a set, bytes, an instance,
+    a dict of non-str keys); the batch's column is then binary, not text, for readers such as
+    polars. Numpy scalars, tuples, NaN and infinities stay JSON.
+    """
+
+    def __init__(self, key: str, sample: int, value: object) -> None:
+        self.key, self.sample, self.value = key, sample, value
+        super().__init__(self._text())
+
+    def _text(self) -> str:
+        return (
+            f"sample {self.sample}: `{self.key}` holds a {type(self.value).__name__} "
+            f"{self.value!r:.40} that JSON cannot keep exactly; the column is stored as pickles "
+            "in this batch (binary for readers such as polars); store plain data, or declare the "
+            f'column with `ColumnSpec("{self.key}", "per_sample_object", codec="pickle")`'
+        )
+
+    def __str__(self) -> str:
+        return self._text()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.sample, self.value))
+
+    def shifted(self, base: int) -> ObjectFallbackWarning:
+        """The same warning, its sample counted from ``base`` (a group's index to a batch's)."""
+        return type(self)(self.key, self.sample + base, self.value)
 
 
 MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(

@@ -12,16 +12,21 @@ import codecs
 import dataclasses
 import importlib
 import io
-import json
-import math
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import Codec, EncodeOptions, RunsMemo, TypeFields, list_type
-from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
+from arrow_split._codecs._json_values import fits_json, from_json_text, json_text, utf8
+from arrow_split.errors import (
+    ColumnTypeError,
+    DumpError,
+    ObjectFallbackWarning,
+    UntrustedObjectError,
+)
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = [
@@ -144,16 +149,18 @@ class ObjectsCodec(Codec):
         if spec.codec == "string":
             # exactly `str`: a subclass (numpy.str_, a StrEnum) is pickled, keeping its type,
             # so a builder's step gives the bytes from_train_data gives whatever the grouping
-            if all(type(value) is str and _utf8(value) for value in samples):
+            if all(type(value) is str and utf8(value) for value in samples):
                 return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "json":
-            if all(_fits_json(value) for value in samples):
-                return pa.array([_json_text(value) for value in samples], pa.large_string()), spec
+            misfit = next((i for i, value in enumerate(samples) if not fits_json(value)), None)
+            if misfit is None:
+                return pa.array([json_text(value) for value in samples], pa.large_string()), spec
+            warnings.warn(ObjectFallbackWarning(spec.name, misfit, samples[misfit]), stacklevel=2)
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             _require_string_lists(spec, samples)
-            if all(_utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
+            if all(utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
         return _encode_once(_pickles(spec, samples)), spec
@@ -162,7 +169,7 @@ class ObjectsCodec(Codec):
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in _row_views(array)]
         if spec.codec == "json":
-            return [None if text is None else json.loads(text) for text in array.to_pylist()]
+            return [None if text is None else from_json_text(text) for text in array.to_pylist()]
         return list(array.to_pylist())
 
     def decode_read(
@@ -199,63 +206,9 @@ class ObjectsCodec(Codec):
         return super().take(array, indices)
 
 
-_JSON_DEPTH = 200
-"""Values nested deeper are pickled: ``json`` encodes and decodes by recursion."""
-
-_JSON_INT_BITS = 13_000
-"""Ints of more bits are pickled: about 3,900 digits, below Python's limit of 4,300 digits for
-``int`` <-> ``str`` (``sys.set_int_max_str_digits``), which ``json`` is held to both ways."""
-
-
-def _utf8(text: str) -> bool:
-    """Whether ``text`` is valid Unicode for UTF-8 (no lone surrogate, which Arrow cannot store)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _fits_json(value: object) -> bool:
-    """Whether ``value`` comes back from JSON exactly (same types, same values), no recursion."""
-    stack = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        kind = type(item)
-        if item is None or kind is bool:
-            continue
-        if kind is str:
-            if not _utf8(item):  # type: ignore[arg-type]
-                return False
-        elif kind is int:
-            if item.bit_length() > _JSON_INT_BITS:  # type: ignore[attr-defined]
-                return False
-        elif kind is float:
-            if not math.isfinite(item):  # type: ignore[arg-type]
-                return False
-        elif depth >= _JSON_DEPTH or kind not in (list, dict):
-            return False
-        elif kind is list:
-            stack.extend((child, depth + 1) for child in item)  # type: ignore[attr-defined]
-        else:
-            for key, child in item.items():  # type: ignore[attr-defined]
-                if type(key) is not str or not _utf8(key):
-                    return False
-                stack.append((child, depth + 1))
-    return True
-
-
-def _json_text(value: object) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
     try:
-        return json.loads(text)
+        return from_json_text(text)
     except (ValueError, RecursionError) as exc:
         msg = f"`{spec.name}` holds text that is not JSON ({exc}); the file is corrupt"
         raise DumpError(msg, key=spec.name, sample=sample) from exc

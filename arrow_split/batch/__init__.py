@@ -311,8 +311,14 @@ class RolloutBatch:
             No such file.
         """
         trust_objects = as_flag("trust_objects", trust_objects)
-        parts, _ = read_dump(path, validate=validate)
-        return RolloutBatch(*parts, trust_objects=trust_objects)
+        parts, _ = read_dump(path, validate=validate)  # every part checked there, once
+        record_batch, specs, batch_globals = parts
+        return RolloutBatch._make(
+            record_batch,
+            MappingProxyType(specs),
+            MappingProxyType(batch_globals),
+            trust_objects=trust_objects,
+        )
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools, specs and globals in its metadata."""

@@ -89,7 +89,8 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
     """Read a dump written by :func:`write_dump`; an uncompressed one without copying a buffer.
 
     The file is input: its format and metadata are checked once here, its content too with
-    ``validate``; the parts returned are then trusted.
+    ``validate``; the parts returned are then trusted (``RolloutBatch.read`` makes its batch
+    of them with the trusted constructor, checking nothing again).
 
     Raises
     ------
