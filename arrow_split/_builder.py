@@ -556,20 +556,53 @@ class RolloutBatchBuilder:
                 msg = f"`{folder}`: the journal's header does not build a builder: {exc}"
                 raise JournalError(msg) from None
             builder._trust_objects = trust
+            if salvage:
+                records = builder._sound_records(records, step_journal)
             if step_journal.rewriting:
                 step_journal.restart(builder._header())
                 builder._journal = step_journal
             for record in records:
-                builder._replay(record, folder)
+                builder._replay(record, step_journal.source)
         except BaseException:
             step_journal.close()
             raise
         builder._journal = step_journal
         return builder
 
+    def _sound_records(self, records: list[Record], step_journal: StepJournal) -> list[Record]:
+        """The records that keep every rule, replayed on a copy; the others salvaged (skipped)."""
+        trial = type(self)(  # no journal: a new builder of the same arguments
+            self._declared,
+            allow_nonfinite=self._options.allow_nonfinite,
+            exact_floats=self._options.exact_floats,
+            identity=self._identity,
+        )
+        kept: list[Record] = []
+        skipped: list[JournalDamage] = []
+        ends = [record.offset for record in records[1:]]  # the last one's size is not known
+        for record, end in zip(records, [*ends, records[-1].offset if records else 0], strict=True):
+            broken = trial._broken_rule(record, step_journal.source)
+            if broken is None:
+                kept.append(record)
+                continue
+            reason = f"record {record.sequence} breaks a rule: {broken}"
+            size = max(end - record.offset, 0)
+            skipped.append(JournalDamage(step_journal.source, record.offset, size, reason))
+        if skipped:
+            step_journal.salvage(skipped)
+        return kept
+
+    def _broken_rule(self, record: Record, source: str) -> str | None:
+        """Replay ``record``; what it breaks if it is refused (the builder then unchanged)."""
+        try:
+            self._replay(record, source)
+        except JournalError as exc:
+            return exc.what()
+        return None
+
     def _replay(self, record: Record, source: str) -> None:
         """Add a journal record's content, every field checked (a JournalError naming it)."""
-        where = f"`{source}` record {record.sequence} at offset {record.offset}"
+        where = f"record {record.sequence}"
         allow_nonfinite = self._options.allow_nonfinite
         try:
             if record.kind == "global":
@@ -589,10 +622,10 @@ class RolloutBatchBuilder:
             replayed = self._first_seen(group, "skip")
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
-            raise JournalError(msg) from None
+            raise JournalError(msg, path=source, offset=record.offset) from None
         except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
-            raise JournalError(msg) from None
+            raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None
         if replayed is not None:
             self._commit(replayed)
 

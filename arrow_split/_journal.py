@@ -693,13 +693,14 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _set_aside(path: str, suffix: str) -> None:
-    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...)."""
+def _set_aside(path: str, suffix: str) -> str:
+    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...); the new name."""
     target, number = f"{path}.{suffix}", 0
     while os.path.exists(target):
         number += 1
         target = f"{path}.{suffix}.{number}"
     os.rename(path, target)
+    return target
 
 
 def _damage_error(scan: Scan, folder: str) -> JournalError:
@@ -731,6 +732,7 @@ class StepJournal:
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
         self.rewriting = False  # records replayed are written again (a salvage, a format 1)
+        self.source = ""  # the file the recovered records were read from (its name now)
 
     @classmethod
     def create(cls, folder: str, header: dict[str, Any], sync: JournalSync) -> StepJournal:
@@ -785,11 +787,10 @@ class StepJournal:
                 step_journal._start(journals)
                 return step_journal, [], arguments
             step_journal = cls(folder, latest, header, sync, lock)
+            step_journal.source = path
             if scan.damage or scan.version != 2:
                 step_journal.damage = list(scan.damage)
-                step_journal.rewriting = True
-                step_journal.header = {}  # the builder writes its own header (format 2)
-                _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
+                step_journal.set_aside("damaged" if scan.damage else f"v{scan.version}")
             else:
                 end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
                 sequence = scan.records[-1].sequence + 1
@@ -800,6 +801,21 @@ class StepJournal:
             lock.release()
             raise
         return step_journal, scan.records[1:], arguments
+
+    def set_aside(self, suffix: str) -> None:
+        """Keep the recovered file beside a new journal the replayed records are written to."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.rewriting = True
+        self.header = {}  # the builder writes its own header (format 2)
+        self.source = _set_aside(self.source, suffix)
+
+    def salvage(self, skipped: Sequence[JournalDamage]) -> None:
+        """Skip whole records that break a rule: the file is set aside, the rest rewritten."""
+        if not self.rewriting:
+            self.set_aside("damaged")
+        self.damage.extend(skipped)
 
     def restart(self, header: dict[str, Any]) -> None:
         """Write the header of a journal being rewritten (a salvage, a format-1 journal)."""

@@ -690,3 +690,33 @@ def test_a_global_records_spec_with_a_value_type_of_another_json_kind_is_a_journ
     with pytest.raises(JournalError):
         RolloutBatchBuilder.recover(folder)
     assert path.read_bytes() == damaged
+
+
+def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None:
+    # the record's frame and checksum are right; its content is not a batch's: without salvage
+    # a JournalError naming the file and the offset, with salvage the record is skipped
+    from arrow_split._journal import global_record
+    from arrow_split.schema import KNOWN_COLUMNS
+
+    builder = RolloutBatchBuilder(journal=tmp_path)
+    builder.append({"tokens": [1, 2]})
+    spec = KNOWN_COLUMNS["dynamic_global_batch_size"]
+    assert builder._journal is not None
+    builder._journal.write("global", global_record(spec.name, spec, -3), [])
+    builder.append({"tokens": [3]})
+    builder.close()
+    with pytest.raises(JournalError) as caught:
+        RolloutBatchBuilder.recover(tmp_path)
+    assert caught.value.path is not None
+    assert caught.value.path.endswith(".journal")
+    assert caught.value.offset is not None
+    assert caught.value.offset > 0
+    salvaged = RolloutBatchBuilder.recover(tmp_path, salvage=True)
+    assert len(salvaged) == 2
+    assert [damage.offset for damage in salvaged.salvaged] == [caught.value.offset]
+    assert "breaks a rule" in salvaged.salvaged[0].reason
+    salvaged.close()
+    again = RolloutBatchBuilder.recover(tmp_path)  # the journal was rewritten without it
+    assert len(again) == 2
+    assert "dynamic_global_batch_size" not in again.finish().batch_globals
+    again.close()
