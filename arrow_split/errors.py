@@ -320,27 +320,27 @@ class ObjectFallbackWarning(ArrowSplitWarning):
     polars. Numpy scalars, tuples, NaN and infinities stay JSON.
     """
 
-    def __init__(self, key: str, sample: int, value: object) -> None:
-        self.key, self.sample, self.value = key, sample, value
+    def __init__(self, key: str, sample: int, value_type: str) -> None:
+        self.key, self.sample, self.value_type = key, sample, value_type
         super().__init__(self._text())
 
-    def _text(self) -> str:
+    def _text(self) -> str:  # the value's type only: a repr may be huge, or fail
         return (
-            f"sample {self.sample}: `{self.key}` holds a {type(self.value).__name__} "
-            f"{self.value!r:.40} that JSON cannot keep exactly; the column is stored as pickles "
-            "in this batch (binary for readers such as polars); store plain data, or declare the "
-            f'column with `ColumnSpec("{self.key}", "per_sample_object", codec="pickle")`'
+            f"sample {self.sample}: `{self.key}` holds a {self.value_type} value that JSON "
+            "cannot keep exactly; the column is stored as pickles in this batch (binary for "
+            "readers such as polars); store plain data, or declare the column with "
+            f'`ColumnSpec("{self.key}", "per_sample_object", codec="pickle")`'
         )
 
     def __str__(self) -> str:
         return self._text()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.key, self.sample, self.value))
+        return (type(self), (self.key, self.sample, self.value_type))
 
     def shifted(self, base: int) -> ObjectFallbackWarning:
         """The same warning, its sample counted from ``base`` (a group's index to a batch's)."""
-        return type(self)(self.key, self.sample + base, self.value)
+        return type(self)(self.key, self.sample + base, self.value_type)
 
 
 MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(

@@ -152,4 +152,4 @@ def test_the_builder_names_the_sample_of_the_batch_when_it_falls_back() -> None:
     with pytest.warns(ObjectFallbackWarning) as caught:
         builder.extend(_data([{"a": 3}, {"a": {4}}]))
     assert (caught[0].message.key, caught[0].message.sample) == ("metadata", 3)
-    assert str(caught[0].message).startswith("sample 3: `metadata` holds a dict")
+    assert str(caught[0].message).startswith("sample 3: `metadata` holds a dict value")

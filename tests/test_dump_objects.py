@@ -34,6 +34,9 @@ from tests.error_facts import assert_facts
 
 _MARKER = "ARROW_SPLIT_TEST_PWNED"
 
+# objects JSON cannot keep are pickled, as these tests mean: the warning is expected
+pytestmark = pytest.mark.filterwarnings("ignore::arrow_split.ObjectFallbackWarning")
+
 
 def _set_marker(value: str) -> None:
     os.environ[_MARKER] = value

@@ -723,6 +723,7 @@ CORRUPTED_TRAIN_DATA = [
         ColumnTypeError,
         r"sample 0: `metadata` holds a function that cannot be pickled .*; store a picklable",
         id="unpicklable-object",
+        marks=pytest.mark.filterwarnings("ignore::arrow_split.ObjectFallbackWarning"),
     ),
     pytest.param(
         _data(total_lengths=[4, 3.0, 2]),

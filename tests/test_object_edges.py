@@ -12,9 +12,13 @@ from typing import Any
 
 import pytest
 
-from arrow_split import ColumnTypeError, RolloutBatch, RolloutBatchBuilder
+from arrow_split import ColumnTypeError, ObjectFallbackWarning, RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import assert_batches_equal
 from tests.error_facts import assert_facts
+
+# metadata falls back with an ObjectFallbackWarning (checked below); prompt and weight_versions
+# are kept as pickles silently, as a str subclass is
+pytestmark = pytest.mark.filterwarnings("ignore::arrow_split.ObjectFallbackWarning")
 
 
 def _nested(depth: int) -> list[Any]:
@@ -63,3 +67,10 @@ def test_nesting_too_deep_to_pickle_is_a_typed_error() -> None:
     with pytest.raises(ColumnTypeError) as caught:
         RolloutBatch.from_train_data(data)
     assert_facts(caught.value, {"key": "metadata", "sample": 1})
+
+
+@pytest.mark.parametrize(("key", "values"), EDGES[:4])
+def test_a_metadata_fallback_warns_naming_key_and_sample(key: str, values: list[Any]) -> None:
+    with pytest.warns(ObjectFallbackWarning) as caught:
+        RolloutBatch.from_train_data({"tokens": [[1], [2]], key: values})
+    assert (caught[0].message.key, caught[0].message.sample) == (key, 1)

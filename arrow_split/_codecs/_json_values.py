@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from arrow_split.errors import DumpError
+
 __all__ = ["fits_json", "from_json_text", "json_text", "utf8"]
 
 TAG = "__arrow_split__"
@@ -140,7 +142,7 @@ def _untagged(obj: dict[str, Any]) -> object:
             except (OverflowError, ValueError, TypeError):
                 pass
     msg = f"a tagged value that arrow_split does not write: {obj!r:.80}"
-    raise ValueError(msg)
+    raise DumpError(msg)  # a ValueError: the caller names the column and the sample
 
 
 def from_json_text(text: str) -> object:
