@@ -1047,6 +1047,9 @@ def test_ray_locality_option() -> None:
     with pytest.raises(OptionError) as caught:
         process_rollout_data([], 0, 1, locality="far")  # type: ignore[arg-type]
     assert_facts(caught.value, {"key": "locality"})
+    with pytest.raises(OptionTypeError) as caught:  # wrong-typed, as every option is
+        process_rollout_data([], 0, 1, locality=3)  # type: ignore[arg-type]
+    assert_facts(caught.value, {"key": "locality"})
 
 
 # --- the source: typed errors only, and no assert on user input -------------------------------
