@@ -6,8 +6,8 @@ each accepted call is on disk before it returns (docs/builder.md, docs/journal.m
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
@@ -39,7 +39,6 @@ from arrow_split.errors import (
     ArrowSplitError,
     DuplicateSampleError,
     JournalError,
-    ObjectFallbackWarning,
     RaggedLengthError,
     SchemaError,
     SchemaTypeError,
@@ -294,14 +293,12 @@ class RolloutBatchBuilder:
     def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
         sample_keys = self._check_keys(train_data, base)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                resolved = self._resolve(train_data.keys())
-                columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
-            except ArrowSplitError as error:
-                raise error.shifted(base) from None
-        _warn_again(caught, base)
+        options = dataclasses.replace(self._options, first_sample=base)  # a warning's sample
+        try:
+            resolved = self._resolve(train_data.keys())
+            columns, used, batch_globals = encode_columns(train_data, resolved, options)
+        except ArrowSplitError as error:
+            raise error.shifted(base) from None
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
         self._check_identity(checked, base)
@@ -635,15 +632,6 @@ def _copy_value(value: object) -> object:
     if isinstance(value, np.ndarray):
         return value.copy()
     return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _warn_again(caught: list[warnings.WarningMessage], base: int) -> None:
-    """Issue a group's warnings again, a sample named as the batch counts it (arithmetic)."""
-    for record in caught:
-        message = record.message
-        if isinstance(message, ObjectFallbackWarning):
-            message = message.shifted(base)
-        warnings.warn_explicit(message, record.category, record.filename, record.lineno)
 
 
 def _same(left: object, right: object) -> bool:

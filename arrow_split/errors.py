@@ -338,10 +338,6 @@ class ObjectFallbackWarning(ArrowSplitWarning):
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.sample, self.value_type))
 
-    def shifted(self, base: int) -> ObjectFallbackWarning:
-        """The same warning, its sample counted from ``base`` (a group's index to a batch's)."""
-        return type(self)(self.key, self.sample + base, self.value_type)
-
 
 MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(
     {

@@ -156,8 +156,8 @@ class ObjectsCodec(Codec):
             misfit = next((i for i, value in enumerate(samples) if not fits_json(value)), None)
             if misfit is None:
                 return pa.array([json_text(value) for value in samples], pa.large_string()), spec
-            kind = type(samples[misfit]).__name__
-            warnings.warn(ObjectFallbackWarning(spec.name, misfit, kind), stacklevel=2)
+            kind, sample = type(samples[misfit]).__name__, options.first_sample + misfit
+            warnings.warn(ObjectFallbackWarning(spec.name, sample, kind), stacklevel=2)
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
             _require_string_lists(spec, samples)
