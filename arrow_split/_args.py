@@ -17,7 +17,14 @@ from typing import Any, Literal, get_args
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split.errors import OptionError, OptionTypeError, PlanError, PlanTypeError
+from arrow_split.errors import (
+    ArrowSplitError,
+    OptionError,
+    OptionTypeError,
+    PlanError,
+    PlanTypeError,
+    mistake,
+)
 
 __all__ = [
     "Float64Array",
@@ -51,6 +58,7 @@ MAX_DP_SIZE = 65_536
 ``dp_size``), refused instead of allocating billions of empty ranks."""
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_A_BOOL = "a bool (True or False)"
 
 
 def describe(value: object) -> str:
@@ -68,8 +76,7 @@ def as_flag(name: str, value: object) -> bool:
     """``value`` as a bool: ``bool`` or ``numpy.bool_`` only (``bool("False")`` is ``True``)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    msg = f"`{name}` must be a bool (True or False), got {describe(value)}"
-    raise OptionTypeError(msg)
+    raise mistake("flag_type", key=name, expected=_A_BOOL, got=describe(value))
 
 
 def as_int(
@@ -87,14 +94,12 @@ def as_int(
     """
     number = _integer(value)
     if number is None:
-        msg = f"`{name}` must be an int, got {describe(value)}"
-        raise OptionTypeError(msg)
+        raise mistake("option_type", key=name, expected="an int", got=describe(value))
     if (minimum is not None and number < minimum) or (maximum is not None and number > maximum):
         low = "" if minimum is None else f">= {minimum}"
         high = "" if maximum is None else f"<= {maximum}"
         bounds = " and ".join(part for part in (low, high) if part)
-        msg = f"`{name}` must be {bounds}, got {number}" + (f"; {fix}" if fix else "")
-        raise OptionError(msg)
+        raise mistake("option_value", key=name, expected=bounds, got=str(number), fix=fix or None)
     return number
 
 
@@ -103,8 +108,8 @@ def as_choice(
     value: object,
     allowed: Any,
     *,
-    type_error: type[Exception] = OptionTypeError,
-    value_error: type[Exception] = OptionError,
+    type_error: type[ArrowSplitError] = OptionTypeError,
+    value_error: type[ArrowSplitError] = OptionError,
 ) -> str:
     """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
 
@@ -115,25 +120,27 @@ def as_choice(
     expected = f"expected one of: {', '.join(map(repr, choices))}"
     if not isinstance(value, str):
         msg = f"invalid `{name}`: {value!r:.40} of type {type(value).__name__}; {expected}"
-        raise type_error(msg)
+        raise type_error(msg, key=name)
     if value not in choices:
         msg = f"invalid `{name}`: {value!r:.40}; {expected}"
-        raise value_error(msg)
+        raise value_error(msg, key=name)
     return value
 
 
 def as_path(name: str, value: object) -> str:
     """``value`` as a path: a ``str`` or an ``os.PathLike`` of a str, not empty, without NUL."""
     if not isinstance(value, (str, os.PathLike)):
-        msg = f"`{name}` must be a path (a str or an os.PathLike), got {describe(value)}"
-        raise OptionTypeError(msg)
+        expected = "a path (a str or an os.PathLike)"
+        raise mistake("path_type", key=name, expected=expected, got=describe(value))
     path = os.fspath(value)
     if not isinstance(path, str):
         msg = f"`{name}` must name a path with a str, got {describe(path)}"
-        raise OptionTypeError(msg)
-    if not path or "\0" in path:
-        msg = f"`{name}` must be a non-empty path without NUL characters, got {path!r:.40}"
-        raise OptionError(msg)
+        raise mistake("path_type", msg, key=name)
+    if not path:
+        raise mistake("path_value", key=name, expected="a non-empty path", got="''")
+    if "\0" in path:
+        msg = f"`{name}` {path!r:.60} holds a NUL character; no file can have that name"
+        raise mistake("path_value", msg, key=name)
     return path
 
 
@@ -148,31 +155,31 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
     """
     if isinstance(value, (str, bytes)) or value is None:
         msg = f"`{name}` must be an array of ints, got {describe(value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError, OverflowError, BufferError, RuntimeError) as exc:
         msg = f"`{name}` must be an array of ints: {exc}"
-        raise OptionTypeError(msg) from None
+        raise OptionTypeError(msg, key=name) from None
     if array.ndim != ndim:
         msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     if isinstance(value, (list, tuple)) and array.dtype.kind in "iu" and _holds_a_bool(value):
         # numpy reads [0, True, 2] as int64: a bool among ints is refused like a bool array
         msg = f"`{name}` must be an array of ints, got a bool among its values: {value!r:.60}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
         return np.zeros(array.shape, dtype=np.int64)
     if array.dtype.kind == "u":
         if array.size and int(array.max()) > _INT64_MAX:
             msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
-            raise OptionError(msg)
+            raise OptionError(msg, key=name)
     elif array.dtype.kind != "i":
         msg = (
             f"`{name}` must be an array of ints, got dtype {array.dtype}; "
             "bool, float and object arrays are refused (cast to int64 first if you mean it)"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     return np.ascontiguousarray(array, dtype=np.int64).copy()
 
 
@@ -191,7 +198,7 @@ def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Ar
     if len(offsets) == 0 or offsets[0] != 0:
         first = "nothing" if len(offsets) == 0 else int(offsets[0])
         msg = f"`{name}` must start at 0, got {first}"
-        raise OptionError(msg)
+        raise OptionError(msg, key=name)
     steps = np.diff(offsets)
     if steps.size and int(steps.min()) < 0:
         at = int(np.argmin(steps))
@@ -199,10 +206,10 @@ def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Ar
             f"`{name}` must be non-decreasing: offset {at + 1} ({int(offsets[at + 1])}) "
             f"is below offset {at} ({int(offsets[at])})"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key=name)
     if total is not None and int(offsets[-1]) != total:
         msg = f"`{name}` must end at {total}, got {int(offsets[-1])}"
-        raise OptionError(msg)
+        raise OptionError(msg, key=name)
     return offsets
 
 
@@ -225,11 +232,10 @@ def check_positive_int(name: str, value: object) -> int:
     """``value`` as an int >= 1 (:class:`PlanTypeError` for a bool or a float)."""
     number = _integer(value)
     if number is None:
-        msg = f"`{name}` must be a positive int, got {value!r} of type {type(value).__name__}"
-        raise PlanTypeError(msg)
+        got = f"{value!r} of type {type(value).__name__}"
+        raise mistake("plan_type", key=name, expected="a positive int", got=got)
     if number < 1:
-        msg = f"`{name}` must be a positive int, got {value!r}"
-        raise PlanError(msg)
+        raise mistake("plan_value", key=name, expected="a positive int", got=repr(value))
     return number
 
 
@@ -239,11 +245,9 @@ def check_dp_size(dp_size: object) -> int:
     if size is None or size < 1:
         return check_positive_int("dp_size", dp_size)  # raises the positive-int error
     if size > MAX_DP_SIZE:
-        msg = (
-            f"`dp_size` must be at most {MAX_DP_SIZE}, got {dp_size!r}; a plan holds one index "
-            "array per rank: pass the number of data-parallel ranks"
-        )
-        raise PlanError(msg)
+        fix = "a plan holds one index array per rank: pass the number of data-parallel ranks"
+        expected = f"at most {MAX_DP_SIZE}"
+        raise mistake("plan_value", key="dp_size", expected=expected, got=repr(dp_size), fix=fix)
     return size
 
 
@@ -253,21 +257,19 @@ def check_dp_rank(dp_rank: object, dp_size: object) -> int:
     size = check_dp_size(dp_size) if size is None else size
     rank = _integer(dp_rank)
     if rank is None:
-        kind = type(dp_rank).__name__
-        msg = f"`dp_rank` must be an int in [0, {size}), got {dp_rank!r} of type {kind}"
-        raise PlanTypeError(msg)
+        got = f"{dp_rank!r} of type {type(dp_rank).__name__}"
+        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {size})", got=got)
     if not 0 <= rank < size:
-        msg = f"`dp_rank` must be in [0, {size}), got {dp_rank!r}; `dp_size` is {size}"
-        raise PlanError(msg)
+        expected, fix = f"in [0, {size})", f"`dp_size` is {size}"
+        raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank), fix=fix)
     return rank
 
 
 def method_of(balance_data: object) -> SplitMethod:
     """The :data:`SplitMethod` of a ``balance_data`` flag (a bool; anything else is refused)."""
-    if not isinstance(balance_data, (bool, np.bool_)):
-        kind = type(balance_data).__name__
-        msg = f"`balance_data` must be a bool, got {balance_data!r} of type {kind}"
-        raise PlanTypeError(msg)
+    if not isinstance(balance_data, (bool, np.bool_)):  # the rule of `as_flag`, its mistake
+        got = describe(balance_data)
+        raise mistake("flag_type", key="balance_data", expected=_A_BOOL, got=got)
     return "balanced" if balance_data else "strided"
 
 
@@ -277,13 +279,13 @@ def _one_d(name: str, values: object, what: str) -> np.ndarray:
         array = np.asarray(values)
     except (ValueError, TypeError) as exc:
         msg = f"`{name}` must be a 1-D sequence of {what}; numpy says: {exc}"
-        raise PlanError(msg) from exc
+        raise PlanError(msg, key=name) from exc
     if array.ndim != 1:
         per = "length" if name == "total_lengths" else "value"
         msg = f"`{name}` must be 1-D (one {per} per sample), got shape {array.shape}"
         if array.ndim == 0:  # not a sequence at all
             msg += f": {type(values).__name__} {values!r:.40}"
-            raise PlanTypeError(msg)
+            raise PlanTypeError(msg, key=name)
         raise PlanError(msg)
     return array
 
@@ -294,10 +296,10 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
         return np.zeros(0, dtype=np.int64)
     if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
-        raise PlanTypeError(msg)
+        raise PlanTypeError(msg, key=name)
     if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
-        raise PlanError(msg)
+        raise PlanError(msg, key=name)
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
@@ -322,12 +324,12 @@ def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
             f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
             f"({count} negative in all)"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="total_lengths")
     if lengths.size and int(lengths.max()) > _INT64_MAX // lengths.size:
         total = sum(lengths.tolist())
         if total > _INT64_MAX:
             msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
-            raise PlanError(msg)
+            raise PlanError(msg, key="total_lengths")
     return lengths
 
 
@@ -340,7 +342,7 @@ def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:
             f"`rollout_ids` has {ids.size} values but `total_lengths` has {n}; "
             "pass one rollout id per sample"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="rollout_ids")
     return ids
 
 
@@ -352,14 +354,14 @@ def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64
             f"`weights` has {array.size} values but `total_lengths` has {n}; "
             "pass one weight per sample"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="weights")
     if array.size and (
         array.dtype == np.bool_
         or not np.issubdtype(array.dtype, np.number)
         or np.issubdtype(array.dtype, np.complexfloating)
     ):
         msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
-        raise PlanTypeError(msg)
+        raise PlanTypeError(msg, key="weights")
     if array.size == 0 or np.issubdtype(array.dtype, np.integer):
         checked: Int64Array | Float64Array = _int64("weights", array, "")
     else:
@@ -368,12 +370,12 @@ def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64
         if bad.size:
             row = int(bad[0])
             msg = f"`weights` must be finite, got {checked[row]} at sample {row}"
-            raise PlanError(msg)
+            raise PlanError(msg, key="weights")
     negative = _first_negative(checked)
     if negative is not None:
         row = negative[0]
         msg = f"`weights` must be non-negative, got {checked[row]} at sample {row}"
-        raise PlanError(msg)
+        raise PlanError(msg, key="weights")
     return checked
 
 
@@ -385,7 +387,7 @@ def check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
         keys = np.asarray(order_by)
     except (TypeError, ValueError) as exc:
         msg = f"`order_by` must hold one integer per sample ({n}); numpy says: {exc}"
-        raise PlanTypeError(msg) from None
+        raise PlanTypeError(msg, key="order_by") from None
     wrong_type = keys.ndim == 0 or bool(keys.size and keys.dtype.kind not in "iu")
     if keys.shape != (n,) or wrong_type:
         msg = (

@@ -6,9 +6,10 @@ each accepted call is on disk before it returns (docs/builder.md, docs/journal.m
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import re
 from collections.abc import Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -52,7 +53,6 @@ from arrow_split.schema import (
 
 __all__ = ["Group", "RolloutBatchBuilder", "group_record"]
 
-_SAMPLE_AT = re.compile(r"\bsample (\d+)\b")
 _IDENTITY_FIX = (
     "pass a per-sample scalar key of ints or strings (such as `sample_indices`), "
     "declared with a ColumnSpec if it is not a known key, or `identity=None`"
@@ -159,12 +159,12 @@ class RolloutBatchBuilder:
             return None
         if not isinstance(identity, str):
             msg = f"`identity` must be a per-sample key (a str) or None, got {describe(identity)}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="identity")
         try:
             spec = self._spec(identity)
         except SchemaError as exc:
             msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); "
-            raise SchemaError(msg + _IDENTITY_FIX) from None
+            raise SchemaError(msg + _IDENTITY_FIX, key="identity") from None
         value_type = spec.value_type
         hashable = value_type is not None and (
             pa.types.is_integer(value_type)
@@ -176,7 +176,7 @@ class RolloutBatchBuilder:
                 f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
                 f"identify a sample; {_IDENTITY_FIX}"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key="identity")
         return identity
 
     @property
@@ -239,7 +239,7 @@ class RolloutBatchBuilder:
         """
         if not isinstance(sample, Mapping):
             msg = f"`sample` must be a mapping of key -> value, got {type(sample).__name__}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="sample")
         group = {key: [value] if self._per_sample(key) else value for key, value in sample.items()}
         return self._add(group)
 
@@ -262,7 +262,7 @@ class RolloutBatchBuilder:
             msg = (
                 f"`train_data` must be a dict of per-sample lists, got {type(train_data).__name__}"
             )
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="train_data")
         return self._add(train_data)
 
     def set_global(self, key: str, value: object) -> None:
@@ -276,13 +276,13 @@ class RolloutBatchBuilder:
         spec = self._spec(key)
         if spec.is_per_sample:
             msg = f"`{key}` is a {spec.kind} key; pass it with `append` or `extend`"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
         if self._sample_keys is not None and key in self._sample_keys:
             msg = (
                 f"batch-global key `{key}` is already given per sample by `append`/`extend` in "
                 "this step; give it one way only"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
         if spec.global_shape == "float_per_sample":
             check_per_sample_values(spec, value, self._options.allow_nonfinite)
             value = _copy_value(value)  # its length is checked by `finish`
@@ -293,11 +293,12 @@ class RolloutBatchBuilder:
     def _add(self, train_data: Mapping[str, Any]) -> int:
         base = self._length
         sample_keys = self._check_keys(train_data, base)
+        options = dataclasses.replace(self._options, first_sample=base)  # a warning's sample
         try:
             resolved = self._resolve(train_data.keys())
-            columns, used, batch_globals = encode_columns(train_data, resolved, self._options)
+            columns, used, batch_globals = encode_columns(train_data, resolved, options)
         except ArrowSplitError as error:
-            raise _shifted(error, base) from None
+            raise error.shifted(base) from None
         checked = Group(columns, used, batch_globals, sample_keys)
         self._check_group(checked)
         self._check_identity(checked, base)
@@ -314,21 +315,22 @@ class RolloutBatchBuilder:
         for key in sample_keys:
             if key in self._globals:
                 msg = (
-                    f"sample {base}: batch-global key `{key}` was given whole by `set_global` "
+                    f"batch-global key `{key}` was given whole by `set_global` "
                     "in this step; give it one way only"
                 )
-                raise SchemaError(msg)
+                raise SchemaError(msg, key=key, sample=base)
         if self._sample_keys is None:
             return sample_keys
         missing = [key for key in self._sample_keys if key not in sample_keys]
         added = [key for key in sample_keys if key not in self._sample_keys]
         if missing or added:
-            what = f"lacks key `{missing[0]}`" if missing else f"has the new key `{added[0]}`"
+            key = missing[0] if missing else added[0]
+            what = f"lacks key `{key}`" if missing else f"has the new key `{key}`"
             msg = (
-                f"sample {base} {what}; every sample of a batch has the same per-sample keys "
+                f"the sample {what}; every sample of a batch has the same per-sample keys "
                 f"(this step's: {', '.join(self._sample_keys)})"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key, sample=base)
         return sample_keys
 
     def _check_group(self, group: Group) -> None:
@@ -337,23 +339,25 @@ class RolloutBatchBuilder:
             growable = self._columns.get(name)
             if growable is None or growable.length == 0:
                 continue
+            if group.used[name].codec != self._specs[name].codec:
+                continue  # an object column that falls back to pickles: re-encoded on commit
             try:
                 growable.check(array)
             except ShapeMismatch as mismatch:
                 msg = (
-                    f"sample {mismatch.row}: `{name}` has trailing shape {mismatch.shape} but "
+                    f"`{name}` has trailing shape {mismatch.shape} but "
                     f"sample {mismatch.first_row} has {mismatch.first}; every sample must have "
                     "the same shape after the first axis"
                 )
-                raise RaggedLengthError(msg) from None
+                raise RaggedLengthError(msg, key=name, sample=mismatch.row) from None
         for key, value in group.globals.items():
             if key in self._globals and not _same(self._globals[key], value):
                 msg = (
-                    f"batch-global key `{key}` is {value!r:.60} in sample {self._length}'s group "
-                    f"but {self._globals[key]!r:.60} before; a batch-global key has one value "
-                    "for the whole batch (set it once with `set_global`)"
+                    f"batch-global key `{key}` is {value!r:.60} in this sample's group but "
+                    f"{self._globals[key]!r:.60} before; a batch-global key has one value for "
+                    "the whole batch (set it once with `set_global`)"
                 )
-                raise SchemaError(msg)
+                raise SchemaError(msg, key=key, sample=self._length)
 
     def _check_identity(self, group: Group, base: int) -> None:
         """Raise unless every sample of the group has an identity (the builder's key, not None)."""
@@ -362,18 +366,18 @@ class RolloutBatchBuilder:
         column = group.columns.get(self._identity)
         if column is None:
             msg = (
-                f"sample {base} lacks the identity key `{self._identity}`; with "
+                f"the sample lacks the identity key `{self._identity}`; with "
                 f"`identity={self._identity!r}` every sample carries it"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self._identity, sample=base)
         if column.null_count:
             row = column.is_null().to_pylist().index(True)
             msg = (
-                f"sample {base + row}: the identity key `{self._identity}` is None; every "
+                f"the identity key `{self._identity}` is None; every "
                 "sample needs its own identity (samples without one would be taken for "
                 "replays of each other)"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self._identity, sample=base + row)
 
     def _identities(self, group: Group) -> list[object]:
         if self._identity is None or self._identity not in group.columns:
@@ -392,11 +396,11 @@ class RolloutBatchBuilder:
                 keep.append(row)
             elif mode == "error":
                 msg = (
-                    f"sample {self._length + row}: `{self._identity}` {identity!r:.40} is "
+                    f"`{self._identity}` {identity!r:.40} is "
                     f"sample {first}'s already; a replayed sample is refused "
                     '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
                 )
-                raise DuplicateSampleError(msg)
+                raise DuplicateSampleError(msg, key=self._identity, sample=self._length + row)
         if len(keep) == len(identities):
             return group
         return group.take(keep) if keep else None
@@ -469,10 +473,10 @@ class RolloutBatchBuilder:
             values.flags.writeable = False
             batch_globals[key] = values
         specs = dict(self._specs)
-        batch = RolloutBatch(  # the builder built every part: nothing is validated again
+        batch = RolloutBatch._make(  # the builder built and checked every part: trusted
             pa.RecordBatch.from_arrays(arrays, names=names),
-            specs,
-            {k: batch_globals[k] for k in specs if k in batch_globals},
+            MappingProxyType(specs),
+            MappingProxyType({k: batch_globals[k] for k in specs if k in batch_globals}),
             trust_objects=self._trust_objects,
         )
         try:
@@ -549,27 +553,60 @@ class RolloutBatchBuilder:
                 msg = f"`{folder}`: the journal's header does not build a builder: {exc}"
                 raise JournalError(msg) from None
             builder._trust_objects = trust
+            if salvage:
+                records = builder._sound_records(records, step_journal)
             if step_journal.rewriting:
                 step_journal.restart(builder._header())
                 builder._journal = step_journal
             for record in records:
-                builder._replay(record, folder)
+                builder._replay(record, step_journal.source)
         except BaseException:
             step_journal.close()
             raise
         builder._journal = step_journal
         return builder
 
+    def _sound_records(self, records: list[Record], step_journal: StepJournal) -> list[Record]:
+        """The records that keep every rule, replayed on a copy; the others salvaged (skipped)."""
+        trial = type(self)(  # no journal: a new builder of the same arguments
+            self._declared,
+            allow_nonfinite=self._options.allow_nonfinite,
+            exact_floats=self._options.exact_floats,
+            identity=self._identity,
+        )
+        kept: list[Record] = []
+        skipped: list[JournalDamage] = []
+        ends = [record.offset for record in records[1:]]  # the last one's size is not known
+        for record, end in zip(records, [*ends, records[-1].offset if records else 0], strict=True):
+            broken = trial._broken_rule(record, step_journal.source)
+            if broken is None:
+                kept.append(record)
+                continue
+            reason = f"record {record.sequence} breaks a rule: {broken}"
+            size = max(end - record.offset, 0)
+            skipped.append(JournalDamage(step_journal.source, record.offset, size, reason))
+        if skipped:
+            step_journal.salvage(skipped)
+        return kept
+
+    def _broken_rule(self, record: Record, source: str) -> str | None:
+        """Replay ``record``; what it breaks if it is refused (the builder then unchanged)."""
+        try:
+            self._replay(record, source)
+        except JournalError as exc:
+            return exc.what()
+        return None
+
     def _replay(self, record: Record, source: str) -> None:
         """Add a journal record's content, every field checked (a JournalError naming it)."""
-        where = f"`{source}` record {record.sequence} at offset {record.offset}"
+        where = f"record {record.sequence}"
         allow_nonfinite = self._options.allow_nonfinite
         try:
             if record.kind == "global":
                 key, spec, value = global_from_record(record, source, allow_nonfinite)
                 if self._sample_keys is not None and key in self._sample_keys:
                     msg = f"batch-global key `{key}` is given per sample already in this step"
-                    raise JournalError(msg)
+                    raise JournalError(msg, key=key)
                 self._commit_global(key, spec, value)
                 return
             if record.kind != "group":
@@ -582,10 +619,10 @@ class RolloutBatchBuilder:
             replayed = self._first_seen(group, "skip")
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
-            raise JournalError(msg) from None
+            raise JournalError(msg, path=source, offset=record.offset) from None
         except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
-            raise JournalError(msg) from None
+            raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None
         if replayed is not None:
             self._commit(replayed)
 
@@ -599,14 +636,6 @@ def _copy_value(value: object) -> object:
 
 def _same(left: object, right: object) -> bool:
     return type(left) is type(right) and left == right
-
-
-def _shifted(error: ArrowSplitError, base: int) -> ArrowSplitError:
-    """The same error, its sample positions moved from the group's to the batch's."""
-    if base == 0:
-        return error
-    text = _SAMPLE_AT.sub(lambda match: f"sample {int(match.group(1)) + base}", str(error))
-    return type(error)(text)
 
 
 def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:

@@ -335,7 +335,7 @@ def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> obj
         raw = _base64(item)
         if raw is None or len(raw) % 8:
             msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not base64 float64 values"
-            raise JournalError(msg)
+            raise JournalError(msg, key=spec.name)
         item = np.frombuffer(raw, dtype="<f8").astype(np.float64)
     elif shape == "int_map":
         item = _pairs(spec, item)
@@ -356,7 +356,7 @@ def _checked(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
         return check_batch_global(spec, value, 0, allow_nonfinite)
     except ArrowSplitError as exc:
         msg = f"batch-global key `{spec.name}` holds a bad value: {exc}"
-        raise JournalError(msg) from None
+        raise JournalError(msg, key=spec.name) from None
 
 
 def _base64(item: object) -> bytes | None:
@@ -371,13 +371,13 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
         isinstance(pair, list) and len(pair) == 2 for pair in item
     ):
         msg = f"batch-global key `{spec.name}` holds {item!r:.40}, not a list of [key, value]"
-        raise JournalError(msg)
+        raise JournalError(msg, key=spec.name)
     pairs: dict[object, object] = {
         pair[0]: pair[1] for pair in item if isinstance(pair[0], (int, str, float))
     }
     if len(pairs) != len(item):
         msg = f"batch-global key `{spec.name}` repeats a key, or one is no number: {item!r:.60}"
-        raise JournalError(msg)
+        raise JournalError(msg, key=spec.name)
     return pairs
 
 
@@ -418,8 +418,8 @@ def _field(header: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: 
     ):
         wanted = " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
         got = "nothing" if value is KeyError else f"{type(value).__name__} {value!r:.40}"
-        msg = f"`{path}`: the header's `{name}` must be {wanted}, got {got}"
-        raise JournalError(msg)
+        msg = f"the header's `{name}` must be {wanted}, got {got}"
+        raise JournalError(msg, path=path, key=name, expected=wanted, got=got)
     return value
 
 
@@ -693,13 +693,14 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _set_aside(path: str, suffix: str) -> None:
-    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...)."""
+def _set_aside(path: str, suffix: str) -> str:
+    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...); the new name."""
     target, number = f"{path}.{suffix}", 0
     while os.path.exists(target):
         number += 1
         target = f"{path}.{suffix}.{number}"
     os.rename(path, target)
+    return target
 
 
 def _damage_error(scan: Scan, folder: str) -> JournalError:
@@ -731,6 +732,7 @@ class StepJournal:
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
         self.rewriting = False  # records replayed are written again (a salvage, a format 1)
+        self.source = ""  # the file the recovered records were read from (its name now)
 
     @classmethod
     def create(cls, folder: str, header: dict[str, Any], sync: JournalSync) -> StepJournal:
@@ -785,11 +787,10 @@ class StepJournal:
                 step_journal._start(journals)
                 return step_journal, [], arguments
             step_journal = cls(folder, latest, header, sync, lock)
+            step_journal.source = path
             if scan.damage or scan.version != 2:
                 step_journal.damage = list(scan.damage)
-                step_journal.rewriting = True
-                step_journal.header = {}  # the builder writes its own header (format 2)
-                _set_aside(path, "damaged" if scan.damage else f"v{scan.version}")
+                step_journal.set_aside("damaged" if scan.damage else f"v{scan.version}")
             else:
                 end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
                 sequence = scan.records[-1].sequence + 1
@@ -800,6 +801,21 @@ class StepJournal:
             lock.release()
             raise
         return step_journal, scan.records[1:], arguments
+
+    def set_aside(self, suffix: str) -> None:
+        """Keep the recovered file beside a new journal the replayed records are written to."""
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+        self.rewriting = True
+        self.header = {}  # the builder writes its own header (format 2)
+        self.source = _set_aside(self.source, suffix)
+
+    def salvage(self, skipped: Sequence[JournalDamage]) -> None:
+        """Skip whole records that break a rule: the file is set aside, the rest rewritten."""
+        if not self.rewriting:
+            self.set_aside("damaged")
+        self.damage.extend(skipped)
 
     def restart(self, header: dict[str, Any]) -> None:
         """Write the header of a journal being rewritten (a salvage, a format-1 journal)."""

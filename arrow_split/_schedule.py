@@ -16,6 +16,7 @@ import numpy.typing as npt
 from arrow_split._args import (
     Int64Array,
     SplitMethod,
+    as_flag,
     check_dp_rank,
     check_dp_size,
     check_lengths,
@@ -74,11 +75,7 @@ class ScheduleConfig:
 
     def __post_init__(self) -> None:
         for name in _FLAGS:
-            value = getattr(self, name)
-            if not isinstance(value, (bool, np.bool_)):
-                msg = f"`{name}` must be a bool, got {value!r} of type {type(value).__name__}"
-                raise PlanTypeError(msg)
-            object.__setattr__(self, name, bool(value))
+            object.__setattr__(self, name, as_flag(name, getattr(self, name)))
         for name in _INTS + _OPTIONAL_INTS:
             if name in _INTS or getattr(self, name) is not None:
                 object.__setattr__(self, name, check_positive_int(name, getattr(self, name)))
@@ -87,19 +84,19 @@ class ScheduleConfig:
                 "`use_dynamic_batch_size` needs `max_tokens_per_gpu`, got None; "
                 "set the token budget per GPU or use fixed `micro_batch_size` chunks"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="use_dynamic_batch_size")
         if self.balance_by_flops and not self.use_dynamic_batch_size:
             msg = (
                 "`balance_by_flops` needs `use_dynamic_batch_size=True` (and "
                 "`max_tokens_per_gpu`); turn it on or use `balance_data` instead"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="balance_by_flops")
         if (self.vpp_size or 1) > 1 and self.microbatch_group_size_per_vp_stage is None:
             msg = (
                 f"`vpp_size` is {self.vpp_size} but `microbatch_group_size_per_vp_stage` is "
                 "None; pass the micro-batch group size (the pipeline-parallel size by default)"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="vpp_size")
 
     @property
     def micro_batch_group(self) -> int:
@@ -434,7 +431,7 @@ def _parse(
     """Every input of a schedule but `dp_size`, parsed once, in the order errors are raised."""
     if not isinstance(config, ScheduleConfig):
         msg = f"`config` must be a ScheduleConfig, got {type(config).__name__}"
-        raise PlanTypeError(msg)
+        raise PlanTypeError(msg, key="config")
     lengths = check_lengths(total_lengths)
     ids = check_rollout_ids(rollout_ids, lengths.size)
     if config.balance_by_flops == (weights is None):
@@ -445,7 +442,7 @@ def _parse(
             else "`weights` are used only with `balance_by_flops=True`; turn it on or drop "
             "`weights`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="balance_by_flops")
     return lengths, ids, config, None if weights is None else check_weights(weights, lengths.size)
 
 

@@ -63,11 +63,11 @@ def _parse_indices(indices: object, num_samples: int) -> np.ndarray:
             else describe(indices)
         )
         msg = f"`indices` must be a 1-D array of row numbers, got {got}; {exc}"
-        raise PlanError(msg) from None
+        raise PlanError(msg, key="indices") from None
     if rows.size and (rows.min() < 0 or rows.max() >= num_samples):
         bad = rows[(rows < 0) | (rows >= num_samples)][0]
         msg = f"`indices` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise PlanError(msg)
+        raise PlanError(msg, key="indices")
     rows.flags.writeable = False
     return rows
 
@@ -88,7 +88,7 @@ def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
 def _parse_plan(batch: RolloutBatch, plan: object) -> Plan:
     if not isinstance(plan, Plan):
         msg = f"`plan` must be a Plan, got {type(plan).__name__}; make one with `batch.make_plan`"
-        raise PlanTypeError(msg)
+        raise PlanTypeError(msg, key="plan")
     if plan.num_samples != batch.num_samples:
         msg = (
             f"the plan is for {plan.num_samples} samples but the batch has "
@@ -213,9 +213,7 @@ def shard_for_rank(
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    if not isinstance(resplit, (bool, np.bool_)):
-        msg = f"`resplit` must be a bool, got {type(resplit).__name__}"
-        raise PlanTypeError(msg)
+    resplit = as_flag("resplit", resplit)
     pad = as_flag("pad_to_dp", pad_to_dp)
     batch = as_rollout_batch(data_or_batch)
     plan = batch.plan
@@ -225,11 +223,11 @@ def shard_for_rank(
                 "`balance_data` is None but the batch carries no plan to follow; pass "
                 "`balance_data=True` or `False`, as the driver did"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="balance_data")
         balance_data = plan.method == "balanced"
     method = method_of(balance_data)
     if plan is not None:
-        _check_against(plan, method, size, bool(resplit))
+        _check_against(plan, method, size, resplit)
         if plan.dp_size == size:
             return Shard._take(batch, plan.partitions[rank], batch.total_lengths, plan.key, rank)
     batch, plan, lengths = _planned(batch, size, method, pad)
@@ -273,7 +271,7 @@ def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
             f"`pad_to_dp` pads a whole RolloutBatch before it is split, got "
             f"{type(batch).__name__}; build one with `RolloutBatch.from_train_data(data)`"
         )
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="pad_to_dp")
     num_samples = batch.num_samples
     deficit = -num_samples % size
     if deficit == 0 and batch.roles.padding is not None:

@@ -11,7 +11,9 @@ user would expect (``TypeError``, ``ValueError``, ``KeyError``, ``RuntimeError``
     ├── RaggedLengthError      (ValueError)   lengths that disagree (per-sample, per-token)
     ├── ValueRangeError        (ValueError)   a value outside its range: overflow, NaN, mask 2
     ├── OptionError            (ValueError)   a keyword argument outside its allowed values
-    │   └── OptionTypeError    (TypeError)    a keyword argument of the wrong type
+    │   ├── OptionTypeError    (TypeError)    a keyword argument of the wrong type
+    │   │   └── PathTypeError                 a path that is no str (also a SchemaTypeError)
+    │   └── PathError                         an empty path, a NUL in it (also a DumpError)
     ├── DumpError              (ValueError)   a rollout dump that cannot be read or written
     │   └── UntrustedObjectError              a file's object that is not plain data
     ├── JournalError           (RuntimeError) a builder's journal that cannot be written or read
@@ -26,13 +28,22 @@ user would expect (``TypeError``, ``ValueError``, ``KeyError``, ``RuntimeError``
 Warnings, a tree of their own::
 
     ArrowSplitWarning          (UserWarning)
-    └── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
+    ├── UnknownKeyWarning                     an unknown key given an inferred spec (once per key)
+    └── ObjectFallbackWarning                 a json object column stored as pickles for a batch
 
+An error's facts are fields (``key``, ``sample``, ``position``, ``item``, ``expected``, ``got``,
+``fix``, ``path``, ``offset``), rendered into its message by one ``__str__``; which class a
+mistake gets is decided by one table, :data:`MISTAKES` (raise one with :func:`mistake`).
 Messages name the key, the sample, the expected and actual values, and the fix. Input errors are
 raised before anything is put or split; a :class:`TransportError` on a rank, when a put is lost.
 """
 
 from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, ClassVar, TypeVar
 
 __all__ = [
     "ArrowSplitError",
@@ -43,9 +54,13 @@ __all__ = [
     "DuplicateSampleError",
     "InstallError",
     "JournalError",
+    "MISTAKES",
     "NotARolloutBatchError",
+    "ObjectFallbackWarning",
     "OptionError",
     "OptionTypeError",
+    "PathError",
+    "PathTypeError",
     "PlanError",
     "PlanMismatchError",
     "PlanTypeError",
@@ -56,11 +71,145 @@ __all__ = [
     "UnknownKeyWarning",
     "UntrustedObjectError",
     "ValueRangeError",
+    "mistake",
 ]
 
 
+_E = TypeVar("_E", bound="ArrowSplitError")
+
+
 class ArrowSplitError(Exception):
-    """Base class of every error arrow_split raises on purpose."""
+    """Base class of every error arrow_split raises on purpose; the facts are fields.
+
+    Parameters
+    ----------
+    message
+        What is wrong, in words, without the location (the sample, the file) and without the
+        fix: those are fields, rendered by :meth:`__str__`. ``raise OptionError(msg)`` with a
+        message alone stays valid (an error with no fields).
+    key
+        The column, key or argument the mistake is about (``"loss_masks"``, ``"dp_size"``).
+    sample, position, item
+        Where in the batch: the sample's index (in the batch, for a builder: counted from the
+        step's first sample), the token's position in the sample, the value's index in the
+        token's list (``per_token_list``).
+    expected, got
+        The value (or rule) expected and the value given, as text for the message.
+    fix
+        How to fix the call, rendered after the message.
+    path, offset
+        The file the error is about and the byte offset in it.
+    mistake
+        The mistake's name in :data:`MISTAKES` (the table that decides its class), if any.
+
+    Examples
+    --------
+    >>> from arrow_split.errors import RaggedLengthError
+    >>> error = RaggedLengthError("`loss_masks` has 2 values", key="loss_masks", sample=1)
+    >>> str(error), error.key, error.sample
+    ('sample 1: `loss_masks` has 2 values', 'loss_masks', 1)
+    >>> str(error.shifted(4))
+    'sample 5: `loss_masks` has 2 values'
+    """
+
+    FIELDS: ClassVar[tuple[str, ...]] = (
+        "key",
+        "sample",
+        "position",
+        "item",
+        "expected",
+        "got",
+        "fix",
+        "path",
+        "offset",
+        "mistake",
+    )
+    """The names of the facts, in the order the renderer reads them."""
+
+    def __init__(
+        self,
+        message: str = "",
+        /,
+        *,
+        key: str | None = None,
+        sample: int | None = None,
+        position: int | None = None,
+        item: int | None = None,
+        expected: str | None = None,
+        got: str | None = None,
+        fix: str | None = None,
+        path: str | None = None,
+        offset: int | None = None,
+        mistake: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.key = key
+        self.sample = sample
+        self.position = position
+        self.item = item
+        self.expected = expected
+        self.got = got
+        self.fix = fix
+        self.path = path
+        self.offset = offset
+        self.mistake = mistake
+
+    @property
+    def facts(self) -> dict[str, Any]:
+        """The fields that are set, by name (what :meth:`shifted` and tools read)."""
+        values = {name: getattr(self, name) for name in self.FIELDS}
+        return {name: value for name, value in values.items() if value is not None}
+
+    def location(self) -> str:
+        """Where the mistake is, as the message starts: ``sample 3, position 1`` or ``''``."""
+        parts = []
+        if self.path is not None:
+            parts.append(f"`{self.path}`")
+        if self.offset is not None:
+            parts.append(f"byte {self.offset}")
+        for name in ("sample", "position", "item"):
+            value = getattr(self, name)
+            if value is not None:
+                parts.append(f"{name} {value}")
+        return ", ".join(parts)
+
+    def what(self) -> str:
+        """What is wrong, without location or fix: the message, else ``key must be expected``."""
+        text = self.message
+        if not text and self.expected is not None:
+            subject = f"`{self.key}`" if self.key is not None else "the value"
+            text = f"{subject} must be {self.expected}"
+            if self.got is not None:
+                text += f", got {self.got}"
+        return text
+
+    def __str__(self) -> str:
+        """The one renderer: ``location: what; fix`` (see :meth:`what`)."""
+        text = self.what()
+        if self.fix:
+            text = f"{text}; {self.fix}" if text else self.fix
+        where = self.location()
+        return f"{where}: {text}" if where else text
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self)!r})"
+
+    def replaced(self: _E, **facts: Any) -> _E:
+        """A copy of the error with some facts replaced (its class and other fields kept)."""
+        error = copy.copy(self)
+        for name, value in facts.items():
+            if name not in self.FIELDS:
+                msg = f"{name!r} is not a field of {type(self).__name__}"
+                raise AttributeError(msg)
+            setattr(error, name, value)
+        return error
+
+    def shifted(self: _E, base: int) -> _E:
+        """The same error with its sample counted from ``base`` (a group's index to a batch's)."""
+        if self.sample is None or base == 0:
+            return self
+        return self.replaced(sample=self.sample + base)
 
 
 class SchemaError(ArrowSplitError, ValueError):
@@ -74,8 +223,7 @@ class SchemaTypeError(SchemaError, TypeError):
 class ColumnNotFoundError(SchemaError, KeyError):
     """A column that the batch does not have."""
 
-    def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+    __str__ = ArrowSplitError.__str__  # KeyError's would quote the message
 
 
 class ColumnTypeError(ArrowSplitError, TypeError):
@@ -101,8 +249,8 @@ class UntrustedObjectError(DumpError):
 class JournalError(ArrowSplitError, RuntimeError):
     """A builder's journal that cannot be written or read; ``errno`` is the OS error's, if any."""
 
-    def __init__(self, message: str, errno: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(self, message: str = "", /, errno: int | None = None, **facts: Any) -> None:
+        super().__init__(message, **facts)
         self.errno = errno
 
 
@@ -116,6 +264,20 @@ class OptionError(ArrowSplitError, ValueError):
 
 class OptionTypeError(OptionError, TypeError):
     """A keyword argument of the wrong type (a float where an int is needed, a str for a dtype)."""
+
+
+class PathTypeError(OptionTypeError, SchemaTypeError):
+    """A path argument that is not a str or an ``os.PathLike`` of one, at every door.
+
+    Also a :class:`SchemaTypeError`, what ``write``/``read`` raised for it before.
+    """
+
+
+class PathError(OptionError, DumpError):
+    """A path argument that is empty or holds a NUL character, at every door.
+
+    Also a :class:`DumpError`, what ``write``/``read`` raised for it before.
+    """
 
 
 class PlanError(ArrowSplitError, ValueError):
@@ -148,3 +310,83 @@ class ArrowSplitWarning(UserWarning):
 
 class UnknownKeyWarning(ArrowSplitWarning):
     """An unknown key carried with an inferred spec; the message gives the ColumnSpec to declare."""
+
+
+class ObjectFallbackWarning(ArrowSplitWarning):
+    """A ``json`` object column stored as pickles for a batch: a value JSON cannot keep exactly.
+
+    ``key`` and ``sample`` name the column and the first such value (a set, bytes, an instance,
+    a dict of non-str keys); the batch's column is then binary, not text, for readers such as
+    polars. Numpy scalars, tuples, NaN and infinities stay JSON.
+    """
+
+    def __init__(self, key: str, sample: int, value_type: str) -> None:
+        self.key, self.sample, self.value_type = key, sample, value_type
+        super().__init__(self._text())
+
+    def _text(self) -> str:  # the value's type only: a repr may be huge, or fail
+        return (
+            f"sample {self.sample}: `{self.key}` holds a {self.value_type} value that JSON "
+            "cannot keep exactly; the column is stored as pickles in this batch (binary for "
+            "readers such as polars); store plain data, or declare the column with "
+            f'`ColumnSpec("{self.key}", "per_sample_object", codec="pickle")`'
+        )
+
+    def __str__(self) -> str:
+        return self._text()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.sample, self.value_type))
+
+
+MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(
+    {
+        # arguments, at every door (core, Ray, torch, compat.miles)
+        "flag_type": (
+            OptionTypeError,
+            "a flag that is not a bool (`balance_data`, `resplit`)",
+        ),
+        "option_type": (OptionTypeError, "any other argument of the wrong type"),
+        "option_value": (OptionError, "an argument outside its allowed values or range"),
+        "path_type": (PathTypeError, "a path that is not a str or an os.PathLike of one"),
+        "path_value": (PathError, "an empty path, or one with a NUL character"),
+        "plan_type": (PlanTypeError, "`dp_size`, `dp_rank` or another planning number not an int"),
+        "plan_value": (PlanError, "`dp_size`, `dp_rank` or another planning number out of range"),
+        "plan": (PlanError, "a partition request that cannot be met"),
+        "plan_mismatch": (PlanMismatchError, "a rank asks for another plan than its data's"),
+        # data
+        "data_type": (SchemaTypeError, "data, a spec or a batch of the wrong type"),
+        "schema": (SchemaError, "an unknown key, a bad spec, a bad batch-global value"),
+        "missing_column": (ColumnNotFoundError, "a column the batch does not have"),
+        "column_type": (ColumnTypeError, "a value of the wrong type for its column"),
+        "ragged_length": (RaggedLengthError, "lengths that disagree"),
+        "value_range": (ValueRangeError, "a value outside its range: overflow, NaN, a mask of 2"),
+        "duplicate_sample": (DuplicateSampleError, "a sample the builder holds already"),
+        # files and transport
+        "dump": (DumpError, "a dump that cannot be read or written"),
+        "untrusted_object": (UntrustedObjectError, "a file's object that is not plain data"),
+        "journal": (JournalError, "a journal that cannot be written or read"),
+        "install": (InstallError, "the miles drop-in could not patch"),
+        "transport": (TransportError, "the object store lost a batch or a shard"),
+        "not_a_batch": (NotARolloutBatchError, "a reference that holds no rollout batch"),
+    }
+)
+"""The one table of mistake kinds: which class a mistake gets, at every door, and what it is.
+
+docs/errors.md shows it (tests/test_error_messages.py checks the two agree). Raise one with
+:func:`mistake`; ``error.mistake`` is its name.
+"""
+
+
+def mistake(name: str, message: str = "", /, **facts: Any) -> ArrowSplitError:
+    """The error of the mistake ``name`` of :data:`MISTAKES`, holding ``facts``.
+
+    Examples
+    --------
+    >>> from arrow_split.errors import mistake
+    >>> error = mistake("flag_type", key="resplit", expected="a bool", got="int 1")
+    >>> type(error).__name__, str(error)
+    ('OptionTypeError', '`resplit` must be a bool, got int 1')
+    """
+    cls, _ = MISTAKES[name]
+    return cls(message, mistake=name, **facts)

@@ -119,7 +119,7 @@ def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
             f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
             f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
         )
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key=name)
     numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
     if not (numeric or pa.types.is_boolean(value_type)):
         msg = (
@@ -127,7 +127,7 @@ def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
             "integer, uint8, uint16, a float or bool type (store other values as a "
             "per_sample_object column)"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=name)
     return value_type
 
 
@@ -205,7 +205,7 @@ class ColumnSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             msg = f"`name` must be a non-empty str, got {self.name!r}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="name")
         as_choice("kind", self.kind, ColumnKind, **_SCHEMA_ERRORS)
         if self.length is not None:
             as_choice("length", self.length, LengthRule, **_SCHEMA_ERRORS)
@@ -214,10 +214,10 @@ class ColumnSpec:
             if not isinstance(getattr(self, switch), bool):
                 value = getattr(self, switch)
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
-                raise SchemaTypeError(msg)
+                raise SchemaTypeError(msg, key=self.name)
         if self.nonempty and self.kind != "per_token_list":
             msg = f"column `{self.name}`: `nonempty=True` is for per_token_list columns only"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
         if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
             self._check_value_type()
         elif self.value_type is not None and not isinstance(self.value_type, pa.DataType):
@@ -225,7 +225,7 @@ class ColumnSpec:
                 f"column `{self.name}`: `value_type` must be a pyarrow DataType or None, got "
                 f"{type(self.value_type).__name__} {self.value_type!r:.40}"
             )
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key=self.name)
         if self.kind == "batch_global":
             as_choice("global_shape", self.global_shape, GlobalShape, **_SCHEMA_ERRORS)
         if self.role is not None:
@@ -241,7 +241,7 @@ class ColumnSpec:
                 f"value_type int32 or int64 without `flag`, got a {self.kind} column of "
                 f"{self.value_type}; declare the column that way or keep `storage='exact'`"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
 
     def _check_role(self) -> None:
         as_choice("role", self.role, Role, **_SCHEMA_ERRORS)
@@ -251,21 +251,21 @@ class ColumnSpec:
                 f"column `{self.name}`: role {self.role!r} needs a column of kind "
                 f"{' or '.join(map(repr, kinds))}, got {self.kind!r}"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
         integer = self.value_type is None or pa.types.is_integer(self.value_type)
         if self.role == "padding" and not (self.value_type == pa.bool_() and self.flag):
             msg = f"column `{self.name}`: role 'padding' needs a bool flag column"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
         scalar = self.kind == "per_sample_scalar"
         if self.role not in ("extra_rows", "padding") and scalar and not integer:
             msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
 
     def _check_value_type(self) -> None:
         value_type = check_value_type(self.name, self.kind, self.value_type)
         if self.kind == "per_sample_tensor" and pa.types.is_boolean(value_type):
             msg = f"column `{self.name}`: tensor columns hold integers or floats, got bool"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=self.name)
 
     @property
     def storage_types(self) -> tuple[pa.DataType, ...]:
@@ -398,10 +398,10 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
     for spec in _spec_list(specs):
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="specs")
         if spec.name in declared:
             msg = f"column `{spec.name}` is declared twice in `specs`; keep one ColumnSpec per key"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=spec.name)
         declared[spec.name] = spec
     resolved: dict[str, ColumnSpec] = {}
     for key in keys:
@@ -414,7 +414,7 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
                 f'e.g. `specs=[ColumnSpec("{key}", "per_sample_scalar", pa.float64())]` for one '
                 f'number per sample, or `ColumnSpec("{key}", "per_sample_object")` for any object'
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())
@@ -432,7 +432,7 @@ def _spec_list(specs: object) -> list[object]:
         f"`specs` must be a list of ColumnSpec values, got {type(specs).__name__} "
         f"{specs!r:.60}; wrap a single spec in a list"
     )
-    raise SchemaTypeError(msg)
+    raise SchemaTypeError(msg, key="specs")
 
 
 def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> ColumnSpec | None:

@@ -14,11 +14,11 @@ from typing import Any, Literal, cast, overload
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice
+from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
-from arrow_split.errors import SchemaError
+from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
 from arrow_split.schema import (
     KNOWN_COLUMNS,
@@ -68,12 +68,15 @@ class Shard:
         self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
         if plan_key is not None and not isinstance(plan_key, PlanKey):
             msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key="plan_key")
         if dp_rank is not None and (
             isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
         ):
-            msg = f"`dp_rank` must be an int or None, got {type(dp_rank).__name__}"
-            raise SchemaError(msg)
+            got = describe(dp_rank)
+            raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
+        if dp_rank is not None and dp_rank < 0:
+            expected = "a rank >= 0 or None"
+            raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
 
@@ -329,9 +332,9 @@ def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
         array = np.array(values, dtype=np.int64, copy=True)
     except (TypeError, ValueError, OverflowError) as exc:
         msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg) from None
+        raise SchemaError(msg, key=what) from None
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=what)
     array.flags.writeable = False
     return array

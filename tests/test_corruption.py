@@ -119,6 +119,9 @@ _ARRAYS: list[Callable[[], Any]] = [
     lambda: np.ma.masked_array([1, 2], mask=[0, 1]),
 ]
 
+# objects JSON cannot keep are pickled, as these tests mean: the warning is expected
+pytestmark = pytest.mark.filterwarnings("ignore::arrow_split.ObjectFallbackWarning")
+
 
 def _junk(draw: st.DrawFn) -> Any:
     """One junk value: a bad scalar, nested junk, or a bad numpy array."""

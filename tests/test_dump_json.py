@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,13 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from arrow_split import ColumnSpec, DumpError, RolloutBatch, RolloutBatchBuilder
+from arrow_split import (
+    ColumnSpec,
+    DumpError,
+    ObjectFallbackWarning,
+    RolloutBatch,
+    RolloutBatchBuilder,
+)
 from arrow_split.testing import assert_batches_equal
 
 JSON_METADATA = ColumnSpec("metadata", "per_sample_object", codec="json")
@@ -48,12 +55,41 @@ def test_plain_data_is_stored_as_json_text(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
+    "value",
+    [
+        (1, 2),
+        math.nan,
+        math.inf,
+        -math.inf,
+        np.int64(3),
+        np.float32(0.1),
+        np.bool_(True),
+        np.uint64(2**64 - 1),
+        {"a": (1, (2, np.float16(0.5)))},
+        [(), {"b": math.nan}],
+    ],
+)
+def test_numpy_scalars_tuples_and_nonfinite_floats_stay_json(value: Any, tmp_path: Path) -> None:
+    # one Arrow type for every step: written as tagged JSON objects, read back exactly
+    metadata = [{"a": 1}, value]
+    batch = RolloutBatch.from_train_data(_data(metadata), specs=[JSON_METADATA])
+    assert batch.specs["metadata"].codec == "json"
+    batch.write(tmp_path / "b.arrow")
+    for source in (batch, RolloutBatch.read(tmp_path / "b.arrow")):
+        decoded = source.to_train_data()["metadata"][1]
+        assert type(decoded) is type(value)
+        assert repr(decoded) == repr(value)  # NaN too
+
+
+@pytest.mark.parametrize(
     "misfit",
-    [(1, 2), b"raw", {1: "int key"}, math.nan, math.inf, np.int64(3), {"a": (1,)}, {"a": {2}}],
+    [b"raw", {1: "int key"}, {"a": {2}}, {"__arrow_split__": "tuple", "items": []}],
 )
 def test_a_value_json_would_change_falls_back_to_pickle(misfit: Any) -> None:
     metadata = [{"a": 1}, misfit]
-    batch = RolloutBatch.from_train_data(_data(metadata), specs=[JSON_METADATA])
+    with pytest.warns(ObjectFallbackWarning) as caught:
+        batch = RolloutBatch.from_train_data(_data(metadata), specs=[JSON_METADATA])
+    assert (caught[0].message.key, caught[0].message.sample) == ("metadata", 1)
     assert batch.specs["metadata"].codec == "pickle"
     decoded = batch.to_train_data()["metadata"]
     assert type(decoded[1]) is type(misfit)  # kept exactly, as a pickle keeps it
@@ -71,12 +107,14 @@ def test_the_builder_gives_the_batch_from_train_data_gives() -> None:
 
 def test_metadata_is_json_by_default_in_every_entry_path() -> None:
     assert RolloutBatch.from_train_data(_data(FITS)).specs["metadata"].codec == "json"
-    for groups in ([FITS, FITS], [FITS, [(1, 2)]], [[(1, 2)], FITS]):
+    for groups in ([FITS, FITS], [FITS, [{2}]], [[{2}], FITS]):
         builder = RolloutBatchBuilder()
-        for metadata in groups:
-            builder.extend(_data(metadata))
-        every = [value for metadata in groups for value in metadata]
-        expected = RolloutBatch.from_train_data(_data(every))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ObjectFallbackWarning)
+            for metadata in groups:
+                builder.extend(_data(metadata))
+            every = [value for metadata in groups for value in metadata]
+            expected = RolloutBatch.from_train_data(_data(every))
         assert expected.specs["metadata"].codec == ("json" if every == FITS * 2 else "pickle")
         assert_batches_equal(builder.finish(), expected)
 
@@ -106,3 +144,12 @@ def test_polars_and_duckdb_read_the_json(tmp_path: Path) -> None:
         f"select json_extract(metadata::JSON, '$.a')::INT from read_parquet('{path}')"
     ).fetchall()
     assert rows == [(1,), (2,)]
+
+
+def test_the_builder_names_the_sample_of_the_batch_when_it_falls_back() -> None:
+    builder = RolloutBatchBuilder()
+    builder.extend(_data([{"a": 1}, {"a": 2}]))
+    with pytest.warns(ObjectFallbackWarning) as caught:
+        builder.extend(_data([{"a": 3}, {"a": {4}}]))
+    assert (caught[0].message.key, caught[0].message.sample) == ("metadata", 3)
+    assert str(caught[0].message).startswith("sample 3: `metadata` holds a dict value")

@@ -26,6 +26,7 @@ from arrow_split import (
     RolloutBatchBuilder,
     SchemaError,
 )
+from tests.error_facts import assert_facts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -170,8 +171,9 @@ def test_an_existing_step_dump_is_never_overwritten(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("identity", ["nope", "raw_reward", "", "tokens"])
 def test_the_identity_key_is_checked_when_the_builder_is_made(identity: str) -> None:
-    with pytest.raises(SchemaError, match="`identity`"):
+    with pytest.raises(SchemaError) as caught:
         RolloutBatchBuilder(identity=identity)
+    assert_facts(caught.value, {"key": "identity"})
 
 
 def test_a_sample_without_identity_is_refused() -> None:
@@ -185,11 +187,13 @@ def test_a_sample_without_identity_is_refused() -> None:
 
 @pytest.mark.parametrize("journal", [None, 123, True, ["a"], b"folder"])
 def test_bad_journal_arguments_are_typed_errors(journal: object) -> None:
-    with pytest.raises(OptionTypeError, match="`journal` must be a path"):
+    with pytest.raises(OptionTypeError) as caught:
         RolloutBatchBuilder.recover(journal)  # type: ignore[arg-type]
+    assert_facts(caught.value, {"key": "journal"})
     if journal is not None:
-        with pytest.raises(OptionTypeError, match="`journal` must be a path"):
+        with pytest.raises(OptionTypeError) as caught:
             RolloutBatchBuilder(journal=journal)  # type: ignore[arg-type]
+        assert_facts(caught.value, {"key": "journal"})
 
 
 def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
@@ -222,8 +226,9 @@ def test_a_header_flag_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
         "exact_floats": False,
         "identity": None,
     }
-    with pytest.raises(JournalError, match="`allow_nonfinite` must be bool"):
+    with pytest.raises(JournalError) as caught:
         parse_header(header, "f", 0)
+    assert_facts(caught.value, {"key": "allow_nonfinite"})
 
 
 def test_recovered_step_decodes_plain_objects_only_unless_trusted(tmp_path):
@@ -685,3 +690,33 @@ def test_a_global_records_spec_with_a_value_type_of_another_json_kind_is_a_journ
     with pytest.raises(JournalError):
         RolloutBatchBuilder.recover(folder)
     assert path.read_bytes() == damaged
+
+
+def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None:
+    # the record's frame and checksum are right; its content is not a batch's: without salvage
+    # a JournalError naming the file and the offset, with salvage the record is skipped
+    from arrow_split._journal import global_record
+    from arrow_split.schema import KNOWN_COLUMNS
+
+    builder = RolloutBatchBuilder(journal=tmp_path)
+    builder.append({"tokens": [1, 2]})
+    spec = KNOWN_COLUMNS["dynamic_global_batch_size"]
+    assert builder._journal is not None
+    builder._journal.write("global", global_record(spec.name, spec, -3), [])
+    builder.append({"tokens": [3]})
+    builder.close()
+    with pytest.raises(JournalError) as caught:
+        RolloutBatchBuilder.recover(tmp_path)
+    assert caught.value.path is not None
+    assert caught.value.path.endswith(".journal")
+    assert caught.value.offset is not None
+    assert caught.value.offset > 0
+    salvaged = RolloutBatchBuilder.recover(tmp_path, salvage=True)
+    assert len(salvaged) == 2
+    assert [damage.offset for damage in salvaged.salvaged] == [caught.value.offset]
+    assert "breaks a rule" in salvaged.salvaged[0].reason
+    salvaged.close()
+    again = RolloutBatchBuilder.recover(tmp_path)  # the journal was rewritten without it
+    assert len(again) == 2
+    assert "dynamic_global_batch_size" not in again.finish().batch_globals
+    again.close()

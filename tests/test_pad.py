@@ -20,6 +20,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
 )
 from arrow_split.testing.strategies import train_data
+from tests.error_facts import assert_facts
 from tests.reference_pad import reference_pad_to_dp
 from tests.reference_split import normalize, reference_split
 
@@ -114,18 +115,21 @@ def test_balanced_load_of_a_padded_batch() -> None:
 
 def test_pad_to_dp_needs_a_bool_and_a_whole_batch() -> None:
     data = small_batch(3)
-    with pytest.raises(OptionTypeError, match=r"`pad_to_dp` must be a bool"):
+    with pytest.raises(OptionTypeError) as caught:
         split_train_data_by_dp_raw(data, 2, balance_data=True, pad_to_dp=1)  # type: ignore[arg-type]
+    assert_facts(caught.value, {"key": "pad_to_dp"})
     shard = split_train_data_by_dp_raw(data, 1, balance_data=False)[0]
-    with pytest.raises(SchemaTypeError, match=r"`pad_to_dp` pads a whole RolloutBatch"):
+    with pytest.raises(SchemaTypeError) as caught:
         pad_to_dp(shard, 2)
+    assert_facts(caught.value, {"key": "pad_to_dp"})
 
 
 def test_raw_reward_of_a_padded_batch_counts_real_samples() -> None:
     padded = pad_to_dp(RolloutBatch.from_train_data(small_batch(3)), 2).to_train_data()
     padded["raw_reward"] = [0.0, 1.0, 2.0, 3.0]  # one per row, padding included
-    with pytest.raises(SchemaError, match=r"`raw_reward` has 4 values but the batch has 3"):
+    with pytest.raises(SchemaError) as caught:
         RolloutBatch.from_train_data(padded)
+    assert_facts(caught.value, {"key": "raw_reward"})
 
 
 def test_a_padded_batch_dumps_and_reads_back(tmp_path: Any) -> None:

@@ -12,6 +12,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from arrow_split import (
+    OptionTypeError,
     Plan,
     PlanMismatchError,
     RankSchedule,
@@ -497,7 +498,7 @@ STATIC = ScheduleConfig(global_batch_size=4)
         ({"global_batch_size": 1, "max_tokens_per_gpu": 0}, PlanError, r"`max_tokens_per_gpu`"),
         (
             {"global_batch_size": 1, "balance_data": 1},
-            PlanTypeError,
+            OptionTypeError,
             r"`balance_data` must be a bool",
         ),
         (

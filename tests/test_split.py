@@ -26,6 +26,7 @@ from arrow_split import (
     take_rows,
 )
 from arrow_split.testing.strategies import train_data
+from tests.error_facts import assert_facts
 from tests.reference_split import normalize, reference_split
 
 
@@ -241,7 +242,9 @@ def test_the_run_copying_take_equals_arrows_take(data: dict[str, Any], draw: st.
 
 def test_take_rows_rejects_rows_outside_the_batch() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3]]})
-    with pytest.raises(PlanError, match=r"`indices` holds row -1, outside \[0, 3\)"):
+    with pytest.raises(PlanError) as caught:
         take_rows(batch, np.array([0, -1]))
-    with pytest.raises(PlanError, match=r"`indices` must be a 1-D array of row numbers"):
+    assert_facts(caught.value, {"key": "indices"})
+    with pytest.raises(PlanError) as caught:
         take_rows(batch, np.array([[0]]))
+    assert_facts(caught.value, {"key": "indices"})

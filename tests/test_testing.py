@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 
+import arrow_split
 from arrow_split import (
     KNOWN_COLUMNS,
     PlanKey,
@@ -29,6 +30,7 @@ from arrow_split.testing import (
     make_train_data,
 )
 from arrow_split.testing.strategies import rollout_batches
+from tests.error_facts import assert_facts
 
 SMALL = RolloutConfig(samples=24, response_mean=40.0, response_cap=64, moe_shape=(2, 3), seed=7)
 
@@ -176,10 +178,12 @@ def test_invalid_configs(changes: dict[str, Any], match: str) -> None:
 
 
 def test_invalid_step_and_group_size() -> None:
-    with pytest.raises(ValueError, match=r"`step` must be >= 0 and <= 2147483647, got -1"):
+    with pytest.raises(arrow_split.ArrowSplitError) as caught:
         make_train_data(SMALL, -1)
-    with pytest.raises(ValueError, match=r"`group_size` must be >= 1, got 0"):
+    assert_facts(caught.value, {"key": "step"})
+    with pytest.raises(arrow_split.ArrowSplitError) as caught:
         next(iter_sample_groups(SMALL, 0))
+    assert_facts(caught.value, {"key": "group_size"})
 
 
 # --- the assertions ---------------------------------------------------------------------------

@@ -58,6 +58,7 @@ class EncodeOptions:
 
     allow_nonfinite: bool = False  # keep NaN and infinity in float columns
     exact_floats: bool = False  # reject a float a float32 column would round (else rounded)
+    first_sample: int = 0  # the batch's index of the first sample encoded (a builder's group)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -52,14 +52,14 @@ def per_sample_values(
             f"{value!r:.40}; wrap a single sample's value in a list, or declare a batch-wide value "
             "as a batch_global ColumnSpec"
         )
-        raise ColumnTypeError(msg)
+        raise ColumnTypeError(msg, key=key)
     if num_samples is not None and len(value) != num_samples:
         source = source or _KNOWN_ROLES.length_source
         msg = (
             f"`{key}` has {len(value)} values but `{source}` has {num_samples} samples; every "
             "per-sample key needs exactly one value per sample (rows would misalign)"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(msg, key=key)
     return value  # type: ignore[no-any-return]
 
 
@@ -67,7 +67,7 @@ def _length_source(roles: Roles) -> str:
     if roles.length_source is None:
         name = _KNOWN_ROLES.length_source
         msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=name)
     return roles.length_source
 
 
@@ -80,7 +80,7 @@ def encode_train_data(
     """
     if not isinstance(data, Mapping):
         msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="data")
     resolved = resolve_specs(data.keys(), specs)
     columns, used, batch_globals = encode_columns(data, resolved, options)
     names = [key for key in resolved if key in columns]
@@ -214,16 +214,16 @@ class LengthRules:
         lengths = np.asarray(array.to_numpy(zero_copy_only=False))
         if len(lengths) and lengths.min() < 0:
             sample = int(np.argmin(lengths))
-            msg = f"sample {sample}: `{name}` must be >= 0, got {lengths[sample]}"
-            raise ValueRangeError(msg)
+            msg = f"`{name}` must be >= 0, got {lengths[sample]}"
+            raise ValueRangeError(msg, key=name, sample=sample)
         longer = lengths > self.total_lengths
         if longer.any():
             sample = int(np.argmax(longer))
             msg = (
-                f"sample {sample}: `{name}` is {lengths[sample]} but the sample has only "
+                f"`{name}` is {lengths[sample]} but the sample has only "
                 f"{self.total_lengths[sample]} tokens; the response is part of `{self.source}`"
             )
-            raise RaggedLengthError(msg)
+            raise RaggedLengthError(msg, key=name, sample=sample)
         return lengths
 
     def check(self, columns: Mapping[str, pa.Array], specs: Mapping[str, ColumnSpec]) -> None:
@@ -243,7 +243,7 @@ class LengthRules:
                         f"`{name}` is aligned to the response, so `{response}` is required; "
                         f"add `{response}` (one int per sample) to the train data"
                     )
-                    raise SchemaError(msg)
+                    raise SchemaError(msg, key=name)
                 reference, expected = f"`{self.response[0]}`", self.response[1]
                 bad = actual != expected
             elif rule == "tokens":
@@ -269,10 +269,10 @@ def _raise_length(
     sample = int(np.argmax(bad))
     relation = "at least " if at_least is not None and at_least[sample] else ""
     msg = (
-        f"sample {sample}: `{key}` has {actual[sample]} values but {reference} says "
+        f"`{key}` has {actual[sample]} values but {reference} says "
         f"{relation}{expected[sample]}; per-token columns must match their sample's length"
     )
-    raise RaggedLengthError(msg)
+    raise RaggedLengthError(msg, key=key, sample=sample)
 
 
 def decode_train_data(
@@ -301,7 +301,7 @@ def check_parts(
     """Raise unless the record batch's columns are the per-sample specs, every global valued."""
     if not isinstance(record_batch, pa.RecordBatch):
         msg = f"`record_batch` must be a pyarrow.RecordBatch, got {type(record_batch).__name__}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="record_batch")
     names = record_batch.schema.names
     per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
     source = Roles.of(specs).length_source
@@ -350,9 +350,8 @@ def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
 
 def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
     row = None if nulls is None else int(np.argmax(nulls.to_numpy(zero_copy_only=False)))
-    where = "a value" if row is None else f"sample {row}"
-    msg = f"{where}: `{spec.name}` is null; a {spec.kind} column holds no nulls"
-    raise ValueRangeError(msg)
+    msg = f"`{spec.name}` is null; a {spec.kind} column holds no nulls"
+    raise ValueRangeError(msg, key=spec.name, sample=row)
 
 
 def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:

@@ -10,7 +10,7 @@ import functools
 import struct
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, cast
+from typing import Any, NoReturn, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
@@ -21,6 +21,7 @@ from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ARROW_ERRORS",
+    "At",
     "array_1d",
     "as_array",
     "check_array_dtype",
@@ -45,6 +46,14 @@ __all__ = [
 ARROW_ERRORS = (pa.ArrowException, TypeError, ValueError, OverflowError)
 
 
+class At(TypedDict, total=False):
+    """Where a value is, as the fields of the error that names it (none: the whole column)."""
+
+    sample: int
+    position: int
+    item: int
+
+
 def is_array(value: object) -> bool:
     """Whether a sample is array-like (numpy, ``__array__``, ``__dlpack__``, a buffer)."""
     if isinstance(value, (list, tuple, str, bytes, bytearray)):
@@ -58,28 +67,24 @@ def is_array(value: object) -> bool:
     return True
 
 
-def as_array(value: object, name: str, location: str) -> np.ndarray:
+def as_array(value: object, name: str, at: At) -> np.ndarray:
     """``np.asarray(value)`` (``np.from_dlpack`` without ``__array__``), or a ColumnTypeError.
 
     A masked array with masked values is refused: ``np.asarray`` would keep the masked slots.
     """
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
-        msg = (
-            f"{location}: `{name}` is a masked array with {masked} masked values; fill them "
-            "first (`.filled(...)`) or drop the samples they belong to"
-        )
-        raise ColumnTypeError(msg)
+        msg = f"`{name}` is a masked array with {masked} masked values"
+        fix = "fill them first (`.filled(...)`) or drop the samples they belong to"
+        raise ColumnTypeError(msg, key=name, fix=fix, **at)
     try:
         if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
             return np.from_dlpack(value)
         return np.asarray(value)
     except (TypeError, ValueError, OverflowError, RuntimeError, BufferError) as exc:
-        msg = (
-            f"{location}: `{name}` is not a rectangular array of numbers ({exc}); pass a list of "
-            "numbers or a numeric numpy array"
-        )
-        raise ColumnTypeError(msg) from None
+        msg = f"`{name}` is not a rectangular array of numbers ({exc})"
+        fix = "pass a list of numbers or a numeric numpy array"
+        raise ColumnTypeError(msg, key=name, fix=fix, **at) from None
 
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:
@@ -105,16 +110,18 @@ def _allowed_kinds(spec: ColumnSpec) -> str:
     return "iuf" if target_dtype(spec).kind == "f" else "iu"
 
 
-def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, location: str, given: object) -> None:
+def check_array_dtype(spec: ColumnSpec, dtype: np.dtype, at: At, given: object) -> None:
     """Raise if an array's dtype cannot hold the column's values, hinting ``given``'s own cast."""
     if dtype.kind not in _allowed_kinds(spec):
         kind = {"f": "a float", "b": "a bool"}.get(target_dtype(spec).kind, "an integer")
-        msg = (
-            f"{location}: `{spec.name}` is {kind} column ({spec.value_type}) but the array has "
-            f"dtype {dtype}; convert it with {_cast_hint(spec, given)} in the producer, or declare "
-            "the column's type with a ColumnSpec"
+        msg = f"`{spec.name}` is {kind} column ({spec.value_type}) but the array has dtype {dtype}"
+        fix = (
+            f"convert it with {_cast_hint(spec, given)} in the producer, or declare the column's "
+            "type with a ColumnSpec"
         )
-        raise ColumnTypeError(msg)
+        raise ColumnTypeError(
+            msg, key=spec.name, expected=str(spec.value_type), got=str(dtype), fix=fix, **at
+        )
 
 
 def _cast_hint(spec: ColumnSpec, given: object) -> str:
@@ -125,14 +132,14 @@ def _cast_hint(spec: ColumnSpec, given: object) -> str:
     return f"`.astype(np.{'bool_' if name == 'bool' else name})`"
 
 
-def array_1d(spec: ColumnSpec, value: object, location: str, shape: str) -> np.ndarray:
+def array_1d(spec: ColumnSpec, value: object, at: At, shape: str) -> np.ndarray:
     """``value`` as a 1-D array of numbers the column takes; ``shape`` says what 1-D means."""
-    array = as_array(value, spec.name, location)
+    array = as_array(value, spec.name, at)
     if array.ndim != 1:
-        msg = f"{location}: `{spec.name}` must be 1-D {shape}, got shape {array.shape}"
-        raise ColumnTypeError(msg)
+        expected, got = f"1-D {shape}", f"shape {array.shape}"
+        raise ColumnTypeError(key=spec.name, expected=expected, got=got, **at)
     if array.size:
-        check_array_dtype(spec, array.dtype, location, value)
+        check_array_dtype(spec, array.dtype, at, value)
     return array
 
 
@@ -163,7 +170,7 @@ def offsets_from_lengths(lengths: np.ndarray) -> np.ndarray:
 
 def flat_from_arrays(spec: ColumnSpec, samples: Sequence[object]) -> tuple[np.ndarray, np.ndarray]:
     """Flat values and offsets of a column given as one 1-D array per sample."""
-    arrays = [array_1d(spec, value, f"sample {i}", "per sample") for i, value in enumerate(samples)]
+    arrays = [array_1d(spec, value, At(sample=i), "per sample") for i, value in enumerate(samples)]
     lengths = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
     return concatenate(spec, arrays), offsets_from_lengths(lengths)
 
@@ -193,11 +200,12 @@ def _exact_integers(
         if array.dtype == np.uint64 and array.size and array.max() > limit:
             position = int(np.argmax(array.reshape(-1) > limit))
             msg = (
-                f"sample {sample}, position {position}: `{name}` value "
-                f"{array.reshape(-1)[position].item()!r} is out of range for every integer column "
-                f"type (at most {limit}); fix the value"
+                f"`{name}` value {array.reshape(-1)[position].item()!r} is out of range for every "
+                f"integer column type (at most {limit})"
             )
-            raise ValueRangeError(msg)
+            raise ValueRangeError(
+                msg, key=name, sample=sample, position=position, fix="fix the value"
+            )
     return [array.astype(np.int64) if array.dtype == np.uint64 else array for array in filled]
 
 
@@ -259,13 +267,15 @@ def _check_only_bools(spec: ColumnSpec, samples: Sequence[object], *, ragged: bo
         items = values if ragged and isinstance(values, (list, tuple)) else [values]
         for position, value in enumerate(items):
             if not is_bool_value(value):
-                at = f"sample {sample}, position {position}" if ragged else f"sample {sample}"
+                at = At(sample=sample, position=position) if ragged else At(sample=sample)
                 msg = (
-                    f"{at}: `{spec.name}` is a bool column but holds {type(value).__name__} "
-                    f"{value!r:.40}; pass True/False (0 and 1 are ints), or declare the column "
-                    "with `flag=True` to take 0/1 ints"
+                    f"`{spec.name}` is a bool column but holds {type(value).__name__} {value!r:.40}"
                 )
-                raise ColumnTypeError(msg)
+                fix = (
+                    "pass True/False (0 and 1 are ints), or declare the column with `flag=True` "
+                    "to take 0/1 ints"
+                )
+                raise ColumnTypeError(msg, key=spec.name, fix=fix, **at)
 
 
 def _holds_a_bool(samples: Sequence[object]) -> bool:
@@ -284,7 +294,7 @@ def _flat_from_mixed_flags(
     """The slow path for a flag column whose lists mix bools and ints."""
     arrays = []
     for sample, values in enumerate(samples):
-        array = as_array(values, spec.name, f"sample {sample}")
+        array = as_array(values, spec.name, At(sample=sample))
         if array.ndim != 1 or (array.size and array.dtype.kind not in "biu"):
             locate("values that are neither bool nor int")
         arrays.append(array.astype(np.int64))
@@ -410,12 +420,12 @@ def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray
 # --- checks on flat numbers, and the errors naming the sample ------------------------------------
 
 
-def _where(offsets: np.ndarray | None, flat_index: int) -> str:
-    """Describe a flat value index as ``sample i`` or ``sample i, position j``."""
+def _where(offsets: np.ndarray | None, flat_index: int) -> At:
+    """Where a flat value index is: ``sample`` (no offsets), or ``sample`` and ``position``."""
     if offsets is None:
-        return f"sample {flat_index}"
+        return At(sample=flat_index)
     sample = int(np.searchsorted(offsets, flat_index, side="right")) - 1
-    return f"sample {sample}, position {flat_index - int(offsets[sample])}"
+    return At(sample=sample, position=flat_index - int(offsets[sample]))
 
 
 def _check_int_range(
@@ -431,13 +441,10 @@ def _check_int_range(
         _out_of_range(_where(offsets, index), name, values[index].item(), info)
 
 
-def _out_of_range(location: str, name: str, value: object, info: np.iinfo) -> NoReturn:
-    msg = (
-        f"{location}: `{name}` value {value!r} is out of range for {info.dtype} [{info.min}, "
-        f"{info.max}]; fix the value, or declare the column with a wider `value_type` in a "
-        "ColumnSpec"
-    )
-    raise ValueRangeError(msg)
+def _out_of_range(at: At, name: str, value: object, info: np.iinfo) -> NoReturn:
+    msg = f"`{name}` value {value!r} is out of range for {info.dtype} [{info.min}, {info.max}]"
+    fix = "fix the value, or declare the column with a wider `value_type` in a ColumnSpec"
+    raise ValueRangeError(msg, key=name, got=repr(value), fix=fix, **at)
 
 
 def check_finite(
@@ -460,23 +467,24 @@ def check_finite(
     if not bad.any():
         return
     index = int(np.argmax(bad))
+    got = repr(values[index].item())
     if counted is not None:
         msg = (
-            f"{_where(offsets, index)}: `{name}` holds {values[index].item()!r} where "
-            f"`{mask_name}` is {counted[index].item()!r}; NaN and infinity are refused on tokens "
-            f"that count toward the loss (allowed where `{mask_name}` is 0); fix the producer, "
-            "or pass `allow_nonfinite=True` to `from_train_data` to keep them everywhere"
+            f"`{name}` holds {got} where `{mask_name}` is {counted[index].item()!r}; NaN and "
+            "infinity are refused on tokens that count toward the loss (allowed where "
+            f"`{mask_name}` is 0)"
+        )
+        fix = (
+            "fix the producer, or pass `allow_nonfinite=True` to `from_train_data` to keep "
+            "them everywhere"
         )
     else:
         unmasked = (
             f" (the batch has no `{mask_name}`: every response token counts)" if mask_name else ""
         )
-        msg = (
-            f"{_where(offsets, index)}: `{name}` holds {values[index].item()!r}{unmasked}; NaN "
-            "and infinity are rejected by default; fix the producer, or pass "
-            "`allow_nonfinite=True` to `from_train_data` to keep them"
-        )
-    raise ValueRangeError(msg)
+        msg = f"`{name}` holds {got}{unmasked}; NaN and infinity are rejected by default"
+        fix = "fix the producer, or pass `allow_nonfinite=True` to `from_train_data` to keep them"
+    raise ValueRangeError(msg, key=name, got=got, fix=fix, **_where(offsets, index))
 
 
 def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> None:
@@ -486,11 +494,14 @@ def check_flag(name: str, values: np.ndarray, offsets: np.ndarray | None) -> Non
     bad = (values != 0) & (values != 1)
     if bad.any():
         index = int(np.argmax(bad))
-        msg = (
-            f"{_where(offsets, index)}: `{name}` must hold 0/1 (or bool) values, got "
-            f"{values[index].item()!r}"
+        expected, got = "0/1 (or bool) values", repr(values[index].item())
+        raise ValueRangeError(
+            f"`{name}` must hold {expected}, got {got}",
+            key=name,
+            expected=expected,
+            got=got,
+            **_where(offsets, index),
         )
-        raise ValueRangeError(msg)
 
 
 def _check_float32_exact(
@@ -505,12 +516,15 @@ def _check_float32_exact(
     if bad.any():
         index = int(np.argmax(bad))
         msg = (
-            f"{_where(offsets, index)}: `{name}` value {values[index].item()!r} is not exactly a "
-            "float32 and the column is float32 while `exact_floats=True`; drop `exact_floats` to "
-            "round to the nearest float32 (what `torch.tensor(..., dtype=torch.float32)` does), "
-            "or declare the column float64 with a ColumnSpec to keep every bit"
+            f"`{name}` value {values[index].item()!r} is not exactly a float32 and the column "
+            "is float32 while `exact_floats=True`"
         )
-        raise ValueRangeError(msg)
+        fix = (
+            "drop `exact_floats` to round to the nearest float32 (what `torch.tensor(..., "
+            "dtype=torch.float32)` does), or declare the column float64 with a ColumnSpec to "
+            "keep every bit"
+        )
+        raise ValueRangeError(msg, key=name, fix=fix, **_where(offsets, index))
 
 
 _HINTS = {"float": "`float(v)`", "integer": "`int(v)`", "flag (0/1)": "`int(bool(v))`"}
@@ -536,24 +550,25 @@ def check_list_samples(name: str, samples: Sequence[object]) -> None:
         text = isinstance(values, (str, bytes, bytearray))
         if type(values) is not list and (text or not isinstance(values, Sequence)):
             msg = (
-                f"sample {sample}: `{name}` must be a list of numbers per sample, got "
-                f"{type(values).__name__} {values!r:.40}; pass a list or a 1-D numpy array"
+                f"`{name}` must be a list of numbers per sample, got {type(values).__name__} "
+                f"{values!r:.40}"
             )
-            raise ColumnTypeError(msg)
+            fix = "pass a list or a 1-D numpy array"
+            raise ColumnTypeError(msg, key=name, sample=sample, fix=fix)
 
 
 def _numbered(
     samples: Sequence[object], *, ragged: bool, name: str, start: int
-) -> Iterator[tuple[str, object]]:
+) -> Iterator[tuple[At, object]]:
     """Yield ``(where, value)`` for every value of a Python column, checking ragged samples."""
     if ragged:
         check_list_samples(name, samples)
     for sample, values in enumerate(samples, start=start):
         if not ragged:
-            yield f"sample {sample}", values
+            yield At(sample=sample), values
             continue
         for position, value in enumerate(cast("Sequence[object]", values)):
-            yield f"sample {sample}, position {position}", value
+            yield At(sample=sample, position=position), value
 
 
 def locate_python_value(
@@ -573,27 +588,27 @@ def locate_python_value(
     integer = target.kind in "iub"
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
     bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
-    for location, value in _numbered(samples, ragged=ragged, name=name, start=start):
+    for at, value in _numbered(samples, ragged=ragged, name=name, start=start):
         if (
             integer
             and isinstance(value, (int, np.integer))
             and not bounds.min <= value <= bounds.max
         ):
-            _out_of_range(location, name, value, bounds)
+            _out_of_range(at, name, value, bounds)
         if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
-            msg = (
-                f"{location}: `{name}` value {value!r:.40} is an int outside int64 in a float "
-                "column; pass floats (`float(v)`, where it fits a float64)"
-            )
-            raise ValueRangeError(msg)
+            msg = f"`{name}` value {value!r:.40} is an int outside int64 in a float column"
+            fix = "pass floats (`float(v)`, where it fits a float64)"
+            raise ValueRangeError(msg, key=name, fix=fix, **at)
         problem = _bad_python_value(value, integer=integer, flag=flag)
         if problem is not None:
             msg = (
-                f"{location}: `{name}` is {'an' if kind == 'integer' else 'a'} {kind} column but "
-                f"holds {problem} ({value!r:.40}); pass {kind} values (convert in the producer, "
-                f"e.g. {_HINTS[kind]} or `np.asarray(v, dtype=...)`), or declare the column's "
-                "type with a ColumnSpec"
+                f"`{name}` is {'an' if kind == 'integer' else 'a'} {kind} column but holds "
+                f"{problem} ({value!r:.40})"
             )
-            raise ColumnTypeError(msg)
+            fix = (
+                f"pass {kind} values (convert in the producer, e.g. {_HINTS[kind]} or "
+                "`np.asarray(v, dtype=...)`), or declare the column's type with a ColumnSpec"
+            )
+            raise ColumnTypeError(msg, key=name, got=problem, fix=fix, **at)
     msg = f"`{name}` could not be converted to a {kind} column: {cause}"
-    raise ColumnTypeError(msg)
+    raise ColumnTypeError(msg, key=name)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +31,7 @@ from arrow_split._codecs._base import (
     trailing_shape,
 )
 from arrow_split._codecs._numeric import (
+    At,
     as_array,
     check_array_dtype,
     check_list_samples,
@@ -73,7 +73,7 @@ class RaggedCodec(Codec):
             values, offsets = flat_from_arrays(spec, samples)
         else:
             mixed = [
-                as_array(s, spec.name, f"sample {i}").tolist() if is_array(s) else s
+                as_array(s, spec.name, At(sample=i)).tolist() if is_array(s) else s
                 for i, s in enumerate(samples)
             ]
             check_list_samples(spec.name, mixed)
@@ -133,23 +133,19 @@ def _locate_nested(spec: ColumnSpec, sample: int, value: object, dtype: np.dtype
 
 
 def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
-    array = as_array(value, spec.name, f"sample {sample}")
+    array = as_array(value, spec.name, At(sample=sample))
     if array.size and array.ndim:
         _locate_nested(spec, sample, value, array.dtype)
     if array.ndim == 0:
-        msg = (
-            f"sample {sample}: `{spec.name}` must be an array of shape [rows, ...] per sample, "
-            f"got the scalar {value!r:.40}"
-        )
-        raise ColumnTypeError(msg)
+        expected, got = "an array of shape [rows, ...] per sample", f"the scalar {value!r:.40}"
+        raise ColumnTypeError(key=spec.name, sample=sample, expected=expected, got=got)
     if array.size and array.dtype.kind not in "biuf":
-        msg = (
-            f"sample {sample}: `{spec.name}` must hold numbers, got an array of dtype "
-            f"{array.dtype} (None values, or rows of different lengths?)"
-        )
-        raise ColumnTypeError(msg)
+        expected = "numbers"
+        got = f"an array of dtype {array.dtype} (None values, or rows of different lengths?)"
+        msg = f"`{spec.name}` must hold {expected}, got {got}"
+        raise ColumnTypeError(msg, key=spec.name, sample=sample, expected=expected, got=got)
     if array.size:
-        check_array_dtype(spec, array.dtype, f"sample {sample}", value)
+        check_array_dtype(spec, array.dtype, At(sample=sample), value)
     return array
 
 
@@ -161,17 +157,18 @@ def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarr
     for sample, array in shaped:
         if array.shape[1:] != trailing:
             msg = (
-                f"sample {sample}: `{spec.name}` has trailing shape {array.shape[1:]} but sample "
-                f"{shaped[0][0]} has {trailing}; every sample must have the same shape after the "
-                "first axis"
+                f"`{spec.name}` has trailing shape {array.shape[1:]} but an earlier sample has "
+                f"{trailing}; every sample must have the same shape after the first axis"
             )
-            raise RaggedLengthError(msg)
+            raise RaggedLengthError(
+                msg, key=spec.name, sample=sample, expected=str(trailing), got=str(array.shape[1:])
+            )
     if 0 in trailing:
         msg = (
-            f"sample {shaped[0][0]}: `{spec.name}` has trailing shape {trailing}; every axis after "
-            "the first must have at least one element (an empty sample is shape [0, ...])"
+            f"`{spec.name}` has trailing shape {trailing}; every axis after the first must have "
+            "at least one element (an empty sample is shape [0, ...])"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(msg, key=spec.name, sample=shaped[0][0], got=str(trailing))
     target = target_dtype(spec)
     return [
         array if array.size else np.empty((len(array), *trailing), dtype=target) for array in arrays
@@ -251,9 +248,6 @@ class TensorCodec(RaggedCodec):
 # --- per_token_list ------------------------------------------------------------------------------
 
 
-_LOCATION = re.compile(r"^sample (\d+), position (\d+): ")
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class TokenLists:
     """One sample of a ``per_token_list`` column in CSR form.
@@ -299,41 +293,43 @@ def check_nonempty(spec: ColumnSpec, sample_offsets: np.ndarray, token_offsets: 
     sample = int(np.searchsorted(sample_offsets, token, side="right")) - 1
     position = token - int(sample_offsets[sample])
     msg = (
-        f"sample {sample}, position {position}: `{spec.name}` has an empty list for this token "
-        f"(offsets {int(token_offsets[token])} -> {int(token_offsets[token + 1])}); the column "
-        "is `nonempty`: every token needs at least one value, so a sample's offsets must be "
-        "strictly increasing; fix the producer, or drop the sample"
+        f"`{spec.name}` has an empty list for this token (offsets {int(token_offsets[token])} -> "
+        f"{int(token_offsets[token + 1])}); the column is `nonempty`: every token needs at least "
+        "one value, so a sample's offsets must be strictly increasing"
     )
-    raise ValueRangeError(msg)
+    fix = "fix the producer, or drop the sample"
+    raise ValueRangeError(msg, key=spec.name, sample=sample, position=position, fix=fix)
 
 
 def _integer_offsets(spec: ColumnSpec, sample: int, offsets: object, count: int) -> np.ndarray:
     """A :class:`TokenLists`' offsets as int64, checked: from 0, non-decreasing, to ``count``."""
-    array = as_array(offsets, spec.name, f"sample {sample}")
+    array = as_array(offsets, spec.name, At(sample=sample))
     if array.ndim != 1 or len(array) < 1 or (array.size and array.dtype.kind not in "iu"):
         msg = (
-            f"sample {sample}: `{spec.name}` offsets must be a 1-D list of ints with one more "
-            f"entry than the sample has tokens, got {array.dtype} of shape {array.shape}"
+            f"`{spec.name}` offsets must be a 1-D list of ints with one more entry than the "
+            f"sample has tokens, got {array.dtype} of shape {array.shape}"
         )
-        raise ColumnTypeError(msg)
+        raise ColumnTypeError(msg, key=spec.name, sample=sample)
     result = array.astype(np.int64)
     if int(result[0]) != 0:
-        msg = f"sample {sample}: `{spec.name}` offsets must start at 0, got {int(result[0])}"
-        raise ValueRangeError(msg)
+        msg = f"`{spec.name}` offsets must start at 0, got {int(result[0])}"
+        raise ValueRangeError(msg, key=spec.name, sample=sample, got=str(int(result[0])))
     falling = np.flatnonzero(np.diff(result) < 0)
     if falling.size:
         token = int(falling[0])
         msg = (
-            f"sample {sample}, position {token}: `{spec.name}` offsets fall from "
-            f"{int(result[token])} to {int(result[token + 1])}; offsets never decrease"
+            f"`{spec.name}` offsets fall from {int(result[token])} to {int(result[token + 1])}; "
+            "offsets never decrease"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=spec.name, sample=sample, position=token)
     if int(result[-1]) != count:
         msg = (
-            f"sample {sample}: `{spec.name}` offsets end at {int(result[-1])} but the sample has "
-            f"{count} values; the last offset is the number of values"
+            f"`{spec.name}` offsets end at {int(result[-1])} but the sample has {count} values; "
+            "the last offset is the number of values"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(
+            msg, key=spec.name, sample=sample, expected=str(count), got=str(int(result[-1]))
+        )
     return result
 
 
@@ -348,46 +344,43 @@ def _csr(spec: ColumnSpec, sample: int, value: object) -> tuple[object, np.ndarr
     if isinstance(value, TokenLists):
         values = value.values
         if is_array(values):
-            values = as_array(values, spec.name, f"sample {sample}")
+            values = as_array(values, spec.name, At(sample=sample))
         if not isinstance(values, (list, tuple, np.ndarray)):
             msg = (
-                f"sample {sample}: `{spec.name}` values must be a list or a 1-D array, got "
+                f"`{spec.name}` values must be a list or a 1-D array, got "
                 f"{type(values).__name__} {values!r:.40}"
             )
-            raise ColumnTypeError(msg)
+            raise ColumnTypeError(msg, key=spec.name, sample=sample)
         return values, _integer_offsets(spec, sample, value.offsets, len(values))
     if is_array(value) and np.ndim(value) == 2:  # type: ignore[arg-type]
-        array = as_array(value, spec.name, f"sample {sample}")
+        array = as_array(value, spec.name, At(sample=sample))
         width = array.shape[1]
         return array.reshape(-1), np.arange(len(array) + 1, dtype=np.int64) * width
     if isinstance(value, (list, tuple)) and all(map(_token_list, value)):
         lengths = np.fromiter(map(len, value), dtype=np.int64, count=len(value))
         if value and all(map(is_array, value)):
-            arrays = [as_array(item, spec.name, f"sample {sample}") for item in value]
+            arrays = [as_array(item, spec.name, At(sample=sample)) for item in value]
             filled = [array for array in arrays if array.size]  # an empty one must not upcast
             return (np.concatenate(filled) if filled else []), offsets_from_lengths(lengths)
         flat: list[object] = []
         for item in value:
             flat.extend(item.tolist() if is_array(item) else item)
         return flat, offsets_from_lengths(lengths)
-    msg = (
-        f"sample {sample}: `{spec.name}` must be one list of numbers per token (a list of lists, "
-        f"a 2-D array or TokenLists(values, offsets)), got {type(value).__name__} {value!r:.40}"
+    expected = (
+        "one list of numbers per token (a list of lists, a 2-D array or "
+        "TokenLists(values, offsets))"
     )
-    raise ColumnTypeError(msg)
+    got = f"{type(value).__name__} {value!r:.40}"
+    raise ColumnTypeError(key=spec.name, sample=sample, expected=expected, got=got)
 
 
 def _at_token(error: ArrowSplitError, token_offsets: Sequence[np.ndarray]) -> ArrowSplitError:
-    """Say which token a value error is at: ``sample i, position t, item k``."""
-    found = _LOCATION.match(str(error))
-    if found is None:
+    """Say which token a value error is at: its sample's value ``position`` -> token and item."""
+    if error.sample is None or error.position is None or error.item is not None:
         return error
-    sample, flat = int(found.group(1)), int(found.group(2))
-    offsets = token_offsets[sample]
-    token = int(np.searchsorted(offsets, flat, side="right")) - 1
-    item = flat - int(offsets[token])
-    where = f"sample {sample}, position {token}, item {item}: "
-    return type(error)(where + str(error)[found.end() :])
+    offsets = token_offsets[error.sample]
+    token = int(np.searchsorted(offsets, error.position, side="right")) - 1
+    return error.replaced(position=token, item=error.position - int(offsets[token]))
 
 
 class TokenListsCodec(Codec):

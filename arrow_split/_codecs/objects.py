@@ -12,16 +12,21 @@ import codecs
 import dataclasses
 import importlib
 import io
-import json
-import math
 import pickle
+import warnings
 from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import Codec, EncodeOptions, RunsMemo, TypeFields, list_type
-from arrow_split.errors import ColumnTypeError, DumpError, UntrustedObjectError
+from arrow_split._codecs._json_values import fits_json, from_json_text, json_text, utf8
+from arrow_split.errors import (
+    ColumnTypeError,
+    DumpError,
+    ObjectFallbackWarning,
+    UntrustedObjectError,
+)
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = [
@@ -144,22 +149,28 @@ class ObjectsCodec(Codec):
         if spec.codec == "string":
             # exactly `str`: a subclass (numpy.str_, a StrEnum) is pickled, keeping its type,
             # so a builder's step gives the bytes from_train_data gives whatever the grouping
-            if all(type(value) is str for value in samples):
+            if all(type(value) is str and utf8(value) for value in samples):
                 return pa.array(samples, type=_TYPES["string"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "json":
-            if all(_fits_json(value) for value in samples):
-                return pa.array([_json_text(value) for value in samples], pa.large_string()), spec
+            misfit = next((i for i, value in enumerate(samples) if not fits_json(value)), None)
+            if misfit is None:
+                return pa.array([json_text(value) for value in samples], pa.large_string()), spec
+            kind, sample = type(samples[misfit]).__name__, options.first_sample + misfit
+            warnings.warn(ObjectFallbackWarning(spec.name, sample, kind), stacklevel=2)
             spec = dataclasses.replace(spec, codec="pickle")
         if spec.codec == "string_list":
-            return _string_lists(spec, samples), spec
+            _require_string_lists(spec, samples)
+            if all(utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
+                return pa.array(samples, type=_TYPES["string_list"][0]), spec
+            spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
         return _encode_once(_pickles(spec, samples)), spec
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
             return [None if value is None else pickle.loads(value) for value in _row_views(array)]
         if spec.codec == "json":
-            return [None if text is None else json.loads(text) for text in array.to_pylist()]
+            return [None if text is None else from_json_text(text) for text in array.to_pylist()]
         return list(array.to_pylist())
 
     def decode_read(
@@ -196,34 +207,12 @@ class ObjectsCodec(Codec):
         return super().take(array, indices)
 
 
-def _fits_json(value: object) -> bool:
-    """Whether ``value`` comes back from JSON exactly (same types, same values)."""
-    if value is None or type(value) in (str, int, bool):
-        return True
-    if type(value) is float:
-        return math.isfinite(value)
-    if type(value) is list:
-        return all(_fits_json(item) for item in value)
-    if type(value) is dict:
-        return all(type(key) is str and _fits_json(item) for key, item in value.items())
-    return False
-
-
-def _json_text(value: object) -> str | None:
-    if value is None:
-        return None
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-
-
 def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
     try:
-        return json.loads(text)
+        return from_json_text(text)
     except (ValueError, RecursionError) as exc:
-        msg = (
-            f"sample {sample}: `{spec.name}` holds text that is not JSON ({exc}); the file is "
-            "corrupt"
-        )
-        raise DumpError(msg) from exc
+        msg = f"`{spec.name}` holds text that is not JSON ({exc}); the file is corrupt"
+        raise DumpError(msg, key=spec.name, sample=sample) from exc
 
 
 def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
@@ -232,18 +221,18 @@ def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: b
         return _loads_trusted(value) if trust_objects else loads_plain(value)
     except NotPlainData as refused:
         msg = (
-            f"sample {sample}: `{spec.name}` holds a pickled `{refused.name}`, which is not plain "
+            f"`{spec.name}` holds a pickled `{refused.name}`, which is not plain "
             "data (None, bool, numbers, str, bytes, lists, tuples, sets, dicts, numpy arrays); "
             "decoding it would run code the file names: pass `trust_objects=True` when reading "
             "a file you trust"
         )
-        raise UntrustedObjectError(msg) from None
+        raise UntrustedObjectError(msg, key=spec.name, sample=sample) from None
     except Exception as exc:  # a corrupt pickle raises anything; unpickling user types too
         msg = (
-            f"sample {sample}: `{spec.name}` holds object bytes that do not decode "
+            f"`{spec.name}` holds object bytes that do not decode "
             f"({type(exc).__name__}: {exc}); the file is corrupt"
         )
-        raise DumpError(msg) from exc
+        raise DumpError(msg, key=spec.name, sample=sample) from exc
 
 
 def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
@@ -259,15 +248,11 @@ def _pickles(spec: ColumnSpec, samples: Sequence[object]) -> list[bytes | None]:
     return pickles
 
 
-def _string_lists(spec: ColumnSpec, samples: Sequence[object]) -> pa.Array:
+def _require_string_lists(spec: ColumnSpec, samples: Sequence[object]) -> None:
     for sample, value in enumerate(samples):
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-            msg = (
-                f"sample {sample}: `{spec.name}` must be a list of str per sample, got "
-                f"{value!r:.60}"
-            )
-            raise ColumnTypeError(msg)
-    return pa.array(samples, type=_TYPES["string_list"][0])
+            msg = f"`{spec.name}` must be a list of str per sample, got {value!r:.60}"
+            raise ColumnTypeError(msg, key=spec.name, sample=sample)
 
 
 def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
@@ -275,10 +260,10 @@ def _pickle(spec: ColumnSpec, sample: int, value: object) -> bytes:
         return pickle.dumps(value, protocol=5)
     except Exception as exc:  # pickling runs user code: any error means "cannot be stored"
         msg = (
-            f"sample {sample}: `{spec.name}` holds a {type(value).__name__} that cannot be "
+            f"`{spec.name}` holds a {type(value).__name__} that cannot be "
             f"pickled ({exc}); store a picklable value"
         )
-        raise ColumnTypeError(msg) from None
+        raise ColumnTypeError(msg, key=spec.name, sample=sample) from None
 
 
 # --- plain data: an unpickler that runs no code a file brings ------------------------------------

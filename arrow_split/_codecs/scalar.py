@@ -22,6 +22,7 @@ from arrow_split._codecs._base import (
 )
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
+    At,
     array_1d,
     finish,
     is_array,
@@ -52,7 +53,7 @@ class ScalarCodec(Codec):
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
     ) -> tuple[pa.Array, ColumnSpec]:
         if is_array(samples):
-            array = array_1d(spec, samples, "the array", "(one number per sample)")
+            array = array_1d(spec, samples, At(), "(one number per sample)")
             values = np.array(array, copy=True)
         else:
             values = _scalars_from_python(spec, samples)
@@ -139,7 +140,7 @@ def _shape_error(spec: ColumnSpec, value: object, detail: str) -> SchemaError:
         f"batch-global key `{spec.name}` must be {expected}, got {type(value).__name__} "
         f"{value!r:.60}: {detail}"
     )
-    return SchemaError(msg)
+    return SchemaError(msg, key=spec.name, expected=expected, got=f"{value!r:.60}")
 
 
 _NOT_REAL = (bool, np.bool_, complex, np.complexfloating)
@@ -168,22 +169,22 @@ def _per_sample_floats(
             f"batch-global key `{spec.name}` has {len(items)} values but the batch has "
             f"{num_samples} samples; it holds one value per sample of the WHOLE batch"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=spec.name)
     for sample, item in enumerate(items):
         if isinstance(item, _NOT_REAL) or not isinstance(item, (int, float, np.number)):
             msg = (
-                f"sample {sample}: `{spec.name}` must hold real numbers (int or float), got "
+                f"`{spec.name}` must hold real numbers (int or float), got "
                 f"{type(item).__name__} {item!r:.40}"
             )
-            raise ColumnTypeError(msg)
+            raise ColumnTypeError(msg, key=spec.name, sample=sample)
     floats = _floats(spec, items)
     if not allow_nonfinite and not np.isfinite(floats).all():
         sample = int(np.argmin(np.isfinite(floats)))
         msg = (
-            f"sample {sample}: `{spec.name}` holds {items[sample]!r}; NaN and infinity are "
+            f"`{spec.name}` holds {items[sample]!r}; NaN and infinity are "
             "rejected by default; pass `allow_nonfinite=True` to keep them"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=spec.name, sample=sample)
     floats.flags.writeable = False
     return floats
 
@@ -195,10 +196,10 @@ def _floats(spec: ColumnSpec, items: list[object]) -> np.ndarray:
     except OverflowError:
         sample = next(i for i, item in enumerate(items) if not _fits_float64(item))
         msg = (
-            f"sample {sample}: `{spec.name}` value {items[sample]!r:.60} is too large for a "
+            f"`{spec.name}` value {items[sample]!r:.60} is too large for a "
             "float64; fix the value in the producer"
         )
-        raise ValueRangeError(msg) from None
+        raise ValueRangeError(msg, key=spec.name, sample=sample) from None
 
 
 def _fits_float64(item: object) -> bool:

@@ -264,7 +264,7 @@ class RolloutBatch:
         """The Arrow array of one per-sample key."""
         if not isinstance(name, str):
             msg = f"`name` must be a str (a column's key), got {type(name).__name__}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="name")
         if name not in self._record_batch.schema.names:
             msg = f"no per-sample column `{name}`; the batch has: {', '.join(self.column_names)}"
             raise ColumnNotFoundError(msg)
@@ -314,8 +314,14 @@ class RolloutBatch:
             No such file.
         """
         trust_objects = as_flag("trust_objects", trust_objects)
-        parts, _ = read_dump(path, validate=validate)
-        return RolloutBatch(*parts, trust_objects=trust_objects)
+        parts, _ = read_dump(path, validate=validate)  # every part checked there, once
+        record_batch, specs, batch_globals = parts
+        return RolloutBatch._make(
+            record_batch,
+            MappingProxyType(specs),
+            MappingProxyType(batch_globals),
+            trust_objects=trust_objects,
+        )
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools, specs and globals in its metadata."""
@@ -349,7 +355,7 @@ class RolloutBatch:
         """A new batch with more per-sample scalar keys (validated; existing keys stay)."""
         if not isinstance(data, Mapping):
             msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key="data")
         clash = sorted(set(data) & set(self._specs))
         if clash:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
@@ -357,7 +363,7 @@ class RolloutBatch:
         resolved = resolve_specs(data.keys(), specs)
         if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key="add_train_data")
         resolve_specs([*self._specs, *resolved], [*self._specs.values(), *resolved.values()])
         record_batch = self._record_batch
         for key, spec in resolved.items():
@@ -434,7 +440,7 @@ def _read_only_global(value: object) -> object:
 def _refuse_foreign_plan(plan: object, num_samples: int) -> None:
     if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != num_samples):
         msg = f"`plan` must be a Plan of {num_samples} samples, got {plan!r}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key="plan")
 
 
 def _rebuild_batch(
@@ -459,4 +465,4 @@ def check_batch(
         f"`{name}` must be a RolloutBatch, got {type(value).__name__}; build one with "
         "`RolloutBatch.from_train_data(data)` (a Shard's rows are `shard.rows`)"
     )
-    raise error(msg)
+    raise error(msg, key=name)

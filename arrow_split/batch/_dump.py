@@ -14,7 +14,7 @@ from typing import Literal, NamedTuple, get_args
 
 import pyarrow as pa
 
-from arrow_split._args import as_flag
+from arrow_split._args import as_flag, as_path
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._convert import check_content
 from arrow_split._version import __version__
@@ -24,7 +24,7 @@ from arrow_split.batch._dump_meta import (
     encode_metadata,
     field_metadata,
 )
-from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
+from arrow_split.errors import ArrowSplitError, DumpError, mistake
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
@@ -89,7 +89,8 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
     """Read a dump written by :func:`write_dump`; an uncompressed one without copying a buffer.
 
     The file is input: its format and metadata are checked once here, its content too with
-    ``validate``; the parts returned are then trusted.
+    ``validate``; the parts returned are then trusted (``RolloutBatch.read`` makes its batch
+    of them with the trusted constructor, checking nothing again).
 
     Raises
     ------
@@ -178,10 +179,11 @@ def _check_compression(compression: object) -> str | None:
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
             f"or one of: {', '.join(map(repr, choices))}"
         )
-        raise DumpError(msg)
+        kind = "option_value" if isinstance(compression, str) else "option_type"
+        raise mistake(kind, msg, key="compression")
     if not pa.Codec.is_available(str(compression)):
-        msg = f"this pyarrow build has no {compression!r} codec; pass `compression=None`"
-        raise DumpError(msg)
+        msg = f"this pyarrow build has no {compression!r} codec"
+        raise mistake("option_value", msg, key="compression", fix="pass `compression=None`")
     return str(compression)
 
 
@@ -255,27 +257,18 @@ def _validate(parts: DumpParts, source: str) -> None:
     try:
         check_content(*parts)
     except ArrowSplitError as exc:
-        msg = (
-            f"`{source}`: the content breaks a rule of the library: {exc}; the file was "
-            "edited, crafted or written by a broken producer (read it with `validate=False` "
-            "only to inspect it)"
+        # the rule's own error, with its sample and position, is the cause (`__cause__`)
+        msg = f"the content breaks a rule of the library: {exc}"
+        fix = (
+            "the file was edited, crafted or written by a broken producer (read it with "
+            "`validate=False` only to inspect it)"
         )
-        raise DumpError(msg) from exc
+        raise DumpError(msg, path=source, key=exc.key, fix=fix) from exc
 
 
 def _check_path(path: object) -> str:
-    """``path`` as a str: a str or an os.PathLike (no bytes), without a NUL character."""
-    if not isinstance(path, (str, os.PathLike)):
-        msg = f"`path` must be a str or an os.PathLike, got {type(path).__name__} {path!r:.40}"
-        raise SchemaTypeError(msg)
-    target = os.fspath(path)
-    if not isinstance(target, str):
-        msg = f"`path` must name a file with a str, got {type(target).__name__} {target!r:.40}"
-        raise SchemaTypeError(msg)
-    if "\0" in target:
-        msg = f"`path` {target!r:.60} holds a NUL character; no file can have that name"
-        raise DumpError(msg)
-    return target
+    """``path`` as a str: the one rule of every path argument (:func:`as_path`)."""
+    return as_path("path", path)
 
 
 def _existing(path: object, what: str) -> str:

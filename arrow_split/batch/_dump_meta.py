@@ -155,7 +155,7 @@ def _field_to_json(column: str, field: str, value: object) -> object:
         "in a dump; the format stores None, bool, int, float, str, tuples of int/str and "
         "Arrow types"
     )
-    raise DumpError(msg)
+    raise DumpError(msg, key=column)
 
 
 def _readable_type(arrow_type: pa.DataType) -> str | None:
@@ -273,7 +273,7 @@ def _global_to_json(key: str, value: object) -> dict[str, object]:
         f"batch-global key `{key}`: cannot store a value of type {type(value).__name__} in a "
         "dump; the format stores ints, strings, lists and maps of them and numeric numpy arrays"
     )
-    raise DumpError(msg)
+    raise DumpError(msg, key=key)
 
 
 def _is_plain(value: object) -> bool:

@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split._args import check_positive_int, check_weights
-from arrow_split.errors import PlanError, PlanTypeError
+from arrow_split._args import as_flag, check_positive_int, check_weights
+from arrow_split.errors import PlanError
 
 __all__ = [
     "balanced_plan",
@@ -248,13 +248,13 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     ------
     PlanTypeError
         For non-numeric weights or a `k` that is not an int.
+    OptionTypeError
+        An `equal_size` that is not a bool.
     PlanError
         Fewer items than `k`, a count not a multiple of `k` (`equal_size`), bad weights.
     """
     parts = check_positive_int("k", k)
-    if not isinstance(equal_size, (bool, np.bool_)):
-        msg = f"`equal_size` must be a bool, got {type(equal_size).__name__}"
-        raise PlanTypeError(msg)
+    equal_size = as_flag("equal_size", equal_size)
     checked = check_weights(weights, None)
     n = checked.size
     if n < parts:
@@ -265,7 +265,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
             f"`equal_size` needs a multiple of `k` ({parts}) items, got {n}; "
             f"drop {n % parts} items, pad with {parts - n % parts}, or pass `equal_size=False`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="equal_size")
     exact = bool(np.issubdtype(checked.dtype, np.integer))
     return sorted_parts(checked.tolist(), parts, equal_size=equal_size, exact=exact)
 

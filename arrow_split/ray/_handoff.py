@@ -222,7 +222,7 @@ def process_rollout_data(
     method = None if balance_data is None else method_of(balance_data)
     resplit = as_flag("resplit", resplit)
     step = None if step is None else as_int("step", step, minimum=0)
-    where = cast(Locality, as_choice("locality", locality, Locality, type_error=OptionError))
+    where = cast(Locality, as_choice("locality", locality, Locality))
     pad = as_flag("pad_to_dp", pad_to_dp)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
     if isinstance(refs_or_ref, (list, tuple)):

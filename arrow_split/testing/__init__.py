@@ -319,7 +319,7 @@ def run_kill_test(
     sync = as_choice("sync", sync, JournalSync)
     if folder is not None and not isinstance(folder, str):
         msg = f"`folder` must be None or a str, got {describe(folder)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="folder")
     rng = random.Random(seed)
     base = folder or tempfile.mkdtemp(prefix="arrow_split_kill_")
     journal, scratch = os.path.join(base, "journal"), os.path.join(base, "scratch")

@@ -33,7 +33,7 @@ def _pair(name: str, value: object) -> tuple[int, int]:
     """A tuple of two ints (a ``(low, high)`` range or a ``(layers, top_k)`` shape)."""
     if not isinstance(value, tuple) or len(value) != 2:
         msg = f"`{name}` must be a tuple of two ints, got {describe(value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     return as_int(name, value[0]), as_int(name, value[1])
 
 
@@ -85,26 +85,26 @@ class RolloutConfig:
         mean = self.response_mean
         if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
             msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key="response_mean")
         if not 0 < float(mean) < float("inf"):
             msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
-            raise OptionError(msg)
+            raise OptionError(msg, key="response_mean")
         low, high = _pair("prompt_tokens", self.prompt_tokens)
         object.__setattr__(self, "prompt_tokens", (low, high))
         if not 1 <= low <= high:
             msg = f"`prompt_tokens` must be (low, high) with 1 <= low <= high, got {(low, high)}"
-            raise OptionError(msg)
+            raise OptionError(msg, key="prompt_tokens")
         if self.moe_shape is not None:
             object.__setattr__(self, "moe_shape", _pair("moe_shape", self.moe_shape))
         if self.moe_shape is not None and min(self.moe_shape) < 1:
             msg = f"`moe_shape` must be (layers, top_k), both >= 1, got {self.moe_shape!r}"
-            raise OptionError(msg)
+            raise OptionError(msg, key="moe_shape")
         if self.sampling_top_k is not None and self.sampling_top_k < 1:
             msg = f"`sampling_top_k` must be None or >= 1, got {self.sampling_top_k!r}"
-            raise OptionError(msg)
+            raise OptionError(msg, key="sampling_top_k")
         if not isinstance(self.as_numpy, (bool, frozenset)):
             msg = f"`as_numpy` must be a bool or a frozenset of keys, got {describe(self.as_numpy)}"
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key="as_numpy")
         as_choice("columns", self.columns, ColumnSet)
 
     def numpy_for(self, key: str) -> bool:

@@ -28,7 +28,8 @@ from arrow_split import (
     Shard,
     ValueRangeError,
 )
-from arrow_split._args import as_choice, as_offsets, describe
+from arrow_split._args import as_choice, as_int, as_offsets, describe
+from arrow_split.errors import mistake
 from arrow_split.torch._block import BlockLayout, TensorBlock
 from arrow_split.torch._experts import ExpertLayout, expert_tensors
 from arrow_split.torch._layouts import (
@@ -138,7 +139,7 @@ def to_micro_batches(
             f"`micro_batch_offsets` must rise from 0 to the shard's {len(rows)} rows, got "
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="micro_batch_offsets")
     parsed = _options(**options)
     record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
     pairs = itertools.pairwise(offsets.tolist())
@@ -155,7 +156,7 @@ def _rows_of(shard: object) -> RolloutBatch:
         f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
         "`RolloutBatch.from_train_data(data)` or take one from a split"
     )
-    raise SchemaTypeError(msg)
+    raise SchemaTypeError(msg, key="shard")
 
 
 def _options(
@@ -179,6 +180,9 @@ def _options(
 
 
 def _scalar(value: object) -> object:
+    """A 0-d numpy array's or tensor's value (a tensor's as a Python number), else ``value``."""
+    if isinstance(value, torch.Tensor) and value.ndim == 0:
+        return value.item()
     return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
 
 
@@ -189,32 +193,23 @@ def _pad_value(pad_value: object) -> int | float:
         pad_value, (int, float, np.integer, np.floating)
     ):
         msg = f"`pad_value` must be an int or a float, got {describe(pad_value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="pad_value")
     return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
 
 
 def _multiple(pad_to_multiple_of: object) -> int | None:
+    """``None`` or an int in ``[1, MAX_PAD_MULTIPLE]``; its type parsed as every int's is."""
     if pad_to_multiple_of is None:
         return None
-    pad_to_multiple_of = _scalar(pad_to_multiple_of)
-    if isinstance(pad_to_multiple_of, (bool, np.bool_)) or not isinstance(
-        pad_to_multiple_of, (int, np.integer)
-    ):
-        msg = (
-            f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r:.40} "
-            f"of type {type(pad_to_multiple_of).__name__}; pass an int such as 8"
-        )
-        raise OptionTypeError(msg)
-    if pad_to_multiple_of < 1:
-        msg = f"`pad_to_multiple_of` must be None or an int >= 1, got {pad_to_multiple_of!r}"
-        raise ValueRangeError(msg)
-    if pad_to_multiple_of > MAX_PAD_MULTIPLE:
-        msg = (
-            f"`pad_to_multiple_of` must be at most {MAX_PAD_MULTIPLE}, got {pad_to_multiple_of!r}; "
-            "every padded row is at least that wide: pass a token multiple such as 8 or 128"
-        )
-        raise ValueRangeError(msg)
-    return int(pad_to_multiple_of)
+    name = "pad_to_multiple_of"
+    number = as_int(name, pad_to_multiple_of)  # a 0-d array or tensor too; never a bool
+    if number < 1:
+        raise mistake("value_range", key=name, expected="None or an int >= 1", got=repr(number))
+    if number > MAX_PAD_MULTIPLE:
+        fix = "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+        expected = f"at most {MAX_PAD_MULTIPLE}"
+        raise mistake("value_range", key=name, expected=expected, got=repr(number), fix=fix)
+    return number
 
 
 def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]) -> torch.dtype:
@@ -224,10 +219,10 @@ def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]
             f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
             f"torch.dtype, one of: {choices}"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     if dtype not in allowed:
         msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
-        raise OptionError(msg)
+        raise OptionError(msg, key=name)
     return dtype
 
 
@@ -316,7 +311,7 @@ def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
             f"column `{column.spec.name}` is stored as {values.dtype} (its ids do not fit "
             f"{dtype}); pass `id_dtype=torch.int64` or `id_dtype=None`"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=column.spec.name)
     on_cpu = options.device is None or options.device.type == "cpu"
     if dtype is None or not on_cpu:
         tensor = move(_tensor_of(values, column.buffer), options)

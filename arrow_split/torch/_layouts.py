@@ -149,7 +149,7 @@ def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
             f"column `{name}` holds {total} rows or tokens, more than int32 cumulative lengths can "
             f"index ({_INT32_MAX}); split the batch over more ranks or micro-batches"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=name)
     return torch.from_numpy(offsets.astype(np.int32))
 
 
@@ -202,7 +202,7 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
             f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "
             f"integer between {low} and {high}"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key="pad_value")
     return int(pad_value)
 
 

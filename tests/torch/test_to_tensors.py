@@ -34,6 +34,7 @@ from arrow_split.testing.strategies import train_data
 torch = pytest.importorskip("torch")
 
 from arrow_split.torch import TensorLayout, to_tensors  # noqa: E402
+from tests.error_facts import assert_facts  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -512,8 +513,8 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
             r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
         ),
         ({"pad_to_multiple_of": -8}, ValueRangeError, r"`pad_to_multiple_of` .* got -8"),
-        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got 2\.0"),
-        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got True"),
+        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got float 2\.0"),
+        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got bool True"),
         ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
         (
             {"pad_value": None},
@@ -540,8 +541,9 @@ def test_bad_arguments(
 
 
 def test_not_a_batch() -> None:
-    with pytest.raises(SchemaError, match=r"`shard` must be a Shard or a RolloutBatch, got dict"):
+    with pytest.raises(SchemaError) as caught:
         to_tensors({"tokens": [[1]]})  # type: ignore[arg-type]
+    assert_facts(caught.value, {"key": "shard"})
 
 
 @pytest.mark.parametrize(
@@ -653,3 +655,23 @@ def test_padding_rows_are_marked_in_the_tensors(layout: TensorLayout) -> None:
     tensors = to_tensors(shards[1], layout=layout)
     assert tensors["is_padding"].tolist() == [False, True]
     assert tensors["sample_indices"].tolist() == [1, -1]
+
+
+@pytest.mark.parametrize(
+    "multiple",
+    [np.int64(4), np.array(4), torch.tensor(4), torch.tensor(4, dtype=torch.int32)],
+    ids=["numpy-int", "0-d-array", "0-d-tensor", "0-d-int32-tensor"],
+)
+def test_pad_to_multiple_of_takes_any_integer_scalar(batch: RolloutBatch, multiple: Any) -> None:
+    # the one rule of an int argument: a 0-d tensor is accepted wherever a 0-d array is
+    padded = to_tensors(batch, layout="padded", pad_to_multiple_of=multiple)
+    assert padded["tokens"].shape[1] % 4 == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("multiple", [torch.tensor(True), torch.tensor(4.0), np.array(True)])
+def test_pad_to_multiple_of_refuses_a_bool_or_float_scalar(
+    batch: RolloutBatch, multiple: Any
+) -> None:
+    with pytest.raises(OptionTypeError) as caught:
+        to_tensors(batch, layout="padded", pad_to_multiple_of=multiple)
+    assert caught.value.key == "pad_to_multiple_of"

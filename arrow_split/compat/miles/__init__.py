@@ -96,7 +96,7 @@ def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
             "`train_parallel_config` must name `dp_size` (the number of data-parallel ranks), "
             f"got {train_parallel_config!r}"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="train_parallel_config")
     return check_dp_size(train_parallel_config["dp_size"])
 
 
@@ -140,6 +140,8 @@ def can_schedule_on_rollout_side(
     one step.
     """
     check_args(args)
+    if isinstance(train_parallel_config, Mapping) and "dp_size" in train_parallel_config:
+        check_dp_size(train_parallel_config["dp_size"])  # parsed as every door parses it
     if not has_full_schedule_config(train_parallel_config):
         return False
     if arg_flag(args, "multi_lora"):
@@ -154,7 +156,7 @@ def can_schedule_on_rollout_side(
         rollout_ids = data.get(name) if name is not None else None
     else:
         msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="data")
     if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
         return False
     if _MEDIA_REFS in keys:  # samples that load media on the train side: planned there
@@ -185,7 +187,7 @@ def split_train_data_by_dp_scheduled_raw(
             f"rollout-side schedule, got {sorted(train_parallel_config)}; check "
             "`can_schedule_on_rollout_side` first"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="train_parallel_config")
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
@@ -241,7 +243,7 @@ def process_rollout_data_shard(
             f"`rollout_data` must be a rollout-layout dict, as `split_train_data_by_dp_raw` "
             f"returns it, got {type(rollout_data).__name__}"
         )
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="rollout_data")
     missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
     if missing:
         msg = (
@@ -257,7 +259,7 @@ def process_rollout_data_shard(
             f"`{_PARTITION}` holds row {outside[0]}, outside the {len(total_lengths)} samples "
             f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key=_PARTITION)
     rank_lengths = [total_lengths[row] for row in partition]
     if on_batch_lengths is not None:
         on_batch_lengths(list(total_lengths))
@@ -277,15 +279,15 @@ def _lengths_list(total_lengths: object) -> list[Any]:
             f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
             f"{type(total_lengths).__name__}"
         )
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key=_TOTAL_LENGTHS)
     try:
         lengths = as_index_array(_TOTAL_LENGTHS, total_lengths)
     except OptionError as error:  # strings, floats, bools: not token counts
         msg = f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
-        raise SchemaTypeError(msg) from None
+        raise SchemaTypeError(msg, key=_TOTAL_LENGTHS) from None
     if lengths.size and int(lengths.min()) < 0:
         msg = f"`{_TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=_TOTAL_LENGTHS)
     return list(lengths.tolist())
 
 
@@ -335,7 +337,7 @@ def _check_no_witness(witness_info: object) -> None:
             "`witness_info` is only used with `args.delay_split_train_data_by_dp`: eager shards "
             "were split on the rollout side, so attach witness ids there (`seq_witness_ids`)"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="witness_info")
 
 
 def install(

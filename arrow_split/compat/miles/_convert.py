@@ -70,7 +70,7 @@ def check_args(args: object) -> None:
             f"{describe(args)}; pass the `args` miles' functions receive, or "
             "`argparse.Namespace(balance_data=False, ...)`"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="args")
 
 
 def _field(args: object, name: str, *, required: bool) -> object:
@@ -81,7 +81,7 @@ def _field(args: object, name: str, *, required: bool) -> object:
             f"`args` has no field `{name}`; miles' argument parser sets it: pass miles' `args`, "
             f"or set `args.{name}`"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="args")
     return None if value is _MISSING else value
 
 
@@ -107,7 +107,7 @@ def witness_ids_of(witness_info: object) -> Any:
             f"`witness_info` must have `witness_ids` (one int per sample of the whole batch), "
             f"got {describe(witness_info)}"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="witness_info")
     return witness_ids
 
 
@@ -232,11 +232,11 @@ def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
     if bad.size:
         sample = int(bad[0])
         msg = (
-            f"sample {sample}: `{slots}` is {int(values[sample])} but `{count}` is {n_adapters}; "
+            f"`{slots}` is {int(values[sample])} but `{count}` is {n_adapters}; "
             f"adapter slots must be in [0, {count}) (set `args.multi_lora_n_adapters` to the "
             "number of adapters)"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(msg, key=slots, sample=sample)
 
 
 def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
@@ -297,7 +297,7 @@ def _weights(
             "`flops=lambda total_lengths, args: [...]` (one workload per sample), or use "
             "`install()`, which passes miles' own FLOPs estimate"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="args.balance_by_flops")
     return flops(lengths.tolist(), args)
 
 
@@ -308,7 +308,7 @@ def check_flops(flops: object) -> None:
             "`flops` must be a function `flops(total_lengths, args)` returning one workload "
             f"per sample, got {type(flops).__name__}"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="flops")
 
 
 def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:

@@ -59,13 +59,13 @@ def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
     for key, value in ((_IDS, ids), (_OFFSETS, offsets)):
         if not isinstance(value, (list, tuple)):
             msg = f"`{key}` must be a list with one list per sample, got {type(value).__name__}"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
     if len(ids) != len(offsets):
         msg = (
             f"`{_IDS}` has {len(ids)} samples but `{_OFFSETS}` has {len(offsets)}; both have one "
             "list per sample"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(msg, key=_IDS)
     masks = [TokenLists(i, o) for i, o in zip(ids, offsets, strict=True)]
     converted: dict[str, Any] = {}
     for key, value in data.items():
@@ -78,9 +78,10 @@ def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def miles_key_note(error: ArrowSplitError) -> ArrowSplitError:
     """``error`` saying which of miles' keys ``rollout_sampling_masks`` came from."""
-    if f"`{_COLUMN}`" not in str(error):
+    if error.key != _COLUMN:
         return error
-    return type(error)(f"{error} (`{_COLUMN}` holds miles' `{_IDS}` and `{_OFFSETS}`)")
+    note = f"`{_COLUMN}` holds miles' `{_IDS}` and `{_OFFSETS}`"
+    return error.replaced(fix=f"{error.fix} ({note})" if error.fix else note)
 
 
 def to_miles_keys(shard: RolloutBatch, train_data: dict[str, Any]) -> dict[str, Any]:
