@@ -11,6 +11,7 @@ from arrow_split._args import SplitMethod
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.lists import TokenLists
 from arrow_split._journal import JournalSync, OnDuplicate
+from arrow_split._registry import register_column
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -120,6 +121,7 @@ __all__ = [
     "plan_fingerprint",
     "plan_partitions",
     "plan_schedule",
+    "register_column",
     "schedule_for_rank",
     "shard_for_rank",
     "split",

@@ -193,12 +193,12 @@ class Schedule:
 
     @property
     def dp_size(self) -> int:
-        """Number of data-parallel ranks: ``plan.dp_size``."""
+        """Number of data-parallel ranks (``plan.dp_size``)."""
         return self.plan.dp_size
 
     @property
     def input_digest(self) -> str:
-        """The plan's fingerprint: 16 hex digits over every input, equal on every rank."""
+        """The plan's fingerprint, 16 hex digits over every input, equal on every rank."""
         return self.plan.fingerprint
 
     def fingerprint(self) -> str:

@@ -159,7 +159,7 @@ def split_train_data_by_dp_raw(
     Parameters
     ----------
     data_or_batch
-        A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
+        A train-data dict (:meth:`~arrow_split.RolloutBatch.from_train_data`) or a RolloutBatch.
     dp_size
         The number of data-parallel ranks.
     balance_data

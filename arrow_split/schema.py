@@ -53,21 +53,21 @@ ColumnKind = Literal[
 ``batch_global`` value is one value for the batch, shipped whole with every shard."""
 
 ObjectCodec = Literal["string", "string_list", "pickle", "json"]
-"""How a per-sample object is stored: ``string`` (``large_string``), ``string_list``, ``json``
-(text that round-trips exactly; else both fall back to ``pickle``) or ``pickle`` (protocol 5,
-decoded only on the rank that owns the row)."""
+"""How a per-sample object is stored, one of ``string`` (``large_string``), ``string_list``,
+``json`` (text that round-trips exactly; else both fall back to ``pickle``) or ``pickle``
+(protocol 5, decoded only on the rank that owns the row)."""
 
 GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
-"""The shape of a batch-global value (``int_map``: int keys to non-negative ints;
-``float_per_sample``: one number per sample of the whole batch)."""
+"""The shape of a batch-global value (``int_map`` maps int keys to non-negative ints,
+``float_per_sample`` holds one number per sample of the whole batch)."""
 
 ColumnStorage = Literal["exact", "narrow"]
-"""How the integers of a ``per_sample_tensor`` column are stored: ``exact`` (as ``value_type``)
+"""How the integers of a ``per_sample_tensor`` column are stored, ``exact`` (as ``value_type``)
 or ``narrow`` (small ids: the narrowest of uint8, uint16, int32 and ``value_type`` holding every
 value of the batch; ``value_type`` stays the logical type)."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
-"""How long a sample's value must be: ``len(tokens[i])``, ``response_lengths[i]`` or
+"""How long a sample's value must be, ``len(tokens[i])``, ``response_lengths[i]`` or
 ``len(tokens[i]) - 1`` rows (more for a sample with extra rows, e.g. expanded media tokens)."""
 
 Role = Literal[
@@ -160,11 +160,12 @@ class ColumnSpec:
     name
         The key in the train-data dict.
     kind
-        Which kind of value the key holds (:data:`ColumnKind`).
+        Which kind of value the key holds (:data:`~arrow_split.ColumnKind`).
     value_type
         The Arrow type of one number; ``None`` for objects and batch-global values.
     length
-        For list and tensor kinds: the :data:`LengthRule` a sample's value follows, or ``None``.
+        For list and tensor kinds: the :data:`~arrow_split.schema.LengthRule` a sample's value
+        follows, or ``None``.
     flag
         Values are 0/1 (``bool`` accepted).
     finite
@@ -172,16 +173,17 @@ class ColumnSpec:
     nonempty
         For ``per_token_list``: no token's list is empty.
     codec, global_shape, storage
-        For objects (:data:`ObjectCodec`), batch-globals (:data:`GlobalShape`), int tensors
-        (:data:`ColumnStorage`).
+        For objects (:data:`~arrow_split.schema.ObjectCodec`), batch-globals
+        (:data:`~arrow_split.schema.GlobalShape`), int tensors
+        (:data:`~arrow_split.schema.ColumnStorage`).
     role
-        The part the column plays (:data:`Role`), or ``None``.
+        The part the column plays (:data:`~arrow_split.Role`), or ``None``.
 
     Examples
     --------
     >>> import pyarrow as pa
     >>> from arrow_split import ColumnSpec
-    >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
+    >>> entropies = ColumnSpec("entropies", "per_token", pa.float32(), length="response")
     >>> score = ColumnSpec("score", "per_sample_scalar", pa.float64())
     >>> tops = ColumnSpec("top_ids", "per_token_list", pa.int32(), length="response")
     """
@@ -278,7 +280,7 @@ class ColumnSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Roles:
-    """The column that plays each :data:`Role` in resolved specs, or ``None`` (found once)."""
+    """The column that plays each :data:`~arrow_split.Role` in resolved specs, or ``None``."""
 
     length_source: str | None = None
     response_length: str | None = None
@@ -346,11 +348,18 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("prompt_group_sizes", "batch_global", global_shape="int_list"),
         ColumnSpec("n_adapters", "batch_global", global_shape="int", role="adapter_count"),
     ]
+    specs += [  # PPO / GRPO: one float per response token, as rollout_log_probs
+        ColumnSpec(name, "per_token", float32, length="response")
+        for name in ("advantages", "returns", "values", "ref_log_probs")
+    ]
     return {spec.name: spec for spec in specs}
 
 
-KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
-"""The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
+_KNOWN = _known()  # grows only through arrow_split.register_column (this process)
+
+KNOWN_COLUMNS: Mapping[str, ColumnSpec] = MappingProxyType(_KNOWN)
+"""The keys arrow_split knows, by name (read-only; :func:`arrow_split.register_column` adds one
+for this process). ``total_lengths`` is not among them: it is derived."""
 
 TOTAL_LENGTHS = "total_lengths"
 """The derived key: each sample's token count, from the length source (never stored)."""
@@ -437,7 +446,15 @@ if TYPE_CHECKING:
         @overload
         def __getitem__(
             self,
-            key: Literal["rollout_log_probs", "teacher_log_probs", "opd_reverse_kl"],
+            key: Literal[
+                "rollout_log_probs",
+                "teacher_log_probs",
+                "opd_reverse_kl",
+                "advantages",
+                "returns",
+                "values",
+                "ref_log_probs",
+            ],
         ) -> list[list[float]]: ...
         @overload
         def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...

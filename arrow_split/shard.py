@@ -17,6 +17,7 @@ import pyarrow as pa
 from arrow_split._args import as_choice
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
+from arrow_split._removed import removed_name_message
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError
 from arrow_split.plan import PlanKey
@@ -116,6 +117,10 @@ class Shard:
         shard._dp_rank = dp_rank
         return shard
 
+    def __getattr__(self, name: str) -> Any:
+        # Only names that normal lookup missed reach here: a removed name says what replaced it.
+        raise AttributeError(removed_name_message("Shard", name)) from None
+
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
             msg = f"Shard is immutable: `{name}` cannot be set"
@@ -144,7 +149,7 @@ class Shard:
 
     @property
     def plan_fingerprint(self) -> str | None:
-        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
+        """The plan's fingerprint, equal on every rank of a step (compare it across ranks)."""
         return None if self._plan_key is None else self._plan_key.fingerprint
 
     @property

@@ -244,8 +244,8 @@ def test_batch_globals_given_two_ways_or_twice() -> None:
         builder.extend({"tokens": [[2]], "raw_reward": [0.1], "dynamic_global_batch_size": 8})
     with pytest.raises(SchemaError, match=r"`tokens` is a per_token key; pass it with `append`"):
         builder.set_global("tokens", [[1]])
-    with pytest.raises(SchemaError, match=r"unknown key `advantages`"):
-        builder.set_global("advantages", 1)
+    with pytest.raises(SchemaError, match=r"unknown key `entropies`"):
+        builder.set_global("entropies", 1)
     with pytest.raises(SchemaError, match=r"must be one int, got str"):
         builder.set_global("dynamic_global_batch_size", "4")
     assert len(builder) == 1

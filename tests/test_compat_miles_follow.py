@@ -30,7 +30,7 @@ NEW_KEYS: dict[str, Any] = {
     "teacher_response_lengths": [2, 1, 3],
     "start_weight_version": [3, 3, 4],
     "loss_weights": [[0.5], [1.0, 0.25], [1.0]],
-    "advantages": [[0.5], [-1.0, 2.0], [0.0]],
+    "entropies": [[0.5], [-1.0, 2.0], [0.0]],
 }
 EXPECTED_KINDS = {
     "teacher_tokens": ("per_token", pa.int64()),
@@ -38,7 +38,7 @@ EXPECTED_KINDS = {
     "teacher_response_lengths": ("per_sample_scalar", pa.int64()),
     "start_weight_version": ("per_sample_scalar", pa.int64()),
     "loss_weights": ("per_token", pa.float32()),
-    "advantages": ("per_token", pa.float32()),
+    "entropies": ("per_token", pa.float32()),
 }
 
 
@@ -62,8 +62,8 @@ def test_keys_miles_adds_next_reach_the_rank_with_one_warning_each() -> None:
     for shard in shards:
         for key, values in NEW_KEYS.items():
             assert shard[key] == [values[row] for row in shard["partition"]], key
-    advantages = next(str(w.message) for w in caught if "`advantages`" in str(w.message))
-    assert 'ColumnSpec("advantages", "per_token", pa.float32(), length="response")' in advantages
+    entropies = next(str(w.message) for w in caught if "`entropies`" in str(w.message))
+    assert 'ColumnSpec("entropies", "per_token", pa.float32(), length="response")' in entropies
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # once per key: a second step warns no more
         miles.split_train_data_by_dp_raw(make_args(), data, dp_size=2)
@@ -88,10 +88,10 @@ def test_inferred_specs() -> None:
 
 
 def test_a_declared_spec_wins_and_does_not_warn() -> None:
-    spec = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
-    data = make_data([3, 4], advantages=[[0.5], [1.0, 2.0]])
+    spec = ColumnSpec("entropies", "per_token", pa.float32(), length="response")
+    data = make_data([3, 4], entropies=[[0.5], [1.0, 2.0]])
     shard = miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1, specs=[spec])[0]
-    assert shard["advantages"] == [[0.5], [1.0, 2.0]]
+    assert shard["entropies"] == [[0.5], [1.0, 2.0]]
 
 
 def test_strict_keys_and_the_core_refuse_unknown_keys() -> None:

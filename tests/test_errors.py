@@ -209,9 +209,9 @@ BAD_TRAIN_DATA = [
         id="global-list-given-a-scalar",
     ),
     pytest.param(
-        _data(advantages=[[0.1], [0.2], [0.3]]),
+        _data(entropies=[[0.1], [0.2], [0.3]]),
         SchemaError,
-        r"unknown key `advantages`: arrow_split does not guess a column's kind; declare it",
+        r"unknown key `entropies`: arrow_split does not guess a column's kind; declare it",
         id="undeclared-key",
     ),
     pytest.param(

@@ -50,6 +50,8 @@ __all__ = [
 class RolloutBatch:
     """A whole rollout batch as an Arrow RecordBatch plus batch-global values.
 
+    Neither ``plan`` nor ``trust_objects`` is part of equality.
+
     Parameters
     ----------
     record_batch
@@ -63,8 +65,6 @@ class RolloutBatch:
     trust_objects
         Whether any pickled object decodes, or plain data only (unpickling runs the code a file
         names): ``False`` by default for a file read; shards keep their batch's flag.
-
-    Neither ``plan`` nor ``trust_objects`` is part of equality.
     """
 
     __slots__ = (

@@ -1,7 +1,7 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
 Options are parsed here, columns read under one memory rule (``_private_or_copy``) and arranged
-by :mod:`arrow_split.torch._layouts` (docs/torch.md).
+by ``arrow_split.torch._layouts`` (docs/torch.md).
 """
 
 from __future__ import annotations
