@@ -33,6 +33,8 @@ from hypothesis import strategies as st
 import arrow_split
 from arrow_split import (
     ColumnSpec,
+    OptionError,
+    OptionTypeError,
     PlanError,
     PlanTypeError,
     RolloutBatch,
@@ -440,11 +442,6 @@ BAD_METADATA = [
         id="bad-arrow-type",
     ),
     pytest.param(
-        _specs_changed(lambda specs: _spec(specs, "advantages").pop("kind")),
-        r"column `advantages`: the stored spec lacks the field `kind`",
-        id="no-kind",
-    ),
-    pytest.param(
         _set(b"arrow_split.batch_globals", b'{"raw_reward": [1, 2]}'),
         r"batch-global key `raw_reward` holds an untagged value",
         id="untagged-global",
@@ -476,6 +473,18 @@ def test_bad_metadata_is_a_dump_error_naming_the_file(
     dump: Path, tmp_path: Path, change: Callable[[dict[bytes, bytes]], None], match: str
 ) -> None:
     bad = _rewrite(dump, tmp_path / "bad.arrow", change)
+    with pytest.raises(DumpError, match=rf"^`{re.escape(str(bad))}`.*{match}"):
+        read_batch(bad)
+
+
+def test_a_declared_spec_without_its_kind_is_a_dump_error(tmp_path: Path) -> None:
+    # A declared (not known) key has no known spec to fall back on: its kind must be stored.
+    spec = ColumnSpec("entropies", "per_token", pa.float32(), length="response")
+    data = {"tokens": [[1, 2, 3]], "response_lengths": [2], "entropies": [[0.5, 0.25]]}
+    write_batch(RolloutBatch.from_train_data(data, specs=[spec]), tmp_path / "ok.arrow")
+    change = _specs_changed(lambda specs: _spec(specs, "entropies").pop("kind"))
+    bad = _rewrite(tmp_path / "ok.arrow", tmp_path / "bad.arrow", change)
+    match = r"column `entropies`: the stored spec lacks the field `kind`"
     with pytest.raises(DumpError, match=rf"^`{re.escape(str(bad))}`.*{match}"):
         read_batch(bad)
 
@@ -556,8 +565,10 @@ def test_a_shard_has_no_dump() -> None:
 
 def test_an_unknown_compression_is_refused(tmp_path: Path) -> None:
     match = r"invalid `compression`: 'gzip'; expected None \(no copy on read\) or one of: 'zstd'"
-    with pytest.raises(DumpError, match=match):
+    with pytest.raises(OptionError, match=match):
         write_batch(v1_batch(), tmp_path / "x.arrow", compression="gzip")  # type: ignore[arg-type]
+    with pytest.raises(OptionTypeError, match=r"`compression` must be None or a str, got int 3"):
+        write_batch(v1_batch(), tmp_path / "x.arrow", compression=3)
     assert os.listdir(tmp_path) == []
 
 

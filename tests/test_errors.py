@@ -399,7 +399,7 @@ def test_dp_rank_of_the_wrong_type() -> None:
 def test_balanced_split_needs_a_multiple_of_dp_size() -> None:
     with pytest.raises(
         PlanError,
-        match=r"needs a multiple of `dp_size` \(2\) samples, got 3; drop 1 samples or pad with 1",
+        match=r"needs a multiple of `dp_size` \(2\) samples, got 3; drop 1 sample or pad with 1",
     ):
         split_train_data_by_dp_raw(_data(), 2, balance_data=True)
 

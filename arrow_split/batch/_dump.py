@@ -24,7 +24,13 @@ from arrow_split.batch._dump_meta import (
     encode_metadata,
     field_metadata,
 )
-from arrow_split.errors import ArrowSplitError, DumpError, SchemaTypeError
+from arrow_split.errors import (
+    ArrowSplitError,
+    DumpError,
+    OptionError,
+    OptionTypeError,
+    SchemaTypeError,
+)
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
@@ -72,7 +78,8 @@ def write_dump(
 ) -> None:
     """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
-    Raises :class:`DumpError` for an unknown compression or a value the format cannot store.
+    Raises :class:`OptionError` for an unknown compression (:class:`OptionTypeError`: not a str)
+    and :class:`DumpError` for a value the format cannot store.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -173,12 +180,19 @@ def _check_compression(compression: object) -> str | None:
     if compression is None:
         return None
     choices = get_args(Compression)
-    if not isinstance(compression, str) or compression not in choices:
+    if not isinstance(compression, str):
+        msg = (
+            f"`compression` must be None or a str, got {type(compression).__name__} "
+            f"{compression!r:.40}; expected None (no copy on read) or one of: "
+            f"{', '.join(map(repr, choices))}"
+        )
+        raise OptionTypeError(msg)
+    if compression not in choices:
         msg = (
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
-            f"or one of: {', '.join(map(repr, choices))}"
+            f"or one of: {', '.join(map(repr, choices))} (the Arrow IPC codecs)"
         )
-        raise DumpError(msg)
+        raise OptionError(msg)
     if not pa.Codec.is_available(str(compression)):
         msg = f"this pyarrow build has no {compression!r} codec; pass `compression=None`"
         raise DumpError(msg)
