@@ -6,6 +6,7 @@ finds a column by its role (:class:`Roles`, :func:`role_column`), never by its n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -15,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
+from arrow_split._key_hints import _MISSING, unknown_key_message
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
@@ -371,10 +373,16 @@ PADDING_VALUES: Mapping[str, int] = MappingProxyType(
 key: every value of a per-token key, the one value of a per-sample key (miles #2694)."""
 
 
-def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:
+def resolve_specs(
+    keys: Iterable[str],
+    specs: Iterable[ColumnSpec] = (),
+    *,
+    data: Mapping[str, Any] | None = None,
+) -> dict[str, ColumnSpec]:
     """The spec of every key but ``total_lengths``, in order; declared specs override known ones.
 
-    Raises :class:`SchemaError` for a key neither known nor declared, or a spec declared twice.
+    Raises :class:`SchemaError` for a key neither known nor declared (``data``, the values, words
+    its hint), or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
     for spec in _spec_list(specs):
@@ -391,16 +399,30 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
             continue
         found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
         if found is None:
-            msg = (
-                f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, "
-                f'e.g. `specs=[ColumnSpec("{key}", "per_sample_scalar", pa.float64())]` for one '
-                f'number per sample, or `ColumnSpec("{key}", "per_sample_object")` for any object'
-            )
+            msg = _unknown_key(key, data)
             raise SchemaError(msg)
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())
     return resolved
+
+
+def _unknown_key(key: str, data: Mapping[str, Any] | None) -> str:
+    """The unknown key's message; with ``data``, a spec fitting its values' shape."""
+    if data is None or key not in data:
+        return unknown_key_message(key, _MISSING, KNOWN_COLUMNS)
+    return unknown_key_message(key, data[key], KNOWN_COLUMNS, _sample_lengths(data))
+
+
+def _sample_lengths(data: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Token and response lengths per sample, where ``data`` has them plainly (for a hint)."""
+    lengths: dict[str, list[int]] = {}
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        lengths["response"] = [int(length) for length in data["response_lengths"]]
+    try:
+        return {**lengths, "tokens": [len(sample) for sample in data["tokens"]]}
+    except (KeyError, TypeError):
+        return {}
 
 
 def _spec_list(specs: object) -> list[object]:

@@ -407,7 +407,7 @@ def test_balanced_split_needs_a_multiple_of_dp_size() -> None:
 def test_balanced_split_needs_at_least_one_sample_per_rank() -> None:
     with pytest.raises(
         PlanError,
-        match=r"needs at least `dp_size` \(4\) samples, got 3; pad the batch with 1 samples",
+        match=r"needs at least `dp_size` \(4\) samples, got 3; pad the batch with 1 sample",
     ):
         split_train_data_by_dp_raw(_data(), 4, balance_data=True)
 

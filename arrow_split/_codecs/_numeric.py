@@ -70,6 +70,7 @@ def as_array(value: object, name: str, location: str) -> np.ndarray:
             "first (`.filled(...)`) or drop the samples they belong to"
         )
         raise ColumnTypeError(msg)
+    value = _widened_bfloat16(value)
     try:
         if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
             return np.from_dlpack(value)
@@ -80,6 +81,20 @@ def as_array(value: object, name: str, location: str) -> np.ndarray:
             "numbers or a numeric numpy array"
         )
         raise ColumnTypeError(msg) from None
+
+
+def _widened_bfloat16(value: object) -> object:
+    """A bfloat16 tensor or array as float32, which holds every bfloat16 value exactly.
+
+    numpy has no bfloat16 (``np.asarray`` of a torch bfloat16 tensor fails); trainers keep
+    log-probs in it. torch is never imported: the tensor converts itself (``.float()``).
+    """
+    dtype = str(getattr(value, "dtype", ""))
+    if dtype == "torch.bfloat16":
+        return value.float()  # type: ignore[attr-defined]
+    if dtype == "bfloat16" and isinstance(value, np.ndarray):  # ml_dtypes' numpy bfloat16
+        return value.astype(np.float32)
+    return value
 
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:

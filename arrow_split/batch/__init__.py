@@ -356,7 +356,7 @@ class RolloutBatch:
         if clash:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
             raise SchemaError(msg)
-        resolved = resolve_specs(data.keys(), specs)
+        resolved = resolve_specs(data.keys(), specs, data=data)
         if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
             raise SchemaError(msg)

@@ -54,6 +54,7 @@ class TensorOptions:
     device: torch.device | None
     pad_value: int | float
     pad_to_multiple_of: int | None
+    writable: bool = False  # tensors of their own: never a view of the shard's memory
 
 
 def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
