@@ -10,7 +10,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import pyarrow as pa
@@ -456,78 +456,60 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     return None
 
 
-# The train-data dicts' static types: ``dict`` at run time; for a type checker a typed
-# ``__getitem__`` per known key (a TypedDict would refuse declared keys: no PEP 728 in mypy).
-if TYPE_CHECKING:
+# The train-data dicts' static types: TypedDicts of the keys the library defines, so that a
+# misspelt key is a type error. Not total (a batch holds the keys it was given). They are closed:
+# a key you declared or registered is read with ``data.get("key")`` (typed ``object``) or through
+# ``cast("dict[str, Any]", data)``; PEP 728's ``extra_items`` would allow more once mypy has it.
 
-    class TrainData(dict[str, Any]):
-        """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-        @overload
-        def __getitem__(self, key: Literal["tokens", "loss_masks"]) -> list[list[int]]: ...
-        @overload
-        def __getitem__(
-            self,
-            key: Literal[
-                "rollout_log_probs",
-                "teacher_log_probs",
-                "opd_reverse_kl",
-                "advantages",
-                "returns",
-                "values",
-                "ref_log_probs",
-            ],
-        ) -> list[list[float]]: ...
-        @overload
-        def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...
-        @overload
-        def __getitem__(
-            self, key: Literal["rollout_routed_experts", "rollout_indexer_topk"]
-        ) -> list[np.ndarray]: ...
-        @overload
-        def __getitem__(
-            self,
-            key: Literal[
-                "response_lengths",
-                "round_number",
-                "sample_indices",
-                "rollout_ids",
-                "rollout_mask_sums",
-                "seq_witness_ids",
-                "adapter_slots",
-                "total_lengths",
-                "partition",
-                "global_total_lengths",
-            ],
-        ) -> list[int]: ...
-        @overload
-        def __getitem__(self, key: Literal["rewards", "raw_reward"]) -> list[float]: ...
-        @overload
-        def __getitem__(self, key: Literal["truncated", "is_padding"]) -> list[bool]: ...
-        @overload
-        def __getitem__(self, key: Literal["weight_versions"]) -> list[list[str]]: ...
-        @overload
-        def __getitem__(
-            self, key: Literal["prompt", "metadata", "multimodal_train_inputs"]
-        ) -> list[Any]: ...
-        @overload
-        def __getitem__(self, key: Literal["dynamic_global_batch_size", "n_adapters"]) -> int: ...
-        @overload
-        def __getitem__(self, key: Literal["step_slots", "prompt_group_sizes"]) -> list[int]: ...
-        @overload
-        def __getitem__(self, key: Literal["step_adapter_names"]) -> list[str]: ...
-        @overload
-        def __getitem__(self, key: Literal["step_adapter_batch_sizes"]) -> dict[str, int]: ...
-        @overload
-        def __getitem__(self, key: str) -> Any: ...
-        def __getitem__(self, key: str) -> Any:
-            return super().__getitem__(key)
+class TrainData(TypedDict, total=False):
+    """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-    class RolloutTrainData(TrainData):
-        """A shard in the ``rollout`` layout: ``partition``, the batch's ``total_lengths``."""
+    tokens: list[list[int]]
+    loss_masks: list[list[int]]
+    rollout_log_probs: list[list[float]]
+    teacher_log_probs: list[list[float]]
+    opd_reverse_kl: list[list[float]]
+    rollout_sampling_masks: list[list[list[int]]]
+    rollout_routed_experts: list[np.ndarray]
+    rollout_indexer_topk: list[np.ndarray]
+    response_lengths: list[int]
+    rewards: list[float]
+    truncated: list[bool]
+    round_number: list[int]
+    sample_indices: list[int]
+    rollout_ids: list[int]
+    rollout_mask_sums: list[int]
+    seq_witness_ids: list[int]
+    adapter_slots: list[int]
+    is_padding: list[bool]
+    prompt: list[Any]
+    metadata: list[Any]
+    weight_versions: list[list[str]]
+    multimodal_train_inputs: list[Any]
+    raw_reward: list[float]
+    dynamic_global_batch_size: int
+    step_slots: list[int]
+    step_adapter_names: list[str]
+    step_adapter_batch_sizes: dict[str, int]
+    prompt_group_sizes: list[int]
+    n_adapters: int
+    # PPO / GRPO, one float per response token
+    advantages: list[list[float]]
+    returns: list[list[float]]
+    values: list[list[float]]
+    ref_log_probs: list[list[float]]
 
-    class ActorTrainData(TrainData):
-        """A shard in the ``actor`` layout: with ``total_lengths`` and ``global_total_lengths``."""
 
-else:
-    TrainData = RolloutTrainData = ActorTrainData = dict
+class RolloutTrainData(TrainData, total=False):
+    """A shard in the ``rollout`` layout: ``partition``, the batch's ``total_lengths``."""
+
+    partition: list[int]
+    total_lengths: list[int]
+
+
+class ActorTrainData(TrainData, total=False):
+    """A shard in the ``actor`` layout: with ``total_lengths`` and ``global_total_lengths``."""
+
+    total_lengths: list[int]
+    global_total_lengths: list[int]

@@ -233,7 +233,7 @@ class Shard:
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
         """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout`` (required)."""
         as_choice("layout", layout, TrainDataLayout)
-        train_data = self._rows.to_train_data()
+        train_data = cast("dict[str, Any]", self._rows.to_train_data())
         if layout == "rollout":
             train_data["partition"] = self._partition.tolist()
             train_data[TOTAL_LENGTHS] = self._batch_total_lengths.tolist()

@@ -74,8 +74,12 @@ if os.environ.get("READTHEDOCS") or os.environ.get("ARROW_SPLIT_DOCS_INTERSPHINX
         "pyarrow": ("https://arrow.apache.org/docs", None),
         "torch": ("https://docs.pytorch.org/docs/stable", None),
         "ray": ("https://docs.ray.io/en/latest", None),
+        "pandas": ("https://pandas.pydata.org/docs", None),
+        "polars": ("https://docs.pola.rs/api/python/stable", None),
     }
-_EXTERNAL = r"(numpy|np|npt|pyarrow|pa|torch|ray|hypothesis|collections|os|typing)\..*"
+_EXTERNAL = (
+    r"(numpy|np|npt|pyarrow|pa|torch|ray|pandas|polars|hypothesis|collections|os|typing)\..*"
+)
 nitpick_ignore_regex = [] if intersphinx_mapping else [(r"py:.*", _EXTERNAL)]
 # Private helpers that a public signature names but the reference does not document.
 nitpick_ignore = [
