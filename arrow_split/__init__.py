@@ -10,7 +10,9 @@ from __future__ import annotations
 from arrow_split._args import SplitMethod
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.lists import TokenLists
+from arrow_split._dashboard import write_dashboard_columns
 from arrow_split._journal import JournalSync, OnDuplicate
+from arrow_split._journal_inspect import describe_journal
 from arrow_split._registry import register_column
 from arrow_split._schedule import (
     RankSchedule,
@@ -115,6 +117,7 @@ __all__ = [
     "UntrustedObjectError",
     "ValueRangeError",
     "__version__",
+    "describe_journal",
     "karmarkar_karp",
     "pad_to_dp",
     "partition_for_rank",
@@ -128,4 +131,5 @@ __all__ = [
     "split_train_data_by_dp_raw",
     "take",
     "take_rows",
+    "write_dashboard_columns",
 ]

@@ -245,7 +245,22 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
         raise
 
 
+# The first bytes of the files a dump is mistaken for, and the reader each needs.
+_OTHER_FORMATS = {
+    b"PAR1": "a Parquet file (`RolloutBatch.to_parquet`); read it with "
+    "`RolloutBatch.read_parquet(path)`",
+    b"ASJ2": "a builder's journal; recover its batch with `RolloutBatchBuilder.recover(folder)` "
+    "or look at it with `arrow-split inspect PATH`",
+    b"ASJ1": "a builder's journal (format 1); recover its batch with "
+    "`RolloutBatchBuilder.recover(folder)`",
+}
+
+
 def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBatch:
+    other = _OTHER_FORMATS.get(bytes(mapped.read_at(4, 0)) if mapped.size() >= 4 else b"")
+    if other is not None:
+        msg = f"`{source}` is not a rollout dump but {other}"
+        raise DumpError(msg)
     try:
         reader = pa.ipc.open_file(mapped)
         count = reader.num_record_batches
