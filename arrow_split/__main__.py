@@ -147,8 +147,11 @@ def _inspect(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
         if journal:
             print(arrow_split.describe_journal(arguments.path))
             return 0
-        batch = _read_any(arguments.path, tuple(arguments.dp_size or (8, 64)))
+        parquet = _is_parquet(arguments.path)
+        _summarize(arguments.path, tuple(arguments.dp_size or (8, 64)), parquet)
         if arguments.dashboard_columns is not None:
+            read = RolloutBatch.read_parquet if parquet else RolloutBatch.read
+            batch = read(arguments.path)
             rollout_id = 0 if arguments.rollout_id is None else arguments.rollout_id
             written = arrow_split.write_dashboard_columns(
                 batch, arguments.dashboard_columns, rollout_id
@@ -160,17 +163,16 @@ def _inspect(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
     return 0
 
 
-def _read_any(path: str, dp_sizes: tuple[int, ...]) -> RolloutBatch:
-    """Print the summary of a dump or a Parquet file; return its batch (objects not decoded)."""
+def _summarize(path: str, dp_sizes: tuple[int, ...], parquet: bool) -> None:
+    """Print the summary of a dump or a Parquet file (objects are never decoded)."""
     from arrow_split.summary import inspect_path, summarize
 
-    if _is_parquet(path):
+    if parquet:
         batch = RolloutBatch.read_parquet(path)
         print(f"file: {path}\n  Parquet (RolloutBatch.to_parquet)\n")
         print(summarize(batch, dp_sizes=dp_sizes))
-        return batch
-    print(inspect_path(path, dp_sizes))
-    return RolloutBatch.read(path)
+    else:
+        print(inspect_path(path, dp_sizes))
 
 
 def _is_journal(path: str) -> bool:

@@ -253,3 +253,20 @@ def test_schedule_reprs_are_short() -> None:
 
 def test_pa_types_stay_arrow(batch: RolloutBatch) -> None:
     assert isinstance(batch["tokens"], pa.Array)
+
+
+class _Custom:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Custom)
+
+    __hash__ = object.__hash__
+
+
+def test_the_repr_of_a_file_with_untrusted_objects_never_raises(tmp_path: Any) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1]], "multimodal_train_inputs": [_Custom()]})
+    batch.write(tmp_path / "b.arrow")
+    read = RolloutBatch.read(tmp_path / "b.arrow")  # trust_objects=False
+    assert "<UntrustedObjectError>" in repr(read)
+    assert "&lt;UntrustedObjectError&gt;" in read._repr_html_()
+    with pytest.raises(arrow_split.UntrustedObjectError):
+        list(read)

@@ -22,7 +22,7 @@ from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
 from arrow_split._codecs.scalar import global_to_python
 from arrow_split.batch._columns import values_equal
-from arrow_split.errors import ColumnNotFoundError, SchemaError, SchemaTypeError
+from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 
 if TYPE_CHECKING:
@@ -102,15 +102,38 @@ def item(batch: RolloutBatch, key: object, hint: str = "") -> Any:
     raise ColumnNotFoundError(msg)
 
 
-def decode_rows(batch: RolloutBatch, start: int, stop: int) -> dict[str, list[object]]:
-    """The per-sample values of rows ``start:stop`` as Python objects, by key."""
+def decode_rows(
+    batch: RolloutBatch, start: int, stop: int, *, shown: bool = False
+) -> dict[str, list[object]]:
+    """The per-sample values of rows ``start:stop`` as Python objects, by key.
+
+    ``shown``: for a preview, which never raises: a column that does not decode (an untrusted
+    pickle of a file) shows the error's name in each of its cells instead.
+    """
     record_batch = batch.record_batch.slice(start, stop - start)
     values: dict[str, list[object]] = {}
     for key in record_batch.schema.names:
         spec = batch.specs[key]
         column = record_batch.column(key)
-        values[key] = codec_for(spec).decode_read(spec, column, trust_objects=batch.trust_objects)
+        try:
+            values[key] = codec_for(spec).decode_read(
+                spec, column, trust_objects=batch.trust_objects
+            )
+        except ArrowSplitError as exc:
+            if not shown:
+                raise
+            values[key] = [_Undecoded(type(exc).__name__)] * len(column)
     return values
+
+
+class _Undecoded:
+    """A preview's cell of a value that does not decode (its repr names why)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<{self.reason}>"
 
 
 def iter_rows(batch: RolloutBatch) -> Iterator[dict[str, object]]:
@@ -126,9 +149,10 @@ def _preview(batch: RolloutBatch) -> tuple[list[int], dict[str, list[object]]]:
     """The rows a repr shows and their values (every key, so pickles decode only there)."""
     count = batch.num_samples
     if count <= PREVIEW_ROWS:
-        return list(range(count)), decode_rows(batch, 0, count)
+        return list(range(count)), decode_rows(batch, 0, count, shown=True)
     head, tail = PREVIEW_ROWS - 2, 2
-    first, last = decode_rows(batch, 0, head), decode_rows(batch, count - tail, count)
+    first = decode_rows(batch, 0, head, shown=True)
+    last = decode_rows(batch, count - tail, count, shown=True)
     values = {key: [*first[key], *last[key]] for key in first}
     return [*range(head), *range(count - tail, count)], values
 
