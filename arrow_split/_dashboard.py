@@ -9,13 +9,14 @@ the dashboard opens arrow_split's steps too. A column the batch lacks is written
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from arrow_split._args import as_int
+from arrow_split._args import as_int, as_path
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import DumpError, SchemaTypeError
 
@@ -58,7 +59,7 @@ def write_dashboard_columns(
     SchemaTypeError
         ``batch`` is not a RolloutBatch (a shard: ``shard.rows``).
     OptionTypeError, OptionError
-        ``rollout_id`` is not a non-negative int.
+        ``rollout_id`` is not a non-negative int, or ``folder`` is not a path.
     DumpError
         A value the file's types cannot hold (an id or length past int32), or an OS error.
     """
@@ -66,14 +67,17 @@ def write_dashboard_columns(
         msg = f"`batch` must be a RolloutBatch, got {type(batch).__name__} (a shard: `shard.rows`)"
         raise SchemaTypeError(msg)
     number = as_int("rollout_id", rollout_id, minimum=0)
+    root = as_path("folder", folder)
     table = pa.Table.from_batches([dashboard_record_batch(batch)])
-    target = os.path.join(os.fspath(folder), "dashboard_columns", f"rollout_{number}.parquet")
+    target = os.path.join(root, "dashboard_columns", f"rollout_{number}.parquet")
     temporary = f"{target}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
         pq.write_table(table, temporary, row_group_size=_ROW_GROUP)
         os.replace(temporary, target)
-    except OSError as exc:
+    except (OSError, pa.ArrowException) as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
         msg = f"cannot write the dashboard columns file `{target}`: {exc}"
         raise DumpError(msg) from None
     return target

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 
+from arrow_split._args import as_path
 from arrow_split._journal import _LOCK_NAME, _steps, journal_file, scan_file
+from arrow_split.errors import JournalError
 
 __all__ = ["describe_journal"]
 
@@ -22,13 +24,19 @@ def describe_journal(path: str | os.PathLike[str]) -> str:
 
     Raises
     ------
+    OptionTypeError, OptionError
+        ``path`` is not a path (a str or an os.PathLike), or is empty or holds a NUL.
     JournalError
-        A file that is no journal, or cannot be read.
+        A file that is no journal, or cannot be read (a missing path too).
     """
-    text = os.fspath(path)
+    text = as_path("path", path)
     if not os.path.isdir(text):
         return _describe_file(text)
-    journals, dumps = _steps(text)
+    try:
+        journals, dumps = _steps(text)
+    except OSError as exc:
+        msg = f"cannot list the journal folder `{text}`: {exc}"
+        raise JournalError(msg) from None
     lines = [f"journal folder: {text}"]
     lines += [
         f"  step {step}: finished, dump {journal_file(text, step, 'arrow')}"

@@ -26,7 +26,12 @@ def unknown_key_message(
     ``lengths``: by length rule (``response`` first, then ``tokens``), each sample's length,
     when the data has them, to count the samples and name a per-token key's length rule.
     """
-    close = difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+    # a key of another type (a hostile dict) gets the message, with no name to compare
+    close = (
+        difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.75)
+        if isinstance(key, str)
+        else []
+    )
     guess = None if value is _MISSING else _fitting_spec(key, value, lengths or {})
     text = f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, e.g. "
     if guess is None:

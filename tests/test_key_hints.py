@@ -54,3 +54,10 @@ def test_a_far_name_gets_no_suggestion() -> None:
     with pytest.raises(SchemaError) as caught:
         RolloutBatch.from_train_data({**BASE, "zzz": [1.0, 0.0]})
     assert "did you mean" not in str(caught.value)
+
+
+def test_a_key_that_is_no_str_still_gets_the_message() -> None:
+    from arrow_split._key_hints import unknown_key_message
+
+    text = unknown_key_message(7, [1.0], ["rewards"])  # type: ignore[arg-type]
+    assert text.startswith("unknown key `7`: arrow_split does not guess")

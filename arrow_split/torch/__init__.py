@@ -245,9 +245,11 @@ def _device(device: object) -> torch.device | None:
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
     """Every numeric column of ``rows`` read (scalars as tensors), then arranged by the layout."""
     columns: AllColumns = {}
+    # A move to another device makes every tensor fresh; on the CPU, `writable` copies instead:
+    # without its buffer, memory that is not the tensor's own is copied (_private_or_copy).
+    on_cpu = options.device is None or options.device.type == "cpu"
     for shared in rows.numeric_columns():
-        # Without the buffer, memory that is not the tensor's own is copied (_private_or_copy).
-        column = dataclasses.replace(shared, buffer=None) if options.writable else shared
+        column = dataclasses.replace(shared, buffer=None) if options.writable and on_cpu else shared
         name = column.spec.name
         if column.token_offsets is not None:
             columns[name] = TokenListColumn(

@@ -32,13 +32,16 @@ def _every_tensor(tensors: dict[str, object]) -> list[object]:
     return [t.values() if t.is_nested else t for t in found]  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("device", [None, "cpu"])
 @pytest.mark.parametrize("layout", LAYOUTS)
-def test_writable_tensors_never_change_the_shard(layout: TensorLayout) -> None:
+def test_writable_tensors_never_change_the_shard(layout: TensorLayout, device: str | None) -> None:
     shard = arrow_split.split_train_data_by_dp_raw(
         RolloutBatch.from_train_data(DATA), 1, balance_data=False
     )[0]
     before = shard.to_train_data(layout="actor")
-    tensors = to_tensors(shard, layout=layout, token_dtype=torch.int32, writable=True)
+    tensors = to_tensors(
+        shard, layout=layout, token_dtype=torch.int32, writable=True, device=device
+    )
     for tensor in _every_tensor(tensors):
         tensor.fill_(True if tensor.dtype == torch.bool else 7)  # type: ignore[attr-defined]
     after = shard.to_train_data(layout="actor")
