@@ -511,7 +511,8 @@ def test_another_format_is_a_dump_error(tmp_path: Path) -> None:
     with pytest.raises(DumpError, match=r"notes\.arrow` is not a readable Arrow IPC file"):
         read_batch(tmp_path / "notes.arrow")
     pq.write_table(pa.table({"tokens": [1]}), tmp_path / "table.parquet")
-    with pytest.raises(DumpError, match=r"table\.parquet` is not a readable Arrow IPC file"):
+    # a Parquet file is named as one, with the reader it needs
+    with pytest.raises(DumpError, match=r"table\.parquet` is not a rollout dump but a Parquet"):
         read_batch(tmp_path / "table.parquet")
 
 
