@@ -40,9 +40,9 @@ def register_column(spec: ColumnSpec, *, replace: bool = False) -> None:
     >>> import pyarrow as pa
     >>> import arrow_split
     >>> arrow_split.register_column(
-    ...     arrow_split.ColumnSpec("kl_penalty", "per_sample_scalar", pa.float64())
+    ...     arrow_split.ColumnSpec("our_kl_penalty", "per_sample_scalar", pa.float64())
     ... )
-    >>> arrow_split.KNOWN_COLUMNS["kl_penalty"].kind
+    >>> arrow_split.KNOWN_COLUMNS["our_kl_penalty"].kind
     'per_sample_scalar'
     """
     if not isinstance(spec, ColumnSpec):
