@@ -77,4 +77,4 @@ clean:
 # docs/_build/html; any warning fails the build. CI runs it after `make test`.
 .PHONY: docs
 docs: $(STAMP)
-	$(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(BIN)/python -m sphinx -W --keep-going -n -q -b html docs docs/_build/html

@@ -10,7 +10,10 @@ from __future__ import annotations
 from arrow_split._args import SplitMethod
 from arrow_split._builder import RolloutBatchBuilder
 from arrow_split._codecs.lists import TokenLists
+from arrow_split._dashboard import write_dashboard_columns
 from arrow_split._journal import JournalSync, OnDuplicate
+from arrow_split._journal_inspect import describe_journal
+from arrow_split._registry import register_column
 from arrow_split._schedule import (
     RankSchedule,
     Schedule,
@@ -120,16 +123,19 @@ __all__ = [
     "UntrustedObjectError",
     "ValueRangeError",
     "__version__",
+    "describe_journal",
     "karmarkar_karp",
     "pad_to_dp",
     "partition_for_rank",
     "plan_fingerprint",
     "plan_partitions",
     "plan_schedule",
+    "register_column",
     "schedule_for_rank",
     "shard_for_rank",
     "split",
     "split_train_data_by_dp_raw",
     "take",
     "take_rows",
+    "write_dashboard_columns",
 ]

@@ -1,15 +1,19 @@
 """The command line: ``python -m arrow_split demo|inspect`` (or the ``arrow-split`` script).
 
-``inspect`` summarizes a dump. ``demo`` runs rollout -> data-parallel train actors on a local
-Ray, every sample's values checked on arrival (a CRC32 per sample and column), and stops its
-Ray; it imports Ray and torch only when it runs, so a bad flag or ``inspect`` needs neither.
+``inspect`` summarizes a dump, a Parquet file of ``to_parquet``, or a builder's journal (folder
+or file, before ``recover()``), and can write miles' dashboard columns file from a dump.
+``demo`` runs rollout -> data-parallel train actors on a local Ray, every sample's values
+checked on arrival (a CRC32 per sample and column), and stops its Ray; it imports Ray (and torch,
+if installed) only when it runs, so a bad flag or ``inspect`` needs neither.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import logging
+import os
 import statistics
 import sys
 import time
@@ -20,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from arrow_split import ArrowSplitError, RolloutBatchBuilder, __version__
+import arrow_split
+from arrow_split import ArrowSplitError, RolloutBatch, RolloutBatchBuilder, __version__
 from arrow_split.testing import RolloutConfig, iter_sample_groups, make_train_data
 
 if TYPE_CHECKING:
@@ -72,8 +77,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--moe", action="store_true", help="add routed experts (4 layers, top-2)")
     demo.add_argument("--seed", type=int, default=0, help="seed of the generated batches")
-    inspect = commands.add_parser("inspect", help="summarize a rollout dump written by batch.write")
-    inspect.add_argument("path", help="the dump file (Arrow IPC)")
+    inspect = commands.add_parser(
+        "inspect",
+        help="summarize a dump (batch.write), a Parquet file (batch.to_parquet) or a journal",
+    )
+    inspect.add_argument(
+        "path", help="a dump (Arrow IPC), a Parquet file, or a journal folder or file"
+    )
+    inspect.add_argument(
+        "--dashboard-columns",
+        metavar="DIR",
+        help="also write miles' DIR/dashboard_columns/rollout_{id}.parquet from the dump",
+    )
+    inspect.add_argument(
+        "--rollout-id", type=int, help="the {id} of the dashboard file (default: 0)"
+    )
     inspect.add_argument(
         "--dp-size",
         type=_positive_int,
@@ -88,14 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     arguments = parser.parse_args(argv)
     if arguments.command == "inspect":
-        from arrow_split.summary import inspect_path
-
-        try:
-            print(inspect_path(arguments.path, tuple(arguments.dp_size or (8, 64))))
-        except (ArrowSplitError, FileNotFoundError) as exc:
-            print(f"arrow-split inspect: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
-            return 2
-        return 0
+        return _inspect(parser, arguments)
     if arguments.max_response < arguments.mean_response:
         parser.error(
             f"--max-response ({arguments.max_response}) must be >= --mean-response "
@@ -106,13 +117,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"the balanced plan needs --samples ({arguments.samples}) to be a multiple of "
             f"--dp-size ({arguments.dp_size}); change one, or pass --strided"
         )
-    try:
-        import ray  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as exc:
+    if not _installed("ray"):
         print(
-            f"arrow-split demo: needs Ray and PyTorch ({exc.name or exc} is not installed); "
-            "install them with: pip install 'arrow-split[ray,torch]'",
+            "arrow-split demo: needs Ray (not installed); install it with: pip install '.[ray]' "
+            "from a clone (torch is optional: without it the ranks check Arrow values)",
             file=sys.stderr,
         )
         return 1
@@ -121,11 +129,79 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = DemoConfig(
         *sizes, arguments.steps, modes, not arguments.strided, arguments.moe, arguments.seed
     )
+    config = dataclasses.replace(config, tensors=_installed("torch"))
     try:
         return run_demo(config)
     except ArrowSplitError as exc:
         print(f"arrow-split demo: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 2
+
+
+def _inspect(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
+    if arguments.rollout_id is not None and arguments.dashboard_columns is None:
+        parser.error("--rollout-id names the dashboard file: pass --dashboard-columns DIR too")
+    journal = _is_journal(arguments.path)
+    if journal and arguments.dashboard_columns is not None:
+        parser.error("--dashboard-columns reads a dump or a Parquet file, not a journal")
+    try:
+        if journal:
+            print(arrow_split.describe_journal(arguments.path))
+            return 0
+        parquet = _is_parquet(arguments.path)
+        _summarize(arguments.path, tuple(arguments.dp_size or (8, 64)), parquet)
+        if arguments.dashboard_columns is not None:
+            read = RolloutBatch.read_parquet if parquet else RolloutBatch.read
+            batch = read(arguments.path)
+            rollout_id = 0 if arguments.rollout_id is None else arguments.rollout_id
+            written = arrow_split.write_dashboard_columns(
+                batch, arguments.dashboard_columns, rollout_id
+            )
+            print(f"wrote {written}")
+    except (ArrowSplitError, FileNotFoundError, IsADirectoryError) as exc:
+        print(f"arrow-split inspect: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _summarize(path: str, dp_sizes: tuple[int, ...], parquet: bool) -> None:
+    """Print the summary of a dump or a Parquet file (objects are never decoded)."""
+    from arrow_split.summary import inspect_path, summarize
+
+    if parquet:
+        batch = RolloutBatch.read_parquet(path)
+        print(f"file: {path}\n  Parquet (RolloutBatch.to_parquet)\n")
+        print(summarize(batch, dp_sizes=dp_sizes))
+    else:
+        print(inspect_path(path, dp_sizes))
+
+
+def _is_journal(path: str) -> bool:
+    """A folder (of a builder's journal), or a file that starts as a journal does."""
+    if os.path.isdir(path):
+        return True
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) in (b"ASJ1", b"ASJ2")
+    except OSError:
+        return False
+
+
+def _is_parquet(path: str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == b"PAR1"
+    except OSError:
+        return False
+
+
+def _installed(name: str) -> bool:
+    """Whether ``import name`` would find the package (without importing it: torch is slow)."""
+    if name in sys.modules:
+        return sys.modules[name] is not None
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _one_line(exc: BaseException) -> str:
@@ -160,6 +236,7 @@ class DemoConfig:
     balance_data: bool = True
     moe: bool = False
     seed: int = 0
+    tensors: bool = True  # ranks make torch tensors (False: they check the shard's Arrow values)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,31 +286,49 @@ def _expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
     }
 
 
+def _tensor_values(shard: Any) -> dict[str, list[np.ndarray]]:
+    """Each checked column's per-sample values, from the torch tensors a trainer makes."""
+    import torch
+
+    from arrow_split.torch import to_tensors
+
+    tensors = to_tensors(shard, token_dtype=torch.int32, mask_dtype=torch.uint8)
+    return {key: _per_sample_arrays(tensors[key]) for key in _CHECKED if key in tensors}
+
+
+def _arrow_values(shard: Any) -> dict[str, list[Any]]:
+    """Each checked column's per-sample values, decoded from the shard (no torch)."""
+    train_data = shard.rows.to_train_data()
+    return {key: train_data[key] for key in _CHECKED if key in train_data}
+
+
 class _TrainActor:
     """A data-parallel train rank (a Ray actor): takes its shard and makes tensors, as a trainer."""
 
     def step(
-        self, handle: list[Any], delayed: bool, dp_rank: int, dp_size: int, balance_data: bool
+        self,
+        handle: list[Any],
+        delayed: bool,
+        dp_rank: int,
+        dp_size: int,
+        balance_data: bool,
+        tensors: bool = True,
     ) -> dict[str, Any]:
         """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
 
         ``handle``: the eager references, or the delayed one in a list (so Ray does not fetch it).
+        ``tensors``: make torch tensors (else check the shard's own values, without torch).
         """
-        import torch
-
         from arrow_split.ray import process_rollout_data
-        from arrow_split.torch import to_tensors
 
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()
         refs_or_ref = handle[0] if delayed else handle
         shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
-        tensors = to_tensors(shard, token_dtype=torch.int32, mask_dtype=torch.uint8)
+        values = _tensor_values(shard) if tensors else _arrow_values(shard)
         seconds = time.perf_counter() - start
         checksums = {
-            key: _checksums(_per_sample_arrays(tensors[key]), dtype)
-            for key, dtype in _CHECKED.items()
-            if key in tensors
+            key: _checksums(values[key], dtype) for key, dtype in _CHECKED.items() if key in values
         }
         return {
             "partition": np.asarray(shard.partition).tolist(),
@@ -271,7 +366,9 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
     handle: list[Any] = [put] if delayed else list(put)
     results = ray.get(
         [
-            actor.step.remote(handle, delayed, rank, config.dp_size, config.balance_data)
+            actor.step.remote(
+                handle, delayed, rank, config.dp_size, config.balance_data, config.tensors
+            )
             for rank, actor in enumerate(actors)
         ]
     )
@@ -340,10 +437,16 @@ def _print_table(reports: Sequence[StepReport]) -> None:
     )
 
 
+def _progress(line: str) -> None:
+    """What the demo is doing, at once (Ray's start and the actors' take seconds)."""
+    print(line, file=sys.stderr, flush=True)
+
+
 def run_demo(config: DemoConfig) -> int:
     """Start a local Ray, run the steps of every mode, print the table, stop Ray; return 0."""
     import ray
 
+    _progress("starting a local Ray (2 CPUs; this takes a few seconds) ...")
     ray.init(
         address="local",  # always a new local Ray, even if another one runs on this machine
         num_cpus=2,
@@ -352,18 +455,22 @@ def run_demo(config: DemoConfig) -> int:
         logging_level=logging.ERROR,
     )
     try:
+        _progress(f"starting {config.dp_size} train actors (one process each) ...")
         actor = ray.remote(num_cpus=0)(_TrainActor)
-        actors = [actor.remote() for _ in range(config.dp_size)]
+        actors: list[Any] = [actor.remote() for _ in range(config.dp_size)]
+        ray.get([handle.__ray_ready__.remote() for handle in actors])
+        if not config.tensors:
+            _progress("torch is not installed: the ranks check their shards' Arrow values")
         print(
             f"arrow_split demo: {config.samples} samples/step, dp_size {config.dp_size}, "
             f"{'balanced' if config.balance_data else 'strided'} plan, "
             f"{config.steps} steps per mode"
         )
-        reports = [
-            _run_step(config, actors, mode, step)
-            for mode in config.modes
-            for step in range(config.steps)
-        ]
+        reports = []
+        for mode in config.modes:
+            for step in range(config.steps):
+                _progress(f"{mode} hand-off, step {step + 1} of {config.steps} ...")
+                reports.append(_run_step(config, actors, mode, step))
         _print_table(reports)
         print("every sample reached exactly one rank with its values intact, on every step")
     finally:

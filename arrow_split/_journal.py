@@ -624,7 +624,10 @@ def _holder(descriptor: int) -> str:
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
-        return f"process {int(holder['pid'])} on host {str(holder['host'])!r} since {since}"
+        pid, host = int(holder["pid"]), str(holder["host"])
+        if pid == os.getpid() and host == socket.gethostname():  # this very process
+            return f"another builder of this process (pid {pid}, since {since}), not yet closed"
+        return f"process {pid} on host {host!r} since {since}"
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
         return "another process (its lock file does not name it)"
 

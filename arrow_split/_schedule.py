@@ -144,6 +144,13 @@ class RankSchedule:
         """The schedule's :class:`PlanKey`, the same on every rank that planned alike."""
         return self.plan.key
 
+    def __repr__(self) -> str:
+        return (
+            f"RankSchedule(dp_rank={self.dp_rank}, {len(self.rows)} rows, "
+            f"{len(self.micro_batch_offsets) - 1} micro-batches, "
+            f"fingerprint={self.plan.fingerprint!r})"
+        )
+
     def take(self, batch: RolloutBatch) -> Shard:
         """Gather this rank's rows of `batch` into a shard carrying :attr:`plan_key`.
 
@@ -190,17 +197,33 @@ class Schedule:
 
     @property
     def dp_size(self) -> int:
-        """Number of data-parallel ranks: ``plan.dp_size``."""
+        """Number of data-parallel ranks (``plan.dp_size``)."""
         return self.plan.dp_size
 
     @property
     def input_digest(self) -> str:
-        """The plan's fingerprint: 16 hex digits over every input, equal on every rank."""
+        """The plan's fingerprint, 16 hex digits over every input, equal on every rank."""
         return self.plan.fingerprint
 
     def fingerprint(self) -> str:
         """Return :attr:`input_digest`."""
         return self.plan.fingerprint
+
+    def __repr__(self) -> str:
+        key = self.plan.key
+        return (
+            f"Schedule({key.method}, dp_size={key.dp_size}, {self.plan.num_samples} samples, "
+            f"{len(self.num_microbatches)} steps, micro-batches per rank per step "
+            f"{_short_tuple(self.num_microbatches)}, {len(self.dropped_rows)} rows dropped, "
+            f"fingerprint={key.fingerprint!r})"
+        )
+
+
+def _short_tuple(values: tuple[int, ...], shown: int = 6) -> str:
+    """``values`` as a tuple's text, its first ``shown`` values and a count when longer."""
+    if len(values) <= shown:
+        return str(values)
+    return f"({', '.join(map(str, values[:shown]))}, ... {len(values)} in all)"
 
 
 def _first_fit_decreasing(lengths: Int64Array, budget: int) -> list[list[int]]:

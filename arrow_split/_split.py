@@ -20,6 +20,7 @@ from arrow_split._args import (
     method_of,
 )
 from arrow_split._codecs._base import EncodeOptions
+from arrow_split._miles_calls import refuses_miles_calls
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
     OptionError,
@@ -147,6 +148,7 @@ def _planned(
     return batch, Plan._make(lengths, dp_size, method, keys), lengths
 
 
+@refuses_miles_calls
 def split_train_data_by_dp_raw(
     data_or_batch: RolloutBatch | Mapping[str, Any],
     dp_size: int,
@@ -159,7 +161,7 @@ def split_train_data_by_dp_raw(
     Parameters
     ----------
     data_or_batch
-        A train-data dict (:meth:`RolloutBatch.from_train_data`) or a RolloutBatch.
+        A train-data dict (:meth:`~arrow_split.RolloutBatch.from_train_data`) or a RolloutBatch.
     dp_size
         The number of data-parallel ranks.
     balance_data

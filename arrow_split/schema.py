@@ -6,15 +6,17 @@ finds a column by its role (:class:`Roles`, :func:`role_column`), never by its n
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, overload
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
+from arrow_split._key_hints import _MISSING, unknown_key_message
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
@@ -57,21 +59,21 @@ ColumnKind = Literal[
 ``batch_global`` value is one value for the batch, shipped whole with every shard."""
 
 ObjectCodec = Literal["string", "string_list", "pickle", "json"]
-"""How a per-sample object is stored: ``string`` (``large_string``), ``string_list``, ``json``
-(text that round-trips exactly; else both fall back to ``pickle``) or ``pickle`` (protocol 5,
-decoded only on the rank that owns the row)."""
+"""How a per-sample object is stored, one of ``string`` (``large_string``), ``string_list``,
+``json`` (text that round-trips exactly; else both fall back to ``pickle``) or ``pickle``
+(protocol 5, decoded only on the rank that owns the row)."""
 
 GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
-"""The shape of a batch-global value (``int_map``: int keys to non-negative ints;
-``float_per_sample``: one number per sample of the whole batch)."""
+"""The shape of a batch-global value (``int_map`` maps int keys to non-negative ints,
+``float_per_sample`` holds one number per sample of the whole batch)."""
 
 ColumnStorage = Literal["exact", "narrow"]
-"""How the integers of a ``per_sample_tensor`` column are stored: ``exact`` (as ``value_type``)
+"""How the integers of a ``per_sample_tensor`` column are stored, ``exact`` (as ``value_type``)
 or ``narrow`` (small ids: the narrowest of uint8, uint16, int32 and ``value_type`` holding every
 value of the batch; ``value_type`` stays the logical type)."""
 
 LengthRule = Literal["tokens", "response", "tokens_minus_one"]
-"""How long a sample's value must be: ``len(tokens[i])``, ``response_lengths[i]`` or
+"""How long a sample's value must be, ``len(tokens[i])``, ``response_lengths[i]`` or
 ``len(tokens[i]) - 1`` rows (more for a sample with extra rows, e.g. expanded media tokens)."""
 
 Role = Literal[
@@ -164,11 +166,12 @@ class ColumnSpec:
     name
         The key in the train-data dict.
     kind
-        Which kind of value the key holds (:data:`ColumnKind`).
+        Which kind of value the key holds (:data:`~arrow_split.ColumnKind`).
     value_type
         The Arrow type of one number; ``None`` for objects and batch-global values.
     length
-        For list and tensor kinds: the :data:`LengthRule` a sample's value follows, or ``None``.
+        For list and tensor kinds: the :data:`~arrow_split.schema.LengthRule` a sample's value
+        follows, or ``None``.
     flag
         Values are 0/1 (``bool`` accepted).
     finite
@@ -176,16 +179,17 @@ class ColumnSpec:
     nonempty
         For ``per_token_list``: no token's list is empty.
     codec, global_shape, storage
-        For objects (:data:`ObjectCodec`), batch-globals (:data:`GlobalShape`), int tensors
-        (:data:`ColumnStorage`).
+        For objects (:data:`~arrow_split.schema.ObjectCodec`), batch-globals
+        (:data:`~arrow_split.schema.GlobalShape`), int tensors
+        (:data:`~arrow_split.schema.ColumnStorage`).
     role
-        The part the column plays (:data:`Role`), or ``None``.
+        The part the column plays (:data:`~arrow_split.Role`), or ``None``.
 
     Examples
     --------
     >>> import pyarrow as pa
     >>> from arrow_split import ColumnSpec
-    >>> advantages = ColumnSpec("advantages", "per_token", pa.float32(), length="response")
+    >>> entropies = ColumnSpec("entropies", "per_token", pa.float32(), length="response")
     >>> score = ColumnSpec("score", "per_sample_scalar", pa.float64())
     >>> tops = ColumnSpec("top_ids", "per_token_list", pa.int32(), length="response")
     """
@@ -282,7 +286,7 @@ class ColumnSpec:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Roles:
-    """The column that plays each :data:`Role` in resolved specs, or ``None`` (found once)."""
+    """The column that plays each :data:`~arrow_split.Role` in resolved specs, or ``None``."""
 
     length_source: str | None = None
     response_length: str | None = None
@@ -373,11 +377,18 @@ def _known() -> dict[str, ColumnSpec]:
         ColumnSpec("prompt_group_sizes", "batch_global", global_shape="int_list"),
         ColumnSpec("n_adapters", "batch_global", global_shape="int", role="adapter_count"),
     ]
+    specs += [  # PPO / GRPO: one float per response token, as rollout_log_probs
+        ColumnSpec(name, "per_token", float32, length="response")
+        for name in ("advantages", "returns", "values", "ref_log_probs")
+    ]
     return {spec.name: spec for spec in specs}
 
 
-KNOWN_COLUMNS: Mapping[str, ColumnSpec] = _known()
-"""The keys arrow_split knows, by name. ``total_lengths`` is not among them: it is derived."""
+_KNOWN = _known()  # grows only through arrow_split.register_column (this process)
+
+KNOWN_COLUMNS: Mapping[str, ColumnSpec] = MappingProxyType(_KNOWN)
+"""The keys arrow_split knows, by name (read-only; :func:`arrow_split.register_column` adds one
+for this process). ``total_lengths`` is not among them: it is derived."""
 
 TOTAL_LENGTHS = "total_lengths"
 """The derived key: each sample's token count, from the length source (never stored)."""
@@ -389,10 +400,16 @@ PADDING_VALUES: Mapping[str, int] = MappingProxyType(
 key: every value of a per-token key, the one value of a per-sample key (miles #2694)."""
 
 
-def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict[str, ColumnSpec]:
+def resolve_specs(
+    keys: Iterable[str],
+    specs: Iterable[ColumnSpec] = (),
+    *,
+    data: Mapping[str, Any] | None = None,
+) -> dict[str, ColumnSpec]:
     """The spec of every key but ``total_lengths``, in order; declared specs override known ones.
 
-    Raises :class:`SchemaError` for a key neither known nor declared, or a spec declared twice.
+    Raises :class:`SchemaError` for a key neither known nor declared (``data``, the values, words
+    its hint), or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
     for spec in _spec_list(specs):
@@ -409,16 +426,30 @@ def resolve_specs(keys: Iterable[str], specs: Iterable[ColumnSpec] = ()) -> dict
             continue
         found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
         if found is None:
-            msg = (
-                f"unknown key `{key}`: arrow_split does not guess a column's kind; declare it, "
-                f'e.g. `specs=[ColumnSpec("{key}", "per_sample_scalar", pa.float64())]` for one '
-                f'number per sample, or `ColumnSpec("{key}", "per_sample_object")` for any object'
-            )
+            msg = _unknown_key(key, data)
             raise SchemaError(msg, key=key)
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())
     return resolved
+
+
+def _unknown_key(key: str, data: Mapping[str, Any] | None) -> str:
+    """The unknown key's message; with ``data``, a spec fitting its values' shape."""
+    if data is None or key not in data:
+        return unknown_key_message(key, _MISSING, KNOWN_COLUMNS)
+    return unknown_key_message(key, data[key], KNOWN_COLUMNS, _sample_lengths(data))
+
+
+def _sample_lengths(data: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Token and response lengths per sample, where ``data`` has them plainly (for a hint)."""
+    lengths: dict[str, list[int]] = {}
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        lengths["response"] = [int(length) for length in data["response_lengths"]]
+    try:
+        return {**lengths, "tokens": [len(sample) for sample in data["tokens"]]}
+    except (KeyError, TypeError):
+        return {}
 
 
 def _spec_list(specs: object) -> list[object]:
@@ -452,84 +483,69 @@ def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     return None
 
 
-# The train-data dicts' static types: ``dict`` at run time; for a type checker a typed
-# ``__getitem__`` per known key (a TypedDict would refuse declared keys: no PEP 728 in mypy).
-if TYPE_CHECKING:
+# The train-data dicts' static types: TypedDicts of the keys the library defines, so that a
+# misspelt key is a type error. Not total (a batch holds the keys it was given). They are closed:
+# a key you declared or registered is read with ``data.get("key")`` (typed ``object``) or through
+# ``cast("dict[str, Any]", data)``; PEP 728's ``extra_items`` would allow more once mypy has it.
 
-    class TrainData(dict[str, Any]):
-        """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-        @overload
-        def __getitem__(
-            self,
-            key: Literal["tokens", "loss_masks", "teacher_tokens", "teacher_gather_positions"],
-        ) -> list[list[int]]: ...
-        @overload
-        def __getitem__(self, key: Literal["non_positive_advantage_spans"]) -> list[np.ndarray]: ...
-        @overload
-        def __getitem__(
-            self,
-            key: Literal[
-                "teacher_response_lengths", "loss_global_batch_sizes", "loss_denominator_mask"
-            ],
-        ) -> list[int]: ...
-        @overload
-        def __getitem__(self, key: Literal["media_refs", "start_weight_version"]) -> list[Any]: ...
-        @overload
-        def __getitem__(
-            self,
-            key: Literal["rollout_log_probs", "teacher_log_probs", "opd_reverse_kl"],
-        ) -> list[list[float]]: ...
-        @overload
-        def __getitem__(self, key: Literal["rollout_sampling_masks"]) -> list[list[list[int]]]: ...
-        @overload
-        def __getitem__(
-            self, key: Literal["rollout_routed_experts", "rollout_indexer_topk"]
-        ) -> list[np.ndarray]: ...
-        @overload
-        def __getitem__(
-            self,
-            key: Literal[
-                "response_lengths",
-                "round_number",
-                "sample_indices",
-                "rollout_ids",
-                "rollout_mask_sums",
-                "seq_witness_ids",
-                "adapter_slots",
-                "total_lengths",
-                "partition",
-                "global_total_lengths",
-            ],
-        ) -> list[int]: ...
-        @overload
-        def __getitem__(self, key: Literal["rewards", "raw_reward"]) -> list[float]: ...
-        @overload
-        def __getitem__(self, key: Literal["truncated", "is_padding"]) -> list[bool]: ...
-        @overload
-        def __getitem__(self, key: Literal["weight_versions"]) -> list[list[str]]: ...
-        @overload
-        def __getitem__(
-            self, key: Literal["prompt", "metadata", "multimodal_train_inputs"]
-        ) -> list[Any]: ...
-        @overload
-        def __getitem__(self, key: Literal["dynamic_global_batch_size", "n_adapters"]) -> int: ...
-        @overload
-        def __getitem__(self, key: Literal["step_slots", "prompt_group_sizes"]) -> list[int]: ...
-        @overload
-        def __getitem__(self, key: Literal["step_adapter_names"]) -> list[str]: ...
-        @overload
-        def __getitem__(self, key: Literal["step_adapter_batch_sizes"]) -> dict[str, int]: ...
-        @overload
-        def __getitem__(self, key: str) -> Any: ...
-        def __getitem__(self, key: str) -> Any:
-            return super().__getitem__(key)
+class TrainData(TypedDict, total=False):
+    """A batch's train data: what :meth:`RolloutBatch.to_train_data` returns."""
 
-    class RolloutTrainData(TrainData):
-        """A shard in the ``rollout`` layout: ``partition``, the batch's ``total_lengths``."""
+    tokens: list[list[int]]
+    loss_masks: list[list[int]]
+    rollout_log_probs: list[list[float]]
+    teacher_log_probs: list[list[float]]
+    opd_reverse_kl: list[list[float]]
+    rollout_sampling_masks: list[list[list[int]]]
+    rollout_routed_experts: list[np.ndarray]
+    rollout_indexer_topk: list[np.ndarray]
+    response_lengths: list[int]
+    rewards: list[float]
+    truncated: list[bool]
+    round_number: list[int]
+    sample_indices: list[int]
+    rollout_ids: list[int]
+    rollout_mask_sums: list[int]
+    seq_witness_ids: list[int]
+    adapter_slots: list[int]
+    is_padding: list[bool]
+    prompt: list[Any]
+    metadata: list[Any]
+    weight_versions: list[list[str]]
+    multimodal_train_inputs: list[Any]
+    raw_reward: list[float]
+    dynamic_global_batch_size: int
+    step_slots: list[int]
+    step_adapter_names: list[str]
+    step_adapter_batch_sizes: dict[str, int]
+    prompt_group_sizes: list[int]
+    n_adapters: int
+    # PPO / GRPO, one float per response token
+    advantages: list[list[float]]
+    returns: list[list[float]]
+    values: list[list[float]]
+    ref_log_probs: list[list[float]]
+    # miles' newer keys
+    teacher_tokens: list[list[int]]
+    teacher_gather_positions: list[list[int]]
+    teacher_response_lengths: list[int]
+    non_positive_advantage_spans: list[np.ndarray]
+    media_refs: list[Any]
+    start_weight_version: list[Any]
+    loss_denominator_mask: list[bool]
+    loss_global_batch_sizes: list[int]
 
-    class ActorTrainData(TrainData):
-        """A shard in the ``actor`` layout: with ``total_lengths`` and ``global_total_lengths``."""
 
-else:
-    TrainData = RolloutTrainData = ActorTrainData = dict
+class RolloutTrainData(TrainData, total=False):
+    """A shard in the ``rollout`` layout: ``partition``, the batch's ``total_lengths``."""
+
+    partition: list[int]
+    total_lengths: list[int]
+
+
+class ActorTrainData(TrainData, total=False):
+    """A shard in the ``actor`` layout: with ``total_lengths`` and ``global_total_lengths``."""
+
+    total_lengths: list[int]
+    global_total_lengths: list[int]

@@ -7,16 +7,18 @@ view: a pickled shard ships only its own bytes), padding as it goes, so rows are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, Literal, cast, overload
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
 
+import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
+from arrow_split._removed import removed_name_message
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
@@ -31,6 +33,10 @@ from arrow_split.schema import (
     RolloutTrainData,
     TrainData,
 )
+
+if TYPE_CHECKING:
+    import pandas
+    import polars
 
 __all__ = ["Shard", "TrainDataLayout"]
 
@@ -119,6 +125,10 @@ class Shard:
         shard._dp_rank = dp_rank
         return shard
 
+    def __getattr__(self, name: str) -> Any:
+        # Only names that normal lookup missed reach here: a removed name says what replaced it.
+        raise AttributeError(removed_name_message("Shard", name)) from None
+
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
             msg = f"Shard is immutable: `{name}` cannot be set"
@@ -147,7 +157,7 @@ class Shard:
 
     @property
     def plan_fingerprint(self) -> str | None:
-        """The plan's fingerprint: equal on every rank of a step (compare it across ranks)."""
+        """The plan's fingerprint, equal on every rank of a step (compare it across ranks)."""
         return None if self._plan_key is None else self._plan_key.fingerprint
 
     @property
@@ -226,7 +236,7 @@ class Shard:
     def to_train_data(self, *, layout: TrainDataLayout) -> TrainData:
         """The keys of :meth:`RolloutBatch.to_train_data` plus those of ``layout`` (required)."""
         as_choice("layout", layout, TrainDataLayout)
-        train_data = self._rows.to_train_data()
+        train_data = cast("dict[str, Any]", self._rows.to_train_data())
         if layout == "rollout":
             train_data["partition"] = self._partition.tolist()
             train_data[TOTAL_LENGTHS] = self._batch_total_lengths.tolist()
@@ -252,13 +262,61 @@ class Shard:
         parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
         return (_rebuild_shard, (self._rows, *parts))
 
+    # For notebooks (arrow_split.batch._frame): the rows' reads, with the shard's own index.
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the per-sample columns (``rows.schema``)."""
+        return self._rows.schema
+
+    def __getitem__(self, key: str) -> Any:
+        """A per-sample column as an Arrow array, or a batch-global key's value (``rows[key]``)."""
+        return _frame.item(self._rows, key, _MILES_HINT if key in _LAYOUT_KEYS else "")
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        """The rows, each a dict of the per-sample keys' Python values."""
+        return iter(self._rows)
+
+    def slice(self, offset: int = 0, length: int | None = None) -> Shard:
+        """Rows ``offset : offset + length`` (and their ``partition``), in fresh buffers."""
+        indices = _frame.slice_rows(self._rows, offset, length)
+        partition = self._partition[indices]
+        partition.flags.writeable = False
+        parts = (self._batch_total_lengths, self._plan_key, self._dp_rank)
+        return Shard._make(self._rows.slice(offset, length), partition, *parts)
+
+    def to_polars(self) -> polars.DataFrame:
+        """The rows as a polars DataFrame (``rows.to_polars()``); original rows: ``partition``."""
+        return self._rows.to_polars()
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The rows as a pandas DataFrame indexed by ``partition``, globals in ``df.attrs``."""
+        frame = self._rows.to_pandas()
+        frame.index = self._partition
+        frame.index.name = "partition"
+        return frame
+
+    def _title(self) -> str:
+        rank = "" if self._dp_rank is None else f" dp_rank={self._dp_rank}"
+        return f"Shard{rank} ({self.num_samples} of {len(self._batch_total_lengths)} samples)"
+
     def __repr__(self) -> str:
-        rank = "" if self._dp_rank is None else f"dp_rank={self._dp_rank}, "
-        return (
-            f"Shard({rank}{self.num_samples} of {len(self._batch_total_lengths)} samples, "
-            f"columns=[{', '.join(self.column_names)}], "
-            f"globals=[{', '.join(self.batch_globals)}], {self.nbytes} bytes)"
-        )
+        return _frame.render_text(self._rows, self._title(), "row", self._partition)
+
+    def _repr_html_(self) -> str:
+        return _frame.render_html(self._rows, self._title(), "row", self._partition)
+
+
+# The keys of miles' per-rank dict that a shard keeps as attributes or gives by layout.
+_LAYOUT_KEYS = ("partition", TOTAL_LENGTHS, "global_total_lengths")
+_MILES_HINT = (
+    "; a shard is not miles' per-rank dict: its rows' original indices are `shard.partition`, "
+    "and `shard.to_train_data(layout='rollout')` (or `layout='actor'`) gives the dict with "
+    "`partition` and `total_lengths` (for miles' own functions: `arrow_split.compat.miles`)"
+)
 
 
 # The column the schema declares with the ``padding`` role (``is_padding``).

@@ -52,10 +52,10 @@ def summarize(
 def inspect_path(
     path: PathLike, dp_sizes: Iterable[int] = (8, 64), *, balance_data: bool = True
 ) -> str:
-    """Read a dump (:meth:`RolloutBatch.read`) and summarize it, file facts first.
+    """Read a dump (:meth:`~arrow_split.RolloutBatch.read`) and summarize it, file facts first.
 
-    Raises ``FileNotFoundError`` or ``DumpError`` as :meth:`RolloutBatch.read`, and what
-    :func:`summarize` raises.
+    Raises ``FileNotFoundError`` or ``DumpError`` as :meth:`~arrow_split.RolloutBatch.read`, and
+    what :func:`summarize` raises.
     """
     sizes = _check_dp_sizes(dp_sizes)
     parts, info = read_dump(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -19,6 +20,7 @@ extensions = [
     "myst_parser",
     "sphinx.ext.autodoc",
     "sphinx.ext.napoleon",
+    "sphinx.ext.intersphinx",
 ]
 source_suffix = {".md": "markdown"}
 exclude_patterns = ["_build", "benchmarks/*.md"]
@@ -33,3 +35,71 @@ napoleon_use_rtype = False
 
 html_theme = "alabaster"
 html_title = f"arrow_split {release}"
+
+# Nitpicky: every reference must resolve (CI builds with -W, warnings as errors).
+nitpicky = True
+
+# Type aliases instead of their expansions (numpy's ArrayLike is a 200-character union), and the
+# library's own Literal aliases by name, linked to their entries in the reference.
+_ALIASES = (
+    "ColumnKind",
+    "JournalSync",
+    "OnDuplicate",
+    "Role",
+    "SplitMethod",
+    "TrainDataLayout",
+)
+_SCHEMA_ALIASES = ("ColumnStorage", "GlobalShape", "LengthRule", "ObjectCodec")
+autodoc_type_aliases = {
+    "npt.ArrayLike": "numpy.typing.ArrayLike",
+    "ArrayLike": "numpy.typing.ArrayLike",
+    **{name: f"arrow_split.{name}" for name in _ALIASES},
+    **{name: f"arrow_split.schema.{name}" for name in _SCHEMA_ALIASES},
+    "Locality": "arrow_split.ray.Locality",
+    "OnFetch": "arrow_split.ray.OnFetch",
+    "ColumnSet": "arrow_split.testing.ColumnSet",
+    "ObjectRef": "ray.ObjectRef",
+}
+
+# Intersphinx: links to numpy, pyarrow, torch and Ray. Their inventories are fetched over the
+# network, which a hosted build has (Read the Docs sets READTHEDOCS) and an offline build or CI
+# does not: there a failed fetch would be a warning, and -W fails on it. So the mapping is on
+# where the network is (or ARROW_SPLIT_DOCS_INTERSPHINX=1 asks for it), and offline the names of
+# those packages, and of the standard library, are left unresolved on purpose (nitpick_ignore).
+intersphinx_mapping: dict[str, tuple[str, str | None]] = {}
+if os.environ.get("READTHEDOCS") or os.environ.get("ARROW_SPLIT_DOCS_INTERSPHINX") == "1":
+    intersphinx_mapping = {
+        "python": ("https://docs.python.org/3", None),
+        "numpy": ("https://numpy.org/doc/stable", None),
+        "pyarrow": ("https://arrow.apache.org/docs", None),
+        "torch": ("https://docs.pytorch.org/docs/stable", None),
+        "ray": ("https://docs.ray.io/en/latest", None),
+        "pandas": ("https://pandas.pydata.org/docs", None),
+        "polars": ("https://docs.pola.rs/api/python/stable", None),
+    }
+_EXTERNAL = (
+    r"(numpy|np|npt|pyarrow|pa|torch|ray|pandas|polars|hypothesis|collections|os|typing)\..*"
+)
+nitpick_ignore_regex = [] if intersphinx_mapping else [(r"py:.*", _EXTERNAL)]
+# Private helpers that a public signature names but the reference does not document.
+nitpick_ignore = [
+    ("py:class", "arrow_split.ray._nodes.NodeRows"),
+    ("py:class", "NodeRows"),
+    ("py:class", "arrow_split._journal.JournalDamage"),
+    ("py:class", "ObjectRef"),  # ray.ObjectRef, named under TYPE_CHECKING in the Ray leaf
+    ("py:class", "default 0"),  # numpydoc's "int, default 0"
+    ("py:meth", "RolloutBatch.from_train_data"),  # a short name in the Ray leaf's docstrings
+]
+# The Literal aliases of the leaves, named by their signatures (their values: the docstrings).
+nitpick_ignore += [
+    (role, name)
+    for role in ("py:class", "py:data")
+    for name in ("Locality", "OnFetch", "ColumnSet")
+]
+
+# Sphinx 9 renders an alias inside a union (``npt.ArrayLike | None``) by its repr,
+# "TypeAliasForwardRef('numpy.typing.ArrayLike')": render it by its name, which the Python
+# domain then links like any other type.
+from sphinx.util import inspect as _sphinx_inspect  # noqa: E402
+
+_sphinx_inspect.TypeAliasForwardRef.__repr__ = lambda self: str(self.name)  # type: ignore[method-assign]

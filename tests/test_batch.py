@@ -186,5 +186,5 @@ def test_partition_and_lengths_are_read_only() -> None:
 
 def test_repr_names_the_kind_and_columns() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1, 2]], "raw_reward": [1.0]})
-    assert repr(batch).startswith("RolloutBatch(1 samples, columns=[tokens]")
+    assert repr(batch).startswith("RolloutBatch: 1 samples, 1 columns, 2 tokens")
     assert "raw_reward" in repr(batch)

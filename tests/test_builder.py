@@ -254,8 +254,8 @@ def test_batch_globals_given_two_ways_or_twice() -> None:
         builder.set_global("tokens", [[1]])
     assert_facts(caught.value, {"key": "tokens"})
     with pytest.raises(SchemaError) as caught:
-        builder.set_global("advantages", 1)
-    assert_facts(caught.value, {"key": "advantages"})
+        builder.set_global("entropies", 1)
+    assert_facts(caught.value, {"key": "entropies"})
     with pytest.raises(SchemaError, match=r"must be one int, got str"):
         builder.set_global("dynamic_global_batch_size", "4")
     assert len(builder) == 1

@@ -112,4 +112,29 @@ def test_the_demo_without_ray_says_what_to_install_on_one_line() -> None:
     assert "Traceback" not in result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
-    assert "pip install 'arrow-split[ray,torch]'" in lines[0]
+    assert "needs Ray (not installed); install it with: pip install '.[ray]'" in lines[0]
+
+
+@pytest.mark.ray
+def test_the_demo_without_torch_checks_arrow_values_and_says_what_it_does() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"  # as without torch
+        "from arrow_split.__main__ import main\n"
+        "sys.exit(main(['demo', '--samples', '8', '--dp-size', '2', '--steps', '1',"
+        " '--mode', 'eager']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=240,
+        env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    progress = result.stderr.splitlines()
+    assert progress[0].startswith("starting a local Ray")
+    assert any("torch is not installed" in line for line in progress)
+    assert any(line.startswith("eager hand-off, step 1 of 1") for line in progress)
+    assert "every sample reached exactly one rank with its values intact" in result.stdout

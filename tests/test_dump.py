@@ -34,6 +34,7 @@ import arrow_split
 from arrow_split import (
     ColumnSpec,
     OptionError,
+    OptionTypeError,
     PlanError,
     PlanTypeError,
     RolloutBatch,
@@ -441,11 +442,6 @@ BAD_METADATA = [
         id="bad-arrow-type",
     ),
     pytest.param(
-        _specs_changed(lambda specs: _spec(specs, "advantages").pop("kind")),
-        r"column `advantages`: the stored spec lacks the field `kind`",
-        id="no-kind",
-    ),
-    pytest.param(
         _set(b"arrow_split.batch_globals", b'{"raw_reward": [1, 2]}'),
         r"batch-global key `raw_reward` holds an untagged value",
         id="untagged-global",
@@ -481,6 +477,18 @@ def test_bad_metadata_is_a_dump_error_naming_the_file(
         read_batch(bad)
 
 
+def test_a_declared_spec_without_its_kind_is_a_dump_error(tmp_path: Path) -> None:
+    # A declared (not known) key has no known spec to fall back on: its kind must be stored.
+    spec = ColumnSpec("entropies", "per_token", pa.float32(), length="response")
+    data = {"tokens": [[1, 2, 3]], "response_lengths": [2], "entropies": [[0.5, 0.25]]}
+    write_batch(RolloutBatch.from_train_data(data, specs=[spec]), tmp_path / "ok.arrow")
+    change = _specs_changed(lambda specs: _spec(specs, "entropies").pop("kind"))
+    bad = _rewrite(tmp_path / "ok.arrow", tmp_path / "bad.arrow", change)
+    match = r"column `entropies`: the stored spec lacks the field `kind`"
+    with pytest.raises(DumpError, match=rf"^`{re.escape(str(bad))}`.*{match}"):
+        read_batch(bad)
+
+
 def test_two_record_batches_are_a_dump_error(dump: Path, tmp_path: Path) -> None:
     bad = _rewrite(dump, tmp_path / "bad.arrow", lambda metadata: None, copies=2)
     with pytest.raises(
@@ -503,7 +511,8 @@ def test_another_format_is_a_dump_error(tmp_path: Path) -> None:
     with pytest.raises(DumpError, match=r"notes\.arrow` is not a readable Arrow IPC file"):
         read_batch(tmp_path / "notes.arrow")
     pq.write_table(pa.table({"tokens": [1]}), tmp_path / "table.parquet")
-    with pytest.raises(DumpError, match=r"table\.parquet` is not a readable Arrow IPC file"):
+    # a Parquet file is named as one, with the reader it needs
+    with pytest.raises(DumpError, match=r"table\.parquet` is not a rollout dump but a Parquet"):
         read_batch(tmp_path / "table.parquet")
 
 
@@ -559,6 +568,9 @@ def test_an_unknown_compression_is_refused(tmp_path: Path) -> None:
     with pytest.raises(OptionError) as caught:  # an argument's value, as at every door
         write_batch(v1_batch(), tmp_path / "x.arrow", compression="gzip")  # type: ignore[arg-type]
     assert (caught.value.key, caught.value.mistake) == ("compression", "option_value")
+    with pytest.raises(OptionTypeError) as caught:
+        write_batch(v1_batch(), tmp_path / "x.arrow", compression=3)  # type: ignore[arg-type]
+    assert (caught.value.key, caught.value.mistake) == ("compression", "option_type")
     assert os.listdir(tmp_path) == []
 
 

@@ -206,9 +206,9 @@ BAD_TRAIN_DATA = [
         id="global-list-given-a-scalar",
     ),
     pytest.param(
-        _data(advantages=[[0.1], [0.2], [0.3]]),
+        _data(entropies=[[0.1], [0.2], [0.3]]),
         SchemaError,
-        {"key": "advantages"},
+        {"key": "entropies"},
         id="undeclared-key",
     ),
     pytest.param(
@@ -392,7 +392,7 @@ def test_dp_rank_of_the_wrong_type() -> None:
 def test_balanced_split_needs_a_multiple_of_dp_size() -> None:
     with pytest.raises(
         PlanError,
-        match=r"needs a multiple of `dp_size` \(2\) samples, got 3; drop 1 samples or pad with 1",
+        match=r"needs a multiple of `dp_size` \(2\) samples, got 3; drop 1 sample or pad with 1",
     ):
         split_train_data_by_dp_raw(_data(), 2, balance_data=True)
 
@@ -400,7 +400,7 @@ def test_balanced_split_needs_a_multiple_of_dp_size() -> None:
 def test_balanced_split_needs_at_least_one_sample_per_rank() -> None:
     with pytest.raises(
         PlanError,
-        match=r"needs at least `dp_size` \(4\) samples, got 3; pad the batch with 1 samples",
+        match=r"needs at least `dp_size` \(4\) samples, got 3; pad the batch with 1 sample",
     ):
         split_train_data_by_dp_raw(_data(), 4, balance_data=True)
 
@@ -1080,6 +1080,7 @@ BUILTIN_RAISES = {
     ("mooncake/__init__.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/miles/_install.py", "ImportError"): "`install()` without miles: what to install",
+    ("batch/_frame.py", "ImportError"): "`to_pandas()` without pandas: what to install",
 }
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.

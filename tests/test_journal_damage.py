@@ -150,8 +150,9 @@ def test_two_builders_on_one_folder_second_gets_a_typed_error(tmp_path: Path) ->
         env=env,
     )
     assert done.stdout.startswith("refused"), done.stderr
-    assert "in use by process" in done.stdout
-    with pytest.raises(JournalError, match="in use by process"):
+    assert f"in use by process {os.getpid()} on host" in done.stdout
+    # The same process: the message says so, not "process <our own pid>".
+    with pytest.raises(JournalError, match=r"in use by another builder of this process \(pid "):
         RolloutBatchBuilder(journal=tmp_path)
     builder.extend(_group(2))
     builder.close()

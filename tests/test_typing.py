@@ -19,8 +19,8 @@ def use(shard: Shard) -> None:
     first: list[int] = data["tokens"][0]
     reward: float = data["rewards"][0]
     lengths: list[int] = data["global_total_lengths"]
-    mine: Any = data["my_own_key"]
-    plain: dict[str, Any] = data
+    mine: object = data.get("my_own_key")  # a declared key: not in the TypedDict
+    plain: dict[str, Any] = {**data}
     print(rank, first, reward, lengths, mine, plain)
 
 def run(train_data: dict[str, Any]) -> None:
@@ -38,7 +38,10 @@ def use(shard: Shard) -> None:
     bad: str = shard.dp_rank
     data = shard.to_train_data(layout="rollout")
     token: str = data["tokens"][0][0]
-    print(bad, token)
+    typo = data["token"]
+    actor = shard.to_train_data(layout="actor")
+    partition = actor["partition"]
+    print(bad, token, typo, partition)
 """
 
 
@@ -67,5 +70,14 @@ def test_mypy_strict_flags_wrong_types_and_accepts_typical_use(tmp_path: Path) -
     assert any(
         'wrong.py:6: error: Incompatible types in assignment (expression has type "int", '
         'variable has type "str")' in line
+        for line in errors
+    ), stdout
+    # a misspelt key, and a key of the other layout, are type errors
+    assert any(
+        'wrong.py:7: error: TypedDict "RolloutTrainData" has no key "token"' in line
+        for line in errors
+    ), stdout
+    assert any(
+        'wrong.py:9: error: TypedDict "ActorTrainData" has no key "partition"' in line
         for line in errors
     ), stdout

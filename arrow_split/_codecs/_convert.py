@@ -81,7 +81,7 @@ def encode_train_data(
     if not isinstance(data, Mapping):
         msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
         raise SchemaTypeError(msg, key="data")
-    resolved = resolve_specs(data.keys(), specs)
+    resolved = resolve_specs(data.keys(), specs, data=data)
     columns, used, batch_globals = encode_columns(data, resolved, options)
     names = [key for key in resolved if key in columns]
     record_batch = pa.RecordBatch.from_arrays([columns[key] for key in names], names=names)

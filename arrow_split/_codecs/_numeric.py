@@ -77,6 +77,7 @@ def as_array(value: object, name: str, at: At) -> np.ndarray:
         msg = f"`{name}` is a masked array with {masked} masked values"
         fix = "fill them first (`.filled(...)`) or drop the samples they belong to"
         raise ColumnTypeError(msg, key=name, fix=fix, **at)
+    value = _widened_bfloat16(value)
     try:
         if hasattr(value, "__dlpack__") and not hasattr(value, "__array__"):
             return np.from_dlpack(value)
@@ -85,6 +86,20 @@ def as_array(value: object, name: str, at: At) -> np.ndarray:
         msg = f"`{name}` is not a rectangular array of numbers ({exc})"
         fix = "pass a list of numbers or a numeric numpy array"
         raise ColumnTypeError(msg, key=name, fix=fix, **at) from None
+
+
+def _widened_bfloat16(value: object) -> object:
+    """A bfloat16 tensor or array as float32, which holds every bfloat16 value exactly.
+
+    numpy has no bfloat16 (``np.asarray`` of a torch bfloat16 tensor fails); trainers keep
+    log-probs in it. torch is never imported: the tensor converts itself (``.float()``).
+    """
+    dtype = str(getattr(value, "dtype", ""))
+    if dtype == "torch.bfloat16":
+        return value.float()  # type: ignore[attr-defined]
+    if dtype == "bfloat16" and isinstance(value, np.ndarray):  # ml_dtypes' numpy bfloat16
+        return value.astype(np.float32)
+    return value
 
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:

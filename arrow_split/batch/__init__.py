@@ -7,13 +7,14 @@ Every array handed out is read-only, except a take's private buffers, which
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
 
+import arrow_split.batch._frame as _frame
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import EncodeOptions, numpy_view
@@ -38,6 +39,10 @@ from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError
 from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, Roles, TrainData, resolve_specs
 
+if TYPE_CHECKING:
+    import pandas
+    import polars
+
 __all__ = [
     "ColumnValues",
     "RolloutBatch",
@@ -53,6 +58,8 @@ __all__ = [
 class RolloutBatch:
     """A whole rollout batch as an Arrow RecordBatch plus batch-global values.
 
+    Neither ``plan`` nor ``trust_objects`` is part of equality.
+
     Parameters
     ----------
     record_batch
@@ -66,8 +73,6 @@ class RolloutBatch:
     trust_objects
         Whether any pickled object decodes, or plain data only (unpickling runs the code a file
         names): ``False`` by default for a file read; shards keep their batch's flag.
-
-    Neither ``plan`` nor ``trust_objects`` is part of equality.
     """
 
     __slots__ = (
@@ -360,7 +365,7 @@ class RolloutBatch:
         if clash:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
             raise SchemaError(msg)
-        resolved = resolve_specs(data.keys(), specs)
+        resolved = resolve_specs(data.keys(), specs, data=data)
         if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
             raise SchemaError(msg, key="add_train_data")
@@ -407,12 +412,56 @@ class RolloutBatch:
         parts = (self._record_batch, dict(self._specs), dict(self._batch_globals))
         return (_rebuild_batch, (*parts, self._plan, self._trust_objects))
 
+    # For notebooks (arrow_split.batch._frame): a frame's reads, previews and conversions.
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the per-sample columns (``record_batch.schema``)."""
+        return self._record_batch.schema
+
+    def __getitem__(self, key: str) -> Any:
+        """A per-sample column as an Arrow array, or a batch-global key's value."""
+        return _frame.item(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._specs
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        """The rows, each a dict of the per-sample keys' Python values (as ``datasets`` does)."""
+        return _frame.iter_rows(self)
+
+    def slice(self, offset: int = 0, length: int | None = None) -> RolloutBatch:
+        """Rows ``offset : offset + length`` in fresh buffers; batch-global values stay whole."""
+        record_batch = _frame.take_columns(self, _frame.slice_rows(self, offset, length))
+        parts = (record_batch, self._specs, self._batch_globals)
+        return RolloutBatch._make(*parts, trust_objects=self._trust_objects, roles=self._roles)
+
+    @staticmethod
+    def concat(batches: Iterable[RolloutBatch]) -> RolloutBatch:
+        """One batch of the rows of ``batches``, in order: same keys and specs, equal globals.
+
+        A ``float_per_sample`` global (``raw_reward``) with one number per row of each batch
+        is concatenated too; other globals must be equal (they are kept once).
+        """
+        listed = [check_batch(batch, "batches[i]") for batch in _frame.as_list(batches)]
+        record_batch, specs, batch_globals = _frame.concat_batches(listed)
+        owned = MappingProxyType({key: _own_global(value) for key, value in batch_globals.items()})
+        trust = all(batch.trust_objects for batch in listed)
+        return RolloutBatch._make(record_batch, specs, owned, trust_objects=trust)
+
+    def to_polars(self) -> polars.DataFrame:
+        """The per-sample columns as a polars DataFrame (batch-global values: ``batch_globals``)."""
+        return _frame.to_polars(self)
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The per-sample columns as a pandas DataFrame, batch-global values in ``df.attrs``."""
+        return _frame.to_pandas(self)
+
     def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}({self.num_samples} samples, "
-            f"columns=[{', '.join(self.column_names)}], "
-            f"globals=[{', '.join(self._batch_globals)}], {self.nbytes} bytes)"
-        )
+        return _frame.render_text(self, type(self).__name__)
+
+    def _repr_html_(self) -> str:
+        return _frame.render_html(self, type(self).__name__)
 
 
 def _own_global(value: object) -> object:

@@ -72,7 +72,8 @@ def write_dump(
 ) -> None:
     """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
-    Raises :class:`DumpError` for an unknown compression or a value the format cannot store.
+    Raises :class:`OptionError` for an unknown compression (:class:`OptionTypeError`: not a str)
+    and :class:`DumpError` for a value the format cannot store.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -174,13 +175,19 @@ def _check_compression(compression: object) -> str | None:
     if compression is None:
         return None
     choices = get_args(Compression)
-    if not isinstance(compression, str) or compression not in choices:
+    if not isinstance(compression, str):
+        msg = (
+            f"`compression` must be None or a str, got {type(compression).__name__} "
+            f"{compression!r:.40}; expected None (no copy on read) or one of: "
+            f"{', '.join(map(repr, choices))}"
+        )
+        raise mistake("option_type", msg, key="compression")
+    if compression not in choices:
         msg = (
             f"invalid `compression`: {compression!r}; expected None (no copy on read) "
-            f"or one of: {', '.join(map(repr, choices))}"
+            f"or one of: {', '.join(map(repr, choices))} (the Arrow IPC codecs)"
         )
-        kind = "option_value" if isinstance(compression, str) else "option_type"
-        raise mistake(kind, msg, key="compression")
+        raise mistake("option_value", msg, key="compression")
     if not pa.Codec.is_available(str(compression)):
         msg = f"this pyarrow build has no {compression!r} codec"
         raise mistake("option_value", msg, key="compression", fix="pass `compression=None`")
@@ -233,7 +240,22 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
         raise
 
 
+# The first bytes of the files a dump is mistaken for, and the reader each needs.
+_OTHER_FORMATS = {
+    b"PAR1": "a Parquet file (`RolloutBatch.to_parquet`); read it with "
+    "`RolloutBatch.read_parquet(path)`",
+    b"ASJ2": "a builder's journal; recover its batch with `RolloutBatchBuilder.recover(folder)` "
+    "or look at it with `arrow-split inspect PATH`",
+    b"ASJ1": "a builder's journal (format 1); recover its batch with "
+    "`RolloutBatchBuilder.recover(folder)`",
+}
+
+
 def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBatch:
+    other = _OTHER_FORMATS.get(bytes(mapped.read_at(4, 0)) if mapped.size() >= 4 else b"")
+    if other is not None:
+        msg = f"`{source}` is not a rollout dump but {other}"
+        raise DumpError(msg)
     try:
         reader = pa.ipc.open_file(mapped)
         count = reader.num_record_batches

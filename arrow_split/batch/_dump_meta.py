@@ -87,7 +87,7 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     if version is None:
         msg = (
             f"`{source}` is not an arrow_split dump: its schema has no "
-            f"`{_VERSION.decode()}` metadata; write dumps with `write_batch`"
+            f"`{_VERSION.decode()}` metadata; write dumps with `RolloutBatch.write`"
         )
         raise DumpError(msg)
     if version not in {known.encode() for known in _READ_VERSIONS}:

@@ -40,20 +40,25 @@ __all__ = [
 _FINGERPRINT_PERSON = b"arrow_split.plan"
 
 
+def _count(number: int, noun: str) -> str:
+    """``1 sample``, ``2 samples``: a count and its noun, in the right number."""
+    return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
+
+
 def _check_balanced(n: int, dp_size: int) -> None:
     """Raise unless `n` samples split into `dp_size` non-empty parts of equal size."""
     if n < dp_size:
         msg = (
             f"balanced partitioning needs at least `dp_size` ({dp_size}) samples, got {n}; "
-            f"pad the batch with {dp_size - n} samples (`pad_to_dp=True` does it) or use "
-            "`balance_data=False`"
+            f"pad the batch with {_count(dp_size - n, 'sample')} (`pad_to_dp=True` does it) or "
+            "use `balance_data=False`"
         )
         raise PlanError(msg)
     if n % dp_size:
         msg = (
             f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
-            f"drop {n % dp_size} samples or pad with {dp_size - n % dp_size} (`pad_to_dp=True` "
-            "does it), or use `balance_data=False`"
+            f"drop {_count(n % dp_size, 'sample')} or pad with {dp_size - n % dp_size} "
+            "(`pad_to_dp=True` does it), or use `balance_data=False`"
         )
         raise PlanError(msg)
 

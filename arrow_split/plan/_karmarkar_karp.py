@@ -263,7 +263,8 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     if equal_size and n % parts:
         msg = (
             f"`equal_size` needs a multiple of `k` ({parts}) items, got {n}; "
-            f"drop {n % parts} items, pad with {parts - n % parts}, or pass `equal_size=False`"
+            f"drop {n % parts} item{'s' if n % parts != 1 else ''}, pad with {parts - n % parts}, "
+            "or pass `equal_size=False`"
         )
         raise PlanError(msg, key="equal_size")
     exact = bool(np.issubdtype(checked.dtype, np.integer))

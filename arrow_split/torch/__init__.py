@@ -1,11 +1,12 @@
 """Torch leaf: one rank's shard -> torch tensors, in the layout a training step wants.
 
 Options are parsed here, columns read under one memory rule (``_private_or_copy``) and arranged
-by :mod:`arrow_split.torch._layouts` (docs/torch.md).
+by ``arrow_split.torch._layouts`` (docs/torch.md).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -28,7 +29,7 @@ from arrow_split import (
     Shard,
     ValueRangeError,
 )
-from arrow_split._args import as_choice, as_int, as_offsets, describe
+from arrow_split._args import as_choice, as_flag, as_int, as_offsets, describe
 from arrow_split.errors import mistake
 from arrow_split.torch._block import BlockLayout, TensorBlock
 from arrow_split.torch._experts import ExpertLayout, expert_tensors
@@ -73,6 +74,7 @@ def to_tensors(
     id_dtype: torch.dtype | None = torch.int32,
     pad_value: int | float = 0,
     pad_to_multiple_of: int | None = None,
+    writable: bool = False,
 ) -> dict[str, torch.Tensor | list[torch.Tensor]]:
     """Convert the numeric columns of a shard (or a whole batch) into torch tensors.
 
@@ -90,6 +92,10 @@ def to_tensors(
     pad_value, pad_to_multiple_of
         ``"padded"`` only: the value of padding positions (flags: 0), and the multiple (``>= 1``)
         each padded length is rounded up to.
+    writable
+        ``False`` (default): a tensor may be a zero-copy view of the shard's private buffers,
+        so a write into it changes the shard; treat it as read-only. ``True``: every tensor
+        owns its memory (a copy where it would view the shard), safe to change in place.
 
     Returns
     -------
@@ -118,7 +124,7 @@ def to_tensors(
     """
     rows = _rows_of(shard)
     options = _options(
-        layout, device, token_dtype, mask_dtype, id_dtype, pad_value, pad_to_multiple_of
+        layout, device, token_dtype, mask_dtype, id_dtype, pad_value, pad_to_multiple_of, writable
     )
     return _convert(rows, options)
 
@@ -167,6 +173,7 @@ def _options(
     id_dtype: object = torch.int32,
     pad_value: object = 0,
     pad_to_multiple_of: object = None,
+    writable: object = False,
 ) -> TensorOptions:
     """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
     chosen = as_choice("layout", layout, TensorLayout)
@@ -176,7 +183,8 @@ def _options(
     where = parse_device(device)
     fill = _pad_value(pad_value)
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
-    return TensorOptions(chosen, token, mask, ids, where, fill, multiple)
+    own = as_flag("writable", writable)
+    return TensorOptions(chosen, token, mask, ids, where, fill, multiple, own)
 
 
 def _scalar(value: object) -> object:
@@ -229,7 +237,11 @@ def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
     """Every numeric column of ``rows`` read (scalars as tensors), then arranged by the layout."""
     columns: AllColumns = {}
-    for column in rows.numeric_columns():
+    # A move to another device makes every tensor fresh; on the CPU, `writable` copies instead:
+    # without its buffer, memory that is not the tensor's own is copied (_private_or_copy).
+    on_cpu = options.device is None or options.device.type == "cpu"
+    for shared in rows.numeric_columns():
+        column = dataclasses.replace(shared, buffer=None) if options.writable and on_cpu else shared
         name = column.spec.name
         if column.token_offsets is not None:
             columns[name] = TokenListColumn(

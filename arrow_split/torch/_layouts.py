@@ -55,6 +55,7 @@ class TensorOptions:
     device: torch.device | None
     pad_value: int | float
     pad_to_multiple_of: int | None
+    writable: bool = False  # tensors of their own: never a view of the shard's memory
 
 
 def parse_device(device: object) -> torch.device | None:

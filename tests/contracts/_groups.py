@@ -164,6 +164,8 @@ def _dump(content: str, offset: int, byte: int, validate: object, path: object) 
             arrow_split.split_train_data_by_dp_raw(batch, 2, balance_data=False)
     check_contract(BATCH.write, path, allow=(OSError,))
     check_contract(BATCH.write, FOLDER / "out.arrow", compression=validate, allow=(OSError,))
+    check_contract(arrow_split.describe_journal, path)
+    check_contract(arrow_split.write_dashboard_columns, BATCH, path, offset)
 
 
 def _ray_leaf(data: object, dp_size: object, flags: tuple[object, object], nodes: object) -> None:
@@ -327,6 +329,7 @@ def _api(lengths: object, dp_size: object, flag: object, config_value: object) -
         check_contract(arrow_split.schedule_for_rank, lengths, lengths, dp_size, 0, config)
     check_contract(arrow_split.ColumnSpec, "x", config_value, flag=flag)
     check_contract(arrow_split.ColumnSpec, "x", "per_sample_scalar", pa.int64(), flag=flag)
+    check_contract(arrow_split.register_column, lengths, replace=flag)  # never a new column
 
 
 def _testing(samples: object, cap: object, seed: object, group_size: object) -> None:

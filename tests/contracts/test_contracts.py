@@ -48,6 +48,9 @@ COVERED = {
         "take": "api",
         "split_train_data_by_dp_raw": "api dump",
         "take_rows": "indices",
+        "describe_journal": "dump",
+        "register_column": "api",
+        "write_dashboard_columns": "dump",
     },
     "arrow_split.testing": {
         "RolloutConfig": "testing",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -354,7 +354,8 @@ def rollout_dict(shard: Shard, extras: Mapping[str, Any]) -> dict[str, Any]:
 
     Flags stored as bool come back as 0/1 ints, as miles keeps them.
     """
-    train_data: dict[str, Any] = to_miles_keys(shard.rows, shard.to_train_data(layout="rollout"))
+    rollout = cast("dict[str, Any]", shard.to_train_data(layout="rollout"))  # a TypedDict
+    train_data: dict[str, Any] = to_miles_keys(shard.rows, rollout)
     for name, spec in shard.specs.items():
         value_type = spec.value_type
         if value_type is not None and pa.types.is_boolean(value_type) and name in train_data:

@@ -1,0 +1,391 @@
+"""A batch as a frame, for notebooks: rows, a column by key, previews, polars and pandas, slices.
+
+What users of polars, pandas and Hugging Face ``datasets`` reach for, built on the batch's own
+parts: ``batch["tokens"]`` (an Arrow array; a batch-global key gives its value), iteration over
+rows as dicts, a short tabular ``repr`` and an HTML one, ``to_polars``/``to_pandas`` of the
+per-sample columns (batch-global values stay apart: in ``batch_globals``, and in pandas'
+``DataFrame.attrs``), a slice into fresh buffers, and the concatenation of batches of one schema.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import html
+import importlib.util
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import numpy as np
+import pyarrow as pa
+
+from arrow_split._codecs import codec_for
+from arrow_split._codecs._base import RunsMemo
+from arrow_split._codecs.scalar import global_to_python
+from arrow_split.batch._columns import values_equal
+from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
+from arrow_split.schema import ColumnSpec
+
+if TYPE_CHECKING:
+    import pandas
+    import polars
+
+__all__ = [
+    "PREVIEW_ROWS",
+    "RolloutBatch",
+    "as_list",
+    "concat_batches",
+    "decode_rows",
+    "item",
+    "iter_rows",
+    "render_html",
+    "render_text",
+    "slice_rows",
+    "take_columns",
+    "to_pandas",
+    "to_polars",
+]
+
+PREVIEW_ROWS = 5
+"""Rows a ``repr`` shows: the first ``PREVIEW_ROWS - 2`` and the last 2 of a longer batch."""
+
+
+class RolloutBatch(Protocol):
+    """What this module reads of a batch (it never imports the batch module: no circle)."""
+
+    @property
+    def record_batch(self) -> pa.RecordBatch: ...
+    @property
+    def specs(self) -> Mapping[str, ColumnSpec]: ...
+    @property
+    def batch_globals(self) -> Mapping[str, object]: ...
+    @property
+    def trust_objects(self) -> bool: ...
+    @property
+    def num_samples(self) -> int: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def total_lengths(self) -> np.ndarray: ...
+
+
+_CELL = 22  # characters of one cell in the text preview
+_ITEMS = 2  # items of a list a cell shows
+_COLUMNS = 6  # columns the previews show; the rest are named
+_CHUNK = 256  # rows decoded at a time while iterating
+
+
+def as_list(batches: object) -> list[Any]:
+    """``batches`` as a non-empty list (a single batch or a str is a typo for a list)."""
+    if isinstance(batches, str | bytes) or not isinstance(batches, Iterable):
+        msg = f"`batches` must be a list of RolloutBatch, got {type(batches).__name__}"
+        raise SchemaTypeError(msg)
+    listed = list(batches)
+    if not listed:
+        msg = "`batches` is empty: concatenate at least one batch"
+        raise SchemaError(msg)
+    return listed
+
+
+def item(batch: RolloutBatch, key: object, hint: str = "") -> Any:
+    """``batch[key]``: a per-sample column (Arrow array) or a batch-global value by key."""
+    if not isinstance(key, str):
+        msg = (
+            f"a batch is indexed by a key (str), got {type(key).__name__} {key!r:.40}; for rows "
+            "use `batch.slice(offset, length)`, or iterate over the batch"
+        )
+        raise SchemaTypeError(msg)
+    if key in batch.record_batch.schema.names:
+        return batch.record_batch.column(key)
+    if key in batch.specs:
+        return batch.batch_globals[key]
+    msg = f"no key `{key}`; the batch has: {', '.join(batch.specs)}{hint}"
+    raise ColumnNotFoundError(msg)
+
+
+def decode_rows(
+    batch: RolloutBatch, start: int, stop: int, *, shown: bool = False
+) -> dict[str, list[object]]:
+    """The per-sample values of rows ``start:stop`` as Python objects, by key.
+
+    ``shown``: for a preview, which never raises: a column that does not decode (an untrusted
+    pickle of a file) shows the error's name in each of its cells instead.
+    """
+    record_batch = batch.record_batch.slice(start, stop - start)
+    values: dict[str, list[object]] = {}
+    for key in record_batch.schema.names:
+        spec = batch.specs[key]
+        column = record_batch.column(key)
+        try:
+            values[key] = codec_for(spec).decode_read(
+                spec, column, trust_objects=batch.trust_objects
+            )
+        except ArrowSplitError as exc:
+            if not shown:
+                raise
+            values[key] = [_Undecoded(type(exc).__name__)] * len(column)
+    return values
+
+
+class _Undecoded:
+    """A preview's cell of a value that does not decode (its repr names why)."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<{self.reason}>"
+
+
+def iter_rows(batch: RolloutBatch) -> Iterator[dict[str, object]]:
+    """One dict of Python values per row (per-sample keys only), decoded a chunk at a time."""
+    for start in range(0, batch.num_samples, _CHUNK):
+        stop = min(start + _CHUNK, batch.num_samples)
+        values = decode_rows(batch, start, stop)
+        for row in range(stop - start):
+            yield {key: column[row] for key, column in values.items()}
+
+
+def _preview(batch: RolloutBatch) -> tuple[list[int], dict[str, list[object]]]:
+    """The rows a repr shows and their values (every key, so pickles decode only there)."""
+    count = batch.num_samples
+    if count <= PREVIEW_ROWS:
+        return list(range(count)), decode_rows(batch, 0, count, shown=True)
+    head, tail = PREVIEW_ROWS - 2, 2
+    first = decode_rows(batch, 0, head, shown=True)
+    last = decode_rows(batch, count - tail, count, shown=True)
+    values = {key: [*first[key], *last[key]] for key in first}
+    return [*range(head), *range(count - tail, count)], values
+
+
+def _short(value: object) -> str:
+    if isinstance(value, float):
+        text = repr(value)
+        return text if len(text) <= 8 else f"{value:.4g}"
+    if isinstance(value, list | tuple):
+        return (
+            "["
+            + ", ".join(_short(element) for element in value[:_ITEMS])
+            + (", …]" if len(value) > _ITEMS else "]")
+        )
+    return repr(value)
+
+
+def _cell(value: object) -> str:
+    """A value in at most ``_CELL`` characters: a list shows its first items and its length."""
+    if isinstance(value, np.ndarray):
+        value = value.tolist()
+    text = _short(value)
+    if isinstance(value, list | tuple) and len(value) > _ITEMS:
+        text += f" ({len(value)})"
+    return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
+
+
+def _size(nbytes: int) -> str:
+    """Bytes as a person reads them: ``512 B``, ``16.8 KiB``, ``3.2 MiB``."""
+    if nbytes < 1024:
+        return f"{nbytes} B"
+    size, unit = float(nbytes), "B"
+    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 - the last unit is the one used
+        size /= 1024
+        if size < 1024:
+            break
+    return f"{size:.1f} {unit}"
+
+
+def _summary(batch: RolloutBatch) -> str:
+    tokens = int(batch.total_lengths.sum())
+    columns = len(batch.record_batch.schema.names)
+    return f"{batch.num_samples} samples, {columns} columns, {tokens} tokens, {_size(batch.nbytes)}"
+
+
+def _table(
+    batch: RolloutBatch, index_name: str, index: np.ndarray | None
+) -> tuple[list[str], list[list[str]], int]:
+    """The preview's header, its rows of cells, and the number of columns left out."""
+    rows, values = _preview(batch)
+    names = list(values)[:_COLUMNS]
+    header = [index_name, *names]
+    body = [
+        [str(row if index is None else int(index[row])), *(_cell(values[n][i]) for n in names)]
+        for i, row in enumerate(rows)
+    ]
+    if batch.num_samples > PREVIEW_ROWS:
+        body.insert(PREVIEW_ROWS - 2, ["…"] * len(header))
+    return header, body, len(values) - len(names)
+
+
+def render_text(
+    batch: RolloutBatch, title: str, index_name: str = "#", index: np.ndarray | None = None
+) -> str:
+    """A short table: a title line, a preview of the rows, the batch-global keys."""
+    header, body, hidden = _table(batch, index_name, index)
+    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
+    lines = [f"{title}: {_summary(batch)}"]
+    lines += [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *body]
+    ]
+    if hidden:
+        rest = batch.record_batch.schema.names[-hidden:]
+        lines.append(f"… and {hidden} more columns: {', '.join(rest)}")
+    globals_ = [key for key, spec in batch.specs.items() if not spec.is_per_sample]
+    if globals_:
+        lines.append(f"batch globals: {', '.join(globals_)}")
+    return "\n".join(lines)
+
+
+def render_html(
+    batch: RolloutBatch, title: str, index_name: str = "#", index: np.ndarray | None = None
+) -> str:
+    """The preview as an HTML table, for notebooks (every value escaped)."""
+    header, body, hidden = _table(batch, index_name, index)
+    escape = html.escape
+    head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in body
+    )
+    notes = []
+    if hidden:
+        notes.append(f"… and {hidden} more columns")
+    globals_ = [key for key, spec in batch.specs.items() if not spec.is_per_sample]
+    if globals_:
+        notes.append(f"batch globals: {', '.join(globals_)}")
+    footer = "".join(f"<small>{escape(note)}</small><br>" for note in notes)
+    return (
+        f"<div><b>{escape(title)}</b>: {escape(_summary(batch))}"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{footer}</div>"
+    )
+
+
+def _object_keys(batch: RolloutBatch) -> list[str]:
+    """Per-sample keys stored as pickles (each distinct one once, a dictionary array)."""
+    record_batch = batch.record_batch
+    return [
+        name
+        for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True)
+        if pa.types.is_dictionary(array.type)
+    ]
+
+
+def to_polars(batch: RolloutBatch) -> polars.DataFrame:
+    """The per-sample columns as a polars DataFrame (pickled objects as polars Objects)."""
+    import polars
+
+    objects = _object_keys(batch)
+    frame = cast("polars.DataFrame", polars.from_arrow(batch.record_batch.drop_columns(objects)))
+    if objects:
+        decoded = decode_rows(batch, 0, batch.num_samples)
+        frame = frame.with_columns(
+            polars.Series(key, decoded[key], dtype=polars.Object) for key in objects
+        )
+        frame = frame.select(batch.record_batch.schema.names)
+    return frame
+
+
+def to_pandas(batch: RolloutBatch) -> pandas.DataFrame:
+    """The per-sample columns as a pandas DataFrame, the batch-global values in ``df.attrs``."""
+    if importlib.util.find_spec("pandas") is None:
+        msg = (
+            "`to_pandas` needs pandas, which is not installed; install it with "
+            "`pip install pandas` (or use `to_polars()`, or `record_batch` with pyarrow)"
+        )
+        raise ImportError(msg)
+    objects = _object_keys(batch)
+    frame = batch.record_batch.drop_columns(objects).to_pandas()
+    if objects:
+        decoded = decode_rows(batch, 0, batch.num_samples)
+        for key in objects:
+            frame[key] = decoded[key]
+        frame = frame[batch.record_batch.schema.names]
+    frame.attrs["batch_globals"] = global_to_python(dict(batch.batch_globals))
+    return frame
+
+
+def slice_rows(batch: RolloutBatch, offset: object, length: object) -> np.ndarray:
+    """The rows ``offset : offset + length`` as int64 indices, clipped to the batch.
+
+    A negative ``offset`` counts from the end, as in Python.
+    """
+    for name, value in (("offset", offset), ("length", length)):
+        if (value is not None or name == "offset") and (
+            isinstance(value, bool) or not isinstance(value, int | np.integer)
+        ):
+            msg = f"`{name}` must be an int, got {type(value).__name__} {value!r:.40}"
+            raise SchemaTypeError(msg)
+    count = batch.num_samples
+    start, _, _ = slice(int(offset), None).indices(count)  # type: ignore[call-overload]
+    if length is not None and int(length) < 0:  # type: ignore[call-overload]
+        msg = f"`length` must be >= 0, got {length}"
+        raise SchemaError(msg)
+    stop = count if length is None else min(start + int(length), count)  # type: ignore[call-overload]
+    indices = np.arange(start, stop, dtype=np.int64)
+    indices.flags.writeable = False
+    return indices
+
+
+def take_columns(batch: RolloutBatch, indices: np.ndarray) -> pa.RecordBatch:
+    """``batch``'s rows ``indices`` gathered by each column's codec into fresh buffers."""
+    memo: RunsMemo = {}
+    record_batch = batch.record_batch
+    columns = [
+        codec_for(batch.specs[name]).take(array, indices, memo)
+        for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
+
+
+def concat_batches(
+    batches: Sequence[RolloutBatch],
+) -> tuple[pa.RecordBatch, Mapping[str, ColumnSpec], dict[str, object]]:
+    """The parts of one batch holding the rows of ``batches`` in order (same specs, schema)."""
+    first = batches[0]
+    for position, batch in enumerate(batches[1:], start=1):
+        if dict(batch.specs) != dict(first.specs):
+            msg = (
+                f"batch {position} has other keys or specs than batch 0 "
+                f"({', '.join(batch.specs)} against {', '.join(first.specs)}); concatenate "
+                "batches of the same schema"
+            )
+            raise SchemaError(msg)
+    columns = []
+    for name in first.record_batch.schema.names:
+        arrays = [batch.record_batch.column(name) for batch in batches]
+        types = {array.type for array in arrays}
+        if len(types) > 1:  # narrow ids stored in other widths: the logical type for all
+            wide = first.specs[name]
+            arrays = [_widened(array, wide) for array in arrays]
+        columns.append(pa.concat_arrays(arrays))
+    record_batch = pa.RecordBatch.from_arrays(columns, names=first.record_batch.schema.names)
+    return record_batch, first.specs, _concat_globals(batches)
+
+
+def _widened(array: pa.Array, spec: ColumnSpec) -> pa.Array:
+    """A narrow-stored column cast to its spec's ``value_type`` (same trailing shape)."""
+    codec = codec_for(spec)
+    fields = codec.type_fields(array.type)
+    wide = dataclasses.replace(fields, storage=spec.value_type) if fields is not None else None
+    return array.cast(codec.arrow_type(spec, wide))
+
+
+def _concat_globals(batches: Sequence[RolloutBatch]) -> dict[str, object]:
+    """Equal globals kept once; one number per sample (``raw_reward``) concatenated."""
+    merged: dict[str, object] = {}
+    for key, spec in batches[0].specs.items():
+        if spec.is_per_sample:
+            continue
+        values = [batch.batch_globals[key] for batch in batches]
+        plain = [global_to_python({key: value})[key] for value in values]
+        if spec.global_shape == "float_per_sample" and all(
+            isinstance(value, list) and len(value) == batch.num_samples
+            for value, batch in zip(plain, batches, strict=True)
+        ):  # one number per row of each batch (a slice keeps its batch's whole value instead)
+            merged[key] = np.concatenate([np.asarray(value, np.float64) for value in plain])
+        elif all(values_equal(value, plain[0]) for value in plain):
+            merged[key] = values[0]  # the batch's own form (an array stays an array)
+        else:
+            msg = (
+                f"batch-global key `{key}` differs between the batches; a concatenated batch "
+                "holds one value per batch-global key (make them equal first)"
+            )
+            raise SchemaError(msg)
+    return merged

@@ -1,0 +1,272 @@
+"""A batch and a shard in a notebook: schema, keys, rows, previews, polars/pandas, slice, concat."""
+
+from __future__ import annotations
+
+import importlib.util
+from argparse import Namespace
+from typing import Any
+
+import numpy as np
+import polars as pl
+import pyarrow as pa
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import arrow_split
+from arrow_split import ColumnNotFoundError, RolloutBatch, SchemaError, SchemaTypeError
+from arrow_split.batch import _frame, values_equal
+from arrow_split.testing import assert_batches_equal
+from arrow_split.testing.strategies import rollout_batches, train_data
+
+DATA: dict[str, Any] = {
+    "tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]],
+    "response_lengths": [2, 1, 3, 1],
+    "loss_masks": [[1, 1], [1], [1, 0, 1], [1]],
+    "rewards": [1.0, 0.0, 0.5, 1.0],
+    "metadata": [{"a": 1}, None, {"b": [2]}, {}],
+    "multimodal_train_inputs": [None, {"pixels": b"\x00"}, None, {"pixels": b"\x01"}],
+    "raw_reward": [1.0, 0.0, 0.5, 1.0],
+    "dynamic_global_batch_size": 4,
+}
+
+
+@pytest.fixture
+def batch() -> RolloutBatch:
+    return RolloutBatch.from_train_data(DATA)
+
+
+def _rows(train: dict[str, Any], batch: RolloutBatch) -> list[dict[str, Any]]:
+    """The plain reference: row i of every per-sample key."""
+    keys = batch.column_names
+    return [{key: train[key][i] for key in keys} for i in range(len(batch))]
+
+
+def test_schema_and_a_column_by_key(batch: RolloutBatch) -> None:
+    assert batch.schema == batch.record_batch.schema
+    assert batch["tokens"].equals(batch.column("tokens"))
+    assert batch["dynamic_global_batch_size"] == 4
+    assert "tokens" in batch
+    assert "raw_reward" in batch
+    assert "nope" not in batch
+
+
+def test_a_missing_key_is_a_column_not_found_error(batch: RolloutBatch) -> None:
+    with pytest.raises(ColumnNotFoundError, match=r"no key `token`; the batch has: tokens, "):
+        batch["token"]
+    with pytest.raises(SchemaTypeError, match=r"indexed by a key \(str\), got int 0"):
+        batch[0]  # type: ignore[index]
+
+
+def test_iteration_gives_the_rows_of_the_train_data(batch: RolloutBatch) -> None:
+    assert list(batch) == _rows(DATA, batch)
+    assert len(batch) == 4
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=train_data(max_samples=8, cap=6, tensors=False))
+def test_iteration_against_the_train_data(data: dict[str, Any]) -> None:
+    batch = RolloutBatch.from_train_data(data)
+    assert list(batch) == _rows(batch.to_train_data(), batch)
+
+
+def test_the_repr_is_short_and_tabular(batch: RolloutBatch) -> None:
+    text = repr(batch)
+    lines = text.splitlines()
+    assert lines[0] == f"RolloutBatch: 4 samples, 6 columns, 14 tokens, {batch.nbytes} B"
+    assert lines[1].split() == [
+        "#",
+        "tokens",
+        "response_lengths",
+        "loss_masks",
+        "rewards",
+        "metadata",
+        "multimodal_train_inputs",
+    ]
+    assert lines[2].split()[:2] == ["0", "[1,"]
+    assert lines[-1] == "batch globals: raw_reward, dynamic_global_batch_size"
+    assert max(len(line) for line in lines) < 160
+
+
+def test_a_long_batch_shows_its_first_and_last_rows() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[i, i + 1] for i in range(100)]})
+    rows = [line.split()[0] for line in repr(batch).splitlines()[2:]]
+    assert rows == ["0", "1", "2", "…", "98", "99"]
+
+
+def test_the_html_repr_escapes_values() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1]], "prompt": ["<script>"]})
+    html = batch._repr_html_()
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html
+    assert html.startswith("<div><b>RolloutBatch</b>: 1 samples")
+
+
+def test_to_polars_keeps_rows_and_leaves_globals_apart(batch: RolloutBatch) -> None:
+    frame = batch.to_polars()
+    assert frame.columns == batch.column_names
+    assert frame["tokens"].to_list() == DATA["tokens"]
+    assert frame["multimodal_train_inputs"].dtype == pl.Object
+    assert frame["multimodal_train_inputs"].to_list() == DATA["multimodal_train_inputs"]
+    assert "raw_reward" not in frame.columns
+
+
+def test_to_pandas_puts_globals_in_attrs(batch: RolloutBatch) -> None:
+    pytest.importorskip("pandas")
+    frame = batch.to_pandas()
+    assert list(frame.columns) == batch.column_names
+    assert frame["rewards"].tolist() == DATA["rewards"]
+    assert frame.attrs["batch_globals"]["dynamic_global_batch_size"] == 4
+
+
+def test_to_pandas_without_pandas_says_what_to_install(
+    batch: RolloutBatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else real(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"needs pandas.*`pip install pandas`"):
+        batch.to_pandas()
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    batch=rollout_batches(max_samples=10, cap=6),
+    offset=st.integers(-12, 12),
+    length=st.none() | st.integers(0, 12),
+)
+def test_a_slice_is_pythons_slice_of_the_rows(
+    batch: RolloutBatch, offset: int, length: int | None
+) -> None:
+    piece = batch.slice(offset, length)
+    start = slice(offset, None).indices(len(batch))[0]
+    stop = len(batch) if length is None else min(start + length, len(batch))
+    reference = batch.to_train_data()
+    assert values_equal(list(piece), _rows(reference, batch)[start:stop])
+    assert dict(piece.batch_globals) == dict(batch.batch_globals)  # globals stay whole
+
+
+@settings(max_examples=20, deadline=None)
+@given(batch=rollout_batches(max_samples=10, cap=6), cut=st.integers(0, 10))
+def test_concat_of_slices_gives_the_batch_back(batch: RolloutBatch, cut: int) -> None:
+    pieces = [batch.slice(0, cut), batch.slice(cut)]
+    assert_batches_equal(RolloutBatch.concat(pieces), batch)
+
+
+def test_concat_of_two_batches_concatenates_per_sample_globals(batch: RolloutBatch) -> None:
+    both = RolloutBatch.concat([batch, batch])
+    assert len(both) == 8
+    assert both.to_train_data()["raw_reward"] == DATA["raw_reward"] * 2
+    assert both.to_train_data()["tokens"] == DATA["tokens"] * 2
+
+
+def test_concat_refuses_other_schemas_and_differing_globals(batch: RolloutBatch) -> None:
+    other = RolloutBatch.from_train_data({"tokens": [[1, 2]]})
+    with pytest.raises(SchemaError, match=r"batch 1 has other keys or specs than batch 0"):
+        RolloutBatch.concat([batch, other])
+    changed = RolloutBatch.from_train_data({**DATA, "dynamic_global_batch_size": 8})
+    with pytest.raises(SchemaError, match=r"`dynamic_global_batch_size` differs"):
+        RolloutBatch.concat([batch, changed])
+    with pytest.raises(SchemaError, match=r"`batches` is empty"):
+        RolloutBatch.concat([])
+    with pytest.raises(SchemaTypeError, match=r"`batches\[i\]` must be a RolloutBatch"):
+        RolloutBatch.concat([batch, DATA])  # type: ignore[list-item]
+
+
+def test_concat_of_narrow_ids_in_other_widths() -> None:
+    experts = arrow_split.KNOWN_COLUMNS["rollout_routed_experts"]
+    small = {"tokens": [[1, 2]], "rollout_routed_experts": [np.full((1, 1, 1), 3, np.int32)]}
+    large = {"tokens": [[1, 2]], "rollout_routed_experts": [np.full((1, 1, 1), 70000, np.int32)]}
+    left, right = RolloutBatch.from_train_data(small), RolloutBatch.from_train_data(large)
+    assert left.schema != right.schema
+    both = RolloutBatch.concat([left, right])
+    values = both.to_train_data()["rollout_routed_experts"]
+    assert [int(v.ravel()[0]) for v in values] == [3, 70000]
+    assert both.specs["rollout_routed_experts"] == experts
+
+
+def test_slice_arguments_are_checked(batch: RolloutBatch) -> None:
+    with pytest.raises(SchemaTypeError, match=r"`offset` must be an int, got str"):
+        batch.slice("1")  # type: ignore[arg-type]
+    with pytest.raises(SchemaError, match=r"`length` must be >= 0, got -1"):
+        batch.slice(0, -1)
+
+
+def test_a_shard_reads_like_its_rows(batch: RolloutBatch) -> None:
+    shard = arrow_split.split_train_data_by_dp_raw(batch, 2, balance_data=True)[0]
+    assert shard.schema == batch.schema
+    assert shard["tokens"].to_pylist() == [DATA["tokens"][i] for i in shard.partition]
+    assert list(shard) == list(shard.rows)
+    lines = repr(shard).splitlines()
+    assert lines[0].startswith("Shard dp_rank=0 (2 of 4 samples): 2 samples")
+    assert [line.split()[0] for line in lines[2:4]] == [str(i) for i in shard.partition]
+    assert "Shard dp_rank=0" in shard._repr_html_()
+    objects = ["multimodal_train_inputs"]  # polars Objects never compare equal
+    assert shard.to_polars().drop(objects).equals(shard.rows.to_polars().drop(objects))
+
+
+def test_a_shard_slice_keeps_partition_plan_and_rank(batch: RolloutBatch) -> None:
+    shard = arrow_split.split_train_data_by_dp_raw(batch, 1, balance_data=False)[0]
+    piece = shard.slice(1, 2)
+    assert piece.partition.tolist() == shard.partition[1:3].tolist()
+    assert not piece.partition.flags.writeable
+    assert (piece.plan_key, piece.dp_rank) == (shard.plan_key, shard.dp_rank)
+    assert values_equal(list(piece), list(shard)[1:3])
+
+
+def test_a_shard_indexed_as_miles_dict_points_at_the_right_call(batch: RolloutBatch) -> None:
+    shard = arrow_split.split_train_data_by_dp_raw(batch, 2, balance_data=True)[0]
+    with pytest.raises(
+        ColumnNotFoundError, match=r"`shard\.partition`.*arrow_split\.compat\.miles"
+    ):
+        shard["partition"]
+
+
+def test_a_miles_style_call_on_the_core_points_at_compat_miles() -> None:
+    args = Namespace(balance_data=True)
+    pattern = r"not miles' `\(args, data, dp_size\)`.*arrow_split\.compat\.miles\.split_train"
+    with pytest.raises(SchemaTypeError, match=pattern):
+        arrow_split.split_train_data_by_dp_raw(args, DATA, dp_size=2)  # type: ignore[call-arg]
+    with pytest.raises(SchemaTypeError, match=pattern):
+        arrow_split.split_train_data_by_dp_raw(args, DATA, balance_data=True)  # type: ignore[arg-type]
+
+
+def test_a_wrong_call_of_another_shape_keeps_its_own_error() -> None:
+    with pytest.raises(arrow_split.PlanTypeError, match=r"`dp_size` must be a positive int"):
+        arrow_split.split_train_data_by_dp_raw(DATA, "2", balance_data=True)  # type: ignore[arg-type]
+
+
+def test_frame_module_has_no_circle_to_the_batch() -> None:
+    assert "arrow_split.batch" not in {
+        name for name in vars(_frame) if name.startswith("arrow_split")
+    }
+
+
+def test_schedule_reprs_are_short() -> None:
+    config = arrow_split.ScheduleConfig(global_batch_size=8, micro_batch_size=2)
+    schedule = arrow_split.plan_schedule(np.arange(1, 65), np.arange(64) // 2, 4, config)
+    assert len(repr(schedule)) < 200
+    assert repr(schedule).startswith("Schedule(strided, dp_size=4, 64 samples, 4 steps")
+    assert repr(schedule.ranks[0]).startswith("RankSchedule(dp_rank=0, 16 rows, 8 micro-batches")
+
+
+def test_pa_types_stay_arrow(batch: RolloutBatch) -> None:
+    assert isinstance(batch["tokens"], pa.Array)
+
+
+class _Custom:
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Custom)
+
+    __hash__ = object.__hash__
+
+
+def test_the_repr_of_a_file_with_untrusted_objects_never_raises(tmp_path: Any) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1]], "multimodal_train_inputs": [_Custom()]})
+    batch.write(tmp_path / "b.arrow")
+    read = RolloutBatch.read(tmp_path / "b.arrow")  # trust_objects=False
+    assert "<UntrustedObjectError>" in repr(read)
+    assert "&lt;UntrustedObjectError&gt;" in read._repr_html_()
+    with pytest.raises(arrow_split.UntrustedObjectError):
+        list(read)
