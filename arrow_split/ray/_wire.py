@@ -80,11 +80,12 @@ def ref_from_bytes(payload: bytes, what: str = "the reference") -> ray.ObjectRef
 
 def ref_to_json(object_ref: ray.ObjectRef[Any], **members: int | str | None) -> str:
     """A JSON document for ``object_ref`` plus ``members`` (ints, strs or None): see the module."""
+    payload = ref_to_bytes(object_ref)  # the type checked first
     document: dict[str, object] = {
         "format": WIRE_FORMAT,
         "version": 1,
         "object_id": object_ref.hex(),
-        "ray": base64.b64encode(ref_to_bytes(object_ref)).decode("ascii"),
+        "ray": base64.b64encode(payload).decode("ascii"),
     }
     document.update(members)
     return json.dumps(document, sort_keys=True)

@@ -100,7 +100,7 @@ def main(group: str, examples: int) -> None:
     """Run ``examples`` seeded cases of ``group``."""
     faulthandler.enable()
     os.chdir(FOLDER)  # a hostile relative path ("False") is written there, not in the repository
-    if group in ("ray", "ray_prefetch", "miles"):
+    if group in ("ray", "ray_prefetch", "miles", "wire"):
         trip_ray()
     function, strategies = GROUPS[group]
     test = settings(

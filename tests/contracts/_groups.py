@@ -212,6 +212,33 @@ def _ray_prefetch(refs: object, dp_size: object, balance: object) -> None:
         prefetcher.stop()
 
 
+def _wire(text: object, value: object, flag: object) -> None:
+    """References on the wire and the drop-in's routes to every process (Ray tripped)."""
+    from arrow_split.compat import miles
+    from arrow_split.ray import (
+        can_free,
+        fetch,
+        free,
+        ref_from_bytes,
+        ref_from_json,
+        ref_to_bytes,
+        ref_to_json,
+    )
+
+    ray_calls = (RayReached,)
+    check_contract(ref_from_json, text, allow=ray_calls)
+    check_contract(miles.ArrowRef.from_json, text, allow=ray_calls)
+    check_contract(ref_from_bytes, value, allow=ray_calls)
+    check_contract(ref_to_json, value, allow=ray_calls)
+    check_contract(ref_to_bytes, value, allow=ray_calls)
+    check_contract(free, value, allow=ray_calls)
+    check_contract(can_free)
+    check_contract(fetch, value, "dp_rank 0", "the reference", None, allow=ray_calls)
+    check_contract(miles.runtime_env, specs=value, strict_keys=flag)
+    check_contract(miles.environment, specs=[], pad_to_dp=flag, verbose=value)
+    check_contract(miles.current_installation)
+
+
 def _rank_bytes(place: object, rows: object, number: object, lookahead: object) -> None:
     """The routed-experts slice, the reused block and the prefetcher (numpy, threads)."""
     from arrow_split.block import RankBlock
@@ -393,6 +420,19 @@ GROUPS: dict[str, tuple[Callable[..., None], tuple[st.SearchStrategy[Any], ...]]
             st.one_of(
                 st.none(), st.lists(st.one_of(st.text(max_size=2), hostile_values()), max_size=4)
             ),
+        ),
+    ),
+    "wire": (
+        _wire,
+        (
+            st.one_of(
+                st.text(max_size=80),
+                st.binary(max_size=80),
+                st.just('{"format": "arrow_split.ray_ref", "version": 1, "object_id": "00"}'),
+                hostile_values(),
+            ),
+            st.one_of(st.binary(max_size=40), hostile_values()),
+            hostile_values(),
         ),
     ),
     "ray_prefetch": (

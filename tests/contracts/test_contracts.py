@@ -25,7 +25,7 @@ CORE_GROUPS = [
 ]  # fmt: skip
 LEAF_GROUPS = {
     "offsets": "torch", "tensors": "torch", "blocks": "torch",
-    "ray": "ray", "ray_prefetch": "ray", "miles": "ray",
+    "ray": "ray", "ray_prefetch": "ray", "miles": "ray", "wire": "ray",
 }  # fmt: skip
 
 # Every public name, and the contract groups whose calls reach it (classes through their
@@ -72,6 +72,13 @@ COVERED = {
         "split_train_data_by_dp": "ray",
         "RolloutPrefetcher": "ray_prefetch",
         "fill_rank_block": "ray_prefetch",
+        "can_free": "wire",
+        "fetch": "wire",
+        "free": "wire",
+        "ref_from_bytes": "wire",
+        "ref_from_json": "wire",
+        "ref_to_bytes": "wire",
+        "ref_to_json": "wire",
     },
     "arrow_split.routing": {
         "ParallelPlace": "rank_bytes",
@@ -87,6 +94,9 @@ COVERED = {
         "split_train_data_by_dp": "miles",
         "split_train_data_by_dp_raw": "miles",
         "split_train_data_by_dp_scheduled_raw": "miles",
+        "runtime_env": "wire",
+        "environment": "wire",
+        "current_installation": "wire",
     },
 }
 NOT_ENTRY_POINTS = {
@@ -96,7 +106,9 @@ NOT_ENTRY_POINTS = {
     "WORKLOADS", "TensorLayout", "HELPER_NAME_PREFIX", "Locality", "OnFetch", "ArrowRef",
     "FlopsFn", "Installation", "OnBatchLengths", "RolloutShard", "SCHEDULE_CONFIG_KEYS",
     "JournalSync", "OnDuplicate", "TrainData", "RolloutTrainData", "ActorTrainData",
-    "StoreGetResult",
+    "StoreGetResult", "WIRE_FORMAT", "ENV_VAR",
+    "setup_worker",  # installs the drop-in: tests/ray/test_miles_job.py runs it in a Ray job
+    "watch_imports",  # no argument: installs once miles is imported (test_miles_job.py)
     "clear_caches",  # takes no argument
     "warm_up",  # its one option, reserve_bytes: tests/ray/test_warm.py
     "install",  # patches miles: tests/test_compat_miles.py covers its arguments

@@ -314,10 +314,13 @@ def _ref_factory(object_store: object) -> RefFactory | None:
 
 def as_specs(specs: object) -> list[ColumnSpec]:
     """``specs`` as a list of :class:`ColumnSpec` (an iterable of them, never a str)."""
+    msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
-        msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
         raise SchemaTypeError(msg)
-    checked = list(specs)
+    try:
+        checked = list(specs)
+    except TypeError:  # iterable in name only (a 0-d array)
+        raise SchemaTypeError(msg) from None
     for position, spec in enumerate(checked):
         if not isinstance(spec, ColumnSpec):
             msg = (
