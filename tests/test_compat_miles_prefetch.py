@@ -76,3 +76,19 @@ def test_an_error_is_raised_by_the_rollout_that_needs_it() -> None:
         assert prefetcher.get_rollout_data(2)[1] == "result-y"
     with pytest.raises(OptionError, match="stopped"):
         prefetcher.get_rollout_data(3, "z")
+
+
+def test_the_package_prefetcher_fetches_through_the_drop_in() -> None:
+    pytest.importorskip("ray")  # the delayed fetch imports Ray (a batch given directly needs none)
+    from argparse import Namespace
+
+    from arrow_split import RolloutBatch
+    from arrow_split.compat import miles
+
+    args = Namespace(balance_data=False, delay_split_train_data_by_dp=True)
+    batch = RolloutBatch.from_train_data({"tokens": [[1, 2], [3], [4, 5, 6], [7]]})
+    with miles.prefetcher(args, 1, 2, lookahead=2, convert=len) as ahead:
+        ahead.submit(0, batch)
+        converted, _ = ahead.get_rollout_data(0)
+    expected, _ = miles.process_rollout_data(args, batch, 1, 2)
+    assert converted == len(expected)

@@ -237,6 +237,9 @@ def _wire(text: object, value: object, flag: object) -> None:
     check_contract(miles.runtime_env, specs=value, strict_keys=flag)
     check_contract(miles.environment, specs=[], pad_to_dp=flag, verbose=value)
     check_contract(miles.current_installation)
+    made = check_contract(miles.prefetcher, Namespace(), value, 2, lookahead=flag, convert=value)
+    if isinstance(made, miles.MilesPrefetcher):
+        made.stop()
 
 
 def _rank_bytes(place: object, rows: object, number: object, lookahead: object) -> None:

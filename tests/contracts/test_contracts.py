@@ -97,6 +97,7 @@ COVERED = {
         "runtime_env": "wire",
         "environment": "wire",
         "current_installation": "wire",
+        "prefetcher": "wire",
     },
 }
 NOT_ENTRY_POINTS = {
@@ -107,6 +108,7 @@ NOT_ENTRY_POINTS = {
     "FlopsFn", "Installation", "OnBatchLengths", "RolloutShard", "SCHEDULE_CONFIG_KEYS",
     "JournalSync", "OnDuplicate", "TrainData", "RolloutTrainData", "ActorTrainData",
     "StoreGetResult", "WIRE_FORMAT", "ENV_VAR",
+    "MilesPrefetcher",  # made by `prefetcher` (the wire group); tested on its own too
     "setup_worker",  # installs the drop-in: tests/ray/test_miles_job.py runs it in a Ray job
     "watch_imports",  # no argument: installs once miles is imported (test_miles_job.py)
     "clear_caches",  # takes no argument

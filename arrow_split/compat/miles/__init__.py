@@ -54,6 +54,7 @@ from arrow_split.compat.miles._install import (
     current,
     patch,
 )
+from arrow_split.compat.miles._prefetch import MilesPrefetcher
 from arrow_split.compat.miles._setup import ENV_VAR, environment, install_once, runtime_env, watch
 from arrow_split.schema import MEDIA_REFS, TOTAL_LENGTHS, role_column
 
@@ -62,6 +63,7 @@ __all__ = [
     "ENV_VAR",
     "FlopsFn",
     "Installation",
+    "MilesPrefetcher",
     "OnBatchLengths",
     "RolloutShard",
     "SCHEDULE_CONFIG_KEYS",
@@ -71,6 +73,7 @@ __all__ = [
     "current_installation",
     "environment",
     "install",
+    "prefetcher",
     "process_rollout_data",
     "process_rollout_data_shard",
     "runtime_env",
@@ -384,6 +387,34 @@ def watch_imports() -> None:
     ``arrow_split_miles.pth`` calls it where ``ARROW_SPLIT_MILES`` is set.
     """
     watch(setup_worker)
+
+
+def prefetcher(
+    args: Any,
+    dp_rank: int,
+    dp_size: int,
+    *,
+    lookahead: int = 1,
+    convert: Callable[[dict[str, Any]], Any] | None = None,
+    **options: Any,
+) -> MilesPrefetcher:
+    """A train rank's prefetcher: the next rollout's :func:`process_rollout_data` while it trains.
+
+    ``submit(rollout_id, rollout_data_ref, witness_info)`` as soon as the reference is known;
+    ``get_rollout_data(rollout_id)`` where miles calls its own returns ``(rollout_data,
+    get_result)``, raising the fetch's error there. ``convert`` runs on the fetch's thread with
+    each dict (the actor's conversion to tensors); ``options`` are
+    :func:`process_rollout_data`'s (``specs``, ``strict_keys``, ``pad_to_dp``).
+    """
+    return MilesPrefetcher(
+        args,
+        dp_rank,
+        dp_size,
+        lookahead=lookahead,
+        convert=convert,
+        process=process_rollout_data,
+        **options,
+    )
 
 
 def current_installation() -> Installation | None:
