@@ -90,6 +90,34 @@ nitpick_ignore = [
     ("py:class", "default 0"),  # numpydoc's "int, default 0"
     ("py:meth", "RolloutBatch.from_train_data"),  # a short name in the Ray leaf's docstrings
 ]
+# Type variables, private helpers and short names in the docstrings of the modules added in
+# 0.4.0 (errors, routing and blocks, prefetch, byte stores), and the standard library and
+# Mooncake where no inventory is fetched: named, not documented pages of their own.
+nitpick_ignore += [
+    ("py:class", name)
+    for name in (
+        "arrow_split.errors._E",
+        "arrow_split.ray._block.FilledT",
+        "arrow_split.prefetch.SourceT",
+        "arrow_split.prefetch.ResultT",
+        "arrow_split.ray._prefetch.ResultT",
+        "arrow_split._codecs._ranges.Node",
+        "arrow_split.ray.OnFetch",
+        "SourceT",
+        "ResultT",
+        "ProcessRolloutData",
+        "optional",
+        "pathlib.Path",
+        "subprocess.Popen",
+        "mooncake.store.MooncakeDistributedStore",
+    )
+] + [
+    ("py:data", "MISTAKES"),
+    ("py:func", "mistake"),
+    ("py:meth", "__str__"),
+    ("py:attr", "device"),
+    ("py:attr", "allocations"),
+]
 # The Literal aliases of the leaves, named by their signatures (their values: the docstrings).
 nitpick_ignore += [
     (role, name)
