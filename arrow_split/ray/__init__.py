@@ -13,8 +13,8 @@ except ImportError:
     raise ImportError(msg) from None
 
 from arrow_split.ray._block import Fillable, fill_rank_block
-from arrow_split.ray._handoff import fetch, process_rollout_data, split_train_data_by_dp, warm_up
-from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches
+from arrow_split.ray._handoff import process_rollout_data, split_train_data_by_dp, warm_up
+from arrow_split.ray._nodes import HELPER_NAME_PREFIX, Locality, OnFetch, clear_caches, fetch
 from arrow_split.ray._prefetch import RolloutPrefetcher
 from arrow_split.ray._wire import (
     WIRE_FORMAT,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any, Literal, cast, overload
 import numpy as np
 import pyarrow as pa
 import ray
-from ray import exceptions as ray_exceptions
 
 import arrow_split.ray._nodes as _nodes
 from arrow_split import (
@@ -29,7 +28,6 @@ from arrow_split import (
     RaggedLengthError,
     RolloutBatch,
     Shard,
-    TransportError,
     shard_for_rank,
 )
 from arrow_split import pad_to_dp as pad_batch
@@ -40,7 +38,7 @@ from arrow_split.schema import role_column
 if TYPE_CHECKING:
     from ray import ObjectRef
 
-__all__ = ["fetch", "process_rollout_data", "split_train_data_by_dp", "warm_up"]
+__all__ = ["process_rollout_data", "split_train_data_by_dp", "warm_up"]
 
 _WITNESS = str(role_column(KNOWN_COLUMNS, "witness"))
 _LENGTH_SOURCE = str(role_column(KNOWN_COLUMNS, "length_source"))
@@ -234,7 +232,7 @@ def process_rollout_data(
             )
             raise PlanError(msg)
         what = f"`refs[{rank}]`"
-        value = fetch(refs_or_ref[rank], who, what, on_fetch)
+        value = _nodes.fetch(refs_or_ref[rank], who, what, on_fetch)
         if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
             value = _detached(value)
         shard = _nodes.rank_slice(value, rank, size, method, who, what)
@@ -270,7 +268,7 @@ def _delayed_shard(
                     whole = len(shard.batch_total_lengths)
                     rows = _with_witness(rows, witness_ids, shard.partition, who, whole)
                 return shard if rows is shard.rows else shard.with_rows(rows)
-    value = fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    value = _nodes.fetch(ref_or_batch, who, "the delayed reference", on_fetch)
     if isinstance(value, NodeRows):
         msg = (
             f"{who}: got {len(value.partition)} rows of {len(value.batch_total_lengths)} samples "
@@ -290,34 +288,6 @@ def _delayed_shard(
     if witness_ids is not None:
         batch = _with_witness(batch, witness_ids, None, who, batch.num_samples)
     return shard_for_rank(batch, **request)
-
-
-def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
-    """The value a reference holds (read-only views of the store), or the value itself.
-
-    An object no node holds any more (freed or removed: a get of it may never return) and an
-    object whose owner died are a TransportError naming the object, never a hang.
-    """
-    if not isinstance(ref_or_value, ray.ObjectRef):
-        return ref_or_value
-    if _nodes.is_gone(ref_or_value):
-        raise TransportError(_lost(who, what, ref_or_value, "no node holds it"))
-    try:
-        value = ray.get(ref_or_value)
-    except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
-        raise TransportError(_lost(who, what, ref_or_value, type(exc).__name__)) from exc
-    if on_fetch is not None:
-        on_fetch(ref_or_value)
-    return value
-
-
-def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> str:
-    return (
-        f"{who}: the object store lost {what} (object {object_ref.hex()}, {reason}); it was "
-        "freed, removed or its owner died: the driver should own the batch (call "
-        "`split_train_data_by_dp` on the driver, not in an actor that may die) and keep its "
-        "references until every rank has processed the step"
-    )
 
 
 def _detached(batch: RolloutBatch) -> RolloutBatch:

@@ -42,6 +42,7 @@ __all__ = [
     "NodeRows",
     "OnFetch",
     "clear_caches",
+    "fetch",
     "is_gone",
     "live_nodes",
     "node_rows",
@@ -263,6 +264,34 @@ def is_gone(ref: ObjectRef[Any]) -> bool:
     # a freed object still reads as ready without fetching it: ask for it here
     ready, _ = ray.wait([ref], timeout=_LOOKUP_TIMEOUT_MS / 1000, fetch_local=True)
     return not ready
+
+
+def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
+    """The value a reference holds (read-only views of the store), or the value itself.
+
+    An object no node holds any more (freed or removed: a get of it may never return) and an
+    object whose owner died are a TransportError naming the object, never a hang.
+    """
+    if not isinstance(ref_or_value, ray.ObjectRef):
+        return ref_or_value
+    if is_gone(ref_or_value):
+        raise TransportError(_lost(who, what, ref_or_value, "no node holds it"))
+    try:
+        value = ray.get(ref_or_value)
+    except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
+        raise TransportError(_lost(who, what, ref_or_value, type(exc).__name__)) from exc
+    if on_fetch is not None:
+        on_fetch(ref_or_value)
+    return value
+
+
+def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> str:
+    return (
+        f"{who}: the object store lost {what} (object {object_ref.hex()}, {reason}); it was "
+        "freed, removed or its owner died: the driver should own the batch (call "
+        "`split_train_data_by_dp` on the driver, not in an actor that may die) and keep its "
+        "references until every rank has processed the step"
+    )
 
 
 def live_nodes() -> int:
