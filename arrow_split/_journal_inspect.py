@@ -11,7 +11,8 @@ import json
 import os
 
 from arrow_split._args import as_path
-from arrow_split._journal import _LOCK_NAME, _steps, journal_file, scan_file
+from arrow_split._journal import _LOCK_NAME, _steps, journal_file
+from arrow_split._journal_scan import scan_file
 from arrow_split.errors import JournalError
 
 __all__ = ["describe_journal"]

@@ -201,7 +201,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
     import base64
     import pickle
 
-    from arrow_split._journal import unpickle_v1
+    from arrow_split._journal_content import unpickle_v1
 
     marker = tmp_path / "ran"
 
@@ -216,7 +216,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
 
 
 def test_a_header_flag_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
-    from arrow_split._journal import parse_header
+    from arrow_split._journal_content import parse_header
 
     header = {
         "journal_version": "2",
@@ -696,7 +696,7 @@ def test_a_global_records_spec_with_a_value_type_of_another_json_kind_is_a_journ
 def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None:
     # the record's frame and checksum are right; its content is not a batch's: without salvage
     # a JournalError naming the file and the offset, with salvage the record is skipped
-    from arrow_split._journal import global_record
+    from arrow_split._journal_content import global_record
     from arrow_split.schema import KNOWN_COLUMNS
 
     builder = RolloutBatchBuilder(journal=tmp_path)
