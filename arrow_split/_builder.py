@@ -617,7 +617,7 @@ class RolloutBatchBuilder:
             replayed = self._first_seen(group, "skip")
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
-            raise JournalError(msg, path=source, offset=record.offset) from None
+            raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None
         except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
             raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None

@@ -167,13 +167,16 @@ def _damage_error(scan: Scan, folder: str) -> JournalError:
     first = scan.damage[0]
     following = sum(record.offset > first.offset for record in scan.records)
     msg = (
-        f"the journal `{scan.path}` is damaged at offset {first.offset} ({first.size} bytes: "
-        f"{first.reason}); {following} whole record(s) follow the damage, "
-        f"{len(scan.damage)} damaged place(s) in all; nothing was changed. Recover every whole "
-        f"record with `RolloutBatchBuilder.recover({folder!r}, salvage=True)` (the damaged file "
-        "is kept beside the new journal), or restore the file from a copy"
+        f"the journal is damaged here ({first.size} bytes: {first.reason}); {following} whole "
+        f"record(s) follow the damage, {len(scan.damage)} damaged place(s) in all; nothing was "
+        "changed"
     )
-    return JournalError(msg)
+    fix = (
+        f"recover every whole record with `RolloutBatchBuilder.recover({folder!r}, "
+        "salvage=True)` (the damaged file is kept beside the new journal), or restore the file "
+        "from a copy"
+    )
+    return JournalError(msg, path=scan.path, offset=first.offset, fix=fix)
 
 
 class StepJournal:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 import pyarrow as pa
@@ -39,7 +39,21 @@ __all__ = [
 ]
 
 JOURNAL_VERSION = "3"  # 3: group records are buffer records (2: IPC streams only)
-_READABLE = ("1", "2", JOURNAL_VERSION)
+_RELEASED = ("1", JOURNAL_VERSION)  # 1: 0.3.0's; 2 was written by no release
+_MEMBERS = {
+    "open": (
+        "journal_version",
+        "library_version",
+        "declared",
+        "allow_nonfinite",
+        "exact_floats",
+        "identity",
+        "step",
+    ),
+    "group": ("names", "sample_globals", "sample_keys", "specs", "globals"),
+    "global": ("key", "spec", "value"),
+}
+"""The members each kind of record has, in every format (docs/journal.md, "The files")."""
 _SPEC_JSON: dict[int, tuple[ColumnSpec, dict[str, object]]] = {}
 _SPEC_JSON_SIZE = 4096
 
@@ -177,13 +191,10 @@ def _field(header: Mapping[str, Any], name: str, kinds: tuple[type, ...], path: 
 
 def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, Any]:
     """The builder's arguments from an ``open`` record, every field checked, never coerced."""
+    _defined_members(header, "open", path)
     version = _field(header, "journal_version", (str,), path)
-    if version not in _READABLE:
-        msg = (
-            f"`{path}` is a journal of version {version!r:.20}; this arrow_split reads "
-            f"versions {', '.join(map(repr, _READABLE))}"
-        )
-        raise JournalError(msg)
+    if version not in _RELEASED:
+        _unreadable_version(version, path)
     _field(header, "library_version", (str,), path)
     declared = _field(header, "declared", (list,), path)
     stored_step = _field(header, "step", (int,), path)
@@ -198,6 +209,35 @@ def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, A
     }
 
 
+def _defined_members(meta: Mapping[str, Any], kind: str, path: str | None = None) -> None:
+    """Refuse a member that a ``kind`` record does not have (a JournalError naming it).
+
+    The header's error names its file (offset 0); a group's or a global's is located by the
+    replay that reads it.
+    """
+    for member in meta:
+        if member not in _MEMBERS[kind]:
+            msg = (
+                f"its `{kind}` record has a member `{member!s:.40}` that no format of the journal "
+                f"defines (a `{kind}` record has {', '.join(_MEMBERS[kind])})"
+            )
+            offset = None if path is None else 0
+            raise JournalError(msg, key=str(member), path=path, offset=offset)
+
+
+def _unreadable_version(version: str, path: str) -> NoReturn:
+    if version == "2":  # written between 0.3.0 and 0.4.0 by unreleased code only
+        msg = "the journal is of format 2, which no release of arrow_split wrote"
+        fix = (
+            "finish its step (or recover it and call `finish()`) with the arrow_split that wrote "
+            "it, then go on with this one; or move the file away to start the step afresh"
+        )
+    else:
+        msg = f"the journal is of format {version!r:.20}; this arrow_split reads formats 1 and 3"
+        fix = "read it with the arrow_split that wrote it (its `library_version`)"
+    raise JournalError(msg, path=path, key="journal_version", got=version[:20], fix=fix)
+
+
 def global_record(key: str, spec: ColumnSpec, value: object) -> dict[str, object]:
     """The JSON of the ``global`` record of a checked batch-global value."""
     return {"key": key, "spec": spec_json(spec), "value": pack_value(spec, value)}
@@ -207,6 +247,7 @@ def global_from_record(
     record: Record, source: str, allow_nonfinite: bool
 ) -> tuple[str, ColumnSpec, object]:
     """The key, spec and value a ``global`` record holds, every field checked."""
+    _defined_members(record.meta, "global")
     key = record.meta.get("key")
     spec = _read_spec(record.meta.get("spec"), source)
     if not isinstance(key, str) or spec.name != key or spec.is_per_sample:
@@ -230,6 +271,7 @@ class GroupParts(NamedTuple):
 def group_from_record(record: Record, source: str, allow_nonfinite: bool) -> GroupParts:
     """The parts of a ``group`` record, every field checked with the library's rules."""
     meta = record.meta
+    _defined_members(meta, "group")
     names, sample_globals = _names(meta, "names"), _names(meta, "sample_globals")
     sample_keys = _names(meta, "sample_keys")
     used = _record_specs(meta, source)

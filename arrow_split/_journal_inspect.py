@@ -89,7 +89,8 @@ def _describe_file(path: str) -> str:
     counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
     lines = [
         f"journal: {path}",
-        f"  format {scan.version}, {scan.size} bytes, {len(scan.records)} records ({counted})",
+        f"  format {scan.records[0].meta.get('journal_version')}, {scan.size} bytes, "
+        f"{len(scan.records)} records ({counted})",
         f"  {groups} groups, {samples} samples",
         f"  columns: {', '.join(columns) or 'none'}",
         f"  batch-global values set: {', '.join(dict.fromkeys(global_keys)) or 'none'}",

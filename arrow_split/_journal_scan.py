@@ -128,17 +128,17 @@ def scan_file(path: str) -> Scan:
     scan.journal_id = first.journal_id
     _scan_v2(scan, buffer, view)
     if not scan.records or scan.records[0].kind != "open" or scan.records[0].sequence != 0:
-        _not_a_journal(path, view)
+        _not_a_journal(path, view, scan)
     return scan
 
 
-def _not_a_journal(path: str, view: memoryview) -> NoReturn:
+def _not_a_journal(path: str, view: memoryview, scan: Scan | None = None) -> NoReturn:
     what = "is empty" if not len(view) else "does not start with a whole `open` record"
-    msg = (
-        f"`{path}` is not a rollout journal, or its first record is damaged: it {what}; "
-        "no record of it can be trusted (move the file away to start afresh)"
-    )
-    raise JournalError(msg)
+    if scan is not None and scan.damage and scan.damage[0].offset == 0:
+        what += f" ({scan.damage[0].reason})"
+    msg = f"not a rollout journal, or its first record is damaged: it {what}"
+    fix = "no record of it can be trusted: move the file away to start afresh"
+    raise JournalError(msg, path=path, offset=0, fix=fix)
 
 
 def _scan_v2(scan: Scan, buffer: pa.Buffer, view: memoryview) -> None:
