@@ -14,6 +14,7 @@ import json
 import os
 import re
 import socket
+import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
@@ -50,30 +51,56 @@ def _journal_error(what: str, exc: OSError) -> JournalError:
 
 
 class _Lock:
-    """The folder's lock file, held with ``flock`` until released (or the process ends)."""
+    """The folder's lock file, held with ``flock`` until released (or the process ends).
+
+    A ``flock`` belongs to the open file, which ``os.fork`` shares with the child: the child's
+    copy of the descriptor is closed as it starts, so the lock ends with this process, never
+    kept by a child of it.
+    """
 
     def __init__(self, folder: str) -> None:
         path = os.path.join(folder, _LOCK_NAME)
-        try:
-            descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        except OSError as exc:
-            raise _journal_error(f"cannot open the journal's lock file `{path}`", exc) from None
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = _holder(descriptor)
-            os.close(descriptor)
-            msg = (
-                f"the journal folder `{folder}` is in use by {holder}; one builder at a time "
-                "writes a journal: close that builder (`close()`) or let its process end, "
-                "then retry"
-            )
-            raise JournalError(msg, errno=errno.EBUSY) from None
+        with _FORKING:  # no fork between the open and the lock's registration
+            try:
+                descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            except OSError as exc:
+                raise _journal_error(f"cannot open the journal's lock file `{path}`", exc) from None
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                holder = _holder(descriptor)
+                os.close(descriptor)
+                msg = (
+                    f"the journal folder `{folder}` is in use by {holder}; one builder at a time "
+                    "writes a journal: close that builder (`close()`) or let its process end, "
+                    "then retry"
+                )
+                raise JournalError(msg, errno=errno.EBUSY) from None
+            self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
+            _HELD[descriptor] = self
         named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
         with contextlib.suppress(OSError):  # the holder's name is a courtesy
             os.ftruncate(descriptor, 0)
             os.pwrite(descriptor, json.dumps(named).encode(), 0)
-        self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
+
+
+_FORKING = threading.Lock()
+_HELD: weakref.WeakValueDictionary[int, _Lock] = weakref.WeakValueDictionary()
+
+
+def _release_in_child() -> None:
+    """In a forked child: close its copies of the locks' descriptors (the parent keeps its own)."""
+    _FORKING.release()
+    for descriptor, lock in list(_HELD.items()):
+        if lock.release.detach() is not None:
+            with contextlib.suppress(OSError):
+                os.close(descriptor)
+    _HELD.clear()
+
+
+os.register_at_fork(
+    before=_FORKING.acquire, after_in_parent=_FORKING.release, after_in_child=_release_in_child
+)
 
 
 def _holder(descriptor: int) -> str:

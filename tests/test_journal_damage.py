@@ -785,3 +785,49 @@ def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None
     assert len(again) == 2
     assert "dynamic_global_batch_size" not in again.finish().batch_globals
     again.close()
+
+
+_FORKING_WRITER = """
+import os, sys, time
+from arrow_split import RolloutBatchBuilder
+builder = RolloutBatchBuilder(journal=sys.argv[1], identity="sample_indices")
+builder.extend({"tokens": [[1, 2]], "response_lengths": [1], "sample_indices": [0]})
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork only")
+def test_a_child_forked_by_the_writer_keeps_no_lock_once_the_writer_is_killed(
+    tmp_path: Path,
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONWARNINGS": "ignore"}
+    child = 0
+    with subprocess.Popen(
+        [sys.executable, "-c", _FORKING_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    ) as writer:
+        try:
+            assert writer.stdout is not None
+            child = int(writer.stdout.readline())
+            with pytest.raises(JournalError):  # the writer holds the folder
+                RolloutBatchBuilder.recover(tmp_path)
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=10)
+            os.kill(child, 0)  # the child lives on
+            recovered = RolloutBatchBuilder.recover(tmp_path)  # the lock is free at once
+            assert len(recovered) == 1
+            recovered.close()
+        finally:
+            writer.kill()
+            if child:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)
