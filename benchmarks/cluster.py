@@ -3,7 +3,7 @@
 On a simulated cluster (:mod:`benchmarks.simulated_cluster`; docs/benchmarks.md, "At cluster
 scale"): the driver and the batch on the head, ``--nodes`` worker nodes of ``--ranks-per-node``
 ranks. Per mode and step: bytes that crossed nodes (the driver's objects and those each rank's
-call fetched, by the ``on_fetch`` hook), put time, each rank's time, Ray worker processes. Then
+call fetched, by the ``on_fetch`` hook), put time and each rank's time. Then
 the soak (``--soak-steps``; 0 skips it). Writes ``cluster.json`` and ``cluster.png``.
 """
 
@@ -92,12 +92,6 @@ def _started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]
             stop_cluster(simulated)
 
 
-def _ray_worker_processes() -> int:
-    """Ray worker processes running on this machine (every simulated node's)."""
-    commands = (process.info["cmdline"] or [""] for process in psutil.process_iter(["cmdline"]))
-    return sum(command[0].startswith("ray::") for command in commands)
-
-
 @ray.remote(num_cpus=0)
 class _BenchRank:
     """A DP rank: times its call and hands back the references it fetched (kept alive)."""
@@ -159,7 +153,6 @@ def _one_step(
         "put_s": put_s,
         "step_s": step_s,
         "rank_s": [seconds for seconds, _ in results],
-        "worker_processes": _ray_worker_processes(),
     }
 
 
@@ -167,12 +160,11 @@ def _run_mode(
     ranks: list[Any], batch: RolloutBatch, mode: str, options: argparse.Namespace
 ) -> dict[str, Any]:
     capacity = float(ray.cluster_resources()["object_store_memory"])
-    processes_before = _ray_worker_processes()
     steps = []
     for _ in range(options.steps):
         steps.append(_one_step(ranks, batch, mode, options))
         _wait_for_free_store(capacity)  # the next step starts from an empty store
-    return {"worker_processes_before": processes_before, "steps": steps}
+    return {"steps": steps}
 
 
 def _memory(capacity: float) -> dict[str, float]:
@@ -230,8 +222,6 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
         "rank_ms_median": 1000 * statistics.median(steady_rank_s),
         "rank_ms_max": 1000 * max(steady_rank_s),
         "first_step_rank_ms_max": 1000 * max(steps[0]["rank_s"]),
-        "new_worker_processes": max(step["worker_processes"] for step in steps)
-        - result["worker_processes_before"],
     }
 
 
