@@ -21,11 +21,8 @@ from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import encode_columns, encode_train_data
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
 from arrow_split._codecs.scalar import ScalarCodec, check_batch_global, check_per_sample_values
-from arrow_split._journal import (
-    JournalDamage,
-    JournalSync,
-    OnDuplicate,
-    StepJournal,
+from arrow_split._journal import JournalSync, OnDuplicate, StepJournal
+from arrow_split._journal_content import (
     global_from_record,
     global_record,
     group_from_record,
@@ -33,6 +30,7 @@ from arrow_split._journal import (
     pack_value,
     spec_json,
 )
+from arrow_split._journal_scan import JournalDamage
 from arrow_split._record import Record
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
@@ -619,7 +617,7 @@ class RolloutBatchBuilder:
             replayed = self._first_seen(group, "skip")
         except JournalError as exc:
             msg = f"{where}: {exc}; the record was not written by this library as it stands"
-            raise JournalError(msg, path=source, offset=record.offset) from None
+            raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None
         except ArrowSplitError as exc:
             msg = f"{where}: {type(exc).__name__}: {exc}; the record breaks a rule of the library"
             raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None

@@ -11,7 +11,8 @@ import json
 import os
 
 from arrow_split._args import as_path
-from arrow_split._journal import _LOCK_NAME, _steps, journal_file, scan_file
+from arrow_split._journal import _LOCK_NAME, _steps, journal_file
+from arrow_split._journal_scan import scan_file
 from arrow_split.errors import JournalError
 
 __all__ = ["describe_journal"]
@@ -88,7 +89,8 @@ def _describe_file(path: str) -> str:
     counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
     lines = [
         f"journal: {path}",
-        f"  format {scan.version}, {scan.size} bytes, {len(scan.records)} records ({counted})",
+        f"  format {scan.records[0].meta.get('journal_version')}, {scan.size} bytes, "
+        f"{len(scan.records)} records ({counted})",
         f"  {groups} groups, {samples} samples",
         f"  columns: {', '.join(columns) or 'none'}",
         f"  batch-global values set: {', '.join(dict.fromkeys(global_keys)) or 'none'}",

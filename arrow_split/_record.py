@@ -156,7 +156,7 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
             reader = pa.ipc.open_stream(payload)
             record_batch = reader.read_next_batch()
             record_batch.validate(full=True)
-            meta = json.loads((reader.schema.metadata or {})[_META], parse_constant=_no_constant)
+            meta = json.loads(_journal_text(reader.schema), parse_constant=_no_constant)
             columns = list(record_batch.columns)
     except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration, RecursionError) as exc:
         msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
@@ -166,6 +166,17 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
         raise JournalError(msg)
     kind = meta.pop("kind")
     return Record(kind, meta, columns, sequence, offset)
+
+
+def _journal_text(schema: pa.Schema) -> bytes:
+    """An IPC record's JSON: its schema's one metadata member (any other is refused)."""
+    metadata = schema.metadata or {}
+    for member in metadata:
+        if member != _META:
+            msg = f"its schema metadata has a member {member!r:.40} the format does not define"
+            raise JournalError(msg, key=member.decode(errors="replace")[:40])
+    text: bytes = metadata[_META]
+    return text
 
 
 def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, list[pa.Array]]:

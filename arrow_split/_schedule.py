@@ -24,10 +24,10 @@ from arrow_split._args import (
     check_rollout_ids,
     check_weights,
 )
+from arrow_split._schedule_packing import distribute, group_rollouts, pack_step
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import PlanError, PlanMismatchError, PlanTypeError
 from arrow_split.plan import Plan, PlanKey, _fingerprint
-from arrow_split.plan._karmarkar_karp import kk_partitions, sorted_parts
 from arrow_split.shard import Shard
 
 __all__ = ["RankSchedule", "Schedule", "ScheduleConfig", "plan_schedule", "schedule_for_rank"]
@@ -35,7 +35,6 @@ __all__ = ["RankSchedule", "Schedule", "ScheduleConfig", "plan_schedule", "sched
 _FLAGS = ("allow_partial_train_step", "balance_by_flops", "balance_data", "use_dynamic_batch_size")
 _INTS = ("global_batch_size", "micro_batch_size", "cp_size")
 _OPTIONAL_INTS = ("vpp_size", "microbatch_group_size_per_vp_stage", "max_tokens_per_gpu")
-_INT64_MAX = int(np.iinfo(np.int64).max)
 Weights = npt.NDArray[np.int64] | npt.NDArray[np.float64]
 
 
@@ -226,100 +225,6 @@ def _short_tuple(values: tuple[int, ...], shown: int = 6) -> str:
     return f"({', '.join(map(str, values[:shown]))}, ... {len(values)} in all)"
 
 
-def _first_fit_decreasing(lengths: Int64Array, budget: int) -> list[list[int]]:
-    """Longest first (ties by position), each into the first bin that stays within `budget`."""
-    n = lengths.size
-    order = np.argsort(-lengths, kind="stable")
-    loads = np.zeros(max(n, 1), dtype=np.int64)
-    bin_of = np.empty(n, dtype=np.int64)
-    budget = min(budget, _INT64_MAX)
-    count = 0
-    for position, length in enumerate(lengths[order].tolist()):
-        fits = np.flatnonzero(loads[:count] <= budget - length)
-        target = int(fits[0]) if fits.size else count
-        loads[target] += length
-        bin_of[position] = target
-        count += target == count
-    grouped = order[np.argsort(bin_of, kind="stable")]
-    bounds = np.cumsum(np.bincount(bin_of, minlength=count))[:-1]
-    return [chunk.tolist() for chunk in np.split(grouped, bounds)] if n else []
-
-
-def _expand_by_splitting(bins: list[list[int]], target: int, lengths: list[int]) -> None:
-    """Split the heaviest multi-sample bin (the later on ties) until `target` bins, or none."""
-    sums = [sum(lengths[i] for i in one_bin) for one_bin in bins]
-    while len(bins) < target:
-        best = -1
-        for j, one_bin in enumerate(bins):
-            if len(one_bin) > 1 and (best < 0 or sums[j] >= sums[best]):
-                best = j
-        if best < 0:
-            return
-        halves: tuple[list[int], list[int]] = ([], [])  # longest first, into the lighter half
-        half_sums = [0, 0]
-        for index in sorted(bins[best], key=lambda i: -lengths[i]):
-            half = 0 if half_sums[0] <= half_sums[1] else 1
-            halves[half].append(index)
-            half_sums[half] += lengths[index]
-        bins[best], sums[best] = halves[0], half_sums[0]
-        bins.append(halves[1])
-        sums.append(half_sums[1])
-
-
-def _pack_step(
-    step: int,
-    lengths: Int64Array,
-    workloads: list[Any] | None,
-    align: int,
-    config: ScheduleConfig,
-    exact: bool,
-) -> list[list[int]]:
-    """Step `step`'s micro-batches (positions into its samples), a multiple of `align` of them."""
-    budget = config.max_tokens_per_micro_batch
-    if budget is None:
-        size = config.micro_batch_size
-        return [list(range(i, min(i + size, lengths.size))) for i in range(0, lengths.size, size)]
-    values = lengths.tolist()
-    count = max(1, -(-sum(values) // budget))
-    if workloads is None:
-        bins = _first_fit_decreasing(lengths, budget)
-    elif count >= len(values):
-        bins = [[i] for i in range(len(values))]
-    else:  # weights >= 0 and fewer parts than samples: every part has samples
-        parts = kk_partitions(workloads, count, equal_size=False, exact=exact)
-        bins = [sorted(part) for part in parts]
-    packed, target = len(bins), max(-(-len(bins) // align) * align, align)
-    _expand_by_splitting(bins, target, values)
-    if len(bins) != target:
-        msg = (
-            f"step {step}: {lengths.size} samples in {packed} micro-batches cannot be split "
-            f"into {target}, the next multiple of {align} (`dp_size` times the micro-batch "
-            "group); each micro-batch needs a sample: raise `global_batch_size`, or lower "
-            "`dp_size` or `microbatch_group_size_per_vp_stage`"
-        )
-        raise PlanError(msg)
-    if not all(bins):
-        msg = (
-            f"step {step}: splitting micro-batches to reach {target} would leave an empty one: "
-            "the only micro-batches left to split hold zero-token samples; give every sample "
-            "at least one token"
-        )
-        raise PlanError(msg)
-    return bins
-
-
-def _group_rollouts(rollout_ids: Int64Array) -> tuple[Int64Array, Int64Array]:
-    """The rows grouped by rollout (first-appearance order) and the group boundaries."""
-    _, first, inverse = np.unique(rollout_ids, return_index=True, return_inverse=True)
-    ordinal_of = np.empty(first.size, dtype=np.int64)
-    ordinal_of[np.argsort(first, kind="stable")] = np.arange(first.size, dtype=np.int64)
-    ordinals = ordinal_of[inverse.reshape(-1)]
-    rows = np.argsort(ordinals, kind="stable").astype(np.int64)
-    bounds = np.zeros(first.size + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ordinals, minlength=first.size), out=bounds[1:])
-    return rows, bounds
-
-
 def _step_counts(bounds: Int64Array, dp_size: int, config: ScheduleConfig) -> list[int]:
     """The rollouts of each step; raise if not even one step can be filled."""
     total, gbs = bounds.size - 1, config.global_batch_size
@@ -366,16 +271,6 @@ def _check_step(step: int, n: int, rollouts: int, dp_size: int, config: Schedule
         raise PlanError(msg)
 
 
-def _distribute(
-    bins: list[list[int]], source: list[Any], exact: bool, dp_size: int, balanced: bool
-) -> list[list[int]]:
-    """The micro-batch ids of each rank, ascending."""
-    if not balanced:
-        return [list(range(rank, len(bins), dp_size)) for rank in range(dp_size)]
-    sums = [sum(source[i] for i in one_bin) for one_bin in bins]
-    return [part.tolist() for part in sorted_parts(sums, dp_size, equal_size=True, exact=exact)]
-
-
 def _frozen(array: Int64Array) -> Int64Array:
     array.flags.writeable = False
     return array
@@ -408,10 +303,18 @@ def _deal(
     for step, step_rows in enumerate(steps):
         step_lengths = lengths[step_rows]
         workloads = None if weights is None else weights[step_rows].tolist()
-        bins = _pack_step(step, step_lengths, workloads, align, config, exact)
+        bins = pack_step(
+            step,
+            step_lengths,
+            workloads,
+            align,
+            config.max_tokens_per_micro_batch,
+            config.micro_batch_size,
+            exact,
+        )
         num_mb.append(len(bins) // dp_size)
         source = step_lengths.tolist() if workloads is None else workloads
-        for rank, bin_ids in enumerate(_distribute(bins, source, exact, dp_size, balanced)):
+        for rank, bin_ids in enumerate(distribute(bins, source, exact, dp_size, balanced)):
             rows[rank].append(step_rows[[i for j in bin_ids for i in bins[j]]])
             sizes[rank].extend(len(bins[j]) for j in bin_ids)
     return rows, sizes, num_mb
@@ -425,7 +328,7 @@ def _plan(
     weights: Weights | None,
 ) -> Schedule:
     """The schedule of parsed inputs (every step is checked before any is packed)."""
-    grouped, bounds = _group_rollouts(ids)
+    grouped, bounds = group_rollouts(ids)
     counts = _step_counts(bounds, dp_size, config)
     starts = [int(bounds[start]) for start in np.cumsum([0, *counts]).tolist()]
     for step, rollouts in enumerate(counts):

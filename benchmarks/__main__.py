@@ -1,11 +1,7 @@
-"""``python -m benchmarks``: every benchmark the README quotes, in one run (``make bench``).
+"""``python -m benchmarks``: every benchmark the docs quote, each in its own process.
 
-Each benchmark of :data:`BENCHMARKS` runs in its own process, one after the other, and writes
-its stamped JSON (and plots) under ``--out``: ``benchmarks/results`` (ignored by git) by default,
-``docs/benchmarks`` (the committed results README.md quotes) when asked (``make bench``).
-
-``--smoke`` runs each in its smallest mode; ``--only step,journal`` runs some. A new benchmark is
-one line in :data:`BENCHMARKS` (see :mod:`benchmarks._common`).
+JSON and plots go under ``--out`` (default ``benchmarks/results``, ignored by git; ``make bench``
+passes ``docs/benchmarks``); ``--smoke`` runs each in its smallest mode, ``--only`` some.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO_ROOT, RESULTS, progress
+from benchmarks._common import REPO_ROOT, RESULTS
 
 __all__ = ["BENCHMARKS", "main"]
 
@@ -49,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(names) - set(BENCHMARKS))
     if unknown:
         parser.error(f"unknown benchmarks {unknown}; expected some of {sorted(BENCHMARKS)}")
-    for position, name in enumerate(progress(names, "make bench", len(names)), 1):
+    for position, name in enumerate(names, 1):
         module, *options = BENCHMARKS[name]
         if args.smoke:
             options = ["--smoke"]

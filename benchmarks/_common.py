@@ -1,11 +1,8 @@
 """What every benchmark shares: its ``main``, the stamp, the JSON writer, Ray, clocks, formats.
 
-A new benchmark plugs into ``make bench`` in two steps: a module ``benchmarks/<name>.py`` with
-``parse_args`` (from :func:`benchmark_parser`: ``--smoke`` and ``--out``), ``run`` (it may start
-its own Ray with :func:`local_ray`) and ``report``, which runs :func:`run_main` of them as
-``__main__``; and one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON carries
-``stamp``: the commit (and whether the tree was dirty, outside ``docs/benchmarks``), the machine,
-the load average at the start and at the end, the library versions and the command line.
+A benchmark is a module with ``parse_args`` (:func:`benchmark_parser`), ``run`` and ``report``,
+run by :func:`run_main`, plus one line in :data:`benchmarks.__main__.BENCHMARKS`. Every JSON
+carries ``stamp``: commit (dirty or not), machine, load average, versions, command line.
 """
 
 from __future__ import annotations
@@ -29,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "DOCS",
     "MIB",
     "REPO_ROOT",
     "RESULTS",
@@ -42,7 +38,6 @@ __all__ = [
     "format_seconds",
     "local_ray",
     "object_sizes",
-    "progress",
     "pyplot",
     "run_main",
     "save_figure",
@@ -55,8 +50,6 @@ __all__ = [
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DOCS = REPO_ROOT / "docs" / "benchmarks"
-"""Where ``make bench`` writes every JSON and plot the README quotes (``--out docs/benchmarks``)."""
 RESULTS = REPO_ROOT / "benchmarks" / "results"
 """The default ``--out``: ignored by git, so a run never overwrites the committed results."""
 MIB = 2**20
@@ -81,7 +74,7 @@ def _version(package: str) -> str | None:
 
 
 def start_stamp() -> dict[str, Any]:
-    """What is known when a run starts: time, commit, machine, versions, load, command line."""
+    """The stamp's start: time, commit, machine, versions, load, command line."""
     import psutil
 
     import arrow_split
@@ -144,21 +137,21 @@ def run_main(
     argv: list[str] | None,
     parse_args: Callable[[list[str] | None], Any],
     run: Callable[[Any], dict[str, Results]],
-    report: Callable[[dict[str, Results], Path], None],
+    report: Callable[[dict[str, Results], Path], None] | None = None,
 ) -> int:
-    """Every benchmark's ``main``: parse ``argv``, run, stamp and write each JSON, then report.
-
-    ``run(options)`` returns each JSON's results by file name (``{"moe.json": {...}}``); each is
-    stamped (the stamp taken before ``run``) and written under ``options.out``; then
-    ``report(outputs, options.out)`` prints them and writes what goes beside them (plots, tables).
-    """
+    """Parse ``argv``, ``run`` (results by JSON file name), stamp and write each, ``report``
+    (plots, tables), or else print each result's ``summary``."""
     options = parse_args(argv)
     started = start_stamp()
     outputs = run(options)
     for name, results in outputs.items():
         results["stamp"] = stamp(started)
         print(f"wrote {write_json(results, options.out / name)}", file=sys.stderr)
-    report(outputs, options.out)
+    if report is not None:
+        report(outputs, options.out)
+    for name, results in outputs.items():
+        if report is None and "summary" in results:
+            print(name, json.dumps(results["summary"], indent=1, default=_plain))
     print(f"wall time: {time.perf_counter() - started['_clock']:.1f} s", file=sys.stderr)
     return 0
 
@@ -224,16 +217,6 @@ def benchmark_parser(name: str, doc: str | None, smoke: str) -> argparse.Argumen
         help="where its JSON and plots go (default: %(default)s; docs/benchmarks for the README)",
     )
     return parser
-
-
-def progress(items: Iterable[Any], description: str, total: int | None = None) -> Iterator[Any]:
-    """``items`` with a progress bar on stderr (tqdm, of the ``bench`` extra); plain without."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        yield from items
-        return
-    yield from tqdm(items, desc=description, total=total, file=sys.stderr, leave=False)
 
 
 def format_seconds(seconds: float | None) -> str:
@@ -307,11 +290,8 @@ def timed(
     clock: Callable[[], float] = time.perf_counter,
     warm_up: int = 0,
 ) -> dict[str, Any]:
-    """:func:`summarize` of ``repeats`` runs of ``call`` (at least one), each after a collection.
-
-    ``clock`` reads the time (``time.thread_time``: this thread's CPU); the first ``warm_up`` runs
-    are not kept. What a run returns is dropped after its clock stops.
-    """
+    """:func:`summarize` of ``repeats`` runs of ``call`` after ``warm_up`` ones, each after a
+    collection; ``clock`` may be ``time.thread_time`` (this thread's CPU)."""
     seconds = []
     for _ in range(warm_up + max(repeats, 1)):
         gc.collect()
@@ -333,12 +313,9 @@ def status_bytes(field: str) -> int | None:
 
 
 class MemoryGauge:
-    """Peak memory of a ``with`` block, split into private memory and shared pages touched.
+    """Peak memory of a ``with`` block: private increase and shared pages touched (Linux).
 
-    Pages of Ray's object store count in a process's RSS once it touches them, so the figures
-    keep them apart (Linux; elsewhere the shared part reads 0): ``private_increase_bytes`` (peak
-    RSS less the shared pages resident at the end, minus the private RSS before),
-    ``shared_touched_bytes`` (shared pages that became resident) and ``peak_rss_bytes``.
+    Ray's store pages count in RSS once touched, so they are kept apart from private memory.
     """
 
     def __enter__(self) -> MemoryGauge:

@@ -1,25 +1,11 @@
 """The classic path, written from its description: a dict of Python lists, pickled into Ray.
 
-Planner: a plain-Python Karmarkar-Karp (largest differencing, equal-size parts), as the classic
-frameworks plan a balanced split:
-
-1. sort the items ``(length, row)`` ascending;
-2. every run of ``dp_size`` sorted items seeds one state, one item per set; a state keeps its sets
-   in descending order of (sum, number of items, their ``(row, length)`` pairs in order);
-3. pop the state with the largest spread (largest minus smallest set sum; on a tie, the one whose
-   first set is larger), pop the next one, put the second's set ``k - 1 - i`` into the first's
-   set ``i``, re-sort and push back, until one state is left;
-4. its sets, in order, are ranks ``0 .. dp_size - 1``, each sorted ascending.
-
-Strided: rank ``r`` gets rows ``r, r + dp_size, ...``.
-
-Eager (driver): plan, build every rank's dict by list indexing (per-sample keys in partition
-order, batch-global keys whole, ``partition`` and the WHOLE batch's ``total_lengths``), and
-``ray.put`` each. Delayed: the driver puts the whole dict once; every rank gets it, plans, builds
-ALL ``dp_size`` shards and keeps its own. Actor side: ``torch.tensor(...)`` per sample. (The
-driver's puts are the classic path's step boundary, :func:`benchmarks.step_paths.boundary`.)
-
-Nothing here imports arrow_split: the baseline stands on its own.
+Planner: a plain-Python Karmarkar-Karp (largest differencing, equal-size parts) as the classic
+frameworks plan a balanced split (a state per run of ``dp_size`` sorted items; the two states of
+largest spread merged set ``k - 1 - i`` into set ``i`` until one is left); strided: rank ``r``
+gets rows ``r, r + dp_size, ...``. Eager: the driver plans, builds every rank's dict by list
+indexing and puts each; delayed: it puts the whole dict, and every rank plans, builds ALL shards
+and keeps its own. A rank makes ``torch.tensor(...)`` per sample. Imports nothing of arrow_split.
 """
 
 from __future__ import annotations

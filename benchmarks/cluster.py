@@ -1,14 +1,10 @@
 """Bytes that cross nodes and per-rank time for eager, plain and node-aware delayed; then a soak.
 
-On a simulated cluster (:mod:`benchmarks.simulated_cluster`): the driver puts on the head (so
-the batch lives there) and ``--nodes`` worker nodes each run ``--ranks-per-node`` rank actors
-(README.md, "At cluster scale", says what each mode moves). Per mode and step: the bytes
-that crossed nodes (:func:`~benchmarks.simulated_cluster.cross_node_bytes` of the driver's
-objects and of those each rank's call fetched, as the library's ``on_fetch`` hook reports them,
-before the references are dropped), the driver's put time, each rank's ``process_rollout_data``
-time, and how many Ray worker processes ran. A mode's first step pays one-off costs (the
-node-aware mode starts the head's helper actor): the summary shows it apart. Then the soak
-(:func:`_soak`, ``--soak-steps``; 0 skips it). Writes ``cluster.json`` and ``cluster.png``.
+On a simulated cluster (:mod:`benchmarks.simulated_cluster`; docs/benchmarks.md, "At cluster
+scale"): the driver and the batch on the head, ``--nodes`` worker nodes of ``--ranks-per-node``
+ranks. Per mode and step: bytes that crossed nodes (the driver's objects and those each rank's
+call fetched, by the ``on_fetch`` hook), put time and each rank's time. Then
+the soak (``--soak-steps``; 0 skips it). Writes ``cluster.json`` and ``cluster.png``.
 """
 
 from __future__ import annotations
@@ -71,10 +67,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def _make_rollout_batch(batch_mib: float, dp_size: int) -> RolloutBatch:
-    """A seeded batch of about ``batch_mib`` MiB whose sample count is a multiple of dp_size.
-
-    Prompts of 16..256 tokens, responses around 1,024 tokens, MoE routed experts ``[.., 2, 2]``.
-    """
+    """A seeded batch of about ``batch_mib`` MiB, its sample count a multiple of dp_size."""
     config = RolloutConfig(
         256, 1024.0, 2048, (16, 256), moe_shape=(2, 2), seed=0, as_numpy=True, columns="numeric"
     )
@@ -97,12 +90,6 @@ def _started_cluster(nodes: int, store_bytes: int) -> Iterator[SimulatedCluster]
             yield simulated
         finally:
             stop_cluster(simulated)
-
-
-def _ray_worker_processes() -> int:
-    """Ray worker processes running on this machine (every simulated node's)."""
-    commands = (process.info["cmdline"] or [""] for process in psutil.process_iter(["cmdline"]))
-    return sum(command[0].startswith("ray::") for command in commands)
 
 
 @ray.remote(num_cpus=0)
@@ -166,7 +153,6 @@ def _one_step(
         "put_s": put_s,
         "step_s": step_s,
         "rank_s": [seconds for seconds, _ in results],
-        "worker_processes": _ray_worker_processes(),
     }
 
 
@@ -174,12 +160,11 @@ def _run_mode(
     ranks: list[Any], batch: RolloutBatch, mode: str, options: argparse.Namespace
 ) -> dict[str, Any]:
     capacity = float(ray.cluster_resources()["object_store_memory"])
-    processes_before = _ray_worker_processes()
     steps = []
     for _ in range(options.steps):
         steps.append(_one_step(ranks, batch, mode, options))
         _wait_for_free_store(capacity)  # the next step starts from an empty store
-    return {"worker_processes_before": processes_before, "steps": steps}
+    return {"steps": steps}
 
 
 def _memory(capacity: float) -> dict[str, float]:
@@ -194,13 +179,9 @@ def _memory(capacity: float) -> dict[str, float]:
 
 
 def _soak(ranks: list[Any], batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
-    """``soak_steps`` steps of eager + node-aware delayed; memory at start, end and each step.
-
-    Each step puts the batch both ways and drops it after every rank took its shard; then the
-    store's usage over all nodes (capacity less Ray's available ``object_store_memory``) and the
-    driver's RSS are sampled. The start is after one warm-up step, the end once Ray has freed the
-    step's objects (bounded polls: it frees asynchronously): both must come back where they were.
-    """
+    """``soak_steps`` steps of eager + node-aware delayed, each dropped once every rank took
+    its shard; the store's usage and the driver's RSS after a warm-up step, at each step, and
+    once Ray freed the last step's objects."""
     capacity = float(ray.cluster_resources()["object_store_memory"])
     nodes = ray.get([rank.node_id.remote() for rank in ranks])
 
@@ -241,8 +222,6 @@ def _summary(result: dict[str, Any], batch_bytes: int, eager_bytes: float) -> di
         "rank_ms_median": 1000 * statistics.median(steady_rank_s),
         "rank_ms_max": 1000 * max(steady_rank_s),
         "first_step_rank_ms_max": 1000 * max(steps[0]["rank_s"]),
-        "new_worker_processes": max(step["worker_processes"] for step in steps)
-        - result["worker_processes_before"],
     }
 
 
@@ -297,16 +276,8 @@ def plot_cluster(report: dict[str, Any], path: Path) -> None:
 
 
 def report(outputs: dict[str, Results], out: Path) -> None:
-    """Print the summary (and the soak's memory); write ``cluster.png`` beside ``cluster.json``."""
-    results = outputs["cluster.json"]
-    print(results["layout"])
-    for mode, row in results["summary"].items():
-        print(f"{mode:<8}", ", ".join(f"{key} {value:.4g}" for key, value in row.items()))
-    if results["soak"]:
-        for point in ("start", "end", "max"):
-            figures = results["soak"][point].items()
-            print(f"soak {point:<5}", ", ".join(f"{k} {v / MIB:.1f} MiB" for k, v in figures))
-    plot_cluster(results, out / "cluster.png")
+    """Write ``cluster.png`` beside ``cluster.json``."""
+    plot_cluster(outputs["cluster.json"], out / "cluster.png")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,8 @@
 """Durable files: the journal, objects stored once, the kill test; rollout dumps against torch.
 
-README.md ("Routed experts, dumps") says what each figure of ``journal.json`` and ``dump.json``
-is and which goal it has; measured here by :func:`_measure_appends` (``appends``: no journal and
-each ``sync`` policy taking turns, each round; the floor, :func:`_write_floor`, alone and inside
-the appends, :class:`_InStepFloor`; the recovery),
-:func:`~arrow_split.testing.run_kill_test` (``kill_test``), :func:`_measure_multimodal`
-(``multimodal``, in a local Ray) and :func:`_measure_dump` (``dump.json``).
-
-Run: ``python -m benchmarks.journal`` (the sizes of :data:`SIZES`: the medium workload, 6
-repeats, 320 kill points, 2,048 samples dumped; ``--smoke``: tiny, once, 8 kill points, 16
-samples). Writes ``journal.json`` and ``dump.json`` under ``--out``.
+docs/benchmarks.md ("The journal", "Rollout dumps") says what each figure of ``journal.json``
+and ``dump.json`` is and its goal. Sizes: :data:`SIZES` (``--smoke``: tiny, once, 8 kill points,
+16 samples dumped).
 """
 
 from __future__ import annotations
@@ -40,7 +33,7 @@ from arrow_split.testing import (
 )
 from benchmarks._common import MIB, Results, benchmark_parser, local_ray, run_main, summarize, timed
 
-__all__ = ["SIZES", "parse_args", "report", "run"]
+__all__ = ["SIZES", "parse_args", "run"]
 
 POLICIES = ("none", "os", "step", "call")
 SIZES = {
@@ -54,12 +47,9 @@ DUMP_SAMPLES = {False: 2048, True: 16}
 def _measure_appends(workload: str, repeats: int, folder: Path) -> dict[str, Any]:
     """Seconds of a step's extends and finish per policy and of the floor; the recovery.
 
-    Each round runs no journal, each ``sync`` policy, the floor (:func:`_write_floor`) and the
-    floor inside the appends (:class:`_InStepFloor`) in turn, each round starting one turn
-    later than the round before (no run always follows the same one), each after an untimed
-    ``os.sync()``: every one starts with no dirty pages left by the one before (in training, a
-    step's journal is written back long before the next step), so none pays for another's
-    writeback and the floor meets the disk as the policies do.
+    Each round runs every policy, the floor and the in-step floor in turn, starting one turn
+    later than the round before, each after an untimed ``os.sync()`` (none pays for another's
+    writeback).
     """
     config = dataclasses.replace(WORKLOADS[workload], as_numpy=True)
     groups = list(iter_sample_groups(config, 8))
@@ -155,16 +145,9 @@ class _FloorWrite:
 
 
 class _InStepFloor:
-    """The floor's own work made where a journal makes it: one piece after each ``extend``.
-
-    The appends without a journal; after the i-th ``extend``, as many bytes as the i-th piece of
-    the floor (:class:`_FloorWrite`: the journal's bytes in one piece per call) get their XXH3-64
-    and one ``os.write`` to a fresh file (no sync). The bytes come from one buffer reused by every
-    call, so they are in the CPU's caches as a record a journal has just made would be at best.
-    No encoding, framing or layout: the least a journal that writes and checks its bytes at each
-    call pays, measured inside the step, where the page cache's copies meet the builder's own
-    memory traffic. Returns the appends' seconds.
-    """
+    """The floor's work where a journal does it: after each ``extend`` (no journal), the XXH3-64
+    and one ``os.write`` of as many bytes as that call's record, from one cached buffer; the
+    appends' seconds."""
 
     def __init__(self, groups: list[dict[str, Any]], floor: _FloorWrite, target: Path) -> None:
         self.groups, self.target = groups, target
@@ -191,12 +174,8 @@ class _InStepFloor:
 
 
 def _write_floor(folder: Path, records: int) -> _FloorWrite:
-    """What any journal of these bytes pays: writing them (this call) and their XXH3-64.
-
-    The journal's bytes, one ``os.write`` per record to a fresh file (no sync: the ``os`` and
-    ``step`` policies' appends); their XXH3-64 is the journal's own check. The folder's lock file
-    is not journal data and is left out.
-    """
+    """What any journal of these bytes pays: one ``os.write`` per record to a fresh file (no
+    sync; this call) and their XXH3-64. The lock file is left out."""
     data = memoryview(b"".join(path.read_bytes() for path in sorted(folder.glob("*.journal"))))
     return _FloorWrite(data, records, folder.parent / "floor.bin")
 
@@ -242,14 +221,8 @@ def _measure_multimodal(prompts: int, image_bytes: int, repeats: int) -> dict[st
 
 
 def _measure_dump(samples: int, repeats: int, folder: Path) -> dict[str, Any]:
-    """Time every write and read on one batch; return the figures, the sizes and the ratios.
-
-    The Arrow dump uncompressed (read maps the file: no copy) and with zstd (read decompresses),
-    and ``RolloutBatch.read(...).to_train_data()`` for the Python lists ``torch.load`` returns.
-    Reads follow writes, so the file is in the page cache: the figures are the CPU cost of each
-    format, not the disk's. Each write includes an fsync (the write is atomic); ``torch.save``
-    does not sync.
-    """
+    """Every write and read of one batch (uncompressed and zstd) against ``torch.save`` and
+    ``torch.load``; reads follow writes (the page cache's: each format's CPU cost)."""
     # ~4k tokens a sample, every kind of column (prompt text, metadata, ids, teacher log-probs)
     train_data = make_train_data(RolloutConfig(samples, 3600.0, 8192, (64, 512), columns="every"))
     batch = RolloutBatch.from_train_data(train_data)
@@ -310,23 +283,5 @@ def run(options: argparse.Namespace) -> dict[str, Results]:
     return {"journal.json": journal, "dump.json": dump}
 
 
-def report(outputs: dict[str, Results], out: Path) -> None:
-    """Print the ratios, the recovery, the kill test and each dump figure."""
-    journal, dump = outputs["journal.json"], outputs["dump.json"]
-    appends, multimodal = journal["appends"], journal["multimodal"]
-    ratios = appends["appends_vs_no_journal"]
-    print("appends vs no journal", {k: round(v, 2) for k, v in ratios.items()})
-    print(f"floor (appends + write + XXH3 of the journal) {appends['floor_vs_no_journal']:.2f}x")
-    print(f"step appends vs floor {appends['step_appends_vs_floor']:.2f}x")
-    print(f"in-step floor vs floor {appends['in_step_floor_vs_floor']:.2f}x")
-    print(f"step appends vs in-step floor {appends['step_appends_vs_in_step_floor']:.2f}x")
-    print(f"recovery {appends['recovery_seconds']['median']:.3f} s;", "kill", journal["kill_test"])
-    print(f"object bytes ratio {multimodal['bytes_ratio']:.4f}")
-    print(f"dump: {dump['samples']:,} samples, {dump['tokens']:,} tokens; ms min / median below")
-    print(dump["file_bytes"], "ratios", {k: round(v, 2) for k, v in dump["ratios"].items()})
-    for name, figure in dump["seconds"].items():
-        print(f"  {name:<34} {figure['min'] * 1e3:9.1f} / {figure['median'] * 1e3:.1f}")
-
-
 if __name__ == "__main__":
-    raise SystemExit(run_main(None, parse_args, run, report))
+    raise SystemExit(run_main(None, parse_args, run))

@@ -7,12 +7,9 @@ process each, call ``process_rollout_data`` through the stand-in's ``get_rollout
 for every rank). *arrow_split*: the same code in processes started with ``ARROW_SPLIT_MILES``
 set, so each installs the drop-in when miles is imported and the put stores one Arrow batch.
 
-Per rank: ``get_rollout_data`` timed in the rank's process, alone, for a few ranks of the split.
-Whole step: the put in the rollout process plus the slowest measured rank (the critical path).
-Floors: of the drop-in's put, the conversion of the Python lists alone
-(``RolloutBatch.from_train_data``); of a rank, making the Python lists miles' dict holds from
-flat arrays of the same values (``tolist``). The two modes' steps alternate; one warm-up step,
-then medians. Writes ``miles_job.json`` and ``miles_job.png``.
+Per rank: ``get_rollout_data`` in the rank's process; whole step: the put plus the slowest
+measured rank. Floors: the lists' conversion alone (put), ``tolist`` of flat arrays (rank).
+The modes' steps alternate; one warm-up step, then medians. Writes ``miles_job.json``.
 """
 
 from __future__ import annotations
@@ -23,7 +20,6 @@ import statistics
 import sys
 import time
 from argparse import Namespace
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -37,12 +33,9 @@ from benchmarks._common import (
     MemoryGauge,
     Results,
     benchmark_parser,
-    format_seconds,
     local_ray,
     object_sizes,
-    pyplot,
     run_main,
-    save_figure,
 )
 
 __all__ = ["main"]
@@ -215,40 +208,6 @@ def run(options: Any) -> dict[str, Results]:
     return {"miles_job.json": {"config": config, "modes": modes, "ratios": ratios}}
 
 
-def report(outputs: dict[str, Results], out: Path) -> None:
-    results = outputs["miles_job.json"]
-    modes, ratios = results["modes"], results["ratios"]
-    for name, mode in modes.items():
-        print(
-            f"{name:12} put {format_seconds(mode['put_s']):>9}  slowest rank "
-            f"{format_seconds(mode['slowest_rank_s']):>9}  whole step "
-            f"{format_seconds(mode['whole_step_s']):>9}  "
-            f"object {mode['object_bytes'] / 2**20:.0f} MiB"
-        )
-    print(
-        f"per rank {ratios['per_rank']:.0f}x (floor {ratios['per_rank_floor']:.0f}x: the rank's "
-        f"Python lists alone), whole step {ratios['whole_step']:.1f}x (floor "
-        f"{ratios['whole_step_floor']:.1f}x: the lists' conversion alone)"
-    )
-    plt = pyplot()
-    figure, axis = plt.subplots(figsize=(7, 3.5))
-    parts = ["put_s", "slowest_rank_s", "whole_step_s"]
-    for offset, name in enumerate(modes):
-        axis.bar(
-            [i + 0.4 * offset for i in range(len(parts))],
-            [modes[name][part] for part in parts],
-            width=0.4,
-            label=name,
-        )
-    axis.set_xticks([i + 0.2 for i in range(len(parts))], ["put", "slowest rank", "whole step"])
-    axis.set_yscale("log")
-    axis.set_ylabel("seconds (log)")
-    axis.legend()
-    config = results["config"]
-    title = f"miles' delayed step, {config['samples']} samples, dp {config['dp_size']}"
-    save_figure(figure, out / "miles_job.png", title)
-
-
 def parse_args(argv: list[str] | None) -> Any:
     parser = benchmark_parser("miles_job", __doc__, "256 samples, dp 8, one step")
     parser.add_argument("--steps", type=int, default=3)
@@ -263,7 +222,7 @@ def parse_args(argv: list[str] | None) -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main(argv, parse_args, run, report)
+    return run_main(argv, parse_args, run)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,7 +32,7 @@ from benchmarks._common import (
 )
 from benchmarks.step_paths import StepRankActor, boundary, largest_ranks
 
-__all__ = ["SIZES", "VARIANTS", "build", "parse_args", "report", "run"]
+__all__ = ["SIZES", "VARIANTS", "build", "parse_args", "run"]
 
 EXPERTS = "rollout_routed_experts"
 VARIANTS = ("narrow", "int32", "classic")
@@ -142,11 +141,5 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return argparse.Namespace(**vars(options), **SIZES[options.smoke])
 
 
-def report(outputs: dict[str, Results], out: Path) -> None:
-    """Print the summary, one line per variant and dp_size."""
-    for line, figures in outputs["moe.json"]["summary"].items():
-        print(line, {key: round(value, 4) for key, value in figures.items()})
-
-
 if __name__ == "__main__":
-    raise SystemExit(run_main(None, parse_args, run, report))
+    raise SystemExit(run_main(None, parse_args, run))

@@ -1,21 +1,14 @@
-"""The step benchmark: what one training step costs, from the rollout loop to each rank's tensors.
+"""The step benchmark: one training step, from the rollout loop to each rank's tensors.
 
-What it measures and why is in README.md ("A whole step"); here is how. One *configuration* is
-a (path, mode, dp_size) (the paths: :mod:`benchmarks.step_paths`; the sizes: :class:`StepOptions`).
-For each, a fresh :class:`~benchmarks.step_paths.StepRankActor` is started (once the previous
-one's process has exited), then ``1 + repeats`` steps run one after the other; each step is:
-
-1. the rollout loop: every group, in the seeded order, fed to the path's accumulator (CPU time
-   of the driver's thread: off the critical path, since it overlaps generation);
-2. the step boundary on the driver, timed from the loop's end to the put's return;
-3. each measured rank (the ``ranks`` ranks with the most tokens) in the actor, one after the
-   other, on this step's fresh objects; then the objects are dropped.
-
-The first rank call of the first step is the actor's cold start; per-rank figures are the warm
-steps' (:mod:`benchmarks.step_report` combines them). The same run measures a small workload
-(with the per-object cost of an eager put against Ray's own), the builder's appends and a pickle
-of the classic dict taking turns (:func:`_appends_and_pickle`) and the references
-(:func:`_measure_references`). Writes ``step.json``, ``step.md`` and ``step.png``.
+docs/benchmarks.md ("A whole step") says what is measured and why. A *configuration* is a
+(path, mode, dp_size) (the paths: :mod:`benchmarks.step_paths`); each gets a fresh
+:class:`~benchmarks.step_paths.StepRankActor`, then ``1 + repeats`` steps: the rollout loop
+(the driver thread's CPU), the step boundary (loop end to the put's return), then each measured
+rank (the ``ranks`` with the most tokens). The first rank call is the actor's cold start; rank
+figures are the warm steps' medians, a boundary the median of all steps, the critical path
+boundary + slowest rank. The same run times the builder's appends taking turns with a pickle of
+the classic dict, and the references (one buffer put, a memcpy, both planners, both gathers).
+Writes ``step.json``, ``step.md`` (its tables) and ``step.png``.
 """
 
 from __future__ import annotations
@@ -25,7 +18,7 @@ import dataclasses
 import gc
 import pickle
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +26,7 @@ import numpy as np
 import psutil
 import ray
 
-from arrow_split import RolloutBatch, plan_partitions, split_train_data_by_dp_raw, take_rows
+from arrow_split import RolloutBatch, plan_partitions, take_rows
 from arrow_split.testing import WORKLOADS, RolloutConfig, iter_sample_groups, make_lengths
 from benchmarks import baseline, step_report
 from benchmarks._common import (
@@ -202,23 +195,6 @@ def _appends_and_pickle(groups: Groups, rounds: int) -> dict[str, Any]:
     }
 
 
-def _per_object_costs(groups: Groups, dp_size: int, repeats: int) -> dict[str, Any]:
-    """Ray's own cost of a put: ``dp_size`` puts of a tiny object, and of arrow_split's shards."""
-
-    def timed_puts(objects: Sequence[Any]) -> dict[str, Any]:
-        puts = timed(lambda: [ray.put(value) for value in objects], repeats, warm_up=1)
-        return summarize(seconds / len(objects) for seconds in puts["all"])
-
-    data, _ = rollout("classic", groups.lists)
-    batch = RolloutBatch.from_train_data(data)
-    shards = split_train_data_by_dp_raw(batch, dp_size, balance_data=True)
-    return {
-        "dp_size": dp_size,
-        "tiny_put_seconds": timed_puts([b"x"] * dp_size),
-        "arrow_shard_put_seconds": timed_puts(shards),
-    }
-
-
 def _warm_up_driver(groups: Groups, options: StepOptions) -> None:
     """Run every path's boundary once on ``groups`` (untimed): the driver's first calls."""
     for path in PATHS:
@@ -232,72 +208,55 @@ PLANNER_TARGET = (65_536, 256)
 """The planner's reference point: (samples, dp_size)."""
 
 
-def one_buffer_put(nbytes: int, repeats: int) -> dict[str, Any]:
-    """``ray.put`` of one contiguous buffer of ``nbytes`` (the object dropped after each run)."""
-    buffer = np.ones(max(nbytes, 1), dtype=np.uint8)
-    return {"bytes": nbytes, "seconds": timed(lambda: ray.put(buffer), repeats)}
-
-
-def planner_and_take(
-    data: Mapping[str, Any], batch: RolloutBatch, dp_size: int, repeats: int
-) -> dict[str, Any]:
-    """Both planners at :data:`PLANNER_TARGET`; both gathers of rank 0's rows at ``dp_size``.
-
-    ``data`` is the classic dict of lists, ``batch`` the same samples as arrow_split's batch.
-    """
-    samples, planner_dp = PLANNER_TARGET
-    lengths = make_lengths(dataclasses.replace(WORKLOADS["medium"], samples=samples))
-    as_list = [int(length) for length in lengths]
-    classic = timed(lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats)
-    arrow = timed(lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats)
-    total = [int(length) for length in batch.total_lengths]
-    rows = plan_partitions(batch.total_lengths, dp_size, balance_data=True)[0]
-    row_list = [int(row) for row in rows]
-    take_classic = timed(lambda: baseline.classic_shard(data, row_list, total), repeats)
-    take_arrow = timed(lambda: take_rows(batch, rows), repeats)
-    return {
-        "planner": {
-            "samples": samples,
-            "dp_size": planner_dp,
-            "classic_seconds": classic,
-            "arrow_seconds": arrow,
-        },
-        "take": {
-            "dp_size": dp_size,
-            "rows": len(row_list),
-            "classic_seconds": take_classic,
-            "arrow_seconds": take_arrow,
-        },
-    }
-
-
 def _measure_references(groups: Groups, dp_size: int, ranks: int, repeats: int) -> dict[str, Any]:
-    """The physical references on ``groups`` at ``dp_size``: one buffer put, memcpy, plan, take.
-
-    The memcpy copies the Arrow bytes of the largest of the ``ranks`` measured ranks, in a fresh
-    :class:`StepRankActor` (a rank's process).
+    """One buffer put of the batch's bytes; in a fresh rank actor, a memcpy of the largest
+    measured rank's bytes and a ``ray.get`` of a small object; both planners at
+    :data:`PLANNER_TARGET`; both gathers of rank 0's rows at ``dp_size``.
     """
     data, _ = rollout("classic", groups.lists)
     batch = RolloutBatch.from_train_data(data)
     partitions = plan_partitions(batch.total_lengths, dp_size, balance_data=True)
     measured = largest_ranks(partitions, groups.total_lengths, ranks)
     rank_bytes = max(take_rows(batch, partitions[rank]).nbytes for rank in measured)
+    buffer = np.ones(max(batch.nbytes, 1), dtype=np.uint8)
     actor = StepRankActor.remote()  # type: ignore[attr-defined]
     memcpy = ray.get(actor.memcpy.remote(rank_bytes, 5 * repeats))
     small = ray.put(b"x" * 64)
     get_small = ray.get(actor.get_small.remote([small], 5 * repeats))
     ray.kill(actor)
-    del small
+    samples, planner_dp = PLANNER_TARGET
+    lengths = make_lengths(dataclasses.replace(WORKLOADS["medium"], samples=samples))
+    as_list = [int(length) for length in lengths]
+    total = [int(length) for length in batch.total_lengths]
+    row_list = [int(row) for row in partitions[0]]
     return {
         "workload": groups.name,
         "batch_bytes": batch.nbytes,
-        "one_buffer_put": one_buffer_put(batch.nbytes, 2 * repeats),
+        "one_buffer_put": {
+            "bytes": batch.nbytes,
+            "seconds": timed(lambda: ray.put(buffer), 2 * repeats),
+        },
         "memcpy_rank": {"dp_size": dp_size, "ranks": measured, **memcpy},
         "ray_get_small": get_small,
-        "delayed_rank_floor_seconds": (
-            get_small["seconds"]["median"] + memcpy["seconds"]["median"]
-        ),
-        **planner_and_take(data, batch, dp_size, repeats),
+        "delayed_rank_floor_seconds": get_small["seconds"]["median"] + memcpy["seconds"]["median"],
+        "planner": {
+            "samples": samples,
+            "dp_size": planner_dp,
+            "classic_seconds": timed(
+                lambda: baseline.classic_partitions(as_list, planner_dp, True), repeats
+            ),
+            "arrow_seconds": timed(
+                lambda: plan_partitions(lengths, planner_dp, balance_data=True), repeats
+            ),
+        },
+        "take": {
+            "dp_size": dp_size,
+            "rows": len(row_list),
+            "classic_seconds": timed(
+                lambda: baseline.classic_shard(data, row_list, total), repeats
+            ),
+            "arrow_seconds": timed(lambda: take_rows(batch, partitions[0]), repeats),
+        },
     }
 
 
@@ -340,13 +299,9 @@ def _measure(options: StepOptions, groups: tuple[Groups, Groups | None, Groups])
         main, options.eager_dp_sizes, options.delayed_dp_sizes, options
     )
     results["pickle"] = _appends_and_pickle(main, 1 + 2 * options.repeats)
-    where, dp_size = main, max((*options.eager_dp_sizes, *options.delayed_dp_sizes))
     if small is not None:
-        where, dp_size = small, options.small_dp_size
-        dp = (dp_size,)
+        dp = (options.small_dp_size,)
         results["workloads"][small.name] = _measure_workload(small, dp, dp, options)
-    costs = _per_object_costs(where, dp_size, options.repeats)
-    results["per_object"] = {"workload": where.name, **costs}
     at = max(options.delayed_dp_sizes or options.eager_dp_sizes)
     results["references"] = _measure_references(main, at, options.ranks, options.repeats)
     return results
@@ -366,7 +321,7 @@ def run(options: StepOptions) -> dict[str, Results]:
         object_store_bytes=store,
         options={key: str(value) for key, value in dataclasses.asdict(options).items()},
     )
-    results["summary"] = step_report.summarize_results(results)
+    results["summary"] = step_report.summaries(results)
     results["targets"] = step_report.targets(results)
     return {"step.json": results}
 

@@ -1,22 +1,12 @@
 """The four paths of a training step, from the rollout loop to one rank's tensors.
 
-Every path sees the same sample groups in the same (seeded) order and, before anything is timed,
-must give each rank the classic shard (:func:`check_agreement`); what differs is what the
-rollout loop appends to, what the driver does at the step boundary and what a rank does:
-
-- ``classic``: the loop extends a dict of Python lists; at the boundary the driver puts it
-  (:mod:`benchmarks.baseline`: eager, plan + one dict per rank; delayed, the whole dict); a rank
-  gets, plans and indexes (delayed), then ``torch.tensor`` per sample.
-- ``numpy``: each per-sample value is a numpy array (what a user tries first), scalar columns one
-  array; Ray pickles the dict with out-of-band buffers. A rank gets it, plans with the baseline's
-  planner (delayed), indexes its own rows only (cheaper than the classic path, which builds every
-  shard) and wraps each array with ``torch.from_numpy`` (no copy; tokens stay int32).
-- ``arrow``: the loop extends a dict of lists as ``classic`` does; the boundary converts it
-  (``RolloutBatch.from_train_data``) and hands it to :func:`arrow_split.ray.split_train_data_by_dp`;
-  a rank calls :func:`arrow_split.ray.process_rollout_data` then
-  :func:`arrow_split.torch.to_tensors` (tokens int64, a copy).
-- ``builder``: the loop appends each group to an :class:`arrow_split.RolloutBatchBuilder`; the
-  boundary finishes it, then as ``arrow``.
+Every path sees the same groups in the same seeded order and must give each rank the classic
+shard (:func:`check_agreement`) before anything is timed. ``classic``: a dict of Python lists,
+put by :mod:`benchmarks.baseline`, ``torch.tensor`` per sample on the rank. ``numpy``: one numpy
+array per sample (what a user tries first), pickled by Ray out of band, ``torch.from_numpy`` on
+the rank. ``arrow``: the dict of lists converted at the boundary (``from_train_data``), then
+:func:`arrow_split.ray.split_train_data_by_dp`, ``process_rollout_data`` and ``to_tensors``.
+``builder``: a :class:`arrow_split.RolloutBatchBuilder` fed during the loop, then as ``arrow``.
 """
 
 from __future__ import annotations
@@ -89,12 +79,9 @@ _THREAD = getattr(resource, "RUSAGE_THREAD", resource.RUSAGE_SELF)  # Linux: thi
 
 
 def rollout(path: StepPath, groups: Sequence[Mapping[str, Any]]) -> tuple[Any, dict[str, float]]:
-    """Feed every group to ``path``'s accumulator; return it with the loop's CPU and wall seconds.
+    """Feed every group to ``path``'s accumulator; return it and the loop's seconds.
 
-    The CPU time is this thread's (``time.thread_time``): Ray's own threads are not counted; its
-    kernel part (``system_seconds``: mostly first touches of fresh memory) is also given apart.
-    ``numpy`` groups hold arrays: per-token values stay one array per sample; the scalar
-    columns collect numpy scalars, made one array each at the boundary.
+    CPU of this thread only (Ray's threads not counted), its kernel part apart, and wall time.
     """
     system = resource.getrusage(_THREAD).ru_stime
     cpu, wall = time.thread_time(), time.perf_counter()
@@ -136,13 +123,10 @@ def _numpy_shard(
 def boundary(
     path: StepPath, mode: str, state: Any, dp_size: int, balance: bool
 ) -> tuple[Any, Laps]:
-    """What the driver does when the step's last sample is in: convert (or finish), then put.
+    """The driver's work once the step's last sample is in: the refs and the laps.
 
-    Returns the reference(s) the ranks read (a list of one per rank, eager; one, delayed) and
-    the boundary's laps: ``convert`` (``RolloutBatch.from_train_data``), ``finish`` (the
-    builder's), ``concat`` (numpy scalar columns), ``split`` (the plan and every rank's dict),
-    ``put`` (``ray.put``; for arrow_split, the whole ``split_train_data_by_dp``: plan, take and
-    put, interleaved).
+    Laps: ``convert``, ``finish``, ``concat`` (numpy scalars), ``split``, ``put`` (for
+    arrow_split the whole ``split_train_data_by_dp``: plan, take and put).
     """
     laps, delay = Laps(), mode == "delayed"
     if path in ("classic", "numpy"):
@@ -246,14 +230,11 @@ RANK_RESERVE_BYTES = 256 * MIB
 
 @ray.remote(num_cpus=0)
 class StepRankActor:
-    """One train rank's process (``num_cpus=0``: a train actor leaves the CPUs to its model).
+    """One train rank's process, started fresh per configuration as a framework would.
 
-    Started fresh for every configuration as a framework starts a train actor: it imports torch
-    and ``arrow_split.torch`` and calls :func:`arrow_split.ray.warm_up` with a heap reserve of
-    :data:`RANK_RESERVE_BYTES`, as a framework that knows its shard sizes would. Its first
-    call is the cold start of a train actor's first step; later calls, on later steps' fresh
-    objects, are warm. References travel inside a list so that Ray does not resolve them before
-    the clock starts.
+    It imports torch and calls :func:`arrow_split.ray.warm_up` (heap reserve
+    :data:`RANK_RESERVE_BYTES`); its first call is the cold start. References travel in a list
+    so that Ray does not resolve them before the clock starts.
     """
 
     def __init__(self) -> None:
@@ -322,9 +303,7 @@ def check_agreement(
 ) -> dict[str, Any]:
     """Raise ``AssertionError`` unless every path gives each of ``ranks`` the classic shard.
 
-    Also checks that the builder's batch equals ``RolloutBatch.from_train_data`` of the same
-    samples. Shards are compared in the classic rollout layout; the result names what was
-    compared, for the JSON.
+    The builder's batch must equal ``from_train_data`` of the same samples too.
     """
     lists, _ = rollout("classic", list_groups)
     arrays, _ = rollout("numpy", numpy_groups)

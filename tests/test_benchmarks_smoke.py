@@ -308,8 +308,7 @@ def test_the_step_benchmark_writes_a_stamped_json_a_table_and_a_plot(
     results, paths = step_run
     assert_stamped(results)
     table = paths["markdown"].read_text()
-    for heading in ("### Targets", "### References, measured", "### The slowest rank"):
-        assert heading in table
+    assert "### Targets" in table
     assert "| delayed | 2 | arrow_split builder |" in table
     assert paths["plot"].read_bytes()[:8] == PNG
 
@@ -323,25 +322,6 @@ def test_no_ray_is_left_behind(step_run: tuple[dict[str, Any], dict[str, Path]])
     children = psutil.Process().children(recursive=True)
     alive = [child for child in children if child.is_running() and child.status() != "zombie"]
     assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]
-
-
-def test_the_gpu_benchmark_skips_cleanly_without_cuda_and_runs_with_it(tmp_path: Path) -> None:
-    from benchmarks.gpu import cuda_available
-
-    command = [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--out", str(tmp_path)]
-    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
-    if not cuda_available():
-        assert "no CUDA device" in done.stdout
-        assert not list(tmp_path.iterdir())
-        return
-    results = json.loads((tmp_path / "gpu.json").read_text())
-    assert_stamped(results)
-    record = results["configs"][0]
-    assert record["rank_bytes"] > 0
-    assert _is_seconds(record["link"]["floor_seconds"])
-    assert set(record["to_tensors_seconds"]) == {"per_sample", "packed", "padded", "nested"}
-    assert (tmp_path / "gpu.md").read_text().startswith("| config")
 
 
 @pytest.mark.ray

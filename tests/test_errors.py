@@ -1071,7 +1071,7 @@ BUILTIN_RAISES = {
     ("batch/_dump.py", "FileNotFoundError"): "a missing path is an OSError, as `open` reports it",
     ("batch/_dump_meta.py", "TypeError"): "raised and caught in one `try` to report one DumpError",
     ("testing/__init__.py", "AssertionError"): "what an assertion helper raises, by contract",
-    ("__main__.py", "RuntimeError"): "the demo's check of its own results, not of user input",
+    ("_demo.py", "RuntimeError"): "the demo's check of its own results, not of user input",
     (
         "ray/__init__.py",
         "ImportError",

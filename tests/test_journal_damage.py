@@ -65,8 +65,9 @@ def test_one_bad_byte_is_reported_not_truncated(tmp_path: Path) -> None:
     data = bytearray(path.read_bytes())
     data[offsets[1] + 60] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(JournalError, match=r"damaged at offset \d+ .*2 whole record\(s\) follow"):
+    with pytest.raises(JournalError) as caught:
         RolloutBatchBuilder.recover(tmp_path)
+    assert_facts(caught.value, {"path": str(path), "offset": offsets[1]})
     assert path.read_bytes() == bytes(data)
     salvaged = RolloutBatchBuilder.recover(tmp_path, salvage=True)
     assert len(salvaged) == 4
@@ -201,7 +202,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
     import base64
     import pickle
 
-    from arrow_split._journal import unpickle_v1
+    from arrow_split._journal_content import unpickle_v1
 
     marker = tmp_path / "ran"
 
@@ -216,10 +217,10 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
 
 
 def test_a_header_flag_that_is_not_a_bool_is_refused(tmp_path: Path) -> None:
-    from arrow_split._journal import parse_header
+    from arrow_split._journal_content import parse_header
 
     header = {
-        "journal_version": "2",
+        "journal_version": "3",
         "library_version": "x",
         "declared": [],
         "step": 0,
@@ -641,32 +642,95 @@ def test_a_valid_frame_with_crafted_content_is_recovered_whole_or_a_journal_erro
         assert not marker.exists()
 
 
-def test_a_format_2_journal_of_ipc_records_still_recovers(tmp_path: Path) -> None:
-    """Format 2 (every record an IPC stream) reads back as it did: same samples, same globals."""
-    folder = tmp_path / "j"
-    builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
-    for index in range(3):
-        builder.extend(_crafted_group(2 * index))
-    builder.set_global("dynamic_global_batch_size", 6)
-    builder.close()
-    path = folder / "step-000000.journal"
-    records = _frames(path.read_bytes())
-    assert any(payload[:4] == _BUFFERS_MAGIC for *_, payload in records)  # format 3 today
+def _rewritten(path: Path, change: Any) -> bytes:
+    """The journal at ``path`` with each record's JSON passed through ``change(meta)`` (IPC)."""
     rewritten = []
-    for _, journal_id, sequence, payload in records:
-        meta, arrays = _read_payload(payload)
+    for _, journal_id, sequence, payload in _frames(path.read_bytes()):
+        if payload[:4] == _BUFFERS_MAGIC:
+            parts = _buffer_parts(payload)
+            meta, arrays = parts.meta, _arrays_from(parts)
+        else:
+            meta, arrays = _read_payload(payload)
+        change(meta)
+        rewritten.append(_framed(journal_id, sequence, _payload(meta, arrays)))
+    return b"".join(rewritten)
+
+
+def test_a_journal_of_format_2_which_no_release_wrote_is_refused(tmp_path: Path) -> None:
+    """Format 2 (every record an IPC stream) was written between releases only: refused, named."""
+    path = _journal(tmp_path / "j")
+
+    def as_format_2(meta: dict[str, Any]) -> None:
         if meta["kind"] == "open":
             meta["journal_version"] = "2"
-        rewritten.append(_framed(journal_id, sequence, _payload(meta, arrays)))
-    expected = RolloutBatchBuilder.recover(folder)
-    want = expected.finish().to_train_data()
-    expected.close()
+
     old = tmp_path / "format-2"
     old.mkdir()
-    (old / path.name).write_bytes(b"".join(rewritten))
-    recovered = RolloutBatchBuilder.recover(old)
-    assert recovered.finish().to_train_data() == want
-    recovered.close()
+    written = old / path.name
+    format_2 = _rewritten(path, as_format_2)
+    written.write_bytes(format_2)
+    with pytest.raises(JournalError) as caught:
+        RolloutBatchBuilder.recover(old)
+    assert_facts(caught.value, {"path": str(written), "key": "journal_version", "got": "2"})
+    assert caught.value.fix
+    assert written.read_bytes() == format_2
+
+
+@pytest.mark.parametrize("kind", ["open", "group", "global"])
+def test_a_record_with_a_member_the_format_does_not_define_is_refused(
+    tmp_path: Path, kind: str
+) -> None:
+    """Refused naming the file, the record's offset and the member; salvage skips a group's."""
+    folder = tmp_path / "j"
+    builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
+    builder.extend(_group(0))
+    builder.set_global("dynamic_global_batch_size", 2)
+    builder.extend(_group(2))
+    builder.close()
+    path = folder / "step-000000.journal"
+    offsets = _offsets(path)
+    crafted_at = {"open": 0, "group": 1, "global": 2}[kind]
+
+    def extra_member(meta: dict[str, Any]) -> None:
+        if meta["kind"] == kind and not extra_member.done:  # type: ignore[attr-defined]
+            meta["comment"] = "added by hand"
+            extra_member.done = True  # type: ignore[attr-defined]
+
+    extra_member.done = False  # type: ignore[attr-defined]
+    damaged = _rewritten(path, extra_member)
+    path.write_bytes(damaged)
+    offset = _offsets(path)[crafted_at] if crafted_at else 0
+    assert len(offsets) == len(_offsets(path))
+    with pytest.raises(JournalError) as caught:
+        RolloutBatchBuilder.recover(folder)
+    assert_facts(caught.value, {"path": str(path), "offset": offset, "key": "comment"})
+    assert path.read_bytes() == damaged
+    if kind == "open":
+        return
+    salvaged = RolloutBatchBuilder.recover(folder, salvage=True)
+    assert [damage.offset for damage in salvaged.salvaged] == [offset]
+    assert len(salvaged) == (2 if kind == "group" else 4)
+    salvaged.close()
+
+
+def test_an_ipc_records_schema_metadata_member_the_format_does_not_define_is_damage(
+    tmp_path: Path,
+) -> None:
+    path = _journal(tmp_path)
+    records = _frames(path.read_bytes())
+    meta, arrays = _read_payload(records[0][3])
+    batch = pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+    batch = batch.replace_schema_metadata(
+        {_META_KEY: json.dumps(meta).encode(), b"note": b"added by hand"}
+    )
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    crafted = _framed(records[0][1], 0, bytes(sink.getvalue()))
+    path.write_bytes(crafted + b"".join(_framed(*record[1:]) for record in records[1:]))
+    with pytest.raises(JournalError) as caught:
+        RolloutBatchBuilder.recover(tmp_path)
+    assert_facts(caught.value, {"path": str(path), "offset": 0})
 
 
 @pytest.mark.parametrize("value_type", [[], {}, 3, "int64", True])
@@ -696,7 +760,7 @@ def test_a_global_records_spec_with_a_value_type_of_another_json_kind_is_a_journ
 def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None:
     # the record's frame and checksum are right; its content is not a batch's: without salvage
     # a JournalError naming the file and the offset, with salvage the record is skipped
-    from arrow_split._journal import global_record
+    from arrow_split._journal_content import global_record
     from arrow_split.schema import KNOWN_COLUMNS
 
     builder = RolloutBatchBuilder(journal=tmp_path)
@@ -721,3 +785,49 @@ def test_salvage_skips_a_whole_record_that_breaks_a_rule(tmp_path: Path) -> None
     assert len(again) == 2
     assert "dynamic_global_batch_size" not in again.finish().batch_globals
     again.close()
+
+
+_FORKING_WRITER = """
+import os, sys, time
+from arrow_split import RolloutBatchBuilder
+builder = RolloutBatchBuilder(journal=sys.argv[1], identity="sample_indices")
+builder.extend({"tokens": [[1, 2]], "response_lengths": [1], "sample_indices": [0]})
+child = os.fork()
+if child == 0:
+    time.sleep(60)
+    os._exit(0)
+print(child, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork only")
+def test_a_child_forked_by_the_writer_keeps_no_lock_once_the_writer_is_killed(
+    tmp_path: Path,
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "PYTHONWARNINGS": "ignore"}
+    child = 0
+    with subprocess.Popen(
+        [sys.executable, "-c", _FORKING_WRITER, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    ) as writer:
+        try:
+            assert writer.stdout is not None
+            child = int(writer.stdout.readline())
+            with pytest.raises(JournalError):  # the writer holds the folder
+                RolloutBatchBuilder.recover(tmp_path)
+            writer.send_signal(signal.SIGKILL)
+            writer.wait(timeout=10)
+            os.kill(child, 0)  # the child lives on
+            recovered = RolloutBatchBuilder.recover(tmp_path)  # the lock is free at once
+            assert len(recovered) == 1
+            recovered.close()
+        finally:
+            writer.kill()
+            if child:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(child, signal.SIGKILL)

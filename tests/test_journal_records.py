@@ -165,3 +165,55 @@ def test_a_records_json_is_its_own_after_an_equal_but_other_json(first: Any, the
         record = decode_record(pa.py_buffer(b"".join(bytes(piece) for piece in payload.pieces)))
         assert record.meta == meta
         assert json.dumps(record.meta["other"]) == json.dumps(other)
+
+
+def _with_nodes(data: bytes, nodes: list[list[int]]) -> bytes:
+    """A buffer record with its nodes replaced (docs/journal.md: head, schema, JSON, nodes)."""
+    schema_size, text_size, nodes_size = struct.unpack_from("<III", data, 4)
+    nodes_at = 16 + schema_size + text_size
+    layout = json.loads(data[nodes_at : nodes_at + nodes_size])
+    text = json.dumps([nodes, layout[1]]).encode()
+    buffers = data[nodes_at + nodes_size + (-(nodes_at + nodes_size) % 8) :]
+    crafted = struct.pack("<4sIII", b"ASB3", schema_size, text_size, len(text))
+    crafted += data[16:nodes_at] + text
+    return crafted + bytes(-len(crafted) % 8) + buffers
+
+
+def _rewritten_validates(arrays: list[pa.Array]) -> None:
+    """The columns written as a batch (what a dump does) read back valid."""
+    record_batch = pa.RecordBatch.from_arrays(arrays, names=[f"c{i}" for i in range(len(arrays))])
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, record_batch.schema) as writer:
+        writer.write_batch(record_batch)
+    pa.ipc.open_stream(sink.getvalue()).read_all().validate(full=True)
+
+
+_FIXED = [
+    pa.array([[1, 2], [3, 4], [5, 6]], pa.list_(pa.int32(), 2)),
+    pa.array([[[1, 2], [3, 4]], [[5, 6]]], pa.large_list(pa.list_(pa.int32(), 2))),
+    pa.array([[[1, 2], [3, 4]], [[5, 6], [7, 8]]], pa.list_(pa.list_(pa.int64(), 2), 2)),
+]
+
+
+@pytest.mark.parametrize("array", _FIXED, ids=["fixed", "list_of_fixed", "fixed_of_fixed"])
+def test_fixed_size_list_offsets_past_their_values_are_refused(array: pa.Array) -> None:
+    """Crafted node offsets: a JournalError, or columns that a dump writes and reads back valid.
+
+    Arrow's own full validation accepts a fixed-size list whose offset runs past its values.
+    """
+    data = b"".join(bytes(piece) for piece in encode_record("group", {}, [array]).pieces)
+    nodes = lay_out([array]).nodes  # type: ignore[union-attr]
+    refused = 0
+    for level in range(len(nodes)):
+        for offset in range(8):
+            crafted = [list(node) for node in nodes]
+            crafted[level][1] = offset
+            try:
+                record = decode_record(pa.py_buffer(_with_nodes(data, crafted)))
+            except JournalError:
+                refused += 1
+                continue
+            for column in record.arrays:
+                column.validate(full=True)
+            _rewritten_validates(record.arrays)
+    assert refused

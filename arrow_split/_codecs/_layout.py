@@ -190,7 +190,23 @@ class _Cursor:
         own = list(self.buffers[self.buffer : self.buffer + count])
         self.node, self.buffer = self.node + 1, self.buffer + count
         child = [self.array(arrow_type.value_type)] if children else None
+        if child and pa.types.is_fixed_size_list(arrow_type):
+            _check_fixed_size(arrow_type.list_size, length, offset, len(child[0]))
         try:
             return pa.Array.from_buffers(arrow_type, length, own, -1, offset, child)
         except (pa.ArrowException, TypeError, OverflowError) as exc:
             raise JournalError(str(exc)) from None
+
+
+def _check_fixed_size(size: int, length: int, offset: int, values: int) -> None:
+    """Refuse a fixed-size list node whose lists run past its values.
+
+    Arrow's full validation misses such an offset: the lists would read outside the values'
+    buffers, and a batch written from them would not validate.
+    """
+    if (offset + length) * size > values:
+        msg = (
+            f"a fixed-size list node of {length} lists of {size} at offset {offset} runs past "
+            f"its {values} values"
+        )
+        raise JournalError(msg)
