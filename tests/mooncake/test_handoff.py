@@ -70,6 +70,24 @@ def test_every_rank_takes_what_shard_for_rank_gives(
         remove(writer, ref)
 
 
+def test_a_rank_plans_for_its_own_size_reading_about_its_share(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(EVERY_KIND))
+    store = MooncakeStore(reader)
+    for ref in (
+        put_batch(writer, batch, step=1),  # no plan: the ranks' size is not known at the put
+        put_batch(writer, batch, dp_size=2, balance_data=True, step=1),
+    ):
+        text = ref.to_json()
+        for rank in range(4):
+            store.bytes_read = 0
+            shard = take_rank(store, text, rank, 4, balance_data=True, resplit=True)
+            expected = shard_for_rank(batch, rank, 4, balance_data=True)
+            assert_shards_equal(shard, expected)
+            assert shard.plan_key == expected.plan_key
+            assert store.bytes_read <= 1.1 * (shard.nbytes + 16 * batch.num_samples) + 256
+        remove(writer, ref)
+
+
 def test_objects_stored_once_and_a_train_data_dict(writer: Any, reader: Any) -> None:
     data = make_multimodal_train_data(4, 2, 256)
     ref = put_batch(writer, data, dp_size=2, balance_data=False)
