@@ -153,6 +153,7 @@ def _mooncake_runs(
             remove(writer, ref)
             # miles' put: no plan (the trainers' dp_size unknown); each rank plans for its own
             no_plan, ref = _puts(partial(put_batch, writer, data), partial(remove, writer), repeats)
+            remove(writer, ref)
             built, ref = _puts(partial(put_batch, writer, batch), partial(remove, writer), repeats)
             row["arrow_split_no_plan"] = {
                 "put_seconds": no_plan,
