@@ -244,41 +244,49 @@ def take_rank(
     who = _who(step, rank)  # "step S, dp_rank R"
     method = _method(ref, balance_data, size, resplit, who)
     reader = _reader(store, who)
-    schema, specs, batch_globals = _decoded(ref)
-    nodes = list(zip(ref.columns, schema.types, strict=True))
-    n = ref.num_samples
     if ref.method is not None and size == ref.dp_size:  # the put's plan: one run of its rows
-        first, last = ref.bounds[rank], ref.bounds[rank + 1]
-        starts = np.array([0, 8 * (n + first)], dtype=np.int64)
-        sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
-        (index,) = reader([(ref.index[0], starts, sizes)])
-        values = index.view(np.int64)
-        total_lengths, partition = values[:n].copy(), values[n:].copy()
-        total_lengths.flags.writeable = partition.flags.writeable = False
-        _check_rows(np.sort(partition), n, ref, who)
-        run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
-        arrays = read_rows(nodes, *run, reader)  # the rank's rows: one run of the stored order
-        record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-        taken = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
-        order = np.arange(len(partition), dtype=np.int64)
-        order.flags.writeable = False
-        return Shard._take(taken, order, total_lengths, ref.plan_key, rank, partition=partition)
+        return _take_put_plan(ref, rank, reader, who, trust)
     whole = np.array([0], dtype=np.int64), np.array([ref.index[1]], dtype=np.int64)
     (index,) = reader([(ref.index[0], *whole)]) if ref.index[1] else [np.zeros(0, np.uint8)]
-    total_lengths, stored_order, keys = index_parts(index.view(np.int64), n)
-    _check_rows(np.sort(stored_order), n, ref, who)
+    total_lengths, stored_order, keys = index_parts(index.view(np.int64), ref.num_samples)
+    _check_rows(np.sort(stored_order), ref.num_samples, ref, who)
     plan, lengths = own_plan(total_lengths, keys, size, method, pad)
     wanted = plan.partitions[rank]
-    rows = rank_rows(stored_order, wanted)
-    record_batch = pa.RecordBatch.from_arrays(
-        read_rows(nodes, rows.starts, rows.ends, reader), schema=schema
-    )
-    read = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+    rows = rank_rows(stored_order, wanted)  # runs of the stored order, back in plan order
+    read = _read_runs(ref, rows.starts, rows.ends, reader, trust)
     if rows.moved is not None:
         read = _gather(read, rows.moved, padded=False)
     partition = wanted.copy()
     partition.flags.writeable = False
     return Shard._make(_gather(read, rows.places, pad), partition, lengths, plan.key, rank)
+
+
+def _take_put_plan(ref: StoredBatchRef, rank: int, reader: _Reader, who: str, trust: bool) -> Shard:
+    """The rank's rows of the put's own plan: its part of the index, then one run of rows."""
+    n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
+    starts = np.array([0, 8 * (n + first)], dtype=np.int64)
+    sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
+    (index,) = reader([(ref.index[0], starts, sizes)])
+    values = index.view(np.int64)
+    total_lengths, partition = values[:n].copy(), values[n:].copy()
+    total_lengths.flags.writeable = partition.flags.writeable = False
+    _check_rows(np.sort(partition), n, ref, who)
+    run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
+    taken = _read_runs(ref, *run, reader, trust)
+    order = np.arange(len(partition), dtype=np.int64)
+    order.flags.writeable = False
+    return Shard._take(taken, order, total_lengths, ref.plan_key, rank, partition=partition)
+
+
+def _read_runs(
+    ref: StoredBatchRef, starts: np.ndarray, ends: np.ndarray, reader: _Reader, trust: bool
+) -> RolloutBatch:
+    """The stored rows of the runs ``[starts, ends)``, in stored order, as a batch."""
+    schema, specs, batch_globals = _decoded(ref)
+    nodes = list(zip(ref.columns, schema.types, strict=True))
+    arrays = read_rows(nodes, starts, ends, reader)
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
 
 
 def _method(
@@ -334,7 +342,10 @@ def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, 
     )
 
 
-def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndarray]]:
+_Reader = Callable[[list[Ranges]], list[np.ndarray]]
+
+
+def _reader(store: ByteStore, who: str) -> _Reader:
     """A round of reads into one fresh array: each request's ranges back to back."""
 
     def read(requests: list[Ranges]) -> list[np.ndarray]:
