@@ -5,7 +5,9 @@ On the medium workload (per-sample numpy arrays), dp 8 and dp 64, one local ``mo
 - ``arrow_split``: :func:`arrow_split.mooncake.put_batch` of the train-data dict (converted and
   put once as Arrow buffers) and, apart, of the RolloutBatch already built (as the builder hands
   it over at the step's end), then each rank's :func:`~arrow_split.mooncake.take_rank` from a
-  second client (it reads only its rows' byte ranges);
+  second client (it reads only its rows' byte ranges); ``arrow_split_no_plan``: miles' put, with
+  no plan (each rank plans for its own size); ``arrow_split_resplit``: a batch put for another
+  ``dp_size``, taken with ``resplit=True``; ``convert_seconds``: the dict's conversion alone;
 - ``mooncake``: Mooncake's structured object store, ``MooncakeBundleTransfer.put(data,
   type="dict")``, then each rank's ``get(ref, type="dict", rows=its rows)``;
 - ``ray``: :func:`arrow_split.ray.split_train_data_by_dp` (``delay=True``) and each rank's
@@ -114,7 +116,6 @@ def _mooncake_runs(
         local_master,
         put_batch,
         remove,
-        take_rank,
     )
 
     found: dict[str, Any] = {}
@@ -138,21 +139,31 @@ def _mooncake_runs(
                 repeats,
             )
             store = MooncakeStore(reader)
-            ours_bytes = []
-            for rank in ranks:
-                store.bytes_read = 0
-                take_rank(store, ref, rank, dp_size)
-                ours_bytes.append(store.bytes_read)
-            ours = _per_rank(partial(take_rank, store, ref, dp_size=dp_size), ranks, repeats)
+            takes = partial(_takes, store, dp_size=dp_size, ranks=ranks, repeats=repeats)
             shares = [int(plan.partitions[r].size) for r in ranks]
             share_bytes = [batch.nbytes * share / batch.num_samples for share in shares]
+            convert, _ = _puts(partial(RolloutBatch.from_train_data, data), id, repeats)
             row["arrow_split"] = {
                 "put_seconds": put_seconds,
                 "put_batch_seconds": put_built,
                 "put_bytes": ref.nbytes,
-                "take_seconds": ours,
-                "bytes_read": ours_bytes,
+                "convert_seconds": convert,  # the floor of a put of the dict
+                **takes(ref),
             }
+            remove(writer, ref)
+            # miles' put: no plan (the trainers' dp_size unknown); each rank plans for its own
+            no_plan, ref = _puts(partial(put_batch, writer, data), partial(remove, writer), repeats)
+            remove(writer, ref)
+            built, ref = _puts(partial(put_batch, writer, batch), partial(remove, writer), repeats)
+            row["arrow_split_no_plan"] = {
+                "put_seconds": no_plan,
+                "put_batch_seconds": built,
+                **takes(ref, balance_data=True),
+            }
+            remove(writer, ref)
+            other = sizes[0] if dp_size != sizes[0] else sizes[-1]  # a batch put for another plan
+            ref = put_batch(writer, batch, dp_size=other, balance_data=True)
+            row["arrow_split_resplit"] = {"put_for": other, **takes(ref, resplit=True)}
             remove(writer, ref)
             gc.collect()
             theirs = MooncakeBundleTransfer(writer)
@@ -223,11 +234,36 @@ def _ray_runs(
             gc.collect()
 
 
+def _takes(
+    store: Any, ref: Any, *, dp_size: int, ranks: list[int], repeats: int, **options: Any
+) -> dict[str, list[Any]]:
+    """Each rank's take seconds (median of repeats) and the bytes it read."""
+    from arrow_split.mooncake import take_rank
+
+    take = partial(take_rank, store, ref, dp_size=dp_size, **options)
+    bytes_read = []
+    for rank in ranks:
+        store.bytes_read = 0
+        take(rank)
+        bytes_read.append(store.bytes_read)
+    return {"take_seconds": _per_rank(take, ranks, repeats), "bytes_read": bytes_read}
+
+
 def _ratios(row: dict[str, Any]) -> dict[str, float]:
     ours, theirs = row["arrow_split"], row["mooncake"]
     take = statistics.median(theirs["take_seconds"]) / statistics.median(ours["take_seconds"])
     share = max(b / s for b, s in zip(ours["bytes_read"], row["share_bytes"], strict=True))
+    no_plan, resplit = row["arrow_split_no_plan"], row["arrow_split_resplit"]
     return {
+        "put_without_a_plan_speedup_vs_mooncake": theirs["put_seconds"] / no_plan["put_seconds"],
+        "convert_alone_speedup_vs_mooncake_put": theirs["put_seconds"] / ours["convert_seconds"],
+        "take_without_a_plan_speedup_vs_mooncake": statistics.median(theirs["take_seconds"])
+        / statistics.median(no_plan["take_seconds"]),
+        "take_resplit_speedup_vs_mooncake": statistics.median(theirs["take_seconds"])
+        / statistics.median(resplit["take_seconds"]),
+        "max_bytes_read_resplit_over_share": max(
+            b / s for b, s in zip(resplit["bytes_read"], row["share_bytes"], strict=True)
+        ),
         "take_speedup_vs_mooncake": take,
         "put_speedup_vs_mooncake": theirs["put_seconds"] / ours["put_seconds"],
         "put_of_the_batch_speedup_vs_mooncake": theirs["put_seconds"] / ours["put_batch_seconds"],

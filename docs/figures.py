@@ -222,6 +222,8 @@ def mooncake_table() -> str:
     results = _load("mooncake")
     labels = {
         "arrow_split": "arrow_split on Mooncake",
+        "arrow_split_no_plan": "arrow_split on Mooncake, put without a plan",
+        "arrow_split_resplit": "arrow_split on Mooncake, put for dp {put_for}, resplit",
         "mooncake": "Mooncake's structured store",
         "ray": "arrow_split on Ray",
     }
@@ -230,13 +232,16 @@ def mooncake_table() -> str:
         theirs = _median(row["mooncake"]["take_seconds"])
         share = _median(row["share_bytes"])
         for path, label in labels.items():
+            if path not in row:  # a run before the path was measured
+                continue
             take = _median(row[path]["take_seconds"])
+            put, built = row[path].get("put_seconds"), row[path].get("put_batch_seconds")
             rows.append(
                 [
                     f"{dp}",
-                    label,
-                    seconds(row[path]["put_seconds"]),
-                    seconds(row[path]["put_batch_seconds"]) if path != "mooncake" else "",
+                    label.format(**row[path]),
+                    "" if put is None else seconds(put),
+                    "" if built is None else seconds(built),
                     seconds(take),
                     ratio(theirs / take),
                     mib(_median(row[path]["bytes_read"])),

@@ -43,9 +43,10 @@ COMMAND_LINE = ("__main__.py", "_demo.py")
 INTERNAL_INTERFACE = "arrow_split._args"
 """The one internal module a leaf may import: the parsing rule of each kind of argument, so that a
 leaf parses `dp_size`, `dp_rank` or a flag exactly as the core does."""
-BUILDS_ON = {"compat": ("ray",), "command line": LEAF_PACKAGES}
+BUILDS_ON = {"compat": ("ray", "mooncake"), "command line": LEAF_PACKAGES}
 """The leaves each leaf is built on (their public names only): miles' hand-off is a Ray put and
-get, so the miles drop-in calls the Ray leaf as miles' own code calls Ray."""
+get, or a Mooncake one, so the miles drop-in calls the Ray or Mooncake leaf as miles' own code
+calls Ray or Mooncake."""
 WRITES_TRAIN_DATA = ("testing/", "__main__.py", "_demo.py", "_dashboard.py")
 """Code that writes the classic train-data dict as a user does, by field name (and its static
 types, whose keys `test_the_train_data_types_name_every_known_column` holds to the schema); the

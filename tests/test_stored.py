@@ -17,7 +17,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arrow_split import (
+    ColumnSpec,
     NotARolloutBatchError,
+    PlanError,
     PlanMismatchError,
     RolloutBatch,
     TransportError,
@@ -31,6 +33,7 @@ from arrow_split.testing import (
     make_train_data,
 )
 from arrow_split.testing.strategies import train_data
+from tests.reference_split import normalize, reference_split
 
 
 class CountingStore(MemoryStore):
@@ -120,6 +123,86 @@ def test_another_plan_is_a_mismatch() -> None:
         take_rank(store, ref, 0, 4)
     with pytest.raises(PlanMismatchError, match="balanced plan of 2 ranks"):
         take_rank(store, ref, 0, 2, balance_data=True)
+
+
+@st.composite
+def resplit_cases(draw: st.DrawFn) -> tuple[dict, int | None, bool, int, bool]:
+    """A batch, the size it was put for (``None``: no plan), and a rank's own size and method."""
+    data = draw(train_data())
+    n = len(data["tokens"])
+    balance_data = draw(st.booleans()) and n > 0
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    sizes = st.sampled_from(divisors) if balance_data else st.integers(1, n + 3)
+    put_for, size = draw(st.one_of(st.none(), sizes)), draw(sizes)
+    return data, put_for, balance_data, size, draw(st.booleans())
+
+
+@given(resplit_cases())
+@example(({"tokens": []}, None, False, 3, False))
+@example(({"tokens": [[1], [2, 3], [4]]}, 2, False, 2, True))  # padding copies a row read early
+def test_a_rank_plans_a_batch_put_for_another_size_as_the_classic_split(
+    case: tuple[dict, int | None, bool, int, bool],
+) -> None:
+    data, put_for, balance_data, size, pad = case
+    batch = RolloutBatch.from_train_data(data)
+    plan = None if put_for is None else batch.make_plan(put_for, balance_data=balance_data)
+    store = MemoryStore()
+    ref = StoredBatchRef.from_json(put_batch(store, batch, plan).to_json())
+    planned = batch if plan is None else batch.with_plan(plan)
+    expected = [] if pad else reference_split(data, size, balance_data)
+    for rank in range(size):
+        shard = take_rank(
+            store, ref, rank, size, balance_data=balance_data, resplit=True, pad_to_dp=pad
+        )
+        same = shard_for_rank(
+            planned, rank, size, balance_data=balance_data, resplit=True, pad_to_dp=pad
+        )
+        assert_shards_equal(shard, same)
+        assert shard.plan_key == same.plan_key
+        assert np.array_equal(shard.batch_total_lengths, same.batch_total_lengths)
+        if expected:  # the plain-Python classic split's rows, in its order
+            actual = shard.to_train_data(layout="rollout")
+            assert {key: normalize(actual[key]) for key in expected[rank]} == expected[rank]
+
+
+def test_a_rank_plans_by_adapter_slot_as_shard_for_rank() -> None:
+    spec = ColumnSpec("adapter_slots", "per_sample_scalar", pa.int64(), role="adapter_slot")
+    data = {"tokens": [[1] * (i % 5 + 1) for i in range(12)], "adapter_slots": [2, 0, 1] * 4}
+    batch = RolloutBatch.from_train_data(data, specs=[spec])
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(3, balance_data=True))
+    for rank in range(4):
+        shard = take_rank(store, ref, rank, 4, resplit=True)
+        assert_shards_equal(shard, shard_for_rank(batch, rank, 4, balance_data=True))
+
+
+def test_a_resplit_rank_reads_about_its_share_of_the_bytes() -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["small"]))
+    store = CountingStore()
+    for plan in (None, batch.make_plan(4, balance_data=True)):
+        ref = put_batch(store, batch, plan)
+        for rank in range(8):
+            store.bytes_read = 0
+            shard = take_rank(store, ref, rank, 8, balance_data=True, resplit=True)
+            share = shard.nbytes + 16 * batch.num_samples  # its rows, the whole index
+            assert store.bytes_read <= 1.1 * share
+
+
+def test_a_batch_put_without_a_plan_needs_the_method_and_resplit_is_opt_in() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    store = MemoryStore()
+    ref = put_batch(store, batch, step=2)
+    assert ref.plan_key is None
+    assert json.loads(ref.to_json())["plan"] is None
+    with pytest.raises(PlanError) as missing:
+        take_rank(store, ref, 0, 2)
+    assert missing.value.key == "balance_data"
+    planned = put_batch(store, batch, batch.make_plan(2, balance_data=False))
+    with pytest.raises(PlanMismatchError):
+        take_rank(store, planned, 0, 4)
+    with pytest.raises(PlanMismatchError):  # another method: never planned again
+        take_rank(store, planned, 0, 4, balance_data=True, resplit=True)
+    assert take_rank(store, planned, 3, 4, resplit=True).partition.tolist() == [3]
 
 
 def test_a_column_type_the_layout_cannot_hold_is_refused_before_the_put() -> None:

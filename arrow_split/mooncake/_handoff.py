@@ -52,14 +52,15 @@ def put_batch(
     client: object,
     data_or_batch: RolloutBatch | Mapping[str, Any],
     *,
-    dp_size: int,
-    balance_data: bool,
+    dp_size: int | None = None,
+    balance_data: bool = False,
     step: int | None = None,
 ) -> StoredBatchRef:
     """Put a batch (or a train-data dict) into Mooncake once, as its Arrow buffers.
 
     Everything is checked before anything is written; the batch's plan for ``dp_size`` ranks
-    travels with it.
+    travels with it. With ``dp_size=None`` (the ranks' size not known yet) no plan is made:
+    each rank plans for its own size at :func:`take_rank`.
 
     Raises
     ------
@@ -77,7 +78,7 @@ def put_batch(
         batch = data_or_batch
     else:
         batch = RolloutBatch.from_train_data(data_or_batch)
-    plan = batch.make_plan(dp_size, balance_data=balance_data)
+    plan = None if dp_size is None else batch.make_plan(dp_size, balance_data=balance_data)
     return _put(store, batch, plan, step=step)
 
 
@@ -88,18 +89,22 @@ def take_rank(
     dp_size: int,
     *,
     balance_data: bool | None = None,
+    resplit: bool = False,
+    pad_to_dp: bool = False,
     step: int | None = None,
     trust_objects: bool = False,
 ) -> Shard:
     """Rank ``dp_rank``'s shard, reading only the byte ranges of its rows from Mooncake.
 
     ``ref`` is what :func:`put_batch` returned or its JSON; value-equal to
-    :func:`arrow_split.shard_for_rank` of the batch put.
+    :func:`arrow_split.shard_for_rank` of the batch put. A batch put without a plan, or with
+    ``resplit`` for another ``dp_size``, is planned by the rank from the stored lengths; it
+    reads its rows as runs of the stored order (:func:`arrow_split.stores.take_rank`).
 
     Raises
     ------
     PlanError, PlanMismatchError
-        A bad ``dp_rank`` or ``dp_size``; another plan than the put's.
+        A bad ``dp_rank`` or ``dp_size``; another plan than the put's (without ``resplit``).
     NotARolloutBatchError
         ``ref`` is not a stored-batch reference.
     TransportError
@@ -112,6 +117,8 @@ def take_rank(
         dp_rank,
         dp_size,
         balance_data=balance_data,
+        resplit=resplit,
+        pad_to_dp=pad_to_dp,
         step=step,
         trust_objects=trust_objects,
     )

@@ -27,23 +27,27 @@ FORMAT = "arrow_split.stored_batch/1"
 class StoredBatchRef:
     """What a put returns: the keys, schema and plan a rank needs, as plain JSON.
 
-    ``to_json`` / ``from_json`` carry it to a process with no Ray (nothing is pickled).
+    ``to_json`` / ``from_json`` carry it to a process with no Ray (nothing is pickled). A batch
+    put without a plan has ``method``, ``dp_size`` and ``fingerprint`` ``None`` and no
+    ``bounds``: each rank plans it for its own ``dp_size``.
     """
 
     prefix: str
     step: int | None
     num_samples: int
     schema: str
-    method: str
-    dp_size: int
-    fingerprint: str
+    method: str | None
+    dp_size: int | None
+    fingerprint: str | None
     bounds: tuple[int, ...]
     index: tuple[str, int]
     columns: tuple[Node, ...]
 
     @property
-    def plan_key(self) -> PlanKey:
-        """The key of the plan the batch was put with."""
+    def plan_key(self) -> PlanKey | None:
+        """The key of the plan the batch was put with (``None``: put without one)."""
+        if self.method is None or self.dp_size is None or self.fingerprint is None:
+            return None
         return PlanKey(cast(Any, self.method), self.dp_size, self.fingerprint)
 
     @property
@@ -75,7 +79,9 @@ class StoredBatchRef:
             "step": self.step,
             "num_samples": self.num_samples,
             "schema": self.schema,
-            "plan": {
+            "plan": None
+            if self.method is None
+            else {
                 "method": self.method,
                 "dp_size": self.dp_size,
                 "fingerprint": self.fingerprint,
@@ -100,14 +106,16 @@ class StoredBatchRef:
             if members.get("format") != FORMAT:
                 raise _refused(f"its `format` is {members.get('format')!r:.60}, not {FORMAT!r}")
             plan = members["plan"]
+            if plan is None:  # put without a plan: each rank plans for its own size
+                plan = {"method": None, "dp_size": None, "fingerprint": None, "bounds": []}
             ref = cls(
                 prefix=_typed(members["prefix"], str),
                 step=None if members["step"] is None else _typed(members["step"], int),
                 num_samples=_typed(members["num_samples"], int),
                 schema=_typed(members["schema"], str),
-                method=_typed(plan["method"], str),
-                dp_size=_typed(plan["dp_size"], int),
-                fingerprint=_typed(plan["fingerprint"], str),
+                method=_optional(plan["method"], str),
+                dp_size=_optional(plan["dp_size"], int),
+                fingerprint=_optional(plan["fingerprint"], str),
                 bounds=tuple(_typed(bound, int) for bound in plan["bounds"]),
                 index=(_typed(members["index"][0], str), _typed(members["index"][1], int)),
                 columns=tuple(_node_from_json(node) for node in members["columns"]),
@@ -139,17 +147,27 @@ def _typed(value: object, kind: type) -> Any:
     return value
 
 
+def _optional(value: object, kind: type) -> Any:
+    return None if value is None else _typed(value, kind)
+
+
 def _check_plan(ref: StoredBatchRef) -> None:
+    """A plan of the sample count (or none at all); an index of 2 or 3 int64 per sample."""
     bounds = np.asarray(ref.bounds, dtype=np.int64)
+    planless = ref.method is None and ref.dp_size is None and ref.fingerprint is None
     if (
-        ref.method not in ("balanced", "strided")
-        or ref.dp_size < 1
-        or len(bounds) != ref.dp_size + 1
-        or bounds[0] != 0
-        or bounds[-1] != ref.num_samples
-        or np.any(np.diff(bounds) < 0)
-        or ref.index[1] != 16 * ref.num_samples
-    ):
+        not (planless and not len(bounds))
+        and (
+            ref.method not in ("balanced", "strided")
+            or ref.dp_size is None
+            or ref.fingerprint is None
+            or ref.dp_size < 1
+            or len(bounds) != ref.dp_size + 1
+            or bounds[0] != 0
+            or bounds[-1] != ref.num_samples
+            or np.any(np.diff(bounds) < 0)
+        )
+    ) or ref.index[1] not in (16 * ref.num_samples, 24 * ref.num_samples):
         raise _refused("its plan or index does not fit its sample count")
 
 

@@ -14,12 +14,19 @@ from __future__ import annotations
 import base64
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_flag, as_int, check_dp_rank, check_dp_size, method_of
+from arrow_split._args import (
+    SplitMethod,
+    as_flag,
+    as_int,
+    check_dp_rank,
+    check_dp_size,
+    method_of,
+)
 from arrow_split._codecs._ranges import Ranges, column_buffers, read_rows, supported
 from arrow_split._split import _parse_plan
 from arrow_split._version import __version__
@@ -28,12 +35,14 @@ from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
 from arrow_split.errors import (
     DumpError,
     NotARolloutBatchError,
+    PlanError,
     PlanMismatchError,
     TransportError,
 )
 from arrow_split.plan import Plan
 from arrow_split.shard import Shard, _gather
 from arrow_split.stores._ref import StoredBatchRef
+from arrow_split.stores._resplit import index_parts, own_plan, rank_rows
 
 __all__ = [
     "ByteStore",
@@ -115,9 +124,12 @@ class MemoryStore:
 
 
 def put_batch(
-    store: ByteStore, batch: RolloutBatch, plan: Plan, *, step: int | None = None
+    store: ByteStore, batch: RolloutBatch, plan: Plan | None = None, *, step: int | None = None
 ) -> StoredBatchRef:
     """Write ``batch`` (and ``plan``'s rows) into ``store`` once, as its Arrow buffers.
+
+    With no ``plan`` (the ranks' ``dp_size`` not known yet) the rows stay in their order and
+    each rank plans for its own size at the take.
 
     Raises
     ------
@@ -127,7 +139,7 @@ def put_batch(
         The store refused a buffer (full, too large, down); what was written is removed.
     """
     batch = check_batch(batch, "batch")
-    plan = _parse_plan(batch, plan)
+    plan = None if plan is None else _parse_plan(batch, plan)
     step = None if step is None else as_int("step", step, minimum=0)
     record_batch = batch.record_batch
     for field in record_batch.schema:
@@ -138,7 +150,8 @@ def put_batch(
     schema = record_batch.schema.with_metadata({**(record_batch.schema.metadata or {}), **metadata})
     step_name = "x" if step is None else str(step)
     prefix = f"arrow_split/{step_name}/{uuid.uuid4().hex}"
-    partitions = [np.asarray(rows, dtype=np.int64) for rows in plan.partitions]
+    every = [np.arange(batch.num_samples, dtype=np.int64)]
+    partitions = every if plan is None else [np.asarray(rows, np.int64) for rows in plan.partitions]
     order = np.concatenate([np.zeros(0, np.int64), *partitions])
     if np.array_equal(order, np.arange(batch.num_samples)):
         stored = record_batch
@@ -150,7 +163,9 @@ def put_batch(
         node, compact = column_buffers(array, f"{prefix}/{position}", written)
         columns.append(node)
         kept.append(compact)
-    index = np.concatenate([batch.total_lengths.astype(np.int64), order])
+    slots = batch.role_values("adapter_slot")  # a rank's own plan orders by them
+    by_slot = [] if slots is None or not batch.num_samples else [slots.astype(np.int64)]
+    index = np.concatenate([batch.total_lengths.astype(np.int64), order, *by_slot])
     written.append((f"{prefix}/index", pa.py_buffer(index)))
     keys = [key for key, _ in written]
     try:
@@ -169,10 +184,12 @@ def put_batch(
         step=step,
         num_samples=batch.num_samples,
         schema=base64.b64encode(schema.serialize().to_pybytes()).decode(),
-        method=plan.method,
-        dp_size=plan.dp_size,
-        fingerprint=plan.fingerprint,
-        bounds=tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
+        method=None if plan is None else plan.method,
+        dp_size=None if plan is None else plan.dp_size,
+        fingerprint=None if plan is None else plan.fingerprint,
+        bounds=()
+        if plan is None
+        else tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
         index=(f"{prefix}/index", int(index.nbytes)),
         columns=tuple(columns),
     )
@@ -197,19 +214,24 @@ def take_rank(
     dp_size: int,
     *,
     balance_data: bool | None = None,
+    resplit: bool = False,
+    pad_to_dp: bool = False,
     step: int | None = None,
     trust_objects: bool = False,
 ) -> Shard:
     """Rank ``dp_rank``'s shard of a stored batch, reading only the bytes of its rows.
 
-    Value-equal to :func:`arrow_split.shard_for_rank` of the batch put.
+    Value-equal to :func:`arrow_split.shard_for_rank` of the batch put (with its plan, if it
+    was put with one). A batch put without a plan, or with ``resplit`` for another ``dp_size``
+    than the put's, is planned here from the stored index (its total lengths) as every rank
+    plans it; the rank reads its rows as runs of the stored order.
 
     Raises
     ------
     PlanError, PlanTypeError
-        A bad ``dp_rank`` or ``dp_size``.
+        A bad ``dp_rank`` or ``dp_size``; ``balance_data`` is None for a batch put without a plan.
     PlanMismatchError
-        ``dp_size`` or ``balance_data`` is not the put's plan.
+        ``balance_data`` is not the put's plan's, or ``dp_size`` not its size (no ``resplit``).
     TransportError
         An object is missing (removed, lost with its owner) or the store failed; the key and
         the step are named.
@@ -217,16 +239,30 @@ def take_rank(
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     trust = as_flag("trust_objects", trust_objects)
+    resplit, pad = as_flag("resplit", resplit), as_flag("pad_to_dp", pad_to_dp)
     step = ref.step if step is None else as_int("step", step, minimum=0)
     who = _who(step, rank)  # "step S, dp_rank R"
-    if size != ref.dp_size or (balance_data is not None and method_of(balance_data) != ref.method):
-        asked = "" if balance_data is None else f" {method_of(balance_data)}"
-        msg = (
-            f"{who}: asked for a{asked} plan of {size} ranks but `{ref.prefix}` was put with a "
-            f"{ref.method} plan of {ref.dp_size}; pass the put's `dp_size` and `balance_data`"
-        )
-        raise PlanMismatchError(msg)
+    method = _method(ref, balance_data, size, resplit, who)
     reader = _reader(store, who)
+    if ref.method is not None and size == ref.dp_size:  # the put's plan: one run of its rows
+        return _take_put_plan(ref, rank, reader, who, trust)
+    whole = np.array([0], dtype=np.int64), np.array([ref.index[1]], dtype=np.int64)
+    (index,) = reader([(ref.index[0], *whole)]) if ref.index[1] else [np.zeros(0, np.uint8)]
+    total_lengths, stored_order, keys = index_parts(index.view(np.int64), ref.num_samples)
+    _check_rows(np.sort(stored_order), ref.num_samples, ref, who)
+    plan, lengths = own_plan(total_lengths, keys, size, method, pad)
+    wanted = plan.partitions[rank]
+    rows = rank_rows(stored_order, wanted)  # runs of the stored order, back in plan order
+    read = _read_runs(ref, rows.starts, rows.ends, reader, trust)
+    if rows.moved is not None:
+        read = _gather(read, rows.moved, padded=False)
+    partition = wanted.copy()
+    partition.flags.writeable = False
+    return Shard._make(_gather(read, rows.places, pad), partition, lengths, plan.key, rank)
+
+
+def _take_put_plan(ref: StoredBatchRef, rank: int, reader: _Reader, who: str, trust: bool) -> Shard:
+    """The rank's rows of the put's own plan: its part of the index, then one run of rows."""
     n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
     starts = np.array([0, 8 * (n + first)], dtype=np.int64)
     sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
@@ -234,19 +270,53 @@ def take_rank(
     values = index.view(np.int64)
     total_lengths, partition = values[:n].copy(), values[n:].copy()
     total_lengths.flags.writeable = partition.flags.writeable = False
+    _check_rows(np.sort(partition), n, ref, who)
+    run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
+    taken = _read_runs(ref, *run, reader, trust)
+    order = np.arange(len(partition), dtype=np.int64)
+    order.flags.writeable = False
+    return Shard._take(taken, order, total_lengths, ref.plan_key, rank, partition=partition)
+
+
+def _read_runs(
+    ref: StoredBatchRef, starts: np.ndarray, ends: np.ndarray, reader: _Reader, trust: bool
+) -> RolloutBatch:
+    """The stored rows of the runs ``[starts, ends)``, in stored order, as a batch."""
     schema, specs, batch_globals = _decoded(ref)
-    rows = np.sort(partition)
+    nodes = list(zip(ref.columns, schema.types, strict=True))
+    arrays = read_rows(nodes, starts, ends, reader)
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
+    return RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+
+
+def _method(
+    ref: StoredBatchRef, balance_data: bool | None, size: int, resplit: bool, who: str
+) -> SplitMethod:
+    """The take's plan method, checked against the put's plan (if it was put with one)."""
+    if balance_data is None and ref.method is None:
+        msg = (
+            f"{who}: `balance_data` is None but `{ref.prefix}` was put without a plan to "
+            "follow; pass `balance_data=True` or `False`, as every rank does"
+        )
+        raise PlanError(msg, key="balance_data")
+    method = cast(SplitMethod, ref.method) if balance_data is None else method_of(balance_data)
+    if ref.method is not None and (method != ref.method or (size != ref.dp_size and not resplit)):
+        fix = "pass the put's `dp_size` and `balance_data`" + (
+            ", or `resplit=True` to plan it again for this size" if method == ref.method else ""
+        )
+        msg = (
+            f"{who}: asked for a {method} plan of {size} ranks but `{ref.prefix}` was put with a "
+            f"{ref.method} plan of {ref.dp_size}; {fix}"
+        )
+        raise PlanMismatchError(msg)
+    return method
+
+
+def _check_rows(rows: np.ndarray, n: int, ref: StoredBatchRef, who: str) -> None:
+    """Sorted stored rows read from the index: each in the batch, none twice."""
     if len(rows) and (rows[0] < 0 or rows[-1] >= n or np.any(np.diff(rows) == 0)):
         msg = f"{who}: the index `{ref.index[0]}` holds rows outside the batch or twice"
         raise TransportError(msg)
-    nodes = list(zip(ref.columns, schema.types, strict=True))
-    run = np.array([first], dtype=np.int64), np.array([last], dtype=np.int64)
-    arrays = read_rows(nodes, *run, reader)  # the rank's rows: one run of the stored order
-    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-    rank_rows = RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
-    order = np.arange(len(partition), dtype=np.int64)
-    order.flags.writeable = False
-    return Shard._take(rank_rows, order, total_lengths, ref.plan_key, rank, partition=partition)
 
 
 def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, object]]:
@@ -272,7 +342,10 @@ def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, 
     )
 
 
-def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndarray]]:
+_Reader = Callable[[list[Ranges]], list[np.ndarray]]
+
+
+def _reader(store: ByteStore, who: str) -> _Reader:
     """A round of reads into one fresh array: each request's ranges back to back."""
 
     def read(requests: list[Ranges]) -> list[np.ndarray]:

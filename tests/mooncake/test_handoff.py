@@ -39,6 +39,7 @@ from arrow_split.mooncake import (
     remove,
     take_rank,
 )
+from arrow_split.mooncake._client import GAP_BYTES
 from arrow_split.testing import (
     WORKLOADS,
     assert_shards_equal,
@@ -67,6 +68,25 @@ def test_every_rank_takes_what_shard_for_rank_gives(
             assert shard.plan_key == expected.plan_key
             assert np.array_equal(shard.partition, expected.partition)
     finally:
+        remove(writer, ref)
+
+
+def test_a_rank_plans_for_its_own_size_reading_about_its_share(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data(make_train_data(EVERY_KIND))
+    store = MooncakeStore(reader)
+    for ref in (
+        put_batch(writer, batch, step=1),  # no plan: the ranks' size is not known at the put
+        put_batch(writer, batch, dp_size=2, balance_data=True, step=1),
+    ):
+        text = ref.to_json()
+        for rank in range(4):
+            store.bytes_read = 0
+            shard = take_rank(store, text, rank, 4, balance_data=True, resplit=True)
+            expected = shard_for_rank(batch, rank, 4, balance_data=True)
+            assert_shards_equal(shard, expected)
+            assert shard.plan_key == expected.plan_key
+            share = shard.nbytes + 16 * batch.num_samples  # its rows, the whole index
+            assert store.bytes_read <= 1.1 * share + GAP_BYTES * store.gaps_read
         remove(writer, ref)
 
 
@@ -219,3 +239,20 @@ client.close()
 def test_a_segment_mooncake_cannot_lend_is_refused_before_connecting() -> None:
     with pytest.raises(OptionError, match="at least 16777216"):
         connect("127.0.0.1:1", segment_bytes=2**20)
+
+
+def test_close_ranges_are_read_as_one_span_and_copied_out_exactly(writer: Any) -> None:
+    store = MooncakeStore(writer)
+    key = f"arrow_split/test/{time.monotonic_ns()}"
+    blob = np.random.default_rng(0).integers(0, 256, 1 << 16, dtype=np.uint8)
+    store.put([key], [pa.py_buffer(blob)])
+    starts = np.array([9000, 0, 8, 8, 40000, 200, 9100], dtype=np.int64)  # unsorted, overlapping
+    sizes = np.array([50, 8, 16, 4, 1000, 7, 3], dtype=np.int64)
+    targets = np.cumsum(sizes) - sizes
+    into = np.zeros(int(sizes.sum()), dtype=np.uint8)
+    store.read(into, [(key, starts, sizes, targets)])
+    expected = np.concatenate([blob[a : a + z] for a, z in zip(starts, sizes, strict=True)])
+    assert np.array_equal(into, expected)
+    assert store.ranges_read == 3  # [0, 207), [9000, 9103), [40000, 41000)
+    assert store.gaps_read == 4
+    store.remove([key])

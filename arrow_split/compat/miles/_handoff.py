@@ -34,6 +34,8 @@ from arrow_split.compat.miles._convert import (
     rollout_dict,
     to_batch,
 )
+from arrow_split.compat.miles._mooncake import stored_ref, take_stored
+from arrow_split.compat.miles._store import store_instance
 
 __all__ = ["ArrowRef", "StoreGetResult", "fetch_delayed", "fetch_eager", "put_delayed", "put_eager"]
 
@@ -239,6 +241,12 @@ def fetch_delayed(
     from arrow_split.ray import process_rollout_data as take_rank
 
     balance_data = arg_flag(args, "balance_data", required=True)
+    stored = stored_ref(ref)
+    if stored is not None:  # the drop-in's put in Mooncake: this rank reads only its rows
+        options = {"balance_data": balance_data, "pad_to_dp": pad_to_dp}
+        instance = store_instance()
+        shard = take_stored(instance, stored, dp_rank, dp_size, witness_ids=witness_ids, **options)
+        return rollout_dict(shard, {}), StoreGetResult(shard)
     step = ref.step if isinstance(ref, ArrowRef) else None
     who = f"dp_rank {dp_rank}" if step is None else f"step {step}, dp_rank {dp_rank}"
     target: object

@@ -7,11 +7,14 @@ class, so every instance (one built before the patch too) converts such a dict o
 and puts it as one Arrow batch; a delayed rank then takes only its rows. Any other value passes
 through untouched, and a ``get`` of a converted batch by code the drop-in does not patch returns
 miles' dict, as miles would have. ``remove`` is miles' own: it works on the reference returned.
+Where miles has its Mooncake store class, its ``put``, ``get`` and ``remove`` are rebound too
+(:mod:`._mooncake`): the batch goes into Mooncake as Arrow buffers, with the same rules.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import inspect
 import logging
 from collections.abc import Callable, Mapping
@@ -21,6 +24,7 @@ from typing import Any
 from arrow_split import KNOWN_COLUMNS, InstallError, RolloutBatch
 from arrow_split.compat.miles._convert import RANK_DICT_KEYS, to_batch
 from arrow_split.compat.miles._keys import to_miles_keys
+from arrow_split.compat.miles._mooncake import MOONCAKE_STORE, mooncake_methods
 from arrow_split.schema import role_column
 
 __all__ = [
@@ -29,6 +33,7 @@ __all__ = [
     "StoreOptions",
     "check_store",
     "patch_store",
+    "store_instance",
     "unpatch_store",
 ]
 
@@ -68,6 +73,17 @@ def check_store(module: ModuleType) -> type:
             problems.append(f"`{_RAY_STORE}.put` is not `put(self, value, value_spec=None)`")
         if _parameters(getattr(store, "get", None))[:2] != ["self", "ref"]:
             problems.append(f"`{_RAY_STORE}.get` is not `get(self, ref)`")
+    mooncake = getattr(module, MOONCAKE_STORE, None)
+    if mooncake is not None and (
+        not isinstance(mooncake, type)
+        or _parameters(getattr(mooncake, "put", None))[:3] != ["self", "value", "value_spec"]
+        or _parameters(getattr(mooncake, "get", None))[:2] != ["self", "ref"]
+        or _parameters(getattr(mooncake, "remove", None))[:2] != ["self", "ref"]
+    ):
+        problems.append(
+            f"`{MOONCAKE_STORE}` is not `put(self, value, value_spec=None)` / `get(self, ref)` / "
+            "`remove(self, ref)`"
+        )
     if not isinstance(result, type) or _parameters(result)[:2] != ["value", "release_fn"]:
         problems.append("`ObjectStoreGetResult(value, release_fn)` is missing")
     if problems or not isinstance(store, type):
@@ -79,6 +95,11 @@ def check_store(module: ModuleType) -> type:
         )
         raise InstallError(msg)
     return store
+
+
+def store_instance() -> object:
+    """Miles' store singleton in this process (``get_instance()``)."""
+    return importlib.import_module(STORE_MODULE).get_instance()
 
 
 def is_whole_train_data(value: object) -> bool:
@@ -98,6 +119,9 @@ def patch_store(module: ModuleType, options: StoreOptions, put_batch: PutBatch) 
     """Bind the converting ``put`` and ``get`` on miles' Ray store class; the names bound."""
     store = check_store(module)
     names = [f"{STORE_MODULE}.{_RAY_STORE}.put", f"{STORE_MODULE}.{_RAY_STORE}.get"]
+    mooncake = getattr(module, MOONCAKE_STORE, None)
+    if isinstance(mooncake, type):
+        names += [f"{STORE_MODULE}.{MOONCAKE_STORE}.{name}" for name in ("put", "get", "remove")]
     if (store, "put") in _ORIGINALS:  # patched by an earlier installation: options are read live
         return names
     put, get = store.put, store.get  # type: ignore[attr-defined]
@@ -123,13 +147,21 @@ def patch_store(module: ModuleType, options: StoreOptions, put_batch: PutBatch) 
         train_data = to_miles_keys(value, dict(value.to_train_data()))
         return result_type(value=train_data, release_fn=lambda _: result.__exit__(None, None, None))
 
-    for name, method in (("put", arrow_put), ("get", arrow_get)):
+    _bind(store, {"put": arrow_put, "get": arrow_get})
+    if isinstance(mooncake, type):
+        own = {name: getattr(mooncake, name) for name in ("put", "get", "remove")}
+        _bind(mooncake, mooncake_methods(module, own, options, is_whole_train_data))
+    return names
+
+
+def _bind(store: type, methods: Mapping[str, Callable[..., Any]]) -> None:
+    """Set each method on ``store``, keeping miles' own for :func:`unpatch_store`."""
+    for name, method in methods.items():
         original = vars(store).get(name)  # None: inherited, deleted again on undo
         method.__qualname__ = f"{store.__qualname__}.{name}"
-        method.__doc__ = f"arrow_split's drop-in around miles' `{_RAY_STORE}.{name}`."
+        method.__doc__ = f"arrow_split's drop-in around miles' `{store.__name__}.{name}`."
         _ORIGINALS[(store, name)] = original
         setattr(store, name, method)
-    return names
 
 
 def unpatch_store() -> None:

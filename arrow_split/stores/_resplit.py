@@ -1,0 +1,88 @@
+"""A rank's own plan of a stored batch, and which stored rows it reads for it.
+
+A batch is put before the trainers' ``dp_size`` is known (miles' store has none; elastic DP
+changes it), so a rank plans for itself: from the stored index (every sample's total length,
+the stored order, the adapter slots if any) it makes the plan every rank makes
+(:meth:`Plan._make` of the same inputs as :func:`arrow_split.shard_for_rank`), then reads its
+rows as sorted runs of the stored order and puts them back in plan order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from arrow_split._args import SplitMethod
+from arrow_split.plan import Plan
+
+__all__ = ["RankRows", "index_parts", "own_plan", "rank_rows", "runs"]
+
+
+def index_parts(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The stored index as total lengths, stored order and adapter slots (``None``: none)."""
+    lengths, order = values[:n].copy(), values[n : 2 * n].copy()
+    keys = values[2 * n : 3 * n].copy() if len(values) == 3 * n and n else None
+    for part in (lengths, order, keys):
+        if part is not None:
+            part.flags.writeable = False
+    return lengths, order, keys
+
+
+def own_plan(
+    lengths: np.ndarray, keys: np.ndarray | None, dp_size: int, method: SplitMethod, pad: bool
+) -> tuple[Plan, np.ndarray]:
+    """The plan of ``dp_size`` ranks (of the batch padded, with ``pad``) and its total lengths."""
+    num_samples = len(lengths)
+    if deficit := -num_samples % dp_size if pad else 0:
+        rows = np.minimum(np.arange(num_samples + deficit), num_samples - 1)
+        lengths = lengths[rows]
+        lengths.flags.writeable = False
+        keys = None if keys is None else keys[rows]
+    return Plan._make(lengths, dp_size, method, keys), lengths
+
+
+@dataclass(frozen=True, slots=True)
+class RankRows:
+    """What a rank reads of the stored order, and how its rows come back in plan order."""
+
+    starts: np.ndarray
+    """The first stored position of each run read (sorted, disjoint)."""
+    ends: np.ndarray
+    """One past the last stored position of each run."""
+    places: np.ndarray
+    """Each plan row's place among the rows read; a padding row's is past the last."""
+    moved: np.ndarray | None
+    """Where padding copies the batch's last row and it is not read last: the rows read in the
+    order that puts it last (``places`` count in that order); else ``None``."""
+
+
+def runs(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``positions`` as runs ``[starts, ends)`` of consecutive positions."""
+    if not len(positions):
+        return positions, positions
+    cut = np.flatnonzero(np.diff(positions) != 1) + 1
+    starts = positions[np.concatenate([[0], cut])]
+    ends = positions[np.concatenate([cut - 1, [len(positions) - 1]])] + 1
+    return starts, ends
+
+
+def rank_rows(order: np.ndarray, wanted: np.ndarray) -> RankRows:
+    """The runs of stored rows that hold the plan rows ``wanted`` (padding rows at or past n)."""
+    num_samples = len(order)
+    position_of = np.empty(num_samples, dtype=np.int64)
+    position_of[order] = np.arange(num_samples, dtype=np.int64)
+    pads = wanted >= num_samples
+    positions = position_of[np.minimum(wanted, num_samples - 1)]
+    read = np.unique(positions)
+    places = np.searchsorted(read, positions)
+    moved = None
+    if pads.any():
+        last = int(np.searchsorted(read, position_of[num_samples - 1]))
+        if last != len(read) - 1:  # the last row read last, as the padding rows copy it
+            moved = np.concatenate([np.arange(last), np.arange(last + 1, len(read)), [last]])
+            place_of = np.empty(len(read), dtype=np.int64)
+            place_of[moved] = np.arange(len(read), dtype=np.int64)
+            places = place_of[places]
+        places[pads] = len(read)
+    return RankRows(*runs(read), places, moved)
