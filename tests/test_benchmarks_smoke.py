@@ -324,6 +324,25 @@ def test_no_ray_is_left_behind(step_run: tuple[dict[str, Any], dict[str, Path]])
     assert not [" ".join(child.cmdline()[:2]) for child in alive if "ray" in child.name()]
 
 
+def test_the_gpu_benchmark_skips_cleanly_without_cuda_and_runs_with_it(tmp_path: Path) -> None:
+    from benchmarks.gpu import cuda_available
+
+    command = [sys.executable, "-m", "benchmarks.gpu", "--smoke", "--out", str(tmp_path)]
+    done = subprocess.run(command, cwd=REPO_ROOT, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if not cuda_available():
+        assert "no CUDA device" in done.stdout
+        assert not list(tmp_path.iterdir())
+        return
+    results = json.loads((tmp_path / "gpu.json").read_text())
+    assert_stamped(results)
+    record = results["configs"][0]
+    assert record["rank_bytes"] > 0
+    assert _is_seconds(record["link"]["floor_seconds"])
+    assert set(record["to_tensors_seconds"]) == {"per_sample", "packed", "padded", "nested"}
+    assert (tmp_path / "gpu.md").read_text().startswith("| config")
+
+
 @pytest.mark.ray
 def test_the_step_benchmark_gives_the_floors_of_a_rank(
     step_run: tuple[dict[str, Any], dict[str, Path]],
