@@ -29,7 +29,7 @@ from arrow_split.testing import (
     make_train_data,
 )
 from arrow_split.testing.strategies import train_data
-from tests.error_facts import assert_facts
+from tests.error_facts import assert_facts, raises_facts
 from tests.test_errors import BAD_TRAIN_DATA
 
 
@@ -256,7 +256,7 @@ def test_batch_globals_given_two_ways_or_twice() -> None:
     with pytest.raises(SchemaError) as caught:
         builder.set_global("entropies", 1)
     assert_facts(caught.value, {"key": "entropies"})
-    with pytest.raises(SchemaError, match=r"must be one int, got str"):
+    with raises_facts(SchemaError, key="dynamic_global_batch_size", expected="one int"):
         builder.set_global("dynamic_global_batch_size", "4")
     assert len(builder) == 1
     builder.finish()

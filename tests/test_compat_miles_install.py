@@ -13,6 +13,7 @@ import pytest
 
 from arrow_split import ColumnSpec, InstallError, OptionTypeError, SchemaError, SchemaTypeError
 from arrow_split.compat import miles
+from tests.error_facts import raises_facts
 from tests.test_compat_miles import FULL_CONFIG, fake_miles, make_args, make_data  # noqa: F401
 
 
@@ -61,11 +62,11 @@ def test_colliding_keys_are_refused_naming_the_key(key: str) -> None:
 @pytest.mark.parametrize("flops", [3, "flops", [1.0, 2.0]])
 def test_flops_that_is_not_callable_is_typed(flops: object) -> None:
     data = {**make_data([3, 4]), "rollout_ids": [0, 1]}
-    with pytest.raises(OptionTypeError, match=r"`flops` must be a function"):
+    with raises_facts(OptionTypeError, key="flops"):
         miles.split_train_data_by_dp_scheduled_raw(
             make_args(), data, train_parallel_config=FULL_CONFIG, flops=flops
         )  # type: ignore[arg-type]
-    with pytest.raises(OptionTypeError, match=r"`flops` must be a function"):
+    with raises_facts(OptionTypeError, key="flops"):
         miles.split_train_data_by_dp(make_args(), data, FULL_CONFIG, flops=flops)  # type: ignore[arg-type]
 
 
@@ -73,7 +74,7 @@ def test_flops_that_is_not_callable_is_typed(flops: object) -> None:
 def test_total_lengths_that_are_not_ints_are_typed(lengths: list[Any]) -> None:
     shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)[0]
     shard["total_lengths"] = lengths
-    with pytest.raises(SchemaTypeError, match=r"`total_lengths` must be one int per sample"):
+    with raises_facts(SchemaTypeError, key="total_lengths"):
         miles.process_rollout_data_shard(make_args(), shard)
     assert shard["total_lengths"] == lengths  # untouched
 
@@ -81,7 +82,7 @@ def test_total_lengths_that_are_not_ints_are_typed(lengths: list[Any]) -> None:
 def test_negative_total_lengths_are_refused() -> None:
     shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=2)[0]
     shard["total_lengths"] = [-1, 4]
-    with pytest.raises(SchemaError, match=r"token counts are >= 0"):
+    with raises_facts(SchemaError, key="total_lengths"):
         miles.process_rollout_data_shard(make_args(), shard)
 
 

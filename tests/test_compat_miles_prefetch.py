@@ -10,6 +10,7 @@ import pytest
 
 from arrow_split import OptionError, PlanError
 from arrow_split.compat.miles._prefetch import MilesPrefetcher
+from tests.error_facts import raises_facts
 
 
 class FakeProcess:
@@ -58,7 +59,7 @@ def test_replan_fetches_the_rollouts_not_taken_again() -> None:
         prefetcher.replan(2, 3)
         assert prefetcher.get_rollout_data(1)[0]["rank"] == (2, 3)
         assert prefetcher.get_rollout_data(2)[0]["rank"] == (2, 3)
-        with pytest.raises(PlanError, match="`dp_rank` must be in"):
+        with raises_facts(PlanError, key="dp_rank", mistake="plan_value"):
             prefetcher.replan(3, 3)
 
 

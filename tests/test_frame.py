@@ -17,6 +17,7 @@ from arrow_split import ColumnNotFoundError, RolloutBatch, SchemaError, SchemaTy
 from arrow_split.batch import _frame, values_equal
 from arrow_split.testing import assert_batches_equal
 from arrow_split.testing.strategies import rollout_batches, train_data
+from tests.error_facts import raises_facts
 
 DATA: dict[str, Any] = {
     "tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]],
@@ -170,7 +171,7 @@ def test_concat_refuses_other_schemas_and_differing_globals(batch: RolloutBatch)
         RolloutBatch.concat([batch, changed])
     with pytest.raises(SchemaError, match=r"`batches` is empty"):
         RolloutBatch.concat([])
-    with pytest.raises(SchemaTypeError, match=r"`batches\[i\]` must be a RolloutBatch"):
+    with raises_facts(SchemaTypeError, key="batches[i]"):
         RolloutBatch.concat([batch, DATA])  # type: ignore[list-item]
 
 
@@ -238,7 +239,9 @@ def test_a_miles_style_call_on_the_core_points_at_compat_miles() -> None:
 
 
 def test_a_wrong_call_of_another_shape_keeps_its_own_error() -> None:
-    with pytest.raises(arrow_split.PlanTypeError, match=r"`dp_size` must be a positive int"):
+    with raises_facts(
+        arrow_split.PlanTypeError, key="dp_size", expected="a positive int", mistake="plan_type"
+    ):
         arrow_split.split_train_data_by_dp_raw(DATA, "2", balance_data=True)  # type: ignore[arg-type]
 
 

@@ -32,6 +32,7 @@ from arrow_split import (
 )
 from arrow_split._codecs._base import numpy_dtype
 from arrow_split.testing import assert_batches_equal
+from tests.error_facts import raises_facts
 
 EXPERTS = "rollout_routed_experts"
 LAYERS, TOP_K = 3, 2
@@ -201,7 +202,7 @@ def assert_equal_values(left: RolloutBatch, right: RolloutBatch) -> None:
 def test_values_out_of_the_logical_range_are_rejected(value: int, dtype: Any, match: str) -> None:
     data = experts_data(5, dtype=dtype)
     data[EXPERTS][2].flat[3] = value
-    with pytest.raises(ValueRangeError, match=rf"sample 2, position 3: {match}"):
+    with raises_facts(ValueRangeError, key="rollout_routed_experts", sample=2, position=3):
         RolloutBatch.from_train_data(data)
 
 

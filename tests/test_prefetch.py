@@ -9,6 +9,7 @@ import pytest
 
 from arrow_split import OptionError, OptionTypeError, PlanError, TransportError
 from arrow_split.prefetch import Prefetcher
+from tests.error_facts import raises_facts
 
 
 class Recorder:
@@ -146,7 +147,7 @@ def test_stop_ends_the_thread_and_refuses_more() -> None:
 def test_bad_calls() -> None:
     with pytest.raises(OptionTypeError, match="`fetch` must be a callable"):
         Prefetcher(3)  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="`lookahead` must be >= 0"):
+    with raises_facts(OptionError, key="lookahead", expected=">= 0", mistake="option_value"):
         Prefetcher(Recorder(), lookahead=-1)
     with Prefetcher(Recorder()) as prefetcher:
         with pytest.raises(OptionError, match="step 3 was not submitted"):
@@ -154,7 +155,7 @@ def test_bad_calls() -> None:
         prefetcher.submit(0, 0)
         with pytest.raises(OptionError, match="already submitted"):
             prefetcher.submit(0, 0)
-        with pytest.raises(OptionTypeError, match="`step` must be an int"):
+        with raises_facts(OptionTypeError, key="step", expected="an int", mistake="option_type"):
             prefetcher.submit(1.0, 0)  # type: ignore[arg-type]
         gate = Recorder()
         gate.gate.clear()

@@ -162,7 +162,7 @@ def put_batch(
         except TransportError as again:
             cleaned = f"what it wrote could not be removed ({again})"
         msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
-        raise TransportError(msg) from exc
+        raise TransportError(msg, key=prefix) from exc
     del kept  # the compacted arrays stay alive until the store holds their bytes
     return StoredBatchRef(
         prefix=prefix,
@@ -225,7 +225,7 @@ def take_rank(
             f"{who}: asked for a{asked} plan of {size} ranks but `{ref.prefix}` was put with a "
             f"{ref.method} plan of {ref.dp_size}; pass the put's `dp_size` and `balance_data`"
         )
-        raise PlanMismatchError(msg)
+        raise PlanMismatchError(msg, key=ref.prefix, expected=f"{ref.method} plan of {ref.dp_size}")
     reader = _reader(store, who)
     n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
     starts = np.array([0, 8 * (n + first)], dtype=np.int64)
@@ -290,7 +290,7 @@ def _reader(store: ByteStore, who: str) -> Callable[[list[Ranges]], list[np.ndar
                 f"{who}: {exc}; a stored batch lives until it is removed or the client that "
                 "put it closes: keep that client until every rank has taken its rows"
             )
-            raise TransportError(msg) from exc
+            raise TransportError(msg, key=exc.key) from exc
         ends = np.cumsum(totals)
         return [into[end - total : end] for end, total in zip(ends, totals, strict=True)]
 

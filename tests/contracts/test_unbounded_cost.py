@@ -15,6 +15,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
 )
 from arrow_split._args import MAX_DP_SIZE
+from tests.error_facts import raises_facts
 
 BATCH = RolloutBatch.from_train_data(
     {"tokens": [[1, 2], [3]], "response_lengths": [1, 1], "loss_masks": [[1], [0]]}
@@ -23,9 +24,13 @@ BATCH = RolloutBatch.from_train_data(
 
 @pytest.mark.parametrize("dp_size", [MAX_DP_SIZE + 1, 2**31 - 1, 10**9, np.int64(2**40)])
 def test_unbounded_cost_a_huge_dp_size_is_refused_before_any_work(dp_size: object) -> None:
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         split_train_data_by_dp_raw(BATCH, dp_size, balance_data=False)  # type: ignore[arg-type]
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         shard_for_rank(BATCH, 0, dp_size, balance_data=False)  # type: ignore[arg-type]
 
 
@@ -41,7 +46,12 @@ def test_unbounded_cost_a_huge_pad_multiple_is_refused() -> None:
     from arrow_split.torch._layouts import MAX_PAD_MULTIPLE
 
     for multiple in (MAX_PAD_MULTIPLE + 1, 2**31 - 1, 2**63):
-        with pytest.raises(ValueRangeError, match=r"`pad_to_multiple_of` must be at most 1048576"):
+        with raises_facts(
+            ValueRangeError,
+            key="pad_to_multiple_of",
+            expected="at most 1048576",
+            mistake="value_range",
+        ):
             to_tensors(BATCH, layout="padded", pad_to_multiple_of=multiple)
     one = RolloutBatch.from_train_data({"tokens": [[1, 2]]})
     padded = to_tensors(one, layout="padded", pad_to_multiple_of=MAX_PAD_MULTIPLE)
@@ -53,7 +63,7 @@ def test_unbounded_cost_a_huge_unsigned_offset_is_a_typed_error() -> None:
     pytest.importorskip("torch")
     from arrow_split.torch import to_micro_batches
 
-    with pytest.raises(OptionError, match=r"has a value above the int64 range"):
+    with raises_facts(OptionError, key="micro_batch_offsets"):
         to_micro_batches(BATCH, np.array([0, 2**63, 2**64 - 1], dtype=np.uint64))
 
 

@@ -7,6 +7,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.error_facts import raises_facts
+
 torch = pytest.importorskip("torch")
 
 from arrow_split import OptionError, RolloutBatch, take_rows  # noqa: E402
@@ -72,7 +74,7 @@ def test_errors() -> None:
             TensorBlock("cuda")
     with pytest.raises(OptionError, match="call `fill"):
         TensorBlock().to_device()
-    with pytest.raises(OptionError, match="layout"):
+    with raises_facts(OptionError, key="layout"):
         TensorBlock().fill(batch_with_experts(), layout="padded")  # type: ignore[arg-type]
 
 
