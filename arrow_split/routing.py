@@ -309,7 +309,9 @@ def take_expert_slice(
             f"column `{column}` holds id {int(gathered.max())}, not below `num_experts` "
             f"{num_experts}; pass the model's expert count"
         )
-        raise ValueRangeError(msg, key=column, got=str(int(gathered.max())))
+        raise ValueRangeError(
+            msg, key=column, expected=f"below {num_experts}", got=str(int(gathered.max()))
+        )
     gathered = gathered.astype(dtype, copy=False)
     array = _column(gathered, (ranges[:, :, 1] - ranges[:, :, 0]).sum(axis=1), top_k)
     gathered.flags.writeable = False

@@ -138,7 +138,7 @@ def test_compat_pads_as_miles_2694(balance_data: bool) -> None:
     assert [by_row[row][0] for row in range(8)] == [0, 1, 2, 3, 4, 5, 6, -1]
     assert by_row[7][1] == [0] * len(by_row[6][1])
     assert [by_row[row][2] for row in range(8)] == [False] * 7 + [True]
-    with pytest.raises(PlanError, match=r"drop 1 sample or pad with 1"):
+    with raises_facts(PlanError, key="dp_size", expected="a multiple of 2 samples", got="7"):
         miles.split_train_data_by_dp_raw(make_args(balance_data=True), data, dp_size=2)
 
 

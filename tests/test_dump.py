@@ -418,7 +418,7 @@ BAD_METADATA = [
     ),
     pytest.param(
         _specs_changed(lambda specs: _spec(specs, "rewards").update(kind="per_token")),
-        {},
+        {"key": "rewards"},
         id="kind-vs-type",
     ),
     pytest.param(

@@ -34,8 +34,10 @@ SPEC = r"declare it, e\.g\. `specs=\[ColumnSpec\(\"{key}\", {spec}[,)]"
     ],
 )
 def test_the_hint_fits_the_values_shape(key: str, value: object, spec: str) -> None:
-    with pytest.raises(SchemaError, match=SPEC.format(key=key, spec=spec)):
+    # the hint's text is the feature here: a spec that fits the values, ready to paste
+    with pytest.raises(SchemaError, match=SPEC.format(key=key, spec=spec)) as caught:
         RolloutBatch.from_train_data({**BASE, key: value})
+    assert caught.value.key == key
 
 
 def test_a_list_per_token_is_not_suggested_as_a_scalar() -> None:

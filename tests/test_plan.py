@@ -307,7 +307,7 @@ def test_the_largest_dp_size_plans_a_small_batch() -> None:
     plan = Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=False)
     assert [rows.tolist() for rows in plan.partitions[:4]] == [[0], [1], [2], []]
     assert sum(len(rows) for rows in plan.partitions) == 3
-    with pytest.raises(PlanError, match=r"needs at least `dp_size` \(65536\) samples, got 3"):
+    with raises_facts(PlanError, key="dp_size", expected="at least 65536 samples", got="3"):
         Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=True)
 
 

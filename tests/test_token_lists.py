@@ -174,42 +174,41 @@ def test_compat_takes_and_gives_miles_two_keys() -> None:
 
 
 @pytest.mark.parametrize(
-    ("change", "error", "match"),
+    ("change", "error", "facts"),
     [
         (
             {"rollout_sampling_mask_offsets": [[0, 2, 4, 6, 8], [0, 1], [0, 3, 3]]},
             ValueRangeError,
-            r"sample 2, position 1: `rollout_sampling_masks` has an empty list.*miles' "
-            r"`rollout_sampling_mask_ids` and `rollout_sampling_mask_offsets`",
+            {"key": "rollout_sampling_masks", "sample": 2, "position": 1},
         ),
         (
             {"rollout_sampling_mask_offsets": [[0, 2, 4, 6, 8], [0, 1], [1, 2, 3]]},
             ValueRangeError,
-            r"sample 2: `rollout_sampling_masks` offsets must start at 0, got 1",
+            {"key": "rollout_sampling_masks", "sample": 2, "got": "1"},
         ),
         (
             {"rollout_sampling_mask_offsets": [[0, 2, 4, 6, 7], [0, 1], [0, 1, 3]]},
             RaggedLengthError,
-            r"sample 0: `rollout_sampling_masks` offsets end at 7 but the sample has 8 values",
+            {"key": "rollout_sampling_masks", "sample": 0, "expected": "8", "got": "7"},
         ),
         (
             {"rollout_sampling_mask_offsets": [[0, 2, 4, 8], [0, 1], [0, 1, 3]]},
             RaggedLengthError,
-            r"sample 0: `rollout_sampling_masks` has 3 values but `response_lengths` says 4",
+            {"key": "rollout_sampling_masks", "sample": 0},
         ),
         (
             {"rollout_sampling_mask_offsets": None},
             SchemaError,
-            r"`rollout_sampling_mask_ids` is given without `rollout_sampling_mask_offsets`",
+            {"key": "rollout_sampling_mask_offsets"},
         ),
     ],
 )
 def test_compat_refuses_masks_that_break_miles_rules(
-    change: dict[str, Any], error: type[Exception], match: str
+    change: dict[str, Any], error: type[Exception], facts: dict[str, Any]
 ) -> None:
     data = {**_miles_data(), **change}
     data = {key: value for key, value in data.items() if value is not None}
-    with pytest.raises(error, match=match):
+    with raises_facts(error, **facts):
         miles.split_train_data_by_dp_raw(_ARGS, data, dp_size=2)
 
 

@@ -331,17 +331,19 @@ def _check_against_columns(
         problems.append(f"columns {names} but per-sample specs {per_sample}")
     if sorted(batch_globals) != sorted(global_keys):
         problems.append(f"batch-global values {sorted(batch_globals)} but specs {global_keys}")
+    unfit = [
+        name for name in names if name in specs and not _fits(specs[name], schema.field(name).type)
+    ]
     problems.extend(
         f"column `{name}` is {schema.field(name).type}, not the type of its spec {specs[name]}"
-        for name in names
-        if name in specs and not _fits(specs[name], schema.field(name).type)
+        for name in unfit
     )
     length_source = role_column(specs, "length_source")
     if length_source is None or length_source not in names:
         problems.append(f"no `{role_column(KNOWN_COLUMNS, 'length_source')}` column")
     if problems:
         msg = f"the stored specs do not match the columns: {'; '.join(problems)}"
-        raise DumpError(msg, path=source)
+        raise DumpError(msg, path=source, key=unfit[0] if unfit else None)
 
 
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:

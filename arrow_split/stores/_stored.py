@@ -82,14 +82,14 @@ class MemoryStore:
         for key, buffer in zip(keys, buffers, strict=True):
             if key in self.objects:
                 msg = f"the store holds `{key}` already; it is not replaced"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             held = sum(map(len, self.objects.values()))
             if self.capacity is not None and held + buffer.size > self.capacity:
                 msg = (
                     f"the store is full: `{key}` needs {buffer.size} bytes, "
                     f"{self.capacity - held} are free"
                 )
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             self.objects[key] = buffer.to_pybytes()
 
     def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
@@ -98,14 +98,14 @@ class MemoryStore:
             blob = self.objects.get(key)
             if blob is None:
                 msg = f"the store has no object `{key}`"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             view = np.frombuffer(blob, dtype=np.uint8)
             for start, size, target in zip(
                 starts.tolist(), sizes.tolist(), targets.tolist(), strict=True
             ):
                 if start + size > len(blob):
                     msg = f"`{key}` holds {len(blob)} bytes, not the {start + size} asked for"
-                    raise TransportError(msg)
+                    raise TransportError(msg, key=key)
                 into[target : target + size] = view[start : start + size]
 
     def remove(self, keys: Sequence[str]) -> None:
