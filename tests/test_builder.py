@@ -16,6 +16,7 @@ from arrow_split import (
     KNOWN_COLUMNS,
     ColumnSpec,
     ColumnTypeError,
+    OptionTypeError,
     RaggedLengthError,
     RolloutBatch,
     RolloutBatchBuilder,
@@ -484,3 +485,8 @@ def test_narrow_ids_take_the_type_of_the_whole_batch(values: tuple[int, int], st
     builder.extend({"tokens": [[1, 2, 3]], "rollout_routed_experts": [experts(3)]})
     leaf = builder.finish().record_batch.schema.field("rollout_routed_experts").type.value_type
     assert str(leaf.value_type.value_type) == "uint8"  # the next step starts narrow again
+
+
+def test_the_builders_flags_get_the_class_of_the_mistake_table() -> None:
+    with raises_facts(OptionTypeError, key="allow_nonfinite", mistake="flag_type"):
+        RolloutBatchBuilder(allow_nonfinite="yes")  # type: ignore[arg-type]

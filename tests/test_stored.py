@@ -18,7 +18,10 @@ from hypothesis import strategies as st
 
 from arrow_split import (
     NotARolloutBatchError,
+    OptionTypeError,
+    PlanError,
     PlanMismatchError,
+    PlanTypeError,
     RolloutBatch,
     TransportError,
     shard_for_rank,
@@ -123,6 +126,18 @@ def test_another_plan_is_a_mismatch() -> None:
         take_rank(store, ref, 0, 4)
     with raises_facts(PlanMismatchError, key=ref.prefix, expected="strided plan of 2"):
         take_rank(store, ref, 0, 2, balance_data=True)
+
+
+def test_the_arguments_of_a_take_get_the_classes_of_the_mistake_table() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(2, balance_data=False))
+    with raises_facts(PlanError, key="dp_rank", got="2", mistake="plan_value"):
+        take_rank(store, ref, 2, 2)
+    with raises_facts(PlanTypeError, key="dp_size", mistake="plan_type"):
+        take_rank(store, ref, 0, 2.0)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="trust_objects", mistake="flag_type"):
+        take_rank(store, ref, 0, 2, trust_objects="no")  # type: ignore[arg-type]
 
 
 def test_a_column_type_the_layout_cannot_hold_is_refused_before_the_put() -> None:
