@@ -283,10 +283,11 @@ def _one_d(name: str, values: object, what: str) -> np.ndarray:
     if array.ndim != 1:
         per = "length" if name == "total_lengths" else "value"
         msg = f"`{name}` must be 1-D (one {per} per sample), got shape {array.shape}"
+        got = f"shape {array.shape}"
         if array.ndim == 0:  # not a sequence at all
             msg += f": {type(values).__name__} {values!r:.40}"
-            raise PlanTypeError(msg, key=name)
-        raise PlanError(msg)
+            raise PlanTypeError(msg, key=name, got=got)
+        raise PlanError(msg, key=name, got=got)
     return array
 
 
@@ -296,10 +297,10 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
         return np.zeros(0, dtype=np.int64)
     if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
-        raise PlanTypeError(msg, key=name)
+        raise PlanTypeError(msg, key=name, got=f"dtype {array.dtype}")
     if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
-        raise PlanError(msg, key=name)
+        raise PlanError(msg, key=name, got=str(int(array.max())))
     return np.ascontiguousarray(array, dtype=np.int64)
 
 
@@ -320,16 +321,14 @@ def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
     negative = _first_negative(lengths)
     if negative is not None:
         row, count = negative
-        msg = (
-            f"`total_lengths` must be non-negative, got {int(lengths[row])} at sample {row} "
-            f"({count} negative in all)"
-        )
-        raise PlanError(msg, key="total_lengths")
+        got = str(int(lengths[row]))
+        msg = f"`total_lengths` must be non-negative, got {got} ({count} negative in all)"
+        raise PlanError(msg, key="total_lengths", sample=row, got=got)
     if lengths.size and int(lengths.max()) > _INT64_MAX // lengths.size:
         total = sum(lengths.tolist())
         if total > _INT64_MAX:
             msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
-            raise PlanError(msg, key="total_lengths")
+            raise PlanError(msg, key="total_lengths", got=str(total))
     return lengths
 
 
@@ -369,13 +368,13 @@ def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64
         bad = np.flatnonzero(~np.isfinite(checked))
         if bad.size:
             row = int(bad[0])
-            msg = f"`weights` must be finite, got {checked[row]} at sample {row}"
-            raise PlanError(msg, key="weights")
+            msg = f"`weights` must be finite, got {checked[row]}"
+            raise PlanError(msg, key="weights", sample=row, got=str(checked[row]))
     negative = _first_negative(checked)
     if negative is not None:
         row = negative[0]
-        msg = f"`weights` must be non-negative, got {checked[row]} at sample {row}"
-        raise PlanError(msg, key="weights")
+        msg = f"`weights` must be non-negative, got {checked[row]}"
+        raise PlanError(msg, key="weights", sample=row, got=str(checked[row]))
     return checked
 
 
@@ -394,5 +393,5 @@ def check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
             f"`order_by` must hold one integer per sample ({n}), got shape {keys.shape} and "
             f"dtype {keys.dtype}"
         )
-        raise (PlanTypeError if wrong_type else PlanError)(msg)
+        raise (PlanTypeError if wrong_type else PlanError)(msg, key="order_by")
     return np.ascontiguousarray(keys, dtype=np.int64)

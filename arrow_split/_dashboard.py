@@ -109,4 +109,4 @@ def _cast(array: pa.Array, field: pa.Field, name: str) -> pa.Array:
         msg = (
             f"the dashboard's `{name}` column is {field.type}; the batch's values do not fit: {exc}"
         )
-        raise DumpError(msg) from None
+        raise DumpError(msg, key=name, expected=str(field.type)) from None

@@ -47,6 +47,6 @@ def refuses_miles_calls(function: Callable[P, R]) -> Callable[P, R]:
             f"`arrow_split.compat.miles.{name}(args, data, dp_size=...)`, or here "
             f"`arrow_split.{name}(data, dp_size, balance_data=args.balance_data)`"
         )
-        raise SchemaTypeError(msg) from None
+        raise SchemaTypeError(msg, key="data_or_batch") from None
 
     return checked

@@ -47,13 +47,13 @@ def register_column(spec: ColumnSpec, *, replace: bool = False) -> None:
     """
     if not isinstance(spec, ColumnSpec):
         msg = f"`spec` must be a ColumnSpec, got {type(spec).__name__} {spec!r:.40}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="spec")
     if not isinstance(replace, bool):
         msg = f"`replace` must be a bool, got {type(replace).__name__} {replace!r:.40}"
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="replace")
     if spec.name == TOTAL_LENGTHS:
         msg = f"`{TOTAL_LENGTHS}` is derived from the length source and cannot be registered"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=TOTAL_LENGTHS)
     known = _KNOWN.get(spec.name)
     if known is not None and not replace:
         msg = (
@@ -61,7 +61,7 @@ def register_column(spec: ColumnSpec, *, replace: bool = False) -> None:
             "`replace=True` to change its spec in this process, or give a per-batch "
             "`specs=[ColumnSpec(...)]` instead"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=spec.name)
     others = [(name, known_spec.role) for name, known_spec in _KNOWN.items() if name != spec.name]
     check_roles([*others, (spec.name, spec.role)])
     _KNOWN[spec.name] = spec

@@ -167,7 +167,7 @@ class RankSchedule:
                 f"{self.plan.num_samples} samples for {key.dp_size} ranks, but the batch {got};"
                 " plan the schedule on every rank from the driver's batch, `dp_size` and config"
             )
-            raise PlanMismatchError(msg)
+            raise PlanMismatchError(msg, key="schedule", got=key.fingerprint)
         batch = check_batch(batch)
         return Shard._take(batch, self.rows, batch.total_lengths, key, self.dp_rank)
 
@@ -233,7 +233,7 @@ def _step_counts(bounds: Int64Array, dp_size: int, config: ScheduleConfig) -> li
             f"{total} rollouts < `global_batch_size` ({gbs}): a step trains "
             "`global_batch_size` rollouts; lower `global_batch_size` or pass more rollouts"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="global_batch_size", got=str(gbs))
     counts, leftover = [gbs] * (total // gbs), total % gbs
     partial = config.allow_partial_train_step and config.use_dynamic_batch_size
     if leftover and partial and int(bounds[-1] - bounds[-1 - leftover]) >= dp_size:
@@ -249,7 +249,7 @@ def _check_step(step: int, n: int, rollouts: int, dp_size: int, config: Schedule
             f"step {step} has {n} samples ({rollouts} rollouts) but `dp_size` is {dp_size}; "
             "every rank needs a sample in every step: raise `global_batch_size` or lower `dp_size`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="dp_size", got=str(dp_size))
     if config.use_dynamic_batch_size:
         if n < align:
             msg = (
@@ -257,7 +257,7 @@ def _check_step(step: int, n: int, rollouts: int, dp_size: int, config: Schedule
                 f"(`dp_size` {dp_size} times micro-batch group {group}) "
                 "it needs; raise `global_batch_size` or lower the micro-batch group"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="global_batch_size", expected=f"at least {align} samples")
         return
     size = config.micro_batch_size
     count = -(-n // size)
@@ -268,7 +268,7 @@ def _check_step(step: int, n: int, rollouts: int, dp_size: int, config: Schedule
             f"group {group}); make each step's sample count a multiple of "
             f"{align * size} or use `use_dynamic_batch_size`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="micro_batch_size", got=str(size))
 
 
 def _frozen(array: Int64Array) -> Int64Array:

@@ -104,14 +104,14 @@ def pack_step(
             "group); each micro-batch needs a sample: raise `global_batch_size`, or lower "
             "`dp_size` or `microbatch_group_size_per_vp_stage`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="global_batch_size", expected=f"{target} micro-batches")
     if not all(bins):
         msg = (
             f"step {step}: splitting micro-batches to reach {target} would leave an empty one: "
             "the only micro-batches left to split hold zero-token samples; give every sample "
             "at least one token"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="total_lengths", expected=f"{target} micro-batches")
     return bins
 
 

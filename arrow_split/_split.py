@@ -244,14 +244,14 @@ def _check_against(plan: Plan, method: str, dp_size: int, resplit: bool) -> None
             f"{plan.method == 'balanced'}`, fingerprint {plan.fingerprint}); pass the same "
             "`balance_data` on every rank as on the driver"
         )
-        raise PlanMismatchError(msg)
+        raise PlanMismatchError(msg, key="balance_data", expected=plan.method, got=method)
     if plan.dp_size != dp_size and not resplit:
         msg = (
             f"this rank asks for `dp_size={dp_size}` but the batch was put for "
             f"`dp_size={plan.dp_size}` (fingerprint {plan.fingerprint}); pass `resplit=True` to "
             "split it again for the new size (e.g. after losing a rank), or fix `dp_size`"
         )
-        raise PlanMismatchError(msg)
+        raise PlanMismatchError(msg, key="dp_size", expected=str(plan.dp_size), got=str(dp_size))
 
 
 def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:

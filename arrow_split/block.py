@@ -111,7 +111,7 @@ class RankBlock:
     ) -> None:
         if allocate is not None and not callable(allocate):
             msg = f"`allocate` must be a callable taking a byte count, got {describe(allocate)}"
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key="allocate")
         self._allocate = allocate or _numpy_allocate
         self._threads = as_int("threads", threads, minimum=1, maximum=256)
         self._parallel_bytes = as_int("parallel_bytes", parallel_bytes, minimum=0)
@@ -135,7 +135,7 @@ class RankBlock:
         """Mark the block as being read until ``event`` completes; the next fill waits for it."""
         if not callable(getattr(event, "synchronize", None)):
             msg = f"`event` must have a `synchronize()` method, got {describe(event)}"
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key="event")
         self._pending = event
 
     def wait(self) -> None:
@@ -159,7 +159,7 @@ class RankBlock:
         batch = source.rows if isinstance(source, Shard) else source
         if not isinstance(batch, RolloutBatch):
             msg = f"`source` must be a RolloutBatch or a Shard, got {describe(source)}"
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key="source")
         picked = None if rows is None else _rows(rows, batch.num_samples)
         count = batch.num_samples if picked is None else len(picked)
         plans, nbytes = _plan(batch, picked)
@@ -177,7 +177,7 @@ class RankBlock:
             buffer = self._allocate(grown)
             if buffer.dtype != np.uint8 or buffer.ndim != 1 or buffer.nbytes < grown:
                 msg = f"`allocate({grown})` must return a 1-D uint8 array of {grown} bytes"
-                raise OptionError(msg)
+                raise OptionError(msg, key="allocate")
             self._buffer = buffer
             self.allocations += 1
         return self._buffer
@@ -204,7 +204,7 @@ def _rows(rows: object, num_samples: int) -> np.ndarray:
     if picked.size and (picked.min() < 0 or picked.max() >= num_samples):
         bad = picked[(picked < 0) | (picked >= num_samples)][0]
         msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise OptionError(msg)
+        raise OptionError(msg, key="rows", got=str(bad))
     return picked
 
 

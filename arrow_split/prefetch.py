@@ -93,7 +93,7 @@ class Prefetcher(Generic[SourceT, ResultT]):
             self._check_running()
             if step in self._sources:
                 msg = f"step {step} is already submitted; take it with `get({step})` first"
-                raise OptionError(msg)
+                raise OptionError(msg, key="step", got=str(step))
             self._sources[step] = source
             self._queue.append((step, source))
             if self._thread is None:
@@ -126,14 +126,14 @@ class Prefetcher(Generic[SourceT, ResultT]):
                     f"step {step}: its fetch did not finish within {timeout} s; wait longer, or "
                     "`cancel()` and fetch it again"
                 )
-                raise TransportError(msg)
+                raise TransportError(msg, key="step", got=str(step))
             self._check_running()
             if step not in self._ready:
                 msg = (
                     f"step {step} was not submitted (or was cancelled); `submit({step}, "
                     "source)` it first"
                 )
-                raise OptionError(msg)
+                raise OptionError(msg, key="step", got=str(step))
             result = self._ready.pop(step)
             del self._sources[step]
             self._lock.notify_all()
@@ -186,7 +186,7 @@ class Prefetcher(Generic[SourceT, ResultT]):
     def _check_running(self) -> None:
         if self._stopped:
             msg = "the prefetcher is stopped; make a new one"
-            raise OptionError(msg)
+            raise OptionError(msg, expected="a running prefetcher", got="stopped")
 
     def _ended(self, step: int) -> bool:
         """Whether a ``get(step)`` stops waiting (under the lock)."""
@@ -220,5 +220,5 @@ class Prefetcher(Generic[SourceT, ResultT]):
 def _callable(fetch: Callable[[SourceT], ResultT]) -> Callable[[SourceT], ResultT]:
     if not callable(fetch):
         msg = f"`fetch` must be a callable taking a step's source, got {describe(fetch)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="fetch")
     return fetch

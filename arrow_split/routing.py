@@ -45,12 +45,12 @@ _META_CP = b"arrow_split.cp"
 def _int(name: str, value: object, low: int, high: int | None = None) -> int:
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
         msg = f"`{name}` must be an int, got {describe(value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key=name)
     number = int(value)
     if number < low or (high is not None and number >= high):
         bound = f"in [{low}, {high})" if high is not None else f">= {low}"
         msg = f"`{name}` must be {bound}, got {number}"
-        raise OptionError(msg)
+        raise OptionError(msg, key=name, expected=bound, got=str(number))
     return number
 
 
@@ -94,7 +94,7 @@ class ParallelPlace:
                     f"`stage_layers` gives {len(stages)} stages but `pp_size` is {pp_size}; pass "
                     "one layer count per pipeline stage"
                 )
-                raise OptionError(msg)
+                raise OptionError(msg, key="stage_layers")
             object.__setattr__(self, "stage_layers", stages)
 
     def layers(self, layer_count: int) -> range:
@@ -105,7 +105,7 @@ class ParallelPlace:
                     f"`stage_layers` {list(self.stage_layers)} sums to {sum(self.stage_layers)} "
                     f"layers but the routed experts hold {layer_count}; give every layer a stage"
                 )
-                raise PlanError(msg)
+                raise PlanError(msg, key="stage_layers")
             start = sum(self.stage_layers[: self.pp_rank])
             return range(start, start + self.stage_layers[self.pp_rank])
         if self.pp_size > layer_count:
@@ -113,13 +113,13 @@ class ParallelPlace:
                 f"`pp_size` {self.pp_size} is more pipeline stages than the {layer_count} layers "
                 "of the routed experts; every stage needs at least one layer"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="pp_size")
         if layer_count % self.pp_size:
             msg = (
                 f"{layer_count} layers do not divide into `pp_size` {self.pp_size} equal stages; "
                 "pass `stage_layers` (one count per stage) for an uneven pipeline"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="pp_size")
         per_stage = layer_count // self.pp_size
         return range(self.pp_rank * per_stage, (self.pp_rank + 1) * per_stage)
 
@@ -145,11 +145,11 @@ class ParallelPlace:
         if not self.cp_pad and n and (bad := np.flatnonzero(lengths % parts)).size:
             sample = int(bad[0])
             msg = (
-                f"sample {sample}: {int(lengths[sample])} tokens do not divide into 2 x `cp_size`"
+                f"{int(lengths[sample])} tokens do not divide into 2 x `cp_size`"
                 f" = {parts} equal chunks; pad the sequences to a multiple of {parts} or pass "
                 "`cp_pad=True`"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="cp_size", sample=sample)
         chunk = -(-lengths // parts)
         for which, index in enumerate((self.cp_rank, parts - 1 - self.cp_rank)):
             start = index * chunk
@@ -162,7 +162,7 @@ class ParallelPlace:
 def _sequence(value: object) -> Sequence[object]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
         msg = f"`stage_layers` must be a sequence of ints, got {describe(value)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="stage_layers")
     return list(value)
 
 
@@ -241,7 +241,7 @@ def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
             f"the batch has no column `{column}`; its columns are {batch.column_names}: pass "
             "the routed-experts column's name as `column`"
         )
-        raise ColumnNotFoundError(msg)
+        raise ColumnNotFoundError(msg, key=column)
     for found in batch.numeric_columns():
         if found.spec.name == column and found.offsets is not None and found.values.ndim == 3:
             return found
@@ -249,7 +249,7 @@ def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
         f"column `{column}` is not per-token ids of layers x top_k (one 2-D array per sample); "
         "routed experts are declared `per_sample_tensor`"
     )
-    raise SchemaError(msg)
+    raise SchemaError(msg, key=column)
 
 
 def take_expert_slice(
@@ -290,11 +290,11 @@ def take_expert_slice(
     """
     if not isinstance(place, ParallelPlace):
         msg = f"`place` must be a ParallelPlace, got {describe(place)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="place")
     batch = source.rows if isinstance(source, Shard) else source
     if not isinstance(batch, RolloutBatch):
         msg = f"`source` must be a RolloutBatch or a Shard, got {describe(source)}"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="source")
     experts = _experts_of(batch, column)
     picked = _rows(rows, batch.num_samples)
     values, offsets = experts.values, cast("np.ndarray", experts.offsets)  # ragged: offsets
@@ -309,7 +309,9 @@ def take_expert_slice(
             f"column `{column}` holds id {int(gathered.max())}, not below `num_experts` "
             f"{num_experts}; pass the model's expert count"
         )
-        raise ValueRangeError(msg)
+        raise ValueRangeError(
+            msg, key=column, expected=f"below {num_experts}", got=str(int(gathered.max()))
+        )
     gathered = gathered.astype(dtype, copy=False)
     array = _column(gathered, (ranges[:, :, 1] - ranges[:, :, 0]).sum(axis=1), top_k)
     gathered.flags.writeable = False
@@ -331,7 +333,7 @@ def _rows(rows: object, num_samples: int) -> np.ndarray:
     if picked.size and (picked.min() < 0 or picked.max() >= num_samples):
         bad = picked[(picked < 0) | (picked >= num_samples)][0]
         msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise OptionError(msg)
+        raise OptionError(msg, key="rows", got=str(bad))
     return picked
 
 

@@ -153,7 +153,7 @@ def check_roles(roles: Iterable[tuple[str, str | None]]) -> None:
                 f"columns `{holders[role]}` and `{name}` both have role "
                 f"{role!r}; give the role to one column only"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=name)
         holders[role] = name
 
 

@@ -73,10 +73,10 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
             msg = f"`dp_sizes` must hold positive ints, got {size!r} of type {type(size).__name__}"
-            raise PlanTypeError(msg, key="dp_sizes")
+            raise PlanTypeError(msg, key="dp_sizes", got=f"{size!r} of type {type(size).__name__}")
         if size < 1:
             msg = f"`dp_sizes` must hold positive ints, got {size!r}"
-            raise PlanError(msg, key="dp_sizes")
+            raise PlanError(msg, key="dp_sizes", got=repr(size))
     return tuple(int(size) for size in sizes)
 
 

@@ -6,11 +6,17 @@ The wording of messages is pinned in one place, ``tests/data/error_messages.json
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pytest
 
 from arrow_split import ArrowSplitError
 
 _LOCATION = ("sample", "position", "item")
+
+_E = TypeVar("_E", bound=BaseException)
 
 
 def assert_facts(error: BaseException, facts: dict[str, Any]) -> None:
@@ -21,3 +27,13 @@ def assert_facts(error: BaseException, facts: dict[str, Any]) -> None:
     for name in _LOCATION:
         if name not in facts:
             assert getattr(error, name) is None, f"{error!r}: `{name}` is {getattr(error, name)}"
+
+
+@contextmanager
+def raises_facts(
+    error: type[_E] | tuple[type[_E], ...], /, **facts: Any
+) -> Iterator[pytest.ExceptionInfo[_E]]:
+    """``pytest.raises(error)`` whose error then holds ``facts`` (see :func:`assert_facts`)."""
+    with pytest.raises(error) as info:
+        yield info
+    assert_facts(info.value, facts)

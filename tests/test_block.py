@@ -6,13 +6,13 @@ import tracemalloc
 from typing import Any
 
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arrow_split import OptionError, OptionTypeError, RolloutBatch, take_rows
 from arrow_split.block import RankBlock
 from arrow_split.testing.strategies import rollout_batches
+from tests.error_facts import raises_facts
 
 
 def assert_same_as_take(block: Any, batch: RolloutBatch, rows: np.ndarray) -> None:
@@ -128,16 +128,16 @@ def test_a_fill_waits_for_the_recorded_reader_before_writing() -> None:
 
 
 def test_bad_arguments() -> None:
-    with pytest.raises(OptionTypeError, match="`allocate` must be a callable"):
+    with raises_facts(OptionTypeError, key="allocate"):
         RankBlock(allocate=3)  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="`threads` must be >= 1"):
+    with raises_facts(OptionError, key="threads", mistake="option_value"):
         RankBlock(threads=0)
     block = RankBlock(allocate=lambda n: np.empty(n, dtype=np.float32))
-    with pytest.raises(OptionError, match="must return a 1-D uint8 array"):
+    with raises_facts(OptionError, key="allocate"):
         block.fill(make_batch([3]), [0])
-    with pytest.raises(OptionTypeError, match="`source` must be"):
+    with raises_facts(OptionTypeError, key="source"):
         RankBlock().fill({"tokens": [[1]]}, [0])  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="row 5, outside"):
+    with raises_facts(OptionError, key="rows", got="5"):
         RankBlock().fill(make_batch([3]), [5])
-    with pytest.raises(OptionTypeError, match="`event` must have"):
+    with raises_facts(OptionTypeError, key="event"):
         RankBlock().record(object())  # type: ignore[arg-type]

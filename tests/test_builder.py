@@ -16,6 +16,7 @@ from arrow_split import (
     KNOWN_COLUMNS,
     ColumnSpec,
     ColumnTypeError,
+    OptionTypeError,
     RaggedLengthError,
     RolloutBatch,
     RolloutBatchBuilder,
@@ -29,7 +30,7 @@ from arrow_split.testing import (
     make_train_data,
 )
 from arrow_split.testing.strategies import train_data
-from tests.error_facts import assert_facts
+from tests.error_facts import assert_facts, raises_facts
 from tests.test_errors import BAD_TRAIN_DATA
 
 
@@ -256,7 +257,7 @@ def test_batch_globals_given_two_ways_or_twice() -> None:
     with pytest.raises(SchemaError) as caught:
         builder.set_global("entropies", 1)
     assert_facts(caught.value, {"key": "entropies"})
-    with pytest.raises(SchemaError, match=r"must be one int, got str"):
+    with raises_facts(SchemaError, key="dynamic_global_batch_size", expected="one int"):
         builder.set_global("dynamic_global_batch_size", "4")
     assert len(builder) == 1
     builder.finish()
@@ -484,3 +485,8 @@ def test_narrow_ids_take_the_type_of_the_whole_batch(values: tuple[int, int], st
     builder.extend({"tokens": [[1, 2, 3]], "rollout_routed_experts": [experts(3)]})
     leaf = builder.finish().record_batch.schema.field("rollout_routed_experts").type.value_type
     assert str(leaf.value_type.value_type) == "uint8"  # the next step starts narrow again
+
+
+def test_the_builders_flags_get_the_class_of_the_mistake_table() -> None:
+    with raises_facts(OptionTypeError, key="allow_nonfinite", mistake="flag_type"):
+        RolloutBatchBuilder(allow_nonfinite="yes")  # type: ignore[arg-type]

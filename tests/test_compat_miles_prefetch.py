@@ -10,6 +10,7 @@ import pytest
 
 from arrow_split import OptionError, PlanError
 from arrow_split.compat.miles._prefetch import MilesPrefetcher
+from tests.error_facts import raises_facts
 
 
 class FakeProcess:
@@ -26,7 +27,7 @@ class FakeProcess:
         self.calls.append((ref, dp_rank, dp_size, witness, options))
         if ref == "lost":
             msg = "the object was put for another plan"
-            raise PlanError(msg)
+            raise PlanError(msg, key="plan")
         return {"tokens": [ref], "rank": (dp_rank, dp_size)}, f"result-{ref}"
 
 
@@ -58,7 +59,7 @@ def test_replan_fetches_the_rollouts_not_taken_again() -> None:
         prefetcher.replan(2, 3)
         assert prefetcher.get_rollout_data(1)[0]["rank"] == (2, 3)
         assert prefetcher.get_rollout_data(2)[0]["rank"] == (2, 3)
-        with pytest.raises(PlanError, match="`dp_rank` must be in"):
+        with raises_facts(PlanError, key="dp_rank", mistake="plan_value"):
             prefetcher.replan(3, 3)
 
 
@@ -66,7 +67,7 @@ def test_an_error_is_raised_by_the_rollout_that_needs_it() -> None:
     with MilesPrefetcher(Namespace(), 0, 1, process=FakeProcess()) as prefetcher:
         prefetcher.submit(0, "lost")
         prefetcher.submit(1, "fine")
-        with pytest.raises(PlanError, match="another plan") as caught:
+        with raises_facts(PlanError, key="plan") as caught:
             prefetcher.get_rollout_data(0)
         assert caught.value.__notes__ == ["raised by the prefetched fetch of step 0"]
         assert prefetcher.get_rollout_data(1)[1] == "result-fine"
@@ -74,7 +75,7 @@ def test_an_error_is_raised_by_the_rollout_that_needs_it() -> None:
         prefetcher.cancel()
         prefetcher.submit(2, "y")  # a cancelled rollout can come again
         assert prefetcher.get_rollout_data(2)[1] == "result-y"
-    with pytest.raises(OptionError, match="stopped"):
+    with raises_facts(OptionError, expected="a running prefetcher", got="stopped"):
         prefetcher.get_rollout_data(3, "z")
 
 

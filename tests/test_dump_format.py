@@ -15,6 +15,7 @@ import pytest
 
 from arrow_split import DumpError, RolloutBatch
 from arrow_split.batch._dump import read_dump
+from tests.error_facts import raises_facts
 
 DATA = {
     "tokens": [[1, 2, 3], [4, 5, 6, 7], [8]],
@@ -118,5 +119,5 @@ def test_an_unknown_readable_type_is_a_dump_error(batch: RolloutBatch, tmp_path:
     crafted = tmp_path / "crafted.arrow"
     with pa.ipc.new_file(crafted, table.schema.with_metadata(metadata)) as writer:
         writer.write_table(table.replace_schema_metadata(metadata))
-    with pytest.raises(DumpError, match=r"column `tokens`: spec field `value_type` holds an unkn"):
+    with raises_facts(DumpError, key="tokens"):
         RolloutBatch.read(crafted)

@@ -19,6 +19,7 @@ from arrow_split import (
     RolloutBatchBuilder,
 )
 from arrow_split.testing import assert_batches_equal
+from tests.error_facts import raises_facts
 
 JSON_METADATA = ColumnSpec("metadata", "per_sample_object", codec="json")
 FITS: list[Any] = [
@@ -127,7 +128,7 @@ def test_corrupt_json_text_is_a_dump_error(tmp_path: Path) -> None:
     )
     path = tmp_path / "corrupt.arrow"
     RolloutBatch(broken, batch.specs, batch.batch_globals).write(path)
-    with pytest.raises(DumpError, match=r"sample 0: `metadata` holds text that is not JSON"):
+    with raises_facts(DumpError, key="metadata", sample=0):
         RolloutBatch.read(path).to_train_data()
 
 

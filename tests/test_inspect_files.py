@@ -14,6 +14,7 @@ import arrow_split
 from arrow_split import DumpError, RolloutBatch, RolloutBatchBuilder, write_dashboard_columns
 from arrow_split.__main__ import main
 from arrow_split._dashboard import DASHBOARD_SCHEMA
+from tests.error_facts import raises_facts
 
 DATA: dict[str, Any] = {
     "tokens": [[1, 2, 3, 4], [5, 6, 7], [8, 9, 10, 11, 12], [13, 14]],
@@ -71,8 +72,10 @@ def test_inspect_a_parquet_file_and_the_reader_it_needs(
     batch.to_parquet(tmp_path / "b.parquet")
     assert main(["inspect", str(tmp_path / "b.parquet"), "--dp-size", "2"]) == 0
     assert "Parquet (RolloutBatch.to_parquet)" in capsys.readouterr().out
-    with pytest.raises(DumpError, match=r"is not a rollout dump but a Parquet file.*read_parquet"):
+    parquet = "a Parquet file (`RolloutBatch.to_parquet`)"
+    with raises_facts(DumpError, path=str(tmp_path / "b.parquet"), got=parquet) as caught:
         RolloutBatch.read(tmp_path / "b.parquet")
+    assert "RolloutBatch.read_parquet" in str(caught.value.fix)
 
 
 def test_reading_a_journal_as_a_dump_points_at_recover(tmp_path: Path) -> None:
@@ -80,8 +83,9 @@ def test_reading_a_journal_as_a_dump_points_at_recover(tmp_path: Path) -> None:
     builder.extend(_group(0, 2))
     builder.close()
     journal = next(tmp_path.glob("step-*.journal"))
-    with pytest.raises(DumpError, match=r"a builder's journal; recover its batch with"):
+    with raises_facts(DumpError, path=str(journal), got="a builder's journal") as caught:
         RolloutBatch.read(journal)
+    assert "RolloutBatchBuilder.recover" in str(caught.value.fix)
 
 
 def test_the_dashboard_columns_file_is_miles_format(tmp_path: Path) -> None:
@@ -112,9 +116,9 @@ def test_the_dashboard_file_of_a_batch_without_optional_keys(tmp_path: Path) -> 
 
 def test_the_dashboard_refuses_values_past_int32(tmp_path: Path) -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1]], "sample_indices": [2**40]})
-    with pytest.raises(DumpError, match=r"`sample_index` column is int32"):
+    with raises_facts(DumpError, key="sample_index", expected="int32"):
         write_dashboard_columns(batch, tmp_path, 0)
-    with pytest.raises(arrow_split.OptionError, match=r"`rollout_id`"):
+    with raises_facts(arrow_split.OptionError, key="rollout_id", mistake="option_value"):
         write_dashboard_columns(batch, tmp_path, -1)
 
 

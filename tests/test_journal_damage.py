@@ -26,7 +26,7 @@ from arrow_split import (
     RolloutBatchBuilder,
     SchemaError,
 )
-from tests.error_facts import assert_facts
+from tests.error_facts import assert_facts, raises_facts
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -182,7 +182,7 @@ def test_a_sample_without_identity_is_refused() -> None:
     builder = RolloutBatchBuilder(identity="sample_indices")
     group = _group(0)
     group["sample_indices"] = [None, None]
-    with pytest.raises(ArrowSplitError, match="None"):
+    with raises_facts(ArrowSplitError, key="sample_indices", sample=0, got="None"):
         builder.extend(group)
     assert len(builder) == 0
 

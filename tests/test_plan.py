@@ -26,6 +26,7 @@ from arrow_split.plan import (
 )
 from arrow_split.plan import _karmarkar_karp as karmarkar_karp_module
 from arrow_split.plan._karmarkar_karp import kk_partitions
+from tests.error_facts import raises_facts
 from tests.reference_plan import reference_partitions
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -292,9 +293,13 @@ def test_the_balanced_plan_is_the_general_equal_size_karmarkar_karp(
 @pytest.mark.parametrize("balance_data", [False, True])
 def test_a_dp_size_above_the_limit_is_refused_at_once(dp_size: int, balance_data: bool) -> None:
     # Without the limit, a strided plan of 2**31 - 1 ranks would allocate one array per rank.
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}, got"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         Plan.build([1, 2, 3], dp_size, balance_data=balance_data)
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}, got"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         split_train_data_by_dp_raw({"tokens": [[1], [2]]}, dp_size, balance_data=balance_data)
 
 
@@ -302,7 +307,7 @@ def test_the_largest_dp_size_plans_a_small_batch() -> None:
     plan = Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=False)
     assert [rows.tolist() for rows in plan.partitions[:4]] == [[0], [1], [2], []]
     assert sum(len(rows) for rows in plan.partitions) == 3
-    with pytest.raises(PlanError, match=r"needs at least `dp_size` \(65536\) samples, got 3"):
+    with raises_facts(PlanError, key="dp_size", expected="at least 65536 samples", got="3"):
         Plan.build([3, 1, 2], MAX_DP_SIZE, balance_data=True)
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from arrow_split import OptionError, OptionTypeError, PlanError, TransportError
 from arrow_split.prefetch import Prefetcher
+from tests.error_facts import raises_facts
 
 
 class Recorder:
@@ -70,14 +71,14 @@ def test_an_error_is_raised_at_the_step_that_needs_the_data() -> None:
     def fetch(source: int) -> int:
         if source == 1:
             msg = "the batch was put for another plan"
-            raise PlanError(msg)
+            raise PlanError(msg, key="plan")
         return source
 
     with Prefetcher(fetch, lookahead=2) as prefetcher:
         for step in range(3):
             prefetcher.submit(step, step)
         assert prefetcher.get(0) == 0
-        with pytest.raises(PlanError, match="another plan") as caught:
+        with raises_facts(PlanError, key="plan") as caught:
             prefetcher.get(1)
         assert "raised by the prefetched fetch of step 1" in caught.value.__notes__
         assert prefetcher.get(2) == 2  # the thread lives on
@@ -137,29 +138,29 @@ def test_stop_ends_the_thread_and_refuses_more() -> None:
     prefetcher.stop(5)
     assert prefetcher._thread is not None
     assert not prefetcher._thread.is_alive()
-    with pytest.raises(OptionError, match="stopped"):
+    with raises_facts(OptionError, expected="a running prefetcher", got="stopped"):
         prefetcher.submit(1, 1)
-    with pytest.raises(OptionError, match="stopped"):
+    with raises_facts(OptionError, expected="a running prefetcher", got="stopped"):
         prefetcher.get(0)
 
 
 def test_bad_calls() -> None:
-    with pytest.raises(OptionTypeError, match="`fetch` must be a callable"):
+    with raises_facts(OptionTypeError, key="fetch"):
         Prefetcher(3)  # type: ignore[arg-type]
-    with pytest.raises(OptionError, match="`lookahead` must be >= 0"):
+    with raises_facts(OptionError, key="lookahead", expected=">= 0", mistake="option_value"):
         Prefetcher(Recorder(), lookahead=-1)
     with Prefetcher(Recorder()) as prefetcher:
-        with pytest.raises(OptionError, match="step 3 was not submitted"):
+        with raises_facts(OptionError, key="step", got="3"):
             prefetcher.get(3)
         prefetcher.submit(0, 0)
-        with pytest.raises(OptionError, match="already submitted"):
+        with raises_facts(OptionError, key="step", got="0"):
             prefetcher.submit(0, 0)
-        with pytest.raises(OptionTypeError, match="`step` must be an int"):
+        with raises_facts(OptionTypeError, key="step", expected="an int", mistake="option_type"):
             prefetcher.submit(1.0, 0)  # type: ignore[arg-type]
         gate = Recorder()
         gate.gate.clear()
         prefetcher.replace(gate)
         prefetcher.submit(1, 1)
-        with pytest.raises(TransportError, match="step 1: its fetch did not finish"):
+        with raises_facts(TransportError, key="step", got="1"):
             prefetcher.get(1, timeout=0.01)
         gate.gate.set()

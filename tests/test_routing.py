@@ -29,6 +29,7 @@ from arrow_split import (
 )
 from arrow_split.routing import ParallelPlace, expert_id_dtype, take_expert_slice
 from arrow_split.schema import ROUTED_EXPERTS
+from tests.error_facts import raises_facts
 
 
 def make_data(lengths: list[int], layers: int, top_k: int, high: int, seed: int = 0) -> Any:
@@ -153,55 +154,60 @@ def test_an_int32_column_narrowed_by_num_experts() -> None:
     narrowed = take_expert_slice(batch, ParallelPlace(), num_experts=256)
     assert narrowed.values.dtype == np.uint8
     np.testing.assert_array_equal(narrowed.values[:4], data[ROUTED_EXPERTS][0])
-    with pytest.raises(ValueRangeError, match="not below `num_experts` 200"):
+    with raises_facts(
+        ValueRangeError, key="rollout_routed_experts", got="255", expected="below 200"
+    ):
         take_expert_slice(batch, ParallelPlace(), num_experts=200)
 
 
 @pytest.mark.parametrize(
-    ("place", "error", "match"),
+    ("place", "error", "facts"),
     [
-        (ParallelPlace(pp_size=5), PlanError, "more pipeline stages than the 4 layers"),
-        (ParallelPlace(pp_size=3), PlanError, "do not divide into `pp_size` 3"),
-        (ParallelPlace(pp_size=2, stage_layers=(1, 2)), PlanError, "sums to 3 layers"),
-        (ParallelPlace(cp_size=2, cp_pad=False), PlanError, "sample 1: 5 tokens do not divide"),
+        (ParallelPlace(pp_size=5), PlanError, {"key": "pp_size"}),  # more stages than layers
+        (ParallelPlace(pp_size=3), PlanError, {"key": "pp_size"}),  # 4 layers, 3 stages
+        (ParallelPlace(pp_size=2, stage_layers=(1, 2)), PlanError, {"key": "stage_layers"}),
+        (ParallelPlace(cp_size=2, cp_pad=False), PlanError, {"key": "cp_size", "sample": 1}),
     ],
 )
-def test_a_layout_that_does_not_fit(place: ParallelPlace, error: type, match: str) -> None:
+def test_a_layout_that_does_not_fit(
+    place: ParallelPlace, error: type, facts: dict[str, Any]
+) -> None:
     batch = RolloutBatch.from_train_data(make_data([8, 5], 4, 2, 256))
-    with pytest.raises(error, match=match):
+    with raises_facts(error, **facts):
         take_expert_slice(batch, place)
 
 
 @pytest.mark.parametrize(
-    ("arguments", "error", "match"),
+    ("arguments", "error", "facts"),
     [
-        ({"pp_size": 0}, OptionError, "`pp_size` must be >= 1"),
-        ({"pp_size": 2, "pp_rank": 2}, OptionError, r"`pp_rank` must be in \[0, 2\)"),
-        ({"cp_size": 2, "cp_rank": -1}, OptionError, "`cp_rank` must be in"),
-        ({"cp_size": 2.0}, OptionTypeError, "`cp_size` must be an int"),
-        ({"cp_size": True}, OptionTypeError, "`cp_size` must be an int"),
-        ({"pp_size": 2, "stage_layers": (3,)}, OptionError, "gives 1 stages"),
-        ({"stage_layers": "4"}, OptionTypeError, "sequence of ints"),
-        ({"stage_layers": (0,)}, OptionError, "`stage_layers` must be >= 1"),
-        ({"cp_pad": "no"}, OptionTypeError, "`cp_pad` must be a bool"),
+        ({"pp_size": 0}, OptionError, {"key": "pp_size", "expected": ">= 1"}),
+        ({"pp_size": 2, "pp_rank": 2}, OptionError, {"key": "pp_rank", "expected": "in [0, 2)"}),
+        ({"cp_size": 2, "cp_rank": -1}, OptionError, {"key": "cp_rank", "got": "-1"}),
+        ({"cp_size": 2.0}, OptionTypeError, {"key": "cp_size"}),
+        ({"cp_size": True}, OptionTypeError, {"key": "cp_size"}),
+        ({"pp_size": 2, "stage_layers": (3,)}, OptionError, {"key": "stage_layers"}),
+        ({"stage_layers": "4"}, OptionTypeError, {"key": "stage_layers"}),
+        ({"stage_layers": (0,)}, OptionError, {"key": "stage_layers", "expected": ">= 1"}),
+        ({"cp_pad": "no"}, OptionTypeError, {"key": "cp_pad", "mistake": "flag_type"}),
     ],
 )
-def test_a_bad_place(arguments: dict[str, Any], error: type, match: str) -> None:
-    with pytest.raises(error, match=match):
+def test_a_bad_place(arguments: dict[str, Any], error: type, facts: dict[str, Any]) -> None:
+    with raises_facts(error, **facts) as caught:
         ParallelPlace(**arguments)
+    assert type(caught.value) is error
 
 
 def test_bad_arguments_of_the_take() -> None:
     batch = RolloutBatch.from_train_data(make_data([8, 5], 4, 2, 256))
-    with pytest.raises(ColumnNotFoundError, match="no column `experts`"):
+    with raises_facts(ColumnNotFoundError, key="experts"):
         take_expert_slice(batch, ParallelPlace(), column="experts")
-    with pytest.raises(SchemaError, match="column `tokens` is not per-token ids"):
+    with raises_facts(SchemaError, key="tokens"):
         take_expert_slice(batch, ParallelPlace(), column="tokens")
-    with pytest.raises(OptionError, match="row 2, outside"):
+    with raises_facts(OptionError, key="rows", got="2"):
         take_expert_slice(batch, ParallelPlace(), [2])
-    with pytest.raises(OptionTypeError, match="`place` must be a ParallelPlace"):
+    with raises_facts(OptionTypeError, key="place"):
         take_expert_slice(batch, (4, 0), [0])  # type: ignore[arg-type]
-    with pytest.raises(OptionTypeError, match="`source` must be"):
+    with raises_facts(OptionTypeError, key="source"):
         take_expert_slice({"tokens": []}, ParallelPlace())  # type: ignore[arg-type]
     assert pa.types.is_large_list(take_expert_slice(batch, ParallelPlace()).column.type)
 
@@ -211,5 +217,7 @@ def test_an_id_above_the_narrow_type_is_caught_before_the_cast() -> None:
     data = make_data([5, 6], 4, 2, 256)
     data[ROUTED_EXPERTS][1][0, 0, 0] = 300  # 300 as uint8 would read 44
     batch = RolloutBatch.from_train_data(data, specs=[exact])
-    with pytest.raises(ValueRangeError, match="holds id 300"):
+    with raises_facts(
+        ValueRangeError, key="rollout_routed_experts", got="300", expected="below 256"
+    ):
         take_expert_slice(batch, ParallelPlace(), num_experts=256)

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from arrow_split import (
     ColumnSpec,
     NotARolloutBatchError,
+    OptionTypeError,
     PlanError,
     PlanMismatchError,
+    PlanTypeError,
     RolloutBatch,
     TransportError,
     shard_for_rank,
@@ -33,6 +35,7 @@ from arrow_split.testing import (
     make_train_data,
 )
 from arrow_split.testing.strategies import train_data
+from tests.error_facts import raises_facts
 from tests.reference_split import normalize, reference_split
 
 
@@ -100,8 +103,10 @@ def test_a_rank_reads_about_its_share_of_the_bytes() -> None:
 def test_a_full_store_keeps_nothing_of_a_failed_put() -> None:
     batch = RolloutBatch.from_train_data(make_train_data(WORKLOADS["tiny"]))
     store = MemoryStore(capacity=batch.nbytes // 2)
-    with pytest.raises(TransportError, match=r"step 5: the put of `arrow_split/5/.*full"):
+    with pytest.raises(TransportError) as caught:
         put_batch(store, batch, batch.make_plan(2, balance_data=False), step=5)
+    assert str(caught.value.key).startswith("arrow_split/5/")  # the put's prefix names the step
+    assert caught.value.__cause__.key.startswith(caught.value.key)  # the object that did not fit
     assert store.objects == {}
 
 
@@ -111,7 +116,7 @@ def test_a_removed_object_is_a_transport_error_naming_key_and_step() -> None:
     ref = put_batch(store, batch, batch.make_plan(2, balance_data=False), step=7)
     gone = ref.keys[-1]
     del store.objects[gone]
-    with pytest.raises(TransportError, match=rf"step 7, dp_rank 1: .*`{gone}`"):
+    with raises_facts(TransportError, key=gone):
         take_rank(store, ref, 1, 2)
 
 
@@ -119,9 +124,9 @@ def test_another_plan_is_a_mismatch() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
     store = MemoryStore()
     ref = put_batch(store, batch, batch.make_plan(2, balance_data=False))
-    with pytest.raises(PlanMismatchError, match="strided plan of 2"):
+    with raises_facts(PlanMismatchError, key=ref.prefix, expected="strided plan of 2"):
         take_rank(store, ref, 0, 4)
-    with pytest.raises(PlanMismatchError, match="balanced plan of 2 ranks"):
+    with raises_facts(PlanMismatchError, key=ref.prefix, expected="strided plan of 2"):
         take_rank(store, ref, 0, 2, balance_data=True)
 
 
@@ -205,6 +210,18 @@ def test_a_batch_put_without_a_plan_needs_the_method_and_resplit_is_opt_in() -> 
     assert take_rank(store, planned, 3, 4, resplit=True).partition.tolist() == [3]
 
 
+def test_the_arguments_of_a_take_get_the_classes_of_the_mistake_table() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
+    store = MemoryStore()
+    ref = put_batch(store, batch, batch.make_plan(2, balance_data=False))
+    with raises_facts(PlanError, key="dp_rank", got="2", mistake="plan_value"):
+        take_rank(store, ref, 2, 2)
+    with raises_facts(PlanTypeError, key="dp_size", mistake="plan_type"):
+        take_rank(store, ref, 0, 2.0)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="trust_objects", mistake="flag_type"):
+        take_rank(store, ref, 0, 2, trust_objects="no")  # type: ignore[arg-type]
+
+
 def test_a_column_type_the_layout_cannot_hold_is_refused_before_the_put() -> None:
     from arrow_split._codecs._ranges import supported
 
@@ -228,7 +245,7 @@ def test_a_corrupt_reference_is_refused(edit: object) -> None:
         put_batch(MemoryStore(), batch, batch.make_plan(2, balance_data=False)).to_json()
     )
     edit(members)  # type: ignore[operator]
-    with pytest.raises(NotARolloutBatchError, match="not a stored-batch reference"):
+    with raises_facts(NotARolloutBatchError, key="ref"):
         StoredBatchRef.from_json(json.dumps(members))
     with pytest.raises(NotARolloutBatchError):
         StoredBatchRef.from_json("{not json")

@@ -307,11 +307,11 @@ def check_parts(
     source = Roles.of(specs).length_source
     if source not in names or sorted(names) != sorted(per_sample):
         msg = f"the record batch's columns {names} do not match the per-sample specs {per_sample}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key="record_batch")
     missing = sorted(set(specs) - set(names) - set(batch_globals))
     if missing:
         msg = f"batch-global keys without a value: {', '.join(missing)}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=missing[0])
 
 
 def check_content(

@@ -259,7 +259,7 @@ class RolloutBatch:
                 "`role_values` gives the one value per sample of a per_sample_scalar column: "
                 f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=name)
         column = self._record_batch.column(name)
         values = numpy_view(column)
         values.flags.writeable = False  # booleans are unpacked into fresh memory
@@ -272,7 +272,7 @@ class RolloutBatch:
             raise SchemaTypeError(msg, key="name")
         if name not in self._record_batch.schema.names:
             msg = f"no per-sample column `{name}`; the batch has: {', '.join(self.column_names)}"
-            raise ColumnNotFoundError(msg)
+            raise ColumnNotFoundError(msg, key=name)
         return self._record_batch.column(name)
 
     @property
@@ -364,7 +364,7 @@ class RolloutBatch:
         clash = sorted(set(data) & set(self._specs))
         if clash:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=clash[0])
         resolved = resolve_specs(data.keys(), specs, data=data)
         if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"

@@ -107,8 +107,8 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
     except FileNotFoundError:
         raise
     except (OSError, pa.ArrowException) as exc:
-        msg = f"`{source}`: cannot map the file for reading: {exc}"
-        raise DumpError(msg) from exc
+        msg = f"cannot map the file for reading: {exc}"
+        raise DumpError(msg, path=source) from exc
     with mapped:
         file_bytes = mapped.size()
         record_batch = _read_single_batch(mapped, source)
@@ -161,8 +161,8 @@ def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
         record_batch = table.combine_chunks().to_batches()
         schema = table.schema
     except (OSError, pa.ArrowException) as exc:
-        msg = f"`{source}` is not a readable Parquet file: {exc}"
-        raise DumpError(msg) from exc
+        msg = f"not a readable Parquet file: {exc}"
+        raise DumpError(msg, path=source) from exc
     merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
     metadata = decode_metadata(schema, source)
     parts = _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
@@ -241,37 +241,44 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
 
 
 # The first bytes of the files a dump is mistaken for, and the reader each needs.
-_OTHER_FORMATS = {
-    b"PAR1": "a Parquet file (`RolloutBatch.to_parquet`); read it with "
-    "`RolloutBatch.read_parquet(path)`",
-    b"ASJ2": "a builder's journal; recover its batch with `RolloutBatchBuilder.recover(folder)` "
-    "or look at it with `arrow-split inspect PATH`",
-    b"ASJ1": "a builder's journal (format 1); recover its batch with "
-    "`RolloutBatchBuilder.recover(folder)`",
+_OTHER_FORMATS = {  # magic bytes -> (what the file is, how to read it)
+    b"PAR1": (
+        "a Parquet file (`RolloutBatch.to_parquet`)",
+        "read it with `RolloutBatch.read_parquet(path)`",
+    ),
+    b"ASJ2": (
+        "a builder's journal",
+        "recover its batch with `RolloutBatchBuilder.recover(folder)` or look at it with "
+        "`arrow-split inspect PATH`",
+    ),
+    b"ASJ1": (
+        "a builder's journal (format 1)",
+        "recover its batch with `RolloutBatchBuilder.recover(folder)`",
+    ),
 }
 
 
 def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBatch:
     other = _OTHER_FORMATS.get(bytes(mapped.read_at(4, 0)) if mapped.size() >= 4 else b"")
     if other is not None:
-        msg = f"`{source}` is not a rollout dump but {other}"
-        raise DumpError(msg)
+        got, fix = other
+        raise DumpError(f"not a rollout dump but {got}", path=source, got=got, fix=fix)
     try:
         reader = pa.ipc.open_file(mapped)
         count = reader.num_record_batches
         if count != 1:
-            msg = f"`{source}` holds {count} record batches; a rollout dump holds exactly one"
-            raise DumpError(msg)
+            msg = f"{count} record batches; a rollout dump holds exactly one"
+            raise DumpError(msg, path=source, got=str(count))
         record_batch = reader.get_batch(0)
         # Offsets and UTF-8 checked once here, so that no later read can leave the buffers.
         record_batch.validate(full=True)
         _decode_names(record_batch.schema)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
-        msg = f"`{source}` is not a readable Arrow IPC file (truncated, or another format): {exc}"
-        raise DumpError(msg) from exc
+        msg = f"not a readable Arrow IPC file (truncated, or another format): {exc}"
+        raise DumpError(msg, path=source) from exc
     if not record_batch.schema.equals(reader.schema, check_metadata=True):
-        msg = f"`{source}`: the record batch's schema differs from the file's schema"
-        raise DumpError(msg)
+        msg = "the record batch's schema differs from the file's schema"
+        raise DumpError(msg, path=source)
     return record_batch
 
 

@@ -86,18 +86,18 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
     version = metadata.get(_VERSION)
     if version is None:
         msg = (
-            f"`{source}` is not an arrow_split dump: its schema has no "
-            f"`{_VERSION.decode()}` metadata; write dumps with `RolloutBatch.write`"
+            f"not an arrow_split dump: its schema has no `{_VERSION.decode()}` metadata; "
+            "write dumps with `RolloutBatch.write`"
         )
-        raise DumpError(msg)
+        raise DumpError(msg, path=source, key=_VERSION.decode())
     if version not in {known.encode() for known in _READ_VERSIONS}:
         msg = (
-            f"`{source}` is a dump of version {version.decode(errors='replace')!r}; this "
+            f"a dump of version {version.decode(errors='replace')!r}; this "
             f"arrow_split reads versions {' and '.join(map(repr, _READ_VERSIONS))}; read it with "
             "the arrow_split "
             f"that wrote it ({_text(metadata, _LIBRARY, source)}) and write it again"
         )
-        raise DumpError(msg)
+        raise DumpError(msg, path=source, key=_VERSION.decode())
     specs = _specs_from_json(_json(metadata, _SPECS, source), source)
     batch_globals = _globals_from_json(_json(metadata, _GLOBALS, source), source)
     _check_against_columns(schema, specs, batch_globals, source)
@@ -113,13 +113,13 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
 def _text(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> str:
     raw = metadata.get(key)
     if raw is None:
-        msg = f"`{source}`: the dump's metadata lacks `{key.decode()}`"
-        raise DumpError(msg)
+        msg = f"the dump's metadata lacks `{key.decode()}`"
+        raise DumpError(msg, path=source, key=key.decode())
     try:
         return raw.decode()
     except UnicodeDecodeError as exc:
-        msg = f"`{source}`: the dump's `{key.decode()}` metadata is not UTF-8 text: {exc}"
-        raise DumpError(msg) from exc
+        msg = f"the dump's `{key.decode()}` metadata is not UTF-8 text: {exc}"
+        raise DumpError(msg, path=source, key=key.decode()) from exc
 
 
 def _json(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> Any:
@@ -127,8 +127,8 @@ def _json(metadata: Mapping[bytes, bytes], key: bytes, source: str) -> Any:
     try:
         return json.loads(text)
     except ValueError as exc:
-        msg = f"`{source}`: the dump's `{key.decode()}` metadata is corrupt JSON: {exc}"
-        raise DumpError(msg) from exc
+        msg = f"the dump's `{key.decode()}` metadata is corrupt JSON: {exc}"
+        raise DumpError(msg, path=source, key=key.decode()) from exc
 
 
 def spec_to_json(spec: ColumnSpec) -> dict[str, object]:
@@ -176,33 +176,33 @@ def _field_from_json(column: str, field: str, value: object, source: str) -> obj
             serialized = base64.b64decode(value["arrow_type"], validate=True)
             return pa.ipc.read_schema(pa.py_buffer(serialized)).field("v").type
         except (binascii.Error, pa.ArrowException, OSError, KeyError) as exc:
-            msg = f"`{source}`: column `{column}`: spec field `{field}` holds a bad Arrow type"
-            raise DumpError(msg) from exc
+            msg = f"column `{column}`: spec field `{field}` holds a bad Arrow type"
+            raise DumpError(msg, path=source, key=column) from exc
     if set(value) == {"arrow"} and isinstance(value["arrow"], str):
         try:
             return pa.type_for_alias(value["arrow"])
         except (ValueError, KeyError) as exc:
             msg = (
-                f"`{source}`: column `{column}`: spec field `{field}` holds an unknown Arrow "
+                f"column `{column}`: spec field `{field}` holds an unknown Arrow "
                 f"type {value['arrow']!r:.40}"
             )
-            raise DumpError(msg) from exc
+            raise DumpError(msg, path=source, key=column) from exc
     if set(value) == {"tuple"} and isinstance(value["tuple"], list):
         return tuple(value["tuple"])
-    msg = f"`{source}`: column `{column}`: spec field `{field}` holds {value!r:.80}"
-    raise DumpError(msg)
+    msg = f"column `{column}`: spec field `{field}` holds {value!r:.80}"
+    raise DumpError(msg, path=source, key=column)
 
 
 def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
     if not isinstance(stored, list):
-        msg = f"`{source}`: the dump's specs must be a JSON list, got {type(stored).__name__}"
-        raise DumpError(msg)
+        msg = f"the dump's specs must be a JSON list, got {type(stored).__name__}"
+        raise DumpError(msg, path=source, key=_SPECS.decode())
     specs: dict[str, ColumnSpec] = {}
     for position, item in enumerate(stored):
         spec = spec_from_json(item, position, source)
         if spec.name in specs:
-            msg = f"`{source}`: the dump declares column `{spec.name}` twice"
-            raise DumpError(msg)
+            msg = f"the dump declares column `{spec.name}` twice"
+            raise DumpError(msg, path=source, key=spec.name)
         specs[spec.name] = spec
     return specs
 
@@ -210,22 +210,22 @@ def _specs_from_json(stored: object, source: str) -> dict[str, ColumnSpec]:
 def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
     """The spec of a stored JSON object (item ``position`` of ``source``), or a DumpError."""
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-        msg = f"`{source}`: spec {position} must be a JSON object with a `name`, got {item!r:.80}"
-        raise DumpError(msg)
+        msg = f"spec {position} must be a JSON object with a `name`, got {item!r:.80}"
+        raise DumpError(msg, path=source)
     column = item["name"]
     fields = {field.name: field for field in dataclasses.fields(ColumnSpec)}
     unknown = sorted(set(item) - set(fields))
     if unknown:
         msg = (
-            f"`{source}`: column `{column}`: unknown spec fields {', '.join(unknown)}; the file "
+            f"column `{column}`: unknown spec fields {', '.join(unknown)}; the file "
             "was written by a newer arrow_split, read it with that version"
         )
-        raise DumpError(msg)
+        raise DumpError(msg, path=source, key=column)
     stored = {key: _field_from_json(column, key, value, source) for key, value in item.items()}
     for key, value in stored.items():
         if isinstance(fields[key].default, bool) and not isinstance(value, bool):
-            msg = f"`{source}`: column `{column}`: spec field `{key}` must be a bool, got {value!r}"
-            raise DumpError(msg)
+            msg = f"column `{column}`: spec field `{key}` must be a bool, got {value!r}"
+            raise DumpError(msg, path=source, key=column)
     arguments: dict[str, Any] = {**_missing_fields(column, stored, fields, source), **stored}
     known = KNOWN_COLUMNS.get(column)
     if arguments.get("role") is None and known is not None and known.role is not None:
@@ -233,8 +233,8 @@ def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
     try:
         return ColumnSpec(**arguments)
     except (ArrowSplitError, TypeError, ValueError) as exc:
-        msg = f"`{source}`: column `{column}`: the stored spec is not valid: {exc}"
-        raise DumpError(msg) from exc
+        msg = f"column `{column}`: the stored spec is not valid: {exc}"
+        raise DumpError(msg, path=source, key=column) from exc
 
 
 def _missing_fields(
@@ -257,8 +257,8 @@ def _missing_fields(
         elif field.default_factory is not dataclasses.MISSING:
             filled[name] = field.default_factory()
         else:
-            msg = f"`{source}`: column `{column}`: the stored spec lacks the field `{name}`"
-            raise DumpError(msg)
+            msg = f"column `{column}`: the stored spec lacks the field `{name}`"
+            raise DumpError(msg, path=source, key=column)
     return filled
 
 
@@ -282,8 +282,8 @@ def _is_plain(value: object) -> bool:
 
 def _globals_from_json(stored: object, source: str) -> dict[str, object]:
     if not isinstance(stored, dict):
-        msg = f"`{source}`: the dump's batch-global values must be a JSON object"
-        raise DumpError(msg)
+        msg = "the dump's batch-global values must be a JSON object"
+        raise DumpError(msg, path=source)
     return {key: _global_from_json(key, value, source) for key, value in stored.items()}
 
 
@@ -295,8 +295,8 @@ def _global_from_json(key: str, value: object, source: str) -> object:
         if not isinstance(pairs, list) or not all(
             isinstance(pair, list) and len(pair) == 2 for pair in pairs
         ):
-            msg = f"`{source}`: batch-global key `{key}` holds a bad map: {pairs!r:.80}"
-            raise DumpError(msg)
+            msg = f"batch-global key `{key}` holds a bad map: {pairs!r:.80}"
+            raise DumpError(msg, path=source, key=key)
         return {pair[0]: pair[1] for pair in pairs}
     if isinstance(value, dict) and set(value) == {"ndarray"}:
         try:
@@ -306,15 +306,15 @@ def _global_from_json(key: str, value: object, source: str) -> object:
                 raise TypeError(dtype_text)  # one `except` reports it as any other bad array
             array = np.array(items, dtype=dtype)
         except (TypeError, ValueError, OverflowError) as exc:
-            msg = f"`{source}`: batch-global key `{key}` holds a bad array: {exc}"
-            raise DumpError(msg) from exc
+            msg = f"batch-global key `{key}` holds a bad array: {exc}"
+            raise DumpError(msg, path=source, key=key) from exc
         if array.ndim != 1:
-            msg = f"`{source}`: batch-global key `{key}` holds an array of shape {array.shape}"
-            raise DumpError(msg)
+            msg = f"batch-global key `{key}` holds an array of shape {array.shape}"
+            raise DumpError(msg, path=source, key=key)
         array.flags.writeable = False
         return array
-    msg = f"`{source}`: batch-global key `{key}` holds an untagged value {value!r:.80}"
-    raise DumpError(msg)
+    msg = f"batch-global key `{key}` holds an untagged value {value!r:.80}"
+    raise DumpError(msg, path=source, key=key)
 
 
 def _check_against_columns(
@@ -331,17 +331,19 @@ def _check_against_columns(
         problems.append(f"columns {names} but per-sample specs {per_sample}")
     if sorted(batch_globals) != sorted(global_keys):
         problems.append(f"batch-global values {sorted(batch_globals)} but specs {global_keys}")
+    unfit = [
+        name for name in names if name in specs and not _fits(specs[name], schema.field(name).type)
+    ]
     problems.extend(
         f"column `{name}` is {schema.field(name).type}, not the type of its spec {specs[name]}"
-        for name in names
-        if name in specs and not _fits(specs[name], schema.field(name).type)
+        for name in unfit
     )
     length_source = role_column(specs, "length_source")
     if length_source is None or length_source not in names:
         problems.append(f"no `{role_column(KNOWN_COLUMNS, 'length_source')}` column")
     if problems:
-        msg = f"`{source}`: the stored specs do not match the columns: {'; '.join(problems)}"
-        raise DumpError(msg)
+        msg = f"the stored specs do not match the columns: {'; '.join(problems)}"
+        raise DumpError(msg, path=source, key=unfit[0] if unfit else None)
 
 
 def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:

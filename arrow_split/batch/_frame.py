@@ -82,7 +82,7 @@ def as_list(batches: object) -> list[Any]:
     listed = list(batches)
     if not listed:
         msg = "`batches` is empty: concatenate at least one batch"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key="batches", got="[]")
     return listed
 
 
@@ -93,13 +93,13 @@ def item(batch: RolloutBatch, key: object, hint: str = "") -> Any:
             f"a batch is indexed by a key (str), got {type(key).__name__} {key!r:.40}; for rows "
             "use `batch.slice(offset, length)`, or iterate over the batch"
         )
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="key", got=f"{type(key).__name__} {key!r:.40}")
     if key in batch.record_batch.schema.names:
         return batch.record_batch.column(key)
     if key in batch.specs:
         return batch.batch_globals[key]
     msg = f"no key `{key}`; the batch has: {', '.join(batch.specs)}{hint}"
-    raise ColumnNotFoundError(msg)
+    raise ColumnNotFoundError(msg, key=key)
 
 
 def decode_rows(
@@ -311,12 +311,12 @@ def slice_rows(batch: RolloutBatch, offset: object, length: object) -> np.ndarra
             isinstance(value, bool) or not isinstance(value, int | np.integer)
         ):
             msg = f"`{name}` must be an int, got {type(value).__name__} {value!r:.40}"
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key=name)
     count = batch.num_samples
     start, _, _ = slice(int(offset), None).indices(count)  # type: ignore[call-overload]
     if length is not None and int(length) < 0:  # type: ignore[call-overload]
         msg = f"`length` must be >= 0, got {length}"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key="length", expected=">= 0", got=str(length))
     stop = count if length is None else min(start + int(length), count)  # type: ignore[call-overload]
     indices = np.arange(start, stop, dtype=np.int64)
     indices.flags.writeable = False
@@ -346,7 +346,7 @@ def concat_batches(
                 f"({', '.join(batch.specs)} against {', '.join(first.specs)}); concatenate "
                 "batches of the same schema"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=f"batches[{position}]")
     columns = []
     for name in first.record_batch.schema.names:
         arrays = [batch.record_batch.column(name) for batch in batches]
@@ -387,5 +387,5 @@ def _concat_globals(batches: Sequence[RolloutBatch]) -> dict[str, object]:
                 f"batch-global key `{key}` differs between the batches; a concatenated batch "
                 "holds one value per batch-global key (make them equal first)"
             )
-            raise SchemaError(msg)
+            raise SchemaError(msg, key=key)
     return merged

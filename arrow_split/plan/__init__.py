@@ -53,14 +53,14 @@ def _check_balanced(n: int, dp_size: int) -> None:
             f"pad the batch with {_count(dp_size - n, 'sample')} (`pad_to_dp=True` does it) or "
             "use `balance_data=False`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="dp_size", expected=f"at least {dp_size} samples", got=str(n))
     if n % dp_size:
         msg = (
             f"balanced partitioning needs a multiple of `dp_size` ({dp_size}) samples, got {n}; "
             f"drop {_count(n % dp_size, 'sample')} or pad with {dp_size - n % dp_size} "
             "(`pad_to_dp=True` does it), or use `balance_data=False`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="dp_size", expected=f"a multiple of {dp_size} samples", got=str(n))
 
 
 def _ordered(rows: Int64Array, keys: Int64Array | None) -> Int64Array:

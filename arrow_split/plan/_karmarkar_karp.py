@@ -259,7 +259,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
     n = checked.size
     if n < parts:
         msg = f"cannot split {n} items into `k`={parts} non-empty parts; pass `k` <= {n}"
-        raise PlanError(msg)
+        raise PlanError(msg, key="k", expected=f"<= {n}", got=str(parts))
     if equal_size and n % parts:
         msg = (
             f"`equal_size` needs a multiple of `k` ({parts}) items, got {n}; "

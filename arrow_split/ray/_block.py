@@ -74,6 +74,6 @@ def fill_rank_block(
             f"{type(refs).__name__}; fill a block from a delayed put with "
             "`block.fill(process_rollout_data(ref, ...))`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="refs", got=type(refs).__name__)
     shard = process_rollout_data(refs, rank, size, balance_data=balance_data)
     return block.fill(shard)

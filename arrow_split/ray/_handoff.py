@@ -148,20 +148,20 @@ def _as_rank_nodes(rank_nodes: object, dp_size: int) -> list[str] | None:
             f"{type(rank_nodes).__name__}; collect each train actor's "
             "`ray.get_runtime_context().get_node_id()`"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="rank_nodes")
     if len(rank_nodes) != dp_size:
         msg = (
             f"`rank_nodes` has {len(rank_nodes)} node ids but `dp_size` is {dp_size}; give the "
             "node id of every rank, in rank order"
         )
-        raise OptionError(msg)
+        raise OptionError(msg, key="rank_nodes", expected=str(dp_size), got=str(len(rank_nodes)))
     for rank, node in enumerate(rank_nodes):
         if not isinstance(node, str):
             msg = (
                 f"`rank_nodes[{rank}]` must be a node id (str), got {type(node).__name__} "
                 f"{node!r:.40}"
             )
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key=f"rank_nodes[{rank}]")
     return list(rank_nodes)
 
 
@@ -230,7 +230,7 @@ def process_rollout_data(
                 "list that `split_train_data_by_dp(..., delay=False)` returned for this "
                 "`dp_size`, or the delayed reference to split a batch for another `dp_size`"
             )
-            raise PlanError(msg)
+            raise PlanError(msg, key="refs", expected=str(size), got=str(len(refs_or_ref)))
         what = f"`refs[{rank}]`"
         value = _nodes.fetch(refs_or_ref[rank], who, what, on_fetch)
         if isinstance(value, RolloutBatch):  # one group: the rank takes its rows
@@ -276,13 +276,13 @@ def _delayed_shard(
             "one of its references), or the reference `split_train_data_by_dp(..., delay=True)` "
             "returned"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="ref")
     if not isinstance(value, RolloutBatch):
         msg = (
             f"{who}: the delayed reference holds a {type(value).__name__}, not a RolloutBatch; "
             "put batches with `arrow_split.ray.split_train_data_by_dp`"
         )
-        raise NotARolloutBatchError(msg)
+        raise NotARolloutBatchError(msg, key="ref", got=type(value).__name__)
     batch = _detached(value)
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
     if witness_ids is not None:
@@ -321,7 +321,7 @@ def _with_witness(
             f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
             "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
         )
-        raise RaggedLengthError(msg)
+        raise RaggedLengthError(msg, key="witness_ids", expected=str(whole), got=got)
     if partition is None:
         return batch.add_train_data({_WITNESS: witness_ids})
     checked = RolloutBatch.from_train_data({_LENGTH_SOURCE: [[]] * whole, _WITNESS: witness_ids})

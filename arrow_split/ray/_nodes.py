@@ -164,13 +164,13 @@ def rank_slice(
             "`split_train_data_by_dp`); put batches with `arrow_split.ray.split_train_data_by_dp`, "
             "which puts the batch with its plan"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key=what.strip("`"))
     if not isinstance(value, NodeRows):
         msg = (
             f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch's rows; "
             "put batches with `arrow_split.ray.split_train_data_by_dp`"
         )
-        raise NotARolloutBatchError(msg)
+        raise NotARolloutBatchError(msg, key=what.strip("`"), got=type(value).__name__)
     key = value.plan_key
     bounds = value.bounds.get(dp_rank)
     if bounds is None or key.dp_size != dp_size or (method is not None and key.method != method):
@@ -198,12 +198,15 @@ def _mismatch(
     what: str,
 ) -> NoReturn:
     asked = "" if method is None else f" {method}"
-    msg = (
-        f"{who}: {what} holds {got}{key.method} plan, not rank {dp_rank}'s rows of a "
-        f"{dp_size}-rank{asked} plan; pass the list in the order `split_train_data_by_dp` "
-        "returned it, with the same `dp_size` and `balance_data`"
+    held, expected = (
+        f"{got}{key.method} plan",
+        f"rank {dp_rank}'s rows of a {dp_size}-rank{asked} plan",
     )
-    raise PlanMismatchError(msg)
+    msg = (
+        f"{who}: {what} holds {held}, not {expected}; pass the list in the order "
+        "`split_train_data_by_dp` returned it, with the same `dp_size` and `balance_data`"
+    )
+    raise PlanMismatchError(msg, key=what.strip("`"), expected=expected, got=held)
 
 
 @dataclasses.dataclass
@@ -275,11 +278,14 @@ def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -
     if not isinstance(ref_or_value, ray.ObjectRef):
         return ref_or_value
     if is_gone(ref_or_value):
-        raise TransportError(_lost(who, what, ref_or_value, "no node holds it"))
+        raise TransportError(
+            _lost(who, what, ref_or_value, "no node holds it"), key=ref_or_value.hex()
+        )
     try:
         value = ray.get(ref_or_value)
     except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
-        raise TransportError(_lost(who, what, ref_or_value, type(exc).__name__)) from exc
+        lost = _lost(who, what, ref_or_value, type(exc).__name__)
+        raise TransportError(lost, key=ref_or_value.hex()) from exc
     if on_fetch is not None:
         on_fetch(ref_or_value)
     return value

@@ -71,7 +71,7 @@ def ref_from_bytes(payload: bytes, what: str = "the reference") -> ray.ObjectRef
             f"{what} is not a Ray reference written by arrow_split ({type(exc).__name__}: "
             f"{exc}); pass the bytes or JSON that `to_json`/`ref_to_bytes` produced, unchanged"
         )
-        raise OptionError(msg) from None
+        raise OptionError(msg, key=what, got=type(exc).__name__) from None
     if not isinstance(object_ref, ray.ObjectRef):
         msg = f"{what} decodes to a {type(object_ref).__name__}, not a Ray reference"
         raise OptionError(msg)
@@ -151,7 +151,7 @@ def free(object_ref: ray.ObjectRef[Any]) -> None:
             f"Ray {ray.__version__} cannot free the reference {object_ref.hex()} while "
             "references to it live; drop them (the object goes with the last one) or end its owner"
         )
-        raise TransportError(msg)
+        raise TransportError(msg, key=object_ref.hex())
     try:
         with warnings.catch_warnings():  # Ray marks the call deprecated; it is what frees now
             warnings.simplefilter("ignore", DeprecationWarning)

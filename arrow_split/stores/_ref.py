@@ -138,7 +138,7 @@ def _refused(reason: str) -> NotARolloutBatchError:
         f"not a stored-batch reference ({reason}); pass the `to_json()` of what `put_batch` "
         "returned"
     )
-    return NotARolloutBatchError(msg)
+    return NotARolloutBatchError(msg, key="ref")
 
 
 def _typed(value: object, kind: type) -> Any:

@@ -91,14 +91,14 @@ class MemoryStore:
         for key, buffer in zip(keys, buffers, strict=True):
             if key in self.objects:
                 msg = f"the store holds `{key}` already; it is not replaced"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             held = sum(map(len, self.objects.values()))
             if self.capacity is not None and held + buffer.size > self.capacity:
                 msg = (
                     f"the store is full: `{key}` needs {buffer.size} bytes, "
                     f"{self.capacity - held} are free"
                 )
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             self.objects[key] = buffer.to_pybytes()
 
     def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
@@ -107,14 +107,14 @@ class MemoryStore:
             blob = self.objects.get(key)
             if blob is None:
                 msg = f"the store has no object `{key}`"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key)
             view = np.frombuffer(blob, dtype=np.uint8)
             for start, size, target in zip(
                 starts.tolist(), sizes.tolist(), targets.tolist(), strict=True
             ):
                 if start + size > len(blob):
                     msg = f"`{key}` holds {len(blob)} bytes, not the {start + size} asked for"
-                    raise TransportError(msg)
+                    raise TransportError(msg, key=key)
                 into[target : target + size] = view[start : start + size]
 
     def remove(self, keys: Sequence[str]) -> None:
@@ -177,7 +177,7 @@ def put_batch(
         except TransportError as again:
             cleaned = f"what it wrote could not be removed ({again})"
         msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
-        raise TransportError(msg) from exc
+        raise TransportError(msg, key=prefix) from exc
     del kept  # the compacted arrays stay alive until the store holds their bytes
     return StoredBatchRef(
         prefix=prefix,
@@ -308,7 +308,7 @@ def _method(
             f"{who}: asked for a {method} plan of {size} ranks but `{ref.prefix}` was put with a "
             f"{ref.method} plan of {ref.dp_size}; {fix}"
         )
-        raise PlanMismatchError(msg)
+        raise PlanMismatchError(msg, key=ref.prefix, expected=f"{ref.method} plan of {ref.dp_size}")
     return method
 
 
@@ -363,7 +363,7 @@ def _reader(store: ByteStore, who: str) -> _Reader:
                 f"{who}: {exc}; a stored batch lives until it is removed or the client that "
                 "put it closes: keep that client until every rank has taken its rows"
             )
-            raise TransportError(msg) from exc
+            raise TransportError(msg, key=exc.key) from exc
         ends = np.cumsum(totals)
         return [into[end - total : end] for end, total in zip(ends, totals, strict=True)]
 

@@ -101,7 +101,7 @@ class TensorBlock:
         on_cuda = self.device is not None and self.device.type == "cuda"
         if on_cuda and not torch.cuda.is_available():
             msg = f"`device` is {self.device} but CUDA is not available here; pass `device=None`"
-            raise OptionError(msg)
+            raise OptionError(msg, key="device")
         self._stream = torch.cuda.Stream(self.device) if on_cuda else None  # type: ignore[no-untyped-call]
         self._device_buffer: torch.Tensor | None = None
         self._filled: FilledBlock | None = None
@@ -138,7 +138,7 @@ class TensorBlock:
         filled = self._filled
         if filled is None:
             msg = "`to_device` copies the last fill: call `fill(shard)` first"
-            raise OptionError(msg)
+            raise OptionError(msg, key="to_device")
         if self.device is None:
             return _arrange(filled, None, self._layout)
         nbytes = filled.nbytes

@@ -65,11 +65,11 @@ def parse_device(device: object) -> torch.device | None:
     expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
     if not isinstance(device, str):
         msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="device")
     with contextlib.suppress(RuntimeError):
         return torch.device(device)
     msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg)
+    raise OptionError(msg, key="device")
 
 
 def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
@@ -256,7 +256,7 @@ def _merge(
             f"column(s) {', '.join(f'`{name}`' for name in clash)} clash with the keys that "
             f"layout {layout!r} adds; rename the column(s) or use layout='per_sample'"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=clash[0])
     return {**tensors, **extras}
 
 

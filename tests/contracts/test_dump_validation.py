@@ -12,6 +12,7 @@ import pyarrow as pa
 import pytest
 
 from arrow_split import DumpError, OptionTypeError, RolloutBatch, SchemaTypeError
+from tests.error_facts import assert_facts, raises_facts
 
 
 def _good() -> RolloutBatch:
@@ -48,36 +49,36 @@ def _list(values: list[Any], value_type: pa.DataType) -> pa.Array:
     return pa.array(values, type=pa.large_list(value_type))
 
 
-BROKEN: dict[str, tuple[Callable[[RolloutBatch], RolloutBatch], str]] = {
+BROKEN: dict[str, tuple[Callable[[RolloutBatch], RolloutBatch], dict[str, Any]]] = {
     "loss-mask-of-2": (
         lambda b: _with_column(b, "loss_masks", _list([[1, 2], [1], [1, 1, 0]], pa.uint8())),
-        r"sample 0.*`loss_masks`",
+        {"key": "loss_masks", "sample": 0, "position": 1},
     ),
     "per-token-one-short": (
         lambda b: _with_column(
             b, "rollout_log_probs", _list([[-0.1, -0.2], [-0.3], [-0.4]], pa.float32())
         ),
-        r"sample 2: `rollout_log_probs` has 1 values but `response_lengths` says 3",
+        {"key": "rollout_log_probs", "sample": 2},
     ),
     "response-longer-than-tokens": (
         lambda b: _with_column(b, "response_lengths", pa.array([2, 9, 3], type=pa.int64())),
-        r"sample 1: `response_lengths` is 9",
+        {"key": "response_lengths", "sample": 1},
     ),
     "nulls-in-truncated": (
         lambda b: _with_column(b, "truncated", pa.array([False, None, False])),
-        r"sample 1: `truncated` is null",
+        {"key": "truncated", "sample": 1},
     ),
     "raw-reward-one-short": (
         lambda b: _with_global(b, "raw_reward", [1.0, 0.0]),
-        r"`raw_reward`",
+        {"key": "raw_reward"},
     ),
     "raw-reward-a-string": (
         lambda b: _with_global(b, "raw_reward", "1.0"),
-        r"`raw_reward`",
+        {"key": "raw_reward"},
     ),
     "negative-dynamic-global-batch-size": (
         lambda b: _with_global(b, "dynamic_global_batch_size", -3),
-        r"`dynamic_global_batch_size`.*negative",
+        {"key": "dynamic_global_batch_size", "got": "-3"},
     ),
 }
 
@@ -88,15 +89,16 @@ def _write_unchecked(batch: RolloutBatch, path: Path) -> None:
 
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_dumps_are_validated_on_read(case: str, tmp_path: Path) -> None:
-    breaker, match = BROKEN[case]
+    breaker, facts = BROKEN[case]  # the facts of the rule's own error, the cause
     try:
         broken = breaker(_good())
     except Exception as exc:  # the constructor itself may refuse it: then no file can hold it
         pytest.skip(f"the batch cannot even be built: {exc}")
     path = tmp_path / "broken.arrow"
     _write_unchecked(broken, path)
-    with pytest.raises(DumpError, match=rf"`{path}`: the content breaks a rule.*{match}"):
+    with raises_facts(DumpError, key=facts["key"], path=str(path)) as caught:
         RolloutBatch.read(path)
+    assert_facts(caught.value.__cause__, facts)
     # validate=False reads it as it is, for files one trusts
     assert RolloutBatch.read(path, validate=False).num_samples == 3
 
@@ -109,20 +111,20 @@ def test_a_valid_dump_reads_with_validation(tmp_path: Path) -> None:
 
 def test_validate_is_a_flag(tmp_path: Path) -> None:
     _good().write(tmp_path / "good.arrow")
-    with pytest.raises(OptionTypeError, match=r"`validate` must be a bool"):
+    with raises_facts(OptionTypeError, key="validate", mistake="flag_type"):
         RolloutBatch.read(tmp_path / "good.arrow", validate="False")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("path", [None, 123, b"bytes.arrow"])
 def test_write_to_a_path_of_the_wrong_type_is_typed(path: object) -> None:
-    with pytest.raises(SchemaTypeError, match=r"`path` must"):
+    with raises_facts(SchemaTypeError, key="path", mistake="path_type"):
         _good().write(path)  # type: ignore[arg-type]
 
 
 def test_write_to_a_path_with_a_nul_is_typed(tmp_path: Path) -> None:
-    with pytest.raises(DumpError, match=r"holds a NUL character"):
+    with raises_facts(DumpError, key="path", mistake="path_value"):
         _good().write(f"{tmp_path}/a\0b.arrow")
-    with pytest.raises(DumpError, match=r"holds a NUL character"):
+    with raises_facts(DumpError, key="path", mistake="path_value"):
         RolloutBatch.read(f"{tmp_path}/a\0b.arrow")
 
 

@@ -21,6 +21,7 @@ from arrow_split import (
     SchemaTypeError,
 )
 from arrow_split.compat import miles
+from tests.error_facts import raises_facts
 
 FLAGS = (
     "balance_data",
@@ -92,24 +93,24 @@ def test_silent_coercion_numpy_bools_are_bools() -> None:
 
 @pytest.mark.parametrize("args", [None, {}, {"balance_data": False}, "args", 3, [False]])
 def test_untyped_errors_args_that_is_not_a_namespace(args: object) -> None:
-    with pytest.raises(OptionTypeError, match=r"`args` must be miles' argument namespace"):
+    with raises_facts(OptionTypeError, key="args"):
         miles.split_train_data_by_dp_raw(args, _data(), dp_size=2)
-    with pytest.raises(OptionTypeError, match=r"`args` must be miles' argument namespace"):
+    with raises_facts(OptionTypeError, key="args"):
         miles.can_schedule_on_rollout_side(args, _data(), CONFIG)
 
 
 def test_untyped_errors_args_missing_a_field() -> None:
-    with pytest.raises(OptionError, match=r"`args` has no field `balance_data`"):
+    with raises_facts(OptionError, key="args"):
         miles.split_train_data_by_dp_raw(Namespace(), _data(), dp_size=2)
     args = Namespace(balance_data=False, use_dynamic_batch_size=False, micro_batch_size=1)
-    with pytest.raises(OptionError, match=r"`args` has no field `global_batch_size`"):
+    with raises_facts(OptionError, key="args"):
         miles.split_train_data_by_dp_scheduled_raw(args, _data(), train_parallel_config=CONFIG)
 
 
 @pytest.mark.parametrize("size", ["8", 8.0, None, True, 0, -1])
 def test_untyped_errors_global_batch_size_of_another_type(size: object) -> None:
     args = _args(global_batch_size=size)
-    with pytest.raises((OptionTypeError, OptionError), match=r"`args.global_batch_size`"):
+    with raises_facts((OptionTypeError, OptionError), key="args.global_batch_size"):
         miles.can_schedule_on_rollout_side(args, _data(), CONFIG)
 
 
@@ -122,18 +123,18 @@ def test_untyped_errors_data_that_is_not_a_dict(data: object) -> None:
 @pytest.mark.parametrize("item", [3, None, "ref", 1.5, object()])
 def test_untyped_errors_references_that_are_not_references(item: object) -> None:
     pytest.importorskip("ray")  # imported to tell a reference from a value; not started
-    with pytest.raises(OptionTypeError, match=r"`rollout_data_ref\[0\]` must be a reference"):
+    with raises_facts(OptionTypeError, key="rollout_data_ref[0]"):
         miles.process_rollout_data(_args(), [item, item], 0, 2)
     delayed = _args(delay_split_train_data_by_dp=True)
     if item is not None:
-        with pytest.raises(OptionTypeError, match=r"`rollout_data_ref` must be the reference"):
+        with raises_facts(OptionTypeError, key="rollout_data_ref"):
             miles.process_rollout_data(delayed, item, 0, 2)
 
 
 @pytest.mark.parametrize("witness_info", [Namespace(), {"witness_ids": [1]}, 3])
 def test_untyped_errors_witness_info_without_witness_ids(witness_info: object) -> None:
     delayed = _args(delay_split_train_data_by_dp=True)
-    with pytest.raises(OptionTypeError, match=r"`witness_info` must have `witness_ids`"):
+    with raises_facts(OptionTypeError, key="witness_info"):
         miles.process_rollout_data(delayed, _data(), 0, 2, witness_info)
 
 
@@ -174,7 +175,7 @@ def test_half_mutation_a_failing_callback_leaves_the_dict_as_it_was() -> None:
 
 
 def test_half_mutation_a_shard_of_another_type_is_refused() -> None:
-    with pytest.raises(SchemaTypeError, match=r"`rollout_data` must be a rollout-layout dict"):
+    with raises_facts(SchemaTypeError, key="rollout_data"):
         miles.process_rollout_data_shard(_args(), None)  # type: ignore[arg-type]
-    with pytest.raises(SchemaError, match=r"the shard lacks `partition`"):
+    with raises_facts(SchemaError, key="partition"):
         miles.process_rollout_data_shard(_args(), {"total_lengths": [1]})

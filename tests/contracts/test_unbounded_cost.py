@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -15,6 +17,7 @@ from arrow_split import (
     split_train_data_by_dp_raw,
 )
 from arrow_split._args import MAX_DP_SIZE
+from tests.error_facts import raises_facts
 
 BATCH = RolloutBatch.from_train_data(
     {"tokens": [[1, 2], [3]], "response_lengths": [1, 1], "loss_masks": [[1], [0]]}
@@ -23,9 +26,13 @@ BATCH = RolloutBatch.from_train_data(
 
 @pytest.mark.parametrize("dp_size", [MAX_DP_SIZE + 1, 2**31 - 1, 10**9, np.int64(2**40)])
 def test_unbounded_cost_a_huge_dp_size_is_refused_before_any_work(dp_size: object) -> None:
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         split_train_data_by_dp_raw(BATCH, dp_size, balance_data=False)  # type: ignore[arg-type]
-    with pytest.raises(PlanError, match=rf"`dp_size` must be at most {MAX_DP_SIZE}"):
+    with raises_facts(
+        PlanError, key="dp_size", expected=f"at most {MAX_DP_SIZE}", mistake="plan_value"
+    ):
         shard_for_rank(BATCH, 0, dp_size, balance_data=False)  # type: ignore[arg-type]
 
 
@@ -41,7 +48,12 @@ def test_unbounded_cost_a_huge_pad_multiple_is_refused() -> None:
     from arrow_split.torch._layouts import MAX_PAD_MULTIPLE
 
     for multiple in (MAX_PAD_MULTIPLE + 1, 2**31 - 1, 2**63):
-        with pytest.raises(ValueRangeError, match=r"`pad_to_multiple_of` must be at most 1048576"):
+        with raises_facts(
+            ValueRangeError,
+            key="pad_to_multiple_of",
+            expected="at most 1048576",
+            mistake="value_range",
+        ):
             to_tensors(BATCH, layout="padded", pad_to_multiple_of=multiple)
     one = RolloutBatch.from_train_data({"tokens": [[1, 2]]})
     padded = to_tensors(one, layout="padded", pad_to_multiple_of=MAX_PAD_MULTIPLE)
@@ -53,26 +65,26 @@ def test_unbounded_cost_a_huge_unsigned_offset_is_a_typed_error() -> None:
     pytest.importorskip("torch")
     from arrow_split.torch import to_micro_batches
 
-    with pytest.raises(OptionError, match=r"has a value above the int64 range"):
+    with raises_facts(OptionError, key="micro_batch_offsets"):
         to_micro_batches(BATCH, np.array([0, 2**63, 2**64 - 1], dtype=np.uint64))
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
+    ("kwargs", "facts"),
     [
-        ({"kills": "3"}, r"`kills` must be an int, got str"),
-        ({"kills": True}, r"`kills` must be an int, got bool"),
-        ({"kills": -1}, r"`kills` must be >= 0"),
-        ({"kills": 10**9}, r"`kills` must be >= 0 and <= 100000"),
-        ({"kills": 1, "groups": 0}, r"`groups` must be >= 1"),
-        ({"kills": 1, "sync": "nope"}, r"`sync`"),
-        ({"kills": 1, "folder": 3}, r"`folder` must be None or a str, got int"),
+        ({"kills": "3"}, {"key": "kills", "got": "str '3'", "mistake": "option_type"}),
+        ({"kills": True}, {"key": "kills", "got": "bool True", "mistake": "option_type"}),
+        ({"kills": -1}, {"key": "kills", "got": "-1", "mistake": "option_value"}),
+        ({"kills": 10**9}, {"key": "kills", "expected": ">= 0 and <= 100000"}),
+        ({"kills": 1, "groups": 0}, {"key": "groups", "got": "0", "mistake": "option_value"}),
+        ({"kills": 1, "sync": "nope"}, {"key": "sync"}),
+        ({"kills": 1, "folder": 3}, {"key": "folder"}),
     ],
 )
 def test_unbounded_cost_kill_test_arguments_are_parsed_first(
-    kwargs: dict[str, object], match: str
+    kwargs: dict[str, object], facts: dict[str, Any]
 ) -> None:
     from arrow_split.testing import run_kill_test
 
-    with pytest.raises(ArrowSplitError, match=match):
+    with raises_facts(ArrowSplitError, **facts):
         run_kill_test(**kwargs)  # type: ignore[arg-type]

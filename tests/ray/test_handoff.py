@@ -37,6 +37,7 @@ from arrow_split import (
 ray = pytest.importorskip("ray")
 
 from arrow_split.ray import process_rollout_data, split_train_data_by_dp  # noqa: E402
+from tests.error_facts import raises_facts  # noqa: E402
 from tests.ray.support import rollout_failure, store_bytes_free, wait_until  # noqa: E402
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
@@ -499,22 +500,22 @@ def test_dropping_a_steps_refs_frees_the_store(workers: list[Any]) -> None:
 
 def test_a_list_of_the_wrong_length_is_a_plan_error() -> None:
     refs = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False)
-    with pytest.raises(PlanError, match=r"got 3 references but `dp_size` is 4"):
+    with raises_facts(PlanError, key="refs", expected="4", got="3"):
         process_rollout_data(refs[:3], 0, 4, balance_data=False)
 
 
 def test_refs_out_of_order_are_a_plan_mismatch() -> None:
     batch = make_batch(16, seed=9)
     refs = split_train_data_by_dp(batch, 4, balance_data=False, rank_nodes=["a", "b", "c", "c"])
-    with pytest.raises(
-        PlanMismatchError,
-        match=r"dp_rank 1: `refs\[1\]` holds the rows of ranks 2, 3 of a 4-rank strided plan, "
-        r"not rank 1's rows of a 4-rank strided plan",
-    ):
+    held = "the rows of ranks 2, 3 of a 4-rank strided plan"
+    expected = "rank 1's rows of a 4-rank strided plan"
+    with raises_facts(PlanMismatchError, key="refs[1]", expected=expected, got=held):
         process_rollout_data(refs[::-1], 1, 4, balance_data=False)
-    with pytest.raises(PlanMismatchError, match=r"holds the rows of rank 0 of a 4-rank strided"):
+    held = "the rows of rank 0 of a 4-rank strided plan"
+    with raises_facts(PlanMismatchError, key="refs[3]", got=held):
         process_rollout_data(refs[::-1], 3, 4, balance_data=False)
-    with pytest.raises(PlanMismatchError, match=r"not rank 1's rows of a 4-rank balanced plan"):
+    expected = "rank 1's rows of a 4-rank balanced plan"
+    with raises_facts(PlanMismatchError, key="refs[1]", expected=expected):
         process_rollout_data(refs, 1, 4, balance_data=True)
 
 
@@ -552,10 +553,11 @@ def test_an_eager_ref_passed_top_level_gives_its_ranks_rows(workers: list[Any]) 
     shard = gather([workers[0].process_resolved.remote(refs[1], 1, 4, balance_data=False)])[0]
     assert shard.equals(expected_shards(batch, 4, False)[1])
     call = workers[0].process_resolved.remote(refs[1], 2, 4, balance_data=False)
-    with pytest.raises(PlanMismatchError, match=r"dp_rank 2: the object given holds the rows of"):
+    expected = "rank 2's rows of a 4-rank strided plan"
+    with raises_facts(PlanMismatchError, expected=expected):  # node a's rows: ranks 0, 1
         ray.get(call, timeout=CALL_TIMEOUT_S)
     # One of the eager references where the delayed one is expected: a plan error.
-    with pytest.raises(PlanError, match=r"dp_rank 0: got 8 rows of 16 samples put for ranks"):
+    with raises_facts(PlanError, key="ref"):  # 8 rows put for ranks, not the whole batch
         process_rollout_data(refs[0], 0, 4, balance_data=False)
 
 
@@ -570,18 +572,18 @@ def test_a_one_node_eager_ref_passed_top_level_gives_each_ranks_rows(workers: li
         assert shard.equals(expected[rank]), rank
     # The plan travels with it: another method is a mismatch, not another split.
     call = workers[0].process_resolved.remote(refs[0], 0, 4, balance_data=False)
-    with pytest.raises(PlanMismatchError, match=r"batch was put with a balanced plan"):
+    facts = {"key": "balance_data", "expected": "balanced", "got": "strided"}
+    with raises_facts(PlanMismatchError, **facts):
         ray.get(call, timeout=CALL_TIMEOUT_S)
-    with pytest.raises(PlanMismatchError, match=r"holds a whole batch put for a 4-rank balanced"):
+    held = "a whole batch put for a 4-rank balanced plan"
+    with raises_facts(PlanMismatchError, key="refs[0]", got=held):
         process_rollout_data(refs, 0, 4, balance_data=False)
 
 
 def test_an_eager_list_of_batches_without_a_plan_is_a_plan_error() -> None:
     # A list of what `ray.put(batch)` holds: whole batches that carry no plan to take from.
     batch = make_batch(8, seed=13)
-    with pytest.raises(
-        PlanError, match=r"dp_rank 1: `refs\[1\]` holds a RolloutBatch without a plan"
-    ):
+    with raises_facts(PlanError, key="refs[1]"):  # a RolloutBatch without a plan
         process_rollout_data([batch, batch], 1, 2)
     # The same batches with the driver's plan: each rank takes its rows of it.
     planned = batch.with_plan(batch.make_plan(2, balance_data=True))
@@ -596,9 +598,9 @@ def test_a_bad_rank_fails_before_any_get(monkeypatch: pytest.MonkeyPatch) -> Non
         raise AssertionError("ray.get was called")
 
     monkeypatch.setattr(ray, "get", no_get)
-    with pytest.raises(PlanError, match=r"`dp_rank` must be in \[0, 4\), got 4"):
+    with raises_facts(PlanError, key="dp_rank", expected="in [0, 4)", got="4"):
         process_rollout_data(ref, 4, 4, balance_data=False)
-    with pytest.raises(PlanError, match=r"`dp_rank` must be in \[0, 4\), got -1"):
+    with raises_facts(PlanError, key="dp_rank", expected="in [0, 4)", got="-1"):
         process_rollout_data([ref] * 4, -1, 4, balance_data=False)
 
 
@@ -609,17 +611,16 @@ def test_bad_splits_fail_before_any_put(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(ray, "put", no_put)
     batch = make_batch(10, seed=9)
     for delay in (False, True):
-        with pytest.raises(PlanError, match=r"multiple of `dp_size` \(4\) samples, got 10"):
+        multiple = {"expected": "a multiple of 4 samples", "got": "10"}
+        with raises_facts(PlanError, key="dp_size", **multiple):
             split_train_data_by_dp(batch, 4, balance_data=True, delay=delay)
-        with pytest.raises(PlanError, match=r"`dp_size` must be a positive int, got 0"):
+        with raises_facts(PlanError, key="dp_size", got="0", mistake="plan_value"):
             split_train_data_by_dp(batch, 0, balance_data=False, delay=delay)
-    with pytest.raises(OptionError, match=r"`rank_nodes` has 3 node ids but `dp_size` is 2"):
+    with raises_facts(OptionError, key="rank_nodes", expected="2", got="3"):
         split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes=["a", "b", "c"])
-    with pytest.raises(
-        OptionTypeError, match=r"`rank_nodes\[1\]` must be a node id \(str\), got int"
-    ):
+    with raises_facts(OptionTypeError, key="rank_nodes[1]"):
         split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes=["a", 1])  # type: ignore[list-item]
-    with pytest.raises(OptionTypeError, match=r"`rank_nodes` must be a list of one node id"):
+    with raises_facts(OptionTypeError, key="rank_nodes"):
         split_train_data_by_dp(batch, 2, balance_data=False, rank_nodes="ab")
 
 
@@ -663,17 +664,15 @@ def test_a_failed_put_frees_what_was_put_and_names_the_group(
 
 def test_a_ref_to_something_else_names_the_rank_and_the_type() -> None:
     ref = ray.put({"tokens": [[1, 2]]})
-    with pytest.raises(NotARolloutBatchError, match=r"dp_rank 2: .* holds a dict, not a Rollout"):
+    with raises_facts(NotARolloutBatchError, key="ref", got="dict"):
         process_rollout_data(ref, 2, 4, balance_data=False)
-    with pytest.raises(NotARolloutBatchError, match=r"dp_rank 1: `refs\[1\]` holds a dict"):
+    with raises_facts(NotARolloutBatchError, key="refs[1]", got="dict"):
         process_rollout_data([ref, ref], 1, 2, balance_data=False)
 
 
 def test_witness_ids_of_the_wrong_length_name_both_counts() -> None:
     ref = split_train_data_by_dp(make_batch(16, seed=9), 4, balance_data=False, delay=True)
-    with pytest.raises(
-        RaggedLengthError, match=r"`witness_ids` has 4 values but the whole batch has 16"
-    ):
+    with raises_facts(RaggedLengthError, key="witness_ids", expected="16", got="4 values"):
         process_rollout_data(ref, 0, 4, balance_data=False, witness_ids=[1, 2, 3, 4])
 
 
@@ -693,7 +692,7 @@ def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) 
     assert "dp_rank 0: the object store lost `refs[0]` (object " in message
     assert f"{refs[0].hex()}, OwnerDiedError)" in message
     assert "the driver should own the batch" in message
-    with pytest.raises(TransportError, match=r"dp_rank 0: the object store lost the delayed"):
+    with raises_facts(TransportError, key=refs[0].hex()):  # the delayed reference is lost
         process_rollout_data(refs[0], 0, 1, balance_data=False)
 
 

@@ -10,6 +10,7 @@ import ray
 
 from arrow_split import NotARolloutBatchError, RolloutBatch, Shard, shard_for_rank
 from arrow_split.ray import RolloutPrefetcher, split_train_data_by_dp
+from tests.error_facts import raises_facts
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -41,7 +42,7 @@ def test_a_bad_object_raises_at_its_step() -> None:
     with RolloutPrefetcher(0, 2, convert=len) as prefetcher:
         prefetcher.submit(0, ray.put({"not": "a batch"}))
         prefetcher.submit(1, good)
-        with pytest.raises(NotARolloutBatchError, match="step 0, dp_rank 0"):
+        with raises_facts(NotARolloutBatchError, key="ref", got="dict"):
             prefetcher.get(0)
         assert prefetcher.get(1) == len(shard_for_rank(step_data(0), 0, 2, balance_data=True))
 
@@ -60,10 +61,12 @@ def test_fill_rank_block_holds_the_ranks_rows_in_one_copy() -> None:
         np.testing.assert_array_equal(filled.columns["tokens"].values, expected.values)
         np.testing.assert_array_equal(filled.columns["tokens"].offsets, expected.offsets)
     assert block.allocations == 1
-    with pytest.raises(PlanMismatchError, match="strided"):
+    with raises_facts(
+        PlanMismatchError, key="refs[0]", expected="rank 0's rows of a 3-rank strided plan"
+    ):
         fill_rank_block(refs, 0, 3, block, balance_data=False)
-    with pytest.raises(PlanError, match="got 3 references but `dp_size` is 2"):
+    with raises_facts(PlanError, key="refs", expected="2", got="3"):
         fill_rank_block(refs, 0, 2, block)
     delayed = split_train_data_by_dp(batch, 3, balance_data=True, delay=True)
-    with pytest.raises(PlanError, match="eager list"):
+    with raises_facts(PlanError, key="refs", got="ObjectRef"):  # not the eager list
         fill_rank_block(delayed, 0, 3, block)  # type: ignore[arg-type]

@@ -15,6 +15,7 @@ from arrow_split import (
     RolloutBatch,
     shard_for_rank,
 )
+from tests.error_facts import raises_facts
 
 ray = pytest.importorskip("ray")
 
@@ -130,8 +131,9 @@ def test_a_reserve_serves_the_first_steps_from_pages_already_touched() -> None:
 def test_a_reserve_that_is_not_a_byte_count_in_range_is_a_typed_error(
     value: object, error: type[Exception]
 ) -> None:
-    with pytest.raises(error, match="reserve_bytes"):
+    with raises_facts(error, key="reserve_bytes") as caught:
         warm_up(reserve_bytes=value)  # type: ignore[arg-type]
+    assert type(caught.value) is error
 
 
 def test_a_reserve_without_glibc_warns_and_reserves_nothing(

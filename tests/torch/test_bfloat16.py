@@ -6,6 +6,7 @@ import pytest
 
 import arrow_split
 from arrow_split import RolloutBatch, RolloutBatchBuilder
+from tests.error_facts import raises_facts
 
 torch = pytest.importorskip("torch")
 
@@ -45,5 +46,5 @@ def test_bfloat16_rewards_are_float64_exactly() -> None:
 
 def test_bfloat16_ids_are_refused_as_floats() -> None:
     ids = [torch.tensor([1, 2], dtype=torch.bfloat16)]
-    with pytest.raises(arrow_split.ColumnTypeError, match=r"sample 0: `tokens`"):
+    with raises_facts(arrow_split.ColumnTypeError, key="tokens", sample=0):
         RolloutBatch.from_train_data({"tokens": ids})

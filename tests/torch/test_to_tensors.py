@@ -34,7 +34,7 @@ from arrow_split.testing.strategies import train_data
 torch = pytest.importorskip("torch")
 
 from arrow_split.torch import TensorLayout, to_tensors  # noqa: E402
-from tests.error_facts import assert_facts  # noqa: E402
+from tests.error_facts import assert_facts, raises_facts  # noqa: E402
 
 pytestmark = pytest.mark.torch
 
@@ -493,50 +493,59 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "error", "match"),
+    ("kwargs", "error", "facts"),
     [
         (
             {"layout": "flat"},
             OptionError,
-            r"invalid `layout`: 'flat'; expected one of: 'per_sample'",
+            {},
         ),
         (
             {"token_dtype": torch.float32},
             OptionError,
-            r"invalid `token_dtype`: torch\.float32",
+            {},
         ),
-        ({"token_dtype": "int64"}, OptionTypeError, r"invalid `token_dtype`: 'int64'"),
-        ({"mask_dtype": torch.float64}, OptionError, r"invalid `mask_dtype`: torch\.float64"),
+        ({"token_dtype": "int64"}, OptionTypeError, {}),
+        ({"mask_dtype": torch.float64}, OptionError, {}),
         (
             {"pad_to_multiple_of": 0},
             ValueRangeError,
-            r"`pad_to_multiple_of` must be None or an int >= 1, got 0",
+            {"got": "0", "mistake": "value_range"},
         ),
-        ({"pad_to_multiple_of": -8}, ValueRangeError, r"`pad_to_multiple_of` .* got -8"),
-        ({"pad_to_multiple_of": 2.0}, OptionTypeError, r"`pad_to_multiple_of` .* got float 2\.0"),
-        ({"pad_to_multiple_of": True}, OptionTypeError, r"`pad_to_multiple_of` .* got bool True"),
-        ({"pad_value": "0"}, OptionTypeError, r"`pad_value` must be an int or a float, got str"),
+        ({"pad_to_multiple_of": -8}, ValueRangeError, {"got": "-8", "mistake": "value_range"}),
+        (
+            {"pad_to_multiple_of": 2.0},
+            OptionTypeError,
+            {"got": "float 2.0", "mistake": "option_type"},
+        ),
+        (
+            {"pad_to_multiple_of": True},
+            OptionTypeError,
+            {"got": "bool True", "mistake": "option_type"},
+        ),
+        ({"pad_value": "0"}, OptionTypeError, {}),
         (
             {"pad_value": None},
             OptionTypeError,
-            r"`pad_value` must be an int or a float, got NoneType",
+            {},
         ),
         (
             {"device": "gpu0"},
             OptionError,
-            r"invalid `device`: 'gpu0'; expected None, a torch.device or a str",
+            {},
         ),
         (
             {"device": 0.5},
             OptionError,
-            r"invalid `device`: 0\.5; expected None",
+            {},
         ),
     ],
 )
 def test_bad_arguments(
-    batch: RolloutBatch, kwargs: dict[str, Any], error: type[Exception], match: str
+    batch: RolloutBatch, kwargs: dict[str, Any], error: type[Exception], facts: dict[str, Any]
 ) -> None:
-    with pytest.raises(error, match=match):
+    (key,) = kwargs
+    with raises_facts(error, key=key, **facts):
         to_tensors(batch, **kwargs)
 
 
@@ -547,18 +556,10 @@ def test_not_a_batch() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kwargs", "match"),
-    [
-        ({"pad_value": 0.5}, r"`pad_value` 0\.5 does not fit column `tokens` \(torch\.int64\)"),
-        (
-            {"pad_value": 2**40, "token_dtype": torch.int32},
-            r"`pad_value` 1099511627776 does not fit column `tokens` \(torch\.int32\); pass an "
-            r"integer between -2147483648 and 2147483647",
-        ),
-    ],
+    "kwargs", [{"pad_value": 0.5}, {"pad_value": 2**40, "token_dtype": torch.int32}]
 )
-def test_pad_value_out_of_range(batch: RolloutBatch, kwargs: dict[str, Any], match: str) -> None:
-    with pytest.raises(ValueRangeError, match=match):
+def test_pad_value_out_of_range(batch: RolloutBatch, kwargs: dict[str, Any]) -> None:
+    with raises_facts(ValueRangeError, key="pad_value"):  # it does not fit `tokens`
         to_tensors(batch, layout="padded", **kwargs)
 
 
@@ -566,10 +567,7 @@ def test_column_clashing_with_an_extra_key() -> None:
     spec = ColumnSpec("cu_seqlens", "per_sample_scalar", pa.int64())
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2]], "cu_seqlens": [0, 1]}, specs=[spec])
     assert to_tensors(batch)["cu_seqlens"].tolist() == [0, 1]
-    with pytest.raises(
-        SchemaError,
-        match=r"column\(s\) `cu_seqlens` clash with the keys that layout 'packed' adds",
-    ):
+    with raises_facts(SchemaError, key="cu_seqlens"):
         to_tensors(batch, layout="packed")
 
 
@@ -626,21 +624,22 @@ def test_micro_batches_are_slices_with_their_own_cu_seqlens() -> None:
 
 
 @pytest.mark.parametrize(
-    ("offsets", "error", "match"),
+    ("offsets", "error"),
     [
-        ([0, 2], OptionError, r"must rise from 0 to the shard's 4 rows, got \[0, 2\]"),
-        ([0, 3, 2, 4], OptionError, r"must be non-decreasing: offset 2 \(2\) is below offset 1"),
-        ([0.0, 4.0], OptionTypeError, r"`micro_batch_offsets` must be an array of ints, got dtype"),
-        ([True, True], OptionTypeError, r"got dtype bool"),
-        ([1, 4], OptionError, r"`micro_batch_offsets` must start at 0, got 1"),
+        ([0, 2], OptionError),
+        ([0, 3, 2, 4], OptionError),
+        ([0.0, 4.0], OptionTypeError),
+        ([True, True], OptionTypeError),
+        ([1, 4], OptionError),
     ],
 )
-def test_bad_micro_batch_offsets(offsets: list[Any], error: type, match: str) -> None:
+def test_bad_micro_batch_offsets(offsets: list[Any], error: type) -> None:
     from arrow_split.torch import to_micro_batches
 
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
-    with pytest.raises(error, match=match):
+    with raises_facts(error, key="micro_batch_offsets") as caught:
         to_micro_batches(batch, offsets)
+    assert type(caught.value) is error
 
 
 @pytest.mark.parametrize("layout", ["per_sample", "packed", "padded"])

@@ -7,6 +7,7 @@ import pytest
 
 import arrow_split
 from arrow_split import OptionTypeError, RolloutBatch
+from tests.error_facts import raises_facts
 
 torch = pytest.importorskip("torch")
 
@@ -58,5 +59,5 @@ def test_by_default_a_zero_copy_tensor_writes_through_as_documented() -> None:
 
 
 def test_writable_is_a_bool() -> None:
-    with pytest.raises(OptionTypeError, match=r"`writable` must be a bool"):
+    with raises_facts(OptionTypeError, key="writable", mistake="flag_type"):
         to_tensors(RolloutBatch.from_train_data(DATA), writable="yes")  # type: ignore[arg-type]

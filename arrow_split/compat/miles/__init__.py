@@ -253,7 +253,7 @@ def process_rollout_data_shard(
             f"the shard lacks {', '.join(f'`{key}`' for key in missing)}; pass a rollout-layout "
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=missing[0])
     partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
     total_lengths = _lengths_list(rollout_data[_TOTAL_LENGTHS])
     outside = [row for row in partition if not 0 <= row < len(total_lengths)]

@@ -220,7 +220,7 @@ def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
             f"train data holds `{key}`, a key the split puts into each rank's dict itself "
             f"(it would be replaced silently); rename the key, e.g. `my_{key}`"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=key)
 
 
 def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
@@ -334,7 +334,7 @@ def scheduled_shards(
     if rollout_ids is None:
         name = _role_name("rollout_id")
         msg = f"the rollout-side schedule needs `{name}` (one rollout id per sample)"
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=name)
     config = schedule_config(args, batch, train_parallel_config)
     lengths = batch.total_lengths
     schedule = plan_schedule(

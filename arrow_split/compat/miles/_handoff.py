@@ -201,7 +201,7 @@ def fetch_eager(
                 f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
                 f"returned, got {type(item).__name__} {item!r:.40}"
             )
-            raise OptionTypeError(msg)
+            raise OptionTypeError(msg, key=f"rollout_data_ref[{index}]")
     item = unwrap(refs[dp_rank])
     value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
     if isinstance(value, RolloutShard):
@@ -261,7 +261,7 @@ def fetch_delayed(
             f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
             f"{type(ref).__name__} {ref!r:.40}"
         )
-        raise OptionTypeError(msg)
+        raise OptionTypeError(msg, key="rollout_data_ref")
     if isinstance(target, RolloutShard):
         msg = (
             "the delayed reference holds one rank's shard, not the whole batch; pass the "

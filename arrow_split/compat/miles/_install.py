@@ -194,7 +194,7 @@ def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[st
                 "bound before it are restored): call arrow_split.compat.miles' functions "
                 "directly, or make that module's attribute writable"
             )
-            raise InstallError(msg) from exc
+            raise InstallError(msg, key=_qualified(holder, attr)) from exc
         done.append((holder, attr, before))
     return [_qualified(holder, attr) for holder, attr, _ in done]
 
@@ -316,7 +316,7 @@ def as_specs(specs: object) -> list[ColumnSpec]:
     """``specs`` as a list of :class:`ColumnSpec` (an iterable of them, never a str)."""
     msg = f"`specs` must be an iterable of ColumnSpec, got {describe(specs)}"
     if isinstance(specs, (str, bytes, Mapping)) or not isinstance(specs, Iterable):
-        raise SchemaTypeError(msg)
+        raise SchemaTypeError(msg, key="specs")
     try:
         checked = list(specs)
     except TypeError:  # iterable in name only (a 0-d array)
@@ -327,7 +327,7 @@ def as_specs(specs: object) -> list[ColumnSpec]:
                 f"`specs` item {position} must be a ColumnSpec, got {describe(spec)}; declare "
                 'a key as `ColumnSpec("score", "per_sample_scalar", pa.float64())`'
             )
-            raise SchemaTypeError(msg)
+            raise SchemaTypeError(msg, key=f"specs[{position}]")
     return checked
 
 

@@ -51,7 +51,7 @@ def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
             f"`{present[0]}` is given without `{missing}`; miles' sampling masks need both "
             "(flat ids and per-token offsets per sample), or neither"
         )
-        raise SchemaError(msg)
+        raise SchemaError(msg, key=missing)
     if _COLUMN in data:
         msg = f"give the sampling masks once: `{_COLUMN}`, or miles' `{_IDS}` and `{_OFFSETS}`"
         raise SchemaError(msg)

@@ -93,7 +93,7 @@ def check_store(module: ModuleType) -> type:
             "miles whose store has `put(value, value_spec=None)` / `get(ref)`, or call "
             "arrow_split.compat.miles' functions directly"
         )
-        raise InstallError(msg)
+        raise InstallError(msg, key="miles.utils.object_store")
     return store
 
 
