@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
@@ -20,7 +20,7 @@ from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import encode_columns, encode_train_data
 from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
-from arrow_split._codecs.scalar import ScalarCodec, check_batch_global, check_per_sample_values
+from arrow_split._codecs.batch_global import check_batch_global, check_per_sample_values
 from arrow_split._journal import (
     JournalDamage,
     JournalSync,
@@ -171,7 +171,7 @@ class RolloutBatchBuilder:
             or pa.types.is_string(value_type)
             or pa.types.is_large_string(value_type)
         )
-        if not (spec.is_per_sample and isinstance(codec_for(spec), ScalarCodec)) or not hashable:
+        if not (spec.is_per_sample and codec_for(spec).one_number) or not hashable:
             msg = (
                 f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
                 f"identify a sample; {_IDENTITY_FIX}"
@@ -419,10 +419,11 @@ class RolloutBatchBuilder:
             if previous is not None and previous != spec and key in self._columns:
                 self._reencode(key, previous, spec)
         for name, array in group.columns.items():
-            _growable(self._columns, name, array).append(array)
-        for key, values in group.sample_globals.items():
+            grow = codec_for(group.used[name]).growable
+            _growable(self._columns, name, array, grow).append(array)
+        for key, values in group.sample_globals.items():  # float64 numbers, not a kind's column
             array = pa.array(values)
-            _growable(self._sample_globals, key, array).append(array)
+            _growable(self._sample_globals, key, array, growable_for).append(array)
         for key, value in group.globals.items():
             self._globals.setdefault(key, value)
         for row, identity in enumerate(self._identities(group)):
@@ -440,7 +441,7 @@ class RolloutBatchBuilder:
         codec = codec_for(spec)
         rows = codec.decode(previous, self._columns[key].finish())
         array, _ = codec.encode(spec, rows, self._options)
-        self._columns[key] = growable_for(array.type)
+        self._columns[key] = codec.growable(array.type)
         self._columns[key].append(array)
 
     def finish(self) -> RolloutBatch:
@@ -638,12 +639,17 @@ def _same(left: object, right: object) -> bool:
     return type(left) is type(right) and left == right
 
 
-def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
+def _growable(
+    growables: dict[str, Growable],
+    name: str,
+    array: pa.Array,
+    grow: Callable[[pa.DataType], Growable],
+) -> Growable:
     """The column's growable; an empty one of another Arrow type is replaced (never carried)."""
     growable = growables.get(name)
     reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
     if growable is None or not reusable:
-        growable = growables[name] = growable_for(array.type)
+        growable = growables[name] = grow(array.type)
     return growable
 
 

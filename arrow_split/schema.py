@@ -16,6 +16,9 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_choice
+from arrow_split._codecs import kind_of
+from arrow_split._codecs._kind import storage_types
+from arrow_split._codecs.batch_global import Shape
 from arrow_split._key_hints import _MISSING, unknown_key_message
 from arrow_split.errors import SchemaError, SchemaTypeError
 
@@ -28,7 +31,6 @@ __all__ = [
     "KNOWN_COLUMNS",
     "LengthRule",
     "MEDIA_REFS",
-    "NARROWABLE_TYPES",
     "ObjectCodec",
     "PADDING_VALUES",
     "ROLE_KINDS",
@@ -41,10 +43,8 @@ __all__ = [
     "TOTAL_LENGTHS",
     "TrainData",
     "check_roles",
-    "check_value_type",
     "resolve_specs",
     "role_column",
-    "storage_types",
 ]
 
 ColumnKind = Literal[
@@ -63,7 +63,7 @@ ObjectCodec = Literal["string", "string_list", "pickle", "json"]
 ``json`` (text that round-trips exactly; else both fall back to ``pickle``) or ``pickle``
 (protocol 5, decoded only on the rank that owns the row)."""
 
-GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
+GlobalShape = Shape
 """The shape of a batch-global value (``int_map`` maps int keys to non-negative ints,
 ``float_per_sample`` holds one number per sample of the whole batch)."""
 
@@ -106,40 +106,8 @@ ROLE_KINDS: dict[str, tuple[str, ...]] = {
 }
 """The kinds of column each role may be played by."""
 
-NARROWABLE_TYPES = (pa.int32(), pa.int64())
-"""The ``value_type`` of a column that may be stored narrow (``storage="narrow"``)."""
-
-_NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
-_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
 _SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
-
-
-def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
-    if not isinstance(value_type, pa.DataType):
-        msg = (
-            f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
-            f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
-        )
-        raise SchemaTypeError(msg, key=name)
-    numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
-    if not (numeric or pa.types.is_boolean(value_type)):
-        msg = (
-            f"column `{name}`: unsupported `value_type` {value_type}; expected a signed "
-            "integer, uint8, uint16, a float or bool type (store other values as a "
-            "per_sample_object column)"
-        )
-        raise SchemaError(msg, key=name)
-    return value_type
-
-
-def storage_types(value_type: pa.DataType, storage: ColumnStorage) -> tuple[pa.DataType, ...]:
-    """The types ``value_type`` values may be stored as, narrowest first (:data:`ColumnStorage`)."""
-    if storage == "exact":
-        return (value_type,)
-    width = value_type.bit_width
-    narrower = tuple(t for t in _NARROW_TYPES if t.bit_width < width)
-    return (*narrower, value_type)
+_INTEGER_ROLES = ("response_length", "witness", "adapter_slot", "rollout_id")
 
 
 def check_roles(roles: Iterable[tuple[str, str | None]]) -> None:
@@ -219,33 +187,13 @@ class ColumnSpec:
                 value = getattr(self, switch)
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
                 raise SchemaTypeError(msg, key=self.name)
-        if self.nonempty and self.kind != "per_token_list":
-            msg = f"column `{self.name}`: `nonempty=True` is for per_token_list columns only"
-            raise SchemaError(msg, key=self.name)
-        if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
-            self._check_value_type()
-        elif self.value_type is not None and not isinstance(self.value_type, pa.DataType):
-            msg = (
-                f"column `{self.name}`: `value_type` must be a pyarrow DataType or None, got "
-                f"{type(self.value_type).__name__} {self.value_type!r:.40}"
-            )
-            raise SchemaTypeError(msg, key=self.name)
-        if self.kind == "batch_global":
-            as_choice("global_shape", self.global_shape, GlobalShape, **_SCHEMA_ERRORS)
+        kind = kind_of(self)
+        kind.check_spec(self)  # the kind's own rules: its value types, shapes, switches
         if self.role is not None:
             self._check_role()
         if self.storage != "exact":
-            self._check_storage()
-
-    def _check_storage(self) -> None:
-        as_choice("storage", self.storage, ColumnStorage, **_SCHEMA_ERRORS)
-        if self.kind != "per_sample_tensor" or self.value_type not in NARROWABLE_TYPES or self.flag:
-            msg = (
-                f"column `{self.name}`: `storage='narrow'` needs a per_sample_tensor column of "
-                f"value_type int32 or int64 without `flag`, got a {self.kind} column of "
-                f"{self.value_type}; declare the column that way or keep `storage='exact'`"
-            )
-            raise SchemaError(msg, key=self.name)
+            as_choice("storage", self.storage, ColumnStorage, **_SCHEMA_ERRORS)
+            kind.check_storage(self)
 
     def _check_role(self) -> None:
         as_choice("role", self.role, Role, **_SCHEMA_ERRORS)
@@ -256,19 +204,11 @@ class ColumnSpec:
                 f"{' or '.join(map(repr, kinds))}, got {self.kind!r}"
             )
             raise SchemaError(msg, key=self.name)
-        integer = self.value_type is None or pa.types.is_integer(self.value_type)
         if self.role == "padding" and not (self.value_type == pa.bool_() and self.flag):
             msg = f"column `{self.name}`: role 'padding' needs a bool flag column"
             raise SchemaError(msg, key=self.name)
-        scalar = self.kind == "per_sample_scalar"
-        if self.role not in ("extra_rows", "padding") and scalar and not integer:
+        if self.role in _INTEGER_ROLES and not pa.types.is_integer(self.value_type):
             msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
-            raise SchemaError(msg, key=self.name)
-
-    def _check_value_type(self) -> None:
-        value_type = check_value_type(self.name, self.kind, self.value_type)
-        if self.kind == "per_sample_tensor" and pa.types.is_boolean(value_type):
-            msg = f"column `{self.name}`: tensor columns hold integers or floats, got bool"
             raise SchemaError(msg, key=self.name)
 
     @property
@@ -281,7 +221,7 @@ class ColumnSpec:
     @property
     def is_per_sample(self) -> bool:
         """Whether the key holds one value per sample (every kind but ``batch_global``)."""
-        return self.kind != "batch_global"
+        return kind_of(self).per_sample
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -14,10 +14,13 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import EncodeOptions, child_nulls, ragged_values
-from arrow_split._codecs._numeric import check_finite, check_flag, is_array, is_flag
-from arrow_split._codecs.lists import check_nonempty, token_list_values
-from arrow_split._codecs.scalar import check_batch_global, global_to_python, unpadded_samples
+from arrow_split._codecs._base import EncodeOptions, ragged_values
+from arrow_split._codecs._numeric import check_finite, is_array
+from arrow_split._codecs.batch_global import (
+    check_batch_global,
+    global_to_python,
+    unpadded_samples,
+)
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -321,37 +324,13 @@ def check_content(
 ) -> None:
     """Raise the codecs' typed error (column, sample) on the first rule the content breaks."""
     for name in record_batch.schema.names:
-        _check_values(specs[name], record_batch.column(name))
+        codec_for(specs[name]).check_content(specs[name], record_batch.column(name))
     _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
     check_finite_columns(columns, specs)
     unpadded = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
     for key, value in batch_globals.items():
         check_batch_global(specs[key], value, unpadded, True)
-
-
-def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
-    codec = codec_for(spec)
-    if codec.tensor_role == "none":
-        return
-    if array.null_count:
-        _null_error(spec, array.is_null())
-    if child_nulls(array):
-        _null_error(spec, None)
-    numbers = codec.flat_numbers(array)
-    if numbers is None:  # pragma: no cover - every numeric codec has its numbers
-        return
-    if is_flag(spec):
-        check_flag(spec.name, numbers.values, numbers.offsets)
-    if spec.nonempty:
-        _, sample_offsets, token_offsets = token_list_values(array)
-        check_nonempty(spec, sample_offsets, token_offsets)
-
-
-def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
-    row = None if nulls is None else int(np.argmax(nulls.to_numpy(zero_copy_only=False)))
-    msg = f"`{spec.name}` is null; a {spec.kind} column holds no nulls"
-    raise ValueRangeError(msg, key=spec.name, sample=row)
 
 
 def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:

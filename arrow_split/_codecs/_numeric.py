@@ -10,14 +10,16 @@ import functools
 import struct
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, NoReturn, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NoReturn, TypedDict, cast
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import EncodeOptions, numpy_dtype, stored_type
+from arrow_split._codecs._base import EncodeOptions, numpy_dtype
 from arrow_split.errors import ColumnTypeError, ValueRangeError
-from arrow_split.schema import ColumnSpec
+
+if TYPE_CHECKING:
+    from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ARROW_ERRORS",
@@ -104,7 +106,7 @@ def _widened_bfloat16(value: object) -> object:
 
 def target_dtype(spec: ColumnSpec) -> np.dtype:
     """The numpy dtype of a numeric column's values."""
-    return numpy_dtype(stored_type(spec, None))
+    return numpy_dtype(spec.value_type)
 
 
 def is_flag(spec: ColumnSpec) -> bool:

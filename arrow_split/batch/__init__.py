@@ -25,7 +25,7 @@ from arrow_split._codecs._convert import (
     encode_train_data,
     per_sample_values,
 )
-from arrow_split._codecs.scalar import global_to_python
+from arrow_split._codecs.batch_global import global_to_python
 from arrow_split.batch._columns import (
     ColumnValues,
     arrays_equal,
@@ -253,7 +253,7 @@ class RolloutBatch:
         name = self._roles.column(role)
         if name is None or name not in self._record_batch.schema.names:
             return None
-        if codec_for(self._specs[name]).tensor_role != "scalar":  # not one number per sample
+        if not codec_for(self._specs[name]).one_number:
             msg = (
                 f"role {role!r} is played by `{name}`, a {self._specs[name].kind} column; "
                 "`role_values` gives the one value per sample of a per_sample_scalar column: "
@@ -366,7 +366,7 @@ class RolloutBatch:
             msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
             raise SchemaError(msg)
         resolved = resolve_specs(data.keys(), specs, data=data)
-        if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
+        if not all(codec_for(spec).one_number for spec in resolved.values()):
             msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
             raise SchemaError(msg, key="add_train_data")
         resolve_specs([*self._specs, *resolved], [*self._specs.values(), *resolved.values()])

@@ -14,8 +14,8 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import TensorRole, data_buffer, parts
-from arrow_split._codecs.lists import token_list_values
+from arrow_split._codecs._base import data_buffer, parts
+from arrow_split._codecs._kind import TensorRole
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
@@ -54,29 +54,20 @@ def numeric_columns(
         spec = specs[name]
         codec = codec_for(spec)
         array = record_batch.column(name)
-        if codec.tensor_role == "token_lists":
-            flat, sample_offsets, tokens = token_list_values(array)
-            buffer = data_buffer(array)
-            found.append(
-                ColumnValues(
-                    spec,
-                    codec.tensor_role,
-                    _read_only(flat),
-                    _read_only(sample_offsets),
-                    buffer,
-                    _read_only(tokens),
-                )
-            )
+        tensor = codec.tensor_values(array)
+        if tensor is None:
             continue
-        tensor_values = codec.tensor_values(array)
-        if tensor_values is not None:
-            values, offsets = tensor_values
-            offsets = None if offsets is None else _read_only(offsets)
-            found.append(
-                ColumnValues(
-                    spec, codec.tensor_role, _read_only(values), offsets, data_buffer(array)
-                )
+        offsets, tokens = tensor.offsets, tensor.token_offsets
+        found.append(
+            ColumnValues(
+                spec,
+                codec.tensor_role,
+                _read_only(tensor.values),
+                None if offsets is None else _read_only(offsets),
+                data_buffer(array),
+                None if tokens is None else _read_only(tokens),
             )
+        )
     return found
 
 

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
-from arrow_split._codecs.scalar import global_to_python
+from arrow_split._codecs.batch_global import global_to_python
 from arrow_split.batch._columns import values_equal
 from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
