@@ -15,7 +15,8 @@ import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import EncodeOptions, ragged_values
-from arrow_split._codecs._numeric import check_finite, is_array
+from arrow_split._codecs._checks import check_finite
+from arrow_split._codecs._numeric import is_array
 from arrow_split._codecs.batch_global import (
     check_batch_global,
     global_to_python,

@@ -22,8 +22,9 @@ from arrow_split._codecs._base import (
     numpy_view,
     take_fixed,
 )
+from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._growable import Growable, growable_for
-from arrow_split._codecs._numeric import check_flag, is_flag
+from arrow_split._codecs._numeric import is_flag
 from arrow_split.errors import ColumnTypeError, SchemaError, SchemaTypeError, ValueRangeError
 
 if TYPE_CHECKING:  # the spec's module imports the kinds: its types are for the checker only

@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import EncodeOptions, numpy_view
+from arrow_split._codecs._checks import At
 from arrow_split._codecs._kind import (
     FlatNumbers,
     NumbersCodec,
@@ -22,7 +23,6 @@ from arrow_split._codecs._kind import (
 )
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
-    At,
     array_1d,
     finish,
     is_array,

@@ -24,15 +24,14 @@ from arrow_split._codecs._base import (
     split_by_offsets,
     trailing_shape,
 )
+from arrow_split._codecs._checks import At, locate_python_value
 from arrow_split._codecs._kind import NARROWABLE_TYPES, FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
-    At,
     as_array,
     check_array_dtype,
     concatenate,
     finish,
     is_array,
-    locate_python_value,
     offsets_from_lengths,
     target_dtype,
 )

@@ -24,6 +24,7 @@ from arrow_split._codecs._base import (
     take_runs,
     trailing_shape,
 )
+from arrow_split._codecs._checks import At, check_list_samples
 from arrow_split._codecs._kind import (
     FlatNumbers,
     NumbersCodec,
@@ -32,9 +33,7 @@ from arrow_split._codecs._kind import (
     stored_type,
 )
 from arrow_split._codecs._numeric import (
-    At,
     as_array,
-    check_list_samples,
     finish,
     flat_from_arrays,
     flat_from_python,

@@ -20,6 +20,7 @@ from arrow_split._codecs._base import (
     list_type,
     ragged_values,
 )
+from arrow_split._codecs._checks import At
 from arrow_split._codecs._kind import (
     FlatNumbers,
     NumbersCodec,
@@ -28,7 +29,6 @@ from arrow_split._codecs._kind import (
     stored_type,
 )
 from arrow_split._codecs._numeric import (
-    At,
     as_array,
     finish,
     flat_from_arrays,
