@@ -32,6 +32,7 @@ from arrow_split.errors import (
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, Roles, resolve_specs
 
 __all__ = [
+    "add_columns",
     "check_content",
     "check_finite_columns",
     "check_parts",
@@ -344,3 +345,30 @@ def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]
     extra = roles.extra_rows
     extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
     LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+
+
+def add_columns(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    data: Mapping[str, Any],
+    declared: Iterable[ColumnSpec],
+) -> tuple[pa.RecordBatch, dict[str, ColumnSpec]]:
+    """``record_batch`` with the per-sample scalar keys of ``data``, and their specs (checked)."""
+    if not isinstance(data, Mapping):
+        msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
+        raise SchemaTypeError(msg, key="data")
+    clash = sorted(set(data) & set(specs))
+    if clash:
+        msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
+        raise SchemaError(msg)
+    resolved = resolve_specs(data.keys(), declared, data=data)
+    if not all(codec_for(spec).one_number for spec in resolved.values()):
+        msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
+        raise SchemaError(msg, key="add_train_data")
+    resolve_specs([*specs, *resolved], [*specs.values(), *resolved.values()])
+    for key, spec in resolved.items():
+        values = per_sample_values(data, key, record_batch.num_rows)
+        array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
+        check_finite_columns({key: array}, {key: spec})
+        record_batch = record_batch.append_column(key, array)
+    return record_batch, resolved

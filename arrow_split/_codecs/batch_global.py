@@ -7,6 +7,7 @@ arrays beside the record batch, carried whole by every shard. It has no column, 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -27,6 +28,8 @@ __all__ = [
     "check_batch_global",
     "check_per_sample_values",
     "global_to_python",
+    "owned_globals",
+    "read_only_globals",
     "unpadded_samples",
 ]
 
@@ -201,3 +204,35 @@ def _copy(value: object) -> object:
     if isinstance(value, dict):
         return dict(value)
     return list(value) if isinstance(value, list) else value
+
+
+def _owned(value: object) -> object:
+    """A batch-global value as the batch keeps it: its own list, dict or read-only array."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        array = value.copy()
+        array.flags.writeable = False
+        return array
+    return value
+
+
+def _read_only(value: object) -> object:
+    """The read-only view of a kept batch-global value (a tuple, a mapping proxy, the array)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType(value)
+    return value
+
+
+def owned_globals(values: Mapping[str, object]) -> Mapping[str, object]:
+    """Batch-global values as a batch keeps them (:func:`_owned` each), in a read-only mapping."""
+    return MappingProxyType({key: _owned(value) for key, value in values.items()})
+
+
+def read_only_globals(values: Mapping[str, object]) -> Mapping[str, object]:
+    """The read-only view of a batch's kept values (:func:`_read_only` each)."""
+    return MappingProxyType({key: _read_only(value) for key, value in values.items()})
