@@ -6,7 +6,6 @@ finds a column by its role (:class:`Roles`, :func:`role_column`), never by its n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -15,11 +14,11 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice
+from arrow_split._args import as_choice, as_list_of
 from arrow_split._codecs import kind_of
 from arrow_split._codecs._kind import storage_types
 from arrow_split._codecs.batch_global import Shape
-from arrow_split._key_hints import _MISSING, unknown_key_message
+from arrow_split._key_hints import unknown_key_in
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
@@ -112,11 +111,9 @@ _INTEGER_ROLES = ("response_length", "witness", "adapter_slot", "rollout_id")
 
 def check_roles(roles: Iterable[tuple[str, str | None]]) -> None:
     """Raise :class:`SchemaError` unless each role of ``(column, role)`` pairs has one column."""
-    holders: dict[str, str] = {}
+    holders: dict[str | None, str] = {}
     for name, role in roles:
-        if role is None:
-            continue
-        if role in holders:
+        if role is not None and role in holders:
             msg = (
                 f"columns `{holders[role]}` and `{name}` both have role "
                 f"{role!r}; give the role to one column only"
@@ -352,7 +349,7 @@ def resolve_specs(
     its hint), or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
-    for spec in _spec_list(specs):
+    for spec in as_list_of("specs", specs, ColumnSpec):
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
             raise SchemaTypeError(msg, key="specs")
@@ -364,63 +361,22 @@ def resolve_specs(
     for key in keys:
         if key == TOTAL_LENGTHS:
             continue
-        found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
+        known, found = KNOWN_COLUMNS.get(key), declared.get(key)
         if found is None:
-            msg = _unknown_key(key, data)
-            raise SchemaError(msg, key=key)
+            if known is None:
+                raise SchemaError(unknown_key_in(key, data, KNOWN_COLUMNS), key=key)
+            found = known
+        elif known is not None and known.role is not None and found.role is None:
+            found = dataclasses.replace(found, role=known.role)  # an override keeps the role
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())
     return resolved
 
 
-def _unknown_key(key: str, data: Mapping[str, Any] | None) -> str:
-    """The unknown key's message; with ``data``, a spec fitting its values' shape."""
-    if data is None or key not in data:
-        return unknown_key_message(key, _MISSING, KNOWN_COLUMNS)
-    return unknown_key_message(key, data[key], KNOWN_COLUMNS, _sample_lengths(data))
-
-
-def _sample_lengths(data: Mapping[str, Any]) -> dict[str, list[int]]:
-    """Token and response lengths per sample, where ``data`` has them plainly (for a hint)."""
-    lengths: dict[str, list[int]] = {}
-    with contextlib.suppress(KeyError, TypeError, ValueError):
-        lengths["response"] = [int(length) for length in data["response_lengths"]]
-    try:
-        return {**lengths, "tokens": [len(sample) for sample in data["tokens"]]}
-    except (KeyError, TypeError):
-        return {}
-
-
-def _spec_list(specs: object) -> list[object]:
-    """``specs`` as a list; a single spec, a str or a non-iterable is a :class:`SchemaTypeError`."""
-    if not isinstance(specs, (ColumnSpec, str, bytes)):
-        try:
-            return list(specs)  # type: ignore[call-overload,no-any-return]
-        except TypeError:
-            pass
-    msg = (
-        f"`specs` must be a list of ColumnSpec values, got {type(specs).__name__} "
-        f"{specs!r:.60}; wrap a single spec in a list"
-    )
-    raise SchemaTypeError(msg, key="specs")
-
-
-def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> ColumnSpec | None:
-    """A declared override of a known key keeps the known key's role unless it sets its own."""
-    if declared is None:
-        return known
-    if known is not None and known.role is not None and declared.role is None:
-        return dataclasses.replace(declared, role=known.role)
-    return declared
-
-
 def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     """The name of the column that plays ``role`` in ``specs``, or ``None`` if none does."""
-    for name, spec in specs.items():
-        if spec.role == role:
-            return name
-    return None
+    return next((name for name, spec in specs.items() if spec.role == role), None)
 
 
 # The train-data dicts' static types: TypedDicts of the keys the library defines, so that a
