@@ -349,7 +349,8 @@ def resolve_specs(
     its hint), or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
-    for spec in as_list_of("specs", specs, ColumnSpec):
+    listed = specs if isinstance(specs, tuple) else as_list_of("specs", specs, ColumnSpec)
+    for spec in listed:  # a tuple (the library's own, or a user's) is a list already
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
             raise SchemaTypeError(msg, key="specs")

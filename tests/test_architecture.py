@@ -279,6 +279,7 @@ def test_each_kind_is_one_module_and_one_row() -> None:
         assert isinstance(kind, Kind), name
         assert type(kind).__module__ == f"arrow_split._codecs.{name}", "the kind's own module"
         assert not getattr(type(kind), "__abstractmethods__", None), f"{name}: all of its interface"
+        assert isinstance(kind.text, str), f"{name}: what a value of the kind is, for people"
         assert isinstance(kind, Codec) is kind.per_sample, f"{name}: a per-sample kind is a Codec"
 
 

@@ -119,9 +119,10 @@ def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
     return spec.value_type
 
 
-class Kind(abc.ABC):  # noqa: B024 - a kind may need no more than the common rules
+class Kind(abc.ABC):
     """One kind of column (a value of ``ColumnSpec.kind``) and its spec rules."""
 
+    text: ClassVar[str]  # what a value of the kind is, for people (a dump's field metadata)
     per_sample: ClassVar[bool] = True  # one value per sample (else one for the batch)
     numbers: ClassVar[bool] = True  # holds numbers: ``value_type`` is a number type
     takes_nonempty: ClassVar[bool] = False  # ``nonempty=True`` means something here
@@ -139,6 +140,10 @@ class Kind(abc.ABC):  # noqa: B024 - a kind may need no more than the common rul
                 f"{type(spec.value_type).__name__} {spec.value_type!r:.40}"
             )
             raise SchemaTypeError(msg, key=spec.name)
+
+    def stored_as(self, spec: ColumnSpec) -> str | None:
+        """How ``spec``'s values are stored, for people, where the spec chooses it."""
+        return None
 
     def check_storage(self, spec: ColumnSpec) -> None:
         """Raise SchemaError unless ``spec`` may store its integers narrow."""

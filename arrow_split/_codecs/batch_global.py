@@ -40,6 +40,8 @@ Shape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
 class BatchGlobal(Kind):
     """One value per batch: its spec names a shape, and no number type."""
 
+    text = "one value for the whole batch"
+
     per_sample = False
     numbers = False
 

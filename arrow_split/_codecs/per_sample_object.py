@@ -145,8 +145,22 @@ _TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
 """The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
 
+_STORED_AS: dict[ObjectCodec, str] = {
+    "string": "stored as a string",
+    "string_list": "stored as a list of strings",
+    "json": "stored as JSON text (one JSON value per sample)",
+    "pickle": (
+        "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
+        "only, unless trusted)"
+    ),
+}
+"""How each object codec stores a value, for people (a dump's field metadata)."""
+
+
 class ObjectsCodec(Codec):
     """Strings, lists of strings, or pickled objects."""
+
+    text = "one Python object per sample"
 
     numbers = False
 
@@ -172,6 +186,9 @@ class ObjectsCodec(Codec):
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
         return _encode_once(_pickles(spec, samples)), spec
+
+    def stored_as(self, spec: ColumnSpec) -> str:
+        return _STORED_AS[spec.codec]
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":

@@ -45,6 +45,8 @@ __all__ = [
 class ScalarCodec(NumbersCodec):
     """One number per sample; the input is copied (the batch never shares the caller's memory)."""
 
+    text = "one value per sample"
+
     tensor_role = "scalar"
     one_number = True
 

@@ -147,6 +147,8 @@ def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array |
 class TensorCodec(RaggedCodec):
     """Per-sample arrays whose trailing shape lives in the Arrow type (lengths count rows)."""
 
+    text = "one tensor per sample (rows of a trailing shape)"
+
     def check_spec(self, spec: ColumnSpec) -> None:
         super().check_spec(spec)
         if pa.types.is_boolean(spec.value_type):

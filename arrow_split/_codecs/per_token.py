@@ -49,6 +49,8 @@ __all__ = ["RaggedCodec"]
 class RaggedCodec(NumbersCodec):
     """Ragged lists of numbers; a take copies each row's values as one run."""
 
+    text = "one value per token"
+
     tensor_role = "ragged"
 
     def encode(

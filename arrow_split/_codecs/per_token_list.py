@@ -186,6 +186,8 @@ def _at_token(error: ArrowSplitError, token_offsets: Sequence[np.ndarray]) -> Ar
 class TokenListsCodec(NumbersCodec):
     """Lists of numbers per token; a take is Arrow's (fresh buffers at both levels)."""
 
+    text = "one list of values per token"
+
     tensor_role = "token_lists"
     takes_nonempty = True
 
