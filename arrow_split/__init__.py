@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from arrow_split._args import SplitMethod
 from arrow_split._builder import RolloutBatchBuilder
-from arrow_split._codecs.lists import TokenLists
+from arrow_split._codecs.per_token_list import TokenLists
 from arrow_split._dashboard import write_dashboard_columns
 from arrow_split._journal import JournalSync, OnDuplicate
 from arrow_split._journal_inspect import describe_journal

@@ -23,6 +23,7 @@ from arrow_split.errors import (
     OptionTypeError,
     PlanError,
     PlanTypeError,
+    SchemaTypeError,
     mistake,
 )
 
@@ -35,6 +36,7 @@ __all__ = [
     "as_flag",
     "as_index_array",
     "as_int",
+    "as_list_of",
     "as_offsets",
     "as_path",
     "check_dp_rank",
@@ -125,6 +127,23 @@ def as_choice(
         msg = f"invalid `{name}`: {value!r:.40}; {expected}"
         raise value_error(msg, key=name)
     return value
+
+
+def as_list_of(name: str, value: object, item: type[Any]) -> list[object]:
+    """``value`` as a list (of ``item`` values); a single one, a str or a non-iterable refused.
+
+    A SchemaTypeError naming ``name``: the list is a schema's argument (``specs``).
+    """
+    if not isinstance(value, (item, str, bytes)):
+        try:
+            return list(value)  # type: ignore[call-overload,no-any-return]
+        except TypeError:
+            pass
+    msg = (
+        f"`{name}` must be a list of {item.__name__} values, got {type(value).__name__} "
+        f"{value!r:.60}; wrap a single spec in a list"
+    )
+    raise SchemaTypeError(msg, key=name)
 
 
 def as_path(name: str, value: object) -> str:

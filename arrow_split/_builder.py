@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice, as_flag, as_path, describe
-from arrow_split._codecs import codec_for
+from arrow_split._args import as_choice, as_flag, as_path
+from arrow_split._builder_step import Group, StepState, copy_value
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import encode_columns, encode_train_data
-from arrow_split._codecs._growable import Growable, ShapeMismatch, growable_for
-from arrow_split._codecs.scalar import ScalarCodec, check_batch_global, check_per_sample_values
+from arrow_split._codecs._growable import Growable
+from arrow_split._codecs.batch_global import check_batch_global, check_per_sample_values
 from arrow_split._journal import JournalSync, OnDuplicate, StepJournal
 from arrow_split._journal_content import (
     global_from_record,
@@ -35,29 +34,21 @@ from arrow_split._record import Record
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import (
     ArrowSplitError,
-    DuplicateSampleError,
     JournalError,
-    RaggedLengthError,
     SchemaError,
     SchemaTypeError,
 )
 from arrow_split.schema import (
     KNOWN_COLUMNS,
-    TOTAL_LENGTHS,
     ColumnSpec,
     resolve_specs,
     role_column,
 )
 
-__all__ = ["Group", "RolloutBatchBuilder", "group_record"]
-
-_IDENTITY_FIX = (
-    "pass a per-sample scalar key of ints or strings (such as `sample_indices`), "
-    "declared with a ColumnSpec if it is not a known key, or `identity=None`"
-)
+__all__ = ["RolloutBatchBuilder", "group_record"]
 
 
-class RolloutBatchBuilder:
+class RolloutBatchBuilder(StepState):
     """Build a :class:`RolloutBatch` sample by sample, as the rollout loop finishes them.
 
     Each call is checked at once as :meth:`RolloutBatch.from_train_data` checks (a rejected
@@ -95,22 +86,7 @@ class RolloutBatchBuilder:
     (2, 0)
     """
 
-    __slots__ = (
-        "_columns",
-        "_declared",
-        "_globals",
-        "_identity",
-        "_journal",
-        "_known",
-        "_length",
-        "_on_duplicate",
-        "_options",
-        "_sample_globals",
-        "_sample_keys",
-        "_seen",
-        "_specs",
-        "_trust_objects",
-    )
+    __slots__ = ("_journal", "_on_duplicate", "_trust_objects")
 
     def __init__(
         self,
@@ -151,32 +127,6 @@ class RolloutBatchBuilder:
     def _header(self) -> dict[str, object]:  # what the journal's `open` record holds
         return journal_header(self._declared, self._options, self._identity)
 
-    def _as_identity(self, identity: object) -> str | None:
-        """The identity key, if it names a per-sample scalar column of ints or strings."""
-        if identity is None:
-            return None
-        if not isinstance(identity, str):
-            msg = f"`identity` must be a per-sample key (a str) or None, got {describe(identity)}"
-            raise SchemaTypeError(msg, key="identity")
-        try:
-            spec = self._spec(identity)
-        except SchemaError as exc:
-            msg = f"`identity` {identity!r:.40} is not a key the builder knows ({exc}); "
-            raise SchemaError(msg + _IDENTITY_FIX, key="identity") from None
-        value_type = spec.value_type
-        hashable = value_type is not None and (
-            pa.types.is_integer(value_type)
-            or pa.types.is_string(value_type)
-            or pa.types.is_large_string(value_type)
-        )
-        if not (spec.is_per_sample and isinstance(codec_for(spec), ScalarCodec)) or not hashable:
-            msg = (
-                f"`identity` {identity!r:.40} is a {spec.kind} key of {value_type}, which cannot "
-                f"identify a sample; {_IDENTITY_FIX}"
-            )
-            raise SchemaError(msg, key="identity")
-        return identity
-
     @property
     def salvaged(self) -> tuple[JournalDamage, ...]:
         """What ``recover(..., salvage=True)`` skipped: the damaged places of the journal."""
@@ -188,35 +138,6 @@ class RolloutBatchBuilder:
     def __repr__(self) -> str:
         keys = ", ".join(self._specs) or "no keys yet"
         return f"RolloutBatchBuilder({self._length} samples; {keys})"
-
-    def _spec(self, key: str) -> ColumnSpec:
-        """The spec of ``key``, resolved at its first use (an unknown key raises then)."""
-        if key not in self._known:
-            self._known[key] = resolve_specs([key], self._declared)[key]
-        return self._known[key]
-
-    def _per_sample(self, key: str) -> bool:
-        """Whether ``key`` gives one value per sample (unknown keys too: resolving raises)."""
-        if key == TOTAL_LENGTHS:  # checked against the length source, never stored
-            return True
-        declared = any(spec.name == key for spec in self._declared)
-        if key not in self._known and key not in KNOWN_COLUMNS and not declared:
-            return True
-        spec = self._spec(key)
-        return spec.is_per_sample or spec.global_shape == "float_per_sample"
-
-    def _resolve(self, keys: Iterable[str]) -> dict[str, ColumnSpec]:
-        """A group's specs: the step's as used, or resolved anew (together, in a first call)."""
-        used = self._specs
-        if self._sample_keys is None:
-            resolved = resolve_specs(keys, self._declared)  # role checks too
-            self._known.update(resolved)
-            return {key: used.get(key, spec) for key, spec in resolved.items()}
-        return {
-            key: used[key] if key in used else self._spec(key)
-            for key in keys
-            if key != TOTAL_LENGTHS
-        }
 
     def append(self, sample: Mapping[str, Any]) -> int:
         """Validate one sample (a mapping key -> value) and add it to the batch.
@@ -283,7 +204,7 @@ class RolloutBatchBuilder:
             raise SchemaError(msg, key=key)
         if spec.global_shape == "float_per_sample":
             check_per_sample_values(spec, value, self._options.allow_nonfinite)
-            value = _copy_value(value)  # its length is checked by `finish`
+            value = copy_value(value)  # its length is checked by `finish`
         else:
             value = check_batch_global(spec, value, 0, self._options.allow_nonfinite)
         self._commit_global(key, spec, value)
@@ -306,140 +227,19 @@ class RolloutBatchBuilder:
         self._commit(group)
         return group.count
 
-    # -- the step's rules on a group (a call's, or a journal record's)
-
-    def _check_keys(self, train_data: Mapping[str, Any], base: int) -> tuple[str, ...]:
-        sample_keys = tuple(key for key in train_data if self._per_sample(key))
-        for key in sample_keys:
-            if key in self._globals:
-                msg = (
-                    f"batch-global key `{key}` was given whole by `set_global` "
-                    "in this step; give it one way only"
-                )
-                raise SchemaError(msg, key=key, sample=base)
-        if self._sample_keys is None:
-            return sample_keys
-        missing = [key for key in self._sample_keys if key not in sample_keys]
-        added = [key for key in sample_keys if key not in self._sample_keys]
-        if missing or added:
-            key = missing[0] if missing else added[0]
-            what = f"lacks key `{key}`" if missing else f"has the new key `{key}`"
-            msg = (
-                f"the sample {what}; every sample of a batch has the same per-sample keys "
-                f"(this step's: {', '.join(self._sample_keys)})"
-            )
-            raise SchemaError(msg, key=key, sample=base)
-        return sample_keys
-
-    def _check_group(self, group: Group) -> None:
-        """Raise if the group cannot join the batch: a tensor shape, a batch-global value."""
-        for name, array in group.columns.items():
-            growable = self._columns.get(name)
-            if growable is None or growable.length == 0:
-                continue
-            if group.used[name].codec != self._specs[name].codec:
-                continue  # an object column that falls back to pickles: re-encoded on commit
-            try:
-                growable.check(array)
-            except ShapeMismatch as mismatch:
-                msg = (
-                    f"`{name}` has trailing shape {mismatch.shape} but "
-                    f"sample {mismatch.first_row} has {mismatch.first}; every sample must have "
-                    "the same shape after the first axis"
-                )
-                raise RaggedLengthError(msg, key=name, sample=mismatch.row) from None
-        for key, value in group.globals.items():
-            if key in self._globals and not _same(self._globals[key], value):
-                msg = (
-                    f"batch-global key `{key}` is {value!r:.60} in this sample's group but "
-                    f"{self._globals[key]!r:.60} before; a batch-global key has one value for "
-                    "the whole batch (set it once with `set_global`)"
-                )
-                raise SchemaError(msg, key=key, sample=self._length)
-
-    def _check_identity(self, group: Group, base: int) -> None:
-        """Raise unless every sample of the group has an identity (the builder's key, not None)."""
-        if self._identity is None:
-            return
-        column = group.columns.get(self._identity)
-        if column is None:
-            msg = (
-                f"the sample lacks the identity key `{self._identity}`; with "
-                f"`identity={self._identity!r}` every sample carries it"
-            )
-            raise SchemaError(msg, key=self._identity, sample=base)
-        if column.null_count:
-            row = column.is_null().to_pylist().index(True)
-            msg = (
-                f"the identity key `{self._identity}` is None; every "
-                "sample needs its own identity (samples without one would be taken for "
-                "replays of each other)"
-            )
-            raise SchemaError(msg, key=self._identity, sample=base + row)
-
-    def _identities(self, group: Group) -> list[object]:
-        if self._identity is None or self._identity not in group.columns:
-            return []
-        return list(group.columns[self._identity].to_pylist())
-
-    def _first_seen(self, group: Group, mode: str) -> Group | None:
-        """The group without its replayed samples (``skip``), or raise (``error``)."""
-        identities = self._identities(group)
-        seen: dict[object, int] = {}
-        keep: list[int] = []
-        for row, identity in enumerate(identities):
-            first = self._seen.get(identity, seen.get(identity))
-            if first is None:
-                seen[identity] = self._length + len(keep)
-                keep.append(row)
-            elif mode == "error":
-                msg = (
-                    f"`{self._identity}` {identity!r:.40} is "
-                    f"sample {first}'s already; a replayed sample is refused "
-                    '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
-                )
-                raise DuplicateSampleError(msg, key=self._identity, sample=self._length + row)
-        if len(keep) == len(identities):
-            return group
-        return group.take(keep) if keep else None
-
     # -- commit: journal first, then the step's state; nothing here checks the values again
 
     def _commit(self, group: Group) -> None:
         """Journal a checked group, then add it (nothing after the journal write raises)."""
         if self._journal is not None:
             self._journal.write("group", *group_record(group))
-        if self._sample_keys is None:
-            self._sample_keys = group.sample_keys
-        for key, spec in group.used.items():
-            previous = self._specs.get(key)
-            self._specs[key] = spec
-            if previous is not None and previous != spec and key in self._columns:
-                self._reencode(key, previous, spec)
-        for name, array in group.columns.items():
-            _growable(self._columns, name, array).append(array)
-        for key, values in group.sample_globals.items():
-            array = pa.array(values)
-            _growable(self._sample_globals, key, array).append(array)
-        for key, value in group.globals.items():
-            self._globals.setdefault(key, value)
-        for row, identity in enumerate(self._identities(group)):
-            self._seen[identity] = self._length + row
-        self._length += group.count
+        self._join(group)
 
     def _commit_global(self, key: str, spec: ColumnSpec, value: object) -> None:
         if self._journal is not None:
             self._journal.write("global", global_record(key, spec, value), [])
         self._specs.setdefault(key, spec)
         self._globals[key] = value
-
-    def _reencode(self, key: str, previous: ColumnSpec, spec: ColumnSpec) -> None:
-        """Store the rows so far as ``spec`` says (a ``string`` column that fell back to pickle)."""
-        codec = codec_for(spec)
-        rows = codec.decode(previous, self._columns[key].finish())
-        array, _ = codec.encode(spec, rows, self._options)
-        self._columns[key] = growable_for(array.type)
-        self._columns[key].append(array)
 
     def finish(self) -> RolloutBatch:
         """The batch of every sample appended (with a journal, first written as the step's dump).
@@ -623,58 +423,6 @@ class RolloutBatchBuilder:
             raise JournalError(msg, path=source, offset=record.offset, key=exc.key) from None
         if replayed is not None:
             self._commit(replayed)
-
-
-def _copy_value(value: object) -> object:
-    """A private copy of a list or array given to :meth:`RolloutBatchBuilder.set_global`."""
-    if isinstance(value, np.ndarray):
-        return value.copy()
-    return list(value) if isinstance(value, (list, tuple)) else value
-
-
-def _same(left: object, right: object) -> bool:
-    return type(left) is type(right) and left == right
-
-
-def _growable(growables: dict[str, Growable], name: str, array: pa.Array) -> Growable:
-    """The column's growable; an empty one of another Arrow type is replaced (never carried)."""
-    growable = growables.get(name)
-    reusable = growable is not None and (growable.type.equals(array.type) or growable.length)
-    if growable is None or not reusable:
-        growable = growables[name] = growable_for(array.type)
-    return growable
-
-
-class Group:
-    """One accepted call, encoded and checked: columns, specs as used, batch-global values."""
-
-    __slots__ = ("columns", "count", "globals", "sample_globals", "sample_keys", "used")
-
-    def __init__(
-        self,
-        columns: dict[str, pa.Array],
-        used: dict[str, ColumnSpec],
-        batch_globals: dict[str, object],
-        sample_keys: tuple[str, ...],
-    ) -> None:
-        self.columns = columns
-        self.used = used
-        self.sample_keys = sample_keys
-        self.sample_globals = {
-            k: np.asarray(v, dtype=np.float64) for k, v in batch_globals.items() if k in sample_keys
-        }
-        self.globals = {k: v for k, v in batch_globals.items() if k not in sample_keys}
-        self.count = len(next(iter(columns.values())))  # the length source is always there
-
-    def take(self, rows: Sequence[int]) -> Group:
-        """The group of the samples at ``rows`` only (a replay's samples dropped)."""
-        picked = np.asarray(rows, dtype=np.int64)
-        columns = {
-            name: codec_for(self.used[name]).take(array, picked)
-            for name, array in self.columns.items()
-        }
-        values: dict[str, object] = {k: v[picked] for k, v in self.sample_globals.items()}
-        return Group(columns, self.used, {**self.globals, **values}, self.sample_keys)
 
 
 def group_record(group: Group) -> tuple[dict[str, object], list[pa.Array]]:

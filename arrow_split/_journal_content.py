@@ -17,8 +17,8 @@ import pyarrow as pa
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import check_content
-from arrow_split._codecs.objects import loads_plain
-from arrow_split._codecs.scalar import check_batch_global, check_per_sample_values
+from arrow_split._codecs.batch_global import check_batch_global, check_per_sample_values
+from arrow_split._codecs.per_sample_object import loads_plain
 from arrow_split._record import Record
 from arrow_split._version import __version__
 from arrow_split.batch._dump_meta import spec_from_json as _spec_from_json

@@ -6,13 +6,17 @@ text for the person who declares the key. It reads the values only to word the s
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["unknown_key_message"]
+if TYPE_CHECKING:
+    from arrow_split.schema import LengthRule
+
+__all__ = ["unknown_key_in", "unknown_key_message"]
 
 
 def unknown_key_message(
@@ -45,6 +49,33 @@ def unknown_key_message(
     if close:
         text += f"; or did you mean the known key `{close[0]}`?"
     return text
+
+
+def unknown_key_in(key: str, data: Mapping[str, Any] | None, known: Mapping[str, Any]) -> str:
+    """The message for ``key`` of ``data`` (if given, its values word the hint), unknown."""
+    if data is None or key not in data:
+        return unknown_key_message(key, _MISSING, known)
+    return unknown_key_message(key, data[key], known, _sample_lengths(data, known))
+
+
+def _sample_lengths(data: Mapping[str, Any], known: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Token and response lengths per sample, where ``data`` has them plainly (for a hint).
+
+    The columns are the ``known`` specs' length source and response lengths, found by role.
+    """
+    roles = {spec.role: name for name, spec in known.items() if spec.role is not None}
+    response, tokens = _RULES
+    lengths: dict[str, list[int]] = {}
+    with contextlib.suppress(KeyError, TypeError, ValueError):
+        lengths[response] = [int(length) for length in data[roles["response_length"]]]
+    try:
+        return {**lengths, tokens: [len(sample) for sample in data[roles["length_source"]]]}
+    except (KeyError, TypeError):
+        return {}
+
+
+_RULES: tuple[LengthRule, LengthRule] = ("response", "tokens")
+"""The length rules a hint counts samples by, in the order it reads them."""
 
 
 _MISSING: Any = object()

@@ -6,7 +6,6 @@ finds a column by its role (:class:`Roles`, :func:`role_column`), never by its n
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -15,8 +14,11 @@ from typing import Any, Literal, TypedDict
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._args import as_choice
-from arrow_split._key_hints import _MISSING, unknown_key_message
+from arrow_split._args import as_choice, as_list_of
+from arrow_split._codecs import kind_of
+from arrow_split._codecs._kind import storage_types
+from arrow_split._codecs.batch_global import Shape
+from arrow_split._key_hints import unknown_key_in
 from arrow_split.errors import SchemaError, SchemaTypeError
 
 __all__ = [
@@ -28,7 +30,6 @@ __all__ = [
     "KNOWN_COLUMNS",
     "LengthRule",
     "MEDIA_REFS",
-    "NARROWABLE_TYPES",
     "ObjectCodec",
     "PADDING_VALUES",
     "ROLE_KINDS",
@@ -41,10 +42,8 @@ __all__ = [
     "TOTAL_LENGTHS",
     "TrainData",
     "check_roles",
-    "check_value_type",
     "resolve_specs",
     "role_column",
-    "storage_types",
 ]
 
 ColumnKind = Literal[
@@ -63,7 +62,7 @@ ObjectCodec = Literal["string", "string_list", "pickle", "json"]
 ``json`` (text that round-trips exactly; else both fall back to ``pickle``) or ``pickle``
 (protocol 5, decoded only on the rank that owns the row)."""
 
-GlobalShape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
+GlobalShape = Shape
 """The shape of a batch-global value (``int_map`` maps int keys to non-negative ints,
 ``float_per_sample`` holds one number per sample of the whole batch)."""
 
@@ -106,49 +105,15 @@ ROLE_KINDS: dict[str, tuple[str, ...]] = {
 }
 """The kinds of column each role may be played by."""
 
-NARROWABLE_TYPES = (pa.int32(), pa.int64())
-"""The ``value_type`` of a column that may be stored narrow (``storage="narrow"``)."""
-
-_NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
-_INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
 _SCHEMA_ERRORS = {"type_error": SchemaTypeError, "value_error": SchemaError}
-
-
-def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
-    if not isinstance(value_type, pa.DataType):
-        msg = (
-            f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
-            f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
-        )
-        raise SchemaTypeError(msg, key=name)
-    numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
-    if not (numeric or pa.types.is_boolean(value_type)):
-        msg = (
-            f"column `{name}`: unsupported `value_type` {value_type}; expected a signed "
-            "integer, uint8, uint16, a float or bool type (store other values as a "
-            "per_sample_object column)"
-        )
-        raise SchemaError(msg, key=name)
-    return value_type
-
-
-def storage_types(value_type: pa.DataType, storage: ColumnStorage) -> tuple[pa.DataType, ...]:
-    """The types ``value_type`` values may be stored as, narrowest first (:data:`ColumnStorage`)."""
-    if storage == "exact":
-        return (value_type,)
-    width = value_type.bit_width
-    narrower = tuple(t for t in _NARROW_TYPES if t.bit_width < width)
-    return (*narrower, value_type)
+_INTEGER_ROLES = ("response_length", "witness", "adapter_slot", "rollout_id")
 
 
 def check_roles(roles: Iterable[tuple[str, str | None]]) -> None:
     """Raise :class:`SchemaError` unless each role of ``(column, role)`` pairs has one column."""
-    holders: dict[str, str] = {}
+    holders: dict[str | None, str] = {}
     for name, role in roles:
-        if role is None:
-            continue
-        if role in holders:
+        if role is not None and role in holders:
             msg = (
                 f"columns `{holders[role]}` and `{name}` both have role "
                 f"{role!r}; give the role to one column only"
@@ -219,33 +184,13 @@ class ColumnSpec:
                 value = getattr(self, switch)
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
                 raise SchemaTypeError(msg, key=self.name)
-        if self.nonempty and self.kind != "per_token_list":
-            msg = f"column `{self.name}`: `nonempty=True` is for per_token_list columns only"
-            raise SchemaError(msg, key=self.name)
-        if self.kind in ("per_token", "per_token_list", "per_sample_tensor", "per_sample_scalar"):
-            self._check_value_type()
-        elif self.value_type is not None and not isinstance(self.value_type, pa.DataType):
-            msg = (
-                f"column `{self.name}`: `value_type` must be a pyarrow DataType or None, got "
-                f"{type(self.value_type).__name__} {self.value_type!r:.40}"
-            )
-            raise SchemaTypeError(msg, key=self.name)
-        if self.kind == "batch_global":
-            as_choice("global_shape", self.global_shape, GlobalShape, **_SCHEMA_ERRORS)
+        kind = kind_of(self)
+        kind.check_spec(self)  # the kind's own rules: its value types, shapes, switches
         if self.role is not None:
             self._check_role()
         if self.storage != "exact":
-            self._check_storage()
-
-    def _check_storage(self) -> None:
-        as_choice("storage", self.storage, ColumnStorage, **_SCHEMA_ERRORS)
-        if self.kind != "per_sample_tensor" or self.value_type not in NARROWABLE_TYPES or self.flag:
-            msg = (
-                f"column `{self.name}`: `storage='narrow'` needs a per_sample_tensor column of "
-                f"value_type int32 or int64 without `flag`, got a {self.kind} column of "
-                f"{self.value_type}; declare the column that way or keep `storage='exact'`"
-            )
-            raise SchemaError(msg, key=self.name)
+            as_choice("storage", self.storage, ColumnStorage, **_SCHEMA_ERRORS)
+            kind.check_storage(self)
 
     def _check_role(self) -> None:
         as_choice("role", self.role, Role, **_SCHEMA_ERRORS)
@@ -256,19 +201,11 @@ class ColumnSpec:
                 f"{' or '.join(map(repr, kinds))}, got {self.kind!r}"
             )
             raise SchemaError(msg, key=self.name)
-        integer = self.value_type is None or pa.types.is_integer(self.value_type)
         if self.role == "padding" and not (self.value_type == pa.bool_() and self.flag):
             msg = f"column `{self.name}`: role 'padding' needs a bool flag column"
             raise SchemaError(msg, key=self.name)
-        scalar = self.kind == "per_sample_scalar"
-        if self.role not in ("extra_rows", "padding") and scalar and not integer:
+        if self.role in _INTEGER_ROLES and not pa.types.is_integer(self.value_type):
             msg = f"column `{self.name}`: role {self.role!r} needs an integer `value_type`"
-            raise SchemaError(msg, key=self.name)
-
-    def _check_value_type(self) -> None:
-        value_type = check_value_type(self.name, self.kind, self.value_type)
-        if self.kind == "per_sample_tensor" and pa.types.is_boolean(value_type):
-            msg = f"column `{self.name}`: tensor columns hold integers or floats, got bool"
             raise SchemaError(msg, key=self.name)
 
     @property
@@ -281,7 +218,7 @@ class ColumnSpec:
     @property
     def is_per_sample(self) -> bool:
         """Whether the key holds one value per sample (every kind but ``batch_global``)."""
-        return self.kind != "batch_global"
+        return kind_of(self).per_sample
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -412,7 +349,8 @@ def resolve_specs(
     its hint), or a spec declared twice.
     """
     declared: dict[str, ColumnSpec] = {}
-    for spec in _spec_list(specs):
+    listed = specs if isinstance(specs, tuple) else as_list_of("specs", specs, ColumnSpec)
+    for spec in listed:  # a tuple (the library's own, or a user's) is a list already
         if not isinstance(spec, ColumnSpec):
             msg = f"`specs` must hold ColumnSpec values, got {type(spec).__name__}"
             raise SchemaTypeError(msg, key="specs")
@@ -424,63 +362,22 @@ def resolve_specs(
     for key in keys:
         if key == TOTAL_LENGTHS:
             continue
-        found = _inherit_role(declared.get(key), KNOWN_COLUMNS.get(key))
+        known, found = KNOWN_COLUMNS.get(key), declared.get(key)
         if found is None:
-            msg = _unknown_key(key, data)
-            raise SchemaError(msg, key=key)
+            if known is None:
+                raise SchemaError(unknown_key_in(key, data, KNOWN_COLUMNS), key=key)
+            found = known
+        elif known is not None and known.role is not None and found.role is None:
+            found = dataclasses.replace(found, role=known.role)  # an override keeps the role
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())
     return resolved
 
 
-def _unknown_key(key: str, data: Mapping[str, Any] | None) -> str:
-    """The unknown key's message; with ``data``, a spec fitting its values' shape."""
-    if data is None or key not in data:
-        return unknown_key_message(key, _MISSING, KNOWN_COLUMNS)
-    return unknown_key_message(key, data[key], KNOWN_COLUMNS, _sample_lengths(data))
-
-
-def _sample_lengths(data: Mapping[str, Any]) -> dict[str, list[int]]:
-    """Token and response lengths per sample, where ``data`` has them plainly (for a hint)."""
-    lengths: dict[str, list[int]] = {}
-    with contextlib.suppress(KeyError, TypeError, ValueError):
-        lengths["response"] = [int(length) for length in data["response_lengths"]]
-    try:
-        return {**lengths, "tokens": [len(sample) for sample in data["tokens"]]}
-    except (KeyError, TypeError):
-        return {}
-
-
-def _spec_list(specs: object) -> list[object]:
-    """``specs`` as a list; a single spec, a str or a non-iterable is a :class:`SchemaTypeError`."""
-    if not isinstance(specs, (ColumnSpec, str, bytes)):
-        try:
-            return list(specs)  # type: ignore[call-overload,no-any-return]
-        except TypeError:
-            pass
-    msg = (
-        f"`specs` must be a list of ColumnSpec values, got {type(specs).__name__} "
-        f"{specs!r:.60}; wrap a single spec in a list"
-    )
-    raise SchemaTypeError(msg, key="specs")
-
-
-def _inherit_role(declared: ColumnSpec | None, known: ColumnSpec | None) -> ColumnSpec | None:
-    """A declared override of a known key keeps the known key's role unless it sets its own."""
-    if declared is None:
-        return known
-    if known is not None and known.role is not None and declared.role is None:
-        return dataclasses.replace(declared, role=known.role)
-    return declared
-
-
 def role_column(specs: Mapping[str, ColumnSpec], role: Role) -> str | None:
     """The name of the column that plays ``role`` in ``specs``, or ``None`` if none does."""
-    for name, spec in specs.items():
-        if spec.role == role:
-            return name
-    return None
+    return next((name for name, spec in specs.items() if spec.role == role), None)
 
 
 # The train-data dicts' static types: TypedDicts of the keys the library defines, so that a

@@ -17,7 +17,7 @@ import pyarrow as pa
 import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import RunsMemo, numpy_view, ragged_values
+from arrow_split._codecs._base import RunsMemo
 from arrow_split._removed import removed_name_message
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
@@ -341,7 +341,7 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
     pads = rows >= num_samples if padded else None
     if pads is not None and pads.any():
         columns = [
-            _fill(specs[name], column, pads, PADDING_VALUES[name])
+            codec_for(specs[name]).fill(column, pads, PADDING_VALUES[name])
             if name in PADDING_VALUES
             else column
             for name, column in zip(names, columns, strict=True)
@@ -356,19 +356,6 @@ def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch
         taken = pa.RecordBatch.from_arrays(columns, names=names)
     trust = batch.trust_objects
     return RolloutBatch._make(taken, specs, batch._batch_globals, trust_objects=trust, roles=roles)
-
-
-def _fill(spec: ColumnSpec, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
-    """``array`` with every value of the ``rows`` (a boolean mask) set to ``value``."""
-    if codec_for(spec).tensor_role == "ragged":
-        values, offsets = ragged_values(array)
-        filled = values.copy()
-        filled[np.repeat(rows, np.diff(offsets))] = value
-        child = pa.array(filled, type=array.type.value_type)
-        return pa.LargeListArray.from_arrays(pa.array(offsets, type=pa.int64()), child)
-    filled = np.array(numpy_view(array), copy=True)
-    filled[rows] = value
-    return pa.array(filled, type=array.type)
 
 
 def _rebuild_shard(rows: RolloutBatch, *parts: Any) -> Shard:

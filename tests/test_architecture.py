@@ -10,8 +10,9 @@
   public modules (``arrow_split.testing``, ``arrow_split.ray``...) included.
 - Neither a leaf nor a benchmark reads a private attribute (``obj._name`` where ``obj`` is not
   ``self``, ``cls`` or a module of the standard library: ``os._exit`` is public).
-- Only the codecs (and the schema that declares the kinds) branch on a column's kind, and only
-  they walk a nested Arrow type (a codec gives its column's type and reads one back).
+- Only the kinds (``arrow_split._codecs``: one module per kind, one table) branch on a column's
+  kind, its tensor role or its codec's class, and only they walk a nested Arrow type (a codec
+  gives its column's type and reads one back). Every kind has its module and its row.
 - Only the schema spells the known field names; the rest of the library finds a column by its
   role. Text (docstrings, messages) may name fields, so may a function its own parameters, a
   comparison with a spec's length rule (``rule == "tokens"``) and a value annotated as a
@@ -237,22 +238,50 @@ def _names_a_kind(node: ast.expr, kind_names: set[str]) -> bool:
     return isinstance(node, ast.Name) and node.id in kind_names
 
 
+def _asks_a_kind(node: ast.AST, kind_names: set[str]) -> bool:
+    """A comparison with a kind or a tensor role, or an ``isinstance`` check of a codec class."""
+    if isinstance(node, ast.Compare):
+        sides = [node.left, *node.comparators]
+        return any(
+            _names_a_kind(side, kind_names)
+            or (isinstance(side, ast.Attribute) and side.attr == "tensor_role")
+            for side in sides
+        )
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "isinstance" and node.args[1:]:
+        return any(
+            isinstance(name, ast.Name) and name.id.endswith(("Codec", "Kind", "Global"))
+            for name in ast.walk(node.args[1])
+        )
+    return False
+
+
 def _kind_branches(files: Iterator[tuple[str, ast.Module]]) -> set[tuple[str, str]]:
     found = set()
     for rel, tree in files:
-        if rel.startswith("_codecs/") or rel == "schema.py":
+        if rel.startswith("_codecs/"):
             continue
         kind_names = _kind_names(tree)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Compare) and any(
-                _names_a_kind(side, kind_names) for side in [node.left, *node.comparators]
-            ):
-                found.add((rel, ast.unparse(node)))
+        found |= {
+            (rel, ast.unparse(node)) for node in ast.walk(tree) if _asks_a_kind(node, kind_names)
+        }
     return found
 
 
-def test_only_the_codecs_branch_on_a_column_kind() -> None:
-    assert _kind_branches(_modules()) == set(), "branch through `codec_for(spec)` instead"
+def test_only_the_kinds_branch_on_a_column_kind() -> None:
+    assert _kind_branches(_modules()) == set(), "ask the column's kind (`codec_for(spec)`) instead"
+
+
+def test_each_kind_is_one_module_and_one_row() -> None:
+    from arrow_split._codecs import KINDS
+    from arrow_split._codecs._kind import Codec, Kind
+
+    assert sorted(KINDS) == sorted(get_args(ColumnKind)), "one row per ColumnKind"
+    for name, kind in KINDS.items():
+        assert isinstance(kind, Kind), name
+        assert type(kind).__module__ == f"arrow_split._codecs.{name}", "the kind's own module"
+        assert not getattr(type(kind), "__abstractmethods__", None), f"{name}: all of its interface"
+        assert isinstance(kind.text, str), f"{name}: what a value of the kind is, for people"
+        assert isinstance(kind, Codec) is kind.per_sample, f"{name}: a per-sample kind is a Codec"
 
 
 NESTED_TYPES = ("is_fixed_size_list", "is_large_list", "is_list", "is_struct", "list_size")
@@ -364,6 +393,9 @@ def _leaf_faults(source: str) -> list[str]:
         ("private", "import ray\nray._private", True),
         ("kind", "x = spec.kind == 'per_token'", True),
         ("kind", "x = dtype.kind == 'f'", False),
+        ("kind", "x = codec.tensor_role != 'scalar'", True),
+        ("kind", "x = isinstance(codec_for(spec), ScalarCodec)", True),
+        ("kind", "x = codec_for(spec).one_number", False),
         ("name", "key = 'loss_masks'", True),
         ("name", "msg = 'add `loss_masks`'", False),
         ("name", "def f():\n    'loss_masks'", False),
@@ -380,10 +412,7 @@ def test_the_rules_catch_what_they_should(rule: str, source: str, expected: bool
     elif rule == "private":
         caught = any(True for _ in _private_attributes(tree))
     elif rule == "kind":
-        caught = any(
-            isinstance(node, ast.Compare) and _names_a_kind(node.comparators[0], set())
-            for node in ast.walk(tree)
-        )
+        caught = any(_asks_a_kind(node, set()) for node in ast.walk(tree))
     else:
         text = _text_constants(tree)
         caught = any(
@@ -404,11 +433,22 @@ def _module_name(rel: str) -> str:
 IMPORT_CIRCLES: dict[tuple[str, str], str] = {}
 
 
+def _runtime(tree: ast.Module) -> ast.Module:
+    """``tree`` without its ``if TYPE_CHECKING:`` blocks (imports for the type checker only)."""
+    body = [
+        node
+        for node in tree.body
+        if not (isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING")
+    ]
+    return ast.Module(body=body, type_ignores=[])
+
+
 def test_no_module_imports_itself_back() -> None:
-    # Every import counts, at the top or inside a function (a lazy import is still a circle); the
-    # package itself is left out: it re-exports the public names and imports everything.
+    # Every import that runs counts, at the top or inside a function (a lazy import is still a
+    # circle); an import for the type checker only never runs (the kinds name the spec's type,
+    # the spec asks its kind). The package itself is left out: it re-exports the public names.
     graph = {
-        _module_name(rel): {m for m, _ in _package_imports(tree) if m != "arrow_split"}
+        _module_name(rel): {m for m, _ in _package_imports(_runtime(tree)) if m != "arrow_split"}
         for rel, tree in _modules()
     }
     for left, right in IMPORT_CIRCLES:

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from arrow_split import ColumnSpec, RolloutBatch
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import TypeFields, numpy_view
+from arrow_split._codecs._base import numpy_view
+from arrow_split._codecs._kind import TypeFields
 from arrow_split.testing.strategies import train_data
 
 MOE = ColumnSpec("experts", "per_sample_tensor", pa.int32(), storage="narrow")

@@ -27,7 +27,7 @@ from arrow_split import (
     shard_for_rank,
     take_rows,
 )
-from arrow_split._codecs.objects import NotPlainData, loads_plain
+from arrow_split._codecs.per_sample_object import NotPlainData, loads_plain
 from arrow_split.batch import values_equal
 from arrow_split.testing.strategies import rollout_batches
 from tests.error_facts import assert_facts, raises_facts

@@ -1,25 +1,53 @@
-"""One codec per column kind, and :func:`codec_for`, the only place that picks one by kind.
+"""The column kinds: one module per kind, and :data:`KINDS`, the one table that picks one.
 
-The codec contract: ``_base``; batch globals: ``scalar``; dict <-> columns: ``_convert``.
+Each kind module implements :class:`~arrow_split._codecs._kind.Kind` (spec rules) and, for a
+per-sample kind, :class:`~arrow_split._codecs._kind.Codec`. Adding a kind: one module, one row.
 """
 
 from __future__ import annotations
 
-from arrow_split._codecs._base import Codec
-from arrow_split._codecs.lists import RaggedCodec, TensorCodec, TokenListsCodec
-from arrow_split._codecs.objects import ObjectsCodec
-from arrow_split._codecs.scalar import ScalarCodec
-from arrow_split.schema import ColumnSpec
+from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-__all__ = ["codec_for"]
+from arrow_split._codecs._kind import Codec, Kind
+from arrow_split._codecs.batch_global import BatchGlobal
+from arrow_split._codecs.per_sample_object import ObjectsCodec
+from arrow_split._codecs.per_sample_scalar import ScalarCodec
+from arrow_split._codecs.per_sample_tensor import TensorCodec
+from arrow_split._codecs.per_token import RaggedCodec
+from arrow_split._codecs.per_token_list import TokenListsCodec
 
-_CODECS: dict[str, Codec] = {
-    "per_token": RaggedCodec(),
-    "per_token_list": TokenListsCodec(),
-    "per_sample_tensor": TensorCodec(),
-    "per_sample_scalar": ScalarCodec(),
-    "per_sample_object": ObjectsCodec(),
-}
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from arrow_split.schema import ColumnSpec
+
+__all__ = [
+    "KINDS",
+    "codec_for",
+    "kind_of",
+]
+
+KINDS: Mapping[str, Kind] = MappingProxyType(
+    {
+        "per_token": RaggedCodec(),
+        "per_token_list": TokenListsCodec(),
+        "per_sample_tensor": TensorCodec(),
+        "per_sample_scalar": ScalarCodec(),
+        "per_sample_object": ObjectsCodec(),
+        "batch_global": BatchGlobal(),
+    }
+)
+"""Each value of ``ColumnSpec.kind`` -> its kind (a :class:`Codec` for a per-sample kind)."""
+
+_CODECS: Mapping[str, Codec] = MappingProxyType(
+    {name: kind for name, kind in KINDS.items() if isinstance(kind, Codec)}
+)
+
+
+def kind_of(spec: ColumnSpec) -> Kind:
+    """The kind of ``spec`` (every kind has its rules)."""
+    return KINDS[spec.kind]
 
 
 def codec_for(spec: ColumnSpec) -> Codec:

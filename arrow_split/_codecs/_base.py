@@ -1,4 +1,4 @@
-"""What a codec is (all that branches on a column kind), and the Arrow layout codecs speak.
+"""The Arrow layout the kinds speak: list types, numpy views, and the take kernels.
 
 A list column is ``large_list<item>``, a tensor's item one ``fixed_size_list`` per trailing axis.
 Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships its own bytes).
@@ -6,28 +6,19 @@ Takes copy into fresh pool buffers, never a slice of the parent (a pickle ships 
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 import functools
 import itertools
 import math
 from collections.abc import Iterator, Sequence
-from typing import ClassVar, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc  # Arrow's take needs it: loaded with the core, not in a first call
 
-from arrow_split.errors import ColumnTypeError
-from arrow_split.schema import ColumnSpec, ObjectCodec
-
 __all__ = [
-    "Codec",
     "EncodeOptions",
-    "FlatNumbers",
     "RunsMemo",
-    "TensorRole",
-    "TypeFields",
     "arrow_take",
     "child_nulls",
     "data_buffer",
@@ -41,15 +32,10 @@ __all__ = [
     "ragged_values",
     "short_type",
     "split_by_offsets",
-    "stored_type",
     "take_fixed",
     "take_runs",
     "trailing_shape",
 ]
-
-TensorRole = Literal["ragged", "token_lists", "scalar", "none"]
-"""What the torch leaf makes of a column: values + offsets, values + per-token offsets +
-per-sample offsets (a list per token), a 1-D tensor, or nothing."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -59,99 +45,6 @@ class EncodeOptions:
     allow_nonfinite: bool = False  # keep NaN and infinity in float columns
     exact_floats: bool = False  # reject a float a float32 column would round (else rounded)
     first_sample: int = 0  # the batch's index of the first sample encoded (a builder's group)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FlatNumbers:
-    """A numeric column's numbers, flat."""
-
-    values: np.ndarray  # 1-D
-    offsets: np.ndarray | None  # where each sample's values start (n + 1 from 0); None: one each
-    token_offsets: np.ndarray | None = None  # where each token's values start (lists per token)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TypeFields:
-    """What a column's Arrow type says of its spec (the inverse of :meth:`Codec.arrow_type`)."""
-
-    storage: pa.DataType | None = None  # the numbers' type: value_type, or a narrower integer
-    trailing: tuple[int, ...] = ()  # a tensor's trailing shape
-    codec: ObjectCodec | None = None  # how objects are stored
-
-
-def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
-    """The type a numeric column's values are stored as: ``fields.storage`` or ``value_type``."""
-    if fields is not None and fields.storage is not None:
-        return fields.storage
-    if spec.value_type is None:  # pragma: no cover - ColumnSpec guarantees it
-        raise ColumnTypeError(f"column `{spec.name}` has no value type")
-    return spec.value_type
-
-
-class Codec(abc.ABC):
-    """Encode, check, decode and take one kind of column (see the module docstring)."""
-
-    tensor_role: ClassVar[TensorRole] = "none"
-
-    @abc.abstractmethod
-    def encode(
-        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
-    ) -> tuple[pa.Array, ColumnSpec]:
-        """One Arrow array of a user's ``samples``, checked once, and the spec as used."""
-
-    @abc.abstractmethod
-    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        """One classic Python value per sample."""
-
-    def decode_read(
-        self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
-    ) -> list[object]:
-        """:meth:`decode` of a column that may come from a file (only objects can run code)."""
-        return self.decode(spec, array)
-
-    @abc.abstractmethod
-    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        """``spec``'s column's Arrow type; ``fields``: what the values decide (default: none)."""
-
-    @abc.abstractmethod
-    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
-        """What ``arrow_type`` says of the spec, or ``None`` if this codec never makes it."""
-
-    def holds(self, spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
-        """Whether a column of ``arrow_type`` is one this codec makes for ``spec``."""
-        fields = self.type_fields(arrow_type)
-        if fields is None:
-            return False
-        if fields.storage is not None and fields.storage not in spec.storage_types:
-            return False
-        return bool(self.arrow_type(spec, fields) == arrow_type)
-
-    def lengths(self, array: pa.Array) -> np.ndarray | None:
-        """Values (or rows) per sample of a list column; ``None`` for single values."""
-        return None
-
-    def flat_numbers(self, array: pa.Array) -> FlatNumbers | None:
-        """Every number of a numeric column (see :class:`FlatNumbers`); ``None`` for objects."""
-        return None
-
-    def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
-        """A column read from a file in the form this version stores (an older form converted)."""
-        return array
-
-    def tensor_values(self, array: pa.Array) -> tuple[np.ndarray, np.ndarray | None] | None:
-        """What a tensor is made of: values and offsets (ragged), values alone, or ``None``."""
-        if self.tensor_role == "ragged":
-            return ragged_values(array)
-        if self.tensor_role == "scalar":
-            return numpy_view(array), None
-        return None
-
-    def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
-        """The rows ``indices`` (int64, checked by the caller) in fresh buffers.
-
-        ``memo``: as :func:`take_runs`, shared by the columns of one take.
-        """
-        return take_fixed(array, indices)
 
 
 # --- Arrow types ---------------------------------------------------------------------------------

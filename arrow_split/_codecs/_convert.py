@@ -14,10 +14,14 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import EncodeOptions, child_nulls, ragged_values
-from arrow_split._codecs._numeric import check_finite, check_flag, is_array, is_flag
-from arrow_split._codecs.lists import check_nonempty, token_list_values
-from arrow_split._codecs.scalar import check_batch_global, global_to_python, unpadded_samples
+from arrow_split._codecs._base import EncodeOptions, ragged_values
+from arrow_split._codecs._checks import check_finite
+from arrow_split._codecs._numeric import is_array
+from arrow_split._codecs.batch_global import (
+    check_batch_global,
+    global_to_python,
+    unpadded_samples,
+)
 from arrow_split.errors import (
     ColumnTypeError,
     RaggedLengthError,
@@ -28,6 +32,7 @@ from arrow_split.errors import (
 from arrow_split.schema import KNOWN_COLUMNS, TOTAL_LENGTHS, ColumnSpec, Roles, resolve_specs
 
 __all__ = [
+    "add_columns",
     "check_content",
     "check_finite_columns",
     "check_parts",
@@ -321,37 +326,13 @@ def check_content(
 ) -> None:
     """Raise the codecs' typed error (column, sample) on the first rule the content breaks."""
     for name in record_batch.schema.names:
-        _check_values(specs[name], record_batch.column(name))
+        codec_for(specs[name]).check_content(specs[name], record_batch.column(name))
     _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
     check_finite_columns(columns, specs)
     unpadded = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
     for key, value in batch_globals.items():
         check_batch_global(specs[key], value, unpadded, True)
-
-
-def _check_values(spec: ColumnSpec, array: pa.Array) -> None:
-    codec = codec_for(spec)
-    if codec.tensor_role == "none":
-        return
-    if array.null_count:
-        _null_error(spec, array.is_null())
-    if child_nulls(array):
-        _null_error(spec, None)
-    numbers = codec.flat_numbers(array)
-    if numbers is None:  # pragma: no cover - every numeric codec has its numbers
-        return
-    if is_flag(spec):
-        check_flag(spec.name, numbers.values, numbers.offsets)
-    if spec.nonempty:
-        _, sample_offsets, token_offsets = token_list_values(array)
-        check_nonempty(spec, sample_offsets, token_offsets)
-
-
-def _null_error(spec: ColumnSpec, nulls: pa.Array | None) -> None:
-    row = None if nulls is None else int(np.argmax(nulls.to_numpy(zero_copy_only=False)))
-    msg = f"`{spec.name}` is null; a {spec.kind} column holds no nulls"
-    raise ValueRangeError(msg, key=spec.name, sample=row)
 
 
 def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:
@@ -364,3 +345,30 @@ def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]
     extra = roles.extra_rows
     extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
     LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+
+
+def add_columns(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    data: Mapping[str, Any],
+    declared: Iterable[ColumnSpec],
+) -> tuple[pa.RecordBatch, dict[str, ColumnSpec]]:
+    """``record_batch`` with the per-sample scalar keys of ``data``, and their specs (checked)."""
+    if not isinstance(data, Mapping):
+        msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
+        raise SchemaTypeError(msg, key="data")
+    clash = sorted(set(data) & set(specs))
+    if clash:
+        msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
+        raise SchemaError(msg, key=clash[0])
+    resolved = resolve_specs(data.keys(), declared, data=data)
+    if not all(codec_for(spec).one_number for spec in resolved.values()):
+        msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
+        raise SchemaError(msg, key="add_train_data")
+    resolve_specs([*specs, *resolved], [*specs.values(), *resolved.values()])
+    for key, spec in resolved.items():
+        values = per_sample_values(data, key, record_batch.num_rows)
+        array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
+        check_finite_columns({key: array}, {key: spec})
+        record_batch = record_batch.append_column(key, array)
+    return record_batch, resolved

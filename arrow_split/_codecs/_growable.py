@@ -1,28 +1,34 @@
 """Growable Arrow columns: the builder appends encoded chunks and takes one array at ``finish``.
 
-By Arrow type, never by kind: pool buffers grown by doubling, handed over without a copy. A
-tensor column's shape is its first chunk's with a value; objects stored once dedupe per step.
+The parts a kind's growth is made of (``Codec.growable``), by Arrow type: pool buffers grown by
+doubling, handed over without a copy. A tensor column's shape is its first chunk's with a value.
 """
 
 from __future__ import annotations
 
 import abc
-import hashlib
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import leaf_type, numpy_dtype, trailing_shape
-from arrow_split._codecs.objects import canonical_codes, codes_and_validity
 from arrow_split.errors import SchemaError
 
-__all__ = ["Growable", "ShapeMismatch", "growable_for"]
+__all__ = [
+    "BinaryGrowable",
+    "Buffer",
+    "Growable",
+    "ShapeMismatch",
+    "Typed",
+    "growable_for",
+    "validity_bitmap",
+]
 
 _MIN_CAPACITY = 64
 _ZERO = np.zeros(1, dtype=np.int64)  # the first offset
 
 
-class _Buffer:
+class Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
     __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
@@ -104,7 +110,7 @@ class Growable(abc.ABC):
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
 
-class _Typed(Growable):
+class Typed(Growable):
     """A growable of the Arrow type it was made for."""
 
     def __init__(self, value_type: pa.DataType) -> None:
@@ -115,7 +121,7 @@ class _Typed(Growable):
         return self._type
 
 
-def _validity(valid: _Buffer, nulls: int) -> pa.Buffer | None:
+def validity_bitmap(valid: Buffer, nulls: int) -> pa.Buffer | None:
     """The validity bitmap of the rows so far (``None`` without a null)."""
     return pa.py_buffer(np.packbits(valid.values(), bitorder="little")) if nulls else None
 
@@ -128,15 +134,15 @@ def _array_offsets(array: pa.Array) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
 
 
-class _BinaryGrowable(_Typed):
+class BinaryGrowable(Typed):
     """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
 
     def __init__(self, value_type: pa.DataType) -> None:
         super().__init__(value_type)
-        self._offsets = _Buffer(np.dtype(np.int64))
+        self._offsets = Buffer(np.dtype(np.int64))
         self._offsets.extend(_ZERO)
-        self._data = _Buffer(np.dtype(np.uint8))
-        self._valid = _Buffer(np.dtype(np.bool_))
+        self._data = Buffer(np.dtype(np.uint8))
+        self._valid = Buffer(np.dtype(np.bool_))
         self._nulls = 0
 
     @property
@@ -163,72 +169,12 @@ class _BinaryGrowable(_Typed):
 
     def finish(self) -> pa.Array:
         count = self.length
-        validity = _validity(self._valid, self._nulls)
+        validity = validity_bitmap(self._valid, self._nulls)
         offsets, data = self._offsets.take(), self._data.take()
         self._offsets.extend(_ZERO)
         self._valid.clear()
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
-
-
-def _digest(view: memoryview) -> bytes:
-    return hashlib.blake2b(view, digest_size=16).digest()
-
-
-class _OnceGrowable(_Typed):
-    """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
-
-    def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._codes = _Buffer(np.dtype(np.int32))
-        self._valid = _Buffer(np.dtype(np.bool_))
-        self._values = _BinaryGrowable(value_type.value_type)
-        self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
-        self._nulls = 0
-
-    @property
-    def length(self) -> int:
-        return self._codes.size
-
-    def _entry(self, value: memoryview) -> int:
-        """The step's entry of ``value``'s bytes, added if new."""
-        same = self._entries.setdefault(_digest(value), [])
-        offsets = self._values.offsets()
-        data = self._values.data()
-        wanted = np.frombuffer(value, dtype=np.uint8)
-        for entry in same:
-            start, stop = int(offsets[entry]), int(offsets[entry + 1])
-            if np.array_equal(data[start:stop], wanted):
-                return entry
-        entry = self._values.length
-        self._values.append(pa.array([value.tobytes()], type=pa.large_binary()))
-        same.append(entry)
-        return entry
-
-    def append(self, array: pa.Array) -> None:
-        codes, valid = codes_and_validity(array)
-        new, old = canonical_codes(codes, valid)
-        dictionary = array.dictionary
-        entries = np.fromiter(
-            (self._entry(memoryview(dictionary[int(code)].as_buffer())) for code in old),
-            dtype=np.int32,
-            count=len(old),
-        )
-        mapped = entries[new] if len(old) else np.zeros(len(new), dtype=np.int32)
-        self._codes.extend(np.where(valid, mapped, 0))
-        self._valid.extend(valid)
-        self._nulls += int((~valid).sum())
-
-    def finish(self) -> pa.Array:
-        count = self.length
-        validity = _validity(self._valid, self._nulls)
-        codes = pa.Array.from_buffers(
-            pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
-        )
-        self._valid.clear()
-        self._nulls = 0
-        self._entries = {}
-        return pa.DictionaryArray.from_arrays(codes, self._values.finish())
 
 
 class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a library error
@@ -246,9 +192,7 @@ def growable_for(value_type: pa.DataType) -> Growable:
     if pa.types.is_fixed_size_list(value_type):
         return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
-        return _BinaryGrowable(value_type)
-    if pa.types.is_dictionary(value_type):  # objects stored once
-        return _OnceGrowable(value_type)
+        return BinaryGrowable(value_type)
     if pa.types.is_boolean(value_type):
         return _BoolGrowable()
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
@@ -257,10 +201,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
     raise SchemaError(msg)
 
 
-class _PrimitiveGrowable(_Typed):
+class _PrimitiveGrowable(Typed):
     def __init__(self, value_type: pa.DataType) -> None:
         super().__init__(value_type)
-        self._values = _Buffer(numpy_dtype(value_type))
+        self._values = Buffer(numpy_dtype(value_type))
 
     @property
     def length(self) -> int:
@@ -278,7 +222,7 @@ class _PrimitiveGrowable(_Typed):
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
         old = self._values
-        self._values = _Buffer(wider, old.capacity)
+        self._values = Buffer(wider, old.capacity)
         self._values.extend(old.values())
         self._type = pa.from_numpy_dtype(wider)
 
@@ -351,7 +295,7 @@ class _ListGrowable(_Nested):
 
     def __init__(self, child: Growable) -> None:
         self._set_child(child)
-        self._offsets = _Buffer(np.dtype(np.int64))
+        self._offsets = Buffer(np.dtype(np.int64))
         self._offsets.extend(_ZERO)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 

@@ -16,28 +16,29 @@ import pyarrow as pa
 
 import arrow_split.batch._frame as _frame
 from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
-from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import EncodeOptions, numpy_view
+from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import (
-    check_finite_columns,
+    add_columns,
     check_parts,
     decode_train_data,
     encode_train_data,
-    per_sample_values,
 )
-from arrow_split._codecs.scalar import global_to_python
+from arrow_split._codecs.batch_global import global_to_python, owned_globals, read_only_globals
 from arrow_split.batch._columns import (
     ColumnValues,
     arrays_equal,
+    column_of,
+    lengths_of,
     numeric_columns,
     record_batches_equal,
+    role_values,
     values_equal,
 )
 from arrow_split.batch._dump import Compression, read_dump, read_parquet, write_dump, write_parquet
 from arrow_split.batch._dump_meta import spec_from_json, spec_to_json
-from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
+from arrow_split.errors import ArrowSplitError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan
-from arrow_split.schema import ColumnSpec, Role, Roles, TrainData, resolve_specs
+from arrow_split.schema import ColumnSpec, Role, Roles, TrainData
 
 if TYPE_CHECKING:
     import pandas
@@ -100,8 +101,8 @@ class RolloutBatch:
         check_parts(record_batch, specs, batch_globals or {})
         trust = as_flag("trust_objects", trust_objects)
         _refuse_foreign_plan(plan, record_batch.num_rows)
-        owned = {key: _own_global(value) for key, value in (batch_globals or {}).items()}
-        self._set(record_batch, MappingProxyType(dict(specs)), MappingProxyType(owned), plan, trust)
+        owned = owned_globals(batch_globals or {})
+        self._set(record_batch, MappingProxyType(dict(specs)), owned, plan, trust)
 
     def _set(
         self,
@@ -183,8 +184,7 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """:meth:`from_train_data` with its options parsed (the library's own defaults)."""
         record_batch, used, batch_globals = encode_train_data(data, specs, options)
-        owned = {key: _own_global(value) for key, value in batch_globals.items()}
-        return cls._make(record_batch, MappingProxyType(used), MappingProxyType(owned))
+        return cls._make(record_batch, MappingProxyType(used), owned_globals(batch_globals))
 
     @property
     def record_batch(self) -> pa.RecordBatch:
@@ -200,9 +200,7 @@ class RolloutBatch:
     def batch_globals(self) -> Mapping[str, object]:
         """The batch-global values, read-only (lists as tuples, dicts as proxies)."""
         if not hasattr(self, "_globals_view"):  # set once: the batch is immutable
-            self._globals_view = MappingProxyType(
-                {key: _read_only_global(value) for key, value in self._batch_globals.items()}
-            )
+            self._globals_view = read_only_globals(self._batch_globals)
         return self._globals_view
 
     @property
@@ -237,10 +235,8 @@ class RolloutBatch:
     def total_lengths(self) -> np.ndarray:
         """Token count of each row (int64, read-only), computed once; every shard shares it."""
         if not hasattr(self, "_total_lengths"):  # set once: the batch is immutable
-            offsets = self._record_batch.column(self._roles.length_source).offsets.to_numpy()
-            lengths: np.ndarray = np.diff(offsets).astype(np.int64, copy=False)
-            lengths.flags.writeable = False
-            self._total_lengths = lengths
+            source = self._record_batch.column(self._roles.length_source)
+            self._total_lengths = lengths_of(source)
         return self._total_lengths
 
     @property
@@ -250,30 +246,11 @@ class RolloutBatch:
 
     def role_values(self, role: Role) -> np.ndarray | None:
         """The values of the per-sample scalar column playing ``role`` (read-only), or ``None``."""
-        name = self._roles.column(role)
-        if name is None or name not in self._record_batch.schema.names:
-            return None
-        if codec_for(self._specs[name]).tensor_role != "scalar":  # not one number per sample
-            msg = (
-                f"role {role!r} is played by `{name}`, a {self._specs[name].kind} column; "
-                "`role_values` gives the one value per sample of a per_sample_scalar column: "
-                f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
-            )
-            raise SchemaError(msg, key=name)
-        column = self._record_batch.column(name)
-        values = numpy_view(column)
-        values.flags.writeable = False  # booleans are unpacked into fresh memory
-        return values
+        return role_values(self._record_batch, self._specs, self._roles.column(role), role)
 
     def column(self, name: str) -> pa.Array:
         """The Arrow array of one per-sample key."""
-        if not isinstance(name, str):
-            msg = f"`name` must be a str (a column's key), got {type(name).__name__}"
-            raise SchemaTypeError(msg, key="name")
-        if name not in self._record_batch.schema.names:
-            msg = f"no per-sample column `{name}`; the batch has: {', '.join(self.column_names)}"
-            raise ColumnNotFoundError(msg, key=name)
-        return self._record_batch.column(name)
+        return column_of(self._record_batch, name)
 
     @property
     def column_names(self) -> list[str]:
@@ -298,9 +275,8 @@ class RolloutBatch:
         self, path: str | os.PathLike[str], *, compression: Compression | None = None
     ) -> None:
         """Write the batch to one Arrow IPC file atomically (uncompressed: :meth:`read` maps it)."""
-        write_dump(
-            self._record_batch, self._specs, self._batch_globals, path, compression=compression
-        )
+        parts = (self._record_batch, self._specs, self._batch_globals)
+        write_dump(*parts, path, compression=compression)
 
     @staticmethod
     def read(
@@ -318,15 +294,10 @@ class RolloutBatch:
         FileNotFoundError
             No such file.
         """
-        trust_objects = as_flag("trust_objects", trust_objects)
-        parts, _ = read_dump(path, validate=validate)  # every part checked there, once
-        record_batch, specs, batch_globals = parts
-        return RolloutBatch._make(
-            record_batch,
-            MappingProxyType(specs),
-            MappingProxyType(batch_globals),
-            trust_objects=trust_objects,
-        )
+        trust = as_flag("trust_objects", trust_objects)
+        (record_batch, specs, batch_globals), _ = read_dump(path, validate=validate)  # checked
+        parts = (record_batch, MappingProxyType(specs), MappingProxyType(batch_globals))
+        return RolloutBatch._make(*parts, trust_objects=trust)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
         """Write the batch as Parquet for analysis tools, specs and globals in its metadata."""
@@ -347,9 +318,9 @@ class RolloutBatch:
         _refuse_foreign_plan(plan, len(self))
         return self._with(plan=plan)
 
-    def _with(self, *, plan: Plan | None) -> RolloutBatch:
-        """The same batch carrying ``plan`` (trusted: a plan of this batch)."""
-        parts = (self._record_batch, self._specs, self._batch_globals)
+    def _with(self, *, plan: Plan | None, rows: pa.RecordBatch | None = None) -> RolloutBatch:
+        """The batch carrying ``plan`` (trusted: of these rows), of other ``rows`` (same specs)."""
+        parts = (self._record_batch if rows is None else rows, self._specs, self._batch_globals)
         return RolloutBatch._make(
             *parts, plan=plan, trust_objects=self._trust_objects, roles=self._roles
         )
@@ -358,24 +329,7 @@ class RolloutBatch:
         self, data: Mapping[str, Any], *, specs: Iterable[ColumnSpec] = ()
     ) -> RolloutBatch:
         """A new batch with more per-sample scalar keys (validated; existing keys stay)."""
-        if not isinstance(data, Mapping):
-            msg = f"`data` must be a dict of per-sample lists, got {type(data).__name__}"
-            raise SchemaTypeError(msg, key="data")
-        clash = sorted(set(data) & set(self._specs))
-        if clash:
-            msg = f"keys already in the batch: {', '.join(map(repr, clash))}; pick new names"
-            raise SchemaError(msg, key=clash[0])
-        resolved = resolve_specs(data.keys(), specs, data=data)
-        if any(codec_for(spec).tensor_role != "scalar" for spec in resolved.values()):
-            msg = "`add_train_data` takes per-sample scalar keys only (ids, flags, numbers)"
-            raise SchemaError(msg, key="add_train_data")
-        resolve_specs([*self._specs, *resolved], [*self._specs.values(), *resolved.values()])
-        record_batch = self._record_batch
-        for key, spec in resolved.items():
-            values = per_sample_values(data, key, self.num_samples)
-            array, _ = codec_for(spec).encode(spec, values, EncodeOptions())
-            check_finite_columns({key: array}, {key: spec})
-            record_batch = record_batch.append_column(key, array)
+        record_batch, resolved = add_columns(self._record_batch, self._specs, data, specs)
         merged = MappingProxyType({**self._specs, **resolved})
         trust = self._trust_objects
         return RolloutBatch._make(
@@ -432,9 +386,8 @@ class RolloutBatch:
 
     def slice(self, offset: int = 0, length: int | None = None) -> RolloutBatch:
         """Rows ``offset : offset + length`` in fresh buffers; batch-global values stay whole."""
-        record_batch = _frame.take_columns(self, _frame.slice_rows(self, offset, length))
-        parts = (record_batch, self._specs, self._batch_globals)
-        return RolloutBatch._make(*parts, trust_objects=self._trust_objects, roles=self._roles)
+        rows = _frame.take_columns(self, _frame.slice_rows(self, offset, length))
+        return self._with(plan=None, rows=rows)
 
     @staticmethod
     def concat(batches: Iterable[RolloutBatch]) -> RolloutBatch:
@@ -444,9 +397,7 @@ class RolloutBatch:
         is concatenated too; other globals must be equal (they are kept once).
         """
         listed = [check_batch(batch, "batches[i]") for batch in _frame.as_list(batches)]
-        record_batch, specs, batch_globals = _frame.concat_batches(listed)
-        owned = MappingProxyType({key: _own_global(value) for key, value in batch_globals.items()})
-        trust = all(batch.trust_objects for batch in listed)
+        record_batch, specs, owned, trust = _frame.concat_batches(listed)
         return RolloutBatch._make(record_batch, specs, owned, trust_objects=trust)
 
     def to_polars(self) -> polars.DataFrame:
@@ -464,28 +415,6 @@ class RolloutBatch:
         return _frame.render_html(self, type(self).__name__)
 
 
-def _own_global(value: object) -> object:
-    """A batch-global value as the batch keeps it: its own list, dict or read-only array."""
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    if isinstance(value, Mapping):
-        return dict(value)
-    if isinstance(value, np.ndarray) and value.flags.writeable:
-        array = value.copy()
-        array.flags.writeable = False
-        return array
-    return value
-
-
-def _read_only_global(value: object) -> object:
-    """The read-only view of a kept batch-global value (a tuple, a mapping proxy, the array)."""
-    if isinstance(value, list):
-        return tuple(value)
-    if isinstance(value, dict):
-        return MappingProxyType(value)
-    return value
-
-
 def _refuse_foreign_plan(plan: object, num_samples: int) -> None:
     if plan is not None and (not isinstance(plan, Plan) or plan.num_samples != num_samples):
         msg = f"`plan` must be a Plan of {num_samples} samples, got {plan!r}"
@@ -499,9 +428,8 @@ def _rebuild_batch(
     plan: Plan | None,
     trust: bool = True,
 ) -> RolloutBatch:
-    owned = MappingProxyType({key: _own_global(value) for key, value in batch_globals.items()})
-    specs_view = MappingProxyType(specs)
-    return RolloutBatch._make(record_batch, specs_view, owned, plan=plan, trust_objects=trust)
+    parts = (record_batch, MappingProxyType(specs), owned_globals(batch_globals))
+    return RolloutBatch._make(*parts, plan=plan, trust_objects=trust)
 
 
 def check_batch(

@@ -14,15 +14,19 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import TensorRole, data_buffer, parts
-from arrow_split._codecs.lists import token_list_values
+from arrow_split._codecs._base import data_buffer, numpy_view, parts
+from arrow_split._codecs._kind import TensorRole
+from arrow_split.errors import ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 
 __all__ = [
     "ColumnValues",
     "arrays_equal",
+    "column_of",
+    "lengths_of",
     "numeric_columns",
     "record_batches_equal",
+    "role_values",
     "values_equal",
 ]
 
@@ -54,30 +58,58 @@ def numeric_columns(
         spec = specs[name]
         codec = codec_for(spec)
         array = record_batch.column(name)
-        if codec.tensor_role == "token_lists":
-            flat, sample_offsets, tokens = token_list_values(array)
-            buffer = data_buffer(array)
-            found.append(
-                ColumnValues(
-                    spec,
-                    codec.tensor_role,
-                    _read_only(flat),
-                    _read_only(sample_offsets),
-                    buffer,
-                    _read_only(tokens),
-                )
-            )
+        tensor = codec.tensor_values(array)
+        if tensor is None:
             continue
-        tensor_values = codec.tensor_values(array)
-        if tensor_values is not None:
-            values, offsets = tensor_values
-            offsets = None if offsets is None else _read_only(offsets)
-            found.append(
-                ColumnValues(
-                    spec, codec.tensor_role, _read_only(values), offsets, data_buffer(array)
-                )
+        offsets, tokens = tensor.offsets, tensor.token_offsets
+        found.append(
+            ColumnValues(
+                spec,
+                codec.tensor_role,
+                _read_only(tensor.values),
+                None if offsets is None else _read_only(offsets),
+                data_buffer(array),
+                None if tokens is None else _read_only(tokens),
             )
+        )
     return found
+
+
+def column_of(record_batch: pa.RecordBatch, name: object) -> pa.Array:
+    """The Arrow array of one per-sample key (``RolloutBatch.column``)."""
+    if not isinstance(name, str):
+        msg = f"`name` must be a str (a column's key), got {type(name).__name__}"
+        raise SchemaTypeError(msg, key="name")
+    names = record_batch.schema.names
+    if name not in names:
+        msg = f"no per-sample column `{name}`; the batch has: {', '.join(names)}"
+        raise ColumnNotFoundError(msg, key=name)
+    return record_batch.column(name)
+
+
+def lengths_of(column: pa.Array) -> np.ndarray:
+    """Values per sample of a list column (int64, read-only): the length source's token counts."""
+    lengths: np.ndarray = np.diff(column.offsets.to_numpy()).astype(np.int64, copy=False)
+    return _read_only(lengths)
+
+
+def role_values(
+    record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec], name: str | None, role: str
+) -> np.ndarray | None:
+    """The values of the column ``name`` playing ``role`` (read-only), if one number per sample."""
+    if name is None or name not in record_batch.schema.names:
+        return None
+    if not codec_for(specs[name]).one_number:
+        msg = (
+            f"role {role!r} is played by `{name}`, a {specs[name].kind} column; "
+            "`role_values` gives the one value per sample of a per_sample_scalar column: "
+            f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
+        )
+        raise SchemaError(msg, key=name)
+    column = record_batch.column(name)
+    values = numpy_view(column)
+    values.flags.writeable = False  # booleans are unpacked into fresh memory
+    return values
 
 
 def _read_only(array: np.ndarray) -> np.ndarray:

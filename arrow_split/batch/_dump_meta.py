@@ -351,31 +351,14 @@ def _fits(spec: ColumnSpec, arrow_type: pa.DataType) -> bool:
     return spec.is_per_sample and codec_for(spec).holds(spec, arrow_type)
 
 
-_KIND_TEXT = {
-    "per_token": "one value per token",
-    "per_token_list": "one list of values per token",
-    "per_sample_tensor": "one tensor per sample (rows of a trailing shape)",
-    "per_sample_scalar": "one value per sample",
-    "per_sample_object": "one Python object per sample",
-}
-_OBJECT_TEXT = {  # objects only: their codec is how they are stored
-    ("per_sample_object", "string"): "stored as a string",
-    ("per_sample_object", "string_list"): "stored as a list of strings",
-    ("per_sample_object", "json"): "stored as JSON text (one JSON value per sample)",
-    ("per_sample_object", "pickle"): (
-        "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
-        "only, unless trusted)"
-    ),
-}
-
-
 def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[bytes, bytes]:
     """The Arrow field metadata of a dump's column, for people and other tools (never read)."""
     tokens, response = (  # the batch's columns, else the known ones (which have both)
         role_column(specs, role) or str(role_column(KNOWN_COLUMNS, role))
         for role in ("length_source", "response_length")
     )
-    parts = [_KIND_TEXT[spec.kind]]
+    kind = codec_for(spec)
+    parts = [kind.text]
     metadata = {b"arrow_split.kind": spec.kind.encode()}
     if spec.length is not None:
         rules = dict(  # LengthRule's words, in its order: all, response, all but one
@@ -397,7 +380,7 @@ def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[by
         metadata[b"arrow_split.length_rule"] = spec.length.encode()
         metadata[b"arrow_split.length_of"] = length_of.encode()
         parts.append(text)
-    stored_as = _OBJECT_TEXT.get((spec.kind, spec.codec))
+    stored_as = kind.stored_as(spec)
     if stored_as is not None:
         metadata[b"arrow_split.codec"] = spec.codec.encode()
         parts.append(stored_as)

@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
-from arrow_split._codecs.scalar import global_to_python
+from arrow_split._codecs.batch_global import global_to_python, owned_globals
 from arrow_split.batch._columns import values_equal
 from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
@@ -336,8 +336,11 @@ def take_columns(batch: RolloutBatch, indices: np.ndarray) -> pa.RecordBatch:
 
 def concat_batches(
     batches: Sequence[RolloutBatch],
-) -> tuple[pa.RecordBatch, Mapping[str, ColumnSpec], dict[str, object]]:
-    """The parts of one batch holding the rows of ``batches`` in order (same specs, schema)."""
+) -> tuple[pa.RecordBatch, Mapping[str, ColumnSpec], Mapping[str, object], bool]:
+    """The parts of one batch holding the rows of ``batches`` in order (same specs, schema).
+
+    With the globals as a batch keeps them, and whether the batch trusts its objects.
+    """
     first = batches[0]
     for position, batch in enumerate(batches[1:], start=1):
         if dict(batch.specs) != dict(first.specs):
@@ -356,7 +359,8 @@ def concat_batches(
             arrays = [_widened(array, wide) for array in arrays]
         columns.append(pa.concat_arrays(arrays))
     record_batch = pa.RecordBatch.from_arrays(columns, names=first.record_batch.schema.names)
-    return record_batch, first.specs, _concat_globals(batches)
+    trust = all(batch.trust_objects for batch in batches)
+    return record_batch, first.specs, owned_globals(_concat_globals(batches)), trust
 
 
 def _widened(array: pa.Array, spec: ColumnSpec) -> pa.Array:

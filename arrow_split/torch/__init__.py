@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 import numpy as np
@@ -242,20 +242,7 @@ def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
     on_cpu = options.device is None or options.device.type == "cpu"
     for shared in rows.numeric_columns():
         column = dataclasses.replace(shared, buffer=None) if options.writable and on_cpu else shared
-        name = column.spec.name
-        if column.token_offsets is not None:
-            columns[name] = TokenListColumn(
-                column.spec,
-                move(_tensor_of(column.values, column.buffer), options),
-                np.asarray(column.offsets, dtype=np.int64),
-                np.asarray(column.token_offsets, dtype=np.int64),
-            )
-        elif column.offsets is None:
-            columns[name] = move(_tensor_of(column.values, column.buffer), options)
-        elif column.spec.storage == "narrow":
-            columns[name] = _id_column(column, options)
-        else:
-            columns[name] = _ragged_column(column, options)
+        columns[column.spec.name] = _READERS[column.role](column, options)
     return arrange(columns, options)
 
 
@@ -302,8 +289,23 @@ def _tensor_of(
     return torch.from_numpy(_private_or_copy(values, buffer))
 
 
+def _scalar_column(column: ColumnValues, options: TensorOptions) -> torch.Tensor:
+    return move(_tensor_of(column.values, column.buffer), options)
+
+
+def _token_list_column(column: ColumnValues, options: TensorOptions) -> TokenListColumn:
+    return TokenListColumn(
+        column.spec,
+        move(_tensor_of(column.values, column.buffer), options),
+        np.asarray(column.offsets, dtype=np.int64),
+        np.asarray(column.token_offsets, dtype=np.int64),
+    )
+
+
 def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
     spec = column.spec
+    if spec.storage == "narrow":
+        return _id_column(column, options)
     dtype: type[np.generic] | None = None
     if spec.role == "length_source":
         dtype = _TOKEN_DTYPES[options.token_dtype]
@@ -330,3 +332,11 @@ def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
         return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
     tensor = _tensor_of(values, column.buffer, _TOKEN_DTYPES[dtype])
     return RaggedColumn(column.spec, move(tensor, options), offsets)
+
+
+_READERS: dict[str, Callable[[ColumnValues, TensorOptions], Any]] = {
+    "scalar": _scalar_column,
+    "ragged": _ragged_column,
+    "token_lists": _token_list_column,
+}
+"""How each tensor role of a column (``ColumnValues.role``, the kind's answer) is read."""

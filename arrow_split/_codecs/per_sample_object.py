@@ -1,8 +1,9 @@
-"""The ``per_sample_object`` codec: one Python object per sample, stored by its ObjectCodec.
+"""The ``per_sample_object`` kind: one Python object per sample, stored by its ObjectCodec.
 
 ``string`` and ``json`` (when every sample round-trips) are ``large_string``, ``string_list``
 ``large_list<large_string>``; else ``pickle``: one pickle per distinct value in a canonical
-``dictionary<int32, large_binary>``. A pickle is a program: :func:`loads_plain` reads plain data.
+``dictionary<int32, large_binary>`` (a builder's step dedupes them too). A pickle is a program:
+:func:`loads_plain` reads plain data.
 """
 
 from __future__ import annotations
@@ -10,30 +11,34 @@ from __future__ import annotations
 import builtins
 import codecs
 import dataclasses
+import hashlib
 import importlib
 import io
 import pickle
 import warnings
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import Codec, EncodeOptions, RunsMemo, TypeFields, list_type
+from arrow_split._codecs._base import EncodeOptions, RunsMemo, list_type
+from arrow_split._codecs._growable import BinaryGrowable, Buffer, Growable, Typed, validity_bitmap
 from arrow_split._codecs._json_values import fits_json, from_json_text, json_text, utf8
+from arrow_split._codecs._kind import Codec, TypeFields
 from arrow_split.errors import (
     ColumnTypeError,
     DumpError,
     ObjectFallbackWarning,
     UntrustedObjectError,
 )
-from arrow_split.schema import ColumnSpec, ObjectCodec
+
+if TYPE_CHECKING:
+    from arrow_split.schema import ColumnSpec, ObjectCodec
 
 __all__ = [
     "NotPlainData",
     "ObjectsCodec",
-    "canonical_codes",
-    "codes_and_validity",
     "loads_plain",
     "stored_once",
 ]
@@ -140,8 +145,24 @@ _TYPES: dict[ObjectCodec, tuple[pa.DataType, ...]] = {
 """The Arrow types of each object codec: the one it makes first, then any it still reads."""
 
 
+_STORED_AS: dict[ObjectCodec, str] = {
+    "string": "stored as a string",
+    "string_list": "stored as a list of strings",
+    "json": "stored as JSON text (one JSON value per sample)",
+    "pickle": (
+        "stored as one Python pickle per distinct value (decoded by arrow_split as plain data "
+        "only, unless trusted)"
+    ),
+}
+"""How each object codec stores a value, for people (a dump's field metadata)."""
+
+
 class ObjectsCodec(Codec):
     """Strings, lists of strings, or pickled objects."""
+
+    text = "one Python object per sample"
+
+    numbers = False
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
@@ -165,6 +186,9 @@ class ObjectsCodec(Codec):
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
         return _encode_once(_pickles(spec, samples)), spec
+
+    def stored_as(self, spec: ColumnSpec) -> str:
+        return _STORED_AS[spec.codec]
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
         if spec.codec == "pickle":
@@ -205,6 +229,74 @@ class ObjectsCodec(Codec):
         if _is_shared(array):
             return _take_once(array, indices)
         return super().take(array, indices)
+
+    def growable(self, arrow_type: pa.DataType) -> Growable:
+        if pa.types.is_dictionary(arrow_type):  # objects stored once
+            return _OnceGrowable(arrow_type)
+        return super().growable(arrow_type)
+
+    def fill(self, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
+        return array  # a padding row keeps the copy of the last row: an object has no padding
+
+
+def _digest(view: memoryview) -> bytes:
+    return hashlib.blake2b(view, digest_size=16).digest()
+
+
+class _OnceGrowable(Typed):
+    """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        super().__init__(value_type)
+        self._codes = Buffer(np.dtype(np.int32))
+        self._valid = Buffer(np.dtype(np.bool_))
+        self._values = BinaryGrowable(value_type.value_type)
+        self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
+        self._nulls = 0
+
+    @property
+    def length(self) -> int:
+        return self._codes.size
+
+    def _entry(self, value: memoryview) -> int:
+        """The step's entry of ``value``'s bytes, added if new."""
+        same = self._entries.setdefault(_digest(value), [])
+        offsets = self._values.offsets()
+        data = self._values.data()
+        wanted = np.frombuffer(value, dtype=np.uint8)
+        for entry in same:
+            start, stop = int(offsets[entry]), int(offsets[entry + 1])
+            if np.array_equal(data[start:stop], wanted):
+                return entry
+        entry = self._values.length
+        self._values.append(pa.array([value.tobytes()], type=pa.large_binary()))
+        same.append(entry)
+        return entry
+
+    def append(self, array: pa.Array) -> None:
+        codes, valid = codes_and_validity(array)
+        new, old = canonical_codes(codes, valid)
+        dictionary = array.dictionary
+        entries = np.fromiter(
+            (self._entry(memoryview(dictionary[int(code)].as_buffer())) for code in old),
+            dtype=np.int32,
+            count=len(old),
+        )
+        mapped = entries[new] if len(old) else np.zeros(len(new), dtype=np.int32)
+        self._codes.extend(np.where(valid, mapped, 0))
+        self._valid.extend(valid)
+        self._nulls += int((~valid).sum())
+
+    def finish(self) -> pa.Array:
+        count = self.length
+        validity = validity_bitmap(self._valid, self._nulls)
+        codes = pa.Array.from_buffers(
+            pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
+        )
+        self._valid.clear()
+        self._nulls = 0
+        self._entries = {}
+        return pa.DictionaryArray.from_arrays(codes, self._values.finish())
 
 
 def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:

@@ -1,7 +1,7 @@
-"""The codecs of list columns: ``per_token``, ``per_sample_tensor`` and ``per_token_list``.
+"""The ``per_token_list`` kind: a list of numbers per token (``large_list<large_list<...>>``).
 
-A tensor's trailing shape lives in its type (nested ``fixed_size_list``); a list per token comes
-as lists of lists, a 2-D array or :class:`TokenLists` (CSR), its errors naming token and item.
+A sample comes as lists of lists, a 2-D array or :class:`TokenLists` (CSR), its errors naming
+token and item; a take is Arrow's (fresh buffers at both levels).
 """
 
 from __future__ import annotations
@@ -9,243 +9,43 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import (
-    Codec,
     EncodeOptions,
-    FlatNumbers,
-    RunsMemo,
-    TypeFields,
     is_list,
-    leaf_type,
     list_type,
-    nest,
-    numpy_dtype,
     ragged_values,
-    split_by_offsets,
+)
+from arrow_split._codecs._checks import At
+from arrow_split._codecs._kind import (
+    FlatNumbers,
+    NumbersCodec,
+    TensorValues,
+    TypeFields,
     stored_type,
-    take_runs,
-    trailing_shape,
 )
 from arrow_split._codecs._numeric import (
-    At,
     as_array,
-    check_array_dtype,
-    check_list_samples,
-    concatenate,
     finish,
     flat_from_arrays,
     flat_from_python,
     is_array,
-    locate_python_value,
     offsets_from_lengths,
-    target_dtype,
 )
 from arrow_split.errors import ArrowSplitError, ColumnTypeError, RaggedLengthError, ValueRangeError
-from arrow_split.schema import ColumnSpec
+
+if TYPE_CHECKING:
+    from arrow_split.schema import ColumnSpec
 
 __all__ = [
-    "RaggedCodec",
-    "TensorCodec",
     "TokenLists",
     "TokenListsCodec",
-    "check_nonempty",
     "token_list_values",
 ]
-
-
-class RaggedCodec(Codec):
-    """Ragged lists of numbers; a take copies each row's values as one run."""
-
-    tensor_role = "ragged"
-
-    def encode(
-        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
-    ) -> tuple[pa.Array, ColumnSpec]:
-        # the common case: plain lists (in a list, or in a numpy object array); an empty column
-        # goes the array way, which takes an empty list and an empty 2-D array alike
-        if len(samples) and all(type(sample) is list for sample in samples):
-            values, offsets = flat_from_python(spec, samples)
-        elif all(is_array(sample) for sample in samples):
-            values, offsets = flat_from_arrays(spec, samples)
-        else:
-            mixed = [
-                as_array(s, spec.name, At(sample=i)).tolist() if is_array(s) else s
-                for i, s in enumerate(samples)
-            ]
-            check_list_samples(spec.name, mixed)
-            values, offsets = flat_from_python(spec, mixed)
-        values = finish(spec, values, offsets, options)
-        return pa.LargeListArray.from_arrays(pa.array(offsets), pa.array(values)), spec
-
-    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        values, offsets = ragged_values(array)
-        return [part.tolist() for part in split_by_offsets(values, offsets)]
-
-    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        return list_type(stored_type(spec, fields))
-
-    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
-        if not is_list(arrow_type) or trailing_shape(arrow_type):
-            return None
-        return TypeFields(storage=arrow_type.value_type)
-
-    def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
-
-    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
-        return FlatNumbers(*ragged_values(array))
-
-    def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
-        return take_runs(array, indices, memo)
-
-
-# --- per_sample_tensor ---------------------------------------------------------------------------
-
-
-def _flatten_nested(value: object) -> list[object]:
-    """The leaves of nested lists and tuples, in row-major order (a non-list is one leaf)."""
-    if not isinstance(value, (list, tuple)):
-        return [value]
-    leaves: list[object] = []
-    for item in value:
-        leaves.extend(_flatten_nested(item))
-    return leaves
-
-
-def _locate_nested(spec: ColumnSpec, sample: int, value: object, dtype: np.dtype) -> None:
-    """For nested Python lists numpy could not type as numbers: raise on the first bad value."""
-    numbers = "biuf" if target_dtype(spec).kind == "f" else "biu"
-    if is_array(value) or dtype.kind in numbers:
-        return
-    locate_python_value(
-        spec.name,
-        [_flatten_nested(value)],
-        target=target_dtype(spec),
-        flag=spec.flag,
-        ragged=True,
-        cause=f"an array of dtype {dtype}",
-        start=sample,
-    )
-
-
-def _tensor_array(spec: ColumnSpec, sample: int, value: object) -> np.ndarray:
-    array = as_array(value, spec.name, At(sample=sample))
-    if array.size and array.ndim:
-        _locate_nested(spec, sample, value, array.dtype)
-    if array.ndim == 0:
-        expected, got = "an array of shape [rows, ...] per sample", f"the scalar {value!r:.40}"
-        raise ColumnTypeError(key=spec.name, sample=sample, expected=expected, got=got)
-    if array.size and array.dtype.kind not in "biuf":
-        expected = "numbers"
-        got = f"an array of dtype {array.dtype} (None values, or rows of different lengths?)"
-        msg = f"`{spec.name}` must hold {expected}, got {got}"
-        raise ColumnTypeError(msg, key=spec.name, sample=sample, expected=expected, got=got)
-    if array.size:
-        check_array_dtype(spec, array.dtype, At(sample=sample), value)
-    return array
-
-
-def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarray]:
-    """Per-sample arrays of one trailing shape (empty samples reshaped to it)."""
-    arrays = [_tensor_array(spec, sample, value) for sample, value in enumerate(samples)]
-    shaped = [(i, a) for i, a in enumerate(arrays) if a.size or a.ndim > 1]
-    trailing = shaped[0][1].shape[1:] if shaped else ()
-    for sample, array in shaped:
-        if array.shape[1:] != trailing:
-            msg = (
-                f"`{spec.name}` has trailing shape {array.shape[1:]} but an earlier sample has "
-                f"{trailing}; every sample must have the same shape after the first axis"
-            )
-            raise RaggedLengthError(
-                msg, key=spec.name, sample=sample, expected=str(trailing), got=str(array.shape[1:])
-            )
-    if 0 in trailing:
-        msg = (
-            f"`{spec.name}` has trailing shape {trailing}; every axis after the first must have "
-            "at least one element (an empty sample is shape [0, ...])"
-        )
-        raise RaggedLengthError(msg, key=spec.name, sample=shaped[0][0], got=str(trailing))
-    target = target_dtype(spec)
-    return [
-        array if array.size else np.empty((len(array), *trailing), dtype=target) for array in arrays
-    ]
-
-
-def _bounds(arrays: Sequence[np.ndarray]) -> tuple[int, int]:
-    """The smallest and largest value of integer arrays (0, 0 for arrays that fit uint8)."""
-    low = high = 0
-    for array in arrays:
-        if np.can_cast(array.dtype, np.uint8):
-            continue
-        low, high = min(low, int(array.min())), max(high, int(array.max()))
-    return low, high
-
-
-def _fits(arrow_type: pa.DataType, low: int, high: int) -> bool:
-    info = np.iinfo(numpy_dtype(arrow_type))
-    return bool(info.min <= low and high <= info.max)
-
-
-def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array | None:
-    """The flat values in the narrowest storage type; ``None`` if one is out of range."""
-    filled = [array for array in arrays if array.size]
-    low, high = _bounds(filled)
-    if not _fits(spec.storage_types[-1], low, high):
-        return None  # the exact path locates the value and raises
-    storage = next(t for t in spec.storage_types if _fits(t, low, high))
-    dtype = numpy_dtype(storage)
-    count = sum(array.size for array in filled)
-    buffer = pa.allocate_buffer(count * dtype.itemsize)
-    flat = np.frombuffer(buffer, dtype=dtype)
-    if filled:
-        np.concatenate([a.reshape(-1) for a in filled], out=flat, casting="unsafe")
-    return pa.Array.from_buffers(storage, count, [None, buffer])
-
-
-class TensorCodec(RaggedCodec):
-    """Per-sample arrays whose trailing shape lives in the Arrow type (lengths count rows)."""
-
-    def encode(
-        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
-    ) -> tuple[pa.Array, ColumnSpec]:
-        arrays = _tensor_arrays(spec, samples)
-        trailing: tuple[int, ...] = arrays[0].shape[1:] if arrays else ()
-        rows = np.fromiter((len(array) for array in arrays), dtype=np.int64, count=len(arrays))
-        offsets = offsets_from_lengths(rows)
-        child = _narrow_values(spec, arrays) if spec.storage == "narrow" else None
-        if child is None:
-            stacked = concatenate(spec, arrays)
-            width = int(np.prod(trailing, dtype=np.int64))
-            child = pa.array(finish(spec, stacked.reshape(-1), offsets * width, options))
-        return pa.LargeListArray.from_arrays(pa.array(offsets), nest(child, trailing)), spec
-
-    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        values, offsets = ragged_values(array)
-        target = target_dtype(spec)
-        if values.dtype != target:  # narrow storage: give back the logical type
-            values = values.astype(target)
-        return list(split_by_offsets(values, offsets))
-
-    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        trailing = fields.trailing if fields is not None else ()
-        return list_type(stored_type(spec, fields), trailing)
-
-    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
-        if not is_list(arrow_type):
-            return None
-        return TypeFields(storage=leaf_type(arrow_type), trailing=trailing_shape(arrow_type))
-
-    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
-        values, offsets = ragged_values(array)
-        width = int(np.prod(values.shape[1:], dtype=np.int64))
-        return FlatNumbers(values.reshape(-1), offsets * width)
-
-
-# --- per_token_list ------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -383,10 +183,13 @@ def _at_token(error: ArrowSplitError, token_offsets: Sequence[np.ndarray]) -> Ar
     return error.replaced(position=token, item=error.position - int(offsets[token]))
 
 
-class TokenListsCodec(Codec):
+class TokenListsCodec(NumbersCodec):
     """Lists of numbers per token; a take is Arrow's (fresh buffers at both levels)."""
 
+    text = "one list of values per token"
+
     tensor_role = "token_lists"
+    takes_nonempty = True
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
@@ -435,3 +238,16 @@ class TokenListsCodec(Codec):
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         values, sample_offsets, token_offsets = token_list_values(array)
         return FlatNumbers(values, token_offsets[sample_offsets], token_offsets)
+
+    def check_content(self, spec: ColumnSpec, array: pa.Array) -> None:
+        super().check_content(spec, array)
+        if spec.nonempty:
+            _, sample_offsets, token_offsets = token_list_values(array)
+            check_nonempty(spec, sample_offsets, token_offsets)
+
+    def tensor_values(self, array: pa.Array) -> TensorValues:
+        values, sample_offsets, token_offsets = token_list_values(array)
+        return TensorValues(values, sample_offsets, token_offsets)
+
+    def fill(self, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
+        return array  # a padding row keeps the copy of the last row: no value per token

@@ -1,128 +1,59 @@
-"""One value per sample (:class:`ScalarCodec`), and one value per batch.
+"""The ``batch_global`` kind: one value for the whole batch, never split.
 
-Batch-global values are never split: checked once against their documented shape, kept as
-Python values and numpy arrays beside the record batch, carried whole by every shard.
+Checked once against its documented shape (``global_shape``), kept as Python values and numpy
+arrays beside the record batch, carried whole by every shard. It has no column, so no codec.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from arrow_split._codecs._base import (
-    Codec,
-    EncodeOptions,
-    FlatNumbers,
-    TypeFields,
-    numpy_view,
-    stored_type,
-)
-from arrow_split._codecs._numeric import (
-    ARROW_ERRORS,
-    At,
-    array_1d,
-    finish,
-    is_array,
-    is_bool_value,
-    is_flag,
-    python_locator,
-    scalars_from_list,
-    target_dtype,
-)
-from arrow_split.errors import ColumnTypeError, SchemaError, ValueRangeError
-from arrow_split.schema import ColumnSpec
+from arrow_split._args import as_choice
+from arrow_split._codecs._kind import Kind
+from arrow_split._codecs.per_sample_scalar import is_int
+from arrow_split.errors import ColumnTypeError, SchemaError, SchemaTypeError, ValueRangeError
+
+if TYPE_CHECKING:
+    from arrow_split.schema import ColumnSpec
 
 __all__ = [
-    "ScalarCodec",
+    "BatchGlobal",
+    "Shape",
     "check_batch_global",
     "check_per_sample_values",
     "global_to_python",
+    "owned_globals",
+    "read_only_globals",
     "unpadded_samples",
 ]
 
-
-class ScalarCodec(Codec):
-    """One number per sample; the input is copied (the batch never shares the caller's memory)."""
-
-    tensor_role = "scalar"
-
-    def encode(
-        self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
-    ) -> tuple[pa.Array, ColumnSpec]:
-        if is_array(samples):
-            array = array_1d(spec, samples, At(), "(one number per sample)")
-            values = np.array(array, copy=True)
-        else:
-            values = _scalars_from_python(spec, samples)
-        return pa.array(finish(spec, values, None, options)), spec
-
-    def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        return list(numpy_view(array).tolist())
-
-    def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
-        return stored_type(spec, fields)
-
-    def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
-        return TypeFields(storage=arrow_type)
-
-    def flat_numbers(self, array: pa.Array) -> FlatNumbers:
-        return FlatNumbers(numpy_view(array), None)
+Shape = Literal["int", "int_list", "int_map", "str_list", "float_per_sample"]
+"""The shapes of a batch-global value (``arrow_split.schema.GlobalShape``)."""
 
 
-def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:
-    target = target_dtype(spec)
-    locate = python_locator(spec, samples, ragged=False)
-    if is_flag(spec):  # bools, 0/1 ints, or both mixed
-        try:
-            flags = np.asarray(samples) if len(samples) else np.zeros(0, dtype=np.bool_)
-        except ARROW_ERRORS as exc:
-            locate(str(exc))
-        if flags.ndim != 1 or flags.dtype.kind not in "biu":
-            locate("values that are neither bool nor int")
-        return flags
-    if not all(map(_is_number, samples)):
-        locate("a value that is not a number (a list, an array of ndim > 0, a complex, a str)")
-    fast = scalars_from_list(target, samples)
-    if fast is not None:
-        return fast
-    integer = target.kind != "f"
-    wide = pa.int64() if integer else pa.float64()
-    try:
-        array = pa.array(samples, type=wide)
-    except ARROW_ERRORS as exc:
-        locate(str(exc))
-    if array.null_count:
-        locate("null values")
-    if integer and not all(map(_is_plain_int, samples)):
-        locate("a value that is not an int among integer values")  # pyarrow truncates floats
-    if not integer and any(map(is_bool_value, samples)):
-        locate("a bool among float values")  # pyarrow would store 0.0 or 1.0 silently
-    return np.asarray(array.to_numpy(zero_copy_only=False))
+class BatchGlobal(Kind):
+    """One value per batch: its spec names a shape, and no number type."""
 
+    text = "one value for the whole batch"
 
-def _is_number(value: object) -> bool:
-    """Whether ``value`` is a real number: Python, numpy or a 0-d array (numpy, torch) of one."""
-    if isinstance(value, (int, float, np.integer, np.floating, np.bool_)):
-        return True
-    dtype = getattr(value, "dtype", None)
-    kind = getattr(dtype, "kind", None)  # numpy dtypes have a kind; torch dtypes do not
-    if kind is None and dtype is not None:
-        kind = "f" if getattr(dtype, "is_floating_point", False) else None
-        kind = kind or ("c" if getattr(dtype, "is_complex", False) else "i")
-    return getattr(value, "ndim", None) == 0 and kind in ("b", "i", "u", "f")
+    per_sample = False
+    numbers = False
 
-
-def _is_plain_int(value: object) -> bool:
-    """An int, a numpy integer or a 0-d integer array; not a bool, not a float."""
-    if isinstance(value, np.ndarray):
-        return value.ndim == 0 and value.dtype.kind in "iu"
-    return _is_int(value)
-
-
-# --- batch-global values -------------------------------------------------------------------------
+    def check_spec(self, spec: ColumnSpec) -> None:
+        super().check_spec(spec)
+        as_choice(
+            "global_shape",
+            spec.global_shape,
+            Shape,
+            type_error=SchemaTypeError,
+            value_error=SchemaError,
+        )
 
 
 _SHAPE_TEXT = {
@@ -144,10 +75,6 @@ def _shape_error(spec: ColumnSpec, value: object, detail: str) -> SchemaError:
 
 
 _NOT_REAL = (bool, np.bool_, complex, np.complexfloating)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
 def _as_list(spec: ColumnSpec, value: object) -> list[object]:
@@ -227,7 +154,7 @@ def check_batch_global(
     if shape == "float_per_sample":
         return _per_sample_floats(spec, _as_list(spec, value), num_samples, allow_nonfinite)
     if shape == "int":
-        if not _is_int(value):
+        if not is_int(value):
             raise _shape_error(spec, value, "not an int")
         if int(value) < 0:  # type: ignore[call-overload]
             raise _shape_error(spec, value, "a negative count")
@@ -235,7 +162,7 @@ def check_batch_global(
     if shape == "int_map":
         return _check_int_map(spec, value)
     items = _as_list(spec, value)
-    wanted = _is_int if shape == "int_list" else (lambda item: isinstance(item, str))
+    wanted = is_int if shape == "int_list" else (lambda item: isinstance(item, str))
     for position, item in enumerate(items):
         if not wanted(item):
             raise _shape_error(spec, value, f"item {position} is {item!r:.40}")
@@ -248,9 +175,9 @@ def _check_int_map(spec: ColumnSpec, value: object) -> dict[int, int]:
         raise _shape_error(spec, value, "not a dict")
     checked: dict[int, int] = {}
     for key, item in value.items():
-        if not _is_int(key):
+        if not is_int(key):
             raise _shape_error(spec, value, f"key {key!r:.40} is not an int")
-        if not _is_int(item) or int(item) < 0:
+        if not is_int(item) or int(item) < 0:
             raise _shape_error(spec, value, f"the value of key {key!r} is {item!r:.40}")
         checked[int(key)] = int(item)
     return checked
@@ -279,3 +206,35 @@ def _copy(value: object) -> object:
     if isinstance(value, dict):
         return dict(value)
     return list(value) if isinstance(value, list) else value
+
+
+def _owned(value: object) -> object:
+    """A batch-global value as the batch keeps it: its own list, dict or read-only array."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, np.ndarray) and value.flags.writeable:
+        array = value.copy()
+        array.flags.writeable = False
+        return array
+    return value
+
+
+def _read_only(value: object) -> object:
+    """The read-only view of a kept batch-global value (a tuple, a mapping proxy, the array)."""
+    if isinstance(value, list):
+        return tuple(value)
+    if isinstance(value, dict):
+        return MappingProxyType(value)
+    return value
+
+
+def owned_globals(values: Mapping[str, object]) -> Mapping[str, object]:
+    """Batch-global values as a batch keeps them (:func:`_owned` each), in a read-only mapping."""
+    return MappingProxyType({key: _owned(value) for key, value in values.items()})
+
+
+def read_only_globals(values: Mapping[str, object]) -> Mapping[str, object]:
+    """The read-only view of a batch's kept values (:func:`_read_only` each)."""
+    return MappingProxyType({key: _read_only(value) for key, value in values.items()})
