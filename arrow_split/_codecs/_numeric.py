@@ -68,6 +68,8 @@ def as_array(value: object, name: str, at: At) -> np.ndarray:
 
     A masked array with masked values is refused: ``np.asarray`` would keep the masked slots.
     """
+    if type(value) is np.ndarray and value.dtype.kind != "V":  # the common case, taken as is
+        return value  # (ml_dtypes' bfloat16, a void kind, is widened below)
     if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
         masked = int(np.count_nonzero(np.ma.getmaskarray(value)))
         msg = f"`{name}` is a masked array with {masked} masked values"
