@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -197,11 +198,19 @@ def _rows(batch: RolloutBatch, rows: object) -> np.ndarray:
     if plan is not None and any(rows is partition for partition in plan.partitions):
         return cast("np.ndarray", rows)  # the library's own read-only rows, checked when made
     picked = rows if _is_int64_rows(rows) else as_index_array("rows", rows)
-    if len(picked) and int(picked.view(_UINT64).max()) >= num_samples:  # negatives read as huge
+    if len(picked) and _largest(picked.view(_UINT64)) >= num_samples:  # negatives read as huge
         bad = picked[(picked < 0) | (picked >= num_samples)][0]
         msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
         raise OptionError(msg)
     return picked
+
+
+def _largest(rows: np.ndarray) -> int:
+    """The largest row: by Python for a rank's few rows (no numpy reduction to start cold)."""
+    return max(rows.tolist()) if len(rows) <= _FEW else int(rows.max())
+
+
+_FEW = 4096
 
 
 def _is_int64_rows(rows: object) -> TypeGuard[np.ndarray]:
@@ -234,24 +243,23 @@ def _views(batch: RolloutBatch) -> list[_Views]:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class _Pick:
-    """The rows to gather: ``rows`` (``after``: each plus one), or the span ``first:stop``."""
+    """The rows to gather: ``rows``, or (``rows`` is ``None``) the span ``first:stop``."""
 
     rows: np.ndarray | None
-    after: np.ndarray | None
     first: int
     stop: int
 
     @staticmethod
     def of(picked: np.ndarray | None, num_samples: int) -> _Pick:
         if picked is None:
-            return _Pick(None, None, 0, num_samples)
+            return _Pick(None, 0, num_samples)
         count = len(picked)
         first = int(picked[0]) if count else 0
         if count <= 1 or (
             int(picked[-1]) - first == count - 1 and bool((np.diff(picked) == 1).all())
         ):
-            return _Pick(None, None, first, first + count)  # consecutive rows: one run
-        return _Pick(picked, picked + 1, 0, count)
+            return _Pick(None, first, first + count)  # consecutive rows: one run
+        return _Pick(picked, 0, count)
 
 
 @dataclasses.dataclass(slots=True)
@@ -278,25 +286,32 @@ class _Copy:
 
 @dataclasses.dataclass(slots=True)
 class _Plan:
-    """A column's gather before ``copy.out`` is placed; ragged: each sample's ``lengths``."""
+    """A column's gather before ``copy.out`` is placed; ragged: the samples' new ``offsets``."""
 
     spec: ColumnSpec
     copy: _Copy
     shape: tuple[int, ...]
-    lengths: np.ndarray | None = None
+    offsets: _Offsets | None = None
     tokens: _Tokens | None = None
 
 
 _UNPLACED = np.empty(0, dtype=np.uint8)
+_Offsets = list[int] | np.ndarray
 
 
-def _ends(offsets: np.ndarray, pick: _Pick) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Where each picked row starts and stops in ``offsets`` (one run for a span), lengths."""
+def _ends(offsets: np.ndarray, pick: _Pick) -> tuple[np.ndarray, np.ndarray, _Offsets]:
+    """Where the picked rows start and stop (one run for a span), their offsets in the block.
+
+    A rank's few rows are summed in Python (no numpy ufunc to start cold for a short list).
+    """
     if pick.rows is None:
         span = offsets[pick.first : pick.stop + 1]
-        return span[:1], span[-1:], np.diff(span)
-    starts, stops = offsets[pick.rows], offsets[pick.after]
-    return starts, stops, stops - starts
+        return span[:1], span[-1:], span - span[0]
+    starts, stops = offsets[pick.rows], offsets[1:][pick.rows]
+    if len(starts) > _FEW:
+        return starts, stops, np.concatenate([[0], np.cumsum(stops - starts)])
+    new = itertools.accumulate(map(operator.sub, stops.tolist(), starts.tolist()), initial=0)
+    return starts, stops, list(new)
 
 
 def _tokens(token_offsets: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Tokens:
@@ -317,18 +332,18 @@ def _plan(columns: list[_Views], pick: _Pick) -> tuple[list[_Plan], int]:
             count = pick.stop - pick.first
             plan = _Plan(spec, _Copy(values, _UNPLACED, pick.rows, *runs), (count, *trailing))
         else:
-            starts, stops, lengths = _ends(offsets, pick)
+            starts, stops, new_offsets = _ends(offsets, pick)
             tokens = None
             if token_offsets is not None:
                 tokens = _tokens(token_offsets, starts, stops)
                 starts, stops = token_offsets[starts], token_offsets[stops]
             copy = _Copy(values, _UNPLACED, None, starts.tolist(), stops.tolist())
             shape = (sum(copy.stops) - sum(copy.starts), *trailing)
-            plan = _Plan(spec, copy, shape, lengths, tokens)
+            plan = _Plan(spec, copy, shape, new_offsets, tokens)
         plans.append(plan)
         sizes = [math.prod(plan.shape) * values.dtype.itemsize]
-        if plan.lengths is not None:
-            sizes.append((len(plan.lengths) + 1) * 8)
+        if plan.offsets is not None:
+            sizes.append(len(plan.offsets) * 8)
         if plan.tokens is not None:
             sizes.append((plan.tokens.count + 1) * 8)
         for size in sizes:
@@ -343,9 +358,8 @@ def _place(plans: list[_Plan], buffer: np.ndarray) -> tuple[dict[str, BlockColum
     def view(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         nonlocal at
         at = -(-at // _ALIGN) * _ALIGN
-        size = math.prod(shape) * dtype.itemsize
-        out = buffer[at : at + size].view(dtype).reshape(shape)
-        at += size
+        out = np.ndarray(shape, dtype=dtype, buffer=buffer, offset=at)
+        at += out.nbytes
         return out
 
     columns, copies = {}, []
@@ -354,10 +368,9 @@ def _place(plans: list[_Plan], buffer: np.ndarray) -> tuple[dict[str, BlockColum
         copy.out = values = view(copy.source.dtype, plan.shape)
         copies.append(copy)
         offsets = token_offsets = None
-        if plan.lengths is not None:
-            offsets = view(_INT64, (len(plan.lengths) + 1,))
-            offsets[0] = 0
-            np.cumsum(plan.lengths, out=offsets[1:])
+        if plan.offsets is not None:
+            offsets = view(_INT64, (len(plan.offsets),))
+            offsets[...] = plan.offsets
         if plan.tokens is not None:
             token_offsets = view(_INT64, (plan.tokens.count + 1,))
             _write_tokens(token_offsets, plan.tokens)
