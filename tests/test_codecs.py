@@ -134,6 +134,12 @@ def test_views_read_from_buffers_are_arrows_values_read_only(
     assert not view.flags.writeable
 
 
+def test_lists_of_int32_offsets_are_read_by_arrow() -> None:
+    lists = pa.array([[1, 2], [], [3]], type=pa.list_(pa.int64())).slice(1)
+    values, offsets = ragged_values(lists)
+    assert (values.tolist(), offsets.tolist()) == ([3], [0, 0, 1])
+
+
 def test_a_column_with_nulls_is_refused_as_before() -> None:
     with pytest.raises(pa.ArrowInvalid):
         numpy_view(pa.array([1, None, 3], type=pa.int32()))

@@ -281,7 +281,7 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     A tensor's values have shape ``[rows, *trailing]``; read-only over the object store's memory.
     """
     buffers = array.buffers()
-    dtype = _PLAIN_DTYPES.get(array.type.value_type.id)
+    dtype = _PLAIN_DTYPES.get(array.type.value_type.id) if is_list(array.type) else None
     if dtype is not None and len(buffers) == 4 and buffers[2] is None and len(array):
         # lists of numbers without nulls (the common case): read straight from the buffers
         raw_offsets = _read_only_view(buffers[1], _INT64, len(array) + 1, array.offset)
