@@ -18,6 +18,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc  # Arrow's take needs it: loaded with the core, not in a first call
 
+from arrow_split._codecs._buffers import number_lists, number_view
 from arrow_split.errors import ColumnTypeError
 from arrow_split.schema import ColumnSpec, ObjectCodec
 
@@ -232,29 +233,11 @@ def numpy_dtype(value_type: pa.DataType) -> np.dtype:
     return dtype
 
 
-_PLAIN_DTYPES = {
-    value_type.id: np.dtype(value_type.to_pandas_dtype())
-    for value_type in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
-                       pa.uint32(), pa.uint64(), pa.float16(), pa.float32(), pa.float64())
-}  # fmt: skip
-"""numpy's dtype of each fixed-width Arrow number type, by type id (read from buffers)."""
-_INT64 = np.dtype(np.int64)
-
-
-def _read_only_view(buffer: pa.Buffer, dtype: np.dtype, count: int, first: int) -> np.ndarray:
-    """``count`` items of ``buffer`` from item ``first``, read-only (as ``to_numpy`` gives)."""
-    view = np.frombuffer(buffer, dtype=dtype, count=count, offset=first * dtype.itemsize)
-    view.flags.writeable = False
-    return view
-
-
 def numpy_view(array: pa.Array) -> np.ndarray:
     """A numpy view of a primitive array without nulls (booleans are unpacked: a copy)."""
-    dtype = _PLAIN_DTYPES.get(array.type.id)
-    if dtype is not None and len(array):  # a number column without a validity buffer: direct
-        buffers = array.buffers()
-        if buffers[0] is None:
-            return _read_only_view(buffers[1], dtype, len(array), array.offset)
+    view = number_view(array)  # numbers without a validity buffer: read from it
+    if view is not None:
+        return view
     if pa.types.is_boolean(array.type):
         return _unpack_bits(array)
     return np.asarray(array.to_numpy(zero_copy_only=True))
@@ -280,16 +263,9 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
     A tensor's values have shape ``[rows, *trailing]``; read-only over the object store's memory.
     """
-    buffers = array.buffers()
-    dtype = _PLAIN_DTYPES.get(array.type.value_type.id) if is_list(array.type) else None
-    if dtype is not None and len(buffers) == 4 and buffers[2] is None and len(array):
-        # lists of numbers without nulls (the common case): read straight from the buffers
-        raw_offsets = _read_only_view(buffers[1], _INT64, len(array) + 1, array.offset)
-        start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
-        if stop > start:
-            first = array.values.offset + start
-            values = _read_only_view(buffers[3], dtype, stop - start, first)
-            return values, raw_offsets - start if start else raw_offsets
+    read = number_lists(array)  # lists of numbers without nulls: read from the buffers
+    if read is not None:
+        return read
     raw_offsets = array.offsets.to_numpy()
     start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
     child = array.values.slice(start, stop - start)
