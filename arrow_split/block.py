@@ -15,14 +15,16 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import operator
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, cast
+from typing import Protocol, TypeGuard, cast
 
 import numpy as np
 
 from arrow_split._args import as_index_array, as_int, describe
+from arrow_split._codecs import codec_for
 from arrow_split.batch import RolloutBatch
 from arrow_split.errors import OptionError, OptionTypeError
 from arrow_split.schema import ColumnSpec
@@ -76,16 +78,6 @@ def _address(array: np.ndarray) -> int:
 
 def _numpy_allocate(nbytes: int) -> np.ndarray:
     return np.empty(nbytes, dtype=np.uint8)
-
-
-@dataclasses.dataclass(slots=True)
-class _Copy:
-    """One column's gather: runs of ``source`` rows into ``out`` (its first axis)."""
-
-    source: np.ndarray
-    bounds: np.ndarray | None  # (n, 2) runs of source rows; None: ``take`` rows
-    rows: np.ndarray | None
-    out: np.ndarray | tuple[int, ...]  # the view of the block, once placed (its shape before)
 
 
 class RankBlock:
@@ -160,14 +152,14 @@ class RankBlock:
         if not isinstance(batch, RolloutBatch):
             msg = f"`source` must be a RolloutBatch or a Shard, got {describe(source)}"
             raise OptionTypeError(msg, key="source")
-        picked = None if rows is None else _rows(rows, batch.num_samples)
-        count = batch.num_samples if picked is None else len(picked)
-        plans, nbytes = _plan(batch, picked)
+        picked = None if rows is None else _rows(batch, rows)
+        plans, nbytes = _plan(_views(batch), _Pick.of(picked, batch.num_samples))
         with self._lock:
             self.wait()
             buffer = self._room(nbytes)
             columns, copies = _place(plans, buffer)
             self._run(copies, nbytes)
+        count = batch.num_samples if picked is None else len(picked)
         return FilledBlock(columns, buffer, nbytes, count)
 
     def _room(self, nbytes: int) -> np.ndarray:
@@ -199,62 +191,155 @@ class RankBlock:
             self._pool = None
 
 
-def _rows(rows: object, num_samples: int) -> np.ndarray:
-    picked = as_index_array("rows", rows)
-    if picked.size and (picked.min() < 0 or picked.max() >= num_samples):
+def _rows(batch: RolloutBatch, rows: object) -> np.ndarray:
+    """``rows`` parsed and checked; a partition of the batch's own plan is trusted as it is."""
+    plan, num_samples = batch.plan, batch.num_samples
+    if plan is not None and any(rows is partition for partition in plan.partitions):
+        return cast("np.ndarray", rows)  # the library's own read-only rows, checked when made
+    picked = rows if _is_int64_rows(rows) else as_index_array("rows", rows)
+    if len(picked) and _largest(picked.view(_UINT64)) >= num_samples:  # negatives read as huge
         bad = picked[(picked < 0) | (picked >= num_samples)][0]
         msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
         raise OptionError(msg, key="rows", got=str(bad))
     return picked
 
 
+def _largest(rows: np.ndarray) -> int:
+    """The largest row: by Python for a rank's few rows (no numpy reduction to start cold)."""
+    return max(rows.tolist()) if len(rows) <= _FEW else int(rows.max())
+
+
+_FEW = 4096
+
+
+def _is_int64_rows(rows: object) -> TypeGuard[np.ndarray]:
+    """A 1-D int64 array (a plan's rows) is read as it is: the fill only reads it."""
+    return type(rows) is np.ndarray and rows.dtype == _INT64 and rows.ndim == 1
+
+
+_UINT64 = np.dtype(np.uint64)
+_INT64 = np.dtype(np.int64)
+
+_Views = tuple[ColumnSpec, np.ndarray, "np.ndarray | None", "np.ndarray | None"]
+
+
+def _views(batch: RolloutBatch) -> list[_Views]:
+    """The numeric columns' numpy views (as :meth:`RolloutBatch.numeric_columns`, bare)."""
+    record_batch, specs = batch.record_batch, batch.specs
+    found: list[_Views] = []
+    for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True):
+        spec = specs[name]
+        tensor = codec_for(spec).tensor_values(array)  # the kind says what a tensor is made of
+        if tensor is not None:
+            found.append((spec, tensor.values, tensor.offsets, tensor.token_offsets))
+    return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Pick:
+    """The rows to gather: ``rows``, or (``rows`` is ``None``) the span ``first:stop``."""
+
+    rows: np.ndarray | None
+    first: int
+    stop: int
+
+    @staticmethod
+    def of(picked: np.ndarray | None, num_samples: int) -> _Pick:
+        if picked is None:
+            return _Pick(None, 0, num_samples)
+        count = len(picked)
+        first = int(picked[0]) if count else 0
+        if count <= 1 or (
+            int(picked[-1]) - first == count - 1 and bool((np.diff(picked) == 1).all())
+        ):
+            return _Pick(None, first, first + count)  # consecutive rows: one run
+        return _Pick(picked, 0, count)
+
+
+@dataclasses.dataclass(slots=True)
+class _Tokens:
+    """A list per token: runs of its token offsets, each run's shift to the block's values."""
+
+    source: np.ndarray
+    starts: list[int]
+    stops: list[int]
+    shifts: list[int]
+    count: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Copy:
+    """One gather into ``out``: ``rows`` of ``source``, else its runs ``starts[i]:stops[i]``."""
+
+    source: np.ndarray
+    out: np.ndarray
+    rows: np.ndarray | None
+    starts: list[int]
+    stops: list[int]
+
+
 @dataclasses.dataclass(slots=True)
 class _Plan:
-    """One column's arrays to place: (name, dtype, shape) and how each is filled."""
+    """A column's gather before ``copy.out`` is placed; ragged: the samples' new ``offsets``."""
 
     spec: ColumnSpec
-    values: _Copy
-    offsets: np.ndarray | None = None
-    token_offsets: np.ndarray | None = None
+    copy: _Copy
+    shape: tuple[int, ...]
+    offsets: _Offsets | None = None
+    tokens: _Tokens | None = None
 
 
-def _runs(offsets: np.ndarray, picked: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Source runs ``(n, 2)`` of the picked samples, and their new offsets (from 0)."""
-    starts = offsets[:-1] if picked is None else offsets[picked]
-    stops = offsets[1:] if picked is None else offsets[picked + 1]
-    new = np.zeros(len(starts) + 1, dtype=np.int64)
-    np.cumsum(stops - starts, out=new[1:])
-    bounds = np.empty((len(starts), 2), dtype=np.int64)
-    bounds[:, 0], bounds[:, 1] = starts, stops
-    return bounds, new
+_UNPLACED = np.empty(0, dtype=np.uint8)
+_Offsets = list[int] | np.ndarray
 
 
-def _plan(batch: RolloutBatch, picked: np.ndarray | None) -> tuple[list[_Plan], int]:
+def _ends(offsets: np.ndarray, pick: _Pick) -> tuple[np.ndarray, np.ndarray, _Offsets]:
+    """Where the picked rows start and stop (one run for a span), their offsets in the block.
+
+    A rank's few rows are summed in Python (no numpy ufunc to start cold for a short list).
+    """
+    if pick.rows is None:
+        span = offsets[pick.first : pick.stop + 1]
+        return span[:1], span[-1:], span - span[0]
+    starts, stops = offsets[pick.rows], offsets[1:][pick.rows]
+    if len(starts) > _FEW:
+        return starts, stops, np.concatenate([[0], np.cumsum(stops - starts)])
+    new = itertools.accumulate(map(operator.sub, stops.tolist(), starts.tolist()), initial=0)
+    return starts, stops, list(new)
+
+
+def _tokens(token_offsets: np.ndarray, starts: np.ndarray, stops: np.ndarray) -> _Tokens:
+    values_from = token_offsets[starts]
+    sizes = token_offsets[stops] - values_from
+    shifts = values_from - (np.cumsum(sizes) - sizes)  # minus where each run starts in the block
+    count = int((stops - starts).sum())
+    return _Tokens(token_offsets, starts.tolist(), stops.tolist(), shifts.tolist(), count)
+
+
+def _plan(columns: list[_Views], pick: _Pick) -> tuple[list[_Plan], int]:
+    """Each column's gather, and the bytes the block needs (each array 64-byte aligned)."""
     plans, nbytes = [], 0
-    for column in batch.numeric_columns():
-        values, offsets = column.values, column.offsets
+    for spec, values, offsets, token_offsets in columns:
+        trailing = values.shape[1:]
         if offsets is None:
-            rows = picked
-            shape = values.shape if rows is None else (len(rows), *values.shape[1:])
-            plan = _Plan(column.spec, _Copy(values, None, rows, shape))
-        elif column.token_offsets is None:
-            bounds, new = _runs(offsets, picked)
-            shape = (int(new[-1]), *values.shape[1:])
-            plan = _Plan(column.spec, _Copy(values, bounds, None, shape), new)
+            runs = ([pick.first], [pick.stop]) if pick.rows is None else ([], [])
+            count = pick.stop - pick.first
+            plan = _Plan(spec, _Copy(values, _UNPLACED, pick.rows, *runs), (count, *trailing))
         else:
-            token_offsets = column.token_offsets
-            bounds, new = _runs(offsets, picked)
-            token_bounds = token_offsets[bounds]
-            lengths = np.diff(token_offsets)
-            pieces = [lengths[a:b] for a, b in bounds.tolist()]
-            token_lengths = np.concatenate(pieces) if pieces else np.zeros(0, np.int64)
-            new_tokens = np.zeros(len(token_lengths) + 1, dtype=np.int64)
-            np.cumsum(token_lengths, out=new_tokens[1:])
-            shape = (int(new_tokens[-1]), *values.shape[1:])
-            plan = _Plan(column.spec, _Copy(values, token_bounds, None, shape), new, new_tokens)
+            starts, stops, new_offsets = _ends(offsets, pick)
+            tokens = None
+            if token_offsets is not None:
+                tokens = _tokens(token_offsets, starts, stops)
+                starts, stops = token_offsets[starts], token_offsets[stops]
+            copy = _Copy(values, _UNPLACED, None, starts.tolist(), stops.tolist())
+            shape = (sum(copy.stops) - sum(copy.starts), *trailing)
+            plan = _Plan(spec, copy, shape, new_offsets, tokens)
         plans.append(plan)
-        sizes = [math.prod(shape) * values.dtype.itemsize]
-        sizes += [array.nbytes for array in (plan.offsets, plan.token_offsets) if array is not None]
+        sizes = [math.prod(plan.shape) * values.dtype.itemsize]
+        if plan.offsets is not None:
+            sizes.append(len(plan.offsets) * 8)
+        if plan.tokens is not None:
+            sizes.append((plan.tokens.count + 1) * 8)
         for size in sizes:
             nbytes = -(-nbytes // _ALIGN) * _ALIGN + size
     return plans, nbytes
@@ -267,70 +352,72 @@ def _place(plans: list[_Plan], buffer: np.ndarray) -> tuple[dict[str, BlockColum
     def view(dtype: np.dtype, shape: tuple[int, ...]) -> np.ndarray:
         nonlocal at
         at = -(-at // _ALIGN) * _ALIGN
-        size = math.prod(shape) * dtype.itemsize
-        out = buffer[at : at + size].view(dtype).reshape(shape)
-        at += size
+        out = np.ndarray(shape, dtype=dtype, buffer=buffer, offset=at)
+        at += out.nbytes
         return out
 
     columns, copies = {}, []
     for plan in plans:
-        copy = plan.values
-        values = view(copy.source.dtype, cast("tuple[int, ...]", copy.out))
-        copy.out = values
+        copy = plan.copy
+        copy.out = values = view(copy.source.dtype, plan.shape)
         copies.append(copy)
         offsets = token_offsets = None
         if plan.offsets is not None:
-            offsets = view(plan.offsets.dtype, plan.offsets.shape)
+            offsets = view(_INT64, (len(plan.offsets),))
             offsets[...] = plan.offsets
-        if plan.token_offsets is not None:
-            token_offsets = view(plan.token_offsets.dtype, plan.token_offsets.shape)
-            token_offsets[...] = plan.token_offsets
+        if plan.tokens is not None:
+            token_offsets = view(_INT64, (plan.tokens.count + 1,))
+            _write_tokens(token_offsets, plan.tokens)
         columns[plan.spec.name] = BlockColumn(plan.spec, values, offsets, token_offsets)
     return columns, copies
 
 
+def _write_tokens(out: np.ndarray, tokens: _Tokens) -> None:
+    """The block's token offsets: each run's source offsets less its shift."""
+    out[0] = 0
+    at = 1
+    for start, stop, shift in zip(tokens.starts, tokens.stops, tokens.shifts, strict=True):
+        np.subtract(tokens.source[start + 1 : stop + 1], shift, out=out[at : at + stop - start])
+        at += stop - start
+
+
 def _copy(copy: _Copy) -> None:
-    out = cast("np.ndarray", copy.out)
-    if copy.bounds is None:
-        if copy.rows is None:
-            np.copyto(out, copy.source)
-        else:
-            np.take(copy.source, copy.rows, axis=0, out=out)
+    if copy.rows is not None:  # rows checked at the door: "clip" writes into `out` unbuffered
+        np.take(copy.source, copy.rows, axis=0, out=copy.out, mode="clip")
         return
-    bounds = copy.bounds
-    if len(bounds) == 0:
-        return
-    if len(bounds) == 1 or bool(np.all(bounds[1:, 0] == bounds[:-1, 1])):  # one run
-        np.copyto(out, copy.source[bounds[0, 0] : bounds[-1, 1]])
-        return
-    np.concatenate([copy.source[a:b] for a, b in bounds.tolist()], out=out)
+    source, starts, stops = copy.source, copy.starts, copy.stops
+    if len(starts) == 1:
+        np.copyto(copy.out, source[starts[0] : stops[0]])
+    elif starts:
+        np.concatenate([source[a:b] for a, b in zip(starts, stops, strict=True)], out=copy.out)
 
 
 def _split(copy: _Copy, parts: int) -> list[_Copy]:
     """``copy`` cut into up to ``parts`` copies of consecutive rows (disjoint outputs)."""
-    out = cast("np.ndarray", copy.out)
-    if copy.bounds is None:
-        if copy.rows is None:
-            cuts = np.linspace(0, len(out), parts + 1).astype(np.int64)
-            return [
-                _Copy(copy.source[a:b], None, None, out[a:b])
-                for a, b in itertools.pairwise(cuts)
-                if b > a
-            ]
-        cuts = np.linspace(0, len(copy.rows), parts + 1).astype(np.int64)
+    out, source = copy.out, copy.source
+    if copy.rows is not None:
+        cuts = np.linspace(0, len(copy.rows), parts + 1).astype(np.int64).tolist()
         return [
-            _Copy(copy.source, None, copy.rows[a:b], out[a:b])
+            _Copy(source, out[a:b], copy.rows[a:b], [], [])
             for a, b in itertools.pairwise(cuts)
             if b > a
         ]
-    lengths = copy.bounds[:, 1] - copy.bounds[:, 0]
+    if len(copy.starts) == 1:  # one run: cut into pieces of rows
+        first = copy.starts[0]
+        cuts = np.linspace(first, copy.stops[0], parts + 1).astype(np.int64).tolist()
+        return [
+            _Copy(source, out[a - first : b - first], None, [a], [b])
+            for a, b in itertools.pairwise(cuts)
+            if b > a
+        ]
+    lengths = np.subtract(copy.stops, copy.starts)
     ends = np.cumsum(lengths)
     total = int(ends[-1]) if len(ends) else 0
     cuts = np.searchsorted(ends, np.linspace(0, total, parts + 1)[1:-1], side="left") + 1
     cuts = np.unique(np.concatenate([[0], np.minimum(cuts, len(lengths)), [len(lengths)]]))
-    starts = np.concatenate([[0], ends])
+    starts = [0, *ends.tolist()]
     return [
-        _Copy(copy.source, copy.bounds[a:b], None, out[starts[a] : starts[b]])
-        for a, b in itertools.pairwise(cuts)
+        _Copy(source, out[starts[a] : starts[b]], None, copy.starts[a:b], copy.stops[a:b])
+        for a, b in itertools.pairwise(cuts.tolist())
         if b > a
     ]

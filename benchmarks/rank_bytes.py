@@ -16,14 +16,15 @@ measured in the same run (medians over ``repeats`` warm runs):
   a memcpy of the rank's bytes (``benchmarks.step``'s measure: into fresh memory; and into
   reused memory, the stricter floor), with the new bytes a warm fill allocates (tracemalloc)
   and whether the block moved; the floor of a gather (``gather_floor``: the same runs of the
-  same columns copied by numpy, planned ahead). Target: at most 2x, no new allocation of the
-  rank's size.
+  same columns copied by numpy, planned ahead; ``vs_gather_floor``: the fill against it).
+  Target: at most 2x, no new allocation of the rank's size.
 - ``eager``: the eager rank (:func:`arrow_split.ray.fill_rank_block` into a
   :class:`arrow_split.torch.TensorBlock`: its tensors are views of the block) against the
   numpy quick fix's rank (per-sample numpy arrays, the same rows:
   :func:`benchmarks.step_paths.rank_steps`), and today's eager rank (``to_tensors``). Target:
   at least 1x.
 
+The figures of a ratio are timed in turns (:func:`_interleaved`), each run after a collection.
 Writes ``rank_bytes.json`` and ``rank_bytes.png``. No GPU figure: this run had no CUDA device
 (``gpu`` in the JSON says so).
 """
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gc
 import time
 import tracemalloc
 from collections.abc import Callable
@@ -171,30 +173,50 @@ def _seconds(call: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
+def _interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, Any]:
+    """:func:`timed` of each call, the calls taking turns (a round each, the first to warm up):
+    a change of the shared machine's load weighs on every figure of a ratio alike."""
+    seconds: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats + 1):
+        for name, call in calls.items():
+            gc.collect()
+            start = time.perf_counter()
+            result = call()
+            seconds[name].append(time.perf_counter() - start)
+            del result
+    return {name: summarize(values[1:]) for name, values in seconds.items()}
+
+
 def _block(batch: RolloutBatch, dp: int, repeats: int) -> dict[str, Any]:
-    """The rank's take into the reused block, against a memcpy of its bytes."""
+    """The rank's take into the reused block, against a memcpy of its bytes and the floor."""
     _, rows = _rank_rows(batch.total_lengths, dp)
     block = RankBlock()
     nbytes = block.fill(batch, rows).nbytes
     address = block.address
-    fill = timed(lambda: block.fill(batch, rows), repeats, warm_up=1)
     tracemalloc.start()
     block.fill(batch, rows)
     allocated = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     source, reused = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
-    fresh = timed(lambda: np.copyto(np.empty_like(source), source), 5 * repeats, warm_up=1)
-    into = timed(lambda: np.copyto(reused, source), 5 * repeats, warm_up=1)
-    take = timed(lambda: take_rows(batch, rows), repeats, warm_up=1)
-    floor = timed(_gather_floor(batch, rows), 5 * repeats, warm_up=1)
+    figures = _interleaved(
+        {
+            "fill": lambda: block.fill(batch, rows),
+            "memcpy_fresh": lambda: np.copyto(np.empty_like(source), source),
+            "memcpy_reused": lambda: np.copyto(reused, source),
+            "take_rows": lambda: take_rows(batch, rows),
+            "gather_floor": _gather_floor(batch, rows),
+        },
+        5 * repeats,
+    )
+    fill, fresh = figures["fill"]["median"], figures["memcpy_fresh"]["median"]
+    floor = figures["gather_floor"]["median"]
     return {
-        "dp_size": dp, "rows": len(rows), "rank_bytes": nbytes, "fill_seconds": fill,
-        "memcpy_fresh_seconds": fresh, "memcpy_reused_seconds": into, "take_rows_seconds": take,
-        "vs_memcpy_fresh": fill["median"] / fresh["median"],
-        "vs_memcpy_reused": fill["median"] / into["median"],
-        "take_rows_vs_memcpy_fresh": take["median"] / fresh["median"],
-        "gather_floor_seconds": floor,
-        "gather_floor_vs_memcpy_fresh": floor["median"] / fresh["median"],
+        "dp_size": dp, "rows": len(rows), "rank_bytes": nbytes,
+        **{f"{name}_seconds": figure for name, figure in figures.items()},
+        "vs_memcpy_fresh": fill / fresh,
+        "vs_memcpy_reused": fill / figures["memcpy_reused"]["median"],
+        "take_rows_vs_memcpy_fresh": figures["take_rows"]["median"] / fresh,
+        "gather_floor_vs_memcpy_fresh": floor / fresh, "vs_gather_floor": fill / floor,
         "warm_fill_allocated_bytes": allocated, "block_moved": block.address != address,
         "allocations": block.allocations, "target": 2.0,
     }  # fmt: skip
@@ -249,7 +271,7 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
         "arrow_to_tensors": lambda: rank_steps("arrow", "eager", [arrow_refs], rank, dp, True),
         "arrow_block": with_block,
     }
-    figures = {name: timed(call, repeats, warm_up=1) for name, call in calls.items()}
+    figures = _interleaved(calls, 5 * repeats)
     numpy_median = figures["numpy"]["median"]
     return {
         "dp_size": dp, "dp_rank": rank, "seconds": figures,

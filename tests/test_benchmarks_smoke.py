@@ -380,6 +380,7 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
     assert cut["experts_bytes_ratio"] == max(cut["slice_experts_bytes"]) / cut["full_experts_bytes"]
     (block,) = results["block"]
     assert not block["block_moved"]
+    assert block["vs_gather_floor"] > 0
     assert block["warm_fill_allocated_bytes"] < block["rank_bytes"] + 65_536
     assert results["prefetch"]["steps"] == len(results["prefetch"]["wait_seconds"]["all"]) + 1
     assert set(results["eager"]["seconds"]) == {"numpy", "arrow_to_tensors", "arrow_block"}

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import tracemalloc
 from typing import Any
+from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import arrow_split.block as block_module
 from arrow_split import OptionError, OptionTypeError, RolloutBatch, take_rows
 from arrow_split.block import RankBlock
+from arrow_split.testing import RolloutConfig, make_train_data
 from arrow_split.testing.strategies import rollout_batches
 from tests.error_facts import raises_facts
 
@@ -51,6 +55,29 @@ def test_the_block_holds_what_the_take_gives(batch: RolloutBatch, data: Any, thr
     whole = block.fill(batch)
     np.testing.assert_array_equal(whole.columns["tokens"].values, batch.numeric_columns()[0].values)
     block.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(rollout_batches(), st.data(), st.booleans())
+def test_each_fast_path_holds_what_the_take_gives(
+    batch: RolloutBatch, data: Any, numpy_sums: bool
+) -> None:
+    """Consecutive rows (one run), the batch's own plan (trusted rows), a rank's rows summed
+    by numpy (past ``_FEW``): each gives the take's values, and never writes into the batch."""
+    n = batch.num_samples
+    before = batch.record_batch.to_pylist()
+    first = data.draw(st.integers(0, n))
+    consecutive = np.arange(first, data.draw(st.integers(first, n)), dtype=np.int64)
+    block = RankBlock()
+    with mock.patch.object(block_module, "_FEW", 0 if numpy_sums else 4096):
+        assert_same_as_take(block, batch, consecutive)
+        if n:
+            plan = batch.make_plan(1, balance_data=False)
+            planned = batch.with_plan(plan)
+            assert_same_as_take(block, planned, plan.partitions[0])
+            shuffled = np.array(data.draw(st.permutations(range(n))), dtype=np.int64)
+            assert_same_as_take(block, batch, shuffled)
+    assert batch.record_batch.to_pylist() == before
 
 
 def make_batch(lengths: list[int]) -> RolloutBatch:
@@ -141,3 +168,12 @@ def test_bad_arguments() -> None:
         RankBlock().fill(make_batch([3]), [5])
     with raises_facts(OptionTypeError, key="event"):
         RankBlock().record(object())  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("rows", [[5, 0, 3], [2, 3, 4], [], [6, 6, 1, 2]])
+def test_a_list_per_token_holds_what_the_take_gives(rows: list[int]) -> None:
+    config = RolloutConfig(samples=7, response_mean=6.0, response_cap=12, seed=9, sampling_top_k=5)
+    batch = RolloutBatch.from_train_data(make_train_data(config))
+    for few in (4096, 0):  # a rank's offsets summed by Python, then by numpy
+        with mock.patch.object(block_module, "_FEW", few):
+            assert_same_as_take(RankBlock(), batch, np.array(rows, dtype=np.int64))

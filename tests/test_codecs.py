@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 from typing import Any
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from arrow_split import ColumnSpec, RolloutBatch
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import numpy_view
+from arrow_split._codecs._base import numpy_view, ragged_values
 from arrow_split._codecs._kind import TypeFields
 from arrow_split.testing.strategies import train_data
 
@@ -104,3 +105,42 @@ def test_unpacking_booleans_allocates_nothing_from_arrows_pools() -> None:
     view = numpy_view(array)
     assert [pool.bytes_allocated() for pool in pools] == before
     assert view.tolist() == array.to_pylist()
+
+
+NUMBER_TYPES = [pa.int8(), pa.uint16(), pa.int32(), pa.int64(), pa.float16(), pa.float32()]
+
+
+@given(
+    st.lists(st.lists(st.integers(0, 100), max_size=5), max_size=12),
+    st.sampled_from(NUMBER_TYPES),
+    st.integers(0, 14),
+    st.integers(0, 14),
+    st.integers(0, 3),
+)
+def test_views_read_from_buffers_are_arrows_values_read_only(
+    rows: list[list[int]], value_type: pa.DataType, start: int, length: int, skip: int
+) -> None:
+    """The buffer reads of number columns (any slice, a sliced child) equal Arrow's own."""
+    child = pa.array([0] * skip + [v for row in rows for v in row], type=value_type).slice(skip)
+    offsets = np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int64)
+    lists = pa.LargeListArray.from_arrays(pa.array(offsets), child).slice(start, length)
+    values, got_offsets = ragged_values(lists)
+    expected = lists.to_pylist()
+    assert [values[a:b].tolist() for a, b in itertools.pairwise(got_offsets)] == expected
+    assert got_offsets[0] == 0
+    scalars = child.slice(start, length)
+    view = numpy_view(scalars)
+    assert view.tolist() == scalars.to_pylist()
+    assert not values.flags.writeable  # never written through
+    assert not view.flags.writeable
+
+
+def test_lists_of_int32_offsets_are_read_by_arrow() -> None:
+    lists = pa.array([[1, 2], [], [3]], type=pa.list_(pa.int64())).slice(1)
+    values, offsets = ragged_values(lists)
+    assert (values.tolist(), offsets.tolist()) == ([3], [0, 0, 1])
+
+
+def test_a_column_with_nulls_is_refused_as_before() -> None:
+    with pytest.raises(pa.ArrowInvalid):
+        numpy_view(pa.array([1, None, 3], type=pa.int32()))

@@ -16,6 +16,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc  # Arrow's take needs it: loaded with the core, not in a first call
 
+from arrow_split._codecs._buffers import number_lists, number_view
+
 __all__ = [
     "EncodeOptions",
     "RunsMemo",
@@ -127,6 +129,9 @@ def numpy_dtype(value_type: pa.DataType) -> np.dtype:
 
 def numpy_view(array: pa.Array) -> np.ndarray:
     """A numpy view of a primitive array without nulls (booleans are unpacked: a copy)."""
+    view = number_view(array)  # numbers without a validity buffer: read from it
+    if view is not None:
+        return view
     if pa.types.is_boolean(array.type):
         return _unpack_bits(array)
     return np.asarray(array.to_numpy(zero_copy_only=True))
@@ -152,6 +157,9 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
     A tensor's values have shape ``[rows, *trailing]``; read-only over the object store's memory.
     """
+    read = number_lists(array)  # lists of numbers without nulls: read from the buffers
+    if read is not None:
+        return read
     raw_offsets = array.offsets.to_numpy()
     start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
     child = array.values.slice(start, stop - start)

@@ -1,0 +1,58 @@
+"""Number columns read straight from their Arrow buffers: no ``to_numpy`` on a rank's hot path.
+
+:func:`number_view` and :func:`number_lists` give what ``numpy_view`` and ``ragged_values`` of
+:mod:`arrow_split._codecs._base` give in the common case (fixed-width numbers without a validity
+buffer, large lists of them), read-only as ``to_numpy`` gives them; ``None`` for anything else,
+which those read through Arrow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+
+__all__ = ["number_lists", "number_view"]
+
+_PLAIN_DTYPES = {
+    value_type.id: np.dtype(value_type.to_pandas_dtype())
+    for value_type in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
+                       pa.uint32(), pa.uint64(), pa.float16(), pa.float32(), pa.float64())
+}  # fmt: skip
+"""numpy's dtype of each fixed-width Arrow number type, by type id."""
+
+_INT64 = np.dtype(np.int64)
+
+
+def _read_only_view(buffer: pa.Buffer, dtype: np.dtype, count: int, first: int) -> np.ndarray:
+    """``count`` items of ``buffer`` from item ``first``, read-only."""
+    view = np.frombuffer(buffer, dtype=dtype, count=count, offset=first * dtype.itemsize)
+    view.flags.writeable = False
+    return view
+
+
+def number_view(array: pa.Array) -> np.ndarray | None:
+    """The numbers of a column without a validity buffer; ``None`` for any other column."""
+    dtype = _PLAIN_DTYPES.get(array.type.id)
+    if dtype is None or not len(array):
+        return None
+    buffers = array.buffers()
+    if buffers[0] is not None:
+        return None
+    return _read_only_view(buffers[1], dtype, len(array), array.offset)
+
+
+def number_lists(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """``(values, offsets from 0)`` of a large list of numbers without nulls, else ``None``."""
+    arrow_type = array.type
+    if not pa.types.is_large_list(arrow_type) or not len(array):
+        return None
+    dtype = _PLAIN_DTYPES.get(arrow_type.value_type.id)
+    buffers = array.buffers()
+    if dtype is None or len(buffers) != 4 or buffers[2] is not None:  # nested, or nulls
+        return None
+    raw_offsets = _read_only_view(buffers[1], _INT64, len(array) + 1, array.offset)
+    start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
+    if stop <= start:
+        return None
+    values = _read_only_view(buffers[3], dtype, stop - start, array.values.offset + start)
+    return values, raw_offsets - start if start else raw_offsets
