@@ -251,6 +251,13 @@ def test_a_corrupt_reference_is_refused(edit: object) -> None:
         StoredBatchRef.from_json("{not json")
 
 
+def test_a_reference_of_another_format_is_refused_once_naming_the_format() -> None:
+    expected = repr("arrow_split.stored_batch/1")
+    with raises_facts(NotARolloutBatchError, key="ref", got="2", expected=expected) as caught:
+        StoredBatchRef.from_json('{"format": 2}')
+    assert caught.value.__context__ is None  # refused as is, not wrapped in a second refusal
+
+
 def _runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cut = np.flatnonzero(np.diff(rows) != 1) + 1
     if not len(rows):
