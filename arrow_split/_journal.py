@@ -208,8 +208,9 @@ def _damage_error(scan: Scan, folder: str) -> JournalError:
         "salvage=True)` (the damaged file is kept beside the new journal), or restore the file "
         "from a copy"
     )
-    facts = {"expected": first.expected, "got": first.got}
-    return JournalError(msg, path=scan.path, offset=first.offset, fix=fix, **facts)
+    return JournalError(  # expected, got: the record or journal due there, the one found
+        msg, path=scan.path, offset=first.offset, fix=fix, expected=first.expected, got=first.got
+    )
 
 
 class StepJournal:
