@@ -68,14 +68,15 @@ class _Lock:
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                holder = _holder(descriptor)
+                holder, pid = _holder(descriptor)
                 os.close(descriptor)
                 msg = (
                     f"the journal folder `{folder}` is in use by {holder}; one builder at a time "
                     "writes a journal: close that builder (`close()`) or let its process end, "
                     "then retry"
                 )
-                raise JournalError(msg, errno=errno.EBUSY) from None
+                got = None if pid is None else str(pid)  # the holder's pid, if it names one
+                raise JournalError(msg, errno=errno.EBUSY, got=got) from None
             self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
             _HELD[descriptor] = self
         named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
@@ -103,16 +104,20 @@ os.register_at_fork(
 )
 
 
-def _holder(descriptor: int) -> str:
+def _holder(descriptor: int) -> tuple[str, int | None]:
+    """Who holds the lock, in words, and its pid (``None`` if its lock file does not name it)."""
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
         since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
         pid, host = int(holder["pid"]), str(holder["host"])
         if pid == os.getpid() and host == socket.gethostname():  # this very process
-            return f"another builder of this process (pid {pid}, since {since}), not yet closed"
-        return f"process {pid} on host {host!r} since {since}"
+            return (
+                f"another builder of this process (pid {pid}, since {since}), not yet closed",
+                pid,
+            )
+        return f"process {pid} on host {host!r} since {since}", pid
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
-        return "another process (its lock file does not name it)"
+        return "another process (its lock file does not name it)", None
 
 
 class _Writer:
@@ -203,7 +208,9 @@ def _damage_error(scan: Scan, folder: str) -> JournalError:
         "salvage=True)` (the damaged file is kept beside the new journal), or restore the file "
         "from a copy"
     )
-    return JournalError(msg, path=scan.path, offset=first.offset, fix=fix)
+    return JournalError(  # expected, got: the record or journal due there, the one found
+        msg, path=scan.path, offset=first.offset, fix=fix, expected=first.expected, got=first.got
+    )
 
 
 class StepJournal:
@@ -236,11 +243,12 @@ class StepJournal:
             for step in sorted(journals - dumps):
                 scan = scan_file(journal_file(folder, step))
                 if len(scan.records) > 1 or scan.damage:
-                    msg = (
-                        f"`{journal_file(folder, step)}` holds an unfinished step; resume it with "
-                        f"`RolloutBatchBuilder.recover({folder!r})`, or move the file away"
+                    fix = (
+                        f"resume it with `RolloutBatchBuilder.recover({folder!r})`, or move the "
+                        "file away"
                     )
-                    raise JournalError(msg)
+                    path = journal_file(folder, step)
+                    raise JournalError("it holds an unfinished step", path=path, fix=fix)
             step_journal = cls(folder, max(dumps, default=-1) + 1, header, sync, lock)
             step_journal._start(journals)
         except BaseException:
@@ -255,8 +263,9 @@ class StepJournal:
         """The unfinished step's journal in ``folder``, its records, its header's arguments."""
         journals = _steps(folder)[0] if os.path.isdir(folder) else set()
         if not journals:
-            msg = f"no rollout journal in `{folder}`; start one with `journal={folder!r}`"
-            raise JournalError(msg, errno=errno.ENOENT)
+            fix = f"start one with `journal={folder!r}`"
+            msg = "no rollout journal in this folder"
+            raise JournalError(msg, errno=errno.ENOENT, path=folder, fix=fix)
         lock = _Lock(folder)
         try:
             journals, dumps = _steps(folder)

@@ -154,7 +154,7 @@ def unpickle_v1(text: object) -> object:
         value = loads_plain(raw)
     except Exception as exc:
         msg = f"a format-1 batch-global value does not read: {type(exc).__name__}: {exc}"
-        raise JournalError(msg) from None
+        raise JournalError(msg, got=type(exc).__name__) from None
     if isinstance(value, np.ndarray) and value.dtype.kind not in "biuf":
         msg = f"a format-1 batch-global value is an array of dtype {value.dtype}"
         raise JournalError(msg)

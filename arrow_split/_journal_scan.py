@@ -38,6 +38,8 @@ class JournalDamage:
     offset: int
     size: int
     reason: str
+    expected: str | None = None  # the record or journal due there, if one was
+    got: str | None = None  # the record or journal found instead
 
     def __str__(self) -> str:
         return f"`{self.path}` bytes {self.offset}..{self.offset + self.size}: {self.reason}"
@@ -188,17 +190,19 @@ def _is_torn(scan: Scan, view: memoryview, frame: _Frame | None, offset: int) ->
 def _take(scan: Scan, buffer: pa.Buffer, frame: _Frame) -> None:
     """Add the whole record at ``frame``, or the damage it is (another journal's, out of order)."""
     size, expected = frame.end - frame.offset, scan.expected
+    due, found = f"record {expected}", f"record {frame.sequence}"
     reason = ""
     if frame.journal_id != scan.journal_id:
         reason = f"a record of another journal (id {frame.journal_id.hex()}) spliced in"
+        due, found = f"journal {scan.journal_id.hex()}", f"journal {frame.journal_id.hex()}"
     elif frame.sequence < expected:
         reason = f"record {frame.sequence} again, or out of order (record {expected} was due)"
     if reason:
-        scan.damage.append(JournalDamage(scan.path, frame.offset, size, reason))
+        scan.damage.append(JournalDamage(scan.path, frame.offset, size, reason, due, found))
         return
     if frame.sequence > expected:
         reason = f"records {expected}..{frame.sequence - 1} are missing before this offset"
-        scan.damage.append(JournalDamage(scan.path, frame.offset, 0, reason))
+        scan.damage.append(JournalDamage(scan.path, frame.offset, 0, reason, due, found))
     try:
         payload = buffer.slice(frame.offset + FRAME.size, frame.length)
         scan.records.append(decode_record(payload, frame.sequence, frame.offset))

@@ -160,7 +160,7 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
             columns = list(record_batch.columns)
     except (pa.ArrowException, ValueError, KeyError, OSError, StopIteration, RecursionError) as exc:
         msg = f"its payload is not a record: {type(exc).__name__}: {exc}"
-        raise JournalError(msg) from None
+        raise JournalError(msg, got=type(exc).__name__) from None
     if not isinstance(meta, dict) or not isinstance(meta.get("kind"), str):
         msg = "its JSON is not an object with a `kind`"
         raise JournalError(msg)
@@ -182,12 +182,14 @@ def _journal_text(schema: pa.Schema) -> bytes:
 def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, list[pa.Array]]:
     """A buffer record's JSON and columns (a JournalError or an ArrowException if it is none)."""
     if len(view) < _BUFFERS_HEAD.size:
-        raise _broken("a buffer record shorter than its head")
+        raise _broken(
+            "a buffer record shorter than its head", f"at least {_BUFFERS_HEAD.size}", view
+        )
     _, *sizes = _BUFFERS_HEAD.unpack_from(view)
     start = _BUFFERS_HEAD.size
     ends = [start + sum(sizes[:count]) for count in range(1, 4)]
     if ends[-1] > len(view):
-        raise _broken("a buffer record whose head runs past its end")
+        raise _broken("a buffer record whose head runs past its end", f"at least {ends[-1]}", view)
     schema = pa.ipc.read_schema(payload.slice(start, sizes[0]))
     meta = json.loads(bytes(view[ends[0] : ends[1]]), parse_constant=_no_constant)
     nodes, buffer_sizes = _layout(json.loads(bytes(view[ends[1] : ends[2]])))
@@ -198,11 +200,11 @@ def _read_buffer_record(payload: pa.Buffer, view: memoryview) -> tuple[object, l
             buffers.append(None)
             continue
         if at + size > len(view):
-            raise _broken("a buffer runs past the record's end")
+            raise _broken("a buffer runs past the record's end", f"at least {at + size}", view)
         buffers.append(payload.slice(at, size))
         at += size + (-size & 7)
     if at != len(view):
-        raise _broken(f"{len(view) - at} bytes after the record's last buffer")
+        raise _broken(f"{len(view) - at} bytes after the record's last buffer", str(at), view)
     try:
         columns = rebuild(schema.types, nodes, buffers)
     except JournalError as exc:
@@ -226,5 +228,9 @@ def _layout(item: object) -> tuple[list[list[int]], list[int]]:
     raise _broken("its nodes are not `[[[length, offset], ...], [size, ...]]` of whole numbers")
 
 
-def _broken(reason: str) -> JournalError:
-    return JournalError(f"its payload is not a record: {reason}")
+def _broken(
+    reason: str, expected: str | None = None, view: memoryview | None = None
+) -> JournalError:
+    """The payload is no record; ``expected`` and ``got``: its size in bytes, where that is why."""
+    got = None if view is None else str(len(view))
+    return JournalError(f"its payload is not a record: {reason}", expected=expected, got=got)

@@ -297,7 +297,22 @@ class InstallError(ArrowSplitError, RuntimeError):
 
 
 class TransportError(ArrowSplitError, RuntimeError):
-    """The object store could not deliver a batch or a shard."""
+    """The object store could not deliver a batch or a shard.
+
+    ``step`` and ``dp_rank`` name the step and the rank of the put or take, where known (the
+    message names them too); ``got`` is the store's status code, where it gave one.
+    """
+
+    def __init__(
+        self,
+        message: str = "",
+        /,
+        step: int | None = None,
+        dp_rank: int | None = None,
+        **facts: Any,
+    ) -> None:
+        super().__init__(message, **facts)
+        self.step, self.dp_rank = step, dp_rank
 
 
 class NotARolloutBatchError(TransportError, TypeError):

@@ -86,6 +86,7 @@ nitpick_ignore = [
     ("py:class", "arrow_split.ray._nodes.NodeRows"),
     ("py:class", "NodeRows"),
     ("py:class", "arrow_split._journal.JournalDamage"),
+    ("py:class", "arrow_split._journal_scan.JournalDamage"),  # where it lives now
     ("py:class", "ObjectRef"),  # ray.ObjectRef, named under TYPE_CHECKING in the Ray leaf
     ("py:class", "default 0"),  # numpydoc's "int, default 0"
     ("py:meth", "RolloutBatch.from_train_data"),  # a short name in the Ray leaf's docstrings

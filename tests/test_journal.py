@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from arrow_split import DuplicateSampleError, JournalError, RolloutBatch, RolloutBatchBuilder
 from arrow_split.testing import assert_batches_equal
-from tests.error_facts import assert_facts
+from tests.error_facts import assert_facts, raises_facts
 
 
 def _group(first: int, count: int = 2) -> dict[str, list[object]]:
@@ -97,9 +98,9 @@ def test_finish_writes_the_dump_and_starts_the_next_step(tmp_path: Path) -> None
 
 def test_an_unfinished_step_is_not_overwritten(tmp_path: Path) -> None:
     _built(tmp_path, 1).close()
-    with pytest.raises(JournalError, match="holds an unfinished step"):
+    with raises_facts(JournalError, path=str(tmp_path / "step-000000.journal"), errno=None):
         RolloutBatchBuilder(journal=tmp_path)
-    with pytest.raises(JournalError, match="no rollout journal"):
+    with raises_facts(JournalError, path=str(tmp_path / "missing"), errno=errno.ENOENT):
         RolloutBatchBuilder.recover(tmp_path / "missing")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import pickle
@@ -80,7 +81,8 @@ def test_a_duplicated_record_is_reported_and_salvaged_once(tmp_path: Path) -> No
     offsets = _offsets(path)
     data = path.read_bytes()
     path.write_bytes(data + data[offsets[1] : offsets[2]])
-    with pytest.raises(JournalError, match="again, or out of order"):
+    due = {"expected": f"record {len(offsets)}", "got": "record 1"}  # record 1 again
+    with raises_facts(JournalError, path=str(path), offset=len(data), **due):
         RolloutBatchBuilder.recover(tmp_path)
     assert len(RolloutBatchBuilder.recover(tmp_path, salvage=True)) == 6
 
@@ -89,8 +91,10 @@ def test_a_record_spliced_from_another_journal_is_refused(tmp_path: Path) -> Non
     path = _journal(tmp_path / "a")
     other = _journal(tmp_path / "b")
     spliced = other.read_bytes()[_offsets(other)[1] : _offsets(other)[2]]
-    path.write_bytes(path.read_bytes() + spliced)
-    with pytest.raises(JournalError, match="another journal"):
+    own = path.read_bytes()
+    path.write_bytes(own + spliced)
+    ids = {"expected": f"journal {own[4:12].hex()}", "got": f"journal {spliced[4:12].hex()}"}
+    with raises_facts(JournalError, path=str(path), offset=len(own), **ids):
         RolloutBatchBuilder.recover(tmp_path / "a")
 
 
@@ -153,8 +157,9 @@ def test_two_builders_on_one_folder_second_gets_a_typed_error(tmp_path: Path) ->
     assert done.stdout.startswith("refused"), done.stderr
     assert f"in use by process {os.getpid()} on host" in done.stdout
     # The same process: the message says so, not "process <our own pid>".
-    with pytest.raises(JournalError, match=r"in use by another builder of this process \(pid "):
+    with raises_facts(JournalError, got=str(os.getpid()), errno=errno.EBUSY) as caught:
         RolloutBatchBuilder(journal=tmp_path)
+    assert "another builder of this process" in str(caught.value)  # the wording is the claim
     builder.extend(_group(2))
     builder.close()
     assert len(RolloutBatchBuilder.recover(tmp_path)) == 4
@@ -211,7 +216,7 @@ def test_a_crafted_journal_value_runs_no_code(tmp_path: Path) -> None:
             return (os.system, (f"touch {marker}",))
 
     text = base64.b64encode(pickle.dumps(Evil())).decode()
-    with pytest.raises(JournalError, match="does not read"):
+    with raises_facts(JournalError, got="NotPlainData"):  # refused, not run
         unpickle_v1(text)
     assert not marker.exists()
 

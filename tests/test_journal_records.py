@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from arrow_split import JournalError
 from arrow_split._codecs._layout import lay_out
 from arrow_split._record import decode_record, encode_record
+from tests.error_facts import raises_facts
 
 _LEAVES: list[tuple[pa.DataType, st.SearchStrategy[Any]]] = [
     (pa.int32(), st.integers(-(2**31), 2**31 - 1)),
@@ -113,18 +114,20 @@ def test_records_without_columns_stay_ipc_streams() -> None:
 
 
 @pytest.mark.parametrize(
-    ("cut", "reason"),
+    ("cut", "expected"),
     [
-        (lambda data: data[:10], "shorter than its head"),
-        (lambda data: data + b"\0" * 8, "bytes after"),
-        (lambda data: data[:-8], "runs past"),
+        (lambda data: data[:10], lambda size: "at least 16"),  # shorter than its head
+        (lambda data: data + b"\0" * 8, str),  # bytes after the last buffer
+        (lambda data: data[:-8], lambda size: f"at least {size}"),  # the last buffer runs past
     ],
 )
-def test_a_buffer_record_cut_or_padded_is_a_journal_error(cut: Any, reason: str) -> None:
+def test_a_buffer_record_cut_or_padded_is_a_journal_error(cut: Any, expected: Any) -> None:
     arrays = [pa.array([[1, 2, 3], [4]], pa.large_list(pa.int64()))]
     payload = encode_record("group", {}, arrays)
     data = b"".join(bytes(piece) for piece in payload.pieces)
-    with pytest.raises(JournalError, match=reason):
+    # the last buffer (4 int64 values, 32 bytes: no padding) ends the record
+    facts = {"expected": expected(len(data)), "got": str(len(cut(data)))}  # the record's size
+    with raises_facts(JournalError, **facts):
         decode_record(pa.py_buffer(cut(data)))
 
 
@@ -140,7 +143,7 @@ def test_json_nested_past_the_parsers_depth_is_a_journal_error() -> None:
     crafted = struct.pack("<4sIII", b"ASB3", schema_size, len(deep), nodes_size)
     crafted += schema + deep + nodes
     crafted += bytes(-len(crafted) % 8) + buffers
-    with pytest.raises(JournalError, match="not a record: RecursionError"):
+    with raises_facts(JournalError, got="RecursionError"):
         decode_record(pa.py_buffer(crafted))
 
 

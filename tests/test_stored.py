@@ -106,6 +106,7 @@ def test_a_full_store_keeps_nothing_of_a_failed_put() -> None:
     with pytest.raises(TransportError) as caught:
         put_batch(store, batch, batch.make_plan(2, balance_data=False), step=5)
     assert str(caught.value.key).startswith("arrow_split/5/")  # the put's prefix names the step
+    assert (caught.value.step, caught.value.dp_rank) == (5, None)
     assert caught.value.__cause__.key.startswith(caught.value.key)  # the object that did not fit
     assert store.objects == {}
 
@@ -116,8 +117,10 @@ def test_a_removed_object_is_a_transport_error_naming_key_and_step() -> None:
     ref = put_batch(store, batch, batch.make_plan(2, balance_data=False), step=7)
     gone = ref.keys[-1]
     del store.objects[gone]
-    with raises_facts(TransportError, key=gone):
+    with raises_facts(TransportError, key=gone, step=7, dp_rank=1):
         take_rank(store, ref, 1, 2)
+    with raises_facts(TransportError, key=gone, step=8, dp_rank=0):  # the take's step named
+        take_rank(store, ref, 0, 2, step=8)
 
 
 def test_another_plan_is_a_mismatch() -> None:
@@ -249,6 +252,13 @@ def test_a_corrupt_reference_is_refused(edit: object) -> None:
         StoredBatchRef.from_json(json.dumps(members))
     with pytest.raises(NotARolloutBatchError):
         StoredBatchRef.from_json("{not json")
+
+
+def test_a_reference_of_another_format_is_refused_once_naming_the_format() -> None:
+    expected = repr("arrow_split.stored_batch/1")
+    with raises_facts(NotARolloutBatchError, key="ref", got="2", expected=expected) as caught:
+        StoredBatchRef.from_json('{"format": 2}')
+    assert caught.value.__context__ is None  # refused as is, not wrapped in a second refusal
 
 
 def _runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -71,7 +71,8 @@ def connect(
             f"`segment_bytes` is {segment_bytes}; Mooncake takes 0 (a client that lends no "
             f"memory) or at least {_LEAST_SEGMENT} (16 MiB)"
         )
-        raise OptionError(msg)
+        expected = f"0 or at least {_LEAST_SEGMENT}"
+        raise OptionError(msg, key="segment_bytes", expected=expected, got=str(segment_bytes))
     os.environ.setdefault("MC_TCP_BIND_ADDRESS", local_hostname)
     os.environ.setdefault("MC_STORE_CLIENT_SETUP_RETRIES", str(setup_retries))
     client = MooncakeDistributedStore()
@@ -83,7 +84,7 @@ def connect(
             f"could not connect to the Mooncake master at `{master}` (status {code}); start "
             "`mooncake_master --rpc_port=PORT` there, or pass its `host:port`"
         )
-        raise TransportError(msg)
+        raise TransportError(msg, key=master, got=str(code))
     return client
 
 
@@ -105,13 +106,14 @@ class MooncakeStore:
     def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
         """Write each buffer under its key, from its own memory; an existing key is refused."""
         existing = [
-            key
+            (key, found)
             for key, found in zip(keys, self.client.batch_is_exist(list(keys)), strict=True)
             if found != 0
         ]
         if existing:
-            msg = f"the store holds `{existing[0]}` already (or cannot tell); it is not replaced"
-            raise TransportError(msg)
+            key, found = existing[0]
+            msg = f"the store holds `{key}` already (or cannot tell); it is not replaced"
+            raise TransportError(msg, key=key, got=str(found))
         config = ReplicateConfig()
         config.with_hard_pin = True
         addresses = [buffer.address for buffer in buffers]
@@ -129,7 +131,7 @@ class MooncakeStore:
         for key, size, code in zip(keys, sizes, codes, strict=True):
             if code < 0:
                 msg = f"could not put `{key}` ({size} bytes): {_meaning(code)}"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key, got=str(code))
 
     def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
         """Copy the ranges of ``reads`` into ``into``, registered for the call.
@@ -168,7 +170,7 @@ class MooncakeStore:
         address = target.ctypes.data
         if target.nbytes and self.client.register_buffer(address, target.nbytes) != 0:
             msg = f"could not register {target.nbytes} bytes of memory to read `{keys[0]}` into"
-            raise TransportError(msg)
+            raise TransportError(msg, key=keys[0])
         try:
             results = self.client.get_into_ranges(
                 [address],
@@ -185,7 +187,7 @@ class MooncakeStore:
                 if code != size:
                     meaning = _meaning(code) if code < 0 else f"{code} bytes of {size}"
                     msg = f"could not read `{key}`: {meaning}"
-                    raise TransportError(msg)
+                    raise TransportError(msg, key=key, got=str(code))
         self.bytes_read += sum(int(sizes.sum()) for _, sizes, _ in ranges)
         self.ranges_read += sum(len(sizes) for _, sizes, _ in ranges)
 
@@ -197,7 +199,7 @@ class MooncakeStore:
         for key, code in zip(keys, codes, strict=True):
             if code < 0 and code != _MISSING:
                 msg = f"could not remove `{key}`: {_meaning(code)}"
-                raise TransportError(msg)
+                raise TransportError(msg, key=key, got=str(code))
 
 
 GAP_BYTES = 256

@@ -33,7 +33,7 @@ def _store(client: object) -> MooncakeStore:
         f"`client` must be a Mooncake client (`arrow_split.mooncake.connect`), got "
         f"{type(client).__name__}"
     )
-    raise OptionTypeError(msg)
+    raise OptionTypeError(msg, key="client", got=type(client).__name__)
 
 
 def _ref(ref: object) -> StoredBatchRef:
@@ -45,7 +45,7 @@ def _ref(ref: object) -> StoredBatchRef:
         f"`ref` must be what `put_batch` returned or its `to_json()`, got {type(ref).__name__}; "
         "a Ray object reference goes to `arrow_split.ray.process_rollout_data`"
     )
-    raise NotARolloutBatchError(msg)
+    raise NotARolloutBatchError(msg, key="ref", got=type(ref).__name__)
 
 
 def put_batch(

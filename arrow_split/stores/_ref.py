@@ -104,7 +104,8 @@ class StoredBatchRef:
         try:
             members = json.loads(text)
             if members.get("format") != FORMAT:
-                raise _refused(f"its `format` is {members.get('format')!r:.60}, not {FORMAT!r}")
+                got = f"{members.get('format')!r:.60}"
+                raise _refused(f"its `format` is {got}, not {FORMAT!r}", repr(FORMAT), got)
             plan = members["plan"]
             if plan is None:  # put without a plan: each rank plans for its own size
                 plan = {"method": None, "dp_size": None, "fingerprint": None, "bounds": []}
@@ -126,6 +127,8 @@ class StoredBatchRef:
                 raise _refused(
                     f"its key {outside[0]!r:.80} is outside its prefix {ref.prefix!r:.80}"
                 )
+        except NotARolloutBatchError:
+            raise  # refused above: a TypeError too, not to be wrapped again
         except (ValueError, TypeError, KeyError, IndexError, AttributeError) as exc:
             raise _refused(
                 f"{type(exc).__name__}: {exc}"
@@ -133,12 +136,14 @@ class StoredBatchRef:
         return ref
 
 
-def _refused(reason: str) -> NotARolloutBatchError:
+def _refused(
+    reason: str, expected: str | None = None, got: str | None = None
+) -> NotARolloutBatchError:
     msg = (
         f"not a stored-batch reference ({reason}); pass the `to_json()` of what `put_batch` "
         "returned"
     )
-    return NotARolloutBatchError(msg, key="ref")
+    return NotARolloutBatchError(msg, key="ref", expected=expected, got=got)
 
 
 def _typed(value: object, kind: type) -> Any:

@@ -177,7 +177,7 @@ def put_batch(
         except TransportError as again:
             cleaned = f"what it wrote could not be removed ({again})"
         msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
-        raise TransportError(msg, key=prefix) from exc
+        raise TransportError(msg, step=step, key=prefix, got=exc.got) from exc
     del kept  # the compacted arrays stay alive until the store holds their bytes
     return StoredBatchRef(
         prefix=prefix,
@@ -243,7 +243,7 @@ def take_rank(
     step = ref.step if step is None else as_int("step", step, minimum=0)
     who = _who(step, rank)  # "step S, dp_rank R"
     method = _method(ref, balance_data, size, resplit, who)
-    reader = _reader(store, who)
+    reader = _reader(store, who, step, rank)
     if ref.method is not None and size == ref.dp_size:  # the put's plan: one run of its rows
         return _take_put_plan(ref, rank, reader, who, trust)
     whole = np.array([0], dtype=np.int64), np.array([ref.index[1]], dtype=np.int64)
@@ -308,7 +308,8 @@ def _method(
             f"{who}: asked for a {method} plan of {size} ranks but `{ref.prefix}` was put with a "
             f"{ref.method} plan of {ref.dp_size}; {fix}"
         )
-        raise PlanMismatchError(msg, key=ref.prefix, expected=f"{ref.method} plan of {ref.dp_size}")
+        expected, got = f"{ref.method} plan of {ref.dp_size}", f"{method} plan of {size}"
+        raise PlanMismatchError(msg, key=ref.prefix, expected=expected, got=got)
     return method
 
 
@@ -345,7 +346,7 @@ def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, 
 _Reader = Callable[[list[Ranges]], list[np.ndarray]]
 
 
-def _reader(store: ByteStore, who: str) -> _Reader:
+def _reader(store: ByteStore, who: str, step: int | None, rank: int) -> _Reader:
     """A round of reads into one fresh array: each request's ranges back to back."""
 
     def read(requests: list[Ranges]) -> list[np.ndarray]:
@@ -363,7 +364,7 @@ def _reader(store: ByteStore, who: str) -> _Reader:
                 f"{who}: {exc}; a stored batch lives until it is removed or the client that "
                 "put it closes: keep that client until every rank has taken its rows"
             )
-            raise TransportError(msg, key=exc.key) from exc
+            raise TransportError(msg, step=step, dp_rank=rank, key=exc.key, got=exc.got) from exc
         ends = np.cumsum(totals)
         return [into[end - total : end] for end, total in zip(ends, totals, strict=True)]
 
