@@ -27,7 +27,14 @@ from arrow_split import (
     TransportError,
     shard_for_rank,
 )
-from arrow_split.stores import MemoryStore, Read, StoredBatchRef, put_batch, take_rank
+from arrow_split.stores import (
+    MemoryStore,
+    Read,
+    StoredBatchRef,
+    put_batch,
+    remove_batch,
+    take_rank,
+)
 from arrow_split.testing import (
     WORKLOADS,
     assert_shards_equal,
@@ -298,3 +305,21 @@ def test_any_runs_of_rows_read_back_as_a_take_of_them(data: dict, draw: st.DataO
     ):
         got.validate(full=True)
         assert got.equals(array.take(pa.array(rows, type=pa.int64())))
+
+
+def test_a_store_or_a_reference_of_another_type_is_a_typed_mistake_at_every_door() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2]]})
+    store = MemoryStore()
+    ref = put_batch(store, batch)
+    with raises_facts(OptionTypeError, key="store", mistake="option_type"):
+        put_batch({}, batch)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="store", mistake="option_type"):
+        take_rank(None, ref, 0, 1, balance_data=False)  # type: ignore[arg-type]
+    for door in (
+        lambda: take_rank(store, ref.to_json(), 0, 1),  # type: ignore[arg-type]
+        lambda: remove_batch(store, ref.to_json()),  # type: ignore[arg-type]
+    ):
+        with raises_facts(NotARolloutBatchError, key="ref", mistake="not_a_batch"):
+            door()
+    remove_batch(store, ref)
+    assert store.objects == {}

@@ -25,6 +25,7 @@ from arrow_split._args import (
     as_int,
     check_dp_rank,
     check_dp_size,
+    describe,
     method_of,
 )
 from arrow_split._codecs._ranges import Ranges, column_buffers, read_rows, supported
@@ -38,6 +39,7 @@ from arrow_split.errors import (
     PlanError,
     PlanMismatchError,
     TransportError,
+    mistake,
 )
 from arrow_split.plan import Plan
 from arrow_split.shard import Shard, _gather
@@ -138,6 +140,7 @@ def put_batch(
     TransportError
         The store refused a buffer (full, too large, down); what was written is removed.
     """
+    store = _store_of(store)
     batch = check_batch(batch, "batch")
     plan = None if plan is None else _parse_plan(batch, plan)
     step = None if step is None else as_int("step", step, minimum=0)
@@ -197,7 +200,23 @@ def put_batch(
 
 def remove_batch(store: ByteStore, ref: StoredBatchRef) -> None:
     """Remove every object of ``ref`` from ``store`` (once every rank has taken its rows)."""
-    store.remove(ref.keys)
+    _store_of(store).remove(_ref_of(ref).keys)
+
+
+def _store_of(store: object) -> ByteStore:
+    """``store`` if it has a ByteStore's methods, else the ``option_type`` mistake."""
+    if not all(callable(getattr(store, name, None)) for name in ("put", "read", "remove")):
+        expected = "a ByteStore (with put, read and remove)"
+        raise mistake("option_type", key="store", expected=expected, got=describe(store))
+    return cast(ByteStore, store)
+
+
+def _ref_of(ref: object) -> StoredBatchRef:
+    """``ref`` if it is a stored batch's reference, else the ``not_a_batch`` mistake."""
+    if not isinstance(ref, StoredBatchRef):
+        expected = "a StoredBatchRef (from put_batch, or StoredBatchRef.from_json)"
+        raise mistake("not_a_batch", key="ref", expected=expected, got=describe(ref))
+    return ref
 
 
 def _who(step: int | None, rank: int | None) -> str:
@@ -236,6 +255,7 @@ def take_rank(
         An object is missing (removed, lost with its owner) or the store failed; the key and
         the step are named.
     """
+    store, ref = _store_of(store), _ref_of(ref)
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     trust = as_flag("trust_objects", trust_objects)

@@ -263,6 +263,28 @@ def _rank_bytes(place: object, rows: object, number: object, lookahead: object) 
     check_contract(Prefetcher, place, lookahead=1)
 
 
+def _stores(size: object, rank: object, flag: object, text: object) -> None:
+    """A byte store: a put in plan order or with none, a rank's take, the JSON reference."""
+    from arrow_split.stores import MemoryStore, StoredBatchRef, put_batch, remove_batch, take_rank
+
+    store = MemoryStore()
+    sized = type(size) is int and 0 < size <= BATCH.num_samples
+    plan = BATCH.make_plan(size, balance_data=False) if sized else None
+    ref = check_contract(put_batch, store, BATCH, plan, step=rank)
+    check_contract(put_batch, store, flag, None)
+    check_contract(put_batch, flag, BATCH, text)
+    if isinstance(ref, StoredBatchRef):
+        check_contract(take_rank, store, ref, rank, size, balance_data=flag, resplit=flag)
+        check_contract(take_rank, store, ref, rank, 3, balance_data=False, pad_to_dp=flag)
+        check_contract(StoredBatchRef.from_json, ref.to_json()[: len(ref.to_json()) // 2])
+        check_contract(take_rank, flag, ref, 0, 1, balance_data=False)
+        check_contract(remove_batch, store, ref)
+        check_contract(take_rank, store, ref, 0, 1, balance_data=False)  # removed: typed
+    check_contract(StoredBatchRef.from_json, text)
+    check_contract(take_rank, store, text, 0, 1)
+    check_contract(remove_batch, store, text)
+
+
 def _blocks(layout: object, pad_value: object, device: object, rows: object) -> None:
     """The torch leaf's block (no pinned memory here) and the experts' tensors."""
     from arrow_split.routing import ParallelPlace, take_expert_slice
@@ -468,6 +490,19 @@ GROUPS: dict[str, tuple[Callable[..., None], tuple[st.SearchStrategy[Any], ...]]
             st.one_of(hostile_arrays(max_size=6), hostile_values()),
             hostile_ints(low=-2, high=300),
             hostile_ints(low=-2, high=4),
+        ),
+    ),
+    "stores": (
+        _stores,
+        (
+            hostile_ints(low=-2, high=10),
+            hostile_ints(low=-2, high=12),
+            hostile_values(),
+            st.one_of(
+                st.text(max_size=60),
+                st.just('{"format": "arrow_split.stored_batch", "version": 1}'),
+                hostile_values(),
+            ),
         ),
     ),
     "blocks": (

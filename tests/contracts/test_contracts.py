@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = 250 if os.environ.get("ARROW_SPLIT_HYPOTHESIS_PROFILE") == "ci" else 100
 CORE_GROUPS = [
     "indices", "shard", "plan", "train_data", "builder", "dump", "api", "testing", "rank_bytes",
+    "stores",
 ]  # fmt: skip
 LEAF_GROUPS = {
     "offsets": "torch", "tensors": "torch", "blocks": "torch",
@@ -88,6 +89,13 @@ COVERED = {
     },
     "arrow_split.block": {"RankBlock": "rank_bytes ray_prefetch"},
     "arrow_split.prefetch": {"Prefetcher": "rank_bytes"},
+    "arrow_split.stores": {
+        "MemoryStore": "stores",
+        "StoredBatchRef": "stores",  # from_json, to_json
+        "put_batch": "stores",
+        "remove_batch": "stores",
+        "take_rank": "stores",
+    },
     "arrow_split.compat.miles": {
         "can_schedule_on_rollout_side": "miles",
         "process_rollout_data": "miles",
@@ -120,6 +128,7 @@ NOT_ENTRY_POINTS = {
     "TokenLists",  # holds a sample's values as given: checked where from_train_data takes it
     "ExpertSlice", "BlockColumn", "FilledBlock", "Event", "Fillable", "BlockLayout",
     "ExpertLayout",  # results and protocols of the rank's own bytes (issue 42)
+    "ByteStore", "Read",  # the store protocol a backend implements, and a read's result
 }  # fmt: skip
 
 
