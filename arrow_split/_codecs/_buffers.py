@@ -14,10 +14,9 @@ import pyarrow as pa
 __all__ = ["number_lists", "number_view"]
 
 _PLAIN_DTYPES = {
-    value_type.id: np.dtype(value_type.to_pandas_dtype())
-    for value_type in (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16(),
-                       pa.uint32(), pa.uint64(), pa.float16(), pa.float32(), pa.float64())
-}  # fmt: skip
+    pa.from_numpy_dtype(dtype).id: dtype
+    for dtype in map(np.dtype, ("i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"))
+}  # (``to_pandas_dtype`` would import pandas on older pyarrow)
 """numpy's dtype of each fixed-width Arrow number type, by type id."""
 
 _INT64 = np.dtype(np.int64)
