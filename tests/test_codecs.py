@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from arrow_split import ColumnSpec, RolloutBatch
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import numpy_view, ragged_values
+from arrow_split._codecs._base import numpy_dtype, numpy_view, ragged_values
 from arrow_split._codecs._kind import TypeFields
 from arrow_split.testing.strategies import train_data
 
@@ -121,7 +121,8 @@ def test_views_read_from_buffers_are_arrows_values_read_only(
     rows: list[list[int]], value_type: pa.DataType, start: int, length: int, skip: int
 ) -> None:
     """The buffer reads of number columns (any slice, a sliced child) equal Arrow's own."""
-    child = pa.array([0] * skip + [v for row in rows for v in row], type=value_type).slice(skip)
+    numbers = np.array([0] * skip + [v for row in rows for v in row], dtype=numpy_dtype(value_type))
+    child = pa.array(numbers, type=value_type).slice(skip)  # (older pyarrow: float16 from numpy)
     offsets = np.concatenate([[0], np.cumsum([len(row) for row in rows])]).astype(np.int64)
     lists = pa.LargeListArray.from_arrays(pa.array(offsets), child).slice(start, length)
     values, got_offsets = ragged_values(lists)
