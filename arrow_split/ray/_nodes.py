@@ -269,6 +269,10 @@ def is_gone(ref: ObjectRef[Any]) -> bool:
     return not ready
 
 
+_GET_RECHECK_S = 5.0
+"""How long a get waits before it checks again that a node still holds the object."""
+
+
 def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
     """The value a reference holds (read-only views of the store), or the value itself.
 
@@ -281,11 +285,17 @@ def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -
         raise TransportError(
             _lost(who, what, ref_or_value, "no node holds it"), key=ref_or_value.hex()
         )
-    try:
-        value = ray.get(ref_or_value)
-    except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
-        lost = _lost(who, what, ref_or_value, type(exc).__name__)
-        raise TransportError(lost, key=ref_or_value.hex()) from exc
+    while True:  # Ray drops a freed object asynchronously: a get begun just before may wait on
+        try:  # it forever, so a long wait checks again whether any node still holds it
+            value = ray.get(ref_or_value, timeout=_GET_RECHECK_S)
+            break
+        except ray_exceptions.GetTimeoutError:
+            if is_gone(ref_or_value):
+                lost = _lost(who, what, ref_or_value, "no node holds it")
+                raise TransportError(lost, key=ref_or_value.hex()) from None
+        except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
+            lost = _lost(who, what, ref_or_value, type(exc).__name__)
+            raise TransportError(lost, key=ref_or_value.hex()) from exc
     if on_fetch is not None:
         on_fetch(ref_or_value)
     return value

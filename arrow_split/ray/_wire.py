@@ -134,7 +134,10 @@ def can_free() -> bool:
 
 
 def free(object_ref: ray.ObjectRef[Any]) -> None:
-    """Free the object now, wherever it is stored (a later get raises a TransportError).
+    """Free the object wherever it is stored; once Ray drops it, a get raises a TransportError.
+
+    Ray drops a freed object asynchronously: a get in the moments after the call may still read
+    it (its values intact).
 
     Raises
     ------

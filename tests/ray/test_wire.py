@@ -112,7 +112,11 @@ def test_a_freed_object_is_a_transport_error_naming_the_object_and_step(
             f"Ray {ray.__version__} cannot free a referenced object (owner death is tested)"
         )
     free(ref.inner)
-    message = ray.get(takers[0].take.remote(args, "json", text, 0, 2), timeout=CALL_TIMEOUT_S)
+    message: Any = None
+    deadline = time.monotonic() + 30  # Ray drops a freed object asynchronously; a hang fails
+    while not isinstance(message, str) and time.monotonic() < deadline:
+        message = ray.get(takers[0].take.remote(args, "json", text, 0, 2), timeout=CALL_TIMEOUT_S)
+        time.sleep(0.2)
     assert message.startswith(f"TransportError: step {ref.step}, dp_rank 0: the object store lost")
     assert ref.inner.hex() in message
 
