@@ -311,8 +311,9 @@ def test_a_store_or_a_reference_of_another_type_is_a_typed_mistake_at_every_door
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2]]})
     store = MemoryStore()
     ref = put_batch(store, batch)
-    with raises_facts(OptionTypeError, key="store", mistake="option_type"):
-        put_batch({}, batch)  # type: ignore[arg-type]
+    for wrong in ({}, MemoryStore):  # a class has the methods, unbound: not a store
+        with raises_facts(OptionTypeError, key="store", mistake="option_type"):
+            put_batch(wrong, batch)  # type: ignore[arg-type]
     with raises_facts(OptionTypeError, key="store", mistake="option_type"):
         take_rank(None, ref, 0, 1, balance_data=False)  # type: ignore[arg-type]
     for door in (

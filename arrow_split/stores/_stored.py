@@ -205,7 +205,8 @@ def remove_batch(store: ByteStore, ref: StoredBatchRef) -> None:
 
 def _store_of(store: object) -> ByteStore:
     """``store`` if it has a ByteStore's methods, else the ``option_type`` mistake."""
-    if not all(callable(getattr(store, name, None)) for name in ("put", "read", "remove")):
+    methods = ("put", "read", "remove")
+    if isinstance(store, type) or not all(callable(getattr(store, m, None)) for m in methods):
         expected = "a ByteStore (with put, read and remove)"
         raise mistake("option_type", key="store", expected=expected, got=describe(store))
     return cast(ByteStore, store)
