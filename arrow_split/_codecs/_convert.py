@@ -325,26 +325,20 @@ def check_content(
     batch_globals: Mapping[str, object],
 ) -> None:
     """Raise the codecs' typed error (column, sample) on the first rule the content breaks."""
-    for name in record_batch.schema.names:
-        codec_for(specs[name]).check_content(specs[name], record_batch.column(name))
-    _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
-    check_finite_columns(columns, specs)
-    unpadded = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
-    for key, value in batch_globals.items():
-        check_batch_global(specs[key], value, unpadded, True)
-
-
-def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:
+    for name, array in columns.items():
+        codec_for(specs[name]).check_content(specs[name], array)
     roles = Roles.of(specs)
     source = roles.length_source
-    if source is None or source not in record_batch.schema.names:
-        return
-    total_lengths = np.diff(ragged_values(record_batch.column(source))[1])
-    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
-    extra = roles.extra_rows
-    extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
-    LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+    if source is not None and source in columns:
+        total_lengths = np.diff(ragged_values(columns[source])[1])
+        extra = roles.extra_rows
+        extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
+        LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+    check_finite_columns(columns, specs, roles)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, roles.padding)
+    for key, value in batch_globals.items():
+        check_batch_global(specs[key], value, unpadded, True)
 
 
 def add_columns(

@@ -14,21 +14,13 @@ import pyarrow as pa
 from arrow_split._codecs._base import leaf_type, numpy_dtype, trailing_shape
 from arrow_split.errors import SchemaError
 
-__all__ = [
-    "BinaryGrowable",
-    "Buffer",
-    "Growable",
-    "ShapeMismatch",
-    "Typed",
-    "growable_for",
-    "validity_bitmap",
-]
+__all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
 _ZERO = np.zeros(1, dtype=np.int64)  # the first offset
 
 
-class Buffer:
+class _Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
     __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
@@ -88,10 +80,7 @@ class Buffer:
 class Growable(abc.ABC):
     """An Arrow array being built from appended chunks of one type."""
 
-    @property
-    @abc.abstractmethod
-    def type(self) -> pa.DataType:
-        """The Arrow type of the finished array."""
+    type: pa.DataType  # the Arrow type of the finished array
 
     @property
     @abc.abstractmethod
@@ -110,22 +99,6 @@ class Growable(abc.ABC):
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
 
-class Typed(Growable):
-    """A growable of the Arrow type it was made for."""
-
-    def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
-
-
-def validity_bitmap(valid: Buffer, nulls: int) -> pa.Buffer | None:
-    """The validity bitmap of the rows so far (``None`` without a null)."""
-    return pa.py_buffer(np.packbits(valid.values(), bitorder="little")) if nulls else None
-
-
 def _array_offsets(array: pa.Array) -> np.ndarray:
     """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
     buffer = array.buffers()[1]
@@ -134,15 +107,15 @@ def _array_offsets(array: pa.Array) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
 
 
-class BinaryGrowable(Typed):
+class _BinaryGrowable(Growable):
     """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._offsets = Buffer(np.dtype(np.int64))
+        self.type = value_type
+        self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.extend(_ZERO)
-        self._data = Buffer(np.dtype(np.uint8))
-        self._valid = Buffer(np.dtype(np.bool_))
+        self._data = _Buffer(np.dtype(np.uint8))
+        self._valid = _Buffer(np.dtype(np.bool_))
         self._nulls = 0
 
     @property
@@ -159,17 +132,10 @@ class BinaryGrowable(Typed):
         self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
         self._nulls += array.null_count
 
-    def offsets(self) -> np.ndarray:
-        """The ``length + 1`` offsets so far (a view valid until the next append)."""
-        return self._offsets.values()
-
-    def data(self) -> np.ndarray:
-        """The bytes so far (a view valid until the next append)."""
-        return self._data.values()
-
     def finish(self) -> pa.Array:
         count = self.length
-        validity = validity_bitmap(self._valid, self._nulls)
+        bits = np.packbits(self._valid.values(), bitorder="little")
+        validity = pa.py_buffer(bits) if self._nulls else None
         offsets, data = self._offsets.take(), self._data.take()
         self._offsets.extend(_ZERO)
         self._valid.clear()
@@ -192,7 +158,7 @@ def growable_for(value_type: pa.DataType) -> Growable:
     if pa.types.is_fixed_size_list(value_type):
         return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
-        return BinaryGrowable(value_type)
+        return _BinaryGrowable(value_type)
     if pa.types.is_boolean(value_type):
         return _BoolGrowable()
     if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
@@ -201,10 +167,10 @@ def growable_for(value_type: pa.DataType) -> Growable:
     raise SchemaError(msg)
 
 
-class _PrimitiveGrowable(Typed):
+class _PrimitiveGrowable(Growable):
     def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._values = Buffer(numpy_dtype(value_type))
+        self.type = value_type
+        self._values = _Buffer(numpy_dtype(value_type))
 
     @property
     def length(self) -> int:
@@ -222,9 +188,9 @@ class _PrimitiveGrowable(Typed):
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
         old = self._values
-        self._values = Buffer(wider, old.capacity)
+        self._values = _Buffer(wider, old.capacity)
         self._values.extend(old.values())
-        self._type = pa.from_numpy_dtype(wider)
+        self.type = pa.from_numpy_dtype(wider)
 
     def finish(self) -> pa.Array:
         count = self._values.size
@@ -246,6 +212,11 @@ class _BoolGrowable(_PrimitiveGrowable):
         return array
 
 
+def _first_filled(offsets: np.ndarray) -> int:
+    """The first row with a value (0 if none)."""
+    return int(np.argmax(np.diff(offsets) > 0))
+
+
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     """Whether two list types have one trailing shape and integer leaves (storage may differ)."""
     leaves = leaf_type(left), leaf_type(right)
@@ -257,18 +228,17 @@ class _Nested(Growable):
     """A list level over a child; its type follows the child's, which may widen (narrow ids)."""
 
     def _set_child(self, child: Growable) -> None:
-        self.child = child
-        self._types = (child.type, self._wrap(child.type))
+        self.child, self._child_type = child, child.type
+        self.type = self._wrap(child.type)
+
+    def _append_child(self, values: pa.Array) -> None:
+        self.child.append(values)
+        if self.child.type is not self._child_type:  # the child widened
+            self._set_child(self.child)
 
     @abc.abstractmethod
     def _wrap(self, child: pa.DataType) -> pa.DataType:
         """The list type over ``child``."""
-
-    @property
-    def type(self) -> pa.DataType:
-        if self.child.type is not self._types[0]:  # built once per child type
-            self._set_child(self.child)
-        return self._types[1]
 
 
 class _FixedSizeGrowable(_Nested):
@@ -281,10 +251,10 @@ class _FixedSizeGrowable(_Nested):
 
     @property
     def length(self) -> int:
-        return self.child.length // self.size if self.size else 0
+        return self.child.length // self.size
 
     def append(self, array: pa.Array) -> None:
-        self.child.append(array.flatten())
+        self._append_child(array.flatten())
 
     def finish(self) -> pa.Array:
         return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
@@ -295,7 +265,7 @@ class _ListGrowable(_Nested):
 
     def __init__(self, child: Growable) -> None:
         self._set_child(child)
-        self._offsets = Buffer(np.dtype(np.int64))
+        self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.extend(_ZERO)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
@@ -312,17 +282,12 @@ class _ListGrowable(_Nested):
         return bool(trailing_shape(array.type)) or int(offsets[-1]) > int(offsets[0])
 
     def check(self, array: pa.Array) -> None:
-        if array.type.equals(self.type) or not self._informative(array):
+        if self._shape_row is None or array.type.equals(self.type):
             return
-        if self._shape_row is not None and _same_shape(array.type, self.type):
-            return  # only the integer storage differs: the child widens
-        if self._shape_row is not None:
-            rows = np.diff(_array_offsets(array))
-            first = int(np.argmax(rows > 0)) if rows.any() else 0
-            current = trailing_shape(self.type)
-            raise ShapeMismatch(
-                self.length + first, trailing_shape(array.type), self._shape_row, current
-            )
+        if self._informative(array) and not _same_shape(array.type, self.type):
+            row = self.length + _first_filled(_array_offsets(array))
+            shape, first = trailing_shape(array.type), trailing_shape(self.type)
+            raise ShapeMismatch(row, shape, self._shape_row, first)
 
     def append(self, array: pa.Array) -> None:
         informative = self._informative(array)
@@ -334,11 +299,10 @@ class _ListGrowable(_Nested):
                 self._set_child(growable_for(array.type.value_type))  # the first shape seen
         offsets = _array_offsets(array)
         if informative and self._shape_row is None:
-            rows = np.diff(offsets)
-            self._shape_row = self.length + (int(np.argmax(rows > 0)) if rows.any() else 0)
+            self._shape_row = self.length + _first_filled(offsets)
         start, stop = int(offsets[0]), int(offsets[-1])
         base = self.child.length
-        self.child.append(array.values.slice(start, stop - start))
+        self._append_child(array.values.slice(start, stop - start))
         self._offsets.extend(offsets[1:] + (base - start))
 
     def finish(self) -> pa.Array:

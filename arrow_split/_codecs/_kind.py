@@ -39,7 +39,6 @@ __all__ = [
     "TensorRole",
     "TensorValues",
     "TypeFields",
-    "check_value_type",
     "storage_types",
     "stored_type",
 ]
@@ -53,25 +52,6 @@ NARROWABLE_TYPES = (pa.int32(), pa.int64())
 
 _NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
 _INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
-
-
-def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
-    if not isinstance(value_type, pa.DataType):
-        msg = (
-            f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
-            f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
-        )
-        raise SchemaTypeError(msg, key=name)
-    numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
-    if not (numeric or pa.types.is_boolean(value_type)):
-        msg = (
-            f"column `{name}`: unsupported `value_type` {value_type}; expected a signed "
-            "integer, uint8, uint16, a float or bool type (store other values as a "
-            "per_sample_object column)"
-        )
-        raise SchemaError(msg, key=name)
-    return value_type
 
 
 def storage_types(value_type: pa.DataType, storage: str) -> tuple[pa.DataType, ...]:
@@ -132,12 +112,28 @@ class Kind(abc.ABC):
         if spec.nonempty and not self.takes_nonempty:
             msg = f"column `{spec.name}`: `nonempty=True` is for per_token_list columns only"
             raise SchemaError(msg, key=spec.name)
-        if self.numbers:
-            check_value_type(spec.name, spec.kind, spec.value_type)
-        elif spec.value_type is not None and not isinstance(spec.value_type, pa.DataType):
+        value_type = spec.value_type
+        if self.numbers and not isinstance(value_type, pa.DataType):
+            msg = (
+                f"column `{spec.name}`: a {spec.kind} column needs `value_type`, an Arrow type "
+                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
+            )
+            raise SchemaTypeError(msg, key=spec.name)
+        if self.numbers and not (
+            pa.types.is_floating(value_type)
+            or pa.types.is_boolean(value_type)
+            or value_type in _INTEGER_TYPES
+        ):
+            msg = (
+                f"column `{spec.name}`: unsupported `value_type` {value_type}; expected a signed "
+                "integer, uint8, uint16, a float or bool type (store other values as a "
+                "per_sample_object column)"
+            )
+            raise SchemaError(msg, key=spec.name)
+        if value_type is not None and not isinstance(value_type, pa.DataType):
             msg = (
                 f"column `{spec.name}`: `value_type` must be a pyarrow DataType or None, got "
-                f"{type(spec.value_type).__name__} {spec.value_type!r:.40}"
+                f"{type(value_type).__name__} {value_type!r:.40}"
             )
             raise SchemaTypeError(msg, key=spec.name)
 
