@@ -110,23 +110,23 @@ def encode_columns(
     }
     used = dict(resolved)
     columns: dict[str, pa.Array] = {}
-    columns[source], used[source] = codec_for(used[source]).encode(
-        used[source], per_sample[source], options
-    )
+
+    def encode(key: str) -> None:
+        columns[key], used[key] = codec_for(used[key]).encode(used[key], per_sample[key], options)
+
+    encode(source)
     total_lengths = np.diff(columns[source].offsets.to_numpy())
     if TOTAL_LENGTHS in data:
         _check_total_lengths(data, total_lengths, source, options)
     response = roles.response_length
     if response is not None and response in per_sample:
-        columns[response], used[response] = codec_for(used[response]).encode(
-            used[response], per_sample[response], options
-        )
+        encode(response)  # the length rules need it before the other columns
     extra = roles.extra_rows
     extra_rows = per_sample[extra] if extra is not None and extra in per_sample else None
     rules = LengthRules(source, total_lengths, roles, columns, extra_rows)
-    for key, values in per_sample.items():
+    for key in per_sample:
         if key not in columns:
-            columns[key], used[key] = codec_for(used[key]).encode(used[key], values, options)
+            encode(key)
     rules.check(columns, resolved)
     if options.allow_nonfinite:
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}

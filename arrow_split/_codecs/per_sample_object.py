@@ -166,26 +166,22 @@ class ObjectsCodec(Codec):
         return _STORED_AS[spec.codec]
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        if spec.codec == "pickle":
-            return [None if value is None else pickle.loads(value) for value in _row_views(array)]
-        if spec.codec == "json":
-            return [None if text is None else from_json_text(text) for text in array.to_pylist()]
-        return list(array.to_pylist())
+        return self.decode_read(spec, array, trust_objects=True)
 
     def decode_read(
         self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
     ) -> list[object]:
+        if spec.codec == "pickle":
+            return [
+                None if value is None else _unpickle(spec, sample, value, trust_objects)
+                for sample, value in enumerate(_row_views(array))
+            ]
         if spec.codec == "json":
             return [
                 None if text is None else _from_json(spec, sample, text)
                 for sample, text in enumerate(array.to_pylist())
             ]
-        if spec.codec != "pickle":
-            return self.decode(spec, array)
-        return [
-            None if value is None else _unpickle(spec, sample, value, trust_objects)
-            for sample, value in enumerate(_row_views(array))
-        ]
+        return list(array.to_pylist())
 
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         return _TYPES[spec.codec][0]
