@@ -68,14 +68,6 @@ def per_sample_values(
     return value  # type: ignore[no-any-return]
 
 
-def _length_source(roles: Roles) -> str:
-    if roles.length_source is None:
-        name = _KNOWN_ROLES.length_source
-        msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
-        raise SchemaError(msg, key=name)
-    return roles.length_source
-
-
 def encode_train_data(
     data: Mapping[str, Any], specs: Iterable[ColumnSpec], options: EncodeOptions
 ) -> tuple[pa.RecordBatch, dict[str, ColumnSpec], dict[str, object]]:
@@ -101,7 +93,11 @@ def encode_columns(
     Returns the per-sample columns, the specs as used and the checked batch-global values.
     """
     roles = Roles.of(resolved)
-    source = _length_source(roles)
+    source = roles.length_source
+    if source is None:
+        name = _KNOWN_ROLES.length_source
+        msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
+        raise SchemaError(msg, key=name)
     num_samples = len(per_sample_values(data, source, None, source))
     per_sample = {
         key: per_sample_values(data, key, num_samples, source)

@@ -39,7 +39,6 @@ __all__ = [
     "NotPlainData",
     "ObjectsCodec",
     "loads_plain",
-    "stored_once",
 ]
 
 _SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
@@ -49,16 +48,6 @@ _SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
 def _is_shared(array: pa.Array) -> bool:
     """Whether ``array`` is stored once per distinct value (a dictionary array)."""
     return bool(pa.types.is_dictionary(array.type))
-
-
-def _encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
-    """The dictionary array of per-sample pickles (``None``: a null row), by first use."""
-    return pa.array(pickles, type=pa.large_binary()).dictionary_encode()
-
-
-def stored_once(array: pa.Array) -> pa.Array:
-    """A plain ``large_binary`` column (an older dump's, a Parquet file's) stored once."""
-    return array if _is_shared(array) else array.dictionary_encode()
 
 
 def _codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
@@ -160,7 +149,8 @@ class ObjectsCodec(Codec):
             if all(utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
-        return _encode_once(_pickles(spec, samples)), spec
+        pickles = pa.array(_pickles(spec, samples), type=pa.large_binary())
+        return pickles.dictionary_encode(), spec  # each distinct pickle once, by first use
 
     def stored_as(self, spec: ColumnSpec) -> str:
         return _STORED_AS[spec.codec]
@@ -194,7 +184,9 @@ class ObjectsCodec(Codec):
         return arrow_type in _TYPES.get(spec.codec, ())
 
     def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
-        return stored_once(array) if spec.codec == "pickle" else array
+        if spec.codec == "pickle" and not _is_shared(array):
+            return array.dictionary_encode()  # one pickle per row (format 1), stored once
+        return array
 
     def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
         if _is_shared(array):
