@@ -315,9 +315,6 @@ def _flat_from_mixed_flags(
 
 # --- the fast path for Python lists --------------------------------------------------------------
 
-_TYPECODES = {("i" if code.islower() else "u", struct.calcsize(code)): code for code in "bhiqBHIQ"}
-"""``(numpy kind, item size)`` -> the typecode of that integer type (``struct``'s are the same)."""
-
 _MAX_LOOKS = 64  # 0/1 values looked at one by one, plus one per 64 values
 
 
@@ -327,9 +324,7 @@ def _typecode(target: np.dtype, *, flag: bool) -> str | None:
         return "d"  # float64: a value a float32 column would round is judged later
     if target.kind not in "iu":
         return None
-    if flag and target == np.uint8:
-        return "bytes"
-    return _TYPECODES.get((target.kind, target.itemsize))
+    return "bytes" if flag and target == np.uint8 else target.char  # numpy's are struct's
 
 
 def _hides_a_bool(
