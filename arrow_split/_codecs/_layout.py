@@ -121,16 +121,9 @@ def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
         for _ in range(level):
             array = array.values  # the whole child, its own offset kept
             nodes.append([len(array), array.offset])
-    sizes: list[int] = []
-    buffers: list[pa.Buffer] = []
-    for array in arrays:
-        for buffer in array.buffers():
-            if buffer is None:
-                sizes.append(-1)
-            else:
-                sizes.append(buffer.size)
-                buffers.append(buffer)
-    return Layout(plan[1], nodes, sizes, buffers)
+    every = [buffer for array in arrays for buffer in array.buffers()]
+    sizes = [-1 if buffer is None else buffer.size for buffer in every]
+    return Layout(plan[1], nodes, sizes, [buffer for buffer in every if buffer is not None])
 
 
 def rebuild(
