@@ -207,9 +207,7 @@ class LengthRules:
             self.response = (name, self._response(name, columns[name]))
         self.extra_rows = np.zeros(len(total_lengths), dtype=bool)
         if extra_rows is not None:
-            self.extra_rows = np.fromiter(
-                (value is not None for value in extra_rows), dtype=bool, count=len(total_lengths)
-            )
+            self.extra_rows = np.array([value is not None for value in extra_rows], dtype=bool)
 
     def _response(self, name: str, array: pa.Array) -> np.ndarray:
         lengths = np.asarray(array.to_numpy(zero_copy_only=False))

@@ -32,23 +32,19 @@ class _Buffer:
         self._buffer: pa.ResizableBuffer | None = None
         self._view = np.empty(0, dtype=dtype)
 
-    def _reserve(self, needed: int) -> None:
-        if self._buffer is None:  # first use, or first use after a hand-over: keep the capacity
-            self.capacity = max(needed, self.capacity, _MIN_CAPACITY)
-            self._buffer = pa.allocate_buffer(self.capacity * self.dtype.itemsize, resizable=True)
-        elif needed > self.capacity:
-            self.capacity = max(needed, 2 * self.capacity)
-            self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
-            self._buffer.resize(self.capacity * self.dtype.itemsize)
-        else:
-            return
-        self._view = np.frombuffer(self._buffer, dtype=self.dtype)
-
     def extend(self, values: np.ndarray) -> None:
         """Append ``values`` (cast to the buffer's dtype)."""
         end = self.size + len(values)
-        if end > len(self._view):
-            self._reserve(end)
+        if end > len(self._view):  # the view is the whole block: a new block, or a larger one
+            if self._buffer is None:  # first use, or first use after a hand-over: keep capacity
+                self.capacity = max(end, self.capacity, _MIN_CAPACITY)
+                size = self.capacity * self.dtype.itemsize
+                self._buffer = pa.allocate_buffer(size, resizable=True)
+            else:
+                self.capacity = max(end, 2 * self.capacity)
+                self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
+                self._buffer.resize(self.capacity * self.dtype.itemsize)
+            self._view = np.frombuffer(self._buffer, dtype=self.dtype)
         self._view[self.size : end] = values
         self.size = end
 
