@@ -445,9 +445,7 @@ def test_fast_path_agrees_with_the_careful_path(
     fast = _outcome(data, spec)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("arrow_split._codecs._numeric.flat_from_lists", lambda *a, **k: None)
-        patch.setattr(
-            "arrow_split._codecs.per_sample_scalar.scalars_from_list", lambda *a, **k: None
-        )
+        patch.setattr("arrow_split._codecs.per_sample_scalar.flat_from_lists", lambda *a, **k: None)
         careful = _outcome(data, spec)
     if isinstance(fast, RolloutBatch) and isinstance(careful, RolloutBatch):
         assert_batches_equal(fast, careful)

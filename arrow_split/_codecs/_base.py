@@ -163,11 +163,10 @@ def ragged_values(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     raw_offsets = array.offsets.to_numpy()
     start, stop = int(raw_offsets[0]), int(raw_offsets[-1])
     child = array.values.slice(start, stop - start)
-    trailing: list[int] = []
-    while pa.types.is_fixed_size_list(child.type):
-        trailing.append(child.type.list_size)
+    trailing = trailing_shape(array.type)
+    for _ in trailing:
         child = child.flatten()
-    values = numpy_view(child).reshape(-1, *trailing) if trailing else numpy_view(child)
+    values = numpy_view(child).reshape(-1, *trailing)
     offsets = raw_offsets - start if start else raw_offsets
     return values, offsets
 

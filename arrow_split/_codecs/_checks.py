@@ -201,16 +201,13 @@ def locate_python_value(
     kind = "flag (0/1)" if flag else "integer" if integer else "float"
     bounds = np.iinfo(target) if target.kind in "iu" else np.iinfo(np.int64)
     for at, value in _numbered(samples, ragged=ragged, name=name, start=start):
-        if (
-            integer
-            and isinstance(value, (int, np.integer))
-            and not bounds.min <= value <= bounds.max
-        ):
-            _out_of_range(at, name, value, bounds)
-        if not integer and isinstance(value, int) and not bounds.min <= value <= bounds.max:
-            msg = f"`{name}` value {value!r:.40} is an int outside int64 in a float column"
-            fix = "pass floats (`float(v)`, where it fits a float64)"
-            raise ValueRangeError(msg, key=name, fix=fix, **at)
+        if isinstance(value, (int, np.integer)) and not bounds.min <= value <= bounds.max:
+            if integer:
+                _out_of_range(at, name, value, bounds)
+            if isinstance(value, int):  # a float column: bounds are int64's
+                msg = f"`{name}` value {value!r:.40} is an int outside int64 in a float column"
+                fix = "pass floats (`float(v)`, where it fits a float64)"
+                raise ValueRangeError(msg, key=name, fix=fix, **at)
         problem = _bad_python_value(value, integer=integer, flag=flag)
         if problem is not None:
             msg = (

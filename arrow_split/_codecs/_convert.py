@@ -68,14 +68,6 @@ def per_sample_values(
     return value  # type: ignore[no-any-return]
 
 
-def _length_source(roles: Roles) -> str:
-    if roles.length_source is None:
-        name = _KNOWN_ROLES.length_source
-        msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
-        raise SchemaError(msg, key=name)
-    return roles.length_source
-
-
 def encode_train_data(
     data: Mapping[str, Any], specs: Iterable[ColumnSpec], options: EncodeOptions
 ) -> tuple[pa.RecordBatch, dict[str, ColumnSpec], dict[str, object]]:
@@ -101,7 +93,11 @@ def encode_columns(
     Returns the per-sample columns, the specs as used and the checked batch-global values.
     """
     roles = Roles.of(resolved)
-    source = _length_source(roles)
+    source = roles.length_source
+    if source is None:
+        name = _KNOWN_ROLES.length_source
+        msg = f"`{name}` is required: the token ids of each sample (prompt + response)"
+        raise SchemaError(msg, key=name)
     num_samples = len(per_sample_values(data, source, None, source))
     per_sample = {
         key: per_sample_values(data, key, num_samples, source)
@@ -110,23 +106,23 @@ def encode_columns(
     }
     used = dict(resolved)
     columns: dict[str, pa.Array] = {}
-    columns[source], used[source] = codec_for(used[source]).encode(
-        used[source], per_sample[source], options
-    )
+
+    def encode(key: str) -> None:
+        columns[key], used[key] = codec_for(used[key]).encode(used[key], per_sample[key], options)
+
+    encode(source)
     total_lengths = np.diff(columns[source].offsets.to_numpy())
     if TOTAL_LENGTHS in data:
         _check_total_lengths(data, total_lengths, source, options)
     response = roles.response_length
     if response is not None and response in per_sample:
-        columns[response], used[response] = codec_for(used[response]).encode(
-            used[response], per_sample[response], options
-        )
+        encode(response)  # the length rules need it before the other columns
     extra = roles.extra_rows
     extra_rows = per_sample[extra] if extra is not None and extra in per_sample else None
     rules = LengthRules(source, total_lengths, roles, columns, extra_rows)
-    for key, values in per_sample.items():
+    for key in per_sample:
         if key not in columns:
-            columns[key], used[key] = codec_for(used[key]).encode(used[key], values, options)
+            encode(key)
     rules.check(columns, resolved)
     if options.allow_nonfinite:
         used = {key: _nonfinite_allowed(spec) for key, spec in used.items()}
@@ -211,9 +207,7 @@ class LengthRules:
             self.response = (name, self._response(name, columns[name]))
         self.extra_rows = np.zeros(len(total_lengths), dtype=bool)
         if extra_rows is not None:
-            self.extra_rows = np.fromiter(
-                (value is not None for value in extra_rows), dtype=bool, count=len(total_lengths)
-            )
+            self.extra_rows = np.array([value is not None for value in extra_rows], dtype=bool)
 
     def _response(self, name: str, array: pa.Array) -> np.ndarray:
         lengths = np.asarray(array.to_numpy(zero_copy_only=False))
@@ -325,26 +319,20 @@ def check_content(
     batch_globals: Mapping[str, object],
 ) -> None:
     """Raise the codecs' typed error (column, sample) on the first rule the content breaks."""
-    for name in record_batch.schema.names:
-        codec_for(specs[name]).check_content(specs[name], record_batch.column(name))
-    _check_lengths(record_batch, specs)
     columns = {name: record_batch.column(name) for name in record_batch.schema.names}
-    check_finite_columns(columns, specs)
-    unpadded = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
-    for key, value in batch_globals.items():
-        check_batch_global(specs[key], value, unpadded, True)
-
-
-def _check_lengths(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> None:
+    for name, array in columns.items():
+        codec_for(specs[name]).check_content(specs[name], array)
     roles = Roles.of(specs)
     source = roles.length_source
-    if source is None or source not in record_batch.schema.names:
-        return
-    total_lengths = np.diff(ragged_values(record_batch.column(source))[1])
-    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
-    extra = roles.extra_rows
-    extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
-    LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+    if source is not None and source in columns:
+        total_lengths = np.diff(ragged_values(columns[source])[1])
+        extra = roles.extra_rows
+        extra_rows = columns[extra].to_pylist() if extra is not None and extra in columns else None
+        LengthRules(source, total_lengths, roles, columns, extra_rows).check(columns, specs)
+    check_finite_columns(columns, specs, roles)
+    unpadded = unpadded_samples(record_batch.num_rows, columns, roles.padding)
+    for key, value in batch_globals.items():
+        check_batch_global(specs[key], value, unpadded, True)
 
 
 def add_columns(

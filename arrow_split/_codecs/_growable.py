@@ -11,24 +11,16 @@ import abc
 import numpy as np
 import pyarrow as pa
 
-from arrow_split._codecs._base import leaf_type, numpy_dtype, trailing_shape
+from arrow_split._codecs._base import leaf_type, list_type, nest, numpy_dtype, trailing_shape
 from arrow_split.errors import SchemaError
 
-__all__ = [
-    "BinaryGrowable",
-    "Buffer",
-    "Growable",
-    "ShapeMismatch",
-    "Typed",
-    "growable_for",
-    "validity_bitmap",
-]
+__all__ = ["Growable", "ShapeMismatch", "growable_for"]
 
 _MIN_CAPACITY = 64
 _ZERO = np.zeros(1, dtype=np.int64)  # the first offset
 
 
-class Buffer:
+class _Buffer:
     """A run of fixed-width values in a resizable pool buffer, grown by doubling."""
 
     __slots__ = ("_buffer", "_view", "capacity", "dtype", "size")
@@ -40,23 +32,19 @@ class Buffer:
         self._buffer: pa.ResizableBuffer | None = None
         self._view = np.empty(0, dtype=dtype)
 
-    def _reserve(self, needed: int) -> None:
-        if self._buffer is None:  # first use, or first use after a hand-over: keep the capacity
-            self.capacity = max(needed, self.capacity, _MIN_CAPACITY)
-            self._buffer = pa.allocate_buffer(self.capacity * self.dtype.itemsize, resizable=True)
-        elif needed > self.capacity:
-            self.capacity = max(needed, 2 * self.capacity)
-            self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
-            self._buffer.resize(self.capacity * self.dtype.itemsize)
-        else:
-            return
-        self._view = np.frombuffer(self._buffer, dtype=self.dtype)
-
     def extend(self, values: np.ndarray) -> None:
         """Append ``values`` (cast to the buffer's dtype)."""
         end = self.size + len(values)
-        if end > len(self._view):
-            self._reserve(end)
+        if end > len(self._view):  # the view is the whole block: a new block, or a larger one
+            if self._buffer is None:  # first use, or first use after a hand-over: keep capacity
+                self.capacity = max(end, self.capacity, _MIN_CAPACITY)
+                size = self.capacity * self.dtype.itemsize
+                self._buffer = pa.allocate_buffer(size, resizable=True)
+            else:
+                self.capacity = max(end, 2 * self.capacity)
+                self._view = np.empty(0, dtype=self.dtype)  # no view may outlive the old block
+                self._buffer.resize(self.capacity * self.dtype.itemsize)
+            self._view = np.frombuffer(self._buffer, dtype=self.dtype)
         self._view[self.size : end] = values
         self.size = end
 
@@ -88,10 +76,7 @@ class Buffer:
 class Growable(abc.ABC):
     """An Arrow array being built from appended chunks of one type."""
 
-    @property
-    @abc.abstractmethod
-    def type(self) -> pa.DataType:
-        """The Arrow type of the finished array."""
+    type: pa.DataType  # the Arrow type of the finished array
 
     @property
     @abc.abstractmethod
@@ -110,22 +95,6 @@ class Growable(abc.ABC):
         """The array of every row appended; the growable is empty again, its capacity kept."""
 
 
-class Typed(Growable):
-    """A growable of the Arrow type it was made for."""
-
-    def __init__(self, value_type: pa.DataType) -> None:
-        self._type = value_type
-
-    @property
-    def type(self) -> pa.DataType:
-        return self._type
-
-
-def validity_bitmap(valid: Buffer, nulls: int) -> pa.Buffer | None:
-    """The validity bitmap of the rows so far (``None`` without a null)."""
-    return pa.py_buffer(np.packbits(valid.values(), bitorder="little")) if nulls else None
-
-
 def _array_offsets(array: pa.Array) -> np.ndarray:
     """The ``length + 1`` int64 offsets of a large list or binary array (slice honoured)."""
     buffer = array.buffers()[1]
@@ -134,20 +103,35 @@ def _array_offsets(array: pa.Array) -> np.ndarray:
     return np.frombuffer(buffer, dtype=np.int64, count=len(array) + 1, offset=array.offset * 8)
 
 
-class BinaryGrowable(Typed):
-    """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
+class _OffsetsGrowable(Growable):
+    """A column of int64 offsets from 0 over its values: a large list or large binary."""
 
-    def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._offsets = Buffer(np.dtype(np.int64))
+    def __init__(self) -> None:
+        self._offsets = _Buffer(np.dtype(np.int64))
         self._offsets.extend(_ZERO)
-        self._data = Buffer(np.dtype(np.uint8))
-        self._valid = Buffer(np.dtype(np.bool_))
-        self._nulls = 0
 
     @property
     def length(self) -> int:
         return self._offsets.size - 1
+
+    def _append_offsets(self, offsets: np.ndarray) -> None:
+        self._offsets.extend(offsets[1:] + (self._offsets.last() - int(offsets[0])))
+
+    def _take_offsets(self) -> pa.Buffer:
+        buffer = self._offsets.take()
+        self._offsets.extend(_ZERO)
+        return buffer
+
+
+class _BinaryGrowable(_OffsetsGrowable):
+    """``large_binary`` / ``large_string``: offsets, bytes and (if any null) a validity map."""
+
+    def __init__(self, value_type: pa.DataType) -> None:
+        super().__init__()
+        self.type = value_type
+        self._data = _Buffer(np.dtype(np.uint8))
+        self._valid = _Buffer(np.dtype(np.bool_))
+        self._nulls = 0
 
     def append(self, array: pa.Array) -> None:
         offsets = _array_offsets(array)
@@ -155,23 +139,15 @@ class BinaryGrowable(Typed):
         data = array.buffers()[2]
         if stop > start and data is not None:
             self._data.extend(np.frombuffer(data, dtype=np.uint8)[start:stop])
-        self._offsets.extend(offsets[1:] + (self._offsets.last() - start))
+        self._append_offsets(offsets)
         self._valid.extend(np.asarray(array.is_valid().to_numpy(zero_copy_only=False)))
         self._nulls += array.null_count
 
-    def offsets(self) -> np.ndarray:
-        """The ``length + 1`` offsets so far (a view valid until the next append)."""
-        return self._offsets.values()
-
-    def data(self) -> np.ndarray:
-        """The bytes so far (a view valid until the next append)."""
-        return self._data.values()
-
     def finish(self) -> pa.Array:
         count = self.length
-        validity = validity_bitmap(self._valid, self._nulls)
-        offsets, data = self._offsets.take(), self._data.take()
-        self._offsets.extend(_ZERO)
+        bits = np.packbits(self._valid.values(), bitorder="little")
+        validity = pa.py_buffer(bits) if self._nulls else None
+        offsets, data = self._take_offsets(), self._data.take()
         self._valid.clear()
         nulls, self._nulls = self._nulls, 0
         return pa.Array.from_buffers(self.type, count, [validity, offsets, data], null_count=nulls)
@@ -188,30 +164,29 @@ class ShapeMismatch(Exception):  # noqa: N818 - internal signal, turned into a l
 def growable_for(value_type: pa.DataType) -> Growable:
     """A growable for arrays of ``value_type`` (the types the codecs produce)."""
     if pa.types.is_large_list(value_type):
-        return _ListGrowable(growable_for(value_type.value_type))
-    if pa.types.is_fixed_size_list(value_type):
-        return _FixedSizeGrowable(value_type.list_size, growable_for(value_type.value_type))
+        return _ListGrowable(value_type)
     if pa.types.is_large_binary(value_type) or pa.types.is_large_string(value_type):
-        return BinaryGrowable(value_type)
-    if pa.types.is_boolean(value_type):
-        return _BoolGrowable()
-    if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+        return _BinaryGrowable(value_type)
+    numbers = pa.types.is_integer(value_type) or pa.types.is_floating(value_type)
+    if numbers or pa.types.is_boolean(value_type):
         return _PrimitiveGrowable(value_type)
     msg = f"no growable column for Arrow type {value_type}"  # pragma: no cover - codec types only
     raise SchemaError(msg)
 
 
-class _PrimitiveGrowable(Typed):
+class _PrimitiveGrowable(Growable):
+    """Numbers, or booleans (one byte each while growing)."""
+
     def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._values = Buffer(numpy_dtype(value_type))
+        self.type = value_type
+        self._values = _Buffer(numpy_dtype(value_type))
 
     @property
     def length(self) -> int:
         return self._values.size
 
     def append(self, array: pa.Array) -> None:
-        values = np.asarray(array.to_numpy(zero_copy_only=True))
+        values = np.asarray(array.to_numpy(zero_copy_only=False))  # a copy for bools only
         if values.dtype != self._values.dtype:
             self._widen(values.dtype)
         self._values.extend(values)
@@ -222,28 +197,22 @@ class _PrimitiveGrowable(Typed):
         if wider == self._values.dtype:
             return  # a narrower chunk: its values are cast as they are copied in
         old = self._values
-        self._values = Buffer(wider, old.capacity)
+        self._values = _Buffer(wider, old.capacity)
         self._values.extend(old.values())
-        self._type = pa.from_numpy_dtype(wider)
+        self.type = pa.from_numpy_dtype(wider)
 
     def finish(self) -> pa.Array:
+        if pa.types.is_boolean(self.type):  # one byte each while growing: packed into bits here
+            array = pa.array(self._values.values(), type=self.type)
+            self._values.clear()
+            return array
         count = self._values.size
         return pa.Array.from_buffers(self.type, count, [None, self._values.take()])
 
 
-class _BoolGrowable(_PrimitiveGrowable):
-    """Booleans one byte each while growing; packed into bits (one small copy) at the end."""
-
-    def __init__(self) -> None:
-        super().__init__(pa.bool_())
-
-    def append(self, array: pa.Array) -> None:
-        self._values.extend(np.asarray(array.to_numpy(zero_copy_only=False)))
-
-    def finish(self) -> pa.Array:
-        array = pa.array(self._values.values(), type=pa.bool_())
-        self._values.clear()
-        return array
+def _first_filled(offsets: np.ndarray) -> int:
+    """The first row with a value (0 if none)."""
+    return int(np.argmax(np.diff(offsets) > 0))
 
 
 def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
@@ -253,58 +222,22 @@ def _same_shape(left: pa.DataType, right: pa.DataType) -> bool:
     return integers and trailing_shape(left) == trailing_shape(right)
 
 
-class _Nested(Growable):
-    """A list level over a child; its type follows the child's, which may widen (narrow ids)."""
+class _ListGrowable(_OffsetsGrowable):
+    """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values.
 
-    def _set_child(self, child: Growable) -> None:
-        self.child = child
-        self._types = (child.type, self._wrap(child.type))
+    A tensor's ``fixed_size_list`` levels (its trailing shape) are the type's: their leaf values
+    grow flat in the child, which may widen (narrow ids), and are nested again at the finish.
+    """
 
-    @abc.abstractmethod
-    def _wrap(self, child: pa.DataType) -> pa.DataType:
-        """The list type over ``child``."""
-
-    @property
-    def type(self) -> pa.DataType:
-        if self.child.type is not self._types[0]:  # built once per child type
-            self._set_child(self.child)
-        return self._types[1]
-
-
-class _FixedSizeGrowable(_Nested):
-    def __init__(self, size: int, child: Growable) -> None:
-        self.size = size
-        self._set_child(child)
-
-    def _wrap(self, child: pa.DataType) -> pa.DataType:
-        return pa.list_(child, self.size)
-
-    @property
-    def length(self) -> int:
-        return self.child.length // self.size if self.size else 0
-
-    def append(self, array: pa.Array) -> None:
-        self.child.append(array.flatten())
-
-    def finish(self) -> pa.Array:
-        return pa.FixedSizeListArray.from_arrays(self.child.finish(), self.size)
-
-
-class _ListGrowable(_Nested):
-    """``large_list``: int64 offsets and a child; a tensor column's shape fixed by its values."""
-
-    def __init__(self, child: Growable) -> None:
-        self._set_child(child)
-        self._offsets = Buffer(np.dtype(np.int64))
-        self._offsets.extend(_ZERO)
+    def __init__(self, value_type: pa.DataType) -> None:
+        super().__init__()
+        self._set_type(value_type)
         self._shape_row: int | None = None  # the first row whose chunk fixed the trailing shape
 
-    def _wrap(self, child: pa.DataType) -> pa.DataType:
-        return pa.large_list(child)
-
-    @property
-    def length(self) -> int:
-        return self._offsets.size - 1
+    def _set_type(self, value_type: pa.DataType) -> None:
+        self.type, self.trailing = value_type, trailing_shape(value_type)
+        self.child = growable_for(leaf_type(value_type))
+        self._child_type = self.child.type
 
     def _informative(self, array: pa.Array) -> bool:
         """Whether a chunk says what the trailing shape is (a shaped type, or any value)."""
@@ -312,17 +245,12 @@ class _ListGrowable(_Nested):
         return bool(trailing_shape(array.type)) or int(offsets[-1]) > int(offsets[0])
 
     def check(self, array: pa.Array) -> None:
-        if array.type.equals(self.type) or not self._informative(array):
+        if self._shape_row is None or array.type.equals(self.type):
             return
-        if self._shape_row is not None and _same_shape(array.type, self.type):
-            return  # only the integer storage differs: the child widens
-        if self._shape_row is not None:
-            rows = np.diff(_array_offsets(array))
-            first = int(np.argmax(rows > 0)) if rows.any() else 0
-            current = trailing_shape(self.type)
-            raise ShapeMismatch(
-                self.length + first, trailing_shape(array.type), self._shape_row, current
-            )
+        if self._informative(array) and not _same_shape(array.type, self.type):
+            row = self.length + _first_filled(_array_offsets(array))
+            shape, first = trailing_shape(array.type), self.trailing
+            raise ShapeMismatch(row, shape, self._shape_row, first)
 
     def append(self, array: pa.Array) -> None:
         informative = self._informative(array)
@@ -331,22 +259,25 @@ class _ListGrowable(_Nested):
                 self._offsets.extend(np.full(len(array), self._offsets.last(), dtype=np.int64))
                 return
             if self._shape_row is None or not _same_shape(array.type, self.type):
-                self._set_child(growable_for(array.type.value_type))  # the first shape seen
+                self._set_type(array.type)  # the first shape seen
         offsets = _array_offsets(array)
         if informative and self._shape_row is None:
-            rows = np.diff(offsets)
-            self._shape_row = self.length + (int(np.argmax(rows > 0)) if rows.any() else 0)
+            self._shape_row = self.length + _first_filled(offsets)
         start, stop = int(offsets[0]), int(offsets[-1])
-        base = self.child.length
-        self.child.append(array.values.slice(start, stop - start))
-        self._offsets.extend(offsets[1:] + (base - start))
+        values = array.values.slice(start, stop - start)
+        for _ in self.trailing:
+            values = values.flatten()
+        self.child.append(values)
+        if self.child.type is not self._child_type:  # the child widened
+            self._child_type = self.child.type
+            self.type = list_type(self.child.type, self.trailing)
+        self._append_offsets(offsets)
 
     def finish(self) -> pa.Array:
         count = self.length
-        if self._shape_row is None and trailing_shape(self.type):  # a shape of an earlier step
-            self._set_child(growable_for(leaf_type(self.type)))
-        child = self.child.finish()
-        offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._offsets.take()])
-        self._offsets.extend(_ZERO)
+        if self._shape_row is None and self.trailing:  # a shape of an earlier step
+            self._set_type(list_type(leaf_type(self.type)))
+        child = nest(self.child.finish(), self.trailing)
+        offsets = pa.Array.from_buffers(pa.int64(), count + 1, [None, self._take_offsets()])
         self._shape_row = None
         return pa.LargeListArray.from_arrays(offsets, child)

@@ -32,23 +32,8 @@ _INT_BITS = 13_000
 """Ints of more bits are pickled: about 3,900 digits, below Python's limit of 4,300 digits for
 ``int`` <-> ``str`` (``sys.set_int_max_str_digits``), which ``json`` is held to both ways."""
 
-_NUMPY = {
-    name: np.dtype(name).type
-    for name in (
-        "bool",
-        "int8",
-        "int16",
-        "int32",
-        "int64",
-        "uint8",
-        "uint16",
-        "uint32",
-        "uint64",
-        "float16",
-        "float32",
-        "float64",
-    )
-}
+_NUMPY_NAMES = "bool int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32 float64"
+_NUMPY = {name: np.dtype(name).type for name in _NUMPY_NAMES.split()}
 """The numpy scalar types written as tagged JSON, by dtype name."""
 
 _NONFINITE = ("nan", "inf", "-inf")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal, cast
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,7 @@ from arrow_split._codecs._base import (
 from arrow_split._codecs._checks import check_flag
 from arrow_split._codecs._growable import Growable, growable_for
 from arrow_split._codecs._numeric import is_flag
-from arrow_split.errors import ColumnTypeError, SchemaError, SchemaTypeError, ValueRangeError
+from arrow_split.errors import SchemaError, SchemaTypeError, ValueRangeError
 
 if TYPE_CHECKING:  # the spec's module imports the kinds: its types are for the checker only
     from arrow_split.schema import ColumnSpec, ObjectCodec
@@ -39,7 +39,6 @@ __all__ = [
     "TensorRole",
     "TensorValues",
     "TypeFields",
-    "check_value_type",
     "storage_types",
     "stored_type",
 ]
@@ -53,25 +52,6 @@ NARROWABLE_TYPES = (pa.int32(), pa.int64())
 
 _NARROW_TYPES = (pa.uint8(), pa.uint16(), pa.int32())
 _INTEGER_TYPES = (pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(), pa.uint16())
-
-
-def check_value_type(name: str, kind: str, value_type: object) -> pa.DataType:
-    """``value_type`` if numbers may have it, else SchemaTypeError (not Arrow) or SchemaError."""
-    if not isinstance(value_type, pa.DataType):
-        msg = (
-            f"column `{name}`: a {kind} column needs `value_type`, an Arrow type "
-            f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
-        )
-        raise SchemaTypeError(msg, key=name)
-    numeric = pa.types.is_floating(value_type) or value_type in _INTEGER_TYPES
-    if not (numeric or pa.types.is_boolean(value_type)):
-        msg = (
-            f"column `{name}`: unsupported `value_type` {value_type}; expected a signed "
-            "integer, uint8, uint16, a float or bool type (store other values as a "
-            "per_sample_object column)"
-        )
-        raise SchemaError(msg, key=name)
-    return value_type
 
 
 def storage_types(value_type: pa.DataType, storage: str) -> tuple[pa.DataType, ...]:
@@ -114,9 +94,7 @@ def stored_type(spec: ColumnSpec, fields: TypeFields | None) -> pa.DataType:
     """The type a numeric column's values are stored as: ``fields.storage`` or ``value_type``."""
     if fields is not None and fields.storage is not None:
         return fields.storage
-    if spec.value_type is None:  # pragma: no cover - ColumnSpec guarantees it
-        raise ColumnTypeError(f"column `{spec.name}` has no value type")
-    return spec.value_type
+    return cast("pa.DataType", spec.value_type)  # a numeric spec's, checked by its kind
 
 
 class Kind(abc.ABC):
@@ -132,12 +110,28 @@ class Kind(abc.ABC):
         if spec.nonempty and not self.takes_nonempty:
             msg = f"column `{spec.name}`: `nonempty=True` is for per_token_list columns only"
             raise SchemaError(msg, key=spec.name)
-        if self.numbers:
-            check_value_type(spec.name, spec.kind, spec.value_type)
-        elif spec.value_type is not None and not isinstance(spec.value_type, pa.DataType):
+        value_type = spec.value_type
+        if self.numbers and not isinstance(value_type, pa.DataType):
+            msg = (
+                f"column `{spec.name}`: a {spec.kind} column needs `value_type`, an Arrow type "
+                f"such as `pa.int32()` or `pa.float32()`, got {value_type!r:.40}"
+            )
+            raise SchemaTypeError(msg, key=spec.name)
+        if self.numbers and not (
+            pa.types.is_floating(value_type)
+            or pa.types.is_boolean(value_type)
+            or value_type in _INTEGER_TYPES
+        ):
+            msg = (
+                f"column `{spec.name}`: unsupported `value_type` {value_type}; expected a signed "
+                "integer, uint8, uint16, a float or bool type (store other values as a "
+                "per_sample_object column)"
+            )
+            raise SchemaError(msg, key=spec.name)
+        if value_type is not None and not isinstance(value_type, pa.DataType):
             msg = (
                 f"column `{spec.name}`: `value_type` must be a pyarrow DataType or None, got "
-                f"{type(spec.value_type).__name__} {spec.value_type!r:.40}"
+                f"{type(value_type).__name__} {value_type!r:.40}"
             )
             raise SchemaTypeError(msg, key=spec.name)
 

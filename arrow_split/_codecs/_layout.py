@@ -37,6 +37,7 @@ _PLANS_SIZE = 1024
 _RECENT: list[tuple[tuple[pa.DataType, ...], tuple[tuple[int, ...], bytes] | None]] = []
 _RECENT_SIZE = 4
 _LIST_TYPES = (pa.ListType, pa.LargeListType, pa.FixedSizeListType)
+_BINARY_IDS = {t.id for t in (pa.string(), pa.large_string(), pa.binary(), pa.large_binary())}
 _NAMES: list[str] = []
 
 
@@ -50,22 +51,11 @@ def _children(arrow_type: pa.DataType) -> int | None:
     """
     if pa.types.is_dictionary(arrow_type) or isinstance(arrow_type, pa.BaseExtensionType):
         return None
+    if isinstance(arrow_type, _LIST_TYPES):
+        return None if _children(arrow_type.value_type) is None else 1
     if pa.types.is_primitive(arrow_type) and not pa.types.is_null(arrow_type):
         return 0
-    if (
-        pa.types.is_string(arrow_type)
-        or pa.types.is_large_string(arrow_type)
-        or pa.types.is_binary(arrow_type)
-        or pa.types.is_large_binary(arrow_type)
-    ):
-        return 0
-    if (
-        pa.types.is_list(arrow_type)
-        or pa.types.is_large_list(arrow_type)
-        or pa.types.is_fixed_size_list(arrow_type)
-    ):
-        return None if _children(arrow_type.value_type) is None else 1
-    return None
+    return 0 if arrow_type.id in _BINARY_IDS else None
 
 
 def _plan(types: Sequence[pa.DataType]) -> tuple[tuple[int, ...], bytes] | None:
@@ -131,16 +121,9 @@ def lay_out(arrays: Sequence[pa.Array]) -> Layout | None:
         for _ in range(level):
             array = array.values  # the whole child, its own offset kept
             nodes.append([len(array), array.offset])
-    sizes: list[int] = []
-    buffers: list[pa.Buffer] = []
-    for array in arrays:
-        for buffer in array.buffers():
-            if buffer is None:
-                sizes.append(-1)
-            else:
-                sizes.append(buffer.size)
-                buffers.append(buffer)
-    return Layout(plan[1], nodes, sizes, buffers)
+    every = [buffer for array in arrays for buffer in array.buffers()]
+    sizes = [-1 if buffer is None else buffer.size for buffer in every]
+    return Layout(plan[1], nodes, sizes, [buffer for buffer in every if buffer is not None])
 
 
 def rebuild(

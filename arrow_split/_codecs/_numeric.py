@@ -43,7 +43,6 @@ __all__ = [
     "is_flag",
     "offsets_from_lengths",
     "python_locator",
-    "scalars_from_list",
     "target_dtype",
 ]
 
@@ -316,9 +315,6 @@ def _flat_from_mixed_flags(
 
 # --- the fast path for Python lists --------------------------------------------------------------
 
-_TYPECODES = {("i" if code.islower() else "u", struct.calcsize(code)): code for code in "bhiqBHIQ"}
-"""``(numpy kind, item size)`` -> the typecode of that integer type (``struct``'s are the same)."""
-
 _MAX_LOOKS = 64  # 0/1 values looked at one by one, plus one per 64 values
 
 
@@ -328,9 +324,7 @@ def _typecode(target: np.dtype, *, flag: bool) -> str | None:
         return "d"  # float64: a value a float32 column would round is judged later
     if target.kind not in "iu":
         return None
-    if flag and target == np.uint8:
-        return "bytes"
-    return _TYPECODES.get((target.kind, target.itemsize))
+    return "bytes" if flag and target == np.uint8 else target.char  # numpy's are struct's
 
 
 def _hides_a_bool(
@@ -368,20 +362,17 @@ def _beyond_exact_ints(values: np.ndarray) -> bool:
     return bool(np.fmax.reduce(values) >= 2.0**53 or np.fmin.reduce(values) <= -(2.0**53))
 
 
-def _strict(code: str, pack: Callable[..., bytes], *args: Any) -> bytes:
-    """``pack(*args)``; packing floats, a warning (a numpy complex's real part) is an error."""
-    if code != "d":
-        return pack(*args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        return pack(*args)
-
-
 def _join(code: str, lists: Sequence[list[Any]]) -> bytes:
-    """The C values of every list, one after the other (raises on a value refused)."""
+    """The C values of every list, one after the other (raises on a value refused).
+
+    Packing floats, a warning (a numpy complex's real part) is an error.
+    """
     if code == "bytes":  # bytearray(list) takes a fast path that bytes(list) does not (3x)
         return b"".join([bytearray(values) for values in lists])
-    return b"".join([struct.pack(f"{len(values)}{code}", *values) for values in lists])
+    with warnings.catch_warnings():
+        if code == "d":
+            warnings.simplefilter("error")
+        return b"".join([struct.pack(f"{len(values)}{code}", *values) for values in lists])
 
 
 def flat_from_lists(
@@ -396,7 +387,7 @@ def flat_from_lists(
         return None
     lists = cast("Sequence[list[Any]]", samples)
     try:
-        joined = _strict(code, _join, code, lists)
+        joined = _join(code, lists)
     except (TypeError, ValueError, OverflowError, struct.error, Warning):
         return None
     lengths = np.fromiter(map(len, lists), dtype=np.int64, count=len(lists))
@@ -408,23 +399,3 @@ def flat_from_lists(
     if not flag and _hides_a_bool(lists, values, offsets) is not False:
         return None
     return values, offsets
-
-
-def scalars_from_list(target: np.dtype, samples: Sequence[object]) -> np.ndarray | None:
-    """One number per sample (int64 or float64) of Python numbers, or ``None`` (careful path)."""
-    code = "d" if target.kind == "f" else "q" if target.kind in "iu" else None
-    if code is None or len(samples) == 0:
-        return None
-    try:
-        packed = _strict(code, struct.pack, f"{len(samples)}{code}", *samples)
-    except (TypeError, ValueError, OverflowError, struct.error, Warning):
-        return None
-    values = np.frombuffer(packed, dtype=np.float64 if code == "d" else np.int64)
-    if code == "d" and _beyond_exact_ints(values):
-        return None
-    # A bool packs as 0 or 1 in either column: look only at those places for one.
-    zero_or_one = (values == 0) | (values == 1)
-    for index in np.flatnonzero(zero_or_one).tolist():
-        if is_bool_value(samples[index]):
-            return None
-    return values

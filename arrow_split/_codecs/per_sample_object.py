@@ -11,7 +11,6 @@ from __future__ import annotations
 import builtins
 import codecs
 import dataclasses
-import hashlib
 import importlib
 import io
 import pickle
@@ -23,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs._base import EncodeOptions, RunsMemo, list_type
-from arrow_split._codecs._growable import BinaryGrowable, Buffer, Growable, Typed, validity_bitmap
+from arrow_split._codecs._growable import Growable
 from arrow_split._codecs._json_values import fits_json, from_json_text, json_text, utf8
 from arrow_split._codecs._kind import Codec, TypeFields
 from arrow_split.errors import (
@@ -40,7 +39,6 @@ __all__ = [
     "NotPlainData",
     "ObjectsCodec",
     "loads_plain",
-    "stored_once",
 ]
 
 _SHARED_TYPE = pa.dictionary(pa.int32(), pa.large_binary())
@@ -52,44 +50,7 @@ def _is_shared(array: pa.Array) -> bool:
     return bool(pa.types.is_dictionary(array.type))
 
 
-def _dictionary_array(codes: np.ndarray, valid: np.ndarray, values: pa.Array) -> pa.Array:
-    mask = None if valid.all() else ~valid
-    indices = pa.array(codes, type=pa.int32(), mask=mask)
-    return pa.DictionaryArray.from_arrays(indices, values)
-
-
-def _encode_once(pickles: Sequence[bytes | None]) -> pa.Array:
-    """The dictionary array of per-sample pickles (``None``: a null row)."""
-    codes = np.zeros(len(pickles), dtype=np.int32)
-    valid = np.ones(len(pickles), dtype=bool)
-    first: dict[bytes, int] = {}
-    for row, pickled in enumerate(pickles):
-        if pickled is None:
-            valid[row] = False
-        else:
-            codes[row] = first.setdefault(pickled, len(first))
-    return _dictionary_array(codes, valid, pa.array(list(first), type=pa.large_binary()))
-
-
-def stored_once(array: pa.Array) -> pa.Array:
-    """A plain ``large_binary`` column (an older dump's, a Parquet file's) stored once."""
-    if _is_shared(array):
-        return array
-    return _encode_once([None if view is None else view.tobytes() for view in _row_views(array)])
-
-
-def canonical_codes(codes: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Codes renumbered by first use, and the old code of each new one (in order)."""
-    used = codes[valid]
-    distinct, first_row = np.unique(used, return_index=True)
-    old = distinct[np.argsort(first_row, kind="stable")]
-    renumber = np.zeros(int(distinct.max()) + 1 if distinct.size else 1, dtype=np.int32)
-    renumber[old] = np.arange(len(old), dtype=np.int32)
-    new = np.where(valid, renumber[np.where(valid, codes, 0)], 0).astype(np.int32)
-    return new, old
-
-
-def codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+def _codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """A dictionary array's int32 codes (0 where null) and its validity, as numpy."""
     indices = array.indices
     valid = np.asarray(indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
@@ -99,11 +60,14 @@ def codes_and_validity(array: pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 def _take_once(array: pa.Array, indices: np.ndarray) -> pa.Array:
     """The rows ``indices`` (int64) of a dictionary array, with only the values they use."""
-    codes, valid = codes_and_validity(array)
+    codes, valid = _codes_and_validity(array)
     codes, valid = codes[indices], valid[indices]
-    new, old = canonical_codes(codes, valid)
-    values = array.dictionary.take(pa.array(old, type=pa.int64()))
-    return _dictionary_array(new, valid, values)
+    old, first_row, inverse = np.unique(codes[valid], return_index=True, return_inverse=True)
+    by_first_use = np.argsort(first_row)
+    new = np.zeros(len(codes), dtype=np.int32)  # numbered by first use: one array per content
+    new[valid] = np.argsort(by_first_use)[inverse]
+    new_codes = pa.array(new, mask=None if valid.all() else ~valid)
+    return pa.DictionaryArray.from_arrays(new_codes, array.dictionary.take(old[by_first_use]))
 
 
 def _binary_views(array: pa.Array) -> list[memoryview | None]:
@@ -127,7 +91,7 @@ def _row_views(array: pa.Array) -> Iterator[memoryview | None]:
     if not _is_shared(array):
         yield from _binary_views(array)
         return
-    codes, valid = codes_and_validity(array)
+    codes, valid = _codes_and_validity(array)
     values = _binary_views(array.dictionary)
     for code, is_valid in zip(codes.tolist(), valid.tolist(), strict=True):
         yield values[code] if is_valid else None
@@ -185,32 +149,29 @@ class ObjectsCodec(Codec):
             if all(utf8(text) for texts in samples for text in texts):  # type: ignore[attr-defined]
                 return pa.array(samples, type=_TYPES["string_list"][0]), spec
             spec = dataclasses.replace(spec, codec="pickle")  # a lone surrogate: kept exactly
-        return _encode_once(_pickles(spec, samples)), spec
+        pickles = pa.array(_pickles(spec, samples), type=pa.large_binary())
+        return pickles.dictionary_encode(), spec  # each distinct pickle once, by first use
 
     def stored_as(self, spec: ColumnSpec) -> str:
         return _STORED_AS[spec.codec]
 
     def decode(self, spec: ColumnSpec, array: pa.Array) -> list[object]:
-        if spec.codec == "pickle":
-            return [None if value is None else pickle.loads(value) for value in _row_views(array)]
-        if spec.codec == "json":
-            return [None if text is None else from_json_text(text) for text in array.to_pylist()]
-        return list(array.to_pylist())
+        return self.decode_read(spec, array, trust_objects=True)
 
     def decode_read(
         self, spec: ColumnSpec, array: pa.Array, *, trust_objects: bool
     ) -> list[object]:
+        if spec.codec == "pickle":
+            return [
+                None if value is None else _unpickle(spec, sample, value, trust_objects)
+                for sample, value in enumerate(_row_views(array))
+            ]
         if spec.codec == "json":
             return [
                 None if text is None else _from_json(spec, sample, text)
                 for sample, text in enumerate(array.to_pylist())
             ]
-        if spec.codec != "pickle":
-            return self.decode(spec, array)
-        return [
-            None if value is None else _unpickle(spec, sample, value, trust_objects)
-            for sample, value in enumerate(_row_views(array))
-        ]
+        return list(array.to_pylist())
 
     def arrow_type(self, spec: ColumnSpec, fields: TypeFields | None = None) -> pa.DataType:
         return _TYPES[spec.codec][0]
@@ -223,7 +184,9 @@ class ObjectsCodec(Codec):
         return arrow_type in _TYPES.get(spec.codec, ())
 
     def stored(self, spec: ColumnSpec, array: pa.Array) -> pa.Array:
-        return stored_once(array) if spec.codec == "pickle" else array
+        if spec.codec == "pickle" and not _is_shared(array):
+            return array.dictionary_encode()  # one pickle per row (format 1), stored once
+        return array
 
     def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
         if _is_shared(array):
@@ -239,64 +202,24 @@ class ObjectsCodec(Codec):
         return array  # a padding row keeps the copy of the last row: an object has no padding
 
 
-def _digest(view: memoryview) -> bytes:
-    return hashlib.blake2b(view, digest_size=16).digest()
-
-
-class _OnceGrowable(Typed):
-    """Int32 codes, their validity, and the step's distinct values (see the module docstring)."""
+class _OnceGrowable(Growable):
+    """The step's chunks, their dictionaries unified (each distinct value once) at the finish."""
 
     def __init__(self, value_type: pa.DataType) -> None:
-        super().__init__(value_type)
-        self._codes = Buffer(np.dtype(np.int32))
-        self._valid = Buffer(np.dtype(np.bool_))
-        self._values = BinaryGrowable(value_type.value_type)
-        self._entries: dict[bytes, list[int]] = {}  # digest -> the entries with it
-        self._nulls = 0
+        self.type = value_type
+        self._chunks: list[pa.Array] = []
 
     @property
     def length(self) -> int:
-        return self._codes.size
-
-    def _entry(self, value: memoryview) -> int:
-        """The step's entry of ``value``'s bytes, added if new."""
-        same = self._entries.setdefault(_digest(value), [])
-        offsets = self._values.offsets()
-        data = self._values.data()
-        wanted = np.frombuffer(value, dtype=np.uint8)
-        for entry in same:
-            start, stop = int(offsets[entry]), int(offsets[entry + 1])
-            if np.array_equal(data[start:stop], wanted):
-                return entry
-        entry = self._values.length
-        self._values.append(pa.array([value.tobytes()], type=pa.large_binary()))
-        same.append(entry)
-        return entry
+        return sum(map(len, self._chunks))
 
     def append(self, array: pa.Array) -> None:
-        codes, valid = codes_and_validity(array)
-        new, old = canonical_codes(codes, valid)
-        dictionary = array.dictionary
-        entries = np.fromiter(
-            (self._entry(memoryview(dictionary[int(code)].as_buffer())) for code in old),
-            dtype=np.int32,
-            count=len(old),
-        )
-        mapped = entries[new] if len(old) else np.zeros(len(new), dtype=np.int32)
-        self._codes.extend(np.where(valid, mapped, 0))
-        self._valid.extend(valid)
-        self._nulls += int((~valid).sum())
+        self._chunks.append(array)
 
     def finish(self) -> pa.Array:
-        count = self.length
-        validity = validity_bitmap(self._valid, self._nulls)
-        codes = pa.Array.from_buffers(
-            pa.int32(), count, [validity, self._codes.take()], null_count=self._nulls
-        )
-        self._valid.clear()
-        self._nulls = 0
-        self._entries = {}
-        return pa.DictionaryArray.from_arrays(codes, self._values.finish())
+        chunks, self._chunks = pa.chunked_array(self._chunks, self.type), []
+        combined = chunks.unify_dictionaries().combine_chunks()
+        return _take_once(combined, np.arange(len(combined)))
 
 
 def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
@@ -310,7 +233,7 @@ def _from_json(spec: ColumnSpec, sample: int, text: str) -> object:
 def _unpickle(spec: ColumnSpec, sample: int, value: memoryview, trust_objects: bool) -> object:
     """One row's object: plain data always, anything else only with ``trust_objects``."""
     try:
-        return _loads_trusted(value) if trust_objects else loads_plain(value)
+        return pickle.loads(value) if trust_objects else loads_plain(value)
     except NotPlainData as refused:
         msg = (
             f"`{spec.name}` holds a pickled `{refused.name}`, which is not plain "
@@ -402,8 +325,3 @@ class _PlainUnpickler(pickle.Unpickler):
 def loads_plain(data: bytes | memoryview) -> object:
     """The plain data a pickle holds, running no code it names (else :class:`NotPlainData`)."""
     return _PlainUnpickler(io.BytesIO(data)).load()
-
-
-def _loads_trusted(data: bytes | memoryview) -> object:
-    """Any pickle (``pickle.loads``): only for objects the caller trusts."""
-    return pickle.loads(data)

@@ -25,11 +25,11 @@ from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
     array_1d,
     finish,
+    flat_from_lists,
     is_array,
     is_bool_value,
     is_flag,
     python_locator,
-    scalars_from_list,
     target_dtype,
 )
 
@@ -89,9 +89,9 @@ def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndar
         return flags
     if not all(map(_is_number, samples)):
         locate("a value that is not a number (a list, an array of ndim > 0, a complex, a str)")
-    fast = scalars_from_list(target, samples)
+    fast = flat_from_lists(target, [list(samples)], flag=False)  # the samples as one list
     if fast is not None:
-        return fast
+        return fast[0]
     integer = target.kind != "f"
     wide = pa.int64() if integer else pa.float64()
     try:

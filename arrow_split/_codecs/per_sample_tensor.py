@@ -113,16 +113,6 @@ def _tensor_arrays(spec: ColumnSpec, samples: Sequence[object]) -> list[np.ndarr
     ]
 
 
-def _bounds(arrays: Sequence[np.ndarray]) -> tuple[int, int]:
-    """The smallest and largest value of integer arrays (0, 0 for arrays that fit uint8)."""
-    low = high = 0
-    for array in arrays:
-        if np.can_cast(array.dtype, np.uint8):
-            continue
-        low, high = min(low, int(array.min())), max(high, int(array.max()))
-    return low, high
-
-
 def _fits(arrow_type: pa.DataType, low: int, high: int) -> bool:
     info = np.iinfo(numpy_dtype(arrow_type))
     return bool(info.min <= low and high <= info.max)
@@ -131,10 +121,11 @@ def _fits(arrow_type: pa.DataType, low: int, high: int) -> bool:
 def _narrow_values(spec: ColumnSpec, arrays: Sequence[np.ndarray]) -> pa.Array | None:
     """The flat values in the narrowest storage type; ``None`` if one is out of range."""
     filled = [array for array in arrays if array.size]
-    low, high = _bounds(filled)
-    if not _fits(spec.storage_types[-1], low, high):
+    low = min((int(array.min()) for array in filled), default=0)
+    high = max((int(array.max()) for array in filled), default=0)
+    storage = next((t for t in spec.storage_types if _fits(t, low, high)), None)
+    if storage is None:
         return None  # the exact path locates the value and raises
-    storage = next(t for t in spec.storage_types if _fits(t, low, high))
     dtype = numpy_dtype(storage)
     count = sum(array.size for array in filled)
     buffer = pa.allocate_buffer(count * dtype.itemsize)
