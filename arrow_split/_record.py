@@ -28,7 +28,6 @@ _BUFFERS = b"ASB3"  # a buffer record's first bytes (an IPC stream's are ff ff f
 _BUFFERS_HEAD = struct.Struct("<4sIII")  # magic; sizes of the schema, the JSON, the nodes
 _ZEROS = bytes(8)
 _PADS = [memoryview(_ZEROS[:count]) for count in range(8)]  # to a multiple of 8
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 _CACHE_SIZE = 4096
 _SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
 _RECENT_TEXT: dict[tuple[int, ...], tuple[list[object], dict[str, object], bytes]] = {}
@@ -75,15 +74,8 @@ def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Arr
     record_batch = pa.RecordBatch.from_arrays(list(arrays), names=column_names(len(arrays)))
     schema = record_batch.schema.with_metadata({_META: text})
     payload = Payload()
-    if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
-        with (
-            pa.PythonFile(payload, mode="w") as sink,
-            pa.ipc.new_stream(sink, schema) as writer,
-        ):
-            writer.write_batch(record_batch)
-        return payload
-    for piece in (schema.serialize(), record_batch.serialize(), _END_OF_STREAM):
-        payload.write(piece)
+    with pa.PythonFile(payload, mode="w") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(record_batch)
     return payload
 
 
