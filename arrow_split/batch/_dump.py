@@ -190,17 +190,11 @@ def _with_metadata(
     batch_globals: Mapping[str, object],
     compression: str | None,
 ) -> pa.RecordBatch:
-    metadata = dict(record_batch.schema.metadata or {})
-    metadata.update(encode_metadata(specs, batch_globals, __version__, compression))
-    fields = [
-        field.with_metadata(field_metadata(specs[field.name], specs))
-        if field.name in specs
-        else field
-        for field in record_batch.schema
-    ]
-    return pa.RecordBatch.from_arrays(
-        record_batch.columns, schema=pa.schema(fields, metadata=metadata)
-    )
+    schema = record_batch.schema
+    ours = encode_metadata(specs, batch_globals, __version__, compression)
+    fields = [field.with_metadata(field_metadata(specs[field.name], specs)) for field in schema]
+    schema = pa.schema(fields, metadata={**(schema.metadata or {}), **ours})
+    return pa.RecordBatch.from_arrays(record_batch.columns, schema=schema)
 
 
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
