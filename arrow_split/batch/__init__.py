@@ -292,8 +292,7 @@ class RolloutBatch:
             No such file.
         """
         trust = as_flag("trust_objects", trust_objects)
-        (record_batch, specs, batch_globals), _ = read_dump(path, validate=validate)  # checked
-        parts = (record_batch, MappingProxyType(specs), MappingProxyType(batch_globals))
+        parts, _ = read_dump(path, validate=validate)  # checked: trusted now
         return RolloutBatch._make(*parts, trust_objects=trust)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
@@ -306,9 +305,9 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """Read a file written by :meth:`to_parquet` (a copy); arguments as :meth:`read`."""
         validate = as_flag("validate", validate)
-        trust_objects = as_flag("trust_objects", trust_objects)
-        parts = read_parquet(path, validate=validate)
-        return RolloutBatch(*parts, trust_objects=trust_objects)
+        trust = as_flag("trust_objects", trust_objects)
+        parts = read_parquet(path, validate=validate)  # checked: trusted now
+        return RolloutBatch._make(*parts, trust_objects=trust)
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""

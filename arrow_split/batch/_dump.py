@@ -10,6 +10,7 @@ import dataclasses
 import os
 import secrets
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Literal, NamedTuple, get_args
 
 import pyarrow as pa
@@ -44,11 +45,11 @@ PathLike = str | os.PathLike[str]
 
 
 class DumpParts(NamedTuple):
-    """What a dump holds: a :class:`~arrow_split.RolloutBatch`'s parts, checked to fit."""
+    """What a dump holds: a :class:`~arrow_split.RolloutBatch`'s parts, checked, read-only."""
 
     record_batch: pa.RecordBatch
-    specs: dict[str, ColumnSpec]
-    batch_globals: dict[str, object]
+    specs: Mapping[str, ColumnSpec]
+    batch_globals: Mapping[str, object]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -281,7 +282,9 @@ def _parts(
     ]
     kept = {key: text for key, text in (schema.metadata or {}).items() if key not in metadata.keys}
     record_batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, kept or None))
-    parts = DumpParts(record_batch, dict(specs), dict(metadata.batch_globals))
+    parts = DumpParts(
+        record_batch, MappingProxyType(specs), MappingProxyType(metadata.batch_globals)
+    )
     if not validate:
         return parts
     try:
