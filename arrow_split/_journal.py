@@ -227,7 +227,6 @@ class StepJournal:
         self._writer: _Writer | None = None
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
-        self.rewriting = False  # records replayed are written again (a salvage, a format 1)
         self.source = ""  # the file the recovered records were read from (its name now)
 
     @classmethod
@@ -241,13 +240,13 @@ class StepJournal:
         try:
             journals, dumps = _steps(folder)
             for step in sorted(journals - dumps):
-                scan = scan_file(journal_file(folder, step))
+                path = journal_file(folder, step)
+                scan = scan_file(path)
                 if len(scan.records) > 1 or scan.damage:
                     fix = (
                         f"resume it with `RolloutBatchBuilder.recover({folder!r})`, or move the "
                         "file away"
                     )
-                    path = journal_file(folder, step)
                     raise JournalError("it holds an unfinished step", path=path, fix=fix)
             step_journal = cls(folder, max(dumps, default=-1) + 1, header, sync, lock)
             step_journal._start(journals)
@@ -286,9 +285,9 @@ class StepJournal:
                 return step_journal, [], arguments
             step_journal = cls(folder, latest, header, sync, lock)
             step_journal.source = path
-            if scan.damage or scan.version != 2:
+            if scan.damage or scan.version != 2:  # kept aside, its records written anew
                 step_journal.damage = list(scan.damage)
-                step_journal.set_aside("damaged" if scan.damage else f"v{scan.version}")
+                step_journal.source = _set_aside(path, "damaged" if scan.damage else "v1")
             else:
                 end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
                 sequence = scan.records[-1].sequence + 1
@@ -300,19 +299,17 @@ class StepJournal:
             raise
         return step_journal, scan.records[1:], arguments
 
-    def set_aside(self, suffix: str) -> None:
-        """Keep the recovered file beside a new journal the replayed records are written to."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self.rewriting = True
-        self.header = {}  # the builder writes its own header (format 2)
-        self.source = _set_aside(self.source, suffix)
+    @property
+    def rewriting(self) -> bool:
+        """Whether the recovered records are written to a new journal (no file is open)."""
+        return self._writer is None
 
     def salvage(self, skipped: Sequence[JournalDamage]) -> None:
         """Skip whole records that break a rule: the file is set aside, the rest rewritten."""
-        if not self.rewriting:
-            self.set_aside("damaged")
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self.source = _set_aside(self.source, "damaged")
         self.damage.extend(skipped)
 
     def restart(self, header: dict[str, Any]) -> None:
