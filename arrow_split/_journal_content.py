@@ -81,8 +81,8 @@ def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
     """A checked batch-global value as JSON tagged with its shape (docs/journal.md)."""
     shape = spec.global_shape or "int"
     if shape == "float_per_sample":
-        floats = np.ascontiguousarray(np.asarray(value, dtype="<f8"))
-        return {shape: base64.b64encode(floats.tobytes()).decode("ascii")}
+        floats = np.asarray(value, dtype="<f8").tobytes()  # C order, whatever the array's
+        return {shape: base64.b64encode(floats).decode("ascii")}
     if shape == "int_map":
         return {shape: [[int(k), int(v)] for k, v in value.items()]}  # type: ignore[attr-defined]
     if shape == "int":
@@ -150,7 +150,7 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
 def unpickle_v1(text: object) -> object:
     """A format-1 value (a base64 pickle) built as plain data, no code run (else a JournalError)."""
     try:
-        raw = base64.b64decode(str(text) if isinstance(text, str) else b"!", validate=True)
+        raw = base64.b64decode(text if isinstance(text, str) else b"!", validate=True)
         value = loads_plain(raw)
     except Exception as exc:
         msg = f"a format-1 batch-global value does not read: {type(exc).__name__}: {exc}"
@@ -210,11 +210,7 @@ def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, A
 
 
 def _defined_members(meta: Mapping[str, Any], kind: str, path: str | None = None) -> None:
-    """Refuse a member that a ``kind`` record does not have (a JournalError naming it).
-
-    The header's error names its file (offset 0); a group's or a global's is located by the
-    replay that reads it.
-    """
+    """Refuse a member a ``kind`` record lacks (the header's file named here, others by replay)."""
     for member in meta:
         if member not in _MEMBERS[kind]:
             msg = (
