@@ -75,8 +75,7 @@ class _Lock:
                     "writes a journal: close that builder (`close()`) or let its process end, "
                     "then retry"
                 )
-                got = None if pid is None else str(pid)  # the holder's pid, if it names one
-                raise JournalError(msg, errno=errno.EBUSY, got=got) from None
+                raise JournalError(msg, errno=errno.EBUSY, got=pid) from None
             self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
             _HELD[descriptor] = self
         named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
@@ -104,7 +103,7 @@ os.register_at_fork(
 )
 
 
-def _holder(descriptor: int) -> tuple[str, int | None]:
+def _holder(descriptor: int) -> tuple[str, str | None]:
     """Who holds the lock, in words, and its pid (``None`` if its lock file does not name it)."""
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
@@ -113,9 +112,9 @@ def _holder(descriptor: int) -> tuple[str, int | None]:
         if pid == os.getpid() and host == socket.gethostname():  # this very process
             return (
                 f"another builder of this process (pid {pid}, since {since}), not yet closed",
-                pid,
+                str(pid),
             )
-        return f"process {pid} on host {host!r} since {since}", pid
+        return f"process {pid} on host {host!r} since {since}", str(pid)
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
         return "another process (its lock file does not name it)", None
 
@@ -223,7 +222,7 @@ class StepJournal:
         self.step = step
         self.header = header
         self.sync = sync
-        self._lock: _Lock | None = lock
+        self._lock = lock
         self._writer: _Writer | None = None
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
@@ -386,9 +385,7 @@ class StepJournal:
             self._writer.close()
             self._writer = None
             self._failure = "closed by `close()`"
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        self._lock.release()  # idempotent
 
 
 def _next_step(folder: str, finished: int) -> int:

@@ -88,12 +88,11 @@ def _buffer_record(text: bytes, layout: Layout) -> Payload:
     payload.write(start + _ZEROS[: -len(start) & 7])
     pieces = payload.pieces
     for buffer in layout.buffers:  # by reference: each column buffer is written as itself
-        size = buffer.size
+        pad = -buffer.size & 7
         pieces.append(memoryview(buffer))
-        if size & 7:
-            pieces.append(_PADS[-size & 7])
-            size += -size & 7
-        payload.size += size
+        if pad:
+            pieces.append(_PADS[pad])
+        payload.size += buffer.size + pad
     return payload
 
 
