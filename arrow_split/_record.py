@@ -29,8 +29,9 @@ _BUFFERS_HEAD = struct.Struct("<4sIII")  # magic; sizes of the schema, the JSON,
 _ZEROS = bytes(8)
 _PADS = [memoryview(_ZEROS[:count]) for count in range(8)]  # to a multiple of 8
 _CACHE_SIZE = 4096
-_SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
-_RECENT_TEXT: dict[tuple[int, ...], tuple[list[object], dict[str, object], bytes]] = {}
+_TEXT: dict[tuple[int, ...], tuple[list[object], str, dict[str, object] | None, bytes]] = {}
+"""By the ids of a ``specs`` list's dicts: the list (kept alive: an id is never reused), its JSON,
+the other fields if they are names only, and the whole JSON made last with them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,20 +109,16 @@ def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
         return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
     key = tuple(map(id, specs))
     rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
-    recent = _RECENT_TEXT.get(key)
-    if recent is not None and recent[1] == rest:
-        return recent[2]
-    cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
-    if cached is None:
-        if len(_SPECS_TEXT) >= _CACHE_SIZE:
-            _SPECS_TEXT.clear()
-        cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
+    cached = _TEXT.get(key)
+    if cached is not None and cached[2] == rest:
+        return cached[3]
+    specs_text = json.dumps(specs, allow_nan=False) if cached is None else cached[1]
     text = json.dumps(rest, allow_nan=False)
-    encoded = f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
-    if all(_names_or_empty(value) for value in rest.values()):
-        if len(_RECENT_TEXT) >= _CACHE_SIZE:
-            _RECENT_TEXT.clear()
-        _RECENT_TEXT[key] = (cached[0], rest, encoded)
+    encoded = f'{text[:-1]}, "specs": {specs_text}}}'.encode()
+    if len(_TEXT) >= _CACHE_SIZE:
+        _TEXT.clear()
+    names_only = all(_names_or_empty(value) for value in rest.values())
+    _TEXT[key] = (list(specs), specs_text, rest if names_only else None, encoded)
     return encoded
 
 
