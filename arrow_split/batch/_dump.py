@@ -151,15 +151,13 @@ def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
 
     source = _existing(path, "Parquet file")
     try:
-        table = pq.read_table(source)
-        record_batch = table.combine_chunks().to_batches()
-        schema = table.schema
+        table = pq.read_table(source).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
         msg = f"not a readable Parquet file: {exc}"
         raise DumpError(msg, path=source) from exc
-    merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
-    merged = merged.replace_schema_metadata(schema.metadata)
-    return _parts(merged, decode_metadata(schema, source), source, validate)
+    batches = table.to_batches()  # one, or none of an empty table
+    record_batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    return _parts(record_batch, decode_metadata(table.schema, source), source, validate)
 
 
 def _check_compression(compression: object) -> str | None:
