@@ -90,8 +90,8 @@ def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
     return {shape: list(value)}  # type: ignore[call-overload]
 
 
-def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> object:
-    """The value :func:`pack_value` stored, checked against ``spec`` (else a JournalError)."""
+def _unpacked(spec: ColumnSpec, stored: object) -> object:
+    """The value :func:`pack_value` stored, not yet checked (a JournalError if it is no such)."""
     shape = spec.global_shape or "int"
     if not isinstance(stored, dict) or list(stored) != [shape]:
         msg = f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, got "
@@ -105,7 +105,7 @@ def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> obj
         item = np.frombuffer(raw, dtype="<f8").astype(np.float64)
     elif shape == "int_map":
         item = _pairs(spec, item)
-    return _checked(spec, item, allow_nonfinite)
+    return item
 
 
 def _checked(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
@@ -250,9 +250,8 @@ def global_from_record(
         msg = f"its `key` {key!r:.40} is not the batch-global key of its spec {spec}"
         raise JournalError(msg)
     stored = record.meta.get("value")
-    if record.sequence < 0:
-        return key, spec, _checked(spec, unpickle_v1(stored), allow_nonfinite)
-    return key, spec, unpack_value(spec, stored, allow_nonfinite)
+    value = unpickle_v1(stored) if record.sequence < 0 else _unpacked(spec, stored)
+    return key, spec, _checked(spec, value, allow_nonfinite)
 
 
 class GroupParts(NamedTuple):
@@ -371,8 +370,6 @@ def _group_globals(
         if spec is None or spec.is_per_sample or spec.global_shape == "float_per_sample":
             msg = f"its batch-global value `{key!r:.40}` has no batch-global spec in the record"
             raise JournalError(msg)
-        if version_1:
-            values[key] = _checked(spec, value, allow_nonfinite)
-        else:
-            values[key] = unpack_value(spec, value, allow_nonfinite)
+        item = value if version_1 else _unpacked(spec, value)  # format 1: unpickled already
+        values[key] = _checked(spec, item, allow_nonfinite)
     return values
