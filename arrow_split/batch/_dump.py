@@ -223,8 +223,7 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
         raise
 
 
-# The first bytes of the files a dump is mistaken for, and the reader each needs.
-_OTHER_FORMATS = {  # magic bytes -> (what the file is, how to read it)
+_OTHER_FORMATS = {  # the first bytes of a file taken for a dump -> what it is, how to read it
     b"PAR1": (
         "a Parquet file (`RolloutBatch.to_parquet`)",
         "read it with `RolloutBatch.read_parquet(path)`",
