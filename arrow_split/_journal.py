@@ -75,8 +75,7 @@ class _Lock:
                     "writes a journal: close that builder (`close()`) or let its process end, "
                     "then retry"
                 )
-                got = None if pid is None else str(pid)  # the holder's pid, if it names one
-                raise JournalError(msg, errno=errno.EBUSY, got=got) from None
+                raise JournalError(msg, errno=errno.EBUSY, got=pid) from None
             self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
             _HELD[descriptor] = self
         named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
@@ -104,7 +103,7 @@ os.register_at_fork(
 )
 
 
-def _holder(descriptor: int) -> tuple[str, int | None]:
+def _holder(descriptor: int) -> tuple[str, str | None]:
     """Who holds the lock, in words, and its pid (``None`` if its lock file does not name it)."""
     try:
         holder = json.loads(os.pread(descriptor, 4096, 0))
@@ -113,9 +112,9 @@ def _holder(descriptor: int) -> tuple[str, int | None]:
         if pid == os.getpid() and host == socket.gethostname():  # this very process
             return (
                 f"another builder of this process (pid {pid}, since {since}), not yet closed",
-                pid,
+                str(pid),
             )
-        return f"process {pid} on host {host!r} since {since}", pid
+        return f"process {pid} on host {host!r} since {since}", str(pid)
     except (OSError, ValueError, TypeError, KeyError, OverflowError):
         return "another process (its lock file does not name it)", None
 
@@ -223,11 +222,10 @@ class StepJournal:
         self.step = step
         self.header = header
         self.sync = sync
-        self._lock: _Lock | None = lock
+        self._lock = lock
         self._writer: _Writer | None = None
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
-        self.rewriting = False  # records replayed are written again (a salvage, a format 1)
         self.source = ""  # the file the recovered records were read from (its name now)
 
     @classmethod
@@ -241,13 +239,13 @@ class StepJournal:
         try:
             journals, dumps = _steps(folder)
             for step in sorted(journals - dumps):
-                scan = scan_file(journal_file(folder, step))
+                path = journal_file(folder, step)
+                scan = scan_file(path)
                 if len(scan.records) > 1 or scan.damage:
                     fix = (
                         f"resume it with `RolloutBatchBuilder.recover({folder!r})`, or move the "
                         "file away"
                     )
-                    path = journal_file(folder, step)
                     raise JournalError("it holds an unfinished step", path=path, fix=fix)
             step_journal = cls(folder, max(dumps, default=-1) + 1, header, sync, lock)
             step_journal._start(journals)
@@ -286,9 +284,9 @@ class StepJournal:
                 return step_journal, [], arguments
             step_journal = cls(folder, latest, header, sync, lock)
             step_journal.source = path
-            if scan.damage or scan.version != 2:
+            if scan.damage or scan.version != 2:  # kept aside, its records written anew
                 step_journal.damage = list(scan.damage)
-                step_journal.set_aside("damaged" if scan.damage else f"v{scan.version}")
+                step_journal.source = _set_aside(path, "damaged" if scan.damage else "v1")
             else:
                 end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
                 sequence = scan.records[-1].sequence + 1
@@ -300,19 +298,17 @@ class StepJournal:
             raise
         return step_journal, scan.records[1:], arguments
 
-    def set_aside(self, suffix: str) -> None:
-        """Keep the recovered file beside a new journal the replayed records are written to."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-        self.rewriting = True
-        self.header = {}  # the builder writes its own header (format 2)
-        self.source = _set_aside(self.source, suffix)
+    @property
+    def rewriting(self) -> bool:
+        """Whether the recovered records are written to a new journal (no file is open)."""
+        return self._writer is None
 
     def salvage(self, skipped: Sequence[JournalDamage]) -> None:
         """Skip whole records that break a rule: the file is set aside, the rest rewritten."""
-        if not self.rewriting:
-            self.set_aside("damaged")
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
+            self.source = _set_aside(self.source, "damaged")
         self.damage.extend(skipped)
 
     def restart(self, header: dict[str, Any]) -> None:
@@ -389,9 +385,7 @@ class StepJournal:
             self._writer.close()
             self._writer = None
             self._failure = "closed by `close()`"
-        if self._lock is not None:
-            self._lock.release()
-            self._lock = None
+        self._lock.release()  # idempotent
 
 
 def _next_step(folder: str, finished: int) -> int:

@@ -81,8 +81,8 @@ def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
     """A checked batch-global value as JSON tagged with its shape (docs/journal.md)."""
     shape = spec.global_shape or "int"
     if shape == "float_per_sample":
-        floats = np.ascontiguousarray(np.asarray(value, dtype="<f8"))
-        return {shape: base64.b64encode(floats.tobytes()).decode("ascii")}
+        floats = np.asarray(value, dtype="<f8").tobytes()  # C order, whatever the array's
+        return {shape: base64.b64encode(floats).decode("ascii")}
     if shape == "int_map":
         return {shape: [[int(k), int(v)] for k, v in value.items()]}  # type: ignore[attr-defined]
     if shape == "int":
@@ -90,8 +90,8 @@ def pack_value(spec: ColumnSpec, value: object) -> dict[str, object]:
     return {shape: list(value)}  # type: ignore[call-overload]
 
 
-def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> object:
-    """The value :func:`pack_value` stored, checked against ``spec`` (else a JournalError)."""
+def _unpacked(spec: ColumnSpec, stored: object) -> object:
+    """The value :func:`pack_value` stored, not yet checked (a JournalError if it is no such)."""
     shape = spec.global_shape or "int"
     if not isinstance(stored, dict) or list(stored) != [shape]:
         msg = f"batch-global key `{spec.name}` must be stored as {{{shape!r}: ...}}, got "
@@ -105,7 +105,7 @@ def unpack_value(spec: ColumnSpec, stored: object, allow_nonfinite: bool) -> obj
         item = np.frombuffer(raw, dtype="<f8").astype(np.float64)
     elif shape == "int_map":
         item = _pairs(spec, item)
-    return _checked(spec, item, allow_nonfinite)
+    return item
 
 
 def _checked(spec: ColumnSpec, value: object, allow_nonfinite: bool) -> object:
@@ -150,7 +150,7 @@ def _pairs(spec: ColumnSpec, item: object) -> dict[object, object]:
 def unpickle_v1(text: object) -> object:
     """A format-1 value (a base64 pickle) built as plain data, no code run (else a JournalError)."""
     try:
-        raw = base64.b64decode(str(text) if isinstance(text, str) else b"!", validate=True)
+        raw = base64.b64decode(text if isinstance(text, str) else b"!", validate=True)
         value = loads_plain(raw)
     except Exception as exc:
         msg = f"a format-1 batch-global value does not read: {type(exc).__name__}: {exc}"
@@ -210,11 +210,7 @@ def parse_header(header: Mapping[str, Any], path: str, step: int) -> dict[str, A
 
 
 def _defined_members(meta: Mapping[str, Any], kind: str, path: str | None = None) -> None:
-    """Refuse a member that a ``kind`` record does not have (a JournalError naming it).
-
-    The header's error names its file (offset 0); a group's or a global's is located by the
-    replay that reads it.
-    """
+    """Refuse a member a ``kind`` record lacks (the header's file named here, others by replay)."""
     for member in meta:
         if member not in _MEMBERS[kind]:
             msg = (
@@ -254,9 +250,8 @@ def global_from_record(
         msg = f"its `key` {key!r:.40} is not the batch-global key of its spec {spec}"
         raise JournalError(msg)
     stored = record.meta.get("value")
-    if record.sequence < 0:
-        return key, spec, _checked(spec, unpickle_v1(stored), allow_nonfinite)
-    return key, spec, unpack_value(spec, stored, allow_nonfinite)
+    value = unpickle_v1(stored) if record.sequence < 0 else _unpacked(spec, stored)
+    return key, spec, _checked(spec, value, allow_nonfinite)
 
 
 class GroupParts(NamedTuple):
@@ -375,8 +370,6 @@ def _group_globals(
         if spec is None or spec.is_per_sample or spec.global_shape == "float_per_sample":
             msg = f"its batch-global value `{key!r:.40}` has no batch-global spec in the record"
             raise JournalError(msg)
-        if version_1:
-            values[key] = _checked(spec, value, allow_nonfinite)
-        else:
-            values[key] = unpack_value(spec, value, allow_nonfinite)
+        item = value if version_1 else _unpacked(spec, value)  # format 1: unpickled already
+        values[key] = _checked(spec, item, allow_nonfinite)
     return values

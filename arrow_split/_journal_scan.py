@@ -214,13 +214,15 @@ def _take(scan: Scan, buffer: pa.Buffer, frame: _Frame) -> None:
 def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
     """A format-1 file: whole records up to the first bad frame, which must be a torn tail."""
     scan = Scan(path, 1, len(view))
-    end = 0
-    while end + _FRAME_V1.size <= len(view):
+    end, torn = 0, False
+    while end < len(view):
+        if end + _FRAME_V1.size > len(view):  # a frame cut short
+            torn = True
+            break
         magic, length, crc = _FRAME_V1.unpack_from(view, end)
         start = end + _FRAME_V1.size
-        if magic != _MAGIC_V1 or start + length > len(view):
-            break
-        if zlib.crc32(view[start : start + length]) != crc:
+        torn = magic == _MAGIC_V1 and start + length > len(view)  # a payload cut short
+        if torn or magic != _MAGIC_V1 or zlib.crc32(view[start : start + length]) != crc:
             break
         try:
             scan.records.append(decode_record(buffer.slice(start, length), -1, end))
@@ -229,15 +231,9 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
         end = start + length
     if not scan.records or scan.records[0].kind != "open":
         _not_a_journal(path, view)
-    rest = len(view) - end
-    if rest:
-        torn = rest < _FRAME_V1.size
-        if not torn:
-            magic, length, _ = _FRAME_V1.unpack_from(view, end)
-            torn = magic == _MAGIC_V1 and end + _FRAME_V1.size + length > len(view)
-        if torn:
-            scan.torn_at = end
-        else:
-            reason = "a format-1 record that does not read (damaged)"
-            scan.damage.append(JournalDamage(path, end, rest, reason))
+    if torn:
+        scan.torn_at = end
+    elif end < len(view):
+        reason = "a format-1 record that does not read (damaged)"
+        scan.damage.append(JournalDamage(path, end, len(view) - end, reason))
     return scan

@@ -28,10 +28,10 @@ _BUFFERS = b"ASB3"  # a buffer record's first bytes (an IPC stream's are ff ff f
 _BUFFERS_HEAD = struct.Struct("<4sIII")  # magic; sizes of the schema, the JSON, the nodes
 _ZEROS = bytes(8)
 _PADS = [memoryview(_ZEROS[:count]) for count in range(8)]  # to a multiple of 8
-_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"  # an IPC stream's last 8 bytes
 _CACHE_SIZE = 4096
-_SPECS_TEXT: dict[tuple[int, ...], tuple[list[object], str]] = {}
-_RECENT_TEXT: dict[tuple[int, ...], tuple[list[object], dict[str, object], bytes]] = {}
+_TEXT: dict[tuple[int, ...], tuple[list[object], str, dict[str, object] | None, bytes]] = {}
+"""By the ids of a ``specs`` list's dicts: the list (kept alive: an id is never reused), its JSON,
+the other fields if they are names only, and the whole JSON made last with them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,15 +75,8 @@ def encode_record(kind: str, meta: Mapping[str, object], arrays: Sequence[pa.Arr
     record_batch = pa.RecordBatch.from_arrays(list(arrays), names=column_names(len(arrays)))
     schema = record_batch.schema.with_metadata({_META: text})
     payload = Payload()
-    if any(pa.types.is_dictionary(array.type) for array in arrays):  # dictionary messages too
-        with (
-            pa.PythonFile(payload, mode="w") as sink,
-            pa.ipc.new_stream(sink, schema) as writer,
-        ):
-            writer.write_batch(record_batch)
-        return payload
-    for piece in (schema.serialize(), record_batch.serialize(), _END_OF_STREAM):
-        payload.write(piece)
+    with pa.PythonFile(payload, mode="w") as sink, pa.ipc.new_stream(sink, schema) as writer:
+        writer.write_batch(record_batch)
     return payload
 
 
@@ -96,12 +89,11 @@ def _buffer_record(text: bytes, layout: Layout) -> Payload:
     payload.write(start + _ZEROS[: -len(start) & 7])
     pieces = payload.pieces
     for buffer in layout.buffers:  # by reference: each column buffer is written as itself
-        size = buffer.size
+        pad = -buffer.size & 7
         pieces.append(memoryview(buffer))
-        if size & 7:
-            pieces.append(_PADS[-size & 7])
-            size += -size & 7
-        payload.size += size
+        if pad:
+            pieces.append(_PADS[pad])
+        payload.size += buffer.size + pad
     return payload
 
 
@@ -117,20 +109,16 @@ def _meta_text(kind: str, meta: Mapping[str, object]) -> bytes:
         return json.dumps({"kind": kind, **meta}, allow_nan=False).encode()
     key = tuple(map(id, specs))
     rest = {"kind": kind, **{name: value for name, value in meta.items() if name != "specs"}}
-    recent = _RECENT_TEXT.get(key)
-    if recent is not None and recent[1] == rest:
-        return recent[2]
-    cached = _SPECS_TEXT.get(key)  # its list keeps the dicts alive: an id is never reused
-    if cached is None:
-        if len(_SPECS_TEXT) >= _CACHE_SIZE:
-            _SPECS_TEXT.clear()
-        cached = _SPECS_TEXT[key] = (list(specs), json.dumps(specs, allow_nan=False))
+    cached = _TEXT.get(key)
+    if cached is not None and cached[2] == rest:
+        return cached[3]
+    specs_text = json.dumps(specs, allow_nan=False) if cached is None else cached[1]
     text = json.dumps(rest, allow_nan=False)
-    encoded = f'{text[:-1]}, "specs": {cached[1]}}}'.encode()
-    if all(_names_or_empty(value) for value in rest.values()):
-        if len(_RECENT_TEXT) >= _CACHE_SIZE:
-            _RECENT_TEXT.clear()
-        _RECENT_TEXT[key] = (cached[0], rest, encoded)
+    encoded = f'{text[:-1]}, "specs": {specs_text}}}'.encode()
+    if len(_TEXT) >= _CACHE_SIZE:
+        _TEXT.clear()
+    names_only = all(_names_or_empty(value) for value in rest.values())
+    _TEXT[key] = (list(specs), specs_text, rest if names_only else None, encoded)
     return encoded
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 import arrow_split.batch._frame as _frame
-from arrow_split._args import SplitMethod, as_flag, check_dp_size, method_of
+from arrow_split._args import as_flag, check_dp_size, method_of
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import (
     add_columns,
@@ -263,10 +263,7 @@ class RolloutBatch:
 
     def make_plan(self, dp_size: int, *, balance_data: bool) -> Plan:
         """The batch's plan for ``dp_size`` ranks, each rank's rows by adapter slot if any."""
-        return self._plan_for(check_dp_size(dp_size), method_of(balance_data))
-
-    def _plan_for(self, dp_size: int, method: SplitMethod) -> Plan:
-        """:meth:`make_plan` of parsed arguments: the lengths and slots are the batch's own."""
+        dp_size, method = check_dp_size(dp_size), method_of(balance_data)
         slots = self.role_values("adapter_slot")
         keys = None if slots is None else slots.astype(np.int64, copy=False)
         return Plan._make(self.total_lengths, dp_size, method, keys)
@@ -295,8 +292,7 @@ class RolloutBatch:
             No such file.
         """
         trust = as_flag("trust_objects", trust_objects)
-        (record_batch, specs, batch_globals), _ = read_dump(path, validate=validate)  # checked
-        parts = (record_batch, MappingProxyType(specs), MappingProxyType(batch_globals))
+        parts, _ = read_dump(path, validate=validate)  # checked: trusted now
         return RolloutBatch._make(*parts, trust_objects=trust)
 
     def to_parquet(self, path: str | os.PathLike[str]) -> None:
@@ -309,9 +305,9 @@ class RolloutBatch:
     ) -> RolloutBatch:
         """Read a file written by :meth:`to_parquet` (a copy); arguments as :meth:`read`."""
         validate = as_flag("validate", validate)
-        trust_objects = as_flag("trust_objects", trust_objects)
-        parts = read_parquet(path, validate=validate)
-        return RolloutBatch(*parts, trust_objects=trust_objects)
+        trust = as_flag("trust_objects", trust_objects)
+        parts = read_parquet(path, validate=validate)  # checked: trusted now
+        return RolloutBatch._make(*parts, trust_objects=trust)
 
     def with_plan(self, plan: Plan | None) -> RolloutBatch:
         """The same batch (same buffers) carrying ``plan`` (see :attr:`plan`)."""

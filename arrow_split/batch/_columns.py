@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,8 @@ __all__ = [
     "role_values",
     "values_equal",
 ]
+
+_Array = TypeVar("_Array", bound=np.ndarray | None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -54,22 +57,19 @@ def numeric_columns(
 ) -> list[ColumnValues]:
     """The columns of ``record_batch`` a tensor can be made of (its codec says), in order."""
     found = []
-    for name in record_batch.schema.names:
-        spec = specs[name]
-        codec = codec_for(spec)
-        array = record_batch.column(name)
+    for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True):
+        codec = codec_for(specs[name])
         tensor = codec.tensor_values(array)
         if tensor is None:
             continue
-        offsets, tokens = tensor.offsets, tensor.token_offsets
         found.append(
             ColumnValues(
-                spec,
+                specs[name],
                 codec.tensor_role,
                 _read_only(tensor.values),
-                None if offsets is None else _read_only(offsets),
+                _read_only(tensor.offsets),
                 data_buffer(array),
-                None if tokens is None else _read_only(tokens),
+                _read_only(tensor.token_offsets),
             )
         )
     return found
@@ -106,15 +106,13 @@ def role_values(
             f"use `total_lengths` for its lengths, or `column({name!r})` for its values"
         )
         raise SchemaError(msg, key=name)
-    column = record_batch.column(name)
-    values = numpy_view(column)
-    values.flags.writeable = False  # booleans are unpacked into fresh memory
-    return values
+    return _read_only(numpy_view(record_batch.column(name)))  # booleans: fresh memory
 
 
-def _read_only(array: np.ndarray) -> np.ndarray:
-    """``array`` with its writeable flag cleared (a flag of this array object only)."""
-    array.flags.writeable = False
+def _read_only(array: _Array) -> _Array:
+    """``array`` with its writeable flag cleared (a flag of this array object only), or None."""
+    if array is not None:
+        array.flags.writeable = False
     return array
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import os
 import secrets
 from collections.abc import Callable, Mapping
+from types import MappingProxyType
 from typing import Literal, NamedTuple, get_args
 
 import pyarrow as pa
@@ -44,11 +45,11 @@ PathLike = str | os.PathLike[str]
 
 
 class DumpParts(NamedTuple):
-    """What a dump holds: a :class:`~arrow_split.RolloutBatch`'s parts, checked to fit."""
+    """What a dump holds: a :class:`~arrow_split.RolloutBatch`'s parts, checked, read-only."""
 
     record_batch: pa.RecordBatch
-    specs: dict[str, ColumnSpec]
-    batch_globals: dict[str, object]
+    specs: Mapping[str, ColumnSpec]
+    batch_globals: Mapping[str, object]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -113,9 +114,6 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
         file_bytes = mapped.size()
         record_batch = _read_single_batch(mapped, source)
     metadata = decode_metadata(record_batch.schema, source)
-    parts = _build(record_batch, metadata, source)
-    if validate:
-        _validate(parts, source)
     info = DumpInfo(
         path=source,
         file_bytes=int(file_bytes),
@@ -123,7 +121,7 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
         library_version=metadata.library_version,
         compression=metadata.compression,
     )
-    return parts, info
+    return _parts(record_batch, metadata, source, validate), info
 
 
 def write_parquet(
@@ -136,18 +134,14 @@ def write_parquet(
     import pyarrow.parquet as pq
 
     record_batch = _with_metadata(record_batch, specs, batch_globals, None)
-    plain = [  # objects stored once become one opaque binary per row, as other readers expect
-        column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
-        for column in record_batch.columns
-    ]
-    schema = pa.schema(
+    schema = pa.schema(  # objects stored once become one opaque binary per row, as others expect
         [
-            field.with_type(column.type)
-            for field, column in zip(record_batch.schema, plain, strict=True)
+            field.with_type(field.type.value_type) if pa.types.is_dictionary(field.type) else field
+            for field in record_batch.schema
         ],
         metadata=record_batch.schema.metadata,
     )
-    table = pa.Table.from_arrays(plain, schema=schema)
+    table = pa.Table.from_batches([record_batch]).cast(schema)
     _write_atomically(path, lambda sink: pq.write_table(table, sink))
 
 
@@ -157,18 +151,13 @@ def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
 
     source = _existing(path, "Parquet file")
     try:
-        table = pq.read_table(source)
-        record_batch = table.combine_chunks().to_batches()
-        schema = table.schema
+        table = pq.read_table(source).combine_chunks()
     except (OSError, pa.ArrowException) as exc:
         msg = f"not a readable Parquet file: {exc}"
         raise DumpError(msg, path=source) from exc
-    merged = record_batch[0] if record_batch else pa.RecordBatch.from_pylist([], schema=schema)
-    metadata = decode_metadata(schema, source)
-    parts = _build(merged.replace_schema_metadata(schema.metadata), metadata, source)
-    if validate:
-        _validate(parts, source)
-    return parts
+    batches = table.to_batches()  # one, or none of an empty table
+    record_batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
+    return _parts(record_batch, decode_metadata(table.schema, source), source, validate)
 
 
 def _check_compression(compression: object) -> str | None:
@@ -200,17 +189,11 @@ def _with_metadata(
     batch_globals: Mapping[str, object],
     compression: str | None,
 ) -> pa.RecordBatch:
-    metadata = dict(record_batch.schema.metadata or {})
-    metadata.update(encode_metadata(specs, batch_globals, __version__, compression))
-    fields = [
-        field.with_metadata(field_metadata(specs[field.name], specs))
-        if field.name in specs
-        else field
-        for field in record_batch.schema
-    ]
-    return pa.RecordBatch.from_arrays(
-        record_batch.columns, schema=pa.schema(fields, metadata=metadata)
-    )
+    schema = record_batch.schema
+    ours = encode_metadata(specs, batch_globals, __version__, compression)
+    fields = [field.with_metadata(field_metadata(specs[field.name], specs)) for field in schema]
+    schema = pa.schema(fields, metadata={**(schema.metadata or {}), **ours})
+    return pa.RecordBatch.from_arrays(record_batch.columns, schema=schema)
 
 
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:
@@ -218,7 +201,7 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
 
     OS errors pass through as ``open``'s do; the temporary is removed first.
     """
-    target = _check_path(path)
+    target = as_path("path", path)
     folder, name = os.path.split(target)
     if folder and not os.path.isdir(folder):
         msg = f"cannot write `{target}`: no folder `{folder}`"
@@ -240,8 +223,7 @@ def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) ->
         raise
 
 
-# The first bytes of the files a dump is mistaken for, and the reader each needs.
-_OTHER_FORMATS = {  # magic bytes -> (what the file is, how to read it)
+_OTHER_FORMATS = {  # the first bytes of a file taken for a dump -> what it is, how to read it
     b"PAR1": (
         "a Parquet file (`RolloutBatch.to_parquet`)",
         "read it with `RolloutBatch.read_parquet(path)`",
@@ -282,7 +264,26 @@ def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBat
     return record_batch
 
 
-def _validate(parts: DumpParts, source: str) -> None:
+def _parts(
+    record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str, validate: bool
+) -> DumpParts:
+    """The parts (validated if asked): a version-1 dump's pickles stored once, our metadata gone."""
+    schema, specs = record_batch.schema, metadata.specs
+    arrays = [
+        codec_for(specs[name]).stored(specs[name], column)
+        for name, column in zip(schema.names, record_batch.columns, strict=True)
+    ]
+    fields = [
+        field.remove_metadata().with_type(array.type)
+        for field, array in zip(schema, arrays, strict=True)
+    ]
+    kept = {key: text for key, text in (schema.metadata or {}).items() if key not in metadata.keys}
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, kept or None))
+    parts = DumpParts(
+        record_batch, MappingProxyType(specs), MappingProxyType(metadata.batch_globals)
+    )
+    if not validate:
+        return parts
     try:
         check_content(*parts)
     except ArrowSplitError as exc:
@@ -293,15 +294,11 @@ def _validate(parts: DumpParts, source: str) -> None:
             "`validate=False` only to inspect it)"
         )
         raise DumpError(msg, path=source, key=exc.key, fix=fix) from exc
-
-
-def _check_path(path: object) -> str:
-    """``path`` as a str: the one rule of every path argument (:func:`as_path`)."""
-    return as_path("path", path)
+    return parts
 
 
 def _existing(path: object, what: str) -> str:
-    source = _check_path(path)
+    source = as_path("path", path)
     if not os.path.exists(source):
         msg = f"no {what} at `{source}`"
         raise FileNotFoundError(2, msg, source)
@@ -315,28 +312,3 @@ def _decode_names(schema: pa.Schema) -> None:
         field = fields.pop()
         field.name  # noqa: B018 - the access decodes the name
         fields.extend(field.type.field(i) for i in range(field.type.num_fields))
-
-
-def _stored(record_batch: pa.RecordBatch, specs: Mapping[str, ColumnSpec]) -> pa.RecordBatch:
-    """The columns in the form this version stores (a version-1 dump's pickles stored once)."""
-    arrays = [
-        codec_for(specs[name]).stored(specs[name], column) if name in specs else column
-        for name, column in zip(record_batch.schema.names, record_batch.columns, strict=True)
-    ]
-    if all(new is old for new, old in zip(arrays, record_batch.columns, strict=True)):
-        return record_batch
-    return pa.RecordBatch.from_arrays(
-        arrays, names=record_batch.schema.names, metadata=record_batch.schema.metadata
-    )
-
-
-def _build(record_batch: pa.RecordBatch, metadata: DumpMetadata, source: str) -> DumpParts:
-    kept = {
-        key: value
-        for key, value in (record_batch.schema.metadata or {}).items()
-        if key not in metadata.keys
-    }
-    plain = pa.schema([field.remove_metadata() for field in record_batch.schema], kept or None)
-    record_batch = pa.RecordBatch.from_arrays(record_batch.columns, schema=plain)
-    record_batch = _stored(record_batch, metadata.specs)  # the columns matched in decode_metadata
-    return DumpParts(record_batch, dict(metadata.specs), dict(metadata.batch_globals))

@@ -11,7 +11,7 @@ import binascii
 import dataclasses
 import json
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -42,6 +42,11 @@ _SPECS = b"arrow_split.specs"
 _GLOBALS = b"arrow_split.batch_globals"
 _KEYS = frozenset((_VERSION, _LIBRARY, _COMPRESSION, _SPECS, _GLOBALS))
 _NUMERIC_KINDS = "biuf"
+_LENGTH_TEXT: dict[LengthRule, str] = {
+    "tokens": "as many as `{tokens}[i]` has tokens",
+    "response": "covering only the last `{response}[i]` tokens of `{tokens}[i]` (the response)",
+    "tokens_minus_one": "one fewer than `{tokens}[i]` has tokens",
+}
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -226,8 +231,20 @@ def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
         if isinstance(fields[key].default, bool) and not isinstance(value, bool):
             msg = f"column `{column}`: spec field `{key}` must be a bool, got {value!r}"
             raise DumpError(msg, path=source, key=column)
-    arguments: dict[str, Any] = {**_missing_fields(column, stored, fields, source), **stored}
     known = KNOWN_COLUMNS.get(column)
+    if known is not None and all(getattr(known, key) == value for key, value in stored.items()):
+        filled = {name: getattr(known, name) for name in fields}  # an older file of a known key
+    else:
+        filled = {
+            name: field.default
+            for name, field in fields.items()
+            if field.default is not dataclasses.MISSING
+        }
+    lacking = [name for name in fields if name not in filled and name not in stored]
+    if lacking:
+        msg = f"column `{column}`: the stored spec lacks the field `{lacking[0]}`"
+        raise DumpError(msg, path=source, key=column)
+    arguments: dict[str, Any] = {**filled, **stored}
     if arguments.get("role") is None and known is not None and known.role is not None:
         arguments["role"] = known.role  # a role added since (loss_mask), as resolve_specs does
     try:
@@ -235,31 +252,6 @@ def spec_from_json(item: object, position: int, source: str) -> ColumnSpec:
     except (ArrowSplitError, TypeError, ValueError) as exc:
         msg = f"column `{column}`: the stored spec is not valid: {exc}"
         raise DumpError(msg, path=source, key=column) from exc
-
-
-def _missing_fields(
-    column: str,
-    stored: Mapping[str, object],
-    fields: Mapping[str, dataclasses.Field[Any]],
-    source: str,
-) -> dict[str, object]:
-    """Values for the fields an older file lacks: the known spec's, else the defaults."""
-    known = KNOWN_COLUMNS.get(column)
-    agrees = known is not None and all(getattr(known, k) == v for k, v in stored.items())
-    filled: dict[str, object] = {}
-    for name, field in fields.items():
-        if name in stored:
-            continue
-        if agrees:
-            filled[name] = getattr(known, name)
-        elif field.default is not dataclasses.MISSING:
-            filled[name] = field.default
-        elif field.default_factory is not dataclasses.MISSING:
-            filled[name] = field.default_factory()
-        else:
-            msg = f"column `{column}`: the stored spec lacks the field `{name}`"
-            raise DumpError(msg, path=source, key=column)
-    return filled
 
 
 def _global_to_json(key: str, value: object) -> dict[str, object]:
@@ -361,25 +353,10 @@ def field_metadata(spec: ColumnSpec, specs: Mapping[str, ColumnSpec]) -> dict[by
     parts = [kind.text]
     metadata = {b"arrow_split.kind": spec.kind.encode()}
     if spec.length is not None:
-        rules = dict(  # LengthRule's words, in its order: all, response, all but one
-            zip(
-                get_args(LengthRule),
-                [
-                    (tokens, f"as many as `{tokens}[i]` has tokens"),
-                    (
-                        response,
-                        f"covering only the last `{response}[i]` tokens of `{tokens}[i]` "
-                        "(the response)",
-                    ),
-                    (tokens, f"one fewer than `{tokens}[i]` has tokens"),
-                ],
-                strict=True,
-            )
-        )
-        length_of, text = rules[spec.length]
+        length_of = response if spec.length == "response" else tokens
         metadata[b"arrow_split.length_rule"] = spec.length.encode()
         metadata[b"arrow_split.length_of"] = length_of.encode()
-        parts.append(text)
+        parts.append(_LENGTH_TEXT[spec.length].format(tokens=tokens, response=response))
     stored_as = kind.stored_as(spec)
     if stored_as is not None:
         metadata[b"arrow_split.codec"] = spec.codec.encode()
