@@ -13,7 +13,7 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,7 @@ import pyarrow as pa
 from arrow_split import RolloutBatchBuilder
 from arrow_split.testing import RolloutConfig, iter_sample_groups, make_train_data
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["DemoConfig", "StepReport", "rollout_config", "run_demo"]
+__all__ = ["DemoConfig", "StepReport", "run_demo"]
 
 # The dtype each checked column is compared in, on both sides.
 _CHECKED: dict[str, type[np.generic]] = {
@@ -69,35 +66,16 @@ class StepReport:
     samples_checked: int
 
 
-def rollout_config(config: DemoConfig) -> RolloutConfig:
-    """The generator's settings for the demo's batches (long-tailed, capped responses)."""
-    return RolloutConfig(
-        samples=config.samples,
-        response_mean=float(config.mean_response),
-        response_cap=config.max_response,
-        moe_shape=(4, 2) if config.moe else None,
-        seed=config.seed,
-        columns="numeric",
+def _crc32s(values: Sequence[Any], dtype: type[np.generic]) -> np.ndarray:
+    return np.array(
+        [zlib.crc32(np.ascontiguousarray(value, dtype=dtype).tobytes()) for value in values],
+        dtype=np.int64,
     )
 
 
-def _checksums(values: Sequence[Any], dtype: type[np.generic]) -> list[int]:
-    return [zlib.crc32(np.ascontiguousarray(value, dtype=dtype).tobytes()) for value in values]
-
-
-def _per_sample_arrays(tensors: torch.Tensor | list[torch.Tensor]) -> list[np.ndarray]:
-    if isinstance(tensors, list):
-        return [tensor.numpy() for tensor in tensors]
-    return list(tensors.numpy()[:, None])  # a scalar column: one value per sample
-
-
-def _expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """CRC32 of every sample of every checked column, from the original values."""
-    return {
-        key: np.asarray(_checksums(data[key], dtype), dtype=np.int64)
-        for key, dtype in _CHECKED.items()
-        if key in data
-    }
+def _checksums(columns: Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]:
+    """CRC32 of every sample of each checked column, in the dtype both sides compare it in."""
+    return {key: _crc32s(columns[key], dtype) for key, dtype in _CHECKED.items() if key in columns}
 
 
 def _tensor_values(shard: Any) -> dict[str, list[np.ndarray]]:
@@ -107,7 +85,8 @@ def _tensor_values(shard: Any) -> dict[str, list[np.ndarray]]:
     from arrow_split.torch import to_tensors
 
     tensors = to_tensors(shard, token_dtype=torch.int32, mask_dtype=torch.uint8)
-    return {key: _per_sample_arrays(tensors[key]) for key in _CHECKED if key in tensors}
+    # a list of one tensor per sample, or a scalar column's tensor (iterated: one 0-d per sample)
+    return {key: [tensor.numpy() for tensor in tensors[key]] for key in _CHECKED if key in tensors}
 
 
 def _arrow_values(shard: Any) -> dict[str, list[Any]]:
@@ -128,25 +107,18 @@ class _TrainActor:
         balance_data: bool,
         tensors: bool = True,
     ) -> dict[str, Any]:
-        """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
-
-        ``handle``: the eager references, or the delayed one in a list (so Ray does not fetch it).
-        ``tensors``: make torch tensors (else check the shard's own values, without torch).
-        """
+        """One step: the rank's rows, their CRC32s, its seconds and bytes."""
         from arrow_split.ray import process_rollout_data
 
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()
-        refs_or_ref = handle[0] if delayed else handle
+        refs_or_ref = handle[0] if delayed else handle  # delayed: listed, so Ray keeps it
         shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
         values = _tensor_values(shard) if tensors else _arrow_values(shard)
         seconds = time.perf_counter() - start
-        checksums = {
-            key: _checksums(values[key], dtype) for key, dtype in _CHECKED.items() if key in values
-        }
         return {
             "partition": np.asarray(shard.partition).tolist(),
-            "checksums": checksums,
+            "checksums": _checksums(values),
             "seconds": seconds,
             "shard_bytes": shard.nbytes,
             "arrow_allocated": pa.total_allocated_bytes() - allocated,
@@ -158,8 +130,16 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
 
     from arrow_split.ray import split_train_data_by_dp
 
-    settings = rollout_config(config)
-    expected = _expected_checksums(make_train_data(settings, step))
+    experts = (4, 2) if config.moe else None  # (layers, top_k)
+    settings = RolloutConfig(
+        config.samples,
+        float(config.mean_response),
+        config.max_response,
+        moe_shape=experts,
+        seed=config.seed,
+        columns="numeric",
+    )  # long-tailed, capped responses
+    expected = _checksums(make_train_data(settings, step))
     builder = RolloutBatchBuilder()
     appending = 0.0
     # The rollout loop: groups of samples finish one after the other and become columnar at

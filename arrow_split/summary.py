@@ -72,8 +72,9 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
     sizes = tuple(dp_sizes)
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            msg = f"`dp_sizes` must hold positive ints, got {size!r} of type {type(size).__name__}"
-            raise PlanTypeError(msg, key="dp_sizes", got=f"{size!r} of type {type(size).__name__}")
+            got = f"{size!r} of type {type(size).__name__}"
+            msg = f"`dp_sizes` must hold positive ints, got {got}"
+            raise PlanTypeError(msg, key="dp_sizes", got=got)
         if size < 1:
             msg = f"`dp_sizes` must hold positive ints, got {size!r}"
             raise PlanError(msg, key="dp_sizes", got=repr(size))
@@ -173,15 +174,12 @@ def _describe(value: object) -> str:
 def _fingerprints(lengths: np.ndarray, sizes: Sequence[int], balance_data: bool) -> str:
     if not sizes:
         return "plan fingerprints: no `dp_size` given"
-    methods = (True, False) if balance_data else (False, True)
+    in_use, other = ("balanced", "strided") if balance_data else ("strided", "balanced")
     rows = [("dp_size", "method", "fingerprint")]
     for size in sizes:
-        for balanced in methods:
-            name = ("balanced" if balanced else "strided") + (
-                "*" if balanced == balance_data else ""
-            )
+        for name, method in ((f"{in_use}*", in_use), (other, other)):
             try:
-                fingerprint = plan_fingerprint(lengths, size, balance_data=balanced)
+                fingerprint = plan_fingerprint(lengths, size, balance_data=method == "balanced")
             except PlanError as exc:
                 fingerprint = f"cannot plan: {exc}"
             rows.append((str(size), name, fingerprint))

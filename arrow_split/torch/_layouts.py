@@ -57,6 +57,11 @@ class TensorOptions:
     pad_to_multiple_of: int | None
     writable: bool = False  # tensors of their own: never a view of the shard's memory
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the tensors stay on the CPU (no device, or the CPU's)."""
+        return self.device is None or self.device.type == "cpu"
+
 
 def parse_device(device: object) -> torch.device | None:
     """``device`` (None, a ``torch.device`` or a str) as a ``torch.device`` or ``None``."""
