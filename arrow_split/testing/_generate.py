@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Literal
@@ -194,9 +195,8 @@ def _sampling_masks(
     counts = rng.integers(1, top_k + 1, size=int(response.sum()), dtype=np.int64)
     ids = rng.integers(0, VOCAB_SIZE, size=int(counts.sum()), dtype=np.int32)
     token_offsets = np.concatenate([[0], np.cumsum(counts)])
-    sample_offsets = np.concatenate([[0], np.cumsum(response)])
     masks = []
-    for begin, end in zip(sample_offsets[:-1].tolist(), sample_offsets[1:].tolist(), strict=True):
+    for begin, end in itertools.pairwise([0, *np.cumsum(response).tolist()]):
         start, stop = int(token_offsets[begin]), int(token_offsets[end])
         values, offsets = ids[start:stop], token_offsets[begin : end + 1] - start
         if not config.numpy_for("rollout_sampling_masks"):

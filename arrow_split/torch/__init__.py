@@ -39,10 +39,10 @@ from arrow_split.torch._layouts import (
     RaggedColumn,
     TensorOptions,
     Tensors,
-    TokenListColumn,
     arrange,
     move,
     parse_device,
+    token_list_tensors,
 )
 
 __all__ = [
@@ -286,13 +286,11 @@ def _tensor_of(
     return move(torch.from_numpy(_private_or_copy(values, column.buffer)), options)
 
 
-def _token_list_column(column: ColumnValues, options: TensorOptions) -> TokenListColumn:
-    return TokenListColumn(
-        column.spec,
-        _tensor_of(column, options),
-        np.asarray(column.offsets, dtype=np.int64),
-        np.asarray(column.token_offsets, dtype=np.int64),
-    )
+def _token_list_column(column: ColumnValues, options: TensorOptions) -> dict[str, Tensors]:
+    sample_offsets = np.asarray(column.offsets, dtype=np.int64)
+    token_offsets = np.asarray(column.token_offsets, dtype=np.int64)
+    values = _tensor_of(column, options)
+    return token_list_tensors(column.spec.name, values, sample_offsets, token_offsets, options)
 
 
 def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
