@@ -8,7 +8,7 @@ import itertools
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias, cast
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -93,10 +93,11 @@ class RaggedColumn:
         return np.diff(self.offsets)
 
     @property
-    def group(self) -> tuple[str, str]:
-        """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        rule = "tokens" if self.spec.role == "length_source" else self.spec.length
-        return ("rule", rule) if rule in _SEQLENS_KEYS else ("column", self.spec.name)
+    def group(self) -> tuple[LengthRule | None, str]:
+        """The length group: ``(rule, "")`` (its columns share extra keys), or ``(None, name)``."""
+        length_source = self.spec.role == "length_source"
+        rule: LengthRule | None = "tokens" if length_source else self.spec.length
+        return (rule, "") if rule in _SEQLENS_KEYS else (None, self.spec.name)
 
 
 def token_list_tensors(
@@ -116,11 +117,11 @@ def token_list_tensors(
         cu_seqlens = move(_cu_seqlens(name, sample_offsets), options)
         return {name: values, f"{name}_offsets": offsets, f"{name}_cu_seqlens": cu_seqlens}
     per_sample = list(torch.split(values, np.diff(token_offsets[sample_offsets]).tolist()))
-    offsets = [
+    from_zero = [
         move(torch.from_numpy(token_offsets[b : e + 1] - token_offsets[b]), options)
         for b, e in itertools.pairwise(sample_offsets.tolist())
     ]
-    return {name: per_sample, f"{name}_offsets": offsets}
+    return {name: per_sample, f"{name}_offsets": from_zero}
 
 
 def _per_sample(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
@@ -130,8 +131,8 @@ def _per_sample(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arra
 def _packed(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     extras: dict[str, Tensors] = {}
     for name, column in ragged.items():
-        kind, group = column.group
-        key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
+        rule, own = column.group
+        key = _SEQLENS_KEYS[rule] if rule else f"{own}_cu_seqlens"
         if key not in extras:
             extras[key] = move(_cu_seqlens(name, column.offsets), options)
     return {name: column.values for name, column in ragged.items()}, extras
@@ -150,14 +151,12 @@ def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
 
 
 def _padded(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
-    masks: dict[tuple[str, str], torch.Tensor] = {}
+    masks: dict[tuple[LengthRule | None, str], torch.Tensor] = {}
     for column in ragged.values():
         if column.group not in masks:
             masks[column.group] = _length_mask(column, ragged, options)
     extras: dict[str, Tensors] = {
-        _MASK_KEYS[cast("LengthRule", group)]: mask
-        for (kind, group), mask in masks.items()
-        if kind == "rule"
+        _MASK_KEYS[rule]: mask for (rule, _), mask in masks.items() if rule
     }
     return {name: _pad(c, masks[c.group], options) for name, c in ragged.items()}, extras
 
@@ -205,7 +204,7 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
 def _nested(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     """Columns of one length group share one offsets tensor, hence one jagged dimension."""
     tensors: dict[str, Tensors] = {}
-    shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
+    shared: dict[tuple[LengthRule | None, str], tuple[np.ndarray, torch.Tensor]] = {}
     for name, column in ragged.items():
         offsets = shared.get(column.group)
         if offsets is None or not np.array_equal(offsets[0], column.offsets):
