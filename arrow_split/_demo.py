@@ -21,7 +21,7 @@ import pyarrow as pa
 from arrow_split import RolloutBatchBuilder
 from arrow_split.testing import RolloutConfig, iter_sample_groups, make_train_data
 
-__all__ = ["DemoConfig", "StepReport", "run_demo"]
+__all__ = ["DemoConfig", "run_demo"]
 
 # The dtype each checked column is compared in, on both sides.
 _CHECKED: dict[str, type[np.generic]] = {
@@ -48,22 +48,6 @@ class DemoConfig:
     moe: bool = False
     seed: int = 0
     tensors: bool = True  # ranks make torch tensors (False: they check the shard's Arrow values)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepReport:
-    """One step of one mode, as measured."""
-
-    mode: str
-    step: int
-    append_seconds: float
-    finish_seconds: float
-    put_seconds: float
-    store_bytes: int
-    rank_seconds: list[float]
-    rank_bytes: list[int]
-    rank_allocated: list[int]
-    samples_checked: int
 
 
 def _crc32s(values: Sequence[Any], dtype: type[np.generic]) -> np.ndarray:
@@ -125,7 +109,8 @@ class _TrainActor:
         }
 
 
-def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -> StepReport:
+def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -> str:
+    """Run one step of one mode and check every sample; its row of the table, as measured."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp
@@ -170,17 +155,14 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
     locations = ray.experimental.get_object_locations(handle)  # Ray's record of each object
     store_bytes = sum(int(location.get("object_size") or 0) for location in locations.values())
     del put, handle
-    return StepReport(
-        mode=mode,
-        step=step,
-        append_seconds=appending,
-        finish_seconds=finished - boundary,
-        put_seconds=put_seconds,
-        store_bytes=store_bytes,
-        rank_seconds=[result["seconds"] for result in results],
-        rank_bytes=[result["shard_bytes"] for result in results],
-        rank_allocated=[result["arrow_allocated"] for result in results],
-        samples_checked=checked,
+    finish, seconds = finished - boundary, [result["seconds"] for result in results]
+    rank_mib = statistics.median(result["shard_bytes"] for result in results) / _MIB
+    allocated_mib = statistics.median(result["arrow_allocated"] for result in results) / _MIB
+    return (
+        f"{mode:<8} {step:>4} {appending * 1e3:>9.1f} {finish * 1e3:>9.1f} "
+        f"{put_seconds * 1e3:>8.1f} {(finish + put_seconds) * 1e3:>11.1f} "
+        f"{store_bytes / _MIB:>9.1f} {statistics.median(seconds) * 1e3:>11.1f} "
+        f"{max(seconds) * 1e3:>11.1f} {rank_mib:>8.2f} {allocated_mib:>9.2f} {checked:>10}"
     )
 
 
@@ -202,7 +184,7 @@ def _verify(
     return len(rows)
 
 
-def _print_table(reports: Sequence[StepReport]) -> None:
+def _print_table(rows: Sequence[str]) -> None:
     header = (
         f"{'mode':<8} {'step':>4} {'append ms':>9} {'finish ms':>9} {'put ms':>8} "
         f"{'boundary ms':>11} {'store MiB':>9} "
@@ -211,18 +193,8 @@ def _print_table(reports: Sequence[StepReport]) -> None:
     )
     print(header)
     print("-" * len(header))
-    for report in reports:
-        print(
-            f"{report.mode:<8} {report.step:>4} {report.append_seconds * 1e3:>9.1f} "
-            f"{report.finish_seconds * 1e3:>9.1f} {report.put_seconds * 1e3:>8.1f} "
-            f"{(report.finish_seconds + report.put_seconds) * 1e3:>11.1f} "
-            f"{report.store_bytes / _MIB:>9.1f} "
-            f"{statistics.median(report.rank_seconds) * 1e3:>11.1f} "
-            f"{max(report.rank_seconds) * 1e3:>11.1f} "
-            f"{statistics.median(report.rank_bytes) / _MIB:>8.2f} "
-            f"{statistics.median(report.rank_allocated) / _MIB:>9.2f} "
-            f"{report.samples_checked:>10}"
-        )
+    for row in rows:
+        print(row)
     print(
         "append ms: the rollout loop's appends to the builder (off the critical path); "
         "boundary ms: finish + put, the driver's part of the step's critical path; "
@@ -260,12 +232,12 @@ def run_demo(config: DemoConfig) -> int:
             f"{'balanced' if config.balance_data else 'strided'} plan, "
             f"{config.steps} steps per mode"
         )
-        reports = []
+        rows = []
         for mode in config.modes:
             for step in range(config.steps):
                 _progress(f"{mode} hand-off, step {step + 1} of {config.steps} ...")
-                reports.append(_run_step(config, actors, mode, step))
-        _print_table(reports)
+                rows.append(_run_step(config, actors, mode, step))
+        _print_table(rows)
         print("every sample reached exactly one rank with its values intact, on every step")
     finally:
         ray.shutdown()
