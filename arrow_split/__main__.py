@@ -22,8 +22,6 @@ from arrow_split.summary import inspect_path, summarize
 
 __all__ = ["build_parser", "main"]
 
-# --- the parser ---------------------------------------------------------------------------------
-
 
 def _positive_int(text: str) -> int:
     try:

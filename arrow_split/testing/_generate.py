@@ -110,9 +110,7 @@ class RolloutConfig:
 
     def numpy_for(self, key: str) -> bool:
         """Whether column ``key`` comes as numpy (see ``as_numpy``)."""
-        if isinstance(self.as_numpy, bool):
-            return self.as_numpy
-        return key in self.as_numpy
+        return self.as_numpy if isinstance(self.as_numpy, bool) else key in self.as_numpy
 
 
 WORKLOADS: Mapping[str, RolloutConfig] = MappingProxyType(
@@ -309,10 +307,8 @@ def make_multimodal_train_data(
         }
         for _ in range(prompts)
     ]
-    data["multimodal_train_inputs"] = [
-        images[row // samples_per_prompt]
-        if shared
-        else {key: value.copy() for key, value in images[row // samples_per_prompt].items()}
-        for row in range(count)
-    ]
+    inputs = [images[row // samples_per_prompt] for row in range(count)]
+    if not shared:  # a copy per sample
+        inputs = [{key: value.copy() for key, value in image.items()} for image in inputs]
+    data["multimodal_train_inputs"] = inputs
     return data
