@@ -211,17 +211,13 @@ def _nested(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged
             fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
             offsets = (column.offsets, fresh)
             shared.setdefault(column.group, offsets)
-        tensors[name] = _jagged(column, offsets[1])
+        lengths = column.lengths
+        low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
+        with _quiet_nested():
+            tensors[name] = torch.nested.nested_tensor_from_jagged(
+                column.values, offsets[1], min_seqlen=low, max_seqlen=high
+            )
     return tensors, {}
-
-
-def _jagged(column: RaggedColumn, offsets: torch.Tensor) -> torch.Tensor:
-    lengths = column.lengths
-    low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
-    with _quiet_nested():
-        return torch.nested.nested_tensor_from_jagged(
-            column.values, offsets, min_seqlen=low, max_seqlen=high
-        )
 
 
 @contextlib.contextmanager
