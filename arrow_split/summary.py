@@ -82,7 +82,8 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    real = _unpadded(batch)  # padding rows never enter the statistics
+    flags = batch.role_values("padding")  # the rows pad_to_dp added never enter the statistics
+    real = np.ones(batch.num_samples, np.bool_) if flags is None else ~np.asarray(flags, np.bool_)
     padding = "" if real.all() else f" ({int((~real).sum()):,} padding rows left out)"
     lengths = lengths[real]
     lines = [
@@ -101,14 +102,6 @@ def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
                 f"min {values.min():.4g}, max {values.max():.4g}"
             )
     return "\n".join(lines)
-
-
-def _unpadded(batch: RolloutBatch) -> np.ndarray:
-    """Whether each row is a real sample (not a row :func:`arrow_split.pad_to_dp` added)."""
-    flags = batch.role_values("padding")
-    if flags is None:
-        return np.ones(batch.num_samples, dtype=np.bool_)
-    return ~np.asarray(flags, dtype=np.bool_)
 
 
 def _stats(values: np.ndarray) -> str:
