@@ -96,7 +96,8 @@ class _TrainActor:
 
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()
-        refs_or_ref = handle[0] if delayed else handle  # delayed: listed, so Ray keeps it
+        # a delayed handle comes in a list, so that Ray does not fetch it before this call
+        refs_or_ref = handle[0] if delayed else handle
         shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
         values = _tensor_values(shard) if tensors else _arrow_values(shard)
         seconds = time.perf_counter() - start
