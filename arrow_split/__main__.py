@@ -10,7 +10,6 @@ only when it runs, so a bad flag or ``inspect`` needs neither.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import os
 import sys
@@ -19,10 +18,9 @@ from collections.abc import Sequence
 import arrow_split
 from arrow_split import ArrowSplitError, RolloutBatch, __version__
 from arrow_split._demo import DemoConfig, run_demo
+from arrow_split.summary import inspect_path, summarize
 
 __all__ = ["build_parser", "main"]
-
-# --- the parser ---------------------------------------------------------------------------------
 
 
 def _positive_int(text: str) -> int:
@@ -113,74 +111,54 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
-    modes = ("eager", "delayed") if arguments.mode == "both" else (arguments.mode,)
-    sizes = (arguments.samples, arguments.mean_response, arguments.max_response, arguments.dp_size)
+    same_names = ("samples", "mean_response", "max_response", "dp_size", "steps", "moe", "seed")
     config = DemoConfig(
-        *sizes, arguments.steps, modes, not arguments.strided, arguments.moe, arguments.seed
+        **{name: getattr(arguments, name) for name in same_names},
+        modes=("eager", "delayed") if arguments.mode == "both" else (arguments.mode,),
+        balance_data=not arguments.strided,
+        tensors=_installed("torch"),
     )
-    config = dataclasses.replace(config, tensors=_installed("torch"))
     try:
         return run_demo(config)
     except ArrowSplitError as exc:
-        print(f"arrow-split demo: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return _failed("demo", exc)
 
 
 def _inspect(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> int:
     if arguments.rollout_id is not None and arguments.dashboard_columns is None:
         parser.error("--rollout-id names the dashboard file: pass --dashboard-columns DIR too")
-    journal = _is_journal(arguments.path)
+    path = arguments.path
+    journal = os.path.isdir(path) or _magic(path) in (b"ASJ1", b"ASJ2")
     if journal and arguments.dashboard_columns is not None:
         parser.error("--dashboard-columns reads a dump or a Parquet file, not a journal")
     try:
         if journal:
-            print(arrow_split.describe_journal(arguments.path))
+            print(arrow_split.describe_journal(path))
             return 0
-        parquet = _is_parquet(arguments.path)
-        _summarize(arguments.path, tuple(arguments.dp_size or (8, 64)), parquet)
+        parquet = _magic(path) == b"PAR1"
+        read = RolloutBatch.read_parquet if parquet else RolloutBatch.read
+        dp_sizes = tuple(arguments.dp_size or (8, 64))
+        if parquet:
+            print(f"file: {path}\n  Parquet (RolloutBatch.to_parquet)\n")
+            print(summarize(read(path), dp_sizes=dp_sizes))
+        else:
+            print(inspect_path(path, dp_sizes))  # a dump's objects are never decoded
         if arguments.dashboard_columns is not None:
-            read = RolloutBatch.read_parquet if parquet else RolloutBatch.read
-            batch = read(arguments.path)
-            rollout_id = 0 if arguments.rollout_id is None else arguments.rollout_id
-            written = arrow_split.write_dashboard_columns(
-                batch, arguments.dashboard_columns, rollout_id
-            )
+            directory, rollout_id = arguments.dashboard_columns, arguments.rollout_id or 0
+            written = arrow_split.write_dashboard_columns(read(path), directory, rollout_id)
             print(f"wrote {written}")
     except (ArrowSplitError, FileNotFoundError, IsADirectoryError) as exc:
-        print(f"arrow-split inspect: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
-        return 2
+        return _failed("inspect", exc)
     return 0
 
 
-def _summarize(path: str, dp_sizes: tuple[int, ...], parquet: bool) -> None:
-    """Print the summary of a dump or a Parquet file (objects are never decoded)."""
-    from arrow_split.summary import inspect_path, summarize
-
-    if parquet:
-        batch = RolloutBatch.read_parquet(path)
-        print(f"file: {path}\n  Parquet (RolloutBatch.to_parquet)\n")
-        print(summarize(batch, dp_sizes=dp_sizes))
-    else:
-        print(inspect_path(path, dp_sizes))
-
-
-def _is_journal(path: str) -> bool:
-    """A folder (of a builder's journal), or a file that starts as a journal does."""
-    if os.path.isdir(path):
-        return True
+def _magic(path: str) -> bytes:
+    """The first 4 bytes of the file at ``path`` (none if it cannot be read)."""
     try:
         with open(path, "rb") as file:
-            return file.read(4) in (b"ASJ1", b"ASJ2")
+            return file.read(4)
     except OSError:
-        return False
-
-
-def _is_parquet(path: str) -> bool:
-    try:
-        with open(path, "rb") as file:
-            return file.read(4) == b"PAR1"
-    except OSError:
-        return False
+        return b""
 
 
 def _installed(name: str) -> bool:
@@ -193,10 +171,13 @@ def _installed(name: str) -> bool:
         return False
 
 
-def _one_line(exc: BaseException) -> str:
-    """The message on one line: a name read from a file may hold a newline (shown escaped)."""
-    text = str(exc)
-    return "".join(char if char.isprintable() or char == " " else repr(char)[1:-1] for char in text)
+def _failed(command: str, exc: BaseException) -> int:
+    """Print the error on one line (a name read from a file may hold a newline: escaped); 2."""
+    text = "".join(
+        char if char.isprintable() or char == " " else repr(char)[1:-1] for char in str(exc)
+    )
+    print(f"arrow-split {command}: {type(exc).__name__}: {text}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ import sys
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -21,10 +21,7 @@ import pyarrow as pa
 from arrow_split import RolloutBatchBuilder
 from arrow_split.testing import RolloutConfig, iter_sample_groups, make_train_data
 
-if TYPE_CHECKING:
-    import torch
-
-__all__ = ["DemoConfig", "StepReport", "rollout_config", "run_demo"]
+__all__ = ["DemoConfig", "run_demo"]
 
 # The dtype each checked column is compared in, on both sides.
 _CHECKED: dict[str, type[np.generic]] = {
@@ -53,51 +50,16 @@ class DemoConfig:
     tensors: bool = True  # ranks make torch tensors (False: they check the shard's Arrow values)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class StepReport:
-    """One step of one mode, as measured."""
-
-    mode: str
-    step: int
-    append_seconds: float
-    finish_seconds: float
-    put_seconds: float
-    store_bytes: int
-    rank_seconds: list[float]
-    rank_bytes: list[int]
-    rank_allocated: list[int]
-    samples_checked: int
-
-
-def rollout_config(config: DemoConfig) -> RolloutConfig:
-    """The generator's settings for the demo's batches (long-tailed, capped responses)."""
-    return RolloutConfig(
-        samples=config.samples,
-        response_mean=float(config.mean_response),
-        response_cap=config.max_response,
-        moe_shape=(4, 2) if config.moe else None,
-        seed=config.seed,
-        columns="numeric",
+def _crc32s(values: Sequence[Any], dtype: type[np.generic]) -> np.ndarray:
+    return np.array(
+        [zlib.crc32(np.ascontiguousarray(value, dtype=dtype).tobytes()) for value in values],
+        dtype=np.int64,
     )
 
 
-def _checksums(values: Sequence[Any], dtype: type[np.generic]) -> list[int]:
-    return [zlib.crc32(np.ascontiguousarray(value, dtype=dtype).tobytes()) for value in values]
-
-
-def _per_sample_arrays(tensors: torch.Tensor | list[torch.Tensor]) -> list[np.ndarray]:
-    if isinstance(tensors, list):
-        return [tensor.numpy() for tensor in tensors]
-    return list(tensors.numpy()[:, None])  # a scalar column: one value per sample
-
-
-def _expected_checksums(data: Mapping[str, Any]) -> dict[str, np.ndarray]:
-    """CRC32 of every sample of every checked column, from the original values."""
-    return {
-        key: np.asarray(_checksums(data[key], dtype), dtype=np.int64)
-        for key, dtype in _CHECKED.items()
-        if key in data
-    }
+def _checksums(columns: Mapping[str, Sequence[Any]]) -> dict[str, np.ndarray]:
+    """CRC32 of every sample of each checked column, in the dtype both sides compare it in."""
+    return {key: _crc32s(columns[key], dtype) for key, dtype in _CHECKED.items() if key in columns}
 
 
 def _tensor_values(shard: Any) -> dict[str, list[np.ndarray]]:
@@ -107,7 +69,8 @@ def _tensor_values(shard: Any) -> dict[str, list[np.ndarray]]:
     from arrow_split.torch import to_tensors
 
     tensors = to_tensors(shard, token_dtype=torch.int32, mask_dtype=torch.uint8)
-    return {key: _per_sample_arrays(tensors[key]) for key in _CHECKED if key in tensors}
+    # a list of one tensor per sample, or a scalar column's tensor (iterated: one 0-d per sample)
+    return {key: [tensor.numpy() for tensor in tensors[key]] for key in _CHECKED if key in tensors}
 
 
 def _arrow_values(shard: Any) -> dict[str, list[Any]]:
@@ -128,38 +91,41 @@ class _TrainActor:
         balance_data: bool,
         tensors: bool = True,
     ) -> dict[str, Any]:
-        """Process one step; return the rows, their CRC32s, the time and the Arrow bytes.
-
-        ``handle``: the eager references, or the delayed one in a list (so Ray does not fetch it).
-        ``tensors``: make torch tensors (else check the shard's own values, without torch).
-        """
+        """One step: the rank's rows, their CRC32s, its seconds and bytes."""
         from arrow_split.ray import process_rollout_data
 
         allocated = pa.total_allocated_bytes()
         start = time.perf_counter()
+        # a delayed handle comes in a list, so that Ray does not fetch it before this call
         refs_or_ref = handle[0] if delayed else handle
         shard = process_rollout_data(refs_or_ref, dp_rank, dp_size, balance_data=balance_data)
         values = _tensor_values(shard) if tensors else _arrow_values(shard)
         seconds = time.perf_counter() - start
-        checksums = {
-            key: _checksums(values[key], dtype) for key, dtype in _CHECKED.items() if key in values
-        }
         return {
             "partition": np.asarray(shard.partition).tolist(),
-            "checksums": checksums,
+            "checksums": _checksums(values),
             "seconds": seconds,
             "shard_bytes": shard.nbytes,
             "arrow_allocated": pa.total_allocated_bytes() - allocated,
         }
 
 
-def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -> StepReport:
+def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -> str:
+    """Run one step of one mode and check every sample; its row of the table, as measured."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp
 
-    settings = rollout_config(config)
-    expected = _expected_checksums(make_train_data(settings, step))
+    experts = (4, 2) if config.moe else None  # (layers, top_k)
+    settings = RolloutConfig(
+        config.samples,
+        float(config.mean_response),
+        config.max_response,
+        moe_shape=experts,
+        seed=config.seed,
+        columns="numeric",
+    )  # long-tailed, capped responses
+    expected = _checksums(make_train_data(settings, step))
     builder = RolloutBatchBuilder()
     appending = 0.0
     # The rollout loop: groups of samples finish one after the other and become columnar at
@@ -190,17 +156,14 @@ def _run_step(config: DemoConfig, actors: Sequence[Any], mode: str, step: int) -
     locations = ray.experimental.get_object_locations(handle)  # Ray's record of each object
     store_bytes = sum(int(location.get("object_size") or 0) for location in locations.values())
     del put, handle
-    return StepReport(
-        mode=mode,
-        step=step,
-        append_seconds=appending,
-        finish_seconds=finished - boundary,
-        put_seconds=put_seconds,
-        store_bytes=store_bytes,
-        rank_seconds=[result["seconds"] for result in results],
-        rank_bytes=[result["shard_bytes"] for result in results],
-        rank_allocated=[result["arrow_allocated"] for result in results],
-        samples_checked=checked,
+    finish, seconds = finished - boundary, [result["seconds"] for result in results]
+    rank_mib = statistics.median(result["shard_bytes"] for result in results) / _MIB
+    allocated_mib = statistics.median(result["arrow_allocated"] for result in results) / _MIB
+    return (
+        f"{mode:<8} {step:>4} {appending * 1e3:>9.1f} {finish * 1e3:>9.1f} "
+        f"{put_seconds * 1e3:>8.1f} {(finish + put_seconds) * 1e3:>11.1f} "
+        f"{store_bytes / _MIB:>9.1f} {statistics.median(seconds) * 1e3:>11.1f} "
+        f"{max(seconds) * 1e3:>11.1f} {rank_mib:>8.2f} {allocated_mib:>9.2f} {checked:>10}"
     )
 
 
@@ -222,7 +185,7 @@ def _verify(
     return len(rows)
 
 
-def _print_table(reports: Sequence[StepReport]) -> None:
+def _print_table(rows: Sequence[str]) -> None:
     header = (
         f"{'mode':<8} {'step':>4} {'append ms':>9} {'finish ms':>9} {'put ms':>8} "
         f"{'boundary ms':>11} {'store MiB':>9} "
@@ -231,18 +194,8 @@ def _print_table(reports: Sequence[StepReport]) -> None:
     )
     print(header)
     print("-" * len(header))
-    for report in reports:
-        print(
-            f"{report.mode:<8} {report.step:>4} {report.append_seconds * 1e3:>9.1f} "
-            f"{report.finish_seconds * 1e3:>9.1f} {report.put_seconds * 1e3:>8.1f} "
-            f"{(report.finish_seconds + report.put_seconds) * 1e3:>11.1f} "
-            f"{report.store_bytes / _MIB:>9.1f} "
-            f"{statistics.median(report.rank_seconds) * 1e3:>11.1f} "
-            f"{max(report.rank_seconds) * 1e3:>11.1f} "
-            f"{statistics.median(report.rank_bytes) / _MIB:>8.2f} "
-            f"{statistics.median(report.rank_allocated) / _MIB:>9.2f} "
-            f"{report.samples_checked:>10}"
-        )
+    for row in rows:
+        print(row)
     print(
         "append ms: the rollout loop's appends to the builder (off the critical path); "
         "boundary ms: finish + put, the driver's part of the step's critical path; "
@@ -280,12 +233,12 @@ def run_demo(config: DemoConfig) -> int:
             f"{'balanced' if config.balance_data else 'strided'} plan, "
             f"{config.steps} steps per mode"
         )
-        reports = []
+        rows = []
         for mode in config.modes:
             for step in range(config.steps):
                 _progress(f"{mode} hand-off, step {step + 1} of {config.steps} ...")
-                reports.append(_run_step(config, actors, mode, step))
-        _print_table(reports)
+                rows.append(_run_step(config, actors, mode, step))
+        _print_table(rows)
         print("every sample reached exactly one rank with its values intact, on every step")
     finally:
         ray.shutdown()

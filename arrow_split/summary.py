@@ -72,8 +72,9 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
     sizes = tuple(dp_sizes)
     for size in sizes:
         if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            msg = f"`dp_sizes` must hold positive ints, got {size!r} of type {type(size).__name__}"
-            raise PlanTypeError(msg, key="dp_sizes", got=f"{size!r} of type {type(size).__name__}")
+            got = f"{size!r} of type {type(size).__name__}"
+            msg = f"`dp_sizes` must hold positive ints, got {got}"
+            raise PlanTypeError(msg, key="dp_sizes", got=got)
         if size < 1:
             msg = f"`dp_sizes` must hold positive ints, got {size!r}"
             raise PlanError(msg, key="dp_sizes", got=repr(size))
@@ -81,7 +82,8 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    real = _unpadded(batch)  # padding rows never enter the statistics
+    flags = batch.role_values("padding")  # the rows pad_to_dp added never enter the statistics
+    real = np.ones(batch.num_samples, np.bool_) if flags is None else ~np.asarray(flags, np.bool_)
     padding = "" if real.all() else f" ({int((~real).sum()):,} padding rows left out)"
     lengths = lengths[real]
     lines = [
@@ -100,14 +102,6 @@ def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
                 f"min {values.min():.4g}, max {values.max():.4g}"
             )
     return "\n".join(lines)
-
-
-def _unpadded(batch: RolloutBatch) -> np.ndarray:
-    """Whether each row is a real sample (not a row :func:`arrow_split.pad_to_dp` added)."""
-    flags = batch.role_values("padding")
-    if flags is None:
-        return np.ones(batch.num_samples, dtype=np.bool_)
-    return ~np.asarray(flags, dtype=np.bool_)
 
 
 def _stats(values: np.ndarray) -> str:
@@ -173,15 +167,12 @@ def _describe(value: object) -> str:
 def _fingerprints(lengths: np.ndarray, sizes: Sequence[int], balance_data: bool) -> str:
     if not sizes:
         return "plan fingerprints: no `dp_size` given"
-    methods = (True, False) if balance_data else (False, True)
+    in_use, other = ("balanced", "strided") if balance_data else ("strided", "balanced")
     rows = [("dp_size", "method", "fingerprint")]
     for size in sizes:
-        for balanced in methods:
-            name = ("balanced" if balanced else "strided") + (
-                "*" if balanced == balance_data else ""
-            )
+        for name, method in ((f"{in_use}*", in_use), (other, other)):
             try:
-                fingerprint = plan_fingerprint(lengths, size, balance_data=balanced)
+                fingerprint = plan_fingerprint(lengths, size, balance_data=method == "balanced")
             except PlanError as exc:
                 fingerprint = f"cannot plan: {exc}"
             rows.append((str(size), name, fingerprint))

@@ -127,6 +127,7 @@ def assert_shards_equal(left: RolloutBatch | Shard, right: RolloutBatch | Shard)
 
 
 _IDENTITY = "sample_indices"
+_GROUP = 4  # samples per group the kill test's writer appends
 _RECORD_FRAME = struct.Struct("<4s8sQQQI")  # a record's frame (format 2: arrow_split._journal)
 
 
@@ -153,16 +154,15 @@ class KillReport:
         return dataclasses.asdict(self)
 
 
-def _kill_stream(seed: int, groups: int) -> list[dict[str, Any]]:
-    """The seeded stream of groups of 4 samples that the kill test appends (every column kind)."""
-    config = RolloutConfig(groups * 4, 96.0, 384, prompt_tokens=(8, 64), seed=seed)
-    return list(iter_sample_groups(config, 4))
+def _kill_config(seed: int, groups: int) -> RolloutConfig:
+    """The seeded batch whose groups of 4 samples the kill test appends (every column kind)."""
+    return RolloutConfig(groups * _GROUP, 96.0, 384, prompt_tokens=(8, 64), seed=seed)
 
 
 def _zygote() -> None:  # pragma: no cover - runs in the helper process
     """The helper process: ``run <start>`` on stdin forks a writer, then reports its exit."""
     folder, seed, groups, sync = sys.argv[1:5]
-    stream = _kill_stream(int(seed), int(groups))
+    stream = list(iter_sample_groups(_kill_config(int(seed), int(groups)), _GROUP))
     for line in sys.stdin:
         start = int(line.split()[1])
         pid = os.fork()
@@ -190,13 +190,13 @@ def _writer(
         signal.pause()
 
 
-def _expected(stream: Sequence[dict[str, Any]], count: int) -> RolloutBatch:
-    """``from_train_data`` of the first ``count`` groups of the stream."""
-    train_data = dict(stream[0])
-    for key in stream[0]:
-        if is_per_sample(key):
-            train_data[key] = [item for group in stream[:count] for item in list(group[key])]
-    return RolloutBatch.from_train_data(train_data)
+def _first_groups(train_data: Mapping[str, Any], count: int) -> RolloutBatch:
+    """``from_train_data`` of the first ``count`` groups of ``train_data``."""
+    rows = count * _GROUP
+    first = {
+        key: value[:rows] if is_per_sample(key) else value for key, value in train_data.items()
+    }
+    return RolloutBatch.from_train_data(first)
 
 
 def _recovered(folder: str, scratch: str) -> tuple[RolloutBatch, bool]:
@@ -220,18 +220,18 @@ class _Counts:
         self.values.update(torn_tails=0, torn_injected=0, acked_samples=0)
 
     def judge(
-        self, stream: Sequence[dict[str, Any]], acked: int, got: RolloutBatch, torn_tail: bool
+        self, train_data: Mapping[str, Any], acked: int, got: RolloutBatch, torn_tail: bool
     ) -> None:
         """Compare a recovery with the first ``acked`` groups (or ``acked + 1``, whole)."""
         self.values["torn_tails"] += torn_tail
         names = got.record_batch.schema.names
         ids = got.record_batch.column(_IDENTITY).to_pylist() if _IDENTITY in names else []
-        wanted = [i for group in stream[:acked] for i in list(group[_IDENTITY])]
+        wanted = train_data[_IDENTITY][: acked * _GROUP]
         self.values["acked_samples"] = max(self.values["acked_samples"], len(wanted))
         self.values["duplicated"] += len(ids) - len(set(ids))
         self.values["lost"] += len(set(wanted) - set(ids))
         extra = len(set(ids) - set(wanted))
-        whole = len(stream[acked][_IDENTITY]) if acked < len(stream) else 0
+        whole = len(train_data[_IDENTITY][acked * _GROUP : (acked + 1) * _GROUP])
         if extra and extra != whole:
             self.values["torn"] += extra
             return
@@ -240,7 +240,7 @@ class _Counts:
         if not ids:
             return
         try:
-            assert_batches_equal(got, _expected(stream, acked + bool(extra)))
+            assert_batches_equal(got, _first_groups(train_data, acked + bool(extra)))
         except AssertionError:
             self.values["torn"] += 1
 
@@ -258,14 +258,6 @@ def _cut_last_record(folder: str, rng: random.Random) -> None:
         file.truncate(rng.randrange(start + 1, end))
 
 
-def _read(pipe: IO[bytes]) -> list[str]:
-    line = pipe.readline().decode()
-    if not line:
-        msg = "the kill test's helper process died; run it alone to see its error"
-        raise JournalError(msg)
-    return line.split()
-
-
 def _one_round(
     zygote: subprocess.Popen[bytes], acked: int, target: int, delay: float
 ) -> tuple[int, bool]:
@@ -274,8 +266,8 @@ def _one_round(
     commands.write(f"run {max(0, acked - 1)}\n".encode())
     commands.flush()
     pid, killed = 0, False
-    while True:
-        words = _read(reports)
+    for line in iter(reports.readline, b""):
+        words = line.decode().split()
         if words[0] == "pid":
             pid = int(words[1])
         elif words[0] == "ack":
@@ -289,6 +281,8 @@ def _one_round(
             _kill(pid)
         elif words[0] == "exit":
             return acked, killed
+    msg = "the kill test's helper process died; run it alone to see its error"
+    raise JournalError(msg)
 
 
 def _kill(pid: int) -> bool:
@@ -324,7 +318,7 @@ def run_kill_test(
     base = folder or tempfile.mkdtemp(prefix="arrow_split_kill_")
     journal, scratch = os.path.join(base, "journal"), os.path.join(base, "scratch")
     os.makedirs(journal, exist_ok=True)
-    stream = _kill_stream(seed, groups)
+    train_data = make_train_data(_kill_config(seed, groups))
     arguments = [journal, str(seed), str(groups), sync]
     code = "from arrow_split.testing import _zygote; _zygote()"
     counts, done, rounds, start = _Counts(), 0, 1, 0
@@ -340,11 +334,11 @@ def run_kill_test(
                     os.makedirs(journal)
                     rounds, start = rounds + 1, 0
                     continue
-                counts.judge(stream, acked, *_recovered(journal, scratch))
+                counts.judge(train_data, acked, *_recovered(journal, scratch))
                 if counts.kept and rng.random() < 0.5:
                     _cut_last_record(journal, rng)
                     counts.values["torn_injected"] += 1
-                    counts.judge(stream, acked, *_recovered(journal, scratch))
+                    counts.judge(train_data, acked, *_recovered(journal, scratch))
                     counts.values["torn"] += counts.kept  # a cut record must be gone whole
                 start, done = acked, done + 1
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Literal
@@ -109,9 +110,7 @@ class RolloutConfig:
 
     def numpy_for(self, key: str) -> bool:
         """Whether column ``key`` comes as numpy (see ``as_numpy``)."""
-        if isinstance(self.as_numpy, bool):
-            return self.as_numpy
-        return key in self.as_numpy
+        return self.as_numpy if isinstance(self.as_numpy, bool) else key in self.as_numpy
 
 
 WORKLOADS: Mapping[str, RolloutConfig] = MappingProxyType(
@@ -194,9 +193,8 @@ def _sampling_masks(
     counts = rng.integers(1, top_k + 1, size=int(response.sum()), dtype=np.int64)
     ids = rng.integers(0, VOCAB_SIZE, size=int(counts.sum()), dtype=np.int32)
     token_offsets = np.concatenate([[0], np.cumsum(counts)])
-    sample_offsets = np.concatenate([[0], np.cumsum(response)])
     masks = []
-    for begin, end in zip(sample_offsets[:-1].tolist(), sample_offsets[1:].tolist(), strict=True):
+    for begin, end in itertools.pairwise([0, *np.cumsum(response).tolist()]):
         start, stop = int(token_offsets[begin]), int(token_offsets[end])
         values, offsets = ids[start:stop], token_offsets[begin : end + 1] - start
         if not config.numpy_for("rollout_sampling_masks"):
@@ -309,10 +307,8 @@ def make_multimodal_train_data(
         }
         for _ in range(prompts)
     ]
-    data["multimodal_train_inputs"] = [
-        images[row // samples_per_prompt]
-        if shared
-        else {key: value.copy() for key, value in images[row // samples_per_prompt].items()}
-        for row in range(count)
-    ]
+    inputs = [images[row // samples_per_prompt] for row in range(count)]
+    if not shared:  # a copy per sample
+        inputs = [{key: value.copy() for key, value in image.items()} for image in inputs]
+    data["multimodal_train_inputs"] = inputs
     return data

@@ -39,10 +39,10 @@ from arrow_split.torch._layouts import (
     RaggedColumn,
     TensorOptions,
     Tensors,
-    TokenListColumn,
     arrange,
     move,
     parse_device,
+    token_list_tensors,
 )
 
 __all__ = [
@@ -187,16 +187,12 @@ def _options(
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple, own)
 
 
-def _scalar(value: object) -> object:
-    """A 0-d numpy array's or tensor's value (a tensor's as a Python number), else ``value``."""
-    if isinstance(value, torch.Tensor) and value.ndim == 0:
-        return value.item()
-    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
-
-
 def _pad_value(pad_value: object) -> int | float:
-    """A real number (Python or numpy, 0-d arrays too) as a Python int or float; never a bool."""
-    pad_value = _scalar(pad_value)
+    """A real number (Python or numpy, 0-d arrays and tensors too) as a Python int or float."""
+    if isinstance(pad_value, torch.Tensor) and pad_value.ndim == 0:
+        pad_value = pad_value.item()
+    elif isinstance(pad_value, np.ndarray) and pad_value.ndim == 0:
+        pad_value = pad_value[()]
     if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
         pad_value, (int, float, np.integer, np.floating)
     ):
@@ -239,9 +235,9 @@ def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:
     columns: AllColumns = {}
     # A move to another device makes every tensor fresh; on the CPU, `writable` copies instead:
     # without its buffer, memory that is not the tensor's own is copied (_private_or_copy).
-    on_cpu = options.device is None or options.device.type == "cpu"
+    private = options.writable and options.on_cpu
     for shared in rows.numeric_columns():
-        column = dataclasses.replace(shared, buffer=None) if options.writable and on_cpu else shared
+        column = dataclasses.replace(shared, buffer=None) if private else shared
         columns[column.spec.name] = _READERS[column.role](column, options)
     return arrange(columns, options)
 
@@ -281,61 +277,52 @@ def _is_view_of(values: np.ndarray, buffer: pa.Buffer) -> bool:
 
 
 def _tensor_of(
-    values: np.ndarray, buffer: pa.Buffer | None, dtype: type[np.generic] | None = None
+    column: ColumnValues, options: TensorOptions, dtype: type[np.generic] | None = None
 ) -> torch.Tensor:
-    """A CPU tensor of ``values``; a dtype conversion is a copy, else :func:`_private_or_copy`."""
+    """The column's values on the device; a dtype conversion is a copy, else the memory rule."""
+    values = column.values
     if dtype is not None and values.dtype != dtype:
-        return torch.from_numpy(values.astype(dtype))
-    return torch.from_numpy(_private_or_copy(values, buffer))
+        return move(torch.from_numpy(values.astype(dtype)), options)
+    return move(torch.from_numpy(_private_or_copy(values, column.buffer)), options)
 
 
-def _scalar_column(column: ColumnValues, options: TensorOptions) -> torch.Tensor:
-    return move(_tensor_of(column.values, column.buffer), options)
-
-
-def _token_list_column(column: ColumnValues, options: TensorOptions) -> TokenListColumn:
-    return TokenListColumn(
-        column.spec,
-        move(_tensor_of(column.values, column.buffer), options),
-        np.asarray(column.offsets, dtype=np.int64),
-        np.asarray(column.token_offsets, dtype=np.int64),
-    )
+def _token_list_column(column: ColumnValues, options: TensorOptions) -> dict[str, Tensors]:
+    sample_offsets = np.asarray(column.offsets, dtype=np.int64)
+    token_offsets = np.asarray(column.token_offsets, dtype=np.int64)
+    values = _tensor_of(column, options)
+    return token_list_tensors(column.spec.name, values, sample_offsets, token_offsets, options)
 
 
 def _ragged_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
-    spec = column.spec
+    spec, offsets = column.spec, np.asarray(column.offsets, dtype=np.int64)
     if spec.storage == "narrow":
-        return _id_column(column, options)
+        return RaggedColumn(spec, _id_tensor(column, options), offsets)
     dtype: type[np.generic] | None = None
     if spec.role == "length_source":
         dtype = _TOKEN_DTYPES[options.token_dtype]
     elif spec.flag and column.values.ndim == 1:
         dtype = _MASK_DTYPES[options.mask_dtype]
-    tensor = _tensor_of(column.values, column.buffer, dtype)
-    return RaggedColumn(spec, move(tensor, options), np.asarray(column.offsets, dtype=np.int64))
+    return RaggedColumn(spec, _tensor_of(column, options, dtype), offsets)
 
 
-def _id_column(column: ColumnValues, options: TensorOptions) -> RaggedColumn:
+def _id_tensor(column: ColumnValues, options: TensorOptions) -> torch.Tensor:
     """A narrow id column widened to ``id_dtype``: one cast, on the device when there is one."""
-    dtype = options.id_dtype
-    offsets = np.asarray(column.offsets, dtype=np.int64)
-    values = column.values
-    if dtype is not None and values.dtype.itemsize > dtype.itemsize:
+    dtype, stored = options.id_dtype, column.values.dtype
+    if dtype is not None and stored.itemsize > dtype.itemsize:
         msg = (
-            f"column `{column.spec.name}` is stored as {values.dtype} (its ids do not fit "
+            f"column `{column.spec.name}` is stored as {stored} (its ids do not fit "
             f"{dtype}); pass `id_dtype=torch.int64` or `id_dtype=None`"
         )
         raise ValueRangeError(msg, key=column.spec.name)
-    on_cpu = options.device is None or options.device.type == "cpu"
-    if dtype is None or not on_cpu:
-        tensor = move(_tensor_of(values, column.buffer), options)
-        return RaggedColumn(column.spec, tensor if dtype is None else tensor.to(dtype), offsets)
-    tensor = _tensor_of(values, column.buffer, _TOKEN_DTYPES[dtype])
-    return RaggedColumn(column.spec, move(tensor, options), offsets)
+    if dtype is None:
+        return _tensor_of(column, options)
+    if options.on_cpu:
+        return _tensor_of(column, options, _TOKEN_DTYPES[dtype])
+    return _tensor_of(column, options).to(dtype)
 
 
 _READERS: dict[str, Callable[[ColumnValues, TensorOptions], Any]] = {
-    "scalar": _scalar_column,
+    "scalar": _tensor_of,
     "ragged": _ragged_column,
     "token_lists": _token_list_column,
 }

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import logging
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from typing import TypeAlias, cast
+from typing import TypeAlias
 
 import numpy as np
 import torch
@@ -17,20 +18,20 @@ from arrow_split.schema import LengthRule
 
 __all__ = [
     "AllColumns",
-    "Arranged",
     "MAX_PAD_MULTIPLE",
     "RaggedColumn",
     "TensorOptions",
     "Tensors",
-    "TokenListColumn",
     "arrange",
     "move",
     "parse_device",
+    "token_list_tensors",
 ]
 
 Tensors: TypeAlias = "torch.Tensor | list[torch.Tensor]"
 Arranged: TypeAlias = "tuple[dict[str, Tensors], dict[str, Tensors]]"  # the columns, extra keys
-AllColumns: TypeAlias = "dict[str, RaggedColumn | TokenListColumn | torch.Tensor]"
+# A scalar column's tensor, a ragged column, or the keys of a list per token (token_list_tensors)
+AllColumns: TypeAlias = "dict[str, RaggedColumn | torch.Tensor | dict[str, Tensors]]"
 
 MAX_PAD_MULTIPLE = 2**20
 """The largest ``pad_to_multiple_of``: every padded row is at least this wide (1,048,576)."""
@@ -38,10 +39,6 @@ MAX_PAD_MULTIPLE = 2**20
 _INT32_MAX = int(np.iinfo(np.int32).max)
 _SEQLENS_KEYS: dict[LengthRule, str] = {"tokens": "cu_seqlens", "response": "response_cu_seqlens"}
 _MASK_KEYS: dict[LengthRule, str] = {"tokens": "attention_mask", "response": "response_mask"}
-# Known noise of nested tensors, silenced around their construction only (torch 2.13 and older).
-_FX_TRACING_LOGGER = "torch.fx._symbolic_trace"
-_FX_TRACING_MESSAGE = "is_fx_tracing will return true"
-_NESTED_PROTOTYPE_WARNING = "The PyTorch API of nested tensors is in prototype stage"
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -56,6 +53,11 @@ class TensorOptions:
     pad_value: int | float
     pad_to_multiple_of: int | None
     writable: bool = False  # tensors of their own: never a view of the shard's memory
+
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the tensors stay on the CPU (no device, or the CPU's)."""
+        return self.device is None or self.device.type == "cpu"
 
 
 def parse_device(device: object) -> torch.device | None:
@@ -91,41 +93,35 @@ class RaggedColumn:
         return np.diff(self.offsets)
 
     @property
-    def group(self) -> tuple[str, str]:
-        """Columns with equal lengths by the schema share a group (and its extra keys)."""
-        rule: LengthRule | None = (
-            "tokens" if self.spec.role == "length_source" else self.spec.length
-        )
-        if rule is not None and rule in _SEQLENS_KEYS:
-            return ("rule", rule)
-        return ("column", self.spec.name)
+    def group(self) -> tuple[LengthRule | None, str]:
+        """The length group: ``(rule, "")`` (its columns share extra keys), or ``(None, name)``."""
+        length_source = self.spec.role == "length_source"
+        rule: LengthRule | None = "tokens" if length_source else self.spec.length
+        return (rule, "") if rule in _SEQLENS_KEYS else (None, self.spec.name)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class TokenListColumn:
-    """A list per token: ``sample_offsets`` (``n + 1``) index tokens, ``token_offsets`` values."""
+def token_list_tensors(
+    name: str,
+    values: torch.Tensor,
+    sample_offsets: np.ndarray,
+    token_offsets: np.ndarray,
+    options: TensorOptions,
+) -> dict[str, Tensors]:
+    """A list per token: ``sample_offsets`` (``n + 1``) index tokens, ``token_offsets`` values.
 
-    spec: ColumnSpec
-    values: torch.Tensor
-    sample_offsets: np.ndarray
-    token_offsets: np.ndarray
-
-    def per_sample(self, options: TensorOptions) -> dict[str, Tensors]:
-        """``name``: one flat tensor per sample; ``name_offsets``: its per-token offsets from 0."""
-        token, sample = self.token_offsets, self.sample_offsets
-        values = list(torch.split(self.values, np.diff(token[sample]).tolist()))
-        bounds = zip(sample[:-1].tolist(), sample[1:].tolist(), strict=True)
-        offsets = [move(torch.from_numpy(token[b : e + 1] - token[b]), options) for b, e in bounds]
-        return {self.spec.name: values, f"{self.spec.name}_offsets": offsets}
-
-    def packed(self, options: TensorOptions) -> dict[str, Tensors]:
-        """``name``: every value, ``name_offsets`` (int64) and ``name_cu_seqlens`` (int32)."""
-        cu_seqlens = _cu_seqlens(self.spec.name, self.sample_offsets)
-        return {
-            self.spec.name: self.values,
-            f"{self.spec.name}_offsets": move(torch.from_numpy(self.token_offsets.copy()), options),
-            f"{self.spec.name}_cu_seqlens": move(cu_seqlens, options),
-        }
+    ``per_sample``: one flat tensor per sample and its per-token offsets from 0; every other
+    layout packs it (it has no dense shape), with ``name_cu_seqlens`` (int32).
+    """
+    if options.layout != "per_sample":
+        offsets = move(torch.from_numpy(token_offsets.copy()), options)
+        cu_seqlens = move(_cu_seqlens(name, sample_offsets), options)
+        return {name: values, f"{name}_offsets": offsets, f"{name}_cu_seqlens": cu_seqlens}
+    per_sample = list(torch.split(values, np.diff(token_offsets[sample_offsets]).tolist()))
+    from_zero = [
+        move(torch.from_numpy(token_offsets[b : e + 1] - token_offsets[b]), options)
+        for b, e in itertools.pairwise(sample_offsets.tolist())
+    ]
+    return {name: per_sample, f"{name}_offsets": from_zero}
 
 
 def _per_sample(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
@@ -135,8 +131,8 @@ def _per_sample(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arra
 def _packed(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     extras: dict[str, Tensors] = {}
     for name, column in ragged.items():
-        kind, group = column.group
-        key = _SEQLENS_KEYS[cast("LengthRule", group)] if kind == "rule" else f"{group}_cu_seqlens"
+        rule, own = column.group
+        key = _SEQLENS_KEYS[rule] if rule else f"{own}_cu_seqlens"
         if key not in extras:
             extras[key] = move(_cu_seqlens(name, column.offsets), options)
     return {name: column.values for name, column in ragged.items()}, extras
@@ -155,14 +151,12 @@ def _cu_seqlens(name: str, offsets: np.ndarray) -> torch.Tensor:
 
 
 def _padded(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
-    masks: dict[tuple[str, str], torch.Tensor] = {}
+    masks: dict[tuple[LengthRule | None, str], torch.Tensor] = {}
     for column in ragged.values():
         if column.group not in masks:
             masks[column.group] = _length_mask(column, ragged, options)
     extras: dict[str, Tensors] = {
-        _MASK_KEYS[cast("LengthRule", group)]: mask
-        for (kind, group), mask in masks.items()
-        if kind == "rule"
+        _MASK_KEYS[rule]: mask for (rule, _), mask in masks.items() if rule
     }
     return {name: _pad(c, masks[c.group], options) for name, c in ragged.items()}, extras
 
@@ -210,41 +204,38 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
 def _nested(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:
     """Columns of one length group share one offsets tensor, hence one jagged dimension."""
     tensors: dict[str, Tensors] = {}
-    shared: dict[tuple[str, str], tuple[np.ndarray, torch.Tensor]] = {}
+    shared: dict[tuple[LengthRule | None, str], tuple[np.ndarray, torch.Tensor]] = {}
     for name, column in ragged.items():
         offsets = shared.get(column.group)
         if offsets is None or not np.array_equal(offsets[0], column.offsets):
             fresh = torch.from_numpy(column.offsets.copy()).to(column.values.device)
             offsets = (column.offsets, fresh)
             shared.setdefault(column.group, offsets)
-        tensors[name] = _jagged(column, offsets[1])
+        lengths = column.lengths
+        low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
+        with _quiet_nested():
+            tensors[name] = torch.nested.nested_tensor_from_jagged(
+                column.values, offsets[1], min_seqlen=low, max_seqlen=high
+            )
     return tensors, {}
-
-
-def _jagged(column: RaggedColumn, offsets: torch.Tensor) -> torch.Tensor:
-    lengths = column.lengths
-    low, high = (int(lengths.min()), int(lengths.max())) if len(lengths) else (None, None)
-    with _quiet_nested():
-        return torch.nested.nested_tensor_from_jagged(
-            column.values, offsets, min_seqlen=low, max_seqlen=high
-        )
 
 
 @contextlib.contextmanager
 def _quiet_nested() -> Iterator[None]:
-    """Silence exactly the known warnings of torch's nested tensors, nothing else."""
-    logger = logging.getLogger(_FX_TRACING_LOGGER)
+    """Silence exactly the known noise of torch's nested tensors (torch 2.13 and older)."""
+    logger = logging.getLogger("torch.fx._symbolic_trace")
     logger.addFilter(_drop_fx_tracing_log)
     try:
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", _NESTED_PROTOTYPE_WARNING, UserWarning)
+            prototype = "The PyTorch API of nested tensors is in prototype stage"
+            warnings.filterwarnings("ignore", prototype, UserWarning)
             yield
     finally:
         logger.removeFilter(_drop_fx_tracing_log)
 
 
 def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
-    return not record.getMessage().startswith(_FX_TRACING_MESSAGE)
+    return not record.getMessage().startswith("is_fx_tracing will return true")
 
 
 def _merge(
@@ -269,18 +260,14 @@ _ARRANGE: dict[str, Callable[[dict[str, RaggedColumn], TensorOptions], Arranged]
 
 
 def arrange(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
-    """The columns in order as ``options.layout`` arranges them, its keys, the lists per token.
-
-    A list per token is packed in every layout but ``per_sample`` (it has no dense shape).
-    """
+    """The columns in order as ``options.layout`` arranges them, its keys, the lists per token."""
     ragged = {name: column for name, column in columns.items() if isinstance(column, RaggedColumn)}
     arranged, extras = _ARRANGE[options.layout](ragged, options)
     tensors: dict[str, Tensors] = {}
     lists: dict[str, Tensors] = {}
     for name, column in columns.items():
-        if isinstance(column, TokenListColumn):
-            per_sample = options.layout == "per_sample"
-            lists.update(column.per_sample(options) if per_sample else column.packed(options))
+        if isinstance(column, dict):
+            lists.update(column)
         else:
             tensors[name] = arranged[name] if isinstance(column, RaggedColumn) else column
     return _merge(_merge(tensors, extras, options.layout), lists, options.layout)
