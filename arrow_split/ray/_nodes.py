@@ -236,11 +236,7 @@ def pick_holder(ref: ObjectRef[Any], dp_rank: int, locality: Locality) -> str | 
     """The node where this rank should take its rows (spread by rank), or ``None`` for here."""
     if locality == "local" or (locality == "auto" and live_nodes() == 1):
         return None
-    try:
-        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
-    except ray_exceptions.RayError:
-        return None
-    location = locations.get(ref)
+    location = _location(ref)
     holders = sorted(location.get("node_ids") or ()) if location else []
     if not holders:
         return None
@@ -257,16 +253,21 @@ def is_gone(ref: ObjectRef[Any]) -> bool:
     memory (a small task result) has no node either but is ready at once; an owner that cannot
     answer in time is ``False`` (its get reports a dead owner).
     """
-    try:
-        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
-    except ray_exceptions.RayError:
-        return False
-    location = locations.get(ref)
+    location = _location(ref)
     if location is None or location.get("node_ids") or location.get("did_spill"):
         return False
     # a freed object still reads as ready without fetching it: ask for it here
     ready, _ = ray.wait([ref], timeout=_LOOKUP_TIMEOUT_MS / 1000, fetch_local=True)
     return not ready
+
+
+def _location(ref: ObjectRef[Any]) -> Mapping[str, Any] | None:
+    """Ray's record of where ``ref``'s object is, or ``None`` (unknown, or the lookup failed)."""
+    try:
+        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
+    except ray_exceptions.RayError:
+        return None
+    return locations.get(ref)
 
 
 _GET_RECHECK_S = 5.0
@@ -281,33 +282,29 @@ def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -
     """
     if not isinstance(ref_or_value, ray.ObjectRef):
         return ref_or_value
-    if is_gone(ref_or_value):
-        raise TransportError(
-            _lost(who, what, ref_or_value, "no node holds it"), key=ref_or_value.hex()
-        )
-    while True:  # Ray drops a freed object asynchronously: a get begun just before may wait on
-        try:  # it forever, so a long wait checks again whether any node still holds it
+    # Ray drops a freed object asynchronously: a get begun just before may wait on it forever,
+    # so a long wait checks again whether any node still holds it
+    while not is_gone(ref_or_value):
+        try:
             value = ray.get(ref_or_value, timeout=_GET_RECHECK_S)
-            break
         except ray_exceptions.GetTimeoutError:
-            if is_gone(ref_or_value):
-                lost = _lost(who, what, ref_or_value, "no node holds it")
-                raise TransportError(lost, key=ref_or_value.hex()) from None
+            continue
         except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
-            lost = _lost(who, what, ref_or_value, type(exc).__name__)
-            raise TransportError(lost, key=ref_or_value.hex()) from exc
-    if on_fetch is not None:
-        on_fetch(ref_or_value)
-    return value
+            raise _lost(who, what, ref_or_value, type(exc).__name__) from exc
+        if on_fetch is not None:
+            on_fetch(ref_or_value)
+        return value
+    raise _lost(who, what, ref_or_value, "no node holds it")
 
 
-def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> str:
-    return (
+def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> TransportError:
+    msg = (
         f"{who}: the object store lost {what} (object {object_ref.hex()}, {reason}); it was "
         "freed, removed or its owner died: the driver should own the batch (call "
         "`split_train_data_by_dp` on the driver, not in an actor that may die) and keep its "
         "references until every rank has processed the step"
     )
+    return TransportError(msg, key=object_ref.hex())
 
 
 def live_nodes() -> int:

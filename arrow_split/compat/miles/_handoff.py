@@ -11,7 +11,6 @@ import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import arrow_split.compat.miles._install as _install
@@ -135,12 +134,7 @@ class StoreGetResult:
     def __enter__(self) -> Shard | None:
         return self._value
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -247,16 +241,13 @@ def fetch_delayed(
         instance = store_instance()
         shard = take_stored(instance, stored, dp_rank, dp_size, witness_ids=witness_ids, **options)
         return rollout_dict(shard, {}), StoreGetResult(shard)
-    step = ref.step if isinstance(ref, ArrowRef) else None
-    who = f"dp_rank {dp_rank}" if step is None else f"step {step}, dp_rank {dp_rank}"
-    target: object
+    step = None
+    target: object = ref
     if isinstance(ref, ArrowRef):  # what arrow_split put: a batch, taken where it lives
-        target = ref.inner
-    elif isinstance(ref, (RolloutBatch, Mapping)):
-        target = ref
+        target, step = ref.inner, ref.step
     elif isinstance(unwrap(ref), ray.ObjectRef):  # miles' reference type: a batch or a dict
-        target = fetch(unwrap(ref), who, "the delayed reference", None)
-    else:
+        target = fetch(unwrap(ref), f"dp_rank {dp_rank}", "the delayed reference", None)
+    elif not isinstance(ref, (RolloutBatch, Mapping)):
         msg = (
             f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
             f"{type(ref).__name__} {ref!r:.40}"
