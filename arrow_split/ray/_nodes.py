@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -105,12 +105,10 @@ def put_by_node(
     batch: RolloutBatch, plan: Plan, rank_nodes: list[str] | None
 ) -> list[ObjectRef[Any]]:
     """Put one object per node group; return one reference per rank (all or nothing)."""
-    groups: list[list[int]] = [list(range(plan.dp_size))]
-    if rank_nodes is not None:
-        by_node: dict[str, list[int]] = {}
-        for rank, node in enumerate(rank_nodes):
-            by_node.setdefault(node, []).append(rank)
-        groups = list(by_node.values())
+    by_node: dict[str, list[int]] = {}
+    for rank, node in enumerate(rank_nodes or [""] * plan.dp_size):  # no nodes: one group
+        by_node.setdefault(node, []).append(rank)
+    groups = list(by_node.values())
     refs: list[ObjectRef[Any]] = []
     try:
         if len(groups) == 1:  # every rank: the batch as it is, no gather
@@ -152,11 +150,10 @@ def rank_slice(
     value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
 ) -> Shard:
     """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced."""
+    wanted = (dp_rank, dp_size, method, who, what)
     if isinstance(value, RolloutBatch) and value.plan is not None:
         key = value.plan.key
-        if key.dp_size != dp_size or (method is not None and key.method != method):
-            got = f"a whole batch put for a {key.dp_size}-rank "
-            _mismatch(got, key, dp_rank, dp_size, method, who, what)
+        _check_plan(key, True, f"a whole batch put for a {key.dp_size}-rank ", *wanted)
         return take(value, value.plan, dp_rank)
     if isinstance(value, RolloutBatch):
         msg = (
@@ -172,11 +169,9 @@ def rank_slice(
         )
         raise NotARolloutBatchError(msg, key=what.strip("`"), got=type(value).__name__)
     key = value.plan_key
-    bounds = value.bounds.get(dp_rank)
-    if bounds is None or key.dp_size != dp_size or (method is not None and key.method != method):
-        got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
-        _mismatch(got, key, dp_rank, dp_size, method, who, what)
-    start, stop = bounds
+    got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
+    _check_plan(key, dp_rank in value.bounds, got, *wanted)
+    start, stop = value.bounds[dp_rank]
     part = value.record_batch.slice(start, stop - start)
     rows = RolloutBatch(part, value.specs, value.batch_globals, trust_objects=value.trust_objects)
     return Shard(
@@ -188,20 +183,22 @@ def rank_slice(
     )
 
 
-def _mismatch(
-    got: str,
+def _check_plan(
     key: PlanKey,
+    has_rank: bool,
+    got: str,
     dp_rank: int,
     dp_size: int,
     method: SplitMethod | None,
     who: str,
     what: str,
-) -> NoReturn:
+) -> None:
+    """Refuse an object put for another plan (``dp_size``, method) or without this rank."""
+    if has_rank and key.dp_size == dp_size and method in (None, key.method):
+        return
+    held = f"{got}{key.method} plan"
     asked = "" if method is None else f" {method}"
-    held, expected = (
-        f"{got}{key.method} plan",
-        f"rank {dp_rank}'s rows of a {dp_size}-rank{asked} plan",
-    )
+    expected = f"rank {dp_rank}'s rows of a {dp_size}-rank{asked} plan"
     msg = (
         f"{who}: {what} holds {held}, not {expected}; pass the list in the order "
         "`split_train_data_by_dp` returned it, with the same `dp_size` and `balance_data`"

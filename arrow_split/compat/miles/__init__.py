@@ -214,8 +214,6 @@ def split_train_data_by_dp(
         config = {} if train_parallel_config is None else train_parallel_config
         dp_size = _dp_size_of(config) if "dp_size" in config else None
         batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
-        if dp_size is not None:  # checked (plan included) before the put
-            batch.make_plan(dp_size, balance_data=balance_data)
         return put_delayed(batch, dp_size, balance_data)
     dp_size = _dp_size_of(train_parallel_config)
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
@@ -251,25 +249,24 @@ def process_rollout_data_shard(
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
         raise SchemaError(msg, key=missing[0])
-    partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
-    total_lengths = _lengths_list(rollout_data[TOTAL_LENGTHS])
-    outside = [row for row in partition if not 0 <= row < len(total_lengths)]
-    if outside:
+    partition = as_index_array(_PARTITION, rollout_data[_PARTITION])
+    total_lengths = _batch_lengths(rollout_data[TOTAL_LENGTHS])
+    outside = partition[(partition < 0) | (partition >= len(total_lengths))]
+    if outside.size:
         msg = (
             f"`{_PARTITION}` holds row {outside[0]}, outside the {len(total_lengths)} samples "
             f"of `{TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
         )
         raise PlanError(msg, key=_PARTITION)
-    rank_lengths = [total_lengths[row] for row in partition]
     if on_batch_lengths is not None:
-        on_batch_lengths(list(total_lengths))
+        on_batch_lengths(total_lengths.tolist())
     del rollout_data[_PARTITION]
-    rollout_data[TOTAL_LENGTHS] = rank_lengths
+    rollout_data[TOTAL_LENGTHS] = total_lengths[partition].tolist()
     return rollout_data
 
 
-def _lengths_list(total_lengths: object) -> list[Any]:
-    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as a list."""
+def _batch_lengths(total_lengths: object) -> np.ndarray:
+    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as int64."""
     try:
         ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
     except (TypeError, ValueError):  # ragged
@@ -288,7 +285,7 @@ def _lengths_list(total_lengths: object) -> list[Any]:
     if lengths.size and int(lengths.min()) < 0:
         msg = f"`{TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
         raise SchemaError(msg, key=TOTAL_LENGTHS)
-    return list(lengths.tolist())
+    return lengths
 
 
 def process_rollout_data(

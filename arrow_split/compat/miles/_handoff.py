@@ -164,15 +164,16 @@ def put_eager(parts: Iterable[ShardParts], dp_size: int) -> list[Any]:
 
 
 def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
-    """Put the whole batch once (with its plan when ``dp_size`` is known), numbered."""
+    """Put the whole batch once (planned first when ``dp_size`` is known), numbered."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp as put_batch
 
-    step = next(_PUTS)
     if dp_size is None:
-        return wrap_ref(ray.put(batch), step)
-    return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True), step)
+        ref = ray.put(batch)
+    else:  # the plan is made (and checked) before the put
+        ref = put_batch(batch, dp_size, balance_data=balance_data, delay=True)
+    return wrap_ref(ref, next(_PUTS))  # successful puts only are numbered
 
 
 def fetch_eager(
@@ -224,11 +225,7 @@ def fetch_delayed(
     strict_keys: bool,
     pad_to_dp: bool,
 ) -> tuple[dict[str, Any], StoreGetResult]:
-    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
-
-    An :class:`ArrowRef`'s batch is gathered where it lives; any other reference is fetched
-    here, and a dict (miles' own put) converted.
-    """
+    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result."""
     import ray
 
     from arrow_split.ray import fetch

@@ -186,12 +186,9 @@ def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[st
 
 
 def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[tuple[str, str]]:
-    """``(holder, name)`` for each named holder still bound to one of miles' functions.
+    """``(holder, name)`` for each named holder (:func:`_where`) still bound to miles' function.
 
-    A holder is named by the way up to a module global, a class or a function (a closure or a
-    default), through containers, namespaces and instances; one that only a running frame (a
-    local variable) reaches is not a binding, and ``__wrapped__`` (a wrapper's note of what it
-    wraps) is not a call of miles' function: neither is listed.
+    ``__wrapped__`` is a wrapper's note of what it wraps, not a call of miles' function.
     """
     names = {id(value): name for name, value in originals.items()}
     skip = {id(holder) for holder in ours}
@@ -225,7 +222,8 @@ def _where(holder: object, modules: list[tuple[str, dict[str, Any]]]) -> str:
     """``holder``'s label and where it is bound: a module global, or a function or class.
 
     Containers, namespaces and instances above it are followed a few steps up (``"list in
-    `module.NAME`"``); ``""`` when no such root is reached (a frame's local, a cycle).
+    `module.NAME`"``); ``""`` when no such root is reached: a running frame's local variable is
+    no binding.
     """
     seen = {id(holder)}
     kind = type(holder)
