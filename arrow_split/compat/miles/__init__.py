@@ -189,7 +189,7 @@ def split_train_data_by_dp_scheduled_raw(
         )
         raise OptionError(msg, key="train_parallel_config")
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
-    parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
+    parts = scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
 
@@ -219,8 +219,9 @@ def split_train_data_by_dp(
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
-        config = {**train_parallel_config, "dp_size": dp_size}
-        parts: Iterable[ShardParts] = list(scheduled_shards(args, batch, config, flops))
+        parts: Iterable[ShardParts] = list(
+            scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
+        )
     else:
         parts = plan_shards(batch, dp_size, balance_data)
     return put_eager(parts, dp_size)

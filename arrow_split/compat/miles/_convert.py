@@ -141,13 +141,10 @@ def to_batch(
     shard; miles' keys are mapped by :mod:`~arrow_split.compat.miles._keys`.
     """
     check_args(args)
-    if isinstance(data, RolloutBatch):
-        batch = data
-    else:
-        batch = _from_train_data(args, data, specs, strict_keys)
-    if pad_dp_size is not None:
-        batch = pad_to_dp(batch, pad_dp_size)
-    return batch
+    batch = (
+        data if isinstance(data, RolloutBatch) else _from_train_data(args, data, specs, strict_keys)
+    )
+    return batch if pad_dp_size is None else pad_to_dp(batch, pad_dp_size)
 
 
 def _from_train_data(
@@ -261,7 +258,10 @@ def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
 def schedule_config(
     args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
 ) -> ScheduleConfig:
-    """The schedule's parameters, read from miles' ``args`` and train parallel config."""
+    """The schedule's parameters, read from miles' ``args`` and train parallel config.
+
+    The config's keys but ``dp_size`` are :class:`~arrow_split.ScheduleConfig` fields.
+    """
     use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
     micro_batch_size = arg_int(args, "micro_batch_size")
     if micro_batch_size is None and use_dynamic:
@@ -271,14 +271,10 @@ def schedule_config(
         micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
         use_dynamic_batch_size=use_dynamic,
         max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
-        cp_size=train_parallel_config["cp_size"],
-        vpp_size=train_parallel_config["vpp_size"],
-        microbatch_group_size_per_vp_stage=train_parallel_config[
-            "microbatch_group_size_per_vp_stage"
-        ],
         balance_data=arg_flag(args, "balance_data", required=True),
         balance_by_flops=arg_flag(args, "balance_by_flops"),
         allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
+        **{key: train_parallel_config[key] for key in SCHEDULE_CONFIG_KEYS if key != "dp_size"},
     )
 
 
@@ -322,6 +318,7 @@ def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:
 def scheduled_shards(
     args: Any,
     batch: RolloutBatch,
+    dp_size: int,
     train_parallel_config: Mapping[str, Any],
     flops: FlopsFn | None,
 ) -> Iterator[ShardParts]:
@@ -335,7 +332,7 @@ def scheduled_shards(
     schedule = plan_schedule(
         lengths,
         rollout_ids,
-        train_parallel_config["dp_size"],
+        dp_size,
         config,
         weights=_weights(config, lengths, args, flops),
     )
