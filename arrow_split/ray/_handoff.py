@@ -10,7 +10,7 @@ import ctypes
 import pickle
 import platform
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import numpy as np
@@ -333,19 +333,6 @@ _reserved = 0
 _warm = False
 
 
-def _mallopt() -> Callable[[int, int], int] | None:
-    """The C library's ``mallopt`` where it is glibc, else ``None``."""
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt
-
-
 def reserve_heap(nbytes: int) -> bool:
     """Keep ``nbytes`` of touched, free heap for this process and Arrow (glibc); ``False`` if not.
 
@@ -355,8 +342,7 @@ def reserve_heap(nbytes: int) -> bool:
     global _reserved  # one heap per process
     if nbytes <= _reserved:
         return True
-    mallopt = _mallopt()
-    if mallopt is None:
+    if platform.libc_ver()[0] != "glibc":
         msg = (
             f"warm_up(reserve_bytes={nbytes}) reserved nothing: this process's C library is "
             f"{platform.libc_ver()[0] or 'not glibc'}, whose allocator has no thresholds to set; "
@@ -364,6 +350,7 @@ def reserve_heap(nbytes: int) -> bool:
         )
         warnings.warn(msg, ArrowSplitWarning, stacklevel=3)
         return False
+    mallopt = ctypes.CDLL(None).mallopt  # int mallopt(int, int): ctypes' default types
     trim = min(2 * nbytes, 2**31 - 1)
     if not (mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, trim)):
         return False  # pragma: no cover - glibc accepts both values

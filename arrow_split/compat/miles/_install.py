@@ -139,14 +139,15 @@ def _attr(holder: object, name: str, default: Any) -> Any:
         return default
 
 
-def _module_dicts() -> list[tuple[str, dict[str, Any]]]:
-    """``(name, globals)`` of each loaded module (entries that refuse to show them skipped)."""
-    found = []
+def _module_globals() -> dict[int, str]:
+    """``module.NAME`` of each global of the loaded modules but ours, by the value's id."""
+    names: dict[int, str] = {}
     for name, module in list(sys.modules.items()):
         namespace = _attr(module, "__dict__", None)
-        if isinstance(namespace, dict):
-            found.append((str(name), namespace))
-    return found
+        if isinstance(namespace, dict) and not str(name).startswith("arrow_split."):
+            for attr, value in list(namespace.items()):
+                names.setdefault(id(value), f"{name}.{attr}")  # the modules hold the values
+    return names
 
 
 def _sites(known: Known) -> list[tuple[object, str, str]]:
@@ -192,7 +193,7 @@ def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[
     """
     names = {id(value): name for name, value in originals.items()}
     skip = {id(holder) for holder in ours}
-    modules = _module_dicts()
+    globals_by_id = _module_globals()
     found = []
     for holder in gc.get_referrers(*originals.values()):
         if isinstance(holder, FrameType) or id(holder) in skip:
@@ -202,7 +203,7 @@ def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[
             for key, item in _items(holder)
             if id(item) in names and key != "__wrapped__"
         }
-        where = _where(holder, modules) if held else ""
+        where = _where(holder, globals_by_id) if held else ""
         if where:
             found += [(where, name) for name in sorted(held)]
     return found
@@ -218,7 +219,7 @@ def _items(holder: object) -> list[tuple[object, object]]:
 _DEPTH = 6  # containers above a holder searched for a name
 
 
-def _where(holder: object, modules: list[tuple[str, dict[str, Any]]]) -> str:
+def _where(holder: object, globals_by_id: Mapping[int, str]) -> str:
     """``holder``'s label and where it is bound: a module global, or a function or class.
 
     Containers, namespaces and instances above it are followed a few steps up (``"list in
@@ -233,10 +234,8 @@ def _where(holder: object, modules: list[tuple[str, dict[str, Any]]]) -> str:
         link = " " if depth == 0 else " in "
         above: list[object] = []
         for item in items:
-            for module_name, namespace in modules:
-                for attr, value in list(namespace.items()):
-                    if value is item and not module_name.startswith("arrow_split."):
-                        return f"{label}{link}`{module_name}.{attr}`"
+            if id(item) in globals_by_id:
+                return f"{label}{link}`{globals_by_id[id(item)]}`"
             for ref in gc.get_referrers(item):
                 if isinstance(ref, FrameType) or id(ref) in seen or ref is items:
                     continue
