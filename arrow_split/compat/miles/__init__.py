@@ -310,13 +310,12 @@ def process_rollout_data(
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     if arg_flag(args, "delay_split_train_data_by_dp"):
-        witness_ids = witness_ids_of(witness_info)
         rollout_data, result = fetch_delayed(
             args,
             rollout_data_ref,
             rank,
             size,
-            witness_ids=witness_ids,
+            witness_ids=witness_ids_of(witness_info),
             specs=specs,
             strict_keys=as_flag("strict_keys", strict_keys),
             pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
