@@ -131,11 +131,8 @@ def put_by_node(
     except BaseException:
         refs.clear()
         raise
-    by_rank: list[Any] = [None] * plan.dp_size
-    for ranks, ref in zip(groups, refs, strict=True):
-        for rank in ranks:
-            by_rank[rank] = ref
-    return by_rank
+    ref_of = {rank: ref for ranks, ref in zip(groups, refs, strict=True) for rank in ranks}
+    return [ref_of[rank] for rank in range(plan.dp_size)]
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:

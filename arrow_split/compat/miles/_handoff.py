@@ -7,6 +7,7 @@ type (``Box``-shaped :class:`ArrowRef` before #2542, ``_RayStoreObjectRef`` afte
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -275,15 +276,11 @@ def fetch_delayed(
     return rollout_dict(shard, {}), StoreGetResult(shard)
 
 
-_NOTED: list[bool] = []
-
-
+@functools.cache  # once per process
 def _note_whole_dict() -> None:
-    """Log once per process that a rank converts a whole dict (the put was not the drop-in's)."""
-    if not _NOTED:
-        _NOTED.append(True)
-        _LOG.warning(
-            "arrow_split: a delayed batch arrived as miles' own dict, so this rank converts all "
-            'of it; install the drop-in in the process that puts (docs/miles.md, "Every '
-            'process of a job") so that the put stores one Arrow batch'
-        )
+    """Log that a rank converts a whole dict (the put was not the drop-in's)."""
+    _LOG.warning(
+        "arrow_split: a delayed batch arrived as miles' own dict, so this rank converts all "
+        'of it; install the drop-in in the process that puts (docs/miles.md, "Every '
+        'process of a job") so that the put stores one Arrow batch'
+    )
