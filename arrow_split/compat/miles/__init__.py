@@ -214,6 +214,8 @@ def split_train_data_by_dp(
         config = {} if train_parallel_config is None else train_parallel_config
         dp_size = _dp_size_of(config) if "dp_size" in config else None
         batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
+        if dp_size is not None:  # checked (plan included) before the put
+            batch.make_plan(dp_size, balance_data=balance_data)
         return put_delayed(batch, dp_size, balance_data)
     dp_size = _dp_size_of(train_parallel_config)
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))

@@ -165,16 +165,15 @@ def put_eager(parts: Iterable[ShardParts], dp_size: int) -> list[Any]:
 
 
 def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) -> Any:
-    """Put the whole batch once (planned first when ``dp_size`` is known), numbered."""
+    """Put the whole batch once (with its plan when ``dp_size`` is known), numbered."""
     import ray
 
     from arrow_split.ray import split_train_data_by_dp as put_batch
 
+    step = next(_PUTS)
     if dp_size is None:
-        ref = ray.put(batch)
-    else:  # the plan is made (and checked) before the put
-        ref = put_batch(batch, dp_size, balance_data=balance_data, delay=True)
-    return wrap_ref(ref, next(_PUTS))  # successful puts only are numbered
+        return wrap_ref(ray.put(batch), step)
+    return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True), step)
 
 
 def fetch_eager(
@@ -243,14 +242,15 @@ def fetch_delayed(
     target: object = ref
     if isinstance(ref, ArrowRef):  # what arrow_split put: a batch, taken where it lives
         target, step = ref.inner, ref.step
-    elif isinstance(unwrap(ref), ray.ObjectRef):  # miles' reference type: a batch or a dict
-        target = fetch(unwrap(ref), f"dp_rank {dp_rank}", "the delayed reference", None)
     elif not isinstance(ref, (RolloutBatch, Mapping)):
-        msg = (
-            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
-            f"{type(ref).__name__} {ref!r:.40}"
-        )
-        raise OptionTypeError(msg, key="rollout_data_ref")
+        if not isinstance(unwrap(ref), ray.ObjectRef):
+            msg = (
+                f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, "
+                f"got {type(ref).__name__} {ref!r:.40}"
+            )
+            raise OptionTypeError(msg, key="rollout_data_ref")
+        # miles' reference type: a batch or a dict, fetched here
+        target = fetch(unwrap(ref), f"dp_rank {dp_rank}", "the delayed reference", None)
     if isinstance(target, RolloutShard):
         msg = (
             "the delayed reference holds one rank's shard, not the whole batch; pass the "
