@@ -150,7 +150,7 @@ def rank_slice(
     wanted = (dp_rank, dp_size, method, who, what)
     if isinstance(value, RolloutBatch) and value.plan is not None:
         key = value.plan.key
-        _check_plan(key, True, f"a whole batch put for a {key.dp_size}-rank ", *wanted)
+        _check_plan(key, f"a whole batch put for a {key.dp_size}-rank ", *wanted)
         return take(value, value.plan, dp_rank)
     if isinstance(value, RolloutBatch):
         msg = (
@@ -167,7 +167,7 @@ def rank_slice(
         raise NotARolloutBatchError(msg, key=what.strip("`"), got=type(value).__name__)
     key = value.plan_key
     got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
-    _check_plan(key, dp_rank in value.bounds, got, *wanted)
+    _check_plan(key, got, *wanted, has_rank=dp_rank in value.bounds)
     start, stop = value.bounds[dp_rank]
     part = value.record_batch.slice(start, stop - start)
     rows = RolloutBatch(part, value.specs, value.batch_globals, trust_objects=value.trust_objects)
@@ -182,13 +182,14 @@ def rank_slice(
 
 def _check_plan(
     key: PlanKey,
-    has_rank: bool,
     got: str,
     dp_rank: int,
     dp_size: int,
     method: SplitMethod | None,
     who: str,
     what: str,
+    *,
+    has_rank: bool = True,
 ) -> None:
     """Refuse an object put for another plan (``dp_size``, method) or without this rank."""
     if has_rank and key.dp_size == dp_size and method in (None, key.method):

@@ -152,7 +152,9 @@ def _module_globals() -> dict[int, str]:
 
 def _sites(known: Known) -> list[tuple[object, str, str]]:
     """Every loaded module's global and every class attribute bound to one of ``known``."""
-    modules = [m for m in list(sys.modules.values()) if isinstance(_attr(m, "__dict__", 0), dict)]
+    modules = [
+        m for m in list(sys.modules.values()) if isinstance(_attr(m, "__dict__", None), dict)
+    ]
     dicts = [ref for ref in gc.get_referrers(*(v for v, _ in known.values())) if type(ref) is dict]
     classes = {id(ref): ref for ref in gc.get_referrers(*dicts) if isinstance(ref, type)}
     holders = [*modules, *classes.values()]
@@ -223,8 +225,7 @@ def _where(holder: object, globals_by_id: Mapping[int, str]) -> str:
     """``holder``'s label and where it is bound: a module global, or a function or class.
 
     Containers, namespaces and instances above it are followed a few steps up (``"list in
-    `module.NAME`"``); ``""`` when no such root is reached: a running frame's local variable is
-    no binding.
+    `module.NAME`"``); ``""`` when no such root is reached (a frame's local, a cycle).
     """
     seen = {id(holder)}
     kind = type(holder)
