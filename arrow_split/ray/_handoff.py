@@ -10,8 +10,8 @@ import ctypes
 import pickle
 import platform
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -243,10 +243,7 @@ def process_rollout_data(
             dp_rank=rank, dp_size=size, balance_data=balance_data, resplit=resplit, pad_to_dp=pad
         )
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
-    if witness_ids is not None:
-        whole = len(shard.batch_total_lengths)
-        shard = shard.with_rows(_with_witness(shard.rows, witness_ids, shard.partition, who, whole))
-    return shard
+    return shard if witness_ids is None else _with_witness(shard, witness_ids, who)
 
 
 def _delayed_shard(
@@ -264,10 +261,8 @@ def _delayed_shard(
             shard = _nodes.take_on_holder(ref_or_batch, node_id, request, on_fetch)
             if shard is not None:
                 rows = _detached(shard.rows)
-                if witness_ids is not None:
-                    whole = len(shard.batch_total_lengths)
-                    rows = _with_witness(rows, witness_ids, shard.partition, who, whole)
-                return shard if rows is shard.rows else shard.with_rows(rows)
+                shard = shard if rows is shard.rows else shard.with_rows(rows)
+                return shard if witness_ids is None else _with_witness(shard, witness_ids, who)
     value = _nodes.fetch(ref_or_batch, who, "the delayed reference", on_fetch)
     if isinstance(value, NodeRows):
         msg = (
@@ -286,32 +281,33 @@ def _delayed_shard(
     batch = _detached(value)
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
     if witness_ids is not None:
-        batch = _with_witness(batch, witness_ids, None, who, batch.num_samples)
+        batch = _with_witness(batch, witness_ids, who)
     return shard_for_rank(batch, **request)
 
 
 def _detached(batch: RolloutBatch) -> RolloutBatch:
     """Copy numpy batch-global values, which Ray hands over as read-only views of the store."""
-    if not any(isinstance(value, np.ndarray) for value in batch.batch_globals.values()):
+    arrays = {
+        key: np.array(value, copy=True)
+        for key, value in batch.batch_globals.items()
+        if isinstance(value, np.ndarray)
+    }
+    if not arrays:
         return batch
-    batch_globals = {}
-    for key, value in batch.batch_globals.items():
-        if isinstance(value, np.ndarray):
-            value = np.array(value, copy=True)
-            value.flags.writeable = False
-        batch_globals[key] = value
-    parts = (batch.record_batch, batch.specs, batch_globals)
+    for array in arrays.values():
+        array.flags.writeable = False
+    parts = (batch.record_batch, batch.specs, {**batch.batch_globals, **arrays})
     return RolloutBatch(*parts, plan=batch.plan, trust_objects=batch.trust_objects)
 
 
+_Witnessed = TypeVar("_Witnessed", RolloutBatch, Shard)
+
+
 def _with_witness(
-    batch: RolloutBatch,
-    witness_ids: Sequence[int] | np.ndarray,
-    partition: np.ndarray | None,
-    who: str,
-    whole: int,
-) -> RolloutBatch:
-    """``batch`` (the whole batch, or a shard's rows at ``partition``) with its witness ids."""
+    value: _Witnessed, witness_ids: Sequence[int] | np.ndarray, who: str
+) -> _Witnessed:
+    """The whole batch, or a shard's rows at their partition, with its witness ids."""
+    whole = len(value.batch_total_lengths)
     listed = isinstance(witness_ids, (list, tuple)) or (
         isinstance(witness_ids, np.ndarray) and witness_ids.ndim == 1
     )
@@ -322,11 +318,11 @@ def _with_witness(
             "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
         )
         raise RaggedLengthError(msg, key="witness_ids", expected=str(whole), got=got)
-    if partition is None:
-        return batch.add_train_data({_WITNESS: witness_ids})
+    if isinstance(value, RolloutBatch):
+        return value.add_train_data({_WITNESS: witness_ids})
     checked = RolloutBatch.from_train_data({_LENGTH_SOURCE: [[]] * whole, _WITNESS: witness_ids})
     values = checked.record_batch.column(_WITNESS).to_numpy()
-    return batch.add_train_data({_WITNESS: values[partition]})
+    return value.add_train_data({_WITNESS: values[value.partition]})
 
 
 _MAX_RESERVE_BYTES = 2**30  # glibc's trim threshold, twice the reserve, is a C int
@@ -335,19 +331,6 @@ _MMAP_THRESHOLD = 32 * 2**20  # glibc's largest on 64-bit: blocks above it are a
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
 _reserved = 0
 _warm = False
-
-
-def _mallopt() -> Callable[[int, int], int] | None:
-    """The C library's ``mallopt`` where it is glibc, else ``None``."""
-    if platform.libc_ver()[0] != "glibc":
-        return None
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):  # pragma: no cover - glibc always has it
-        return None
-    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
-    mallopt.restype = ctypes.c_int
-    return mallopt
 
 
 def reserve_heap(nbytes: int) -> bool:
@@ -359,8 +342,7 @@ def reserve_heap(nbytes: int) -> bool:
     global _reserved  # one heap per process
     if nbytes <= _reserved:
         return True
-    mallopt = _mallopt()
-    if mallopt is None:
+    if platform.libc_ver()[0] != "glibc":
         msg = (
             f"warm_up(reserve_bytes={nbytes}) reserved nothing: this process's C library is "
             f"{platform.libc_ver()[0] or 'not glibc'}, whose allocator has no thresholds to set; "
@@ -368,6 +350,7 @@ def reserve_heap(nbytes: int) -> bool:
         )
         warnings.warn(msg, ArrowSplitWarning, stacklevel=3)
         return False
+    mallopt = ctypes.CDLL(None).mallopt  # int mallopt(int, int): ctypes' default types
     trim = min(2 * nbytes, 2**31 - 1)
     if not (mallopt(_M_MMAP_THRESHOLD, _MMAP_THRESHOLD) and mallopt(_M_TRIM_THRESHOLD, trim)):
         return False  # pragma: no cover - glibc accepts both values

@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NoReturn
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -105,12 +105,10 @@ def put_by_node(
     batch: RolloutBatch, plan: Plan, rank_nodes: list[str] | None
 ) -> list[ObjectRef[Any]]:
     """Put one object per node group; return one reference per rank (all or nothing)."""
-    groups: list[list[int]] = [list(range(plan.dp_size))]
-    if rank_nodes is not None:
-        by_node: dict[str, list[int]] = {}
-        for rank, node in enumerate(rank_nodes):
-            by_node.setdefault(node, []).append(rank)
-        groups = list(by_node.values())
+    by_node: dict[str, list[int]] = {}
+    for rank, node in enumerate(rank_nodes or [""] * plan.dp_size):  # no nodes: one group
+        by_node.setdefault(node, []).append(rank)
+    groups = list(by_node.values())
     refs: list[ObjectRef[Any]] = []
     try:
         if len(groups) == 1:  # every rank: the batch as it is, no gather
@@ -133,11 +131,8 @@ def put_by_node(
     except BaseException:
         refs.clear()
         raise
-    by_rank: list[Any] = [None] * plan.dp_size
-    for ranks, ref in zip(groups, refs, strict=True):
-        for rank in ranks:
-            by_rank[rank] = ref
-    return by_rank
+    ref_of = {rank: ref for ranks, ref in zip(groups, refs, strict=True) for rank in ranks}
+    return [ref_of[rank] for rank in range(plan.dp_size)]
 
 
 def _ranks_text(ranks: Sequence[int]) -> str:
@@ -152,11 +147,10 @@ def rank_slice(
     value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
 ) -> Shard:
     """Rank ``dp_rank``'s rows of a fetched eager object: taken (one group) or sliced."""
+    wanted = (dp_rank, dp_size, method, who, what)
     if isinstance(value, RolloutBatch) and value.plan is not None:
         key = value.plan.key
-        if key.dp_size != dp_size or (method is not None and key.method != method):
-            got = f"a whole batch put for a {key.dp_size}-rank "
-            _mismatch(got, key, dp_rank, dp_size, method, who, what)
+        _check_plan(key, f"a whole batch put for a {key.dp_size}-rank ", *wanted)
         return take(value, value.plan, dp_rank)
     if isinstance(value, RolloutBatch):
         msg = (
@@ -172,11 +166,9 @@ def rank_slice(
         )
         raise NotARolloutBatchError(msg, key=what.strip("`"), got=type(value).__name__)
     key = value.plan_key
-    bounds = value.bounds.get(dp_rank)
-    if bounds is None or key.dp_size != dp_size or (method is not None and key.method != method):
-        got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
-        _mismatch(got, key, dp_rank, dp_size, method, who, what)
-    start, stop = bounds
+    got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
+    _check_plan(key, got, *wanted, has_rank=dp_rank in value.bounds)
+    start, stop = value.bounds[dp_rank]
     part = value.record_batch.slice(start, stop - start)
     rows = RolloutBatch(part, value.specs, value.batch_globals, trust_objects=value.trust_objects)
     return Shard(
@@ -188,20 +180,23 @@ def rank_slice(
     )
 
 
-def _mismatch(
-    got: str,
+def _check_plan(
     key: PlanKey,
+    got: str,
     dp_rank: int,
     dp_size: int,
     method: SplitMethod | None,
     who: str,
     what: str,
-) -> NoReturn:
+    *,
+    has_rank: bool = True,
+) -> None:
+    """Refuse an object put for another plan (``dp_size``, method) or without this rank."""
+    if has_rank and key.dp_size == dp_size and method in (None, key.method):
+        return
+    held = f"{got}{key.method} plan"
     asked = "" if method is None else f" {method}"
-    held, expected = (
-        f"{got}{key.method} plan",
-        f"rank {dp_rank}'s rows of a {dp_size}-rank{asked} plan",
-    )
+    expected = f"rank {dp_rank}'s rows of a {dp_size}-rank{asked} plan"
     msg = (
         f"{who}: {what} holds {held}, not {expected}; pass the list in the order "
         "`split_train_data_by_dp` returned it, with the same `dp_size` and `balance_data`"
@@ -236,11 +231,7 @@ def pick_holder(ref: ObjectRef[Any], dp_rank: int, locality: Locality) -> str | 
     """The node where this rank should take its rows (spread by rank), or ``None`` for here."""
     if locality == "local" or (locality == "auto" and live_nodes() == 1):
         return None
-    try:
-        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
-    except ray_exceptions.RayError:
-        return None
-    location = locations.get(ref)
+    location = _location(ref)
     holders = sorted(location.get("node_ids") or ()) if location else []
     if not holders:
         return None
@@ -257,16 +248,21 @@ def is_gone(ref: ObjectRef[Any]) -> bool:
     memory (a small task result) has no node either but is ready at once; an owner that cannot
     answer in time is ``False`` (its get reports a dead owner).
     """
-    try:
-        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
-    except ray_exceptions.RayError:
-        return False
-    location = locations.get(ref)
+    location = _location(ref)
     if location is None or location.get("node_ids") or location.get("did_spill"):
         return False
     # a freed object still reads as ready without fetching it: ask for it here
     ready, _ = ray.wait([ref], timeout=_LOOKUP_TIMEOUT_MS / 1000, fetch_local=True)
     return not ready
+
+
+def _location(ref: ObjectRef[Any]) -> Mapping[str, Any] | None:
+    """Ray's record of where ``ref``'s object is, or ``None`` (unknown, or the lookup failed)."""
+    try:
+        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
+    except ray_exceptions.RayError:
+        return None
+    return locations.get(ref)
 
 
 _GET_RECHECK_S = 5.0
@@ -281,33 +277,29 @@ def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -
     """
     if not isinstance(ref_or_value, ray.ObjectRef):
         return ref_or_value
-    if is_gone(ref_or_value):
-        raise TransportError(
-            _lost(who, what, ref_or_value, "no node holds it"), key=ref_or_value.hex()
-        )
-    while True:  # Ray drops a freed object asynchronously: a get begun just before may wait on
-        try:  # it forever, so a long wait checks again whether any node still holds it
+    # Ray drops a freed object asynchronously: a get begun just before may wait on it forever,
+    # so a long wait checks again whether any node still holds it
+    while not is_gone(ref_or_value):
+        try:
             value = ray.get(ref_or_value, timeout=_GET_RECHECK_S)
-            break
         except ray_exceptions.GetTimeoutError:
-            if is_gone(ref_or_value):
-                lost = _lost(who, what, ref_or_value, "no node holds it")
-                raise TransportError(lost, key=ref_or_value.hex()) from None
+            continue
         except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
-            lost = _lost(who, what, ref_or_value, type(exc).__name__)
-            raise TransportError(lost, key=ref_or_value.hex()) from exc
-    if on_fetch is not None:
-        on_fetch(ref_or_value)
-    return value
+            raise _lost(who, what, ref_or_value, type(exc).__name__) from exc
+        if on_fetch is not None:
+            on_fetch(ref_or_value)
+        return value
+    raise _lost(who, what, ref_or_value, "no node holds it")
 
 
-def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> str:
-    return (
+def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> TransportError:
+    msg = (
         f"{who}: the object store lost {what} (object {object_ref.hex()}, {reason}); it was "
         "freed, removed or its owner died: the driver should own the batch (call "
         "`split_train_data_by_dp` on the driver, not in an actor that may die) and keep its "
         "references until every rank has processed the step"
     )
+    return TransportError(msg, key=object_ref.hex())
 
 
 def live_nodes() -> int:

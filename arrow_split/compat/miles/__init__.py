@@ -8,6 +8,7 @@ from miles on purpose, and why: docs/miles.md.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -87,10 +88,8 @@ __all__ = [
 OnBatchLengths = Callable[[list[int]], None]
 """Called with the whole batch's total lengths as a rank completes its shard (miles' metrics)."""
 
-# The keys of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout rewrites.
+# The key of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout drops.
 _PARTITION = "partition"
-_TOTAL_LENGTHS = TOTAL_LENGTHS
-_MEDIA_REFS = MEDIA_REFS
 
 
 def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
@@ -149,23 +148,21 @@ def can_schedule_on_rollout_side(
         return False
     if arg_flag(args, "multi_lora"):
         return False
-    name = role_column(KNOWN_COLUMNS, "rollout_id")
+    name = str(role_column(KNOWN_COLUMNS, "rollout_id"))
     if isinstance(data, RolloutBatch):
         keys = {*data.column_names, *data.batch_globals}
         batch_globals: Mapping[str, object] = data.batch_globals
         rollout_ids = data.role_values("rollout_id")
     elif isinstance(data, Mapping):
-        keys, batch_globals = set(data), data
-        rollout_ids = data.get(name) if name is not None else None
+        keys, batch_globals, rollout_ids = set(data), data, data.get(name)
     else:
         msg = f"`data` must be a train-data dict or a RolloutBatch, got {type(data).__name__}"
         raise SchemaTypeError(msg, key="data")
-    if role_column(KNOWN_COLUMNS, "extra_rows") in keys or rollout_ids is None:
-        return False
-    if _MEDIA_REFS in keys:  # samples that load media on the train side: planned there
+    # media loaded on the train side is planned there
+    if rollout_ids is None or {role_column(KNOWN_COLUMNS, "extra_rows"), MEDIA_REFS} & keys:
         return False
     wanted = step_batch_size(args, batch_globals)
-    return len(set(as_index_array(f"{name}", rollout_ids).tolist())) >= wanted
+    return len(np.unique(as_index_array(name, rollout_ids))) >= wanted
 
 
 def split_train_data_by_dp_scheduled_raw(
@@ -192,7 +189,7 @@ def split_train_data_by_dp_scheduled_raw(
         )
         raise OptionError(msg, key="train_parallel_config")
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
-    parts = scheduled_shards(args, batch, {**train_parallel_config, "dp_size": dp_size}, flops)
+    parts = scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
 
 
@@ -224,8 +221,9 @@ def split_train_data_by_dp(
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     assert train_parallel_config is not None  # checked by _dp_size_of
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
-        config = {**train_parallel_config, "dp_size": dp_size}
-        parts: Iterable[ShardParts] = list(scheduled_shards(args, batch, config, flops))
+        parts: Iterable[ShardParts] = list(
+            scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
+        )
     else:
         parts = plan_shards(batch, dp_size, balance_data)
     return put_eager(parts, dp_size)
@@ -247,51 +245,50 @@ def process_rollout_data_shard(
             f"returns it, got {type(rollout_data).__name__}"
         )
         raise SchemaTypeError(msg, key="rollout_data")
-    missing = [key for key in (_PARTITION, _TOTAL_LENGTHS) if key not in rollout_data]
+    missing = [key for key in (_PARTITION, TOTAL_LENGTHS) if key not in rollout_data]
     if missing:
         msg = (
             f"the shard lacks {', '.join(f'`{key}`' for key in missing)}; pass a rollout-layout "
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
         raise SchemaError(msg, key=missing[0])
-    partition = as_index_array(_PARTITION, rollout_data[_PARTITION]).tolist()
-    total_lengths = _lengths_list(rollout_data[_TOTAL_LENGTHS])
-    outside = [row for row in partition if not 0 <= row < len(total_lengths)]
-    if outside:
+    partition = as_index_array(_PARTITION, rollout_data[_PARTITION])
+    total_lengths = _batch_lengths(rollout_data[TOTAL_LENGTHS])
+    outside = partition[(partition < 0) | (partition >= len(total_lengths))]
+    if outside.size:
         msg = (
             f"`{_PARTITION}` holds row {outside[0]}, outside the {len(total_lengths)} samples "
-            f"of `{_TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
+            f"of `{TOTAL_LENGTHS}`; the shard and the batch lengths do not belong together"
         )
         raise PlanError(msg, key=_PARTITION)
-    rank_lengths = [total_lengths[row] for row in partition]
     if on_batch_lengths is not None:
-        on_batch_lengths(list(total_lengths))
+        on_batch_lengths(total_lengths.tolist())
     del rollout_data[_PARTITION]
-    rollout_data[_TOTAL_LENGTHS] = rank_lengths
+    rollout_data[TOTAL_LENGTHS] = total_lengths[partition].tolist()
     return rollout_data
 
 
-def _lengths_list(total_lengths: object) -> list[Any]:
-    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as a list."""
+def _batch_lengths(total_lengths: object) -> np.ndarray:
+    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as int64."""
     try:
         ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
     except (TypeError, ValueError):  # ragged
         ndim = -1
     if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
         msg = (
-            f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
+            f"`{TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
             f"{type(total_lengths).__name__}"
         )
-        raise SchemaTypeError(msg, key=_TOTAL_LENGTHS)
+        raise SchemaTypeError(msg, key=TOTAL_LENGTHS)
     try:
-        lengths = as_index_array(_TOTAL_LENGTHS, total_lengths)
+        lengths = as_index_array(TOTAL_LENGTHS, total_lengths)
     except OptionError as error:  # strings, floats, bools: not token counts
-        msg = f"`{_TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
-        raise SchemaTypeError(msg, key=_TOTAL_LENGTHS) from None
+        msg = f"`{TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
+        raise SchemaTypeError(msg, key=TOTAL_LENGTHS) from None
     if lengths.size and int(lengths.min()) < 0:
-        msg = f"`{_TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
-        raise SchemaError(msg, key=_TOTAL_LENGTHS)
-    return list(lengths.tolist())
+        msg = f"`{TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
+        raise SchemaError(msg, key=TOTAL_LENGTHS)
+    return lengths
 
 
 def process_rollout_data(
@@ -315,32 +312,26 @@ def process_rollout_data(
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
     if arg_flag(args, "delay_split_train_data_by_dp"):
-        witness_ids = witness_ids_of(witness_info)
         rollout_data, result = fetch_delayed(
             args,
             rollout_data_ref,
             rank,
             size,
-            witness_ids=witness_ids,
+            witness_ids=witness_ids_of(witness_info),
             specs=specs,
             strict_keys=as_flag("strict_keys", strict_keys),
             pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
         )
-    else:
-        _check_no_witness(witness_info)
-        rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
-    shard = process_rollout_data_shard(args, rollout_data, on_batch_lengths=on_batch_lengths)
-    return shard, result
-
-
-def _check_no_witness(witness_info: object) -> None:
-    """Eager shards hold their witness ids already: miles refuses witness info there too."""
-    if witness_info is not None:
+    elif witness_info is not None:  # eager shards were split with their witness ids already
         msg = (
             "`witness_info` is only used with `args.delay_split_train_data_by_dp`: eager shards "
             "were split on the rollout side, so attach witness ids there (`seq_witness_ids`)"
         )
         raise OptionError(msg, key="witness_info")
+    else:
+        rollout_data, result = fetch_eager(rollout_data_ref, rank, size)
+    shard = process_rollout_data_shard(args, rollout_data, on_batch_lengths=on_batch_lengths)
+    return shard, result
 
 
 def install(
@@ -363,13 +354,9 @@ def install(
         strict_keys=as_flag("strict_keys", strict_keys),
         pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
         verbose=as_flag("verbose", verbose),
-        put_batch=_put_whole,
+        # miles' patched store puts the whole batch, planned by each rank for its size
+        put_batch=functools.partial(put_delayed, dp_size=None, balance_data=False),
     )
-
-
-def _put_whole(batch: RolloutBatch) -> Any:
-    """What miles' patched store puts: the whole batch, planned by each rank for its size."""
-    return put_delayed(batch, None, balance_data=False)
 
 
 def setup_worker() -> Installation:

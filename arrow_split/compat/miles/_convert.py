@@ -38,7 +38,7 @@ from arrow_split.compat.miles._keys import (
     miles_key_note,
     to_miles_keys,
 )
-from arrow_split.schema import TEACHER_GATHER_POSITIONS, TEACHER_RESPONSE_LENGTHS, Role, role_column
+from arrow_split.schema import TEACHER_GATHER_POSITIONS, TEACHER_RESPONSE_LENGTHS, role_column
 
 __all__ = [
     "FlopsFn",
@@ -121,12 +121,10 @@ ShardParts = tuple[Shard, int, dict[str, Any]]
 """A rank's shard, its rank, and the extra keys miles puts beside it (the schedule's)."""
 
 
-def _role_name(role: Role) -> str:
-    name = role_column(KNOWN_COLUMNS, role)
-    if name is None:  # every role used here is held by a known column
-        msg = f"no known column has role {role!r}"
-        raise SchemaError(msg)
-    return name
+_SLOTS, _COUNT, _STEP_BATCH_SIZE, _ROLLOUT_ID = (
+    str(role_column(KNOWN_COLUMNS, role))
+    for role in ("adapter_slot", "adapter_count", "step_batch_size", "rollout_id")
+)
 
 
 def to_batch(
@@ -143,24 +141,20 @@ def to_batch(
     shard; miles' keys are mapped by :mod:`~arrow_split.compat.miles._keys`.
     """
     check_args(args)
-    if isinstance(data, RolloutBatch):
-        batch = data
-    else:
-        batch = _from_train_data(args, data, specs, strict_keys)
-    if pad_dp_size is not None:
-        batch = pad_to_dp(batch, pad_dp_size)
-    return batch
+    batch = (
+        data if isinstance(data, RolloutBatch) else _from_train_data(args, data, specs, strict_keys)
+    )
+    return batch if pad_dp_size is None else pad_to_dp(batch, pad_dp_size)
 
 
 def _from_train_data(
     args: Any, data: Mapping[str, Any], specs: Iterable[ColumnSpec], strict_keys: bool
 ) -> RolloutBatch:
-    slots, count = _role_name("adapter_slot"), _role_name("adapter_count")
-    if isinstance(data, Mapping) and slots in data and count not in data:
-        n_adapters = arg_int(args, "multi_lora_n_adapters")
-        if n_adapters is not None:
-            data = {**data, count: n_adapters}
     if isinstance(data, Mapping):
+        if _SLOTS in data and _COUNT not in data:
+            n_adapters = arg_int(args, "multi_lora_n_adapters")
+            if n_adapters is not None:
+                data = {**data, _COUNT: n_adapters}
         _check_no_rank_keys(data)
         data = from_miles_keys(data)
         specs = infer_unknown_specs(data, specs, strict_keys=strict_keys)
@@ -168,7 +162,7 @@ def _from_train_data(
         batch = RolloutBatch.from_train_data(data, specs=specs)
     except ArrowSplitError as error:
         raise miles_key_note(error) from None
-    _check_adapter_slots(batch, slots, count)
+    _check_adapter_slots(batch)
     _check_gather_positions(batch)
     return batch
 
@@ -223,20 +217,20 @@ def _check_no_rank_keys(data: Mapping[str, Any]) -> None:
         raise SchemaError(msg, key=key)
 
 
-def _check_adapter_slots(batch: RolloutBatch, slots: str, count: str) -> None:
+def _check_adapter_slots(batch: RolloutBatch) -> None:
     values = batch.role_values("adapter_slot")
-    n_adapters = batch.batch_globals.get(count)
+    n_adapters = batch.batch_globals.get(_COUNT)
     if values is None or n_adapters is None or not len(values):
         return
     bad = np.flatnonzero((values < 0) | (values >= int(n_adapters)))  # type: ignore[call-overload]
     if bad.size:
         sample = int(bad[0])
         msg = (
-            f"`{slots}` is {int(values[sample])} but `{count}` is {n_adapters}; "
-            f"adapter slots must be in [0, {count}) (set `args.multi_lora_n_adapters` to the "
+            f"`{_SLOTS}` is {int(values[sample])} but `{_COUNT}` is {n_adapters}; "
+            f"adapter slots must be in [0, {_COUNT}) (set `args.multi_lora_n_adapters` to the "
             "number of adapters)"
         )
-        raise ValueRangeError(msg, key=slots, sample=sample)
+        raise ValueRangeError(msg, key=_SLOTS, sample=sample)
 
 
 def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterator[ShardParts]:
@@ -254,9 +248,8 @@ def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) ->
 
 def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
     """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
-    name = _role_name("step_batch_size")
-    if name in batch_globals:
-        return as_int(name, batch_globals[name], minimum=1)  # a dict's value is not checked yet
+    if _STEP_BATCH_SIZE in batch_globals:  # a dict's value is not checked yet
+        return as_int(_STEP_BATCH_SIZE, batch_globals[_STEP_BATCH_SIZE], minimum=1)
     return as_int(
         "args.global_batch_size", _field(args, "global_batch_size", required=True), minimum=1
     )
@@ -265,7 +258,10 @@ def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
 def schedule_config(
     args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
 ) -> ScheduleConfig:
-    """The schedule's parameters, read from miles' ``args`` and train parallel config."""
+    """The schedule's parameters, read from miles' ``args`` and train parallel config.
+
+    The config's keys but ``dp_size`` are :class:`~arrow_split.ScheduleConfig` fields.
+    """
     use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
     micro_batch_size = arg_int(args, "micro_batch_size")
     if micro_batch_size is None and use_dynamic:
@@ -275,14 +271,10 @@ def schedule_config(
         micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
         use_dynamic_batch_size=use_dynamic,
         max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
-        cp_size=train_parallel_config["cp_size"],
-        vpp_size=train_parallel_config["vpp_size"],
-        microbatch_group_size_per_vp_stage=train_parallel_config[
-            "microbatch_group_size_per_vp_stage"
-        ],
         balance_data=arg_flag(args, "balance_data", required=True),
         balance_by_flops=arg_flag(args, "balance_by_flops"),
         allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
+        **{key: train_parallel_config[key] for key in SCHEDULE_CONFIG_KEYS if key != "dp_size"},
     )
 
 
@@ -326,21 +318,21 @@ def miles_schedule_fields(rank_schedule: RankSchedule) -> dict[str, Any]:
 def scheduled_shards(
     args: Any,
     batch: RolloutBatch,
+    dp_size: int,
     train_parallel_config: Mapping[str, Any],
     flops: FlopsFn | None,
 ) -> Iterator[ShardParts]:
     """Each rank's rows in micro-batch order and miles' schedule keys; planned now, taken lazily."""
     rollout_ids = batch.role_values("rollout_id")
     if rollout_ids is None:
-        name = _role_name("rollout_id")
-        msg = f"the rollout-side schedule needs `{name}` (one rollout id per sample)"
-        raise SchemaError(msg, key=name)
+        msg = f"the rollout-side schedule needs `{_ROLLOUT_ID}` (one rollout id per sample)"
+        raise SchemaError(msg, key=_ROLLOUT_ID)
     config = schedule_config(args, batch, train_parallel_config)
     lengths = batch.total_lengths
     schedule = plan_schedule(
         lengths,
         rollout_ids,
-        train_parallel_config["dp_size"],
+        dp_size,
         config,
         weights=_weights(config, lengths, args, flops),
     )

@@ -7,11 +7,11 @@ type (``Box``-shaped :class:`ArrowRef` before #2542, ``_RayStoreObjectRef`` afte
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import arrow_split.compat.miles._install as _install
@@ -135,12 +135,7 @@ class StoreGetResult:
     def __enter__(self) -> Shard | None:
         return self._value
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc_value: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.release()
 
 
@@ -230,11 +225,7 @@ def fetch_delayed(
     strict_keys: bool,
     pad_to_dp: bool,
 ) -> tuple[dict[str, Any], StoreGetResult]:
-    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result.
-
-    An :class:`ArrowRef`'s batch is gathered where it lives; any other reference is fetched
-    here, and a dict (miles' own put) converted.
-    """
+    """Take this rank's rows of the whole batch; return its rollout-layout dict and get result."""
     import ray
 
     from arrow_split.ray import fetch
@@ -247,21 +238,19 @@ def fetch_delayed(
         instance = store_instance()
         shard = take_stored(instance, stored, dp_rank, dp_size, witness_ids=witness_ids, **options)
         return rollout_dict(shard, {}), StoreGetResult(shard)
-    step = ref.step if isinstance(ref, ArrowRef) else None
-    who = f"dp_rank {dp_rank}" if step is None else f"step {step}, dp_rank {dp_rank}"
-    target: object
+    step = None
+    target: object = ref
     if isinstance(ref, ArrowRef):  # what arrow_split put: a batch, taken where it lives
-        target = ref.inner
-    elif isinstance(ref, (RolloutBatch, Mapping)):
-        target = ref
-    elif isinstance(unwrap(ref), ray.ObjectRef):  # miles' reference type: a batch or a dict
-        target = fetch(unwrap(ref), who, "the delayed reference", None)
-    else:
-        msg = (
-            f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, got "
-            f"{type(ref).__name__} {ref!r:.40}"
-        )
-        raise OptionTypeError(msg, key="rollout_data_ref")
+        target, step = ref.inner, ref.step
+    elif not isinstance(ref, (RolloutBatch, Mapping)):
+        if not isinstance(unwrap(ref), ray.ObjectRef):
+            msg = (
+                f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, "
+                f"got {type(ref).__name__} {ref!r:.40}"
+            )
+            raise OptionTypeError(msg, key="rollout_data_ref")
+        # miles' reference type: a batch or a dict, fetched here
+        target = fetch(unwrap(ref), f"dp_rank {dp_rank}", "the delayed reference", None)
     if isinstance(target, RolloutShard):
         msg = (
             "the delayed reference holds one rank's shard, not the whole batch; pass the "
@@ -287,15 +276,11 @@ def fetch_delayed(
     return rollout_dict(shard, {}), StoreGetResult(shard)
 
 
-_NOTED: list[bool] = []
-
-
+@functools.cache  # once per process
 def _note_whole_dict() -> None:
-    """Log once per process that a rank converts a whole dict (the put was not the drop-in's)."""
-    if not _NOTED:
-        _NOTED.append(True)
-        _LOG.warning(
-            "arrow_split: a delayed batch arrived as miles' own dict, so this rank converts all "
-            'of it; install the drop-in in the process that puts (docs/miles.md, "Every '
-            'process of a job") so that the put stores one Arrow batch'
-        )
+    """Log that a rank converts a whole dict (the put was not the drop-in's)."""
+    _LOG.warning(
+        "arrow_split: a delayed batch arrived as miles' own dict, so this rank converts all "
+        'of it; install the drop-in in the process that puts (docs/miles.md, "Every '
+        'process of a job") so that the put stores one Arrow batch'
+    )

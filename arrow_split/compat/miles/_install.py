@@ -92,16 +92,15 @@ class Installation:
 
         Each name goes to the newest installation still installed, or back to miles.
         """
-        if not any(layer is self for layer in _ACTIVE):
+        if self not in _ACTIVE:  # compared by identity (eq=False)
             return
         _ACTIVE.remove(self)
         top = _ACTIVE[-1] if _ACTIVE else None
-        replacement = dict(top.bound) if top is not None else dict(_BASE)
-        known = {id(value): (value, name) for name, value in self.bound.items()}
-        for holder, attr, name in _sites(known):
+        replacement = top.bound if top is not None else _BASE
+        for holder, attr, name in _sites(_by_id(self.bound)):
             setattr(holder, attr, replacement[name])
         global REF_FACTORY  # the process's one reference type
-        REF_FACTORY = top.factory if top is not None else _BASE_FACTORY[0]
+        REF_FACTORY = top.factory if top is not None else None
         if top is None:
             _BASE.clear()
             unpatch_store()
@@ -112,27 +111,19 @@ class Installation:
 
 _ACTIVE: list[Installation] = []  # the installations not undone, oldest first
 _BASE: dict[str, Callable[..., Any]] = {}  # miles' own functions, while any is installed
-_BASE_FACTORY: list[Any] = []  # the reference type before the first installation
 
 Known = Mapping[int, tuple[object, str]]  # id -> (function, name), matched by identity
 
 
-def _known(originals: Mapping[str, Any]) -> dict[int, tuple[object, str]]:
-    """Miles' functions and every installed drop-in, by id."""
-    known = {id(value): (value, name) for name, value in originals.items()}
-    for layer in _ACTIVE:
-        known.update({id(value): (value, name) for name, value in layer.bound.items()})
-    return known
+def _by_id(functions: Mapping[str, object]) -> dict[int, tuple[object, str]]:
+    return {id(value): (value, name) for name, value in functions.items()}
 
 
 def _hits(holder: object, known: Known) -> list[tuple[object, str, str]]:
     """``(holder, attr, name)`` for each attribute of ``holder`` bound to one of ``known``."""
-    found = []
-    for attr, value in list(vars(holder).items()):
-        hit = known.get(id(value))
-        if hit is not None and hit[0] is value:
-            found.append((holder, attr, hit[1]))
-    return found
+    # `known` holds its objects, so an id found there is one of them (ids of live objects differ)
+    items = list(vars(holder).items())
+    return [(holder, attr, known[id(value)][1]) for attr, value in items if id(value) in known]
 
 
 def _own(holder: object) -> bool:
@@ -148,28 +139,26 @@ def _attr(holder: object, name: str, default: Any) -> Any:
         return default
 
 
-def _module_dicts() -> list[tuple[str, dict[str, Any]]]:
-    """``(name, globals)`` of each loaded module (entries that refuse to show them skipped)."""
-    found = []
+def _module_globals() -> dict[int, str]:
+    """``module.NAME`` of each global of the loaded modules but ours, by the value's id."""
+    names: dict[int, str] = {}
     for name, module in list(sys.modules.items()):
         namespace = _attr(module, "__dict__", None)
-        if isinstance(namespace, dict):
-            found.append((str(name), namespace))
-    return found
+        if isinstance(namespace, dict) and not str(name).startswith("arrow_split."):
+            for attr, value in list(namespace.items()):
+                names.setdefault(id(value), f"{name}.{attr}")  # the modules hold the values
+    return names
 
 
 def _sites(known: Known) -> list[tuple[object, str, str]]:
     """Every loaded module's global and every class attribute bound to one of ``known``."""
-    found = []
-    for module in list(sys.modules.values()):
-        if isinstance(_attr(module, "__dict__", None), dict) and not _own(module):
-            found += _hits(module, known)
+    modules = [
+        m for m in list(sys.modules.values()) if isinstance(_attr(m, "__dict__", None), dict)
+    ]
     dicts = [ref for ref in gc.get_referrers(*(v for v, _ in known.values())) if type(ref) is dict]
     classes = {id(ref): ref for ref in gc.get_referrers(*dicts) if isinstance(ref, type)}
-    for owner in classes.values():
-        if not _own(owner):
-            found += _hits(owner, known)
-    return found
+    holders = [*modules, *classes.values()]
+    return [hit for holder in holders if not _own(holder) for hit in _hits(holder, known)]
 
 
 def _qualified(holder: object, attr: str) -> str:
@@ -200,16 +189,13 @@ def _patch_all(known: Known, bound: Mapping[str, Callable[..., Any]]) -> list[st
 
 
 def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[tuple[str, str]]:
-    """``(holder, name)`` for each named holder still bound to one of miles' functions.
+    """``(holder, name)`` for each named holder (:func:`_where`) still bound to miles' function.
 
-    A holder is named by the way up to a module global, a class or a function (a closure or a
-    default), through containers, namespaces and instances; one that only a running frame (a
-    local variable) reaches is not a binding, and ``__wrapped__`` (a wrapper's note of what it
-    wraps) is not a call of miles' function: neither is listed.
+    ``__wrapped__`` is a wrapper's note of what it wraps, not a call of miles' function.
     """
     names = {id(value): name for name, value in originals.items()}
     skip = {id(holder) for holder in ours}
-    modules = _module_dicts()
+    globals_by_id = _module_globals()
     found = []
     for holder in gc.get_referrers(*originals.values()):
         if isinstance(holder, FrameType) or id(holder) in skip:
@@ -219,7 +205,7 @@ def _unpatched(originals: Mapping[str, object], ours: Iterable[object]) -> list[
             for key, item in _items(holder)
             if id(item) in names and key != "__wrapped__"
         }
-        where = _where(holder, modules) if held else ""
+        where = _where(holder, globals_by_id) if held else ""
         if where:
             found += [(where, name) for name in sorted(held)]
     return found
@@ -232,31 +218,25 @@ def _items(holder: object) -> list[tuple[object, object]]:
     return [(None, item) for item in gc.get_referents(holder)]
 
 
-def _label(holder: object) -> str:
-    kind = type(holder)
-    return f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
-
-
 _DEPTH = 6  # containers above a holder searched for a name
 
 
-def _where(holder: object, modules: list[tuple[str, dict[str, Any]]]) -> str:
+def _where(holder: object, globals_by_id: Mapping[int, str]) -> str:
     """``holder``'s label and where it is bound: a module global, or a function or class.
 
     Containers, namespaces and instances above it are followed a few steps up (``"list in
     `module.NAME`"``); ``""`` when no such root is reached (a frame's local, a cycle).
     """
     seen = {id(holder)}
-    label = _label(holder)
+    kind = type(holder)
+    label = f"{kind.__module__}.{kind.__qualname__}".removeprefix("builtins.")
     items: list[object] = [holder]
     for depth in range(_DEPTH):
         link = " " if depth == 0 else " in "
         above: list[object] = []
         for item in items:
-            for module_name, namespace in modules:
-                for attr, value in list(namespace.items()):
-                    if value is item and not module_name.startswith("arrow_split."):
-                        return f"{label}{link}`{module_name}.{attr}`"
+            if id(item) in globals_by_id:
+                return f"{label}{link}`{globals_by_id[id(item)]}`"
             for ref in gc.get_referrers(item):
                 if isinstance(ref, FrameType) or id(ref) in seen or ref is items:
                     continue
@@ -287,11 +267,6 @@ def _defined(modules: Mapping[str, ModuleType]) -> dict[str, Any]:
         )
         raise InstallError(msg)
     return {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
-
-
-def _options_now() -> Mapping[str, Any]:
-    """The newest installation's options (what a patched store's put converts with)."""
-    return _ACTIVE[-1].options
 
 
 def current() -> Installation | None:
@@ -352,8 +327,8 @@ def _optional_attr(module: str, attr: str | None = None) -> Any:
         return None
 
 
-def _hooks(specs: list[ColumnSpec], strict_keys: bool, pad_to_dp: bool) -> dict[str, Any]:
-    """The options bound into the drop-ins; miles' FLOPs estimate and throughput timer."""
+def _miles_hooks() -> dict[str, Any]:
+    """The hooks from miles: its FLOPs estimate and throughput timer (``None`` where absent)."""
     timer = _optional_attr("miles.utils.timer", "Timer")
     calculate = _optional_attr("miles.utils.flops_utils", "calculate_fwd_flops")
 
@@ -364,9 +339,6 @@ def _hooks(specs: list[ColumnSpec], strict_keys: bool, pad_to_dp: bool) -> dict[
         return [calculate([length], args) for length in total_lengths]
 
     return {
-        "specs": specs,
-        "strict_keys": strict_keys,
-        "pad_to_dp": pad_to_dp,
         "flops": None if calculate is None else flops,
         "on_batch_lengths": None if timer is None else keep_seq_lens,
     }
@@ -395,13 +367,17 @@ def patch(
     ``put_batch`` is what miles' patched store puts a converted batch with.
     """
     modules = {name: _import_required(name) for name in sorted(set(_DEFINED.values()))}
-    hooks = _hooks(specs, strict_keys, pad_to_dp)
+    options = {"specs": specs, "strict_keys": strict_keys, "pad_to_dp": pad_to_dp}
+    hooks = {**options, **_miles_hooks()}
     originals = dict(_BASE) if _ACTIVE else _defined(modules)
     store = _optional_attr(STORE_MODULE)
     if store is not None:
         check_store(store)  # before anything is bound: a store of another shape patches nothing
     bound = {name: _bind(drop_ins[name], hooks) for name in originals}
-    patched = _patch_all(_known(originals), bound)
+    known = _by_id(originals)  # miles' functions and every installed drop-in
+    for layer in _ACTIVE:
+        known.update(_by_id(layer.bound))
+    patched = _patch_all(known, bound)
     unpatched = _unpatched(originals, ours=(originals, _BASE))
     skipped = [
         f"{module}.{name}" for module, name in _OPTIONAL.items() if module not in sys.modules
@@ -409,15 +385,13 @@ def patch(
     if store is None:
         skipped.append(STORE_MODULE)
     else:
-        patched += patch_store(store, _options_now, put_batch)
-    global REF_FACTORY  # the process's one reference type
-    factory = _ref_factory(store)
+        # a patched store's put converts with the newest installation's options
+        patched += patch_store(store, lambda: _ACTIVE[-1].options, put_batch)
     if not _ACTIVE:
         _BASE.update(originals)
-        _BASE_FACTORY[:] = [REF_FACTORY]
-    REF_FACTORY = factory
+    global REF_FACTORY  # the process's one reference type
+    REF_FACTORY = factory = _ref_factory(store)
     listed = tuple(f"{holder}: {name}" for holder, name in unpatched)
-    options = {"specs": specs, "strict_keys": strict_keys, "pad_to_dp": pad_to_dp}
     installation = Installation(tuple(patched), tuple(skipped), bound, factory, listed, options)
     _ACTIVE.append(installation)
     for holder, name in unpatched:

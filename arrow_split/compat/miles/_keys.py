@@ -37,11 +37,7 @@ _COLUMN = str(role_column(KNOWN_COLUMNS, "sampling_mask"))
 
 
 def from_miles_keys(data: Mapping[str, Any]) -> Mapping[str, Any]:
-    """``data`` (never changed) with miles' two sampling-mask keys as one column, in the ids' place.
-
-    Raises ``SchemaError`` (one key without the other, or beside the column) and
-    ``RaggedLengthError`` (not one value per sample each).
-    """
+    """``data`` (unchanged) with miles' two sampling-mask keys as one column, in the ids' place."""
     present = [key for key in (_IDS, _OFFSETS) if key in data]
     if not present:
         return data
