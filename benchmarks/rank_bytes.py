@@ -10,8 +10,9 @@ measured in the same run (medians over ``repeats`` warm runs):
   1 / (PP x CP) + 5%.
 - ``prefetch``: steps whose fetch (the object store get, the take, ``to_tensors``) runs in
   :class:`arrow_split.ray.RolloutPrefetcher` while a simulated training step (a sleep of
-  ``train_factor`` x the fetch) runs: the trainer-visible wait per step, against the fetch
-  without prefetch. Target: at most 5%.
+  ``train_factor`` x the fetch) runs, the trainer holding its step's tensors until the step
+  ends: the trainer-visible wait per step, against the fetch without prefetch. Target: at
+  most 5%.
 - ``block``: the rank's take into :class:`arrow_split.block.RankBlock` (warm: reused) against
   a memcpy of the rank's bytes (``benchmarks.step``'s measure: into fresh memory; and into
   reused memory, the stricter floor), with the new bytes a warm fill allocates (tracemalloc)
@@ -41,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import ray
 
 from arrow_split import RolloutBatch, plan_partitions, take_rows
 from arrow_split.block import RankBlock
@@ -49,6 +51,7 @@ from arrow_split.ray import (
     fill_rank_block,
     process_rollout_data,
     split_train_data_by_dp,
+    warm_up,
 )
 from arrow_split.routing import ParallelPlace, take_expert_slice
 from arrow_split.schema import ROUTED_EXPERTS
@@ -71,7 +74,7 @@ __all__ = ["SIZES", "parse_args", "report", "run"]
 
 SIZES = {
     False: {"moe_samples": 256, "layers": 64, "top_k": 8, "experts": 256, "pp": 4, "cp": 2,
-            "workload": "medium", "dp_sizes": (64, 8), "prefetch_steps": 8, "train_factor": 1.2,
+            "workload": "medium", "dp_sizes": (64, 8), "prefetch_steps": 16, "train_factor": 1.2,
             "repeats": 9},
     True: {"moe_samples": 8, "layers": 4, "top_k": 2, "experts": 256, "pp": 2, "cp": 2,
            "workload": "tiny", "dp_sizes": (2,), "prefetch_steps": 3, "train_factor": 1.2,
@@ -135,42 +138,79 @@ def _slice(options: argparse.Namespace) -> dict[str, Any]:
 def _prefetch(batch: RolloutBatch, options: argparse.Namespace) -> dict[str, Any]:
     """The trainer-visible wait per step with and without the prefetcher (delayed puts).
 
-    Every step's batch is put first (the driver's work, done before the clock starts, so that
-    no put of this process competes with the fetches), then each is fetched twice: one after
-    the other without prefetch, then through the prefetcher while a training step sleeps.
+    Every step's batch is put first (the driver's work, done before the clock starts), then a
+    train actor (:class:`_TrainRank`) fetches each twice: one after the other without prefetch,
+    then through the prefetcher while a training step sleeps. The figure is the actor set up as
+    docs/ray.md asks of one that prefetches (one malloc arena); ``default_arenas`` is the same
+    actor under glibc's default arenas (a thread of its own allocates on fresh pages).
     """
     dp = options.dp_sizes[-1]
     rank, _ = _rank_rows(batch.total_lengths, dp)
     steps = options.prefetch_steps
     refs = [split_train_data_by_dp(batch, dp, balance_data=True, delay=True) for _ in range(steps)]
-
-    def fetch(ref: Any) -> Any:
-        return to_tensors(process_rollout_data(ref, rank, dp, balance_data=True))
-
-    fetch(refs[0])  # warm
-    plain = [_seconds(lambda ref=ref: fetch(ref)) for ref in refs]
-    train = options.train_factor * float(np.median(plain))
-    waits = []
-    with RolloutPrefetcher(rank, dp, convert=to_tensors, balance_data=True) as prefetcher:
-        prefetcher.submit(0, refs[0])
-        for step in range(steps):
-            if step + 1 < steps:
-                prefetcher.submit(step + 1, refs[step + 1])
-            waits.append(_seconds(lambda step=step: prefetcher.get(step)))
-            time.sleep(train)  # the training step; the next fetch runs meanwhile
-    first, rest = waits[0], waits[1:] or waits
-    return {
-        "dp_size": dp, "dp_rank": rank, "steps": steps, "train_seconds": train,
-        "fetch_seconds": summarize(plain), "wait_seconds": summarize(rest),
-        "first_wait_seconds": first,
-        "wait_vs_fetch": float(np.median(rest)) / float(np.median(plain)), "target": 0.05,
-    }  # fmt: skip
+    figures = {}
+    for name, env in (("one_arena", {"MALLOC_ARENA_MAX": "1"}), ("default_arenas", {})):
+        actor = _TrainRank.options(runtime_env={"env_vars": env}).remote()  # type: ignore[attr-defined]
+        try:
+            figures[name] = ray.get(actor.measure.remote([refs], rank, dp, options.train_factor))
+        finally:
+            ray.kill(actor)
+    return {"dp_size": dp, "dp_rank": rank, "steps": steps, **figures["one_arena"],
+            "default_arenas": figures["default_arenas"], "target": 0.05}  # fmt: skip
 
 
-def _seconds(call: Callable[[], object]) -> float:
+@ray.remote(num_cpus=0)
+class _TrainRank:
+    """A train actor that prefetches: one malloc arena (``MALLOC_ARENA_MAX=1`` in its
+    environment) and a reserved heap (``warm_up``), so that the prefetch thread's tensors reuse
+    the pages the reserve faulted in."""
+
+    def measure(self, box: list[Any], rank: int, dp: int, train_factor: float) -> dict[str, Any]:
+        """The fetch alone, then the waits through the prefetcher (``box[0]``: the refs).
+
+        As a trainer does, the rank keeps a step's tensors until its training step ends; their
+        release is timed apart (``release_seconds``).
+        """
+        refs = box[0]
+
+        def fetch(ref: Any) -> Any:
+            return to_tensors(process_rollout_data(ref, rank, dp, balance_data=True))
+
+        step_bytes = _tensor_bytes(list(fetch(refs[0]).values()))
+        warm_up(reserve_bytes=min(4 * step_bytes, 1 << 30))  # two steps held, twice over
+        plain = [_kept(lambda ref=ref: fetch(ref))[0] for ref in refs]
+        train = train_factor * float(np.median(plain))
+        waits, releases = [], []
+        with RolloutPrefetcher(rank, dp, convert=to_tensors, balance_data=True) as prefetcher:
+            prefetcher.submit(0, refs[0])
+            for step in range(len(refs)):
+                if step + 1 < len(refs):
+                    prefetcher.submit(step + 1, refs[step + 1])
+                wait, tensors = _kept(lambda step=step: prefetcher.get(step))
+                waits.append(wait)
+                time.sleep(train)  # the training step; the next fetch runs meanwhile
+                releases.append(_kept(tensors.clear)[0])  # the step's tensors dropped
+        first, rest = waits[0], waits[1:] or waits
+        return {
+            "train_seconds": train, "step_bytes": step_bytes, "fetch_seconds": summarize(plain),
+            "wait_seconds": summarize(rest), "first_wait_seconds": first,
+            "release_seconds": summarize(releases),
+            "wait_vs_fetch": float(np.median(rest)) / float(np.median(plain)),
+        }  # fmt: skip
+
+
+def _tensor_bytes(value: Any) -> int:
+    """The bytes of the tensors in ``value`` (a tensor, or lists and tuples of them)."""
+    if isinstance(value, (list, tuple)):
+        return sum(map(_tensor_bytes, value))
+    return int(value.element_size() * value.nelement()) if hasattr(value, "element_size") else 0
+
+
+def _kept(call: Callable[[], Any]) -> tuple[float, Any]:
+    """The seconds ``call`` takes, and its result: dropped by the caller, outside the clock."""
     start = time.perf_counter()
-    call()
-    return time.perf_counter() - start
+    result = call()
+    return time.perf_counter() - start, result
 
 
 def _interleaved(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, Any]:
