@@ -270,16 +270,14 @@ def check_dp_size(dp_size: object) -> int:
     return size
 
 
-def check_dp_rank(dp_rank: object, dp_size: object) -> int:
-    """``dp_rank`` as an int in ``[0, dp_size)``; ``dp_size`` is parsed first unless parsed."""
-    size = dp_size if type(dp_size) is int and 0 < dp_size <= MAX_DP_SIZE else None
-    size = check_dp_size(dp_size) if size is None else size
+def check_dp_rank(dp_rank: object, dp_size: int) -> int:
+    """``dp_rank`` as an int in ``[0, dp_size)``, ``dp_size`` parsed already."""
     rank = _integer(dp_rank)
     if rank is None:
         got = f"{dp_rank!r} of type {type(dp_rank).__name__}"
-        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {size})", got=got)
-    if not 0 <= rank < size:
-        expected, fix = f"in [0, {size})", f"`dp_size` is {size}"
+        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {dp_size})", got=got)
+    if not 0 <= rank < dp_size:
+        expected, fix = f"in [0, {dp_size})", f"`dp_size` is {dp_size}"
         raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank), fix=fix)
     return rank
 
@@ -314,13 +312,20 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
     """A 1-D array of integers as a C-contiguous int64 array (empty input of any dtype too)."""
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+    if array.dtype.kind not in "iu":
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
         raise PlanTypeError(msg, key=name, got=f"dtype {array.dtype}")
     if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
         raise PlanError(msg, key=name, got=str(int(array.max())))
     return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _check_count(name: str, size: int, n: int | None, each: str) -> None:
+    """Raise unless ``n`` is None or the array of ``name`` holds ``n`` values, one per sample."""
+    if n is not None and size != n:
+        msg = f"`{name}` has {size} values but `total_lengths` has {n}; pass one {each} per sample"
+        raise PlanError(msg, key=name)
 
 
 def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
@@ -355,32 +360,18 @@ def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:
     """The rollout id of every sample as a 1-D int64 array of length `n`."""
     array = _one_d("rollout_ids", rollout_ids, "ints")
     ids = _int64("rollout_ids", array, "pass one integer rollout id per sample")
-    if ids.size != n:
-        msg = (
-            f"`rollout_ids` has {ids.size} values but `total_lengths` has {n}; "
-            "pass one rollout id per sample"
-        )
-        raise PlanError(msg, key="rollout_ids")
+    _check_count("rollout_ids", ids.size, n, "rollout id")
     return ids
 
 
 def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64Array:
     """Weights as int64 (integer input) or float64, finite and >= 0; `n` of them if given."""
     array = _one_d("weights", weights, "non-negative numbers")
-    if n is not None and array.size != n:
-        msg = (
-            f"`weights` has {array.size} values but `total_lengths` has {n}; "
-            "pass one weight per sample"
-        )
-        raise PlanError(msg, key="weights")
-    if array.size and (
-        array.dtype == np.bool_
-        or not np.issubdtype(array.dtype, np.number)
-        or np.issubdtype(array.dtype, np.complexfloating)
-    ):
+    _check_count("weights", array.size, n, "weight")
+    if array.size and array.dtype.kind not in "iuf":  # not bool, complex, str or object
         msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
         raise PlanTypeError(msg, key="weights")
-    if array.size == 0 or np.issubdtype(array.dtype, np.integer):
+    if array.size == 0 or array.dtype.kind in "iu":
         checked: Int64Array | Float64Array = _int64("weights", array, "")
     else:
         checked = np.ascontiguousarray(array, dtype=np.float64)

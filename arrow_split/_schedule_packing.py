@@ -54,12 +54,10 @@ def _expand_by_splitting(bins: list[list[int]], target: int, lengths: list[int])
     """Split the heaviest multi-sample bin (the later on ties) until `target` bins, or none."""
     sums = [sum(lengths[i] for i in one_bin) for one_bin in bins]
     while len(bins) < target:
-        best = -1
-        for j, one_bin in enumerate(bins):
-            if len(one_bin) > 1 and (best < 0 or sums[j] >= sums[best]):
-                best = j
-        if best < 0:
+        splittable = [j for j, one_bin in enumerate(bins) if len(one_bin) > 1]
+        if not splittable:
             return
+        best = max(reversed(splittable), key=sums.__getitem__)  # ties: the later bin
         halves: tuple[list[int], list[int]] = ([], [])  # longest first, into the lighter half
         half_sums = [0, 0]
         for index in sorted(bins[best], key=lambda i: -lengths[i]):

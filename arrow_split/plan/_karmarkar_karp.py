@@ -9,6 +9,7 @@ rows only and resolves every row's part at the end by vectorised pointer jumping
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Sequence
 from operator import add
@@ -44,10 +45,7 @@ def _absorb(target: _Set, source: _Set, exact: bool) -> None:
     if exact:
         target[0] += source[0]
     else:
-        total = target[0]
-        for value in source[4]:
-            total += value
-        target[0] = total
+        target[0] = functools.reduce(add, source[4], target[0])
         target[4].extend(source[4])
     target[1] += source[1]
     target[3].extend(source[3])
@@ -61,16 +59,15 @@ def _key(sets: list[_Set], k: int, state: int) -> _Key:
 
 def _merge(first: list[_Set], second: list[_Set], k: int, exact: bool) -> list[_Set]:
     """Return `first` with its set ``i`` having absorbed `second`'s set ``k - 1 - i``."""
-    merged = first
     held = len(first)
     for j, one_set in enumerate(second):
         i = k - 1 - j
         if i < held:
             _absorb(first[i], one_set, exact)
         else:
-            merged.append(one_set)
-    merged.sort(key=_sort_key, reverse=True)
-    return merged
+            first.append(one_set)
+    first.sort(key=_sort_key, reverse=True)
+    return first
 
 
 def _seed(values: list[Any], k: int, equal_size: bool, exact: bool) -> list[list[_Set]]:
@@ -214,11 +211,8 @@ def balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
         (-spread, -top, -1, -first, state)
         for state, (spread, top, first) in enumerate(zip(spreads, tops, firsts, strict=True))
     ]
-    states: _TupleStates | _ArrayStates
-    if dp_size >= _ARRAY_MERGE_MIN_SETS:
-        states = _ArrayStates(sums, rows)
-    else:
-        states = _TupleStates(sums, rows)
+    many_sets = dp_size >= _ARRAY_MERGE_MIN_SETS
+    states: _TupleStates | _ArrayStates = (_ArrayStates if many_sets else _TupleStates)(sums, rows)
     last = _merge_all(keys, states)
     rank_of_root = np.zeros(n, dtype=np.int64)
     rank_of_root[np.array(states.rows[last], dtype=np.int64)] = np.arange(dp_size, dtype=np.int64)
