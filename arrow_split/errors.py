@@ -155,16 +155,13 @@ class ArrowSplitError(Exception):
 
     def location(self) -> str:
         """Where the mistake is, as the message starts: ``sample 3, position 1`` or ``''``."""
-        parts = []
-        if self.path is not None:
-            parts.append(f"`{self.path}`")
-        if self.offset is not None:
-            parts.append(f"byte {self.offset}")
-        for name in ("sample", "position", "item"):
-            value = getattr(self, name)
-            if value is not None:
-                parts.append(f"{name} {value}")
-        return ", ".join(parts)
+        forms = ("`{}`", "byte {}", "sample {}", "position {}", "item {}")
+        values = (self.path, self.offset, self.sample, self.position, self.item)
+        return ", ".join(
+            form.format(value)
+            for form, value in zip(forms, values, strict=True)
+            if value is not None
+        )
 
     def what(self) -> str:
         """What is wrong, without location or fix: the message, else ``key must be expected``."""

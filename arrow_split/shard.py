@@ -18,7 +18,6 @@ import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
-from arrow_split._removed import removed_name_message
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
@@ -43,6 +42,26 @@ __all__ = ["Shard", "TrainDataLayout"]
 TrainDataLayout = Literal["rollout", "actor"]
 """``rollout``: ``partition`` and the WHOLE batch's ``total_lengths``; ``actor``: the shard's
 ``total_lengths``, the whole batch's as ``global_total_lengths``."""
+
+_REMOVED: dict[tuple[str, str], tuple[str, str]] = {
+    ("Shard", "layout"): (
+        "0.3.0",
+        "a shard stores no layout: pass it each time, `shard.to_train_data(layout='actor')` "
+        "or `layout='rollout'`",
+    ),
+    ("Shard", "with_layout"): (
+        "0.3.0",
+        "`shard.with_layout(layout).to_train_data()` is `shard.to_train_data(layout=layout)`",
+    ),
+    ("Shard", "make_plan"): (
+        "0.3.0",
+        "a shard is not a batch: plan the whole batch with "
+        "`batch.make_plan(dp_size, balance_data=...)` (or re-plan this shard's rows with "
+        "`shard.rows.make_plan(...)`)",
+    ),
+}
+"""Names removed from the public classes: ``(class name, attribute)`` -> ``(release that removed
+it, what to use instead)``, so that code written for an older release fails with the fix."""
 
 
 class Shard:
@@ -127,7 +146,12 @@ class Shard:
 
     def __getattr__(self, name: str) -> Any:
         # Only names that normal lookup missed reach here: a removed name says what replaced it.
-        raise AttributeError(removed_name_message("Shard", name)) from None
+        removed = _REMOVED.get(("Shard", name))
+        if removed is None:
+            msg = f"'Shard' object has no attribute {name!r}"
+        else:
+            msg = f"`Shard.{name}` was removed in {removed[0]}; {removed[1]} (see CHANGELOG.md)"
+        raise AttributeError(msg) from None
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
