@@ -22,8 +22,7 @@ _INT64_MAX = int(np.iinfo(np.int64).max)
 def group_rollouts(rollout_ids: Int64Array) -> tuple[Int64Array, Int64Array]:
     """The rows grouped by rollout (first-appearance order) and the group boundaries."""
     _, first, inverse = np.unique(rollout_ids, return_index=True, return_inverse=True)
-    ordinal_of = np.empty(first.size, dtype=np.int64)
-    ordinal_of[np.argsort(first, kind="stable")] = np.arange(first.size, dtype=np.int64)
+    ordinal_of = np.argsort(np.argsort(first))  # each rollout's rank by first appearance
     ordinals = ordinal_of[inverse.reshape(-1)]
     rows = np.argsort(ordinals, kind="stable").astype(np.int64)
     bounds = np.zeros(first.size + 1, dtype=np.int64)

@@ -252,8 +252,8 @@ def partition_for_rank(
     """One rank's rows: ``Plan.build(...).rows(dp_rank)`` as a writable copy (rank parsed first)."""
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    lengths, _, method, keys = _checked(total_lengths, size, balance_data, order_by)
-    return Plan._make(lengths, size, method, keys).partitions[rank].copy()
+    plan = Plan._make(*_checked(total_lengths, size, balance_data, order_by))
+    return plan.partitions[rank].copy()
 
 
 def plan_fingerprint(

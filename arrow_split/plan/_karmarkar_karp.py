@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import heapq
 from collections.abc import Sequence
-from operator import add
+from operator import add, itemgetter
 from typing import Any
 
 import numpy as np
@@ -36,8 +36,7 @@ _Set = list[Any]
 _Key = tuple[Any, Any, int, int, int]
 
 
-def _sort_key(one_set: _Set) -> tuple[Any, int, int]:
-    return (one_set[0], one_set[1], one_set[2])
+_sort_key = itemgetter(0, 1, 2)  # a set's (sum, count, first index)
 
 
 def _absorb(target: _Set, source: _Set, exact: bool) -> None:
