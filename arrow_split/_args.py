@@ -89,11 +89,7 @@ def as_int(
     maximum: int | None = None,
     fix: str = "",
 ) -> int:
-    """``value`` as a Python int (an ``int``, numpy integer or 0-d integer array), in range.
-
-    A bool or a float (even an integral one) is an :class:`OptionTypeError`; an int outside
-    ``[minimum, maximum]`` an :class:`OptionError`, its message ending with ``fix``.
-    """
+    """``value`` as an int (never a bool or a float) in ``[minimum, maximum]``, else ``fix``."""
     number = _integer(value)
     if number is None:
         raise mistake("option_type", key=name, expected="an int", got=describe(value))
@@ -113,11 +109,7 @@ def as_choice(
     type_error: type[ArrowSplitError] = OptionTypeError,
     value_error: type[ArrowSplitError] = OptionError,
 ) -> str:
-    """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
-
-    The one parser of a string option; the messages list the choices. The schema passes its own
-    ``type_error`` and ``value_error`` for a spec's fields.
-    """
+    """``value`` as one of the strings of the ``Literal`` ``allowed``, exactly; errors list them."""
     choices = get_args(allowed)
     expected = f"expected one of: {', '.join(map(repr, choices))}"
     if not isinstance(value, str):
@@ -130,10 +122,7 @@ def as_choice(
 
 
 def as_list_of(name: str, value: object, item: type[Any]) -> list[object]:
-    """``value`` as a list (of ``item`` values); a single one, a str or a non-iterable refused.
-
-    A SchemaTypeError naming ``name``: the list is a schema's argument (``specs``).
-    """
+    """``value`` as a list (of ``item`` values); a single one, a str or a non-iterable refused."""
     if not isinstance(value, (item, str, bytes)):
         try:
             return list(value)  # type: ignore[call-overload,no-any-return]
@@ -167,11 +156,7 @@ def as_path(name: str, value: object) -> str:
 
 
 def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
-    """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
-
-    Signed or unsigned integers that fit int64 (else :class:`OptionError`); bool, float,
-    complex, string and object arrays are an :class:`OptionTypeError` whatever their values.
-    """
+    """``value`` as a fresh int64 array of ``ndim`` dimensions, from ints only (no bool, float)."""
     if isinstance(value, (str, bytes)) or value is None:
         msg = f"`{name}` must be an array of ints, got {describe(value)}"
         raise OptionTypeError(msg, key=name)
@@ -334,11 +319,7 @@ def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
 
 
 def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
-    """The per-sample token counts as a 1-D, C-contiguous int64 array (may share memory).
-
-    :class:`PlanTypeError` for values that are not integers; :class:`PlanError` for input that
-    is not 1-D, a negative value, or a total that overflows int64.
-    """
+    """The per-sample token counts as a 1-D int64 array (may share memory) of an int64 total."""
     array = _one_d("total_lengths", total_lengths, "non-negative ints")
     fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
     lengths = _int64("total_lengths", array, fix)

@@ -348,10 +348,7 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 
 
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
-    """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
-
-    With ``padded``, a row at or past ``batch.num_samples`` is a padding row.
-    """
+    """``batch``'s ``rows`` in fresh buffers; with ``padded``, a row past the end is padding."""
     num_samples = batch.num_samples
     record_batch, specs = batch.record_batch, batch.specs
     roles: Roles | None = batch.roles

@@ -117,10 +117,7 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
 
 
 class _TupleStates:
-    """States as tuples of set sums and first rows: cheapest when a state has few sets.
-
-    ``merge`` returns the merged state's queue key; ``parents()`` the absorbing first row per row.
-    """
+    """States as tuples of set sums and first rows: cheapest when a state has few sets."""
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
         self.n = sums.size
@@ -173,10 +170,7 @@ class _ArrayStates:
 
 
 def _merge_all(keys: list[_FastKey], states: _TupleStates | _ArrayStates) -> int:
-    """Run the differencing loop over `keys`; return the last state's index.
-
-    The latest merged state is held outside the heap: it is often the next one popped.
-    """
+    """The last state's index; the latest merged state waits outside the heap (often next)."""
     heapq.heapify(keys)
     held = heapq.heappop(keys)
     while keys:
