@@ -29,6 +29,7 @@ from arrow_split.errors import (
 
 __all__ = [
     "Float64Array",
+    "INT64_MAX",
     "Int64Array",
     "MAX_DP_SIZE",
     "SplitMethod",
@@ -59,7 +60,7 @@ MAX_DP_SIZE = 65_536
 """The largest ``dp_size`` a plan accepts: a larger one is a mistake (a token count passed as
 ``dp_size``), refused instead of allocating billions of empty ranks."""
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
+INT64_MAX = int(np.iinfo(np.int64).max)
 _A_BOOL = "a bool (True or False)"
 
 
@@ -175,7 +176,7 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
     if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
         return np.zeros(array.shape, dtype=np.int64)
     if array.dtype.kind == "u":
-        if array.size and int(array.max()) > _INT64_MAX:
+        if array.size and int(array.max()) > INT64_MAX:
             msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
             raise OptionError(msg, key=name)
     elif array.dtype.kind != "i":
@@ -300,7 +301,7 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
     if array.dtype.kind not in "iu":
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
         raise PlanTypeError(msg, key=name, got=f"dtype {array.dtype}")
-    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
+    if array.dtype == np.uint64 and int(array.max()) > INT64_MAX:
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
         raise PlanError(msg, key=name, got=str(int(array.max())))
     return np.ascontiguousarray(array, dtype=np.int64)
@@ -329,9 +330,9 @@ def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
         got = str(int(lengths[row]))
         msg = f"`total_lengths` must be non-negative, got {got} ({count} negative in all)"
         raise PlanError(msg, key="total_lengths", sample=row, got=got)
-    if lengths.size and int(lengths.max()) > _INT64_MAX // lengths.size:
+    if lengths.size and int(lengths.max()) > INT64_MAX // lengths.size:
         total = sum(lengths.tolist())
-        if total > _INT64_MAX:
+        if total > INT64_MAX:
             msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
             raise PlanError(msg, key="total_lengths", got=str(total))
     return lengths

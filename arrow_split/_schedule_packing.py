@@ -10,13 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from arrow_split._args import Int64Array
+from arrow_split._args import INT64_MAX, Int64Array
 from arrow_split.errors import PlanError
 from arrow_split.plan._karmarkar_karp import kk_partitions, sorted_parts
 
 __all__ = ["distribute", "group_rollouts", "pack_step"]
-
-_INT64_MAX = int(np.iinfo(np.int64).max)
 
 
 def group_rollouts(rollout_ids: Int64Array) -> tuple[Int64Array, Int64Array]:
@@ -36,7 +34,7 @@ def _first_fit_decreasing(lengths: Int64Array, budget: int) -> list[list[int]]:
     order = np.argsort(-lengths, kind="stable")
     loads = np.zeros(max(n, 1), dtype=np.int64)
     bin_of = np.empty(n, dtype=np.int64)
-    budget = min(budget, _INT64_MAX)
+    budget = min(budget, INT64_MAX)
     count = 0
     for position, length in enumerate(lengths[order].tolist()):
         fits = np.flatnonzero(loads[:count] <= budget - length)

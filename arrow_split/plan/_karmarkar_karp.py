@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split._args import as_flag, check_positive_int, check_weights
+from arrow_split._args import INT64_MAX, Int64Array, as_flag, check_positive_int, check_weights
 from arrow_split.errors import PlanError
 
 __all__ = [
@@ -28,14 +28,10 @@ __all__ = [
     "sorted_parts",
 ]
 
-Int64Array = npt.NDArray[np.int64]
-
 # One set: [sum, count, first index, indices, values]. Values are kept only for float sums.
 _Set = list[Any]
 # Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state).
 _Key = tuple[Any, Any, int, int, int]
-
-
 _sort_key = itemgetter(0, 1, 2)  # a set's (sum, count, first index)
 
 
@@ -100,7 +96,6 @@ def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -
 # As _Key: heapq pops the largest spread first; distinct first rows end every comparison.
 _FastKey = tuple[int, int, int, int, int]
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
 # At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
 _ARRAY_MERGE_MIN_SETS = 10
 
@@ -109,7 +104,7 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
     """Return the rows sorted ascending by ``(keys[row], row)``."""
     n = keys.size
     rows = np.arange(n, dtype=np.int64)
-    if n and int(keys.max()) <= (_INT64_MAX - n) // n:
+    if n and int(keys.max()) <= (INT64_MAX - n) // n:
         # One packed int64 per row sorts faster than a stable argsort and gives the same order.
         packed = np.sort(keys * n + rows)
         return np.asarray(packed % n, dtype=np.int64)
@@ -260,7 +255,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
 
 def sorted_parts(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[Int64Array]:
     """The `k` parts of checked `values` (as :func:`kk_partitions`), each sorted ascending."""
-    if equal_size and exact and values and max(values) * len(values) <= _INT64_MAX:
+    if equal_size and exact and values and max(values) * len(values) <= INT64_MAX:
         return balanced_plan(np.asarray(values, dtype=np.int64), k)
     found = kk_partitions(values, k, equal_size=equal_size, exact=exact)
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in found]
