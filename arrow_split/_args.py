@@ -175,11 +175,10 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
         raise OptionTypeError(msg, key=name)
     if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
         return np.zeros(array.shape, dtype=np.int64)
-    if array.dtype.kind == "u":
-        if array.size and int(array.max()) > INT64_MAX:
-            msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
-            raise OptionError(msg, key=name)
-    elif array.dtype.kind != "i":
+    if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
+        msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
+        raise OptionError(msg, key=name)
+    if array.dtype.kind not in "iu":
         msg = (
             f"`{name}` must be an array of ints, got dtype {array.dtype}; "
             "bool, float and object arrays are refused (cast to int64 first if you mean it)"
