@@ -297,7 +297,7 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
     """A 1-D array of integers as a C-contiguous int64 array (empty input of any dtype too)."""
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if array.dtype.kind not in "iu":
+    if not np.issubdtype(array.dtype, np.integer):  # numpy.bool_ is not an integer type
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
         raise PlanTypeError(msg, key=name, got=f"dtype {array.dtype}")
     if array.dtype == np.uint64 and int(array.max()) > INT64_MAX:
@@ -349,10 +349,10 @@ def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64
     """Weights as int64 (integer input) or float64, finite and >= 0; `n` of them if given."""
     array = _one_d("weights", weights, "non-negative numbers")
     _check_count("weights", array.size, n, "weight")
-    if array.size and array.dtype.kind not in "iuf":  # not bool, complex, str or object
+    if array.size and (not np.issubdtype(array.dtype, np.number) or array.dtype.kind == "c"):
         msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
         raise PlanTypeError(msg, key="weights")
-    if array.size == 0 or array.dtype.kind in "iu":
+    if array.size == 0 or np.issubdtype(array.dtype, np.integer):
         checked: Int64Array | Float64Array = _int64("weights", array, "")
     else:
         checked = np.ascontiguousarray(array, dtype=np.float64)
