@@ -282,10 +282,8 @@ class RolloutBatchBuilder(StepState):
         self._trust_objects = True  # the next step holds only this process's samples
 
     def _finish_empty(self) -> RolloutBatch:
-        declared = {spec.name: spec for spec in self._declared}
-        source = role_column(declared, "length_source") or role_column(
-            KNOWN_COLUMNS, "length_source"
-        )
+        specs = {spec.name: spec for spec in self._declared}
+        source = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
         train_data: dict[str, object] = {str(source): [], **self._globals}
         batch = RolloutBatch(*encode_train_data(train_data, self._declared, self._options))
         self._close_step(batch)

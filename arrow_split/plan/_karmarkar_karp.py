@@ -30,7 +30,8 @@ __all__ = [
 
 # One set: [sum, count, first index, indices, values]. Values are kept only for float sums.
 _Set = list[Any]
-# Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state).
+# Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state):
+# heapq pops the largest spread first; distinct first rows end every comparison.
 _Key = tuple[Any, Any, int, int, int]
 _sort_key = itemgetter(0, 1, 2)  # a set's (sum, count, first index)
 
@@ -93,9 +94,6 @@ def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -
     return [one_set[3] for one_set in last] + [[] for _ in range(k - len(last))]
 
 
-# As _Key: heapq pops the largest spread first; distinct first rows end every comparison.
-_FastKey = tuple[int, int, int, int, int]
-
 # At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
 _ARRAY_MERGE_MIN_SETS = 10
 
@@ -122,7 +120,7 @@ class _TupleStates:
         self.children: list[int] = []
         self.adopters: list[int] = []
 
-    def merge(self, first: int, second: int) -> _FastKey:
+    def merge(self, first: int, second: int) -> _Key:
         rows_first = self.rows[first]
         self.children.extend(self.rows[second])
         self.adopters.extend(rows_first[::-1])
@@ -148,7 +146,7 @@ class _ArrayStates:
         self.counts = [1] * sums.shape[0]
         self.parent_rows = np.arange(sums.size, dtype=np.int64)
 
-    def merge(self, first: int, second: int) -> _FastKey:
+    def merge(self, first: int, second: int) -> _Key:
         rows_first = self.rows[first]
         self.parent_rows[self.rows[second]] = rows_first[::-1]
         sums = self.sums[first] + self.sums[second, ::-1]
@@ -164,7 +162,7 @@ class _ArrayStates:
         return self.parent_rows
 
 
-def _merge_all(keys: list[_FastKey], states: _TupleStates | _ArrayStates) -> int:
+def _merge_all(keys: list[_Key], states: _TupleStates | _ArrayStates) -> int:
     """The last state's index; the latest merged state waits outside the heap (often next)."""
     heapq.heapify(keys)
     held = heapq.heappop(keys)
