@@ -112,20 +112,6 @@ class ArrowSplitError(Exception):
     'sample 5: `loss_masks` has 2 values'
     """
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "key",
-        "sample",
-        "position",
-        "item",
-        "expected",
-        "got",
-        "fix",
-        "path",
-        "offset",
-        "mistake",
-    )
-    """The names of the facts, in the order the renderer reads them."""
-
     def __init__(
         self,
         message: str = "",
@@ -147,6 +133,9 @@ class ArrowSplitError(Exception):
         self.sample, self.position, self.item = sample, position, item
         self.expected, self.got, self.fix = expected, got, fix
         self.path, self.offset = path, offset
+
+    FIELDS: ClassVar[tuple[str, ...]] = tuple(__init__.__kwdefaults__ or ())
+    """The names of the facts: the keywords of ``__init__``, in order."""
 
     @property
     def facts(self) -> dict[str, Any]:
