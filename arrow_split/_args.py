@@ -90,7 +90,7 @@ def as_int(
     maximum: int | None = None,
     fix: str = "",
 ) -> int:
-    """``value`` as an int (never a bool or a float) in ``[minimum, maximum]``, else ``fix``."""
+    """``value`` as an int (never a bool or a float) in ``[minimum, maximum]``; ``fix`` if not."""
     number = _integer(value)
     if number is None:
         raise mistake("option_type", key=name, expected="an int", got=describe(value))
@@ -307,7 +307,7 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
 
 
 def _check_count(name: str, size: int, n: int | None, each: str) -> None:
-    """Raise unless ``n`` is None or the array of ``name`` holds ``n`` values, one per sample."""
+    """Raise unless ``name`` has one value per sample (``n`` of them, where ``n`` is known)."""
     if n is not None and size != n:
         msg = f"`{name}` has {size} values but `total_lengths` has {n}; pass one {each} per sample"
         raise PlanError(msg, key=name)

@@ -54,7 +54,7 @@ def _expand_by_splitting(bins: list[list[int]], target: int, lengths: list[int])
         splittable = [j for j, one_bin in enumerate(bins) if len(one_bin) > 1]
         if not splittable:
             return
-        best = max(reversed(splittable), key=sums.__getitem__)  # ties: the later bin
+        best = max(reversed(splittable), key=sums.__getitem__)  # reversed: ties go to the later
         halves: tuple[list[int], list[int]] = ([], [])  # longest first, into the lighter half
         half_sums = [0, 0]
         for index in sorted(bins[best], key=lambda i: -lengths[i]):
