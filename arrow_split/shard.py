@@ -386,21 +386,16 @@ def _rebuild_shard(rows: RolloutBatch, *parts: Any) -> Shard:
 
 def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
     """``values`` as a read-only 1-D int64 array: kept if it already is one, else a copy."""
-    if (
-        isinstance(values, np.ndarray)
-        and values.dtype == np.int64
-        and values.ndim == 1
-        and not values.flags.writeable
-        and (length is None or len(values) == length)
-    ):
-        return values
-    try:
-        array = np.array(values, dtype=np.int64, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg, key=what) from None
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and not values.flags.writeable:
+        array = values
+    else:
+        try:
+            array = np.array(values, dtype=np.int64, copy=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
+            raise SchemaError(msg, key=what) from None
+        array.flags.writeable = False
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
         raise SchemaError(msg, key=what)
-    array.flags.writeable = False
     return array
