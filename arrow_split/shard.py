@@ -94,14 +94,13 @@ class Shard:
         if plan_key is not None and not isinstance(plan_key, PlanKey):
             msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
             raise SchemaError(msg, key="plan_key")
-        if dp_rank is not None and (
-            isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
-        ):
-            got = describe(dp_rank)
-            raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
-        if dp_rank is not None and dp_rank < 0:
-            expected = "a rank >= 0 or None"
-            raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
+        if dp_rank is not None:
+            if isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer)):
+                got = describe(dp_rank)
+                raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
+            if dp_rank < 0:
+                expected = "a rank >= 0 or None"
+                raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
 
