@@ -29,6 +29,7 @@ from arrow_split.errors import (
 
 __all__ = [
     "Float64Array",
+    "INT64_MAX",
     "Int64Array",
     "MAX_DP_SIZE",
     "SplitMethod",
@@ -59,7 +60,7 @@ MAX_DP_SIZE = 65_536
 """The largest ``dp_size`` a plan accepts: a larger one is a mistake (a token count passed as
 ``dp_size``), refused instead of allocating billions of empty ranks."""
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
+INT64_MAX = int(np.iinfo(np.int64).max)
 _A_BOOL = "a bool (True or False)"
 
 
@@ -89,11 +90,7 @@ def as_int(
     maximum: int | None = None,
     fix: str = "",
 ) -> int:
-    """``value`` as a Python int (an ``int``, numpy integer or 0-d integer array), in range.
-
-    A bool or a float (even an integral one) is an :class:`OptionTypeError`; an int outside
-    ``[minimum, maximum]`` an :class:`OptionError`, its message ending with ``fix``.
-    """
+    """``value`` as an int (never a bool or a float) in ``[minimum, maximum]``; ``fix`` if not."""
     number = _integer(value)
     if number is None:
         raise mistake("option_type", key=name, expected="an int", got=describe(value))
@@ -113,11 +110,7 @@ def as_choice(
     type_error: type[ArrowSplitError] = OptionTypeError,
     value_error: type[ArrowSplitError] = OptionError,
 ) -> str:
-    """``value`` as one of the strings of the ``Literal`` type ``allowed`` (exactly, no coercion).
-
-    The one parser of a string option; the messages list the choices. The schema passes its own
-    ``type_error`` and ``value_error`` for a spec's fields.
-    """
+    """``value`` as one of the strings of the ``Literal`` ``allowed``, exactly; errors list them."""
     choices = get_args(allowed)
     expected = f"expected one of: {', '.join(map(repr, choices))}"
     if not isinstance(value, str):
@@ -130,10 +123,7 @@ def as_choice(
 
 
 def as_list_of(name: str, value: object, item: type[Any]) -> list[object]:
-    """``value`` as a list (of ``item`` values); a single one, a str or a non-iterable refused.
-
-    A SchemaTypeError naming ``name``: the list is a schema's argument (``specs``).
-    """
+    """``value`` as a list (of ``item`` values); a single one, a str or a non-iterable refused."""
     if not isinstance(value, (item, str, bytes)):
         try:
             return list(value)  # type: ignore[call-overload,no-any-return]
@@ -167,11 +157,7 @@ def as_path(name: str, value: object) -> str:
 
 
 def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
-    """``value`` as a fresh, C-contiguous int64 array of ``ndim`` dimensions.
-
-    Signed or unsigned integers that fit int64 (else :class:`OptionError`); bool, float,
-    complex, string and object arrays are an :class:`OptionTypeError` whatever their values.
-    """
+    """``value`` as a fresh int64 array of ``ndim`` dimensions, from ints only (no bool, float)."""
     if isinstance(value, (str, bytes)) or value is None:
         msg = f"`{name}` must be an array of ints, got {describe(value)}"
         raise OptionTypeError(msg, key=name)
@@ -189,11 +175,10 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
         raise OptionTypeError(msg, key=name)
     if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
         return np.zeros(array.shape, dtype=np.int64)
-    if array.dtype.kind == "u":
-        if array.size and int(array.max()) > _INT64_MAX:
-            msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
-            raise OptionError(msg, key=name)
-    elif array.dtype.kind != "i":
+    if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
+        msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
+        raise OptionError(msg, key=name)
+    if array.dtype.kind not in "iu":
         msg = (
             f"`{name}` must be an array of ints, got dtype {array.dtype}; "
             "bool, float and object arrays are refused (cast to int64 first if you mean it)"
@@ -270,16 +255,14 @@ def check_dp_size(dp_size: object) -> int:
     return size
 
 
-def check_dp_rank(dp_rank: object, dp_size: object) -> int:
-    """``dp_rank`` as an int in ``[0, dp_size)``; ``dp_size`` is parsed first unless parsed."""
-    size = dp_size if type(dp_size) is int and 0 < dp_size <= MAX_DP_SIZE else None
-    size = check_dp_size(dp_size) if size is None else size
+def check_dp_rank(dp_rank: object, dp_size: int) -> int:
+    """``dp_rank`` as an int in ``[0, dp_size)``, ``dp_size`` parsed already."""
     rank = _integer(dp_rank)
     if rank is None:
         got = f"{dp_rank!r} of type {type(dp_rank).__name__}"
-        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {size})", got=got)
-    if not 0 <= rank < size:
-        expected, fix = f"in [0, {size})", f"`dp_size` is {size}"
+        raise mistake("plan_type", key="dp_rank", expected=f"an int in [0, {dp_size})", got=got)
+    if not 0 <= rank < dp_size:
+        expected, fix = f"in [0, {dp_size})", f"`dp_size` is {dp_size}"
         raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank), fix=fix)
     return rank
 
@@ -314,13 +297,20 @@ def _int64(name: str, array: np.ndarray, fix: str) -> Int64Array:
     """A 1-D array of integers as a C-contiguous int64 array (empty input of any dtype too)."""
     if array.size == 0:
         return np.zeros(0, dtype=np.int64)
-    if array.dtype == np.bool_ or not np.issubdtype(array.dtype, np.integer):
+    if not np.issubdtype(array.dtype, np.integer):  # numpy.bool_ is not an integer type
         msg = f"`{name}` must hold integers, got dtype {array.dtype}; {fix}"
         raise PlanTypeError(msg, key=name, got=f"dtype {array.dtype}")
-    if array.dtype == np.uint64 and int(array.max()) > _INT64_MAX:
+    if array.dtype == np.uint64 and int(array.max()) > INT64_MAX:
         msg = f"`{name}` holds {int(array.max())}, more than int64 can hold"
         raise PlanError(msg, key=name, got=str(int(array.max())))
     return np.ascontiguousarray(array, dtype=np.int64)
+
+
+def _check_count(name: str, size: int, n: int | None, each: str) -> None:
+    """Raise unless ``name`` has one value per sample (``n`` of them, where ``n`` is known)."""
+    if n is not None and size != n:
+        msg = f"`{name}` has {size} values but `total_lengths` has {n}; pass one {each} per sample"
+        raise PlanError(msg, key=name)
 
 
 def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
@@ -329,11 +319,7 @@ def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
 
 
 def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
-    """The per-sample token counts as a 1-D, C-contiguous int64 array (may share memory).
-
-    :class:`PlanTypeError` for values that are not integers; :class:`PlanError` for input that
-    is not 1-D, a negative value, or a total that overflows int64.
-    """
+    """The per-sample token counts as a 1-D int64 array (may share memory) of an int64 total."""
     array = _one_d("total_lengths", total_lengths, "non-negative ints")
     fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
     lengths = _int64("total_lengths", array, fix)
@@ -343,9 +329,9 @@ def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
         got = str(int(lengths[row]))
         msg = f"`total_lengths` must be non-negative, got {got} ({count} negative in all)"
         raise PlanError(msg, key="total_lengths", sample=row, got=got)
-    if lengths.size and int(lengths.max()) > _INT64_MAX // lengths.size:
+    if lengths.size and int(lengths.max()) > INT64_MAX // lengths.size:
         total = sum(lengths.tolist())
-        if total > _INT64_MAX:
+        if total > INT64_MAX:
             msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
             raise PlanError(msg, key="total_lengths", got=str(total))
     return lengths
@@ -355,29 +341,15 @@ def check_rollout_ids(rollout_ids: npt.ArrayLike, n: int) -> Int64Array:
     """The rollout id of every sample as a 1-D int64 array of length `n`."""
     array = _one_d("rollout_ids", rollout_ids, "ints")
     ids = _int64("rollout_ids", array, "pass one integer rollout id per sample")
-    if ids.size != n:
-        msg = (
-            f"`rollout_ids` has {ids.size} values but `total_lengths` has {n}; "
-            "pass one rollout id per sample"
-        )
-        raise PlanError(msg, key="rollout_ids")
+    _check_count("rollout_ids", ids.size, n, "rollout id")
     return ids
 
 
 def check_weights(weights: npt.ArrayLike, n: int | None) -> Int64Array | Float64Array:
     """Weights as int64 (integer input) or float64, finite and >= 0; `n` of them if given."""
     array = _one_d("weights", weights, "non-negative numbers")
-    if n is not None and array.size != n:
-        msg = (
-            f"`weights` has {array.size} values but `total_lengths` has {n}; "
-            "pass one weight per sample"
-        )
-        raise PlanError(msg, key="weights")
-    if array.size and (
-        array.dtype == np.bool_
-        or not np.issubdtype(array.dtype, np.number)
-        or np.issubdtype(array.dtype, np.complexfloating)
-    ):
+    _check_count("weights", array.size, n, "weight")
+    if array.size and (not np.issubdtype(array.dtype, np.number) or array.dtype.kind == "c"):
         msg = f"`weights` must hold real numbers, got dtype {array.dtype}; pass ints or floats"
         raise PlanTypeError(msg, key="weights")
     if array.size == 0 or np.issubdtype(array.dtype, np.integer):

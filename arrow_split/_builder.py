@@ -18,7 +18,6 @@ from arrow_split._args import as_choice, as_flag, as_path
 from arrow_split._builder_step import Group, StepState, copy_value
 from arrow_split._codecs._base import EncodeOptions
 from arrow_split._codecs._convert import encode_columns, encode_train_data
-from arrow_split._codecs._growable import Growable
 from arrow_split._codecs.batch_global import check_batch_global, check_per_sample_values
 from arrow_split._journal import JournalSync, OnDuplicate, StepJournal
 from arrow_split._journal_content import (
@@ -99,30 +98,18 @@ class RolloutBatchBuilder(StepState):
         identity: str | None = None,
         on_duplicate: OnDuplicate = "skip",
     ) -> None:
-        self._declared = tuple(specs)
-        resolve_specs((), self._declared)  # type and duplicate checks, before any sample
-        self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
-        self._options = EncodeOptions(
+        declared = tuple(specs)
+        resolve_specs((), declared)  # type and duplicate checks, before any sample
+        options = EncodeOptions(
             allow_nonfinite=as_flag("allow_nonfinite", allow_nonfinite),
             exact_floats=as_flag("exact_floats", exact_floats),
         )
-        self._identity = self._as_identity(identity)
+        super().__init__(declared, options, identity)
         self._on_duplicate = as_choice("on_duplicate", on_duplicate, OnDuplicate)
         self._trust_objects = True  # False while a step holds samples recovered untrusted
         sync = as_choice("sync", sync, JournalSync)  # type: ignore[assignment]
         folder = None if journal is None else as_path("journal", journal)
         self._journal = None if folder is None else StepJournal.create(folder, self._header(), sync)
-        self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
-        self._sample_globals: dict[str, Growable] = {}
-        self._reset()
-
-    def _reset(self) -> None:
-        """Forget the step's keys, specs, globals and identities (the growables are emptied)."""
-        self._sample_keys: tuple[str, ...] | None = None  # fixed by the step's first call
-        self._specs: dict[str, ColumnSpec] = {}  # this step's specs as used, in key order
-        self._globals: dict[str, object] = {}
-        self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
-        self._length = 0
 
     def _header(self) -> dict[str, object]:  # what the journal's `open` record holds
         return journal_header(self._declared, self._options, self._identity)
@@ -295,10 +282,8 @@ class RolloutBatchBuilder(StepState):
         self._trust_objects = True  # the next step holds only this process's samples
 
     def _finish_empty(self) -> RolloutBatch:
-        declared = {spec.name: spec for spec in self._declared}
-        source = role_column(declared, "length_source") or role_column(
-            KNOWN_COLUMNS, "length_source"
-        )
+        specs = {spec.name: spec for spec in self._declared}
+        source = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
         train_data: dict[str, object] = {str(source): [], **self._globals}
         batch = RolloutBatch(*encode_train_data(train_data, self._declared, self._options))
         self._close_step(batch)

@@ -48,17 +48,25 @@ class StepState:
         "_seen",
         "_specs",
     )
-    _columns: dict[str, Growable]  # kept across steps: their capacity is reused
-    _declared: tuple[ColumnSpec, ...]
-    _globals: dict[str, object]
-    _identity: str | None
-    _known: dict[str, ColumnSpec]  # every key resolved so far (all steps)
-    _length: int
-    _options: EncodeOptions
-    _sample_globals: dict[str, Growable]
-    _sample_keys: tuple[str, ...] | None  # fixed by the step's first call
-    _seen: dict[object, int]  # identity -> the sample that has it, this step
-    _specs: dict[str, ColumnSpec]  # this step's specs as used, in key order
+
+    def __init__(
+        self, declared: tuple[ColumnSpec, ...], options: EncodeOptions, identity: object
+    ) -> None:
+        self._declared = declared
+        self._options = options
+        self._known: dict[str, ColumnSpec] = {}  # every key resolved so far (all steps)
+        self._identity = self._as_identity(identity)
+        self._columns: dict[str, Growable] = {}  # kept across steps: their capacity is reused
+        self._sample_globals: dict[str, Growable] = {}
+        self._reset()
+
+    def _reset(self) -> None:
+        """Forget the step's keys, specs, globals and identities (the growables are emptied)."""
+        self._sample_keys: tuple[str, ...] | None = None  # fixed by the step's first call
+        self._specs: dict[str, ColumnSpec] = {}  # this step's specs as used, in key order
+        self._globals: dict[str, object] = {}
+        self._seen: dict[object, int] = {}  # identity -> the sample that has it, this step
+        self._length = 0
 
     def _as_identity(self, identity: object) -> str | None:
         """The identity key, if it names a per-sample scalar column of ints or strings."""

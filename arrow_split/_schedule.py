@@ -297,21 +297,14 @@ def _deal(
     align = dp_size * config.micro_batch_group
     exact = weights is None or weights.dtype.kind != "f"
     balanced = config.balance_data or config.balance_by_flops
+    budget, size = config.max_tokens_per_micro_batch, config.micro_batch_size
     rows: list[list[Int64Array]] = [[] for _ in range(dp_size)]
     sizes: list[list[int]] = [[] for _ in range(dp_size)]
     num_mb = []
     for step, step_rows in enumerate(steps):
         step_lengths = lengths[step_rows]
         workloads = None if weights is None else weights[step_rows].tolist()
-        bins = pack_step(
-            step,
-            step_lengths,
-            workloads,
-            align,
-            config.max_tokens_per_micro_batch,
-            config.micro_batch_size,
-            exact,
-        )
+        bins = pack_step(step, step_lengths, workloads, align, budget, size, exact)
         num_mb.append(len(bins) // dp_size)
         source = step_lengths.tolist() if workloads is None else workloads
         for rank, bin_ids in enumerate(distribute(bins, source, exact, dp_size, balanced)):

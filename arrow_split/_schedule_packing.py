@@ -10,20 +10,17 @@ from typing import Any
 
 import numpy as np
 
-from arrow_split._args import Int64Array
+from arrow_split._args import INT64_MAX, Int64Array
 from arrow_split.errors import PlanError
 from arrow_split.plan._karmarkar_karp import kk_partitions, sorted_parts
 
 __all__ = ["distribute", "group_rollouts", "pack_step"]
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
-
 
 def group_rollouts(rollout_ids: Int64Array) -> tuple[Int64Array, Int64Array]:
     """The rows grouped by rollout (first-appearance order) and the group boundaries."""
     _, first, inverse = np.unique(rollout_ids, return_index=True, return_inverse=True)
-    ordinal_of = np.empty(first.size, dtype=np.int64)
-    ordinal_of[np.argsort(first, kind="stable")] = np.arange(first.size, dtype=np.int64)
+    ordinal_of = np.argsort(np.argsort(first))  # each rollout's rank by first appearance
     ordinals = ordinal_of[inverse.reshape(-1)]
     rows = np.argsort(ordinals, kind="stable").astype(np.int64)
     bounds = np.zeros(first.size + 1, dtype=np.int64)
@@ -37,7 +34,7 @@ def _first_fit_decreasing(lengths: Int64Array, budget: int) -> list[list[int]]:
     order = np.argsort(-lengths, kind="stable")
     loads = np.zeros(max(n, 1), dtype=np.int64)
     bin_of = np.empty(n, dtype=np.int64)
-    budget = min(budget, _INT64_MAX)
+    budget = min(budget, INT64_MAX)
     count = 0
     for position, length in enumerate(lengths[order].tolist()):
         fits = np.flatnonzero(loads[:count] <= budget - length)
@@ -54,12 +51,10 @@ def _expand_by_splitting(bins: list[list[int]], target: int, lengths: list[int])
     """Split the heaviest multi-sample bin (the later on ties) until `target` bins, or none."""
     sums = [sum(lengths[i] for i in one_bin) for one_bin in bins]
     while len(bins) < target:
-        best = -1
-        for j, one_bin in enumerate(bins):
-            if len(one_bin) > 1 and (best < 0 or sums[j] >= sums[best]):
-                best = j
-        if best < 0:
+        splittable = [j for j, one_bin in enumerate(bins) if len(one_bin) > 1]
+        if not splittable:
             return
+        best = max(reversed(splittable), key=sums.__getitem__)  # reversed: ties go to the later
         halves: tuple[list[int], list[int]] = ([], [])  # longest first, into the lighter half
         half_sums = [0, 0]
         for index in sorted(bins[best], key=lambda i: -lengths[i]):

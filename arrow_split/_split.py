@@ -42,15 +42,13 @@ __all__ = [
     "take_rows",
 ]
 
-_DEFAULTS = EncodeOptions()
-
 
 def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> RolloutBatch:
     """Return a RolloutBatch as it is, or build one from a train-data dict."""
     if isinstance(data_or_batch, RolloutBatch):
         return data_or_batch
     if isinstance(data_or_batch, Mapping):
-        return RolloutBatch._encode(data_or_batch, (), _DEFAULTS)
+        return RolloutBatch._encode(data_or_batch, (), EncodeOptions())
     return check_batch(data_or_batch, "data_or_batch")
 
 

@@ -112,20 +112,6 @@ class ArrowSplitError(Exception):
     'sample 5: `loss_masks` has 2 values'
     """
 
-    FIELDS: ClassVar[tuple[str, ...]] = (
-        "key",
-        "sample",
-        "position",
-        "item",
-        "expected",
-        "got",
-        "fix",
-        "path",
-        "offset",
-        "mistake",
-    )
-    """The names of the facts, in the order the renderer reads them."""
-
     def __init__(
         self,
         message: str = "",
@@ -143,36 +129,28 @@ class ArrowSplitError(Exception):
         mistake: str | None = None,
     ) -> None:
         super().__init__(message)
-        self.message = message
-        self.key = key
-        self.sample = sample
-        self.position = position
-        self.item = item
-        self.expected = expected
-        self.got = got
-        self.fix = fix
-        self.path = path
-        self.offset = offset
-        self.mistake = mistake
+        self.message, self.key, self.mistake = message, key, mistake
+        self.sample, self.position, self.item = sample, position, item
+        self.expected, self.got, self.fix = expected, got, fix
+        self.path, self.offset = path, offset
+
+    FIELDS: ClassVar[tuple[str, ...]] = tuple(__init__.__kwdefaults__ or ())
+    """The names of the facts: the keywords of ``__init__``, in order."""
 
     @property
     def facts(self) -> dict[str, Any]:
         """The fields that are set, by name (what :meth:`shifted` and tools read)."""
-        values = {name: getattr(self, name) for name in self.FIELDS}
-        return {name: value for name, value in values.items() if value is not None}
+        return {name: value for name in self.FIELDS if (value := getattr(self, name)) is not None}
 
     def location(self) -> str:
         """Where the mistake is, as the message starts: ``sample 3, position 1`` or ``''``."""
-        parts = []
-        if self.path is not None:
-            parts.append(f"`{self.path}`")
-        if self.offset is not None:
-            parts.append(f"byte {self.offset}")
-        for name in ("sample", "position", "item"):
-            value = getattr(self, name)
-            if value is not None:
-                parts.append(f"{name} {value}")
-        return ", ".join(parts)
+        forms = ("`{}`", "byte {}", "sample {}", "position {}", "item {}")
+        values = (self.path, self.offset, self.sample, self.position, self.item)
+        return ", ".join(
+            form.format(value)
+            for form, value in zip(forms, values, strict=True)
+            if value is not None
+        )
 
     def what(self) -> str:
         """What is wrong, without location or fix: the message, else ``key must be expected``."""
@@ -337,18 +315,12 @@ class ObjectFallbackWarning(ArrowSplitWarning):
 
     def __init__(self, key: str, sample: int, value_type: str) -> None:
         self.key, self.sample, self.value_type = key, sample, value_type
-        super().__init__(self._text())
-
-    def _text(self) -> str:  # the value's type only: a repr may be huge, or fail
-        return (
-            f"sample {self.sample}: `{self.key}` holds a {self.value_type} value that JSON "
-            "cannot keep exactly; the column is stored as pickles in this batch (binary for "
-            "readers such as polars); store plain data, or declare the column with "
-            f'`ColumnSpec("{self.key}", "per_sample_object", codec="pickle")`'
+        super().__init__(  # the value's type only: a repr may be huge, or fail
+            f"sample {sample}: `{key}` holds a {value_type} value that JSON cannot keep "
+            "exactly; the column is stored as pickles in this batch (binary for readers such as "
+            "polars); store plain data, or declare the column with "
+            f'`ColumnSpec("{key}", "per_sample_object", codec="pickle")`'
         )
-
-    def __str__(self) -> str:
-        return self._text()
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.key, self.sample, self.value_type))
@@ -357,10 +329,7 @@ class ObjectFallbackWarning(ArrowSplitWarning):
 MISTAKES: Mapping[str, tuple[type[ArrowSplitError], str]] = MappingProxyType(
     {
         # arguments, at every door (core, Ray, torch, compat.miles)
-        "flag_type": (
-            OptionTypeError,
-            "a flag that is not a bool (`balance_data`, `resplit`)",
-        ),
+        "flag_type": (OptionTypeError, "a flag that is not a bool (`balance_data`, `resplit`)"),
         "option_type": (OptionTypeError, "any other argument of the wrong type"),
         "option_value": (OptionError, "an argument outside its allowed values or range"),
         "path_type": (PathTypeError, "a path that is not a str or an os.PathLike of one"),

@@ -180,8 +180,7 @@ class ColumnSpec:
             as_choice("length", self.length, LengthRule, **_SCHEMA_ERRORS)
         as_choice("codec", self.codec, ObjectCodec, **_SCHEMA_ERRORS)
         for switch in ("flag", "finite", "nonempty"):
-            if not isinstance(getattr(self, switch), bool):
-                value = getattr(self, switch)
+            if not isinstance(value := getattr(self, switch), bool):
                 msg = f"column `{self.name}`: `{switch}` must be a bool, got {value!r:.40}"
                 raise SchemaTypeError(msg, key=self.name)
         kind = kind_of(self)

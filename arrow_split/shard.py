@@ -18,7 +18,6 @@ import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
-from arrow_split._removed import removed_name_message
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
@@ -43,6 +42,26 @@ __all__ = ["Shard", "TrainDataLayout"]
 TrainDataLayout = Literal["rollout", "actor"]
 """``rollout``: ``partition`` and the WHOLE batch's ``total_lengths``; ``actor``: the shard's
 ``total_lengths``, the whole batch's as ``global_total_lengths``."""
+
+_REMOVED: dict[tuple[str, str], tuple[str, str]] = {
+    ("Shard", "layout"): (
+        "0.3.0",
+        "a shard stores no layout: pass it each time, `shard.to_train_data(layout='actor')` "
+        "or `layout='rollout'`",
+    ),
+    ("Shard", "with_layout"): (
+        "0.3.0",
+        "`shard.with_layout(layout).to_train_data()` is `shard.to_train_data(layout=layout)`",
+    ),
+    ("Shard", "make_plan"): (
+        "0.3.0",
+        "a shard is not a batch: plan the whole batch with "
+        "`batch.make_plan(dp_size, balance_data=...)` (or re-plan this shard's rows with "
+        "`shard.rows.make_plan(...)`)",
+    ),
+}
+"""Names removed from the public classes: ``(class name, attribute)`` -> ``(release that removed
+it, what to use instead)``, so that code written for an older release fails with the fix."""
 
 
 class Shard:
@@ -75,14 +94,13 @@ class Shard:
         if plan_key is not None and not isinstance(plan_key, PlanKey):
             msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
             raise SchemaError(msg, key="plan_key")
-        if dp_rank is not None and (
-            isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer))
-        ):
-            got = describe(dp_rank)
-            raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
-        if dp_rank is not None and dp_rank < 0:
-            expected = "a rank >= 0 or None"
-            raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
+        if dp_rank is not None:
+            if isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer)):
+                got = describe(dp_rank)
+                raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
+            if dp_rank < 0:
+                expected = "a rank >= 0 or None"
+                raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
         self._plan_key = plan_key
         self._dp_rank = None if dp_rank is None else int(dp_rank)
 
@@ -127,7 +145,12 @@ class Shard:
 
     def __getattr__(self, name: str) -> Any:
         # Only names that normal lookup missed reach here: a removed name says what replaced it.
-        raise AttributeError(removed_name_message("Shard", name)) from None
+        removed = _REMOVED.get(("Shard", name))
+        if removed is None:
+            msg = f"'Shard' object has no attribute {name!r}"
+        else:
+            msg = f"`Shard.{name}` was removed in {removed[0]}; {removed[1]} (see CHANGELOG.md)"
+        raise AttributeError(msg) from None
 
     def __setattr__(self, name: str, value: object) -> None:
         if hasattr(self, name):
@@ -324,10 +347,7 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 
 
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
-    """``batch``'s ``rows`` as a batch of fresh buffers; ``padded`` as :func:`pad_to_dp` pads.
-
-    With ``padded``, a row at or past ``batch.num_samples`` is a padding row.
-    """
+    """``batch``'s ``rows`` in fresh buffers; with ``padded``, a row past the end is padding."""
     num_samples = batch.num_samples
     record_batch, specs = batch.record_batch, batch.specs
     roles: Roles | None = batch.roles
@@ -365,21 +385,16 @@ def _rebuild_shard(rows: RolloutBatch, *parts: Any) -> Shard:
 
 def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
     """``values`` as a read-only 1-D int64 array: kept if it already is one, else a copy."""
-    if (
-        isinstance(values, np.ndarray)
-        and values.dtype == np.int64
-        and values.ndim == 1
-        and not values.flags.writeable
-        and (length is None or len(values) == length)
-    ):
-        return values
-    try:
-        array = np.array(values, dtype=np.int64, copy=True)
-    except (TypeError, ValueError, OverflowError) as exc:
-        msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-        raise SchemaError(msg, key=what) from None
+    if isinstance(values, np.ndarray) and values.dtype == np.int64 and not values.flags.writeable:
+        array = values
+    else:
+        try:
+            array = np.array(values, dtype=np.int64, copy=True)
+        except (TypeError, ValueError, OverflowError) as exc:
+            msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
+            raise SchemaError(msg, key=what) from None
+        array.flags.writeable = False
     if array.ndim != 1 or (length is not None and len(array) != length):
         msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
         raise SchemaError(msg, key=what)
-    array.flags.writeable = False
     return array

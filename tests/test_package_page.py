@@ -10,8 +10,8 @@ import pytest
 import tomllib
 
 import arrow_split
-from arrow_split._removed import REMOVED
 from arrow_split._version import __version__
+from arrow_split.shard import _REMOVED as REMOVED
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")

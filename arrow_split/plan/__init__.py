@@ -37,8 +37,6 @@ __all__ = [
     "plan_partitions",
 ]
 
-_FINGERPRINT_PERSON = b"arrow_split.plan"
-
 
 def _count(number: int, noun: str) -> str:
     """``1 sample``, ``2 samples``: a count and its noun, in the right number."""
@@ -75,12 +73,10 @@ def _partitions(
 ) -> list[Int64Array]:
     """Every rank's rows, from checked inputs."""
     n = lengths.size
-    if method == "strided":
+    if method == "strided" or dp_size == 1:  # one rank: every row, in order, either way
         return [
             _ordered(np.arange(rank, n, dp_size, dtype=np.int64), keys) for rank in range(dp_size)
         ]
-    if dp_size == 1:
-        return [_ordered(np.arange(n, dtype=np.int64), keys)]
     return [_ordered(rows, keys) for rows in balanced_plan(lengths, dp_size)]
 
 
@@ -89,7 +85,7 @@ def _fingerprint(
 ) -> str:
     """16 hex digits of BLAKE2b over checked inputs (see :func:`plan_fingerprint`)."""
     name = method.encode("ascii")
-    digest = hashlib.blake2b(digest_size=8, person=_FINGERPRINT_PERSON)
+    digest = hashlib.blake2b(digest_size=8, person=b"arrow_split.plan")
     digest.update(struct.pack("<qqB", lengths.size, dp_size, len(name)))
     digest.update(name)
     digest.update(np.ascontiguousarray(lengths, dtype="<i8").data)
@@ -252,8 +248,8 @@ def partition_for_rank(
     """One rank's rows: ``Plan.build(...).rows(dp_rank)`` as a writable copy (rank parsed first)."""
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
-    lengths, _, method, keys = _checked(total_lengths, size, balance_data, order_by)
-    return Plan._make(lengths, size, method, keys).partitions[rank].copy()
+    plan = Plan._make(*_checked(total_lengths, size, balance_data, order_by))
+    return plan.partitions[rank].copy()
 
 
 def plan_fingerprint(

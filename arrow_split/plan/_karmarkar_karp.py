@@ -9,15 +9,16 @@ rows only and resolves every row's part at the end by vectorised pointer jumping
 
 from __future__ import annotations
 
+import functools
 import heapq
 from collections.abc import Sequence
-from operator import add
+from operator import add, itemgetter
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from arrow_split._args import as_flag, check_positive_int, check_weights
+from arrow_split._args import INT64_MAX, Int64Array, as_flag, check_positive_int, check_weights
 from arrow_split.errors import PlanError
 
 __all__ = [
@@ -27,16 +28,12 @@ __all__ = [
     "sorted_parts",
 ]
 
-Int64Array = npt.NDArray[np.int64]
-
 # One set: [sum, count, first index, indices, values]. Values are kept only for float sums.
 _Set = list[Any]
-# Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state).
+# Queue key: (-spread, -sum of first set, -count of first set, -first index of first set, state):
+# heapq pops the largest spread first; distinct first rows end every comparison.
 _Key = tuple[Any, Any, int, int, int]
-
-
-def _sort_key(one_set: _Set) -> tuple[Any, int, int]:
-    return (one_set[0], one_set[1], one_set[2])
+_sort_key = itemgetter(0, 1, 2)  # a set's (sum, count, first index)
 
 
 def _absorb(target: _Set, source: _Set, exact: bool) -> None:
@@ -44,10 +41,7 @@ def _absorb(target: _Set, source: _Set, exact: bool) -> None:
     if exact:
         target[0] += source[0]
     else:
-        total = target[0]
-        for value in source[4]:
-            total += value
-        target[0] = total
+        target[0] = functools.reduce(add, source[4], target[0])
         target[4].extend(source[4])
     target[1] += source[1]
     target[3].extend(source[3])
@@ -61,16 +55,15 @@ def _key(sets: list[_Set], k: int, state: int) -> _Key:
 
 def _merge(first: list[_Set], second: list[_Set], k: int, exact: bool) -> list[_Set]:
     """Return `first` with its set ``i`` having absorbed `second`'s set ``k - 1 - i``."""
-    merged = first
     held = len(first)
     for j, one_set in enumerate(second):
         i = k - 1 - j
         if i < held:
             _absorb(first[i], one_set, exact)
         else:
-            merged.append(one_set)
-    merged.sort(key=_sort_key, reverse=True)
-    return merged
+            first.append(one_set)
+    first.sort(key=_sort_key, reverse=True)
+    return first
 
 
 def _seed(values: list[Any], k: int, equal_size: bool, exact: bool) -> list[list[_Set]]:
@@ -101,10 +94,6 @@ def kk_partitions(values: list[Any], k: int, *, equal_size: bool, exact: bool) -
     return [one_set[3] for one_set in last] + [[] for _ in range(k - len(last))]
 
 
-# As _Key: heapq pops the largest spread first; distinct first rows end every comparison.
-_FastKey = tuple[int, int, int, int, int]
-
-_INT64_MAX = int(np.iinfo(np.int64).max)
 # At and above this many sets per state, a merge sorts numpy arrays instead of Python tuples.
 _ARRAY_MERGE_MIN_SETS = 10
 
@@ -113,7 +102,7 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
     """Return the rows sorted ascending by ``(keys[row], row)``."""
     n = keys.size
     rows = np.arange(n, dtype=np.int64)
-    if n and int(keys.max()) <= (_INT64_MAX - n) // n:
+    if n and int(keys.max()) <= (INT64_MAX - n) // n:
         # One packed int64 per row sorts faster than a stable argsort and gives the same order.
         packed = np.sort(keys * n + rows)
         return np.asarray(packed % n, dtype=np.int64)
@@ -121,10 +110,7 @@ def _rows_ordered_by(keys: Int64Array) -> Int64Array:
 
 
 class _TupleStates:
-    """States as tuples of set sums and first rows: cheapest when a state has few sets.
-
-    ``merge`` returns the merged state's queue key; ``parents()`` the absorbing first row per row.
-    """
+    """States as tuples of set sums and first rows: cheapest when a state has few sets."""
 
     def __init__(self, sums: Int64Array, rows: Int64Array) -> None:
         self.n = sums.size
@@ -134,7 +120,7 @@ class _TupleStates:
         self.children: list[int] = []
         self.adopters: list[int] = []
 
-    def merge(self, first: int, second: int) -> _FastKey:
+    def merge(self, first: int, second: int) -> _Key:
         rows_first = self.rows[first]
         self.children.extend(self.rows[second])
         self.adopters.extend(rows_first[::-1])
@@ -160,7 +146,7 @@ class _ArrayStates:
         self.counts = [1] * sums.shape[0]
         self.parent_rows = np.arange(sums.size, dtype=np.int64)
 
-    def merge(self, first: int, second: int) -> _FastKey:
+    def merge(self, first: int, second: int) -> _Key:
         rows_first = self.rows[first]
         self.parent_rows[self.rows[second]] = rows_first[::-1]
         sums = self.sums[first] + self.sums[second, ::-1]
@@ -176,11 +162,8 @@ class _ArrayStates:
         return self.parent_rows
 
 
-def _merge_all(keys: list[_FastKey], states: _TupleStates | _ArrayStates) -> int:
-    """Run the differencing loop over `keys`; return the last state's index.
-
-    The latest merged state is held outside the heap: it is often the next one popped.
-    """
+def _merge_all(keys: list[_Key], states: _TupleStates | _ArrayStates) -> int:
+    """The last state's index; the latest merged state waits outside the heap (often next)."""
     heapq.heapify(keys)
     held = heapq.heappop(keys)
     while keys:
@@ -214,11 +197,8 @@ def balanced_plan(lengths: Int64Array, dp_size: int) -> list[Int64Array]:
         (-spread, -top, -1, -first, state)
         for state, (spread, top, first) in enumerate(zip(spreads, tops, firsts, strict=True))
     ]
-    states: _TupleStates | _ArrayStates
-    if dp_size >= _ARRAY_MERGE_MIN_SETS:
-        states = _ArrayStates(sums, rows)
-    else:
-        states = _TupleStates(sums, rows)
+    many_sets = dp_size >= _ARRAY_MERGE_MIN_SETS
+    states: _TupleStates | _ArrayStates = (_ArrayStates if many_sets else _TupleStates)(sums, rows)
     last = _merge_all(keys, states)
     rank_of_root = np.zeros(n, dtype=np.int64)
     rank_of_root[np.array(states.rows[last], dtype=np.int64)] = np.arange(dp_size, dtype=np.int64)
@@ -273,7 +253,7 @@ def karmarkar_karp(weights: npt.ArrayLike, k: int, *, equal_size: bool) -> list[
 
 def sorted_parts(values: list[Any], k: int, *, equal_size: bool, exact: bool) -> list[Int64Array]:
     """The `k` parts of checked `values` (as :func:`kk_partitions`), each sorted ascending."""
-    if equal_size and exact and values and max(values) * len(values) <= _INT64_MAX:
+    if equal_size and exact and values and max(values) * len(values) <= INT64_MAX:
         return balanced_plan(np.asarray(values, dtype=np.int64), k)
     found = kk_partitions(values, k, equal_size=equal_size, exact=exact)
     return [np.sort(np.asarray(part, dtype=np.int64)) for part in found]
