@@ -382,5 +382,9 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
     assert not block["block_moved"]
     assert block["vs_gather_floor"] > 0
     assert block["warm_fill_allocated_bytes"] < block["rank_bytes"] + 65_536
-    assert results["prefetch"]["steps"] == len(results["prefetch"]["wait_seconds"]["all"]) + 1
+    prefetch = results["prefetch"]
+    for measured in (prefetch, prefetch["default_arenas"]):  # one malloc arena, and glibc's own
+        assert prefetch["steps"] == len(measured["wait_seconds"]["all"]) + 1
+        assert len(measured["release_seconds"]["all"]) == prefetch["steps"]
+        assert measured["step_bytes"] > 0
     assert set(results["eager"]["seconds"]) == {"numpy", "arrow_to_tensors", "arrow_block"}
