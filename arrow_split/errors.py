@@ -135,7 +135,7 @@ class ArrowSplitError(Exception):
         self.path, self.offset = path, offset
 
     FIELDS: ClassVar[tuple[str, ...]] = tuple(__init__.__kwdefaults__ or ())
-    """The names of the facts: the keywords of ``__init__``, in order."""
+    """The names of the facts, in the order of ``__init__``'s keywords."""
 
     @property
     def facts(self) -> dict[str, Any]:
