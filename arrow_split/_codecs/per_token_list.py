@@ -21,13 +21,7 @@ from arrow_split._codecs._base import (
     ragged_values,
 )
 from arrow_split._codecs._checks import At
-from arrow_split._codecs._kind import (
-    FlatNumbers,
-    NumbersCodec,
-    TensorValues,
-    TypeFields,
-    stored_type,
-)
+from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -245,9 +239,9 @@ class TokenListsCodec(NumbersCodec):
             _, sample_offsets, token_offsets = token_list_values(array)
             check_nonempty(spec, sample_offsets, token_offsets)
 
-    def tensor_values(self, array: pa.Array) -> TensorValues:
+    def tensor_values(self, array: pa.Array) -> FlatNumbers:
         values, sample_offsets, token_offsets = token_list_values(array)
-        return TensorValues(values, sample_offsets, token_offsets)
+        return FlatNumbers(values, sample_offsets, token_offsets)
 
     def fill(self, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
         return array  # a padding row keeps the copy of the last row: no value per token
