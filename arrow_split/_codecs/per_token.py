@@ -7,7 +7,7 @@ gets the padding value at every token, and the tensor is its values and offsets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +25,7 @@ from arrow_split._codecs._base import (
     trailing_shape,
 )
 from arrow_split._codecs._checks import At, check_list_samples
-from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TypeFields, stored_type
+from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TensorRole, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -45,7 +45,7 @@ class RaggedCodec(NumbersCodec):
 
     text = "one value per token"
 
-    tensor_role = "ragged"
+    tensor_role: ClassVar[TensorRole] = "ragged"
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions

@@ -21,7 +21,7 @@ from arrow_split._codecs._base import (
     ragged_values,
 )
 from arrow_split._codecs._checks import At
-from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TypeFields, stored_type
+from arrow_split._codecs._kind import FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -30,6 +30,7 @@ from arrow_split._codecs._numeric import (
     is_array,
     offsets_from_lengths,
 )
+from arrow_split._codecs.per_token import RaggedCodec
 from arrow_split.errors import ArrowSplitError, ColumnTypeError, RaggedLengthError, ValueRangeError
 
 if TYPE_CHECKING:
@@ -177,8 +178,8 @@ def _at_token(error: ArrowSplitError, token_offsets: Sequence[np.ndarray]) -> Ar
     return error.replaced(position=token, item=error.position - int(offsets[token]))
 
 
-class TokenListsCodec(NumbersCodec):
-    """Lists of numbers per token; a take is Arrow's (fresh buffers at both levels)."""
+class TokenListsCodec(RaggedCodec):
+    """Lists of numbers per token, its lengths counting tokens; a take is Arrow's (both levels)."""
 
     text = "one list of values per token"
 
@@ -225,9 +226,6 @@ class TokenListsCodec(NumbersCodec):
         if not is_list(arrow_type) or not is_list(arrow_type.value_type):
             return None
         return TypeFields(storage=arrow_type.value_type.value_type)
-
-    def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
 
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         values, sample_offsets, token_offsets = token_list_values(array)
