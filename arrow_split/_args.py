@@ -40,6 +40,7 @@ __all__ = [
     "as_list_of",
     "as_offsets",
     "as_path",
+    "as_real",
     "check_dp_rank",
     "check_dp_size",
     "check_lengths",
@@ -100,6 +101,24 @@ def as_int(
         bounds = " and ".join(part for part in (low, high) if part)
         raise mistake("option_value", key=name, expected=bounds, got=str(number), fix=fix or None)
     return number
+
+
+def as_real(name: str, value: object, expected: str) -> int | float:
+    """``value`` (a 0-d array or tensor too) as a Python int or float; never a bool or complex.
+
+    ``expected`` says what the error asks for ("an int or a float").
+    """
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value[()]
+    elif not isinstance(value, np.generic) and getattr(value, "ndim", None) == 0:
+        with contextlib.suppress(AttributeError, TypeError, ValueError, RuntimeError):
+            value = value.item()  # type: ignore[attr-defined]  # a 0-d tensor, on any device
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+        value, (int, float, np.integer, np.floating)
+    ):
+        msg = f"`{name}` must be {expected}, got {describe(value)}"
+        raise OptionTypeError(msg, key=name)
+    return int(value) if isinstance(value, (int, np.integer)) else float(value)
 
 
 def as_choice(

@@ -35,6 +35,7 @@ from arrow_split.shard import Shard, _gather
 __all__ = [
     "as_rollout_batch",
     "pad_to_dp",
+    "padded_plan",
     "shard_for_rank",
     "split",
     "split_train_data_by_dp_raw",
@@ -135,15 +136,22 @@ def _planned(
 ) -> tuple[RolloutBatch, Plan, np.ndarray]:
     """The batch, its plan (of the batch padded, with ``pad``) and the plan's total lengths."""
     batch = as_rollout_batch(data_or_batch)
-    lengths, slots = batch.total_lengths, batch.role_values("adapter_slot")
-    num_samples = batch.num_samples
+    slots = batch.role_values("adapter_slot")
+    keys = None if slots is None else slots.astype(np.int64, copy=False)
+    return batch, *padded_plan(batch.total_lengths, keys, dp_size, method, pad)
+
+
+def padded_plan(
+    lengths: np.ndarray, keys: np.ndarray | None, dp_size: int, method: SplitMethod, pad: bool
+) -> tuple[Plan, np.ndarray]:
+    """The plan for ``dp_size`` ranks (``pad``: the last row repeated to fill) and its lengths."""
+    num_samples = len(lengths)
     if deficit := -num_samples % dp_size if pad else 0:
         rows = np.minimum(np.arange(num_samples + deficit), num_samples - 1)
         lengths = lengths[rows]
         lengths.flags.writeable = False
-        slots = None if slots is None else slots[rows]
-    keys = None if slots is None else slots.astype(np.int64, copy=False)
-    return batch, Plan._make(lengths, dp_size, method, keys), lengths
+        keys = None if keys is None else keys[rows]
+    return Plan._make(lengths, dp_size, method, keys), lengths
 
 
 @refuses_miles_calls

@@ -37,7 +37,6 @@ __all__ = [
     "NARROWABLE_TYPES",
     "NumbersCodec",
     "TensorRole",
-    "TensorValues",
     "TypeFields",
     "storage_types",
     "stored_type",
@@ -65,20 +64,11 @@ def storage_types(value_type: pa.DataType, storage: str) -> tuple[pa.DataType, .
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FlatNumbers:
-    """A numeric column's numbers, flat."""
+    """A numeric column's numbers as numpy views: flat, or as a tensor is made of them."""
 
-    values: np.ndarray  # 1-D
-    offsets: np.ndarray | None  # where each sample's values start (n + 1 from 0); None: one each
-    token_offsets: np.ndarray | None = None  # where each token's values start (lists per token)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class TensorValues:
-    """What a column's tensor is made of, numpy views (see ``ColumnValues``)."""
-
-    values: np.ndarray
-    offsets: np.ndarray | None  # samples' offsets (into tokens for a list per token), from 0
-    token_offsets: np.ndarray | None = None  # a list per token: each token's values
+    values: np.ndarray  # 1-D; a tensor's: its rows (``[rows, *trailing]``)
+    offsets: np.ndarray | None  # where each sample's values (a tensor's: tokens) start; None: one
+    token_offsets: np.ndarray | None = None  # a list per token: where each token's values start
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -203,7 +193,7 @@ class Codec(Kind):
         """A column read from a file in the form this version stores (an older form converted)."""
         return array
 
-    def tensor_values(self, array: pa.Array) -> TensorValues | None:
+    def tensor_values(self, array: pa.Array) -> FlatNumbers | None:
         """What a tensor is made of (its :data:`tensor_role` says how), or ``None``."""
         return None
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import INT64_MAX
 from arrow_split._codecs._base import EncodeOptions, numpy_dtype
 from arrow_split._codecs._checks import (
     At,
@@ -207,13 +208,12 @@ def _exact_integers(
     unsigned = [array.dtype == np.uint64 for array in filled]
     if not any(unsigned) or all(unsigned):
         return filled
-    limit = np.iinfo(np.int64).max
     for sample, array in enumerate(arrays):
-        if array.dtype == np.uint64 and array.size and array.max() > limit:
-            position = int(np.argmax(array.reshape(-1) > limit))
+        if array.dtype == np.uint64 and array.size and array.max() > INT64_MAX:
+            position = int(np.argmax(array.reshape(-1) > INT64_MAX))
             msg = (
                 f"`{name}` value {array.reshape(-1)[position].item()!r} is out of range for every "
-                f"integer column type (at most {limit})"
+                f"integer column type (at most {INT64_MAX})"
             )
             raise ValueRangeError(
                 msg, key=name, sample=sample, position=position, fix="fix the value"

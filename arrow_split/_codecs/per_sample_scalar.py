@@ -14,13 +14,7 @@ import pyarrow as pa
 
 from arrow_split._codecs._base import EncodeOptions, numpy_view
 from arrow_split._codecs._checks import At
-from arrow_split._codecs._kind import (
-    FlatNumbers,
-    NumbersCodec,
-    TensorValues,
-    TypeFields,
-    stored_type,
-)
+from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     ARROW_ERRORS,
     array_1d,
@@ -72,8 +66,8 @@ class ScalarCodec(NumbersCodec):
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         return FlatNumbers(numpy_view(array), None)
 
-    def tensor_values(self, array: pa.Array) -> TensorValues:
-        return TensorValues(numpy_view(array), None)
+    def tensor_values(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(numpy_view(array), None)
 
 
 def _scalars_from_python(spec: ColumnSpec, samples: Sequence[object]) -> np.ndarray:

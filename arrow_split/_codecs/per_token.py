@@ -7,7 +7,7 @@ gets the padding value at every token, and the tensor is its values and offsets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,13 +25,7 @@ from arrow_split._codecs._base import (
     trailing_shape,
 )
 from arrow_split._codecs._checks import At, check_list_samples
-from arrow_split._codecs._kind import (
-    FlatNumbers,
-    NumbersCodec,
-    TensorValues,
-    TypeFields,
-    stored_type,
-)
+from arrow_split._codecs._kind import FlatNumbers, NumbersCodec, TensorRole, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -51,7 +45,7 @@ class RaggedCodec(NumbersCodec):
 
     text = "one value per token"
 
-    tensor_role = "ragged"
+    tensor_role: ClassVar[TensorRole] = "ragged"
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
@@ -93,8 +87,8 @@ class RaggedCodec(NumbersCodec):
     def take(self, array: pa.Array, indices: np.ndarray, memo: RunsMemo | None = None) -> pa.Array:
         return take_runs(array, indices, memo)
 
-    def tensor_values(self, array: pa.Array) -> TensorValues:
-        return TensorValues(*ragged_values(array))
+    def tensor_values(self, array: pa.Array) -> FlatNumbers:
+        return FlatNumbers(*ragged_values(array))
 
     def fill(self, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
         values, offsets = ragged_values(array)

@@ -21,13 +21,7 @@ from arrow_split._codecs._base import (
     ragged_values,
 )
 from arrow_split._codecs._checks import At
-from arrow_split._codecs._kind import (
-    FlatNumbers,
-    NumbersCodec,
-    TensorValues,
-    TypeFields,
-    stored_type,
-)
+from arrow_split._codecs._kind import FlatNumbers, TypeFields, stored_type
 from arrow_split._codecs._numeric import (
     as_array,
     finish,
@@ -36,6 +30,7 @@ from arrow_split._codecs._numeric import (
     is_array,
     offsets_from_lengths,
 )
+from arrow_split._codecs.per_token import RaggedCodec
 from arrow_split.errors import ArrowSplitError, ColumnTypeError, RaggedLengthError, ValueRangeError
 
 if TYPE_CHECKING:
@@ -183,8 +178,8 @@ def _at_token(error: ArrowSplitError, token_offsets: Sequence[np.ndarray]) -> Ar
     return error.replaced(position=token, item=error.position - int(offsets[token]))
 
 
-class TokenListsCodec(NumbersCodec):
-    """Lists of numbers per token; a take is Arrow's (fresh buffers at both levels)."""
+class TokenListsCodec(RaggedCodec):
+    """Lists of numbers per token, its lengths counting tokens; a take is Arrow's (both levels)."""
 
     text = "one list of values per token"
 
@@ -232,9 +227,6 @@ class TokenListsCodec(NumbersCodec):
             return None
         return TypeFields(storage=arrow_type.value_type.value_type)
 
-    def lengths(self, array: pa.Array) -> np.ndarray:
-        return np.diff(array.offsets.to_numpy())
-
     def flat_numbers(self, array: pa.Array) -> FlatNumbers:
         values, sample_offsets, token_offsets = token_list_values(array)
         return FlatNumbers(values, token_offsets[sample_offsets], token_offsets)
@@ -245,9 +237,9 @@ class TokenListsCodec(NumbersCodec):
             _, sample_offsets, token_offsets = token_list_values(array)
             check_nonempty(spec, sample_offsets, token_offsets)
 
-    def tensor_values(self, array: pa.Array) -> TensorValues:
+    def tensor_values(self, array: pa.Array) -> FlatNumbers:
         values, sample_offsets, token_offsets = token_list_values(array)
-        return TensorValues(values, sample_offsets, token_offsets)
+        return FlatNumbers(values, sample_offsets, token_offsets)
 
     def fill(self, array: pa.Array, rows: np.ndarray, value: int) -> pa.Array:
         return array  # a padding row keeps the copy of the last row: no value per token

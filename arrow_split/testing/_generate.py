@@ -12,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from arrow_split import KNOWN_COLUMNS, OptionError, OptionTypeError, TokenLists
-from arrow_split._args import as_choice, as_flag, as_int, describe
+from arrow_split._args import INT64_MAX, as_choice, as_flag, as_int, as_real, describe
 
 __all__ = [
     "ColumnSet",
@@ -82,14 +82,12 @@ class RolloutConfig:
         object.__setattr__(self, "samples", as_int("samples", self.samples, minimum=0))
         cap = as_int("response_cap", self.response_cap, minimum=1)
         object.__setattr__(self, "response_cap", cap)
-        object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=2**63 - 1))
-        mean = self.response_mean
-        if isinstance(mean, (bool, np.bool_)) or not isinstance(mean, (int, float, np.number)):
-            msg = f"`response_mean` must be a real number > 0, got {describe(mean)}"
-            raise OptionTypeError(msg, key="response_mean")
-        if not 0 < float(mean) < float("inf"):
-            msg = f"`response_mean` must be a finite number > 0, got {mean!r}"
+        object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=INT64_MAX))
+        mean = as_real("response_mean", self.response_mean, "a real number > 0")
+        if not 0 < mean < float("inf"):
+            msg = f"`response_mean` must be a finite number > 0, got {self.response_mean!r}"
             raise OptionError(msg, key="response_mean")
+        object.__setattr__(self, "response_mean", mean)
         low, high = _pair("prompt_tokens", self.prompt_tokens)
         object.__setattr__(self, "prompt_tokens", (low, high))
         if not 1 <= low <= high:
@@ -293,7 +291,7 @@ def make_multimodal_train_data(
     prompts = as_int("prompts", prompts, minimum=1, maximum=2**16)
     samples_per_prompt = as_int("samples_per_prompt", samples_per_prompt, minimum=1, maximum=256)
     image_bytes = as_int("image_bytes", image_bytes, minimum=4, maximum=2**30)
-    seed = as_int("seed", seed, minimum=0, maximum=2**63 - 1)
+    seed = as_int("seed", seed, minimum=0, maximum=INT64_MAX)
     shared = as_flag("shared", shared)
     count = prompts * samples_per_prompt
     config = RolloutConfig(count, 256.0, 1024, seed=seed, columns="numeric")

@@ -29,7 +29,7 @@ from arrow_split import (
     Shard,
     ValueRangeError,
 )
-from arrow_split._args import as_choice, as_flag, as_int, as_offsets, describe
+from arrow_split._args import as_choice, as_flag, as_int, as_offsets, as_real
 from arrow_split.errors import mistake
 from arrow_split.torch._block import BlockLayout, TensorBlock
 from arrow_split.torch._experts import ExpertLayout, expert_tensors
@@ -181,24 +181,10 @@ def _options(
     token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
     mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
     where = parse_device(device)
-    fill = _pad_value(pad_value)
+    fill = as_real("pad_value", pad_value, "an int or a float")
     ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     own = as_flag("writable", writable)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple, own)
-
-
-def _pad_value(pad_value: object) -> int | float:
-    """A real number (Python or numpy, 0-d arrays and tensors too) as a Python int or float."""
-    if isinstance(pad_value, torch.Tensor) and pad_value.ndim == 0:
-        pad_value = pad_value.item()
-    elif isinstance(pad_value, np.ndarray) and pad_value.ndim == 0:
-        pad_value = pad_value[()]
-    if isinstance(pad_value, (bool, np.bool_)) or not isinstance(
-        pad_value, (int, float, np.integer, np.floating)
-    ):
-        msg = f"`pad_value` must be an int or a float, got {describe(pad_value)}"
-        raise OptionTypeError(msg, key="pad_value")
-    return int(pad_value) if isinstance(pad_value, (int, np.integer)) else float(pad_value)
 
 
 def _multiple(pad_to_multiple_of: object) -> int | None:
