@@ -17,7 +17,6 @@ import pyarrow as pa
 import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import RunsMemo
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
@@ -299,10 +298,8 @@ class Shard(_frame.Frame):
     def slice(self, offset: int = 0, length: int | None = None) -> Shard:
         """Rows ``offset : offset + length`` (and their ``partition``), in fresh buffers."""
         indices = _frame.slice_rows(self._rows, offset, length)
-        partition = self._partition[indices]
-        partition.flags.writeable = False
         parts = (self._batch_total_lengths, self._plan_key, self._dp_rank)
-        return Shard._make(self._rows.slice(offset, length), partition, *parts)
+        return Shard._take(self._rows, indices, *parts, partition=self._partition)
 
 
 # The keys of miles' per-rank dict that a shard keeps as attributes or gives by layout.
@@ -320,31 +317,23 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
     """``batch``'s ``rows`` in fresh buffers; with ``padded``, a row past the end is padding."""
-    num_samples = batch.num_samples
-    record_batch, specs = batch.record_batch, batch.specs
+    num_samples, specs = batch.num_samples, batch.specs
     roles: Roles | None = batch.roles
-    source = np.minimum(rows, num_samples - 1) if padded else rows
-    names = record_batch.schema.names
-    memo: RunsMemo = {}
-    columns = [
-        codec_for(specs[name]).take(array, source, memo)
-        for name, array in zip(names, record_batch.columns, strict=True)
-    ]
-    pads = rows >= num_samples if padded else None
-    if pads is not None and pads.any():
-        columns = [
-            codec_for(specs[name]).fill(column, pads, PADDING_VALUES[name])
-            if name in PADDING_VALUES
-            else column
-            for name, column in zip(names, columns, strict=True)
-        ]
-    if pads is not None and batch.roles.padding is None:  # a new flag column: new roles
-        specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
-        names = [*names, _MARKER]
-        columns = [*columns, pa.array(pads, type=pa.bool_())]
-    if pads is None:
-        taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-    else:  # a filled column is built afresh: its type is named anew
+    taken = _frame.take_columns(batch, np.minimum(rows, num_samples - 1) if padded else rows)
+    if padded:  # a filled column is built afresh: its type is named anew
+        pads = rows >= num_samples
+        names, columns = taken.schema.names, taken.columns
+        if pads.any():
+            columns = [
+                codec_for(specs[name]).fill(column, pads, PADDING_VALUES[name])
+                if name in PADDING_VALUES
+                else column
+                for name, column in zip(names, columns, strict=True)
+            ]
+        if batch.roles.padding is None:  # a new flag column: new roles
+            specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
+            names = [*names, _MARKER]
+            columns = [*columns, pa.array(pads, type=pa.bool_())]
         taken = pa.RecordBatch.from_arrays(columns, names=names)
     trust = batch.trust_objects
     return RolloutBatch._make(taken, specs, batch._batch_globals, trust_objects=trust, roles=roles)
