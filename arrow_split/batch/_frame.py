@@ -30,8 +30,8 @@ if TYPE_CHECKING:
     import polars
 
 __all__ = [
-    "PREVIEW_ROWS",
     "Frame",
+    "PREVIEW_ROWS",
     "RolloutBatch",
     "as_list",
     "concat_batches",
