@@ -15,7 +15,7 @@ import pyarrow as pa
 from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
 from arrow_split._codecs._base import short_type
 from arrow_split.batch._dump import PathLike, read_dump
-from arrow_split.batch._frame import readable_bytes
+from arrow_split.batch._frame import aligned, readable_bytes
 from arrow_split.schema import KNOWN_COLUMNS, role_column
 
 __all__ = ["inspect_path", "summarize"]
@@ -180,12 +180,4 @@ def _fingerprints(lengths: np.ndarray, sizes: Sequence[int], balance_data: bool)
 
 
 def _table(rows: Sequence[Sequence[str]], *, right: Sequence[int]) -> str:
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(width) if column in right else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return "\n".join(lines)
+    return "\n".join(f"  {line}" for line in aligned(rows, right))

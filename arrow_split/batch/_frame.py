@@ -33,6 +33,7 @@ __all__ = [
     "Frame",
     "PREVIEW_ROWS",
     "RolloutBatch",
+    "aligned",
     "as_list",
     "concat_batches",
     "decode_rows",
@@ -178,12 +179,7 @@ class Frame:
     def __repr__(self) -> str:
         batch = self._frame_rows()
         header, body, hidden = _table(batch, self._frame_index())
-        widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-        lines = [f"{self._frame_title()}: {_summary(batch)}"]
-        lines += [
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-            for row in [header, *body]
-        ]
+        lines = [f"{self._frame_title()}: {_summary(batch)}", *aligned([header, *body])]
         if hidden:
             rest = batch.record_batch.schema.names[-hidden:]
             lines.append(f"… and {hidden} more columns: {', '.join(rest)}")
@@ -296,6 +292,18 @@ def readable_bytes(nbytes: int) -> str:
     while size >= 1024 and unit < len(_UNITS) - 1:
         size, unit = size / 1024, unit + 1
     return f"{nbytes} B" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"
+
+
+def aligned(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> list[str]:
+    """Rows of cells as lines of aligned columns, two spaces apart (``right``: right-aligned)."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _summary(batch: RolloutBatch) -> str:
