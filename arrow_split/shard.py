@@ -205,9 +205,6 @@ class Shard(_frame.Frame):
         """The number of this shard's rows."""
         return self._rows.num_samples
 
-    def __len__(self) -> int:
-        return self._rows.num_samples
-
     @property
     def nbytes(self) -> int:
         """Bytes of the rows' buffers (``rows.nbytes``)."""

@@ -219,9 +219,6 @@ class RolloutBatch(_frame.Frame):
         """The number of samples (rows)."""
         return int(self._record_batch.num_rows)
 
-    def __len__(self) -> int:
-        return self.num_samples
-
     @property
     def nbytes(self) -> int:
         """Bytes of the record batch's buffers (what a put moves, batch-global values aside)."""

@@ -73,7 +73,7 @@ _UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 class Frame:
-    """A batch's or a shard's reads for notebooks: keys, rows, previews, polars and pandas.
+    """A batch's or a shard's reads for notebooks: keys, length, rows, previews, polars, pandas.
 
     What differs between the two is what a subclass overrides: the rows read
     (:meth:`_frame_rows`), the preview's title, the rows' original indices (a shard's
@@ -120,6 +120,9 @@ class Frame:
 
     def __contains__(self, key: object) -> bool:
         return key in self._frame_rows().specs
+
+    def __len__(self) -> int:
+        return self._frame_rows().num_samples
 
     def __iter__(self) -> Iterator[dict[str, object]]:
         """The rows, each a dict of the per-sample keys' Python values (as ``datasets`` does)."""
