@@ -17,7 +17,7 @@ import pyarrow as pa
 from arrow_split._args import as_choice, as_flag, as_path
 from arrow_split._builder_step import Group, StepState, copy_value
 from arrow_split._codecs._base import EncodeOptions
-from arrow_split._codecs._convert import encode_columns, encode_train_data
+from arrow_split._codecs._convert import encode_columns
 from arrow_split._codecs.batch_global import check_batch_global, check_per_sample_values
 from arrow_split._journal import JournalSync, OnDuplicate, StepJournal
 from arrow_split._journal_content import (
@@ -285,7 +285,7 @@ class RolloutBatchBuilder(StepState):
         specs = {spec.name: spec for spec in self._declared}
         source = role_column(specs, "length_source") or role_column(KNOWN_COLUMNS, "length_source")
         train_data: dict[str, object] = {str(source): [], **self._globals}
-        batch = RolloutBatch(*encode_train_data(train_data, self._declared, self._options))
+        batch = RolloutBatch._encode(train_data, self._declared, self._options)
         self._close_step(batch)
         return batch
 

@@ -9,7 +9,6 @@ the dashboard opens arrow_split's steps too. A column the batch lacks is written
 
 from __future__ import annotations
 
-import contextlib
 import os
 
 import numpy as np
@@ -18,6 +17,7 @@ import pyarrow.parquet as pq
 
 from arrow_split._args import as_int, as_path
 from arrow_split.batch import RolloutBatch
+from arrow_split.batch._dump import _write_atomically
 from arrow_split.errors import DumpError, SchemaTypeError
 
 __all__ = ["DASHBOARD_SCHEMA", "write_dashboard_columns"]
@@ -70,14 +70,12 @@ def write_dashboard_columns(
     root = as_path("folder", folder)
     table = pa.Table.from_batches([dashboard_record_batch(batch)])
     target = os.path.join(root, "dashboard_columns", f"rollout_{number}.parquet")
-    temporary = f"{target}.tmp-{os.getpid()}"
     try:
         os.makedirs(os.path.dirname(target), exist_ok=True)
-        pq.write_table(table, temporary, row_group_size=_ROW_GROUP)
-        os.replace(temporary, target)
+        _write_atomically(
+            target, lambda sink: pq.write_table(table, sink, row_group_size=_ROW_GROUP)
+        )
     except (OSError, pa.ArrowException) as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
         msg = f"cannot write the dashboard columns file `{target}`: {exc}"
         raise DumpError(msg) from None
     return target

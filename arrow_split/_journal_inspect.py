@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 
 from arrow_split._args import as_path
 from arrow_split._journal import _LOCK_NAME, _steps, journal_file
@@ -69,21 +70,16 @@ def _lock_holder(path: str) -> str:
 
 def _describe_file(path: str) -> str:
     scan = scan_file(path)
-    kinds: dict[str, int] = {}
+    kinds = Counter(record.kind for record in scan.records)
     columns: list[str] = []
     global_keys: list[str] = []
-    groups = samples = 0
+    samples = 0
     for record in scan.records:
-        kinds[record.kind] = kinds.get(record.kind, 0) + 1
         if record.kind == "group":
-            groups += 1
             samples += len(record.arrays[0]) if record.arrays else 0
             names = record.meta.get("names")
-            columns += (
-                [n for n in names if isinstance(n, str) and n not in columns]
-                if isinstance(names, list)
-                else []
-            )
+            if isinstance(names, list):
+                columns += [n for n in names if isinstance(n, str) and n not in columns]
         elif record.kind == "global" and isinstance(record.meta.get("key"), str):
             global_keys.append(record.meta["key"])
     counted = ", ".join(f"{count} {kind}" for kind, count in kinds.items())
@@ -91,7 +87,7 @@ def _describe_file(path: str) -> str:
         f"journal: {path}",
         f"  format {scan.records[0].meta.get('journal_version')}, {scan.size} bytes, "
         f"{len(scan.records)} records ({counted})",
-        f"  {groups} groups, {samples} samples",
+        f"  {kinds['group']} groups, {samples} samples",
         f"  columns: {', '.join(columns) or 'none'}",
         f"  batch-global values set: {', '.join(dict.fromkeys(global_keys)) or 'none'}",
     ]

@@ -7,9 +7,9 @@ view: a pickled shard ships only its own bytes), padding as it goes, so rows are
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal, cast, overload
+from typing import Any, Literal, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -17,7 +17,6 @@ import pyarrow as pa
 import arrow_split.batch._frame as _frame
 from arrow_split._args import as_choice, describe
 from arrow_split._codecs import codec_for
-from arrow_split._codecs._base import RunsMemo
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
 from arrow_split.plan import PlanKey
@@ -32,10 +31,6 @@ from arrow_split.schema import (
     RolloutTrainData,
     TrainData,
 )
-
-if TYPE_CHECKING:
-    import pandas
-    import polars
 
 __all__ = ["Shard", "TrainDataLayout"]
 
@@ -64,7 +59,7 @@ _REMOVED: dict[tuple[str, str], tuple[str, str]] = {
 it, what to use instead)``, so that code written for an older release fails with the fix."""
 
 
-class Shard:
+class Shard(_frame.Frame):
     """One rank's rows of a batch: what a split returns.
 
     Parameters
@@ -210,9 +205,6 @@ class Shard:
         """The number of this shard's rows."""
         return self._rows.num_samples
 
-    def __len__(self) -> int:
-        return self._rows.num_samples
-
     @property
     def nbytes(self) -> int:
         """Bytes of the rows' buffers (``rows.nbytes``)."""
@@ -285,52 +277,26 @@ class Shard:
         parts = (self._partition, self._batch_total_lengths, self._plan_key, self._dp_rank)
         return (_rebuild_shard, (self._rows, *parts))
 
-    # For notebooks (arrow_split.batch._frame): the rows' reads, with the shard's own index.
+    # For notebooks: the rows' reads (``_frame.Frame``) with the shard's own index, and a slice.
 
-    @property
-    def schema(self) -> pa.Schema:
-        """The Arrow schema of the per-sample columns (``rows.schema``)."""
-        return self._rows.schema
+    def _frame_rows(self) -> RolloutBatch:
+        return self._rows
 
-    def __getitem__(self, key: str) -> Any:
-        """A per-sample column as an Arrow array, or a batch-global key's value (``rows[key]``)."""
-        return _frame.item(self._rows, key, _MILES_HINT if key in _LAYOUT_KEYS else "")
+    def _frame_title(self) -> str:
+        rank = "" if self._dp_rank is None else f" dp_rank={self._dp_rank}"
+        return f"Shard{rank} ({self.num_samples} of {len(self._batch_total_lengths)} samples)"
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._rows
+    def _frame_index(self) -> np.ndarray:
+        return self._partition
 
-    def __iter__(self) -> Iterator[dict[str, object]]:
-        """The rows, each a dict of the per-sample keys' Python values."""
-        return iter(self._rows)
+    def _key_hint(self, key: object) -> str:
+        return _MILES_HINT if key in _LAYOUT_KEYS else ""
 
     def slice(self, offset: int = 0, length: int | None = None) -> Shard:
         """Rows ``offset : offset + length`` (and their ``partition``), in fresh buffers."""
         indices = _frame.slice_rows(self._rows, offset, length)
-        partition = self._partition[indices]
-        partition.flags.writeable = False
         parts = (self._batch_total_lengths, self._plan_key, self._dp_rank)
-        return Shard._make(self._rows.slice(offset, length), partition, *parts)
-
-    def to_polars(self) -> polars.DataFrame:
-        """The rows as a polars DataFrame (``rows.to_polars()``); original rows: ``partition``."""
-        return self._rows.to_polars()
-
-    def to_pandas(self) -> pandas.DataFrame:
-        """The rows as a pandas DataFrame indexed by ``partition``, globals in ``df.attrs``."""
-        frame = self._rows.to_pandas()
-        frame.index = self._partition
-        frame.index.name = "partition"
-        return frame
-
-    def _title(self) -> str:
-        rank = "" if self._dp_rank is None else f" dp_rank={self._dp_rank}"
-        return f"Shard{rank} ({self.num_samples} of {len(self._batch_total_lengths)} samples)"
-
-    def __repr__(self) -> str:
-        return _frame.render_text(self._rows, self._title(), "row", self._partition)
-
-    def _repr_html_(self) -> str:
-        return _frame.render_html(self._rows, self._title(), "row", self._partition)
+        return Shard._take(self._rows, indices, *parts, partition=self._partition)
 
 
 # The keys of miles' per-rank dict that a shard keeps as attributes or gives by layout.
@@ -348,31 +314,23 @@ _MARKER = next(name for name, spec in KNOWN_COLUMNS.items() if spec.role == "pad
 
 def _gather(batch: RolloutBatch, rows: np.ndarray, padded: bool) -> RolloutBatch:
     """``batch``'s ``rows`` in fresh buffers; with ``padded``, a row past the end is padding."""
-    num_samples = batch.num_samples
-    record_batch, specs = batch.record_batch, batch.specs
+    num_samples, specs = batch.num_samples, batch.specs
     roles: Roles | None = batch.roles
-    source = np.minimum(rows, num_samples - 1) if padded else rows
-    names = record_batch.schema.names
-    memo: RunsMemo = {}
-    columns = [
-        codec_for(specs[name]).take(array, source, memo)
-        for name, array in zip(names, record_batch.columns, strict=True)
-    ]
-    pads = rows >= num_samples if padded else None
-    if pads is not None and pads.any():
-        columns = [
-            codec_for(specs[name]).fill(column, pads, PADDING_VALUES[name])
-            if name in PADDING_VALUES
-            else column
-            for name, column in zip(names, columns, strict=True)
-        ]
-    if pads is not None and batch.roles.padding is None:  # a new flag column: new roles
-        specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
-        names = [*names, _MARKER]
-        columns = [*columns, pa.array(pads, type=pa.bool_())]
-    if pads is None:
-        taken = pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-    else:  # a filled column is built afresh: its type is named anew
+    taken = _frame.take_columns(batch, np.minimum(rows, num_samples - 1) if padded else rows)
+    if padded:  # a filled column is built afresh: its type is named anew
+        pads = rows >= num_samples
+        names, columns = taken.schema.names, taken.columns
+        if pads.any():
+            columns = [
+                codec_for(specs[name]).fill(column, pads, PADDING_VALUES[name])
+                if name in PADDING_VALUES
+                else column
+                for name, column in zip(names, columns, strict=True)
+            ]
+        if batch.roles.padding is None:  # a new flag column: new roles
+            specs, roles = MappingProxyType({**specs, _MARKER: KNOWN_COLUMNS[_MARKER]}), None
+            names = [*names, _MARKER]
+            columns = [*columns, pa.array(pads, type=pa.bool_())]
         taken = pa.RecordBatch.from_arrays(columns, names=names)
     trust = batch.trust_objects
     return RolloutBatch._make(taken, specs, batch._batch_globals, trust_objects=trust, roles=roles)

@@ -15,13 +15,13 @@ import pyarrow as pa
 from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
 from arrow_split._codecs._base import short_type
 from arrow_split.batch._dump import PathLike, read_dump
+from arrow_split.batch._frame import aligned, readable_bytes
 from arrow_split.schema import KNOWN_COLUMNS, role_column
 
 __all__ = ["inspect_path", "summarize"]
 
 _BINS = 10
 _BAR_WIDTH = 40
-_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
 
 
 def summarize(
@@ -58,11 +58,11 @@ def inspect_path(
     what :func:`summarize` raises.
     """
     sizes = _check_dp_sizes(dp_sizes)
-    parts, info = read_dump(path)
-    batch = RolloutBatch(*parts, trust_objects=False)  # a file: its objects are never decoded here
+    parts, info = read_dump(path)  # checked: trusted now (as `RolloutBatch.read` makes them)
+    batch = RolloutBatch._make(*parts, trust_objects=False)  # a file's objects never decode here
     header = (
         f"file: {info.path}\n"
-        f"  {_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "
+        f"  {readable_bytes(info.file_bytes)} on disk, dump format {info.dump_version}, written by "
         f"arrow_split {info.library_version}, compression: {info.compression or 'none'}"
     )
     return f"{header}\n\n{summarize(batch, dp_sizes=sizes, balance_data=balance_data)}"
@@ -88,7 +88,7 @@ def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
     lengths = lengths[real]
     lines = [
         f"rollout batch: {batch.num_samples:,} samples, {len(batch.column_names)} "
-        f"columns, {len(batch.batch_globals)} batch-global keys, {_bytes(batch.nbytes)}",
+        f"columns, {len(batch.batch_globals)} batch-global keys, {readable_bytes(batch.nbytes)}",
         f"tokens: {int(lengths.sum()):,} in all; per sample {_stats(lengths)}{padding}",
     ]
     for name in batch.column_names:  # one number per sample, a float: rewards, scores...
@@ -117,8 +117,8 @@ def _column_table(batch: RolloutBatch) -> str:
         column = batch.column(name)
         kind = batch.specs[name].kind if name in batch.specs else "?"
         share = f"{100 * column.nbytes / total:.1f}%"
-        rows.append((name, kind, short_type(column.type), _bytes(column.nbytes), share))
-    rows.append(("total", "", "", _bytes(batch.nbytes), ""))
+        rows.append((name, kind, short_type(column.type), readable_bytes(column.nbytes), share))
+    rows.append(("total", "", "", readable_bytes(batch.nbytes), ""))
     return "bytes per column\n" + _table(rows, right=(3, 4))
 
 
@@ -180,19 +180,4 @@ def _fingerprints(lengths: np.ndarray, sizes: Sequence[int], balance_data: bool)
 
 
 def _table(rows: Sequence[Sequence[str]], *, right: Sequence[int]) -> str:
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(width) if column in right else cell.ljust(width)
-            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  " + "  ".join(cells).rstrip())
-    return "\n".join(lines)
-
-
-def _bytes(count: int) -> str:
-    size, unit = float(count), 0
-    while size >= 1024 and unit < len(_UNITS) - 1:
-        size, unit = size / 1024, unit + 1
-    return f"{count} B" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"
+    return "\n".join(f"  {line}" for line in aligned(rows, right))

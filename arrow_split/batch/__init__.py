@@ -7,9 +7,9 @@ Every array handed out is read-only, except a take's private buffers, which
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -40,10 +40,6 @@ from arrow_split.errors import ArrowSplitError, SchemaError, SchemaTypeError
 from arrow_split.plan import Plan
 from arrow_split.schema import ColumnSpec, Role, Roles, TrainData
 
-if TYPE_CHECKING:
-    import pandas
-    import polars
-
 __all__ = [
     "ColumnValues",
     "RolloutBatch",
@@ -56,7 +52,7 @@ __all__ = [
 ]
 
 
-class RolloutBatch:
+class RolloutBatch(_frame.Frame):
     """A whole rollout batch as an Arrow RecordBatch plus batch-global values.
 
     Neither ``plan`` nor ``trust_objects`` is part of equality.
@@ -223,9 +219,6 @@ class RolloutBatch:
         """The number of samples (rows)."""
         return int(self._record_batch.num_rows)
 
-    def __len__(self) -> int:
-        return self.num_samples
-
     @property
     def nbytes(self) -> int:
         """Bytes of the record batch's buffers (what a put moves, batch-global values aside)."""
@@ -362,23 +355,7 @@ class RolloutBatch:
         parts = (self._record_batch, dict(self._specs), dict(self._batch_globals))
         return (_rebuild_batch, (*parts, self._plan, self._trust_objects))
 
-    # For notebooks (arrow_split.batch._frame): a frame's reads, previews and conversions.
-
-    @property
-    def schema(self) -> pa.Schema:
-        """The Arrow schema of the per-sample columns (``record_batch.schema``)."""
-        return self._record_batch.schema
-
-    def __getitem__(self, key: str) -> Any:
-        """A per-sample column as an Arrow array, or a batch-global key's value."""
-        return _frame.item(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._specs
-
-    def __iter__(self) -> Iterator[dict[str, object]]:
-        """The rows, each a dict of the per-sample keys' Python values (as ``datasets`` does)."""
-        return _frame.iter_rows(self)
+    # For notebooks: a frame's reads, previews and conversions (``_frame.Frame``), and these.
 
     def slice(self, offset: int = 0, length: int | None = None) -> RolloutBatch:
         """Rows ``offset : offset + length`` in fresh buffers; batch-global values stay whole."""
@@ -395,20 +372,6 @@ class RolloutBatch:
         listed = [check_batch(batch, "batches[i]") for batch in _frame.as_list(batches)]
         record_batch, specs, owned, trust = _frame.concat_batches(listed)
         return RolloutBatch._make(record_batch, specs, owned, trust_objects=trust)
-
-    def to_polars(self) -> polars.DataFrame:
-        """The per-sample columns as a polars DataFrame (batch-global values: ``batch_globals``)."""
-        return _frame.to_polars(self)
-
-    def to_pandas(self) -> pandas.DataFrame:
-        """The per-sample columns as a pandas DataFrame, batch-global values in ``df.attrs``."""
-        return _frame.to_pandas(self)
-
-    def __repr__(self) -> str:
-        return _frame.render_text(self, type(self).__name__)
-
-    def _repr_html_(self) -> str:
-        return _frame.render_html(self, type(self).__name__)
 
 
 def _refuse_foreign_plan(plan: object, num_samples: int) -> None:

@@ -18,7 +18,6 @@ import pyarrow as pa
 from arrow_split._args import as_flag, as_path
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._convert import check_content
-from arrow_split._version import __version__
 from arrow_split.batch._dump_meta import (
     DumpMetadata,
     decode_metadata,
@@ -190,7 +189,7 @@ def _with_metadata(
     compression: str | None,
 ) -> pa.RecordBatch:
     schema = record_batch.schema
-    ours = encode_metadata(specs, batch_globals, __version__, compression)
+    ours = encode_metadata(specs, batch_globals, compression)
     fields = [field.with_metadata(field_metadata(specs[field.name], specs)) for field in schema]
     schema = pa.schema(fields, metadata={**(schema.metadata or {}), **ours})
     return pa.RecordBatch.from_arrays(record_batch.columns, schema=schema)
@@ -277,8 +276,8 @@ def _parts(
         field.remove_metadata().with_type(array.type)
         for field, array in zip(schema, arrays, strict=True)
     ]
-    kept = {key: text for key, text in (schema.metadata or {}).items() if key not in metadata.keys}
-    record_batch = pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, kept or None))
+    schema = pa.schema(fields, metadata.kept or None)
+    record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
     parts = DumpParts(
         record_batch, MappingProxyType(specs), MappingProxyType(metadata.batch_globals)
     )

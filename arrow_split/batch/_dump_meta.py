@@ -17,6 +17,7 @@ import numpy as np
 import pyarrow as pa
 
 from arrow_split._codecs import codec_for
+from arrow_split._version import __version__
 from arrow_split.errors import ArrowSplitError, DumpError
 from arrow_split.schema import KNOWN_COLUMNS, ColumnSpec, LengthRule, role_column
 
@@ -58,13 +59,13 @@ class DumpMetadata:
     dump_version: str
     library_version: str
     compression: str | None
-    keys: frozenset[bytes] = _KEYS
+    kept: dict[bytes, bytes]
+    """The schema's metadata that is not the library's (another tool's): kept with the columns."""
 
 
 def encode_metadata(
     specs: Mapping[str, ColumnSpec],
     batch_globals: Mapping[str, object],
-    library_version: str,
     compression: str | None,
 ) -> dict[bytes, bytes]:
     """The schema metadata of a dump of these specs and batch-global values.
@@ -75,7 +76,7 @@ def encode_metadata(
     stored_globals = {key: _global_to_json(key, value) for key, value in batch_globals.items()}
     return {
         _VERSION: DUMP_VERSION.encode(),
-        _LIBRARY: library_version.encode(),
+        _LIBRARY: __version__.encode(),
         _COMPRESSION: (compression or "").encode(),
         _SPECS: json.dumps(stored_specs, allow_nan=False).encode(),
         _GLOBALS: json.dumps(stored_globals).encode(),
@@ -112,6 +113,7 @@ def decode_metadata(schema: pa.Schema, source: str) -> DumpMetadata:
         dump_version=version.decode(),
         library_version=_text(metadata, _LIBRARY, source),
         compression=_text(metadata, _COMPRESSION, source) or None,
+        kept={key: text for key, text in metadata.items() if key not in _KEYS},
     )
 
 

@@ -30,19 +30,16 @@ if TYPE_CHECKING:
     import polars
 
 __all__ = [
+    "Frame",
     "PREVIEW_ROWS",
     "RolloutBatch",
+    "aligned",
     "as_list",
     "concat_batches",
     "decode_rows",
-    "item",
-    "iter_rows",
-    "render_html",
-    "render_text",
+    "readable_bytes",
     "slice_rows",
     "take_columns",
-    "to_pandas",
-    "to_polars",
 ]
 
 PREVIEW_ROWS = 5
@@ -72,6 +69,143 @@ _CELL = 22  # characters of one cell in the text preview
 _ITEMS = 2  # items of a list a cell shows
 _COLUMNS = 6  # columns the previews show; the rest are named
 _CHUNK = 256  # rows decoded at a time while iterating
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+class Frame:
+    """A batch's or a shard's reads for notebooks: keys, length, rows, previews, polars, pandas.
+
+    What differs between the two is what a subclass overrides: the rows read
+    (:meth:`_frame_rows`), the preview's title, the rows' original indices (a shard's
+    ``partition``) and a hint added to the error for a missing key.
+    """
+
+    __slots__ = ()
+
+    def _frame_rows(self) -> RolloutBatch:
+        """The rows read: the batch itself (a shard's: its ``rows``)."""
+        return cast("RolloutBatch", self)
+
+    def _frame_title(self) -> str:
+        return type(self).__name__
+
+    def _frame_index(self) -> np.ndarray | None:
+        """Each row's original index (a shard's ``partition``), or ``None``: its position."""
+        return None
+
+    def _key_hint(self, key: object) -> str:
+        return ""
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the per-sample columns (``record_batch.schema``)."""
+        return self._frame_rows().record_batch.schema
+
+    def __getitem__(self, key: str) -> Any:
+        """A per-sample column as an Arrow array, or a batch-global key's value."""
+        batch = self._frame_rows()
+        if not isinstance(key, str):
+            got = f"{type(key).__name__} {key!r:.40}"
+            msg = (
+                f"a batch is indexed by a key (str), got {got}; for rows "
+                "use `batch.slice(offset, length)`, or iterate over the batch"
+            )
+            raise SchemaTypeError(msg, key="key", got=got)
+        if key in batch.record_batch.schema.names:
+            return batch.record_batch.column(key)
+        if key in batch.specs:
+            return batch.batch_globals[key]
+        msg = f"no key `{key}`; the batch has: {', '.join(batch.specs)}{self._key_hint(key)}"
+        raise ColumnNotFoundError(msg, key=key)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._frame_rows().specs
+
+    def __len__(self) -> int:
+        return self._frame_rows().num_samples
+
+    def __iter__(self) -> Iterator[dict[str, object]]:
+        """The rows, each a dict of the per-sample keys' Python values (as ``datasets`` does)."""
+        batch = self._frame_rows()
+        for start in range(0, batch.num_samples, _CHUNK):  # decoded a chunk at a time
+            stop = min(start + _CHUNK, batch.num_samples)
+            values = decode_rows(batch, start, stop)
+            for row in range(stop - start):
+                yield {key: column[row] for key, column in values.items()}
+
+    def to_polars(self) -> polars.DataFrame:
+        """The per-sample columns as a polars DataFrame (batch-global values: ``batch_globals``).
+
+        Pickled objects are polars Objects; a shard's original rows are its ``partition``.
+        """
+        import polars
+
+        batch = self._frame_rows()
+        objects = _object_keys(batch)
+        frame = cast(
+            "polars.DataFrame", polars.from_arrow(batch.record_batch.drop_columns(objects))
+        )
+        if objects:
+            decoded = decode_rows(batch, 0, batch.num_samples)
+            frame = frame.with_columns(
+                polars.Series(key, decoded[key], dtype=polars.Object) for key in objects
+            )
+            frame = frame.select(batch.record_batch.schema.names)
+        return frame
+
+    def to_pandas(self) -> pandas.DataFrame:
+        """The per-sample columns as a pandas DataFrame, batch-global values in ``df.attrs``.
+
+        A shard's frame is indexed by its ``partition`` (its rows' original indices).
+        """
+        if importlib.util.find_spec("pandas") is None:
+            msg = (
+                "`to_pandas` needs pandas, which is not installed; install it with "
+                "`pip install pandas` (or use `to_polars()`, or `record_batch` with pyarrow)"
+            )
+            raise ImportError(msg)
+        batch = self._frame_rows()
+        objects = _object_keys(batch)
+        frame = batch.record_batch.drop_columns(objects).to_pandas()
+        if objects:
+            decoded = decode_rows(batch, 0, batch.num_samples)
+            for key in objects:
+                frame[key] = decoded[key]
+            frame = frame[batch.record_batch.schema.names]
+        frame.attrs["batch_globals"] = global_to_python(dict(batch.batch_globals))
+        index = self._frame_index()
+        if index is not None:
+            frame.index = index
+            frame.index.name = "partition"
+        return frame
+
+    def __repr__(self) -> str:
+        batch = self._frame_rows()
+        header, body, hidden = _table(batch, self._frame_index())
+        lines = [f"{self._frame_title()}: {_summary(batch)}", *aligned([header, *body])]
+        if hidden:
+            rest = batch.record_batch.schema.names[-hidden:]
+            lines.append(f"… and {hidden} more columns: {', '.join(rest)}")
+        if globals_ := _global_keys(batch):
+            lines.append(f"batch globals: {', '.join(globals_)}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        batch = self._frame_rows()
+        header, body, hidden = _table(batch, self._frame_index())
+        escape = html.escape
+        head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
+        rows = "".join(
+            "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in body
+        )
+        notes = [f"… and {hidden} more columns"] if hidden else []
+        if globals_ := _global_keys(batch):
+            notes.append(f"batch globals: {', '.join(globals_)}")
+        footer = "".join(f"<small>{escape(note)}</small><br>" for note in notes)
+        return (
+            f"<div><b>{escape(self._frame_title())}</b>: {escape(_summary(batch))}"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{footer}</div>"
+        )
 
 
 def as_list(batches: object) -> list[Any]:
@@ -84,22 +218,6 @@ def as_list(batches: object) -> list[Any]:
         msg = "`batches` is empty: concatenate at least one batch"
         raise SchemaError(msg, key="batches", got="[]")
     return listed
-
-
-def item(batch: RolloutBatch, key: object, hint: str = "") -> Any:
-    """``batch[key]``: a per-sample column (Arrow array) or a batch-global value by key."""
-    if not isinstance(key, str):
-        msg = (
-            f"a batch is indexed by a key (str), got {type(key).__name__} {key!r:.40}; for rows "
-            "use `batch.slice(offset, length)`, or iterate over the batch"
-        )
-        raise SchemaTypeError(msg, key="key", got=f"{type(key).__name__} {key!r:.40}")
-    if key in batch.record_batch.schema.names:
-        return batch.record_batch.column(key)
-    if key in batch.specs:
-        return batch.batch_globals[key]
-    msg = f"no key `{key}`; the batch has: {', '.join(batch.specs)}{hint}"
-    raise ColumnNotFoundError(msg, key=key)
 
 
 def decode_rows(
@@ -134,15 +252,6 @@ class _Undecoded:
 
     def __repr__(self) -> str:
         return f"<{self.reason}>"
-
-
-def iter_rows(batch: RolloutBatch) -> Iterator[dict[str, object]]:
-    """One dict of Python values per row (per-sample keys only), decoded a chunk at a time."""
-    for start in range(0, batch.num_samples, _CHUNK):
-        stop = min(start + _CHUNK, batch.num_samples)
-        values = decode_rows(batch, start, stop)
-        for row in range(stop - start):
-            yield {key: column[row] for key, column in values.items()}
 
 
 def _preview(batch: RolloutBatch) -> tuple[list[int], dict[str, list[object]]]:
@@ -180,31 +289,38 @@ def _cell(value: object) -> str:
     return text if len(text) <= _CELL else text[: _CELL - 1] + "…"
 
 
-def _size(nbytes: int) -> str:
-    """Bytes as a person reads them: ``512 B``, ``16.8 KiB``, ``3.2 MiB``."""
-    if nbytes < 1024:
-        return f"{nbytes} B"
-    size, unit = float(nbytes), "B"
-    for unit in ("KiB", "MiB", "GiB"):  # noqa: B007 - the last unit is the one used
-        size /= 1024
-        if size < 1024:
-            break
-    return f"{size:.1f} {unit}"
+def readable_bytes(nbytes: int) -> str:
+    """Bytes as a person reads them: ``512 B``, ``16.8 KiB``, ``3.2 MiB``, up to ``TiB``."""
+    size, unit = float(nbytes), 0
+    while size >= 1024 and unit < len(_UNITS) - 1:
+        size, unit = size / 1024, unit + 1
+    return f"{nbytes} B" if unit == 0 else f"{size:.1f} {_UNITS[unit]}"
+
+
+def aligned(rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> list[str]:
+    """Rows of cells as lines of aligned columns, two spaces apart (``right``: right-aligned)."""
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    return [
+        "  ".join(
+            cell.rjust(width) if column in right else cell.ljust(width)
+            for column, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ).rstrip()
+        for row in rows
+    ]
 
 
 def _summary(batch: RolloutBatch) -> str:
     tokens = int(batch.total_lengths.sum())
     columns = len(batch.record_batch.schema.names)
-    return f"{batch.num_samples} samples, {columns} columns, {tokens} tokens, {_size(batch.nbytes)}"
+    size = readable_bytes(batch.nbytes)
+    return f"{batch.num_samples} samples, {columns} columns, {tokens} tokens, {size}"
 
 
-def _table(
-    batch: RolloutBatch, index_name: str, index: np.ndarray | None
-) -> tuple[list[str], list[list[str]], int]:
+def _table(batch: RolloutBatch, index: np.ndarray | None) -> tuple[list[str], list[list[str]], int]:
     """The preview's header, its rows of cells, and the number of columns left out."""
     rows, values = _preview(batch)
     names = list(values)[:_COLUMNS]
-    header = [index_name, *names]
+    header = ["#" if index is None else "row", *names]
     body = [
         [str(row if index is None else int(index[row])), *(_cell(values[n][i]) for n in names)]
         for i, row in enumerate(rows)
@@ -214,47 +330,8 @@ def _table(
     return header, body, len(values) - len(names)
 
 
-def render_text(
-    batch: RolloutBatch, title: str, index_name: str = "#", index: np.ndarray | None = None
-) -> str:
-    """A short table: a title line, a preview of the rows, the batch-global keys."""
-    header, body, hidden = _table(batch, index_name, index)
-    widths = [max(len(row[i]) for row in [header, *body]) for i in range(len(header))]
-    lines = [f"{title}: {_summary(batch)}"]
-    lines += [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *body]
-    ]
-    if hidden:
-        rest = batch.record_batch.schema.names[-hidden:]
-        lines.append(f"… and {hidden} more columns: {', '.join(rest)}")
-    globals_ = [key for key, spec in batch.specs.items() if not spec.is_per_sample]
-    if globals_:
-        lines.append(f"batch globals: {', '.join(globals_)}")
-    return "\n".join(lines)
-
-
-def render_html(
-    batch: RolloutBatch, title: str, index_name: str = "#", index: np.ndarray | None = None
-) -> str:
-    """The preview as an HTML table, for notebooks (every value escaped)."""
-    header, body, hidden = _table(batch, index_name, index)
-    escape = html.escape
-    head = "".join(f"<th>{escape(cell)}</th>" for cell in header)
-    rows = "".join(
-        "<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in body
-    )
-    notes = []
-    if hidden:
-        notes.append(f"… and {hidden} more columns")
-    globals_ = [key for key, spec in batch.specs.items() if not spec.is_per_sample]
-    if globals_:
-        notes.append(f"batch globals: {', '.join(globals_)}")
-    footer = "".join(f"<small>{escape(note)}</small><br>" for note in notes)
-    return (
-        f"<div><b>{escape(title)}</b>: {escape(_summary(batch))}"
-        f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>{footer}</div>"
-    )
+def _global_keys(batch: RolloutBatch) -> list[str]:
+    return [key for key, spec in batch.specs.items() if not spec.is_per_sample]
 
 
 def _object_keys(batch: RolloutBatch) -> list[str]:
@@ -265,40 +342,6 @@ def _object_keys(batch: RolloutBatch) -> list[str]:
         for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True)
         if pa.types.is_dictionary(array.type)
     ]
-
-
-def to_polars(batch: RolloutBatch) -> polars.DataFrame:
-    """The per-sample columns as a polars DataFrame (pickled objects as polars Objects)."""
-    import polars
-
-    objects = _object_keys(batch)
-    frame = cast("polars.DataFrame", polars.from_arrow(batch.record_batch.drop_columns(objects)))
-    if objects:
-        decoded = decode_rows(batch, 0, batch.num_samples)
-        frame = frame.with_columns(
-            polars.Series(key, decoded[key], dtype=polars.Object) for key in objects
-        )
-        frame = frame.select(batch.record_batch.schema.names)
-    return frame
-
-
-def to_pandas(batch: RolloutBatch) -> pandas.DataFrame:
-    """The per-sample columns as a pandas DataFrame, the batch-global values in ``df.attrs``."""
-    if importlib.util.find_spec("pandas") is None:
-        msg = (
-            "`to_pandas` needs pandas, which is not installed; install it with "
-            "`pip install pandas` (or use `to_polars()`, or `record_batch` with pyarrow)"
-        )
-        raise ImportError(msg)
-    objects = _object_keys(batch)
-    frame = batch.record_batch.drop_columns(objects).to_pandas()
-    if objects:
-        decoded = decode_rows(batch, 0, batch.num_samples)
-        for key in objects:
-            frame[key] = decoded[key]
-        frame = frame[batch.record_batch.schema.names]
-    frame.attrs["batch_globals"] = global_to_python(dict(batch.batch_globals))
-    return frame
 
 
 def slice_rows(batch: RolloutBatch, offset: object, length: object) -> np.ndarray:

@@ -7,7 +7,7 @@ a plan that does not fit the sample count, a key outside the reference's prefix 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -50,26 +50,24 @@ class StoredBatchRef:
             return None
         return PlanKey(cast(Any, self.method), self.dp_size, self.fingerprint)
 
-    @property
-    def keys(self) -> list[str]:
-        """Every key the put wrote."""
-        found = [self.index[0]]
+    def _objects(self) -> Iterator[tuple[str, int]]:
+        """The key and size of each object the put wrote: the index, then the buffers."""
+        yield self.index
         nodes = list(self.columns)
         while nodes:
             node = nodes.pop()
-            found.extend(buffer[0] for buffer in node.buffers if buffer is not None)
+            yield from (buffer for buffer in node.buffers if buffer is not None)
             nodes.extend(node.children)
-        return found
+
+    @property
+    def keys(self) -> list[str]:
+        """Every key the put wrote."""
+        return [key for key, _ in self._objects()]
 
     @property
     def nbytes(self) -> int:
         """The bytes the put wrote (the columns' buffers and the index)."""
-        total, nodes = self.index[1], list(self.columns)
-        while nodes:
-            node = nodes.pop()
-            total += sum(buffer[1] for buffer in node.buffers if buffer is not None)
-            nodes.extend(node.children)
-        return total
+        return sum(size for _, size in self._objects())
 
     def to_json(self) -> str:
         """The reference as a JSON string."""

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any, Protocol, cast
 
 import numpy as np
@@ -30,7 +31,6 @@ from arrow_split._args import (
 )
 from arrow_split._codecs._ranges import Ranges, column_buffers, read_rows, supported
 from arrow_split._split import _parse_plan
-from arrow_split._version import __version__
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
 from arrow_split.errors import (
@@ -149,7 +149,7 @@ def put_batch(
         if not supported(field.type):
             msg = f"column `{field.name}` of type {field.type} cannot be stored as buffers"
             raise DumpError(msg)
-    metadata = encode_metadata(batch.specs, batch._batch_globals, __version__, None)
+    metadata = encode_metadata(batch.specs, batch._batch_globals, None)
     schema = record_batch.schema.with_metadata({**(record_batch.schema.metadata or {}), **metadata})
     step_name = "x" if step is None else str(step)
     prefix = f"arrow_split/{step_name}/{uuid.uuid4().hex}"
@@ -307,7 +307,7 @@ def _read_runs(
     nodes = list(zip(ref.columns, schema.types, strict=True))
     arrays = read_rows(nodes, starts, ends, reader)
     record_batch = pa.RecordBatch.from_arrays(arrays, schema=schema)
-    return RolloutBatch(record_batch, specs, batch_globals, trust_objects=trust)
+    return RolloutBatch._make(record_batch, specs, batch_globals, trust_objects=trust)
 
 
 def _method(
@@ -341,8 +341,11 @@ def _check_rows(rows: np.ndarray, n: int, ref: StoredBatchRef, who: str) -> None
         raise TransportError(msg)
 
 
-def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, object]]:
-    """The schema (the library's metadata removed), the specs and the batch-global values."""
+def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, Mapping[str, Any], Mapping[str, object]]:
+    """The schema (the library's metadata removed), the specs and the batch-global values.
+
+    Checked against each other here (:func:`decode_metadata`): a batch of them is trusted.
+    """
     source = f"stored batch `{ref.prefix}`"
     try:
         schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(ref.schema)))
@@ -353,14 +356,13 @@ def _decoded(ref: StoredBatchRef) -> tuple[pa.Schema, dict[str, Any], dict[str, 
         metadata = decode_metadata(schema, source)
     except DumpError as exc:
         raise NotARolloutBatchError(str(exc)) from None
-    kept = {key: value for key, value in schema.metadata.items() if key not in metadata.keys}
     if len(schema) != len(ref.columns):
         msg = f"{source}: its schema has {len(schema)} columns, its layout {len(ref.columns)}"
         raise NotARolloutBatchError(msg)
     return (
-        schema.with_metadata(kept) if kept else schema.remove_metadata(),
-        (metadata.specs),
-        metadata.batch_globals,
+        schema.with_metadata(metadata.kept) if metadata.kept else schema.remove_metadata(),
+        MappingProxyType(metadata.specs),
+        MappingProxyType(metadata.batch_globals),
     )
 
 
