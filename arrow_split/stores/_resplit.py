@@ -2,9 +2,9 @@
 
 A batch is put before the trainers' ``dp_size`` is known (miles' store has none; elastic DP
 changes it), so a rank plans for itself: from the stored index (every sample's total length,
-the stored order, the adapter slots if any) it makes the plan every rank makes
-(:meth:`Plan._make` of the same inputs as :func:`arrow_split.shard_for_rank`), then reads its
-rows as sorted runs of the stored order and puts them back in plan order.
+the stored order, the adapter slots if any) it makes the plan every rank makes (`padded_plan`
+of `arrow_split._split`, from the inputs of :func:`arrow_split.shard_for_rank`), then reads
+its rows as sorted runs of the stored order and puts them back in plan order.
 """
 
 from __future__ import annotations
@@ -13,10 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from arrow_split._args import SplitMethod
-from arrow_split.plan import Plan
-
-__all__ = ["RankRows", "index_parts", "own_plan", "rank_rows", "runs"]
+__all__ = ["RankRows", "index_parts", "rank_rows", "runs"]
 
 
 def index_parts(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -27,19 +24,6 @@ def index_parts(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.
         if part is not None:
             part.flags.writeable = False
     return lengths, order, keys
-
-
-def own_plan(
-    lengths: np.ndarray, keys: np.ndarray | None, dp_size: int, method: SplitMethod, pad: bool
-) -> tuple[Plan, np.ndarray]:
-    """The plan of ``dp_size`` ranks (of the batch padded, with ``pad``) and its total lengths."""
-    num_samples = len(lengths)
-    if deficit := -num_samples % dp_size if pad else 0:
-        rows = np.minimum(np.arange(num_samples + deficit), num_samples - 1)
-        lengths = lengths[rows]
-        lengths.flags.writeable = False
-        keys = None if keys is None else keys[rows]
-    return Plan._make(lengths, dp_size, method, keys), lengths
 
 
 @dataclass(frozen=True, slots=True)

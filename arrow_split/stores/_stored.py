@@ -30,7 +30,7 @@ from arrow_split._args import (
     method_of,
 )
 from arrow_split._codecs._ranges import Ranges, column_buffers, read_rows, supported
-from arrow_split._split import _parse_plan
+from arrow_split._split import _parse_plan, padded_plan
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.batch._dump_meta import decode_metadata, encode_metadata
 from arrow_split.errors import (
@@ -44,7 +44,7 @@ from arrow_split.errors import (
 from arrow_split.plan import Plan
 from arrow_split.shard import Shard, _gather
 from arrow_split.stores._ref import StoredBatchRef
-from arrow_split.stores._resplit import index_parts, own_plan, rank_rows
+from arrow_split.stores._resplit import index_parts, rank_rows
 
 __all__ = [
     "ByteStore",
@@ -271,7 +271,7 @@ def take_rank(
     (index,) = reader([(ref.index[0], *whole)]) if ref.index[1] else [np.zeros(0, np.uint8)]
     total_lengths, stored_order, keys = index_parts(index.view(np.int64), ref.num_samples)
     _check_rows(np.sort(stored_order), ref.num_samples, ref, who)
-    plan, lengths = own_plan(total_lengths, keys, size, method, pad)
+    plan, lengths = padded_plan(total_lengths, keys, size, method, pad)
     wanted = plan.partitions[rank]
     rows = rank_rows(stored_order, wanted)  # runs of the stored order, back in plan order
     read = _read_runs(ref, rows.starts, rows.ends, reader, trust)
