@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import Generic, TypeVar
 
 from arrow_split._args import as_int, describe
@@ -175,12 +174,7 @@ class Prefetcher(Generic[SourceT, ResultT]):
     def __enter__(self) -> Prefetcher[SourceT, ResultT]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _check_running(self) -> None:
