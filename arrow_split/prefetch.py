@@ -26,12 +26,8 @@ __all__ = ["Prefetcher"]
 SourceT = TypeVar("SourceT")
 ResultT = TypeVar("ResultT")
 
-
-class _Done(Generic[ResultT]):
-    __slots__ = ("error", "value")
-
-    def __init__(self, value: ResultT | None, error: BaseException | None) -> None:
-        self.value, self.error = value, error
+_Done = tuple[ResultT | None, BaseException | None]
+"""A fetch's result, or the exception it raised."""
 
 
 class Prefetcher(Generic[SourceT, ResultT]):
@@ -133,13 +129,13 @@ class Prefetcher(Generic[SourceT, ResultT]):
                     "source)` it first"
                 )
                 raise OptionError(msg, key="step", got=str(step))
-            result = self._ready.pop(step)
+            value, error = self._ready.pop(step)
             del self._sources[step]
             self._lock.notify_all()
-        if result.error is not None:
-            result.error.add_note(f"raised by the prefetched fetch of step {step}")
-            raise result.error
-        return result.value  # type: ignore[return-value]
+        if error is not None:
+            error.add_note(f"raised by the prefetched fetch of step {step}")
+            raise error
+        return value  # type: ignore[return-value]
 
     def replace(self, fetch: Callable[[SourceT], ResultT]) -> None:
         """Fetch with ``fetch`` from now on, every step not yet taken again (a plan change)."""
@@ -200,9 +196,9 @@ class Prefetcher(Generic[SourceT, ResultT]):
                 fetch, generation = self._fetch, self._generation
                 self._running = step
             try:
-                done: _Done[ResultT] = _Done(fetch(source), None)
+                done: _Done[ResultT] = (fetch(source), None)
             except Exception as error:  # handed to the step that needs it
-                done = _Done(None, error)
+                done = (None, error)
             with self._lock:
                 self._running = None
                 if generation == self._generation and step in self._sources:
