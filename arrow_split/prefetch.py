@@ -16,7 +16,6 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from types import TracebackType
 from typing import Generic, TypeVar
 
 from arrow_split._args import as_int, describe
@@ -27,12 +26,8 @@ __all__ = ["Prefetcher"]
 SourceT = TypeVar("SourceT")
 ResultT = TypeVar("ResultT")
 
-
-class _Done(Generic[ResultT]):
-    __slots__ = ("error", "value")
-
-    def __init__(self, value: ResultT | None, error: BaseException | None) -> None:
-        self.value, self.error = value, error
+_Done = tuple[ResultT | None, BaseException | None]
+"""A fetch's result, or the exception it raised."""
 
 
 class Prefetcher(Generic[SourceT, ResultT]):
@@ -134,13 +129,13 @@ class Prefetcher(Generic[SourceT, ResultT]):
                     "source)` it first"
                 )
                 raise OptionError(msg, key="step", got=str(step))
-            result = self._ready.pop(step)
+            value, error = self._ready.pop(step)
             del self._sources[step]
             self._lock.notify_all()
-        if result.error is not None:
-            result.error.add_note(f"raised by the prefetched fetch of step {step}")
-            raise result.error
-        return result.value  # type: ignore[return-value]
+        if error is not None:
+            error.add_note(f"raised by the prefetched fetch of step {step}")
+            raise error
+        return value  # type: ignore[return-value]
 
     def replace(self, fetch: Callable[[SourceT], ResultT]) -> None:
         """Fetch with ``fetch`` from now on, every step not yet taken again (a plan change)."""
@@ -175,12 +170,7 @@ class Prefetcher(Generic[SourceT, ResultT]):
     def __enter__(self) -> Prefetcher[SourceT, ResultT]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def _check_running(self) -> None:
@@ -206,9 +196,9 @@ class Prefetcher(Generic[SourceT, ResultT]):
                 fetch, generation = self._fetch, self._generation
                 self._running = step
             try:
-                done: _Done[ResultT] = _Done(fetch(source), None)
+                done: _Done[ResultT] = (fetch(source), None)
             except Exception as error:  # handed to the step that needs it
-                done = _Done(None, error)
+                done = (None, error)
             with self._lock:
                 self._running = None
                 if generation == self._generation and step in self._sources:

@@ -243,7 +243,7 @@ def process_rollout_data(
             dp_rank=rank, dp_size=size, balance_data=balance_data, resplit=resplit, pad_to_dp=pad
         )
         return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
-    return shard if witness_ids is None else _with_witness(shard, witness_ids, who)
+    return _with_witness(shard, witness_ids, who)
 
 
 def _delayed_shard(
@@ -262,7 +262,7 @@ def _delayed_shard(
             if shard is not None:
                 rows = _detached(shard.rows)
                 shard = shard if rows is shard.rows else shard.with_rows(rows)
-                return shard if witness_ids is None else _with_witness(shard, witness_ids, who)
+                return _with_witness(shard, witness_ids, who)
     value = _nodes.fetch(ref_or_batch, who, "the delayed reference", on_fetch)
     if isinstance(value, NodeRows):
         msg = (
@@ -280,9 +280,7 @@ def _delayed_shard(
         raise NotARolloutBatchError(msg, key="ref", got=type(value).__name__)
     batch = _detached(value)
     del value  # the shard owns fresh buffers; the fetched batch must not outlive this call
-    if witness_ids is not None:
-        batch = _with_witness(batch, witness_ids, who)
-    return shard_for_rank(batch, **request)
+    return shard_for_rank(_with_witness(batch, witness_ids, who), **request)
 
 
 def _detached(batch: RolloutBatch) -> RolloutBatch:
@@ -304,9 +302,11 @@ _Witnessed = TypeVar("_Witnessed", RolloutBatch, Shard)
 
 
 def _with_witness(
-    value: _Witnessed, witness_ids: Sequence[int] | np.ndarray, who: str
+    value: _Witnessed, witness_ids: Sequence[int] | np.ndarray | None, who: str
 ) -> _Witnessed:
-    """The whole batch, or a shard's rows at their partition, with its witness ids."""
+    """The whole batch, or a shard's rows at their partition, with its witness ids (if any)."""
+    if witness_ids is None:
+        return value
     whole = len(value.batch_total_lengths)
     listed = isinstance(witness_ids, (list, tuple)) or (
         isinstance(witness_ids, np.ndarray) and witness_ids.ndim == 1

@@ -9,9 +9,7 @@ elastic case: another ``dp_size`` or rank; every step not yet taken is taken aga
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from types import TracebackType
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from arrow_split import OptionTypeError, Shard
@@ -22,19 +20,6 @@ from arrow_split.ray._handoff import process_rollout_data
 __all__ = ["RolloutPrefetcher"]
 
 ResultT = TypeVar("ResultT")
-
-
-def _fetch(
-    source: Any,
-    *,
-    step: int,
-    dp_rank: int,
-    dp_size: int,
-    options: Mapping[str, Any],
-    convert: Callable[[Shard], Any] | None,
-) -> Any:
-    shard = process_rollout_data(source, dp_rank, dp_size, step=step, **options)
-    return shard if convert is None else convert(shard)
 
 
 class RolloutPrefetcher(Generic[ResultT]):
@@ -80,13 +65,18 @@ class RolloutPrefetcher(Generic[ResultT]):
         )
 
     def _fetch_for(self, dp_rank: int, dp_size: int) -> Callable[[tuple[int, Any]], ResultT]:
+        """Place this rank; the fetch of a ``(step, refs_or_ref)`` for that place."""
         size = check_dp_size(dp_size)
         rank = check_dp_rank(dp_rank, size)
         self.dp_rank, self.dp_size = rank, size
-        bound = functools.partial(
-            _fetch, dp_rank=rank, dp_size=size, options=self._options, convert=self._convert
-        )
-        return lambda item: bound(item[1], step=item[0])
+        options, convert = self._options, self._convert  # a fetch running keeps its own
+
+        def fetch(item: tuple[int, Any]) -> Any:
+            step, refs_or_ref = item
+            shard = process_rollout_data(refs_or_ref, rank, size, step=step, **options)
+            return shard if convert is None else convert(shard)
+
+        return fetch
 
     def submit(self, step: int, refs_or_ref: Any) -> None:
         """Queue step ``step``: what :func:`split_train_data_by_dp` returned for it."""
@@ -102,7 +92,7 @@ class RolloutPrefetcher(Generic[ResultT]):
         A delayed put is split again (``resplit=True``); an eager list of another size raises
         PlanError at the step that needs it.
         """
-        self._options = {**self._options, "resplit": True}  # a fetch running keeps its own
+        self._options = {**self._options, "resplit": True}
         self._prefetcher.replace(self._fetch_for(dp_rank, dp_size))
 
     def cancel(self) -> None:
@@ -116,10 +106,5 @@ class RolloutPrefetcher(Generic[ResultT]):
     def __enter__(self) -> RolloutPrefetcher[ResultT]:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

@@ -50,11 +50,15 @@ class _RefUnpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(msg)
 
 
-def ref_to_bytes(object_ref: ray.ObjectRef[Any]) -> bytes:
-    """Ray's out-of-band form of ``object_ref`` (id, owner address, status); pins the object."""
+def _check_ref(object_ref: object) -> None:
     if not isinstance(object_ref, ray.ObjectRef):
         msg = f"expected a ray.ObjectRef, got {type(object_ref).__name__}"
         raise OptionTypeError(msg)
+
+
+def ref_to_bytes(object_ref: ray.ObjectRef[Any]) -> bytes:
+    """Ray's out-of-band form of ``object_ref`` (id, owner address, status); pins the object."""
+    _check_ref(object_ref)
     payload: bytes = ray.cloudpickle.dumps(object_ref)  # type: ignore[no-untyped-call]
     return payload
 
@@ -145,9 +149,7 @@ def free(object_ref: ray.ObjectRef[Any]) -> None:
         This Ray has no such call (:func:`can_free`; then the object lives until its last
         reference is dropped or its owner exits), or the owner is gone.
     """
-    if not isinstance(object_ref, ray.ObjectRef):
-        msg = f"expected a ray.ObjectRef, got {type(object_ref).__name__}"
-        raise OptionTypeError(msg)
+    _check_ref(object_ref)
     release = getattr(internal_api, "free", None)
     if not callable(release):
         msg = (

@@ -52,7 +52,7 @@ from arrow_split.compat.miles._install import (
     Installation,
     UnpatchedBindingWarning,
     as_specs,
-    current,
+    current_installation,
     patch,
 )
 from arrow_split.compat.miles._prefetch import MilesPrefetcher
@@ -402,14 +402,6 @@ def prefetcher(
         process=process_rollout_data,
         **options,
     )
-
-
-def current_installation() -> Installation | None:
-    """The newest :func:`install` in this process not undone, or ``None``.
-
-    Ask it in any worker to see that the drop-in is installed there (:func:`setup_worker`).
-    """
-    return current()
 
 
 _DROP_INS: dict[str, Callable[..., Any]] = {

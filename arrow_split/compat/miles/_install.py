@@ -34,7 +34,7 @@ __all__ = [
     "REF_FACTORY",
     "UnpatchedBindingWarning",
     "as_specs",
-    "current",
+    "current_installation",
     "patch",
 ]
 
@@ -269,8 +269,11 @@ def _defined(modules: Mapping[str, ModuleType]) -> dict[str, Any]:
     return {name: getattr(modules[module], name) for name, module in _DEFINED.items()}
 
 
-def current() -> Installation | None:
-    """The newest installation in this process not undone, or ``None`` (queryable anywhere)."""
+def current_installation() -> Installation | None:
+    """The newest :func:`install` in this process not undone, or ``None``.
+
+    Ask it in any worker to see that the drop-in is installed there (:func:`setup_worker`).
+    """
     return _ACTIVE[-1] if _ACTIVE else None
 
 

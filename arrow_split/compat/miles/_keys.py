@@ -27,7 +27,7 @@ from arrow_split import (
     TokenLists,
     UnknownKeyWarning,
 )
-from arrow_split.schema import role_column
+from arrow_split.schema import TOTAL_LENGTHS, role_column
 
 __all__ = ["from_miles_keys", "infer_unknown_specs", "miles_key_note", "to_miles_keys"]
 
@@ -107,7 +107,6 @@ def to_miles_keys(shard: RolloutBatch, train_data: dict[str, Any]) -> dict[str, 
 
 _WARNED: set[str] = set()
 _TYPE_NAMES = {"bool": "bool_", "int64": "int64", "float": "float32", "double": "float64"}
-_DERIVED = frozenset({"total_lengths"})
 
 
 def infer_unknown_specs(
@@ -121,7 +120,7 @@ def infer_unknown_specs(
     if strict_keys:
         return declared
     names = {spec.name for spec in declared if isinstance(spec, ColumnSpec)}
-    names |= {*KNOWN_COLUMNS, *_DERIVED}
+    names |= {*KNOWN_COLUMNS, TOTAL_LENGTHS}
     unknown = [key for key in data if isinstance(key, str) and key not in names]
     if not unknown:
         return declared

@@ -14,7 +14,6 @@ every key the put wrote. Any other value or reference goes to miles' own methods
 
 from __future__ import annotations
 
-import argparse
 import itertools
 from collections.abc import Callable, Mapping
 from types import ModuleType
@@ -26,7 +25,6 @@ from arrow_split import (
     Shard,
     TransportError,
 )
-from arrow_split.compat.miles._convert import to_batch
 from arrow_split.compat.miles._keys import to_miles_keys
 from arrow_split.schema import role_column
 from arrow_split.stores import StoredBatchRef, put_batch, remove_batch, take_rank
@@ -99,21 +97,20 @@ def take_stored(
 def mooncake_methods(
     module: ModuleType,
     originals: Mapping[str, Callable[..., Any]],
-    options: Callable[[], Mapping[str, Any]],
-    is_whole: Callable[[object], bool],
+    whole_batch: Callable[[object], RolloutBatch | None],
 ) -> dict[str, Callable[..., Any]]:
-    """The converting ``put``, ``get`` and ``remove`` of miles' Mooncake store class."""
+    """The converting ``put``, ``get`` and ``remove`` of miles' Mooncake store class.
+
+    ``whole_batch`` converts a value that is a whole batch's train-data dict (else ``None``).
+    """
     box = getattr(module, "StoreObjectRef", None) or module.Box
     result_type = module.ObjectStoreGetResult
     put, get, remove = originals["put"], originals["get"], originals["remove"]
 
     def arrow_put(self: Any, value: Any, value_spec: Any = None) -> Any:
-        if not is_whole(value):
+        batch = whole_batch(value)
+        if batch is None:
             return put(self, value, value_spec)
-        current = options()
-        batch = to_batch(
-            argparse.Namespace(), value, current["specs"], strict_keys=current["strict_keys"]
-        )
         number = next(_PUTS)
         ref = put_batch(_client(self, f"step {number}"), batch, None, step=number)
         return box(ref.to_json())

@@ -11,7 +11,6 @@ where miles calls its own, finds it done; a rollout never submitted is fetched t
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
 from typing import Any
 
 from arrow_split import OptionTypeError
@@ -62,21 +61,22 @@ class MilesPrefetcher:
                 raise OptionTypeError(msg)
         self._args, self._convert, self._options = args, convert, options
         self._process = process
-        self._place(dp_rank, dp_size)
         self._prefetcher: Prefetcher[tuple[Any, Any], tuple[Any, Any]] = Prefetcher(
-            self._fetch_as(self.dp_rank, self.dp_size), lookahead=lookahead
+            self._fetch_for(dp_rank, dp_size), lookahead=lookahead
         )
 
-    def _place(self, dp_rank: int, dp_size: int) -> None:
+    def _fetch_for(
+        self, dp_rank: int, dp_size: int
+    ) -> Callable[[tuple[Any, Any]], tuple[Any, Any]]:
+        """Place this rank; the fetch of a ``(rollout_data_ref, witness_info)`` for that place."""
         size = check_dp_size(dp_size)
-        self.dp_rank, self.dp_size = check_dp_rank(dp_rank, size), size
+        rank = check_dp_rank(dp_rank, size)
+        self.dp_rank, self.dp_size = rank, size
 
-    def _fetch_as(self, dp_rank: int, dp_size: int) -> Callable[[tuple[Any, Any]], tuple[Any, Any]]:
         def fetch(item: tuple[Any, Any]) -> tuple[Any, Any]:
             ref, witness_info = item
-            process = self._process
-            rollout_data, result = process(
-                self._args, ref, dp_rank, dp_size, witness_info, **self._options
+            rollout_data, result = self._process(
+                self._args, ref, rank, size, witness_info, **self._options
             )
             if self._convert is not None:
                 rollout_data = self._convert(rollout_data)
@@ -102,8 +102,7 @@ class MilesPrefetcher:
 
     def replan(self, dp_rank: int, dp_size: int) -> None:
         """Fetch every rollout not yet taken again as rank ``dp_rank`` of ``dp_size``."""
-        self._place(dp_rank, dp_size)
-        self._prefetcher.replace(self._fetch_as(self.dp_rank, self.dp_size))
+        self._prefetcher.replace(self._fetch_for(dp_rank, dp_size))
 
     def cancel(self) -> None:
         """Drop every rollout not yet taken."""
@@ -116,10 +115,5 @@ class MilesPrefetcher:
     def __enter__(self) -> MilesPrefetcher:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

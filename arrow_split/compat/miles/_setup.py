@@ -29,7 +29,7 @@ from typing import Any
 from arrow_split import ColumnSpec, OptionError
 from arrow_split._args import as_flag
 from arrow_split.batch import spec_from_json, spec_to_json
-from arrow_split.compat.miles._install import Installation, as_specs, current
+from arrow_split.compat.miles._install import Installation, as_specs, current_installation
 
 __all__ = [
     "ENV_VAR",
@@ -44,6 +44,8 @@ __all__ = [
 ENV_VAR = "ARROW_SPLIT_MILES"
 """Set (``"1"`` or a JSON object of ``install()``'s options) to install the drop-in everywhere."""
 
+_FLAGS = ("strict_keys", "pad_to_dp", "verbose")
+"""``install()``'s flags, carried in :data:`ENV_VAR` beside its ``specs``."""
 _HOOK = "arrow_split.compat.miles.setup_worker"
 _TRIGGERS = ("miles.ray.rollout.train_data_conversion", "miles.utils.data")
 _LOG = logging.getLogger("arrow_split.compat.miles")
@@ -98,13 +100,13 @@ def options_from_environment(value: str | None = None) -> dict[str, Any]:
     """``install()``'s options from :data:`ENV_VAR` (``value``, or this process's variable)."""
     text = os.environ.get(ENV_VAR, "") if value is None else value
     if text.strip() in ("", "1"):
-        return {"specs": [], "strict_keys": False, "pad_to_dp": False, "verbose": False}
+        return {"specs": [], **dict.fromkeys(_FLAGS, False)}
     try:
         stored = json.loads(text)
     except ValueError as exc:
         msg = f"`{ENV_VAR}` must be 1 or a JSON object of install() options ({exc})"
         raise OptionError(msg) from None
-    known = {"specs", "strict_keys", "pad_to_dp", "verbose"}
+    known = {"specs", *_FLAGS}
     if not isinstance(stored, dict) or set(stored) - known:
         got = sorted(set(stored) - known) if isinstance(stored, dict) else type(stored).__name__
         msg = (
@@ -118,9 +120,7 @@ def options_from_environment(value: str | None = None) -> dict[str, Any]:
         raise OptionError(msg)
     return {
         "specs": [spec_from_json(item, position, ENV_VAR) for position, item in enumerate(specs)],
-        "strict_keys": as_flag(f"{ENV_VAR} strict_keys", stored.get("strict_keys", False)),
-        "pad_to_dp": as_flag(f"{ENV_VAR} pad_to_dp", stored.get("pad_to_dp", False)),
-        "verbose": as_flag(f"{ENV_VAR} verbose", stored.get("verbose", False)),
+        **{name: as_flag(f"{ENV_VAR} {name}", stored.get(name, False)) for name in _FLAGS},
     }
 
 
@@ -134,7 +134,7 @@ def install_once(install: Install) -> Installation:
     unwatch()  # installed now: the import watch (if the variable set one) has nothing left to do
     options = options_from_environment()
     with _LOCK:
-        installed = current()
+        installed = current_installation()
         if installed is not None and _same(installed.options, options):
             return installed
         installation = install(**options)

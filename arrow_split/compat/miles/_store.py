@@ -14,6 +14,7 @@ Where miles has its Mooncake store class, its ``put``, ``get`` and ``remove`` ar
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import inspect
 import logging
@@ -102,13 +103,18 @@ def store_instance() -> object:
     return importlib.import_module(STORE_MODULE).get_instance()
 
 
-def is_whole_train_data(value: object) -> bool:
-    """A whole batch's train-data dict (not a rank's shard, which holds ``partition``)."""
-    return (
-        isinstance(value, Mapping)
-        and _LENGTH_SOURCE in value
-        and not any(key in value for key in RANK_DICT_KEYS)
-    )
+def _whole_batch(value: object, options: StoreOptions) -> RolloutBatch | None:
+    """``value`` converted if it is a whole batch's train-data dict, else ``None``.
+
+    A rank's shard holds ``partition``: it is not a whole batch.
+    """
+    if not isinstance(value, Mapping) or _LENGTH_SOURCE not in value:
+        return None
+    if any(key in value for key in RANK_DICT_KEYS):
+        return None
+    current = options()
+    specs, strict_keys = current["specs"], current["strict_keys"]
+    return to_batch(argparse.Namespace(), value, specs, strict_keys=strict_keys)
 
 
 PutBatch = Callable[[RolloutBatch], Any]
@@ -126,18 +132,11 @@ def patch_store(module: ModuleType, options: StoreOptions, put_batch: PutBatch) 
         return names
     put, get = store.put, store.get  # type: ignore[attr-defined]
     result_type = module.ObjectStoreGetResult
+    whole_batch = functools.partial(_whole_batch, options=options)
 
     def arrow_put(self: Any, value: Any, value_spec: Any = None) -> Any:
-        if not is_whole_train_data(value):
-            return put(self, value, value_spec)
-        current = options()
-        batch = to_batch(
-            argparse.Namespace(),
-            value,
-            current["specs"],
-            strict_keys=current["strict_keys"],
-        )
-        return put_batch(batch)
+        batch = whole_batch(value)
+        return put(self, value, value_spec) if batch is None else put_batch(batch)
 
     def arrow_get(self: Any, ref: Any) -> Any:
         result = get(self, ref)
@@ -150,7 +149,7 @@ def patch_store(module: ModuleType, options: StoreOptions, put_batch: PutBatch) 
     _bind(store, {"put": arrow_put, "get": arrow_get})
     if isinstance(mooncake, type):
         own = {name: getattr(mooncake, name) for name in ("put", "get", "remove")}
-        _bind(mooncake, mooncake_methods(module, own, options, is_whole_train_data))
+        _bind(mooncake, mooncake_methods(module, own, whole_batch))
     return names
 
 
