@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from arrow_split._args import as_flag, as_index_array, as_int, as_offsets
+from arrow_split._args import as_flag, as_index_array, as_int, as_offsets, as_real
 from arrow_split.errors import OptionError, OptionTypeError
 from tests.error_facts import assert_facts, raises_facts
 
@@ -35,6 +35,34 @@ def test_ints_refuse_non_integers(value: object) -> None:
     with pytest.raises(OptionTypeError) as caught:
         as_int("n", value)
     assert_facts(caught.value, {"key": "n"})
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (3, 3),
+        (2.5, 2.5),
+        (np.int8(3), 3),
+        (np.float32(0.5), 0.5),
+        (np.array(4), 4),
+        (np.array(1.5), 1.5),
+        (torch.tensor(2), 2),
+        (torch.tensor(0.25), 0.25),
+    ],
+)
+def test_reals_from_any_number_container(value: object, expected: float) -> None:
+    real = as_real("x", value, "a real number")
+    assert real == expected
+    assert type(real) is type(expected)
+
+
+@pytest.mark.parametrize(
+    "value", [True, np.bool_(False), np.array(True), 1j, np.complex64(1), "1", None, [1.0]]
+)
+def test_reals_refuse_bools_complex_and_containers(value: object) -> None:
+    with pytest.raises(OptionTypeError) as caught:
+        as_real("x", value, "a real number")
+    assert_facts(caught.value, {"key": "x"})
 
 
 def test_ints_out_of_range_name_bounds_and_fix() -> None:

@@ -165,6 +165,8 @@ def test_groups_of_an_empty_batch() -> None:
         ({"samples": -1}, OptionError),
         ({"response_mean": 0.0}, OptionError),
         ({"response_mean": "8"}, OptionTypeError),
+        ({"response_mean": 8 + 0j}, OptionTypeError),
+        ({"response_mean": True}, OptionTypeError),
         ({"samples": "8"}, OptionTypeError),
         ({"seed": 1.5}, OptionTypeError),
         ({"prompt_tokens": [1, 2]}, OptionTypeError),  # a list, not a tuple
@@ -179,6 +181,11 @@ def test_invalid_configs(changes: dict[str, Any], error: type[Exception]) -> Non
     with raises_facts(error, key=key) as caught:
         dataclasses.replace(SMALL, **changes)
     assert type(caught.value) is error
+
+
+def test_a_0d_response_mean_is_a_number() -> None:
+    config = dataclasses.replace(SMALL, response_mean=np.array(40.0))
+    assert make_lengths(config).tolist() == make_lengths(SMALL).tolist()
 
 
 def test_invalid_step_and_group_size() -> None:
