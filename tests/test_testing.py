@@ -166,6 +166,7 @@ def test_groups_of_an_empty_batch() -> None:
         ({"response_mean": 0.0}, OptionError),
         ({"response_mean": "8"}, OptionTypeError),
         ({"response_mean": 8 + 0j}, OptionTypeError),
+        ({"response_mean": 10**400}, OptionError),  # no float holds it
         ({"response_mean": True}, OptionTypeError),
         ({"samples": "8"}, OptionTypeError),
         ({"seed": 1.5}, OptionTypeError),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import sys
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, Literal
@@ -84,7 +85,7 @@ class RolloutConfig:
         object.__setattr__(self, "response_cap", cap)
         object.__setattr__(self, "seed", as_int("seed", self.seed, minimum=0, maximum=INT64_MAX))
         mean = as_real("response_mean", self.response_mean, "a real number > 0")
-        if not 0 < mean < float("inf"):
+        if not 0 < mean <= sys.float_info.max:  # an int past it would not become a float
             msg = f"`response_mean` must be a finite number > 0, got {self.response_mean!r}"
             raise OptionError(msg, key="response_mean")
         object.__setattr__(self, "response_mean", mean)

@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import itertools
 import logging
+import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from typing import TypeAlias
@@ -189,16 +190,22 @@ def _pad(column: RaggedColumn, mask: torch.Tensor, options: TensorOptions) -> to
 
 
 def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) -> int | float:
+    """``pad_value`` for a ``dtype`` column (NaN and infinities too for floats), range first."""
     if dtype.is_floating_point:
-        return pad_value
-    low, high = torch.iinfo(dtype).min, torch.iinfo(dtype).max
-    if not float(pad_value).is_integer() or not low <= pad_value <= high:
+        low, high, what = torch.finfo(dtype).min, torch.finfo(dtype).max, "a number"
+        if isinstance(pad_value, float) and not math.isfinite(pad_value):
+            return pad_value
+        fits = low <= pad_value <= high
+    else:
+        low, high, what = torch.iinfo(dtype).min, torch.iinfo(dtype).max, "an integer"
+        fits = low <= pad_value <= high and float(pad_value).is_integer()
+    if not fits:
         msg = (
-            f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass an "
-            f"integer between {low} and {high}"
+            f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass "
+            f"{what} between {low} and {high}"
         )
         raise ValueRangeError(msg, key="pad_value")
-    return int(pad_value)
+    return pad_value if dtype.is_floating_point else int(pad_value)
 
 
 def _nested(ragged: dict[str, RaggedColumn], options: TensorOptions) -> Arranged:

@@ -556,11 +556,29 @@ def test_not_a_batch() -> None:
 
 
 @pytest.mark.parametrize(
-    "kwargs", [{"pad_value": 0.5}, {"pad_value": 2**40, "token_dtype": torch.int32}]
+    "kwargs",
+    [{"pad_value": 0.5}, {"pad_value": 2**40, "token_dtype": torch.int32}, {"pad_value": 10**400}],
 )
 def test_pad_value_out_of_range(batch: RolloutBatch, kwargs: dict[str, Any]) -> None:
     with raises_facts(ValueRangeError, key="pad_value"):  # it does not fit `tokens`
         to_tensors(batch, layout="padded", **kwargs)
+
+
+def test_a_pad_value_a_float_column_cannot_hold() -> None:
+    spec = ColumnSpec("halves", "per_token", pa.float16(), length="response")
+    data = {
+        "tokens": [np.arange(5), np.arange(3)],
+        "response_lengths": [2, 1],
+        "loss_masks": [np.ones(2, np.uint8), np.ones(1, np.uint8)],
+        "halves": [np.ones(2, np.float16), np.ones(1, np.float16)],
+    }
+    batch = RolloutBatch.from_train_data(data, specs=[spec])
+    with raises_facts(ValueRangeError, key="pad_value"):  # fits `tokens`, not float16
+        to_tensors(batch, layout="padded", pad_value=100_000)
+    assert to_tensors(batch, layout="padded", pad_value=7)["halves"].tolist() == [
+        [1.0, 1.0],
+        [1.0, 7.0],
+    ]
 
 
 def test_column_clashing_with_an_extra_key() -> None:
