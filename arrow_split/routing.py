@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from arrow_split._args import as_flag, as_index_array, describe
+from arrow_split._args import as_flag, as_index_array, as_int, describe
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ColumnNotFoundError,
@@ -40,6 +40,8 @@ __all__ = ["ExpertSlice", "ParallelPlace", "expert_id_dtype", "take_expert_slice
 
 _META_LAYERS = b"arrow_split.layers"
 _META_CP = b"arrow_split.cp"
+_MAX_SIZE = 1 << 20
+"""Above any real pipeline or CP size; ``2 x cp_size`` chunk counts stay far inside int64."""
 
 
 def _int(name: str, value: object, low: int, high: int | None = None) -> int:
@@ -80,8 +82,8 @@ class ParallelPlace:
     cp_pad: bool = True
 
     def __post_init__(self) -> None:
-        pp_size = _int("pp_size", self.pp_size, 1)
-        cp_size = _int("cp_size", self.cp_size, 1)
+        pp_size = _int("pp_size", self.pp_size, 1, _MAX_SIZE)
+        cp_size = _int("cp_size", self.cp_size, 1, _MAX_SIZE)
         object.__setattr__(self, "pp_size", pp_size)
         object.__setattr__(self, "cp_size", cp_size)
         object.__setattr__(self, "pp_rank", _int("pp_rank", self.pp_rank, 0, pp_size))
@@ -160,7 +162,9 @@ class ParallelPlace:
 
 
 def _sequence(value: object) -> Sequence[object]:
-    if isinstance(value, (str, bytes)) or not isinstance(value, (Sequence, np.ndarray)):
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return cast("list[object]", value.tolist())
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
         msg = f"`stage_layers` must be a sequence of ints, got {describe(value)}"
         raise OptionTypeError(msg, key="stage_layers")
     return list(value)
@@ -220,10 +224,18 @@ class ExpertSlice:
 
         Sample ``i`` has ``padded_lengths[i]`` rows; rows without routing (the last token's,
         the sequence padding's) hold ``pad_value``; ids are cast to ``dtype``.
+
+        Raises
+        ------
+        OptionError, OptionTypeError
+            ``dtype`` is not an integer dtype, or ``pad_value`` not an int it holds.
+        ValueRangeError
+            An id that ``dtype`` does not hold (an int8 layout of 256 experts).
         """
+        target, fill = _id_layout(self, dtype, pad_value)
         offsets = np.zeros(len(self.padded_lengths) + 1, dtype=np.int64)
         np.cumsum(self.padded_lengths, out=offsets[1:])
-        out = np.full((int(offsets[-1]), *self.values.shape[1:]), pad_value, dtype=dtype)
+        out = np.full((int(offsets[-1]), *self.values.shape[1:]), fill, dtype=target)
         held = self.ranges[:, :, 1] - self.ranges[:, :, 0]
         spots = np.stack((self.slots, self.slots + held), axis=2)
         out[_gather_index(offsets[:-1], spots)] = self.values
@@ -233,6 +245,30 @@ class ExpertSlice:
         """:meth:`packed`, one array per sample."""
         out, offsets = self.packed(pad_value, dtype)
         return np.split(out, offsets[1:-1]) if len(offsets) > 1 else []
+
+
+def _id_layout(expert_slice: ExpertSlice, dtype: object, pad_value: object) -> tuple[np.dtype, int]:
+    """``dtype`` (an integer dtype) and ``pad_value`` checked, and every id checked to fit it."""
+    try:
+        target = np.dtype(cast("npt.DTypeLike", dtype))
+    except TypeError:
+        target = None
+    if target is None or target.kind not in "iu":
+        msg = f"`dtype` must be an integer dtype such as int32, got {describe(dtype)}"
+        raise OptionTypeError(msg, key="dtype")
+    low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
+    fill = as_int("pad_value", pad_value, minimum=low, maximum=high)
+    values = expert_slice.values
+    if values.size and (int(values.min()) < low or int(values.max()) > high):
+        bad = int(values.min()) if int(values.min()) < low else int(values.max())
+        msg = (
+            f"column `{expert_slice.field.name}` holds id {bad}, which {target} does not "
+            f"hold; pass a wider dtype (int32)"
+        )
+        raise ValueRangeError(
+            msg, key=expert_slice.field.name, expected=f"in [{low}, {high}]", got=str(bad)
+        )
+    return target, fill
 
 
 def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
@@ -245,6 +281,12 @@ def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
     for found in batch.numeric_columns():
         if found.spec.name == column and found.offsets is not None and found.values.ndim == 3:
             return found
+    if batch.num_samples == 0:
+        msg = (
+            f"the batch holds no samples, so column `{column}` has no layers x top_k to slice; "
+            "skip the slice for an empty step"
+        )
+        raise SchemaError(msg, key=column)
     msg = (
         f"column `{column}` is not per-token ids of layers x top_k (one 2-D array per sample); "
         "routed experts are declared `per_sample_tensor`"
@@ -304,14 +346,8 @@ def take_expert_slice(
     counts = offsets[picked + 1] - offsets[picked]
     ranges, slots, padded = place.chunks(counts + 1)
     gathered = _gather(values, offsets[picked], ranges, layers)
-    if num_experts is not None and gathered.size and int(gathered.max()) >= num_experts:
-        msg = (
-            f"column `{column}` holds id {int(gathered.max())}, not below `num_experts` "
-            f"{num_experts}; pass the model's expert count"
-        )
-        raise ValueRangeError(
-            msg, key=column, expected=f"below {num_experts}", got=str(int(gathered.max()))
-        )
+    if num_experts is not None and gathered.size:
+        _check_ids(gathered, column, num_experts)
     gathered = gathered.astype(dtype, copy=False)
     array = _column(gathered, (ranges[:, :, 1] - ranges[:, :, 0]).sum(axis=1), top_k)
     gathered.flags.writeable = False
@@ -324,6 +360,19 @@ def take_expert_slice(
         field, array, gathered, picked, layers, layer_count, place.cp_size, place.cp_rank,
         ranges, slots, padded,
     )  # fmt: skip
+
+
+def _check_ids(gathered: np.ndarray, column: str, num_experts: int) -> None:
+    """Every id in ``[0, num_experts)`` (a negative id would wrap in an unsigned type)."""
+    low, high = int(gathered.min()), int(gathered.max())
+    if low >= 0 and high < num_experts:
+        return
+    bad = low if low < 0 else high
+    msg = (
+        f"column `{column}` holds id {bad}, not in [0, `num_experts` {num_experts}); pass the "
+        "model's expert count"
+    )
+    raise ValueRangeError(msg, key=column, expected=f"below {num_experts}", got=str(bad))
 
 
 def _rows(rows: object, num_samples: int) -> np.ndarray:

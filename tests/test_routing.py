@@ -180,7 +180,9 @@ def test_a_layout_that_does_not_fit(
 @pytest.mark.parametrize(
     ("arguments", "error", "facts"),
     [
-        ({"pp_size": 0}, OptionError, {"key": "pp_size", "expected": ">= 1"}),
+        ({"pp_size": 0}, OptionError, {"key": "pp_size", "expected": "in [1, 1048576)"}),
+        ({"cp_size": 2**62}, OptionError, {"key": "cp_size"}),  # 2 x cp_size past int64
+        ({"stage_layers": np.array(4)}, OptionTypeError, {"key": "stage_layers"}),
         ({"pp_size": 2, "pp_rank": 2}, OptionError, {"key": "pp_rank", "expected": "in [0, 2)"}),
         ({"cp_size": 2, "cp_rank": -1}, OptionError, {"key": "cp_rank", "got": "-1"}),
         ({"cp_size": 2.0}, OptionTypeError, {"key": "cp_size"}),
@@ -221,3 +223,41 @@ def test_an_id_above_the_narrow_type_is_caught_before_the_cast() -> None:
         ValueRangeError, key="rollout_routed_experts", got="300", expected="below 256"
     ):
         take_expert_slice(batch, ParallelPlace(), num_experts=256)
+
+
+def test_a_negative_id_is_not_wrapped_into_an_expert() -> None:
+    exact = dataclasses.replace(KNOWN_COLUMNS[ROUTED_EXPERTS], storage="exact")
+    data = make_data([5, 6], 4, 2, 256)
+    data[ROUTED_EXPERTS][0][1, 2, 1] = -1  # as uint8 it would read expert 255
+    batch = RolloutBatch.from_train_data(data, specs=[exact])
+    with raises_facts(ValueRangeError, key=ROUTED_EXPERTS, got="-1", expected="below 256"):
+        take_expert_slice(batch, ParallelPlace(), num_experts=256)
+
+
+def test_stage_layers_from_an_array() -> None:
+    place = ParallelPlace(pp_size=2, pp_rank=1, stage_layers=np.array([1, 3]))
+    assert place.stage_layers == (1, 3)
+    assert place.layers(4) == range(1, 4)
+
+
+def test_the_padded_layout_holds_every_id_and_the_pad_value_or_says_why() -> None:
+    data = make_data([5, 6], 4, 2, 100)
+    data[ROUTED_EXPERTS][1][0, 0, 0] = 200
+    expert_slice = take_expert_slice(RolloutBatch.from_train_data(data), ParallelPlace())
+    assert expert_slice.padded(pad_value=0, dtype=np.uint8)[1][0, 0, 0] == 200
+    with raises_facts(ValueRangeError, key=ROUTED_EXPERTS, got="200", expected="in [-128, 127]"):
+        expert_slice.padded(dtype=np.int8)  # 200 as int8 would read -56
+    with raises_facts(OptionError, key="pad_value", got="-1"):
+        expert_slice.packed(dtype=np.uint8)  # the default pad -1 is not a uint8
+    with raises_facts(OptionTypeError, key="pad_value"):
+        expert_slice.packed(pad_value=1.5)  # type: ignore[arg-type]
+    for dtype in ("nope", np.float32, object):
+        with raises_facts(OptionTypeError, key="dtype"):
+            expert_slice.packed(dtype=dtype)
+
+
+def test_an_empty_batch_says_it_has_nothing_to_slice() -> None:
+    empty = RolloutBatch.from_train_data({"tokens": [], ROUTED_EXPERTS: []})
+    with raises_facts(SchemaError, key=ROUTED_EXPERTS) as caught:
+        take_expert_slice(empty, ParallelPlace())
+    assert "no samples" in str(caught.value)

@@ -62,17 +62,30 @@ class TensorOptions:
 
 
 def parse_device(device: object) -> torch.device | None:
-    """``device`` (None, a ``torch.device`` or a str) as a ``torch.device`` or ``None``."""
-    if device is None or isinstance(device, torch.device):
-        return device
+    """``device`` (None, a ``torch.device`` or a str) as a ``torch.device`` or ``None``.
+
+    A device this process cannot use (``"cuda"`` on a CPU-only torch) is an OptionError here,
+    not torch's error at the first copy.
+    """
+    if device is None:
+        return None
     expected = "expected None, a torch.device or a str such as 'cpu' or 'cuda:0'"
-    if not isinstance(device, str):
+    if isinstance(device, str):
+        try:
+            device = torch.device(device)
+        except RuntimeError:
+            msg = f"invalid `device`: {device!r}; {expected}"
+            raise OptionError(msg, key="device") from None
+    if not isinstance(device, torch.device):
         msg = f"invalid `device`: {device!r:.40}; {expected} (got a {type(device).__name__})"
         raise OptionTypeError(msg, key="device")
-    with contextlib.suppress(RuntimeError):
-        return torch.device(device)
-    msg = f"invalid `device`: {device!r}; {expected}"
-    raise OptionError(msg, key="device")
+    try:
+        torch.empty(0, device=device)
+    except (RuntimeError, AssertionError) as exc:  # torch asserts "not compiled with CUDA"
+        reason = next(iter(str(exc).splitlines()), "")
+        msg = f"`device` {str(device)!r} is not available here ({reason}); pass 'cpu' or None"
+        raise OptionError(msg, key="device", got=str(device)) from None
+    return device
 
 
 def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:

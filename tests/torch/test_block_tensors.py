@@ -11,8 +11,9 @@ from tests.error_facts import raises_facts
 
 torch = pytest.importorskip("torch")
 
-from arrow_split import OptionError, RolloutBatch, take_rows  # noqa: E402
+from arrow_split import OptionError, RolloutBatch, ValueRangeError, take_rows  # noqa: E402
 from arrow_split.routing import ParallelPlace, take_expert_slice  # noqa: E402
+from arrow_split.schema import ROUTED_EXPERTS  # noqa: E402
 from arrow_split.testing import WORKLOADS, make_train_data  # noqa: E402
 from arrow_split.torch import TensorBlock, expert_tensors, to_tensors  # noqa: E402
 
@@ -96,6 +97,27 @@ def test_expert_tensors_are_the_zigzag_layout(layout: str) -> None:
     else:
         assert [t.tolist() for t in tensors[name]] == [p.tolist() for p in padded]
     assert tensors[name][0].dtype == torch.int32
+
+
+def test_expert_tensors_refuse_an_id_dtype_too_narrow_for_the_ids() -> None:
+    batch = batch_with_experts()
+    expert_slice = take_expert_slice(batch, ParallelPlace(), [0], num_experts=65_536)
+    assert expert_tensors(expert_slice, id_dtype=torch.int16)[expert_slice.field.name]
+    wide = RolloutBatch.from_train_data(
+        {"tokens": [[1, 2]], ROUTED_EXPERTS: [np.array([[[40_000]]], dtype=np.int32)]}
+    )
+    with raises_facts(ValueRangeError, key=ROUTED_EXPERTS, got="40000"):
+        expert_tensors(take_expert_slice(wide, ParallelPlace()), id_dtype=torch.int16)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a torch without a CUDA device")
+def test_a_device_this_process_lacks_is_an_option_error() -> None:
+    batch = batch_with_experts()
+    expert_slice = take_expert_slice(batch, ParallelPlace(), [0])
+    with raises_facts(OptionError, key="device", got="cuda"):
+        expert_tensors(expert_slice, device="cuda")
+    with raises_facts(OptionError, key="device", got="cuda:0"):
+        to_tensors(take_rows(batch, [0]), device=torch.device("cuda:0"))
 
 
 @pytest.mark.cuda
