@@ -19,7 +19,7 @@ import operator
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Protocol, TypeGuard, cast
+from typing import Protocol, TypeGuard
 
 import numpy as np
 
@@ -167,8 +167,17 @@ class RankBlock:
             grown = max(nbytes, int(self._buffer.nbytes * _GROWTH))
             grown = -(-grown // _GRAIN) * _GRAIN
             buffer = self._allocate(grown)
-            if buffer.dtype != np.uint8 or buffer.ndim != 1 or buffer.nbytes < grown:
-                msg = f"`allocate({grown})` must return a 1-D uint8 array of {grown} bytes"
+            if not (
+                isinstance(buffer, np.ndarray)
+                and (buffer.dtype, buffer.ndim) == (_UINT8, 1)
+                and buffer.nbytes >= grown
+                and buffer.flags.c_contiguous
+                and buffer.flags.writeable
+            ):
+                msg = (
+                    f"`allocate({grown})` must return a writable, contiguous 1-D uint8 numpy "
+                    f"array of {grown} bytes, got {describe(buffer)}"
+                )
                 raise OptionError(msg, key="allocate")
             self._buffer = buffer
             self.allocations += 1
@@ -185,17 +194,16 @@ class RankBlock:
         list(self._pool.map(_copy, pieces))
 
     def close(self) -> None:
-        """End the fill threads (a later fill starts them again)."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
+        """End the fill threads (a later fill starts them again); waits for a running fill."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown()
+                self._pool = None
 
 
 def _rows(batch: RolloutBatch, rows: object) -> np.ndarray:
-    """``rows`` parsed and checked; a partition of the batch's own plan is trusted as it is."""
-    plan, num_samples = batch.plan, batch.num_samples
-    if plan is not None and any(rows is partition for partition in plan.partitions):
-        return cast("np.ndarray", rows)  # the library's own read-only rows, checked when made
+    """``rows`` parsed and checked (a plan's rows too: a hand-made Plan is not checked)."""
+    num_samples = batch.num_samples
     picked = rows if _is_int64_rows(rows) else as_index_array("rows", rows)
     if len(picked) and _largest(picked.view(_UINT64)) >= num_samples:  # negatives read as huge
         bad = picked[(picked < 0) | (picked >= num_samples)][0]
@@ -217,6 +225,7 @@ def _is_int64_rows(rows: object) -> TypeGuard[np.ndarray]:
     return type(rows) is np.ndarray and rows.dtype == _INT64 and rows.ndim == 1
 
 
+_UINT8 = np.dtype(np.uint8)
 _UINT64 = np.dtype(np.uint64)
 _INT64 = np.dtype(np.int64)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import tracemalloc
 from typing import Any
 from unittest import mock
@@ -12,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrow_split.block as block_module
-from arrow_split import OptionError, OptionTypeError, RolloutBatch, take_rows
+from arrow_split import OptionError, OptionTypeError, Plan, RolloutBatch, take_rows
 from arrow_split.block import RankBlock
 from arrow_split.testing import RolloutConfig, make_train_data
 from arrow_split.testing.strategies import rollout_batches
@@ -159,9 +160,16 @@ def test_bad_arguments() -> None:
         RankBlock(allocate=3)  # type: ignore[arg-type]
     with raises_facts(OptionError, key="threads", mistake="option_value"):
         RankBlock(threads=0)
-    block = RankBlock(allocate=lambda n: np.empty(n, dtype=np.float32))
-    with raises_facts(OptionError, key="allocate"):
-        block.fill(make_batch([3]), [0])
+    for allocate in (
+        lambda n: np.empty(n, dtype=np.float32),
+        bytearray,  # not a numpy array
+        lambda n: np.frombuffer(bytes(n), np.uint8),  # read-only
+        lambda n: np.empty(2 * n, dtype=np.uint8)[::2],  # not contiguous
+    ):
+        block = RankBlock(allocate=allocate)
+        with raises_facts(OptionError, key="allocate"):
+            block.fill(make_batch([3]), [0])
+        assert (block.capacity, block.allocations) == (0, 0)  # the bad buffer is not adopted
     with raises_facts(OptionTypeError, key="source"):
         RankBlock().fill({"tokens": [[1]]}, [0])  # type: ignore[arg-type]
     with raises_facts(OptionError, key="rows", got="5"):
@@ -177,3 +185,31 @@ def test_a_list_per_token_holds_what_the_take_gives(rows: list[int]) -> None:
     for few in (4096, 0):  # a rank's offsets summed by Python, then by numpy
         with mock.patch.object(block_module, "_FEW", few):
             assert_same_as_take(RankBlock(), batch, np.array(rows, dtype=np.int64))
+
+
+def test_rows_of_a_hand_made_plan_are_checked_as_any_rows() -> None:
+    batch = make_batch([3, 4, 5])
+    plan = Plan("strided", 1, 3, "hand-made", (np.array([-1, 1]),))
+    with raises_facts(OptionError, key="rows", got="-1"):
+        RankBlock().fill(batch.with_plan(plan), plan.partitions[0])
+
+
+def test_close_while_another_thread_fills() -> None:
+    batch = make_batch([50] * 64)
+    block = RankBlock(threads=4, parallel_bytes=0)
+    failures: list[BaseException] = []
+
+    def fill() -> None:
+        try:
+            for _ in range(200):
+                block.fill(batch, np.arange(64)[::-1])
+        except BaseException as exc:  # any error is the failure
+            failures.append(exc)
+
+    filler = threading.Thread(target=fill)
+    filler.start()
+    while filler.is_alive():
+        block.close()
+    filler.join()
+    block.close()
+    assert failures == []

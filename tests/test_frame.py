@@ -185,6 +185,18 @@ def test_concat_of_narrow_ids_in_other_widths() -> None:
     values = both.to_train_data()["rollout_routed_experts"]
     assert [int(v.ravel()[0]) for v in values] == [3, 70000]
     assert both.specs["rollout_routed_experts"] == experts
+    middle = {"tokens": [[1, 2]], "rollout_routed_experts": [np.full((1, 1, 1), 300, np.int32)]}
+    narrow = RolloutBatch.concat([left, RolloutBatch.from_train_data(middle)])
+    stored = narrow.record_batch.column("rollout_routed_experts").type  # sample, token, layer
+    assert stored.value_type.value_type.value_type == pa.uint16()  # not the spec's int32
+
+
+def test_concat_of_other_expert_shapes_is_a_schema_error() -> None:
+    one = {"tokens": [[1, 2]], "rollout_routed_experts": [np.full((1, 1, 1), 3, np.int32)]}
+    two = {"tokens": [[1, 2]], "rollout_routed_experts": [np.full((1, 1, 2), 3, np.int32)]}
+    batches = [RolloutBatch.from_train_data(one), RolloutBatch.from_train_data(two)]
+    with raises_facts(SchemaError, key="rollout_routed_experts", got="(1, 1), (1, 2)"):
+        RolloutBatch.concat(batches)
 
 
 def test_slice_arguments_are_checked(batch: RolloutBatch) -> None:

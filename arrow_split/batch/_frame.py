@@ -396,22 +396,30 @@ def concat_batches(
     columns = []
     for name in first.record_batch.schema.names:
         arrays = [batch.record_batch.column(name) for batch in batches]
-        types = {array.type for array in arrays}
-        if len(types) > 1:  # narrow ids stored in other widths: the logical type for all
-            wide = first.specs[name]
-            arrays = [_widened(array, wide) for array in arrays]
+        if len({array.type for array in arrays}) > 1:  # ids stored in other widths or shapes
+            arrays = _widened(arrays, first.specs[name])
         columns.append(pa.concat_arrays(arrays))
     record_batch = pa.RecordBatch.from_arrays(columns, names=first.record_batch.schema.names)
     trust = all(batch.trust_objects for batch in batches)
     return record_batch, first.specs, owned_globals(_concat_globals(batches)), trust
 
 
-def _widened(array: pa.Array, spec: ColumnSpec) -> pa.Array:
-    """A narrow-stored column cast to its spec's ``value_type`` (same trailing shape)."""
+def _widened(arrays: list[pa.Array], spec: ColumnSpec) -> list[pa.Array]:
+    """Narrow-stored columns cast to the narrowest type that holds them all (same shape)."""
     codec = codec_for(spec)
-    fields = codec.type_fields(array.type)
-    wide = dataclasses.replace(fields, storage=spec.value_type) if fields is not None else None
-    return array.cast(codec.arrow_type(spec, wide))
+    fields = [codec.type_fields(array.type) for array in arrays]
+    known = [found for found in fields if found is not None]
+    shapes = sorted({str(found.trailing) for found in known})
+    if len(known) < len(fields) or len(shapes) > 1:
+        msg = (
+            f"column `{spec.name}` has other shapes in the batches ({', '.join(shapes)}); "
+            "concatenate batches whose values have the same shape (the same layers and top_k)"
+        )
+        raise SchemaError(msg, key=spec.name, got=", ".join(shapes))
+    stored = [found.storage or spec.value_type for found in known]
+    widest = np.result_type(*(pa.array([], type=kind).to_numpy().dtype for kind in stored))
+    wide = dataclasses.replace(known[0], storage=pa.from_numpy_dtype(widest))
+    return [array.cast(codec.arrow_type(spec, wide)) for array in arrays]
 
 
 def _concat_globals(batches: Sequence[RolloutBatch]) -> dict[str, object]:

@@ -20,8 +20,8 @@ import torch
 
 from arrow_split import OptionError, RolloutBatch, Shard
 from arrow_split._args import as_choice, as_flag
-from arrow_split.block import BlockColumn, FilledBlock, RankBlock
-from arrow_split.torch._layouts import Tensors, parse_device
+from arrow_split.block import FilledBlock, RankBlock
+from arrow_split.torch._layouts import Tensors, merge_extras, parse_device
 
 __all__ = ["BlockLayout", "TensorBlock"]
 
@@ -43,6 +43,7 @@ def _view(base: torch.Tensor, start: int, array: np.ndarray) -> torch.Tensor:
 def _arrange(filled: FilledBlock, base: torch.Tensor | None, layout: str) -> dict[str, Tensors]:
     """The layout's tensors: views of ``base`` (a copy of the block), or of the host block."""
     tensors: dict[str, Tensors] = {}
+    extras: dict[str, Tensors] = {}
 
     def view(array: np.ndarray) -> torch.Tensor:
         if base is None:  # the host block: its numpy views share its memory
@@ -50,25 +51,19 @@ def _arrange(filled: FilledBlock, base: torch.Tensor | None, layout: str) -> dic
         return _view(base, filled.start_of(array) if array.size else 0, array)
 
     for name, column in filled.columns.items():
-        _add(tensors, name, column, view, layout)
-    return tensors
-
-
-def _add(
-    tensors: dict[str, Tensors], name: str, column: BlockColumn, view: Any, layout: str
-) -> None:
-    values = view(column.values)
-    if column.offsets is None:
-        tensors[name] = values
-    elif column.token_offsets is not None:  # a list per token: always packed
-        tensors[name] = values
-        tensors[f"{name}_offsets"] = view(column.token_offsets)
-        tensors[f"{name}_sample_offsets"] = view(column.offsets)
-    elif layout == "per_sample":
-        tensors[name] = list(torch.split(values, np.diff(column.offsets).tolist()))
-    else:
-        tensors[name] = values
-        tensors[f"{name}_offsets"] = view(column.offsets)
+        values = view(column.values)
+        if column.offsets is None:
+            tensors[name] = values
+        elif column.token_offsets is not None:  # a list per token: always packed
+            tensors[name] = values
+            extras[f"{name}_offsets"] = view(column.token_offsets)
+            extras[f"{name}_sample_offsets"] = view(column.offsets)
+        elif layout == "per_sample":
+            tensors[name] = list(torch.split(values, np.diff(column.offsets).tolist()))
+        else:
+            tensors[name] = values
+            extras[f"{name}_offsets"] = view(column.offsets)
+    return merge_extras(tensors, extras, layout)
 
 
 class TensorBlock:
@@ -94,6 +89,9 @@ class TensorBlock:
     ) -> None:
         self.device = parse_device(device)
         self.pinned = torch.cuda.is_available() if pin is None else as_flag("pin", pin)
+        if self.pinned and not torch.cuda.is_available():
+            msg = "`pin=True` needs CUDA, which is not available here; pass `pin=None` or False"
+            raise OptionError(msg, key="pin", got="True")
         self.host: torch.Tensor = torch.empty(0, dtype=torch.uint8)
         self.block = RankBlock(
             allocate=self._allocate, threads=threads, parallel_bytes=parallel_bytes
@@ -122,10 +120,23 @@ class TensorBlock:
 
         Waits first for the previous :meth:`to_device` copy. The views are valid until the
         next fill.
+
+        Raises
+        ------
+        OptionError, OptionTypeError
+            As :meth:`RankBlock.fill`, or an unknown ``layout``.
+        SchemaError
+            A column named as a key the layout adds (``<name>_offsets``).
         """
-        self._layout = as_choice("layout", layout, BlockLayout)
-        self._filled = self.block.fill(source, rows)
-        return _arrange(self._filled, None, self._layout)
+        chosen = as_choice("layout", layout, BlockLayout)
+        filled = self.block.fill(source, rows)
+        tensors = _arrange(filled, None, chosen)
+        self._filled, self._layout = filled, chosen
+        return tensors
+
+    def close(self) -> None:
+        """End the fill threads (as :meth:`RankBlock.close`; a later fill starts them again)."""
+        self.block.close()
 
     def to_device(self) -> dict[str, Tensors]:
         """The last fill on :attr:`device`: one asynchronous copy, views of one device buffer.

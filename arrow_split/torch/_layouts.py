@@ -24,6 +24,7 @@ __all__ = [
     "TensorOptions",
     "Tensors",
     "arrange",
+    "merge_extras",
     "move",
     "parse_device",
     "token_list_tensors",
@@ -258,14 +259,16 @@ def _drop_fx_tracing_log(record: logging.LogRecord) -> bool:
     return not record.getMessage().startswith("is_fx_tracing will return true")
 
 
-def _merge(
+def merge_extras(
     tensors: dict[str, Tensors], extras: Mapping[str, Tensors], layout: str
 ) -> dict[str, Tensors]:
+    """``tensors`` and the layout's ``extras`` (offsets...); a SchemaError where a name clashes."""
     clash = sorted(set(tensors) & set(extras))
     if clash:
+        other = "" if layout == "per_sample" else " or use layout='per_sample'"
         msg = (
             f"column(s) {', '.join(f'`{name}`' for name in clash)} clash with the keys that "
-            f"layout {layout!r} adds; rename the column(s) or use layout='per_sample'"
+            f"layout {layout!r} adds; rename the column(s){other}"
         )
         raise SchemaError(msg, key=clash[0])
     return {**tensors, **extras}
@@ -290,4 +293,4 @@ def arrange(columns: AllColumns, options: TensorOptions) -> dict[str, Tensors]:
             lists.update(column)
         else:
             tensors[name] = arranged[name] if isinstance(column, RaggedColumn) else column
-    return _merge(_merge(tensors, extras, options.layout), lists, options.layout)
+    return merge_extras(merge_extras(tensors, extras, options.layout), lists, options.layout)

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.error_facts import raises_facts
 
 torch = pytest.importorskip("torch")
 
-from arrow_split import OptionError, RolloutBatch, ValueRangeError, take_rows  # noqa: E402
+from arrow_split import (  # noqa: E402
+    ColumnSpec,
+    OptionError,
+    RolloutBatch,
+    SchemaError,
+    ValueRangeError,
+    take_rows,
+)
 from arrow_split.routing import ParallelPlace, take_expert_slice  # noqa: E402
 from arrow_split.schema import ROUTED_EXPERTS  # noqa: E402
 from arrow_split.testing import WORKLOADS, make_train_data  # noqa: E402
@@ -73,6 +82,8 @@ def test_errors() -> None:
     if not torch.cuda.is_available():
         with raises_facts(OptionError, key="device"):
             TensorBlock("cuda")
+        with raises_facts(OptionError, key="pin", got="True"):
+            TensorBlock(pin=True)  # page-locked memory needs CUDA: refused here, not at a fill
     with raises_facts(OptionError, key="to_device"):
         TensorBlock().to_device()
     with raises_facts(OptionError, key="layout"):
@@ -145,3 +156,31 @@ def test_a_cpu_device_gets_a_copy_of_the_block() -> None:
     copied = block.to_device()
     assert torch.equal(copied["tokens"], host["tokens"])
     assert copied["tokens"].data_ptr() != host["tokens"].data_ptr()
+
+
+def test_a_column_named_as_a_layout_key_is_a_schema_error() -> None:
+    spec = ColumnSpec("tokens_offsets", "per_sample_scalar", pa.int64())
+    data = {"tokens": [[1, 2, 3], [4, 5]], "response_lengths": [1, 1], "tokens_offsets": [7, 8]}
+    batch = RolloutBatch.from_train_data(data, specs=[spec])
+    block = TensorBlock(pin=False)
+    with raises_facts(SchemaError, key="tokens_offsets"):
+        block.fill(batch, [0, 1])
+    per_sample = block.fill(batch, [0, 1], layout="per_sample")  # no offsets key: no clash
+    assert per_sample["tokens_offsets"].tolist() == [7, 8]
+
+
+def test_a_failed_fill_keeps_the_last_fills_layout() -> None:
+    batch = batch_with_experts()
+    block = TensorBlock(pin=False)
+    block.fill(batch, [0, 1], layout="packed")
+    with raises_facts(OptionError, key="rows"):
+        block.fill(batch, [99], layout="per_sample")
+    assert "tokens_offsets" in block.to_device()
+
+
+def test_close_ends_the_fill_threads() -> None:
+    block = TensorBlock(pin=False, threads=2, parallel_bytes=0)
+    block.fill(batch_with_experts(), [0, 1])
+    assert any(t.name.startswith("arrow_split-block") for t in threading.enumerate())
+    block.close()
+    assert not any(t.name.startswith("arrow_split-block") for t in threading.enumerate())
