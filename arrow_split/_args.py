@@ -11,7 +11,9 @@ before any arithmetic (an unsigned array never wraps in a ``diff``). Options rai
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -37,6 +39,7 @@ __all__ = [
     "as_flag",
     "as_index_array",
     "as_int",
+    "as_keywords",
     "as_list_of",
     "as_offsets",
     "as_path",
@@ -139,6 +142,37 @@ def as_choice(
         msg = f"invalid `{name}`: {value!r:.40}; {expected}"
         raise value_error(msg, key=name)
     return value
+
+
+def as_keywords(
+    name: str,
+    options: Mapping[str, object],
+    function: Callable[..., object],
+    *,
+    reserved: Collection[str] = (),
+    callbacks: Collection[str] = (),
+) -> dict[str, object]:
+    """``options`` (a copy) checked as keywords for ``function`` (``name`` in messages).
+
+    Each must be one of its keyword-only parameters (any, if it takes ``**kwargs``), none of
+    ``reserved`` (passed by the caller itself); each of ``callbacks`` is None or a callable.
+    """
+    try:
+        parameters = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):  # no signature to read: any keyword
+        parameters = [inspect.Parameter("kwargs", inspect.Parameter.VAR_KEYWORD)]
+    anything = any(parameter.kind is parameter.VAR_KEYWORD for parameter in parameters)
+    accepted = [p.name for p in parameters if p.kind is p.KEYWORD_ONLY and p.name not in reserved]
+    for key, value in options.items():
+        if key in reserved or not (anything or key in accepted):
+            names = ", ".join(map(repr, accepted))
+            why = "is passed for each call of" if key in reserved else "is not an option of"
+            msg = f"`{key}` {why} `{name}`; pass only {names}"
+            raise mistake("option_value", msg, key=key, expected=f"one of {names}", got=repr(key))
+        if key in callbacks and value is not None and not callable(value):
+            got = describe(value)
+            raise mistake("option_type", key=key, expected="None or a callable", got=got)
+    return dict(options)
 
 
 def as_list_of(name: str, value: object, item: type[Any]) -> list[object]:

@@ -1,25 +1,28 @@
 """Fetch the next steps' data while this step trains: one thread, a bounded lookahead.
 
 A :class:`Prefetcher` runs ``fetch(source)`` (a store get, a take, a conversion to the layout
-the trainer wants: any callable) on one background thread, for each step submitted, in order,
-keeping at most ``lookahead`` results ready that no :meth:`Prefetcher.get` has taken yet. The
-step that needs the data calls ``get(step)``: it returns at once when the fetch is done, waits
-otherwise, and raises the fetch's own exception (with a note naming the step) when it failed:
-an error is never lost in the thread. :meth:`Prefetcher.replace` swaps the fetch (a plan change:
-another ``dp_size`` or rank) and fetches every step not yet taken again with it;
-:meth:`Prefetcher.cancel` drops them; :meth:`Prefetcher.stop` (or leaving the ``with`` block)
-ends the thread. A fetch already running is not interrupted: its result is dropped.
+the trainer wants: any callable) on one background thread, for each step submitted, in order
+(a step that a ``get`` waits for first), keeping at most ``lookahead`` results ready that no
+:meth:`Prefetcher.get` has taken yet. The step that needs the data calls ``get(step)``: it
+returns at once when the fetch is done, waits otherwise, and raises the fetch's own exception
+(with a note naming the step) when it failed, whatever it is (a ``KeyboardInterrupt`` too): an
+error is never lost in the thread, which goes on with the next steps. :meth:`Prefetcher.replace`
+swaps the fetch (a plan change: another ``dp_size`` or rank) and fetches every step not yet
+taken again with it; :meth:`Prefetcher.cancel` drops them; :meth:`Prefetcher.stop` (or leaving
+the ``with`` block, or dropping the prefetcher) ends the thread. A fetch already running is not
+interrupted: its result is dropped.
 """
 
 from __future__ import annotations
 
 import collections
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from arrow_split._args import as_int, describe
-from arrow_split.errors import OptionError, OptionTypeError, TransportError
+from arrow_split._args import as_int, as_real, describe
+from arrow_split.errors import OptionError, OptionTypeError, TransportError, mistake
 
 __all__ = ["Prefetcher"]
 
@@ -28,6 +31,77 @@ ResultT = TypeVar("ResultT")
 
 _Done = tuple[ResultT | None, BaseException | None]
 """A fetch's result, or the exception it raised."""
+
+_NOTE = "raised by the prefetched fetch of step "
+_TAKEN_KEPT = 64
+"""How many of the steps last taken are remembered, to say so when one is asked for again."""
+
+
+class _State(Generic[SourceT, ResultT]):
+    """What a prefetcher shares with its thread (under ``lock``).
+
+    The thread holds this, never the prefetcher: a prefetcher dropped without ``stop()`` is
+    collected, and its finalizer stops the thread.
+    """
+
+    def __init__(self, fetch: Callable[[SourceT], ResultT], lookahead: int) -> None:
+        self.fetch, self.lookahead = fetch, lookahead
+        self.lock = threading.Condition()
+        self.queue: dict[int, SourceT] = {}  # to fetch, in order
+        self.sources: dict[int, SourceT] = {}  # every step submitted and not yet taken
+        self.ready: dict[int, _Done[ResultT]] = {}
+        self.taken: collections.deque[int] = collections.deque(maxlen=_TAKEN_KEPT)
+        self.wanted: list[int] = []  # the step of each waiting get
+        self.running: int | None = None
+        self.generation = 0
+        self.stopped = False
+
+    def drop(self) -> None:
+        """Drop every step not yet taken, and forget those taken (under the lock)."""
+        self.generation += 1
+        for steps in (self.ready, self.sources, self.queue, self.taken):
+            steps.clear()
+        self.lock.notify_all()
+
+    def stop(self) -> None:
+        """Drop every step and end the thread (also the finalizer of a dropped prefetcher)."""
+        with self.lock:
+            self.drop()
+            self.stopped = True
+
+    def ended(self, step: int) -> bool:
+        """Whether a ``get(step)`` stops waiting (under the lock)."""
+        return self.stopped or step in self.ready or step not in self.sources
+
+    def next_step(self) -> int | None:
+        """The step to fetch now: one a get waits for, else the next while there is room."""
+        for step in self.wanted:
+            if step in self.queue:
+                return step
+        if self.queue and len(self.ready) < self.lookahead:
+            return next(iter(self.queue))
+        return None
+
+    def work(self) -> None:
+        while True:
+            with self.lock:
+                self.lock.wait_for(lambda: self.stopped or self.next_step() is not None)
+                step = self.next_step()
+                if self.stopped or step is None:
+                    return
+                source = self.queue.pop(step)
+                fetch, generation = self.fetch, self.generation
+                self.running = step
+            try:
+                done: _Done[ResultT] = (fetch(source), None)
+            except BaseException as error:  # any, KeyboardInterrupt too: raised by the get
+                done = (None, error)
+            with self.lock:
+                self.running = None
+                if generation == self.generation and step in self.sources:
+                    self.ready[step] = done
+                self.lock.notify_all()
+            del done, source, fetch
 
 
 class Prefetcher(Generic[SourceT, ResultT]):
@@ -38,8 +112,8 @@ class Prefetcher(Generic[SourceT, ResultT]):
     fetch
         Called once per submitted step with its source, on the prefetch thread.
     lookahead
-        Results kept ready (fetched, not yet taken): ``0`` fetches only while a ``get`` waits;
-        ``1`` (the default) fetches step ``N + 1`` while step ``N`` trains.
+        Results kept ready (fetched, not yet taken): ``0`` fetches only the step a ``get``
+        waits for; ``1`` (the default) fetches step ``N + 1`` while step ``N`` trains.
 
     Examples
     --------
@@ -52,51 +126,44 @@ class Prefetcher(Generic[SourceT, ResultT]):
     """
 
     def __init__(self, fetch: Callable[[SourceT], ResultT], *, lookahead: int = 1) -> None:
-        self._fetch = _callable(fetch)
-        self._lookahead = as_int("lookahead", lookahead, minimum=0)
-        self._lock = threading.Condition()
-        self._queue: collections.deque[tuple[int, SourceT]] = collections.deque()
-        self._sources: dict[int, SourceT] = {}  # every step submitted and not yet taken
-        self._ready: dict[int, _Done[ResultT]] = {}
-        self._running: int | None = None
-        self._generation = 0
-        self._waiting = 0
-        self._stopped = False
+        fetch = _callable(fetch)
+        self._state = _State(fetch, as_int("lookahead", lookahead, minimum=0))
         self._thread: threading.Thread | None = None
+        weakref.finalize(self, self._state.stop)  # dropped without stop(): the thread ends
 
     @property
     def lookahead(self) -> int:
-        """Results kept ready at most (one more while a :meth:`get` waits)."""
-        return self._lookahead
+        """Results kept ready at most (one more per :meth:`get` waiting)."""
+        return self._state.lookahead
 
     @property
     def ready_steps(self) -> list[int]:
         """The steps whose fetch is done (result or error), not yet taken."""
-        with self._lock:
-            return sorted(self._ready)
+        with self._state.lock:
+            return sorted(self._state.ready)
 
     @property
     def submitted_steps(self) -> list[int]:
         """The steps submitted and not yet taken (queued, running or ready)."""
-        with self._lock:
-            return sorted(self._sources)
+        with self._state.lock:
+            return sorted(self._state.sources)
 
     def submit(self, step: int, source: SourceT) -> None:
         """Queue ``fetch(source)`` for ``step``; it runs when the lookahead has room."""
         step = as_int("step", step, minimum=0)
-        with self._lock:
+        state = self._state
+        with state.lock:
             self._check_running()
-            if step in self._sources:
+            if step in state.sources:
                 msg = f"step {step} is already submitted; take it with `get({step})` first"
                 raise OptionError(msg, key="step", got=str(step))
-            self._sources[step] = source
-            self._queue.append((step, source))
+            state.sources[step] = state.queue[step] = source
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._work, name="arrow_split-prefetch", daemon=True
+                    target=state.work, name="arrow_split-prefetch", daemon=True
                 )
                 self._thread.start()
-            self._lock.notify_all()
+            state.lock.notify_all()
 
     def get(self, step: int, timeout: float | None = None) -> ResultT:
         """``step``'s result (waiting for its fetch), or the exception its fetch raised.
@@ -104,18 +171,21 @@ class Prefetcher(Generic[SourceT, ResultT]):
         Raises
         ------
         OptionError
-            ``step`` was never submitted, was cancelled, or the prefetcher is stopped.
+            ``step`` was never submitted, was cancelled or taken already, the prefetcher is
+            stopped, or ``timeout`` is not None or a number of seconds >= 0.
         TransportError
             ``timeout`` seconds passed first (the fetch goes on).
         """
         step = as_int("step", step, minimum=0)
-        with self._lock:
-            self._waiting += 1
-            self._lock.notify_all()
+        timeout = _seconds(timeout)
+        state = self._state
+        with state.lock:
+            state.wanted.append(step)
+            state.lock.notify_all()
             try:
-                done = self._lock.wait_for(lambda: self._ended(step), timeout)
+                done = state.lock.wait_for(lambda: state.ended(step), timeout)
             finally:
-                self._waiting -= 1
+                state.wanted.remove(step)
             if not done:
                 msg = (
                     f"step {step}: its fetch did not finish within {timeout} s; wait longer, or "
@@ -123,47 +193,42 @@ class Prefetcher(Generic[SourceT, ResultT]):
                 )
                 raise TransportError(msg, key="step", got=str(step))
             self._check_running()
-            if step not in self._ready:
-                msg = (
-                    f"step {step} was not submitted (or was cancelled); `submit({step}, "
-                    "source)` it first"
-                )
-                raise OptionError(msg, key="step", got=str(step))
-            value, error = self._ready.pop(step)
-            del self._sources[step]
-            self._lock.notify_all()
+            if step not in state.ready:
+                raise _not_submitted(step, taken=step in state.taken)
+            value, error = state.ready.pop(step)
+            del state.sources[step]
+            state.taken.append(step)
+            state.lock.notify_all()
         if error is not None:
-            error.add_note(f"raised by the prefetched fetch of step {step}")
+            _note(error, step)
             raise error
         return value  # type: ignore[return-value]
 
     def replace(self, fetch: Callable[[SourceT], ResultT]) -> None:
         """Fetch with ``fetch`` from now on, every step not yet taken again (a plan change)."""
         fetch = _callable(fetch)
-        with self._lock:
+        state = self._state
+        with state.lock:
             self._check_running()
-            self._fetch = fetch
-            self._generation += 1
-            self._ready.clear()
-            self._queue = collections.deque(sorted(self._sources.items()))
-            self._lock.notify_all()
+            state.fetch = fetch
+            state.generation += 1
+            state.ready.clear()
+            state.queue = dict(sorted(state.sources.items()))
+            state.lock.notify_all()
 
     def cancel(self) -> None:
         """Drop every step not yet taken; a ``get`` waiting for one raises OptionError."""
-        with self._lock:
-            self._generation += 1
-            self._ready.clear()
-            self._sources.clear()
-            self._queue.clear()
-            self._lock.notify_all()
+        with self._state.lock:
+            self._state.drop()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Cancel, end the thread (after a running fetch returns, up to ``timeout`` seconds)."""
-        self.cancel()
-        with self._lock:
-            self._stopped = True
-            self._lock.notify_all()
-            thread = self._thread
+        """Cancel, end the thread (after a running fetch returns, up to ``timeout`` seconds).
+
+        A ``timeout`` that is not None or a number of seconds >= 0 raises OptionError first.
+        """
+        timeout = _seconds(timeout)
+        self._state.stop()
+        thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout)
 
@@ -174,37 +239,9 @@ class Prefetcher(Generic[SourceT, ResultT]):
         self.stop()
 
     def _check_running(self) -> None:
-        if self._stopped:
+        if self._state.stopped:
             msg = "the prefetcher is stopped; make a new one"
             raise OptionError(msg, expected="a running prefetcher", got="stopped")
-
-    def _ended(self, step: int) -> bool:
-        """Whether a ``get(step)`` stops waiting (under the lock)."""
-        return self._stopped or step in self._ready or step not in self._sources
-
-    def _has_work(self) -> bool:
-        room = len(self._ready) < self._lookahead or self._waiting > 0
-        return self._stopped or (bool(self._queue) and room)
-
-    def _work(self) -> None:
-        while True:
-            with self._lock:
-                self._lock.wait_for(self._has_work)
-                if self._stopped:
-                    return
-                step, source = self._queue.popleft()
-                fetch, generation = self._fetch, self._generation
-                self._running = step
-            try:
-                done: _Done[ResultT] = (fetch(source), None)
-            except Exception as error:  # handed to the step that needs it
-                done = (None, error)
-            with self._lock:
-                self._running = None
-                if generation == self._generation and step in self._sources:
-                    self._ready[step] = done
-                self._lock.notify_all()
-            del done, source
 
 
 def _callable(fetch: Callable[[SourceT], ResultT]) -> Callable[[SourceT], ResultT]:
@@ -212,3 +249,33 @@ def _callable(fetch: Callable[[SourceT], ResultT]) -> Callable[[SourceT], Result
         msg = f"`fetch` must be a callable taking a step's source, got {describe(fetch)}"
         raise OptionTypeError(msg, key="fetch")
     return fetch
+
+
+def _seconds(timeout: object) -> float | None:
+    """``timeout`` as seconds to wait: None (no limit) or a number in [0, TIMEOUT_MAX]."""
+    if timeout is None:
+        return None
+    seconds = as_real("timeout", timeout, "None or a number of seconds")
+    if not 0 <= seconds <= threading.TIMEOUT_MAX:  # NaN too
+        expected = f"None or a number of seconds in [0, {threading.TIMEOUT_MAX:g}]"
+        raise mistake("option_value", key="timeout", expected=expected, got=str(seconds))
+    return float(seconds)
+
+
+def _not_submitted(step: int, *, taken: bool) -> OptionError:
+    if taken:
+        msg = (
+            f"step {step} was already taken (a step's result is given once); `submit({step}, "
+            "source)` it again to fetch it again"
+        )
+        return OptionError(msg, key="step", expected="a step not taken yet", got=str(step))
+    msg = f"step {step} was not submitted (or was cancelled); `submit({step}, source)` it first"
+    return OptionError(msg, key="step", expected="a submitted step", got=str(step))
+
+
+def _note(error: BaseException, step: int) -> None:
+    """Name ``step`` in a note of ``error``, replacing the note of another step raising it."""
+    notes = getattr(error, "__notes__", None)
+    if isinstance(notes, list):
+        notes[:] = [note for note in notes if not str(note).startswith(_NOTE)]
+    error.add_note(f"{_NOTE}{step}")

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 from argparse import Namespace
 from typing import Any
 
 import pytest
 
-from arrow_split import OptionError, PlanError
+from arrow_split import OptionError, OptionTypeError, PlanError
 from arrow_split.compat.miles._prefetch import MilesPrefetcher
 from tests.error_facts import raises_facts
 
@@ -61,6 +62,10 @@ def test_replan_fetches_the_rollouts_not_taken_again() -> None:
         assert prefetcher.get_rollout_data(2)[0]["rank"] == (2, 3)
         with raises_facts(PlanError, key="dp_rank", mistake="plan_value"):
             prefetcher.replan(3, 3)
+        assert (prefetcher.dp_rank, prefetcher.dp_size) == (2, 3)
+    with raises_facts(OptionError, expected="a running prefetcher", got="stopped"):
+        prefetcher.replan(0, 4)
+    assert (prefetcher.dp_rank, prefetcher.dp_size) == (2, 3)  # a failed replan changes nothing
 
 
 def test_an_error_is_raised_by_the_rollout_that_needs_it() -> None:
@@ -93,3 +98,37 @@ def test_the_package_prefetcher_fetches_through_the_drop_in() -> None:
         converted, _ = ahead.get_rollout_data(0)
     expected, _ = miles.process_rollout_data(args, batch, 1, 2)
     assert converted == len(expected)
+
+
+def test_bad_options_are_refused_when_the_prefetcher_is_made() -> None:
+    from arrow_split.compat import miles
+
+    args = Namespace()
+    names = "one of 'specs', 'on_batch_lengths', 'strict_keys', 'pad_to_dp'"
+    with raises_facts(OptionError, key="balanec_data", expected=names, mistake="option_value"):
+        miles.prefetcher(args, 0, 2, balanec_data=True)
+    with raises_facts(OptionTypeError, key="on_batch_lengths", mistake="option_type"):
+        miles.prefetcher(args, 0, 2, on_batch_lengths=5)
+    with raises_facts(OptionTypeError, key="process"):
+        MilesPrefetcher(args, 0, 2, process=None)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="convert"):
+        MilesPrefetcher(args, 0, 2, process=FakeProcess(), convert=5)  # type: ignore[arg-type]
+
+
+def test_a_rollout_id_is_named_as_such() -> None:
+    with MilesPrefetcher(Namespace(), 0, 1, process=FakeProcess()) as prefetcher:
+        with raises_facts(OptionTypeError, key="rollout_id", mistake="option_type"):
+            prefetcher.get_rollout_data("5", "ref")  # type: ignore[arg-type]
+        with raises_facts(OptionError, key="rollout_id", mistake="option_value"):
+            prefetcher.submit(-1, "ref")
+
+
+def test_a_prefetcher_dropped_without_stop_ends_its_thread() -> None:
+    prefetcher = MilesPrefetcher(Namespace(), 0, 1, process=FakeProcess())
+    assert prefetcher.get_rollout_data(0, "ref")[1] == "result-ref"
+    thread = prefetcher._prefetcher._thread
+    assert thread is not None
+    del prefetcher
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()

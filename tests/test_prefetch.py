@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
+import math
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from arrow_split import OptionError, OptionTypeError, PlanError, TransportError
@@ -16,11 +19,13 @@ class Recorder:
     """A fetch that records its calls and can be held at a gate."""
 
     def __init__(self) -> None:
+        self.started: list[int] = []
         self.calls: list[int] = []
         self.gate = threading.Event()
         self.gate.set()
 
     def __call__(self, source: int) -> int:
+        self.started.append(source)
         self.gate.wait(5)
         self.calls.append(source)
         return source * 10
@@ -100,7 +105,7 @@ def test_a_fetch_running_during_a_replace_is_dropped() -> None:
     fetch.gate.clear()
     with Prefetcher(fetch, lookahead=1) as prefetcher:
         prefetcher.submit(0, 1)
-        wait_until(lambda: prefetcher._running == 0)
+        wait_until(lambda: prefetcher._state.running == 0)
         prefetcher.replace(lambda source: -source)
         fetch.gate.set()
         assert prefetcher.get(0) == -1
@@ -121,7 +126,7 @@ def test_cancel_wakes_a_waiting_get() -> None:
 
     thread = threading.Thread(target=waiter)
     thread.start()
-    wait_until(lambda: prefetcher._waiting == 1)
+    wait_until(lambda: prefetcher._state.wanted == [0])
     prefetcher.cancel()
     thread.join(5)
     assert len(errors) == 1
@@ -150,7 +155,7 @@ def test_bad_calls() -> None:
     with raises_facts(OptionError, key="lookahead", expected=">= 0", mistake="option_value"):
         Prefetcher(Recorder(), lookahead=-1)
     with Prefetcher(Recorder()) as prefetcher:
-        with raises_facts(OptionError, key="step", got="3"):
+        with raises_facts(OptionError, key="step", got="3", expected="a submitted step"):
             prefetcher.get(3)
         prefetcher.submit(0, 0)
         with raises_facts(OptionError, key="step", got="0"):
@@ -164,3 +169,115 @@ def test_bad_calls() -> None:
         with raises_facts(TransportError, key="step", got="1"):
             prefetcher.get(1, timeout=0.01)
         gate.gate.set()
+
+
+@pytest.mark.parametrize("lookahead", [0, 1, 2])
+def test_a_waiting_get_fetches_its_step_and_the_lookahead_no_more(lookahead: int) -> None:
+    fetch = Recorder()
+    fetch.gate.clear()
+    with Prefetcher(fetch, lookahead=lookahead) as prefetcher:
+        for step in range(6):
+            prefetcher.submit(step, step)
+        taken: list[int] = []
+        taker = threading.Thread(target=lambda: taken.append(prefetcher.get(0)))
+        taker.start()
+        wait_until(lambda: fetch.started == [0])
+        time.sleep(0.02)  # the get waits while step 0 is fetched
+        fetch.gate.set()
+        taker.join(5)
+        assert taken == [0]
+        time.sleep(0.05)  # step 0 trains: room for a fetch that should not happen
+        assert fetch.calls == list(range(lookahead + 1))
+        assert prefetcher.ready_steps == list(range(1, lookahead + 1))
+
+
+def test_lookahead_0_fetches_only_the_step_a_get_waits_for() -> None:
+    fetch = Recorder()
+    with Prefetcher(fetch, lookahead=0) as prefetcher:
+        for step in range(6):
+            prefetcher.submit(step, step)
+        assert prefetcher.get(3) == 30  # fetched first, alone
+        time.sleep(0.05)
+        assert (fetch.calls, prefetcher.ready_steps) == ([3], [])
+        assert prefetcher.get(0) == 0
+        time.sleep(0.05)
+        assert (fetch.calls, prefetcher.ready_steps) == ([3, 0], [])
+
+
+@pytest.mark.parametrize("kind", [KeyboardInterrupt, SystemExit, GeneratorExit])
+def test_any_exception_of_a_fetch_is_raised_at_its_step(kind: type[BaseException]) -> None:
+    def fetch(source: int) -> int:
+        if source == 0:
+            raise kind("stop")
+        return source
+
+    with Prefetcher(fetch, lookahead=1) as prefetcher:
+        prefetcher.submit(0, 0)
+        prefetcher.submit(1, 1)
+        with pytest.raises(kind) as caught:
+            prefetcher.get(0, timeout=5)
+        assert caught.value.__notes__ == ["raised by the prefetched fetch of step 0"]
+        assert prefetcher.get(1, timeout=5) == 1  # the thread goes on
+        prefetcher.submit(2, 2)
+        assert prefetcher.get(2, timeout=5) == 2
+
+
+def test_an_error_raised_at_two_steps_names_the_step_that_raises_it() -> None:
+    error = RuntimeError("the store is down")
+
+    def fetch(source: int) -> int:
+        raise error
+
+    with Prefetcher(fetch, lookahead=2) as prefetcher:
+        prefetcher.submit(0, 0)
+        prefetcher.submit(1, 1)
+        for step in (0, 1):
+            with pytest.raises(RuntimeError) as caught:
+                prefetcher.get(step)
+            assert caught.value.__notes__ == [f"raised by the prefetched fetch of step {step}"]
+
+
+@pytest.mark.parametrize("timeout", [math.inf, 1e300, math.nan, -1, np.float64(-0.5)])
+def test_a_timeout_out_of_range_is_refused_before_anything_changes(timeout: float) -> None:
+    with Prefetcher(Recorder()) as prefetcher:
+        prefetcher.submit(0, 0)
+        with raises_facts(OptionError, key="timeout", mistake="option_value"):
+            prefetcher.get(0, timeout=timeout)
+        with raises_facts(OptionError, key="timeout", mistake="option_value"):
+            prefetcher.stop(timeout=timeout)
+        assert prefetcher.get(0, timeout=np.float64(5)) == 0  # still running, step 0 kept
+
+
+@pytest.mark.parametrize("timeout", ["1", True, [1], 1j])
+def test_a_timeout_of_the_wrong_type_is_refused_before_anything_changes(timeout: object) -> None:
+    with Prefetcher(Recorder()) as prefetcher:
+        prefetcher.submit(0, 0)
+        with raises_facts(OptionTypeError, key="timeout"):
+            prefetcher.get(0, timeout=timeout)  # type: ignore[arg-type]
+        with raises_facts(OptionTypeError, key="timeout"):
+            prefetcher.stop(timeout=timeout)  # type: ignore[arg-type]
+        prefetcher.submit(1, 1)
+        assert [prefetcher.get(0), prefetcher.get(1, timeout=5)] == [0, 10]
+
+
+def test_a_step_taken_twice_says_it_was_taken() -> None:
+    with Prefetcher(Recorder()) as prefetcher:
+        prefetcher.submit(0, 0)
+        assert prefetcher.get(0) == 0
+        with raises_facts(OptionError, key="step", got="0", expected="a step not taken yet"):
+            prefetcher.get(0)
+        prefetcher.submit(0, 1)  # submitted again: fetched again
+        assert prefetcher.get(0) == 10
+
+
+def test_a_prefetcher_dropped_without_stop_ends_its_thread() -> None:
+    prefetcher: Prefetcher[int, int] = Prefetcher(Recorder())
+    prefetcher.submit(0, 0)
+    prefetcher.submit(1, 1)
+    assert prefetcher.get(0) == 0
+    thread = prefetcher._thread
+    assert thread is not None
+    del prefetcher
+    gc.collect()
+    thread.join(5)
+    assert not thread.is_alive()

@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 import ray
 
+import arrow_split.ray._nodes as _nodes
 from arrow_split import OptionTypeError, PlanError, RolloutBatch, Shard
 from arrow_split._args import check_dp_rank, check_dp_size, describe, method_of
 from arrow_split.ray._handoff import process_rollout_data
@@ -62,12 +63,12 @@ def fill_rank_block(
         msg = f"`block` must have a `fill(source, rows)` method, got {describe(block)}"
         raise OptionTypeError(msg)
     if isinstance(refs, (list, tuple)) and len(refs) == size:
-        ref = refs[rank]
-        value = ray.get(ref) if isinstance(ref, ray.ObjectRef) else ref
-        plan = value.plan if isinstance(value, RolloutBatch) else None
-        fits = plan is not None and (plan.dp_size, plan.num_samples) == (size, value.num_samples)
-        if plan is not None and fits and method in (None, plan.method):
-            return block.fill(value, plan.partitions[rank])
+        value = _nodes.fetch(refs[rank], f"dp_rank {rank}", f"`refs[{rank}]`", None)
+        if isinstance(value, RolloutBatch) and value.plan is not None:
+            plan = value.plan
+            fits = (plan.dp_size, plan.num_samples) == (size, value.num_samples)
+            if fits and method in (None, plan.method):
+                return block.fill(value, plan.partitions[rank])
     elif not isinstance(refs, (list, tuple)):
         msg = (
             f"`refs` must be the eager list of references (`delay=False`), got "

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from arrow_split import OptionTypeError, Shard
-from arrow_split._args import check_dp_rank, check_dp_size, describe
+from arrow_split._args import as_keywords, check_dp_rank, check_dp_size, describe
 from arrow_split.prefetch import Prefetcher
 from arrow_split.ray._handoff import process_rollout_data
 
@@ -34,7 +34,9 @@ class RolloutPrefetcher(Generic[ResultT]):
     lookahead
         Steps fetched ahead of the one training (:class:`~arrow_split.prefetch.Prefetcher`).
     **options
-        Keywords of :func:`process_rollout_data` (``balance_data``, ``witness_ids``, ...).
+        Keywords of :func:`process_rollout_data` (``balance_data``, ``witness_ids``, ...; not
+        ``step``, which the prefetcher passes): another name, or an ``on_fetch`` that is not
+        callable, raises OptionError here.
 
     Examples
     --------
@@ -56,20 +58,29 @@ class RolloutPrefetcher(Generic[ResultT]):
         lookahead: int = 1,
         **options: Any,
     ) -> None:
-        if convert is not None and not callable(convert):
-            msg = f"`convert` must be None or a callable taking a Shard, got {describe(convert)}"
-            raise OptionTypeError(msg)
-        self._convert, self._options = convert, dict(options)
-        self._prefetcher: Prefetcher[tuple[int, Any], ResultT] = Prefetcher(
-            self._fetch_for(dp_rank, dp_size), lookahead=lookahead
-        )
-
-    def _fetch_for(self, dp_rank: int, dp_size: int) -> Callable[[tuple[int, Any]], ResultT]:
-        """Place this rank; the fetch of a ``(step, refs_or_ref)`` for that place."""
         size = check_dp_size(dp_size)
         rank = check_dp_rank(dp_rank, size)
+        if convert is not None and not callable(convert):
+            msg = f"`convert` must be None or a callable taking a Shard, got {describe(convert)}"
+            raise OptionTypeError(msg, key="convert")
+        self._convert = convert
+        self._options = as_keywords(
+            "process_rollout_data",
+            options,
+            process_rollout_data,
+            reserved=("step",),
+            callbacks=("on_fetch",),
+        )
+        self._prefetcher: Prefetcher[tuple[int, Any], ResultT] = Prefetcher(
+            self._fetch_for(rank, size, self._options), lookahead=lookahead
+        )
         self.dp_rank, self.dp_size = rank, size
-        options, convert = self._options, self._convert  # a fetch running keeps its own
+
+    def _fetch_for(
+        self, rank: int, size: int, options: dict[str, Any]
+    ) -> Callable[[tuple[int, Any]], ResultT]:
+        """The fetch of a ``(step, refs_or_ref)`` for rank ``rank`` of ``size`` (parsed)."""
+        convert = self._convert  # a fetch running keeps its own; it never holds the prefetcher
 
         def fetch(item: tuple[int, Any]) -> Any:
             step, refs_or_ref = item
@@ -90,10 +101,14 @@ class RolloutPrefetcher(Generic[ResultT]):
         """Take every step not yet taken again as rank ``dp_rank`` of ``dp_size`` (elastic DP).
 
         A delayed put is split again (``resplit=True``); an eager list of another size raises
-        PlanError at the step that needs it.
+        PlanError at the step that needs it. A bad place, or a stopped prefetcher, raises
+        before anything changes.
         """
-        self._options = {**self._options, "resplit": True}
-        self._prefetcher.replace(self._fetch_for(dp_rank, dp_size))
+        size = check_dp_size(dp_size)
+        rank = check_dp_rank(dp_rank, size)
+        options = {**self._options, "resplit": True}
+        self._prefetcher.replace(self._fetch_for(rank, size, options))  # raises if stopped
+        self._options, self.dp_rank, self.dp_size = options, rank, size
 
     def cancel(self) -> None:
         """Drop every step not yet taken."""

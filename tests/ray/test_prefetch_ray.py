@@ -2,15 +2,31 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
 import pytest
 import ray
 
-from arrow_split import NotARolloutBatchError, RolloutBatch, Shard, shard_for_rank
-from arrow_split.ray import RolloutPrefetcher, split_train_data_by_dp
-from tests.error_facts import raises_facts
+from arrow_split import (
+    NotARolloutBatchError,
+    OptionError,
+    OptionTypeError,
+    PlanError,
+    RolloutBatch,
+    Shard,
+    TransportError,
+    shard_for_rank,
+)
+from arrow_split.block import RankBlock
+from arrow_split.ray import (
+    RolloutPrefetcher,
+    fill_rank_block,
+    process_rollout_data,
+    split_train_data_by_dp,
+)
+from tests.error_facts import assert_facts, raises_facts
 
 pytestmark = [pytest.mark.ray, pytest.mark.usefixtures("ray_cluster")]
 
@@ -48,9 +64,7 @@ def test_a_bad_object_raises_at_its_step() -> None:
 
 
 def test_fill_rank_block_holds_the_ranks_rows_in_one_copy() -> None:
-    from arrow_split import PlanError, PlanMismatchError
-    from arrow_split.block import RankBlock
-    from arrow_split.ray import fill_rank_block
+    from arrow_split import PlanMismatchError
 
     batch = RolloutBatch.from_train_data(step_data(5))
     refs = split_train_data_by_dp(batch, 3, balance_data=True)
@@ -70,3 +84,55 @@ def test_fill_rank_block_holds_the_ranks_rows_in_one_copy() -> None:
     delayed = split_train_data_by_dp(batch, 3, balance_data=True, delay=True)
     with raises_facts(PlanError, key="refs", got="ObjectRef"):  # not the eager list
         fill_rank_block(delayed, 0, 3, block)  # type: ignore[arg-type]
+
+
+@ray.remote(num_cpus=0)
+class Owner:
+    """An actor that puts a step itself, and so owns its objects: killing it loses them."""
+
+    def put(self, batch: RolloutBatch) -> list[Any]:
+        return split_train_data_by_dp(batch, 1, balance_data=False)
+
+
+def test_fill_rank_block_of_an_object_lost_with_its_owner_is_a_transport_error() -> None:
+    owner = Owner.remote()  # type: ignore[attr-defined]
+    refs = ray.get(owner.put.remote(RolloutBatch.from_train_data(step_data(6))), timeout=60)
+    ray.kill(owner)
+    # Ray frees a dead owner's objects asynchronously: until then the block is still filled
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            fill_rank_block(refs, 0, 1, RankBlock())
+        except Exception as error:  # any class: which one is the point of the test
+            lost = error
+            break
+        assert time.monotonic() < deadline, "the object outlived its owner"
+        time.sleep(0.2)
+    assert isinstance(lost, TransportError), repr(lost)
+    assert_facts(lost, {"key": refs[0].hex()})
+    with raises_facts(TransportError, key=refs[0].hex()):  # as process_rollout_data says
+        process_rollout_data(refs, 0, 1)
+
+
+def test_bad_options_are_refused_when_the_prefetcher_is_made() -> None:
+    names = "one of 'balance_data', 'resplit', 'witness_ids', 'locality', 'on_fetch', 'pad_to_dp'"
+    with raises_facts(OptionError, key="balanec_data", expected=names, mistake="option_value"):
+        RolloutPrefetcher(0, 2, balanec_data=True)
+    with raises_facts(OptionError, key="step", expected=names, mistake="option_value"):
+        RolloutPrefetcher(0, 2, step=3)  # the prefetcher passes each step itself
+    with raises_facts(OptionTypeError, key="on_fetch", mistake="option_type"):
+        RolloutPrefetcher(0, 2, on_fetch=5)
+    with raises_facts(OptionTypeError, key="convert"):
+        RolloutPrefetcher(0, 2, convert=5)  # type: ignore[arg-type]
+
+
+def test_a_failed_replan_changes_nothing() -> None:
+    prefetcher: RolloutPrefetcher[Shard] = RolloutPrefetcher(1, 2, balance_data=True)
+    before = (1, 2, {"balance_data": True})
+    with raises_facts(PlanError, key="dp_rank", mistake="plan_value"):
+        prefetcher.replan(3, 3)
+    assert (prefetcher.dp_rank, prefetcher.dp_size, prefetcher._options) == before
+    prefetcher.stop()
+    with raises_facts(OptionError, expected="a running prefetcher", got="stopped"):
+        prefetcher.replan(2, 3)
+    assert (prefetcher.dp_rank, prefetcher.dp_size, prefetcher._options) == before

@@ -391,7 +391,7 @@ def prefetcher(
     ``get_rollout_data(rollout_id)`` where miles calls its own returns ``(rollout_data,
     get_result)``, raising the fetch's error there. ``convert`` runs on the fetch's thread with
     each dict (the actor's conversion to tensors); ``options`` are
-    :func:`process_rollout_data`'s (``specs``, ``strict_keys``, ``pad_to_dp``).
+    :func:`process_rollout_data`'s (``specs``, ``strict_keys``, ``pad_to_dp``), checked here.
     """
     return MilesPrefetcher(
         args,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arrow_split import OptionTypeError
-from arrow_split._args import check_dp_rank, check_dp_size, describe
+from arrow_split._args import as_int, as_keywords, check_dp_rank, check_dp_size, describe
 from arrow_split.prefetch import Prefetcher
 
 __all__ = ["MilesPrefetcher", "ProcessRolloutData"]
@@ -41,7 +41,8 @@ class MilesPrefetcher:
         The fetch: the drop-in's ``process_rollout_data`` (the package passes its own: this
         module is imported by it, and imports nothing of it back).
     **options
-        Keywords of ``process`` (``specs``, ``strict_keys``, ``pad_to_dp``...).
+        Keywords of ``process`` (``specs``, ``strict_keys``, ``pad_to_dp``...): another name,
+        or an ``on_batch_lengths`` that is not callable, raises OptionError here.
     """
 
     def __init__(
@@ -55,37 +56,39 @@ class MilesPrefetcher:
         process: ProcessRolloutData,
         **options: Any,
     ) -> None:
-        for name, function in (("convert", convert), ("process", process)):
-            if (function is not None or name == "process") and not callable(function):
-                msg = f"`{name}` must be None or a callable, got {describe(function)}"
-                raise OptionTypeError(msg)
-        self._args, self._convert, self._options = args, convert, options
-        self._process = process
-        self._prefetcher: Prefetcher[tuple[Any, Any], tuple[Any, Any]] = Prefetcher(
-            self._fetch_for(dp_rank, dp_size), lookahead=lookahead
-        )
-
-    def _fetch_for(
-        self, dp_rank: int, dp_size: int
-    ) -> Callable[[tuple[Any, Any]], tuple[Any, Any]]:
-        """Place this rank; the fetch of a ``(rollout_data_ref, witness_info)`` for that place."""
         size = check_dp_size(dp_size)
         rank = check_dp_rank(dp_rank, size)
+        if not callable(process):
+            msg = f"`process` must be a callable, got {describe(process)}"
+            raise OptionTypeError(msg, key="process")
+        if convert is not None and not callable(convert):
+            msg = f"`convert` must be None or a callable, got {describe(convert)}"
+            raise OptionTypeError(msg, key="convert")
+        self._args, self._convert, self._process = args, convert, process
+        self._options = as_keywords(
+            "process_rollout_data", options, process, callbacks=("on_batch_lengths",)
+        )
+        self._prefetcher: Prefetcher[tuple[Any, Any], tuple[Any, Any]] = Prefetcher(
+            self._fetch_for(rank, size), lookahead=lookahead
+        )
         self.dp_rank, self.dp_size = rank, size
 
-        def fetch(item: tuple[Any, Any]) -> tuple[Any, Any]:
+    def _fetch_for(self, rank: int, size: int) -> Callable[[tuple[Any, Any]], tuple[Any, Any]]:
+        """The fetch of a ``(rollout_data_ref, witness_info)`` for rank ``rank`` of ``size``."""
+        args, process, convert, options = self._args, self._process, self._convert, self._options
+
+        def fetch(item: tuple[Any, Any]) -> tuple[Any, Any]:  # never holds the prefetcher
             ref, witness_info = item
-            rollout_data, result = self._process(
-                self._args, ref, rank, size, witness_info, **self._options
-            )
-            if self._convert is not None:
-                rollout_data = self._convert(rollout_data)
+            rollout_data, result = process(args, ref, rank, size, witness_info, **options)
+            if convert is not None:
+                rollout_data = convert(rollout_data)
             return rollout_data, result
 
         return fetch
 
     def submit(self, rollout_id: int, rollout_data_ref: Any, witness_info: Any = None) -> None:
         """Start fetching rollout ``rollout_id`` (its reference, as ``train`` gets it)."""
+        rollout_id = as_int("rollout_id", rollout_id, minimum=0)
         self._prefetcher.submit(rollout_id, (rollout_data_ref, witness_info))
 
     def get_rollout_data(
@@ -96,13 +99,20 @@ class MilesPrefetcher:
         A rollout not submitted is submitted now (``rollout_data_ref`` needed); what its fetch
         raised is raised here, the rollout named in a note.
         """
+        rollout_id = as_int("rollout_id", rollout_id, minimum=0)
         if rollout_id not in self._prefetcher.submitted_steps:
             self.submit(rollout_id, rollout_data_ref, witness_info)
         return self._prefetcher.get(rollout_id)
 
     def replan(self, dp_rank: int, dp_size: int) -> None:
-        """Fetch every rollout not yet taken again as rank ``dp_rank`` of ``dp_size``."""
-        self._prefetcher.replace(self._fetch_for(dp_rank, dp_size))
+        """Fetch every rollout not yet taken again as rank ``dp_rank`` of ``dp_size``.
+
+        A bad place, or a stopped prefetcher, raises before anything changes.
+        """
+        size = check_dp_size(dp_size)
+        rank = check_dp_rank(dp_rank, size)
+        self._prefetcher.replace(self._fetch_for(rank, size))  # raises if stopped
+        self.dp_rank, self.dp_size = rank, size
 
     def cancel(self) -> None:
         """Drop every rollout not yet taken."""
