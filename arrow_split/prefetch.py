@@ -274,8 +274,10 @@ def _not_submitted(step: int, *, taken: bool) -> OptionError:
 
 
 def _note(error: BaseException, step: int) -> None:
-    """Name ``step`` in a note of ``error``, replacing the note of another step raising it."""
+    """Name ``step`` in ``error.__notes__``, in place of another step's note of the same error.
+
+    Assigned as ``add_note`` would append (Python 3.10 has no ``add_note``).
+    """
     notes = getattr(error, "__notes__", None)
-    if isinstance(notes, list):
-        notes[:] = [note for note in notes if not str(note).startswith(_NOTE)]
-    error.add_note(f"{_NOTE}{step}")
+    kept = [str(note) for note in notes] if isinstance(notes, list) else []
+    error.__notes__ = [note for note in kept if not note.startswith(_NOTE)] + [f"{_NOTE}{step}"]
