@@ -124,7 +124,7 @@ class TensorBlock:
         Raises
         ------
         OptionError, OptionTypeError
-            As :meth:`RankBlock.fill`, or an unknown ``layout``.
+            As :meth:`~arrow_split.block.RankBlock.fill`, or an unknown ``layout``.
         SchemaError
             A column named as a key the layout adds (``<name>_offsets``).
         """
@@ -135,7 +135,7 @@ class TensorBlock:
         return tensors
 
     def close(self) -> None:
-        """End the fill threads (as :meth:`RankBlock.close`; a later fill starts them again)."""
+        """End the fill threads (as :meth:`~arrow_split.block.RankBlock.close`; a later fill starts them again)."""
         self.block.close()
 
     def to_device(self) -> dict[str, Tensors]:
