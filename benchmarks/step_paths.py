@@ -33,6 +33,7 @@ __all__ = [
     "StepPath",
     "boundary",
     "check_agreement",
+    "from_numpy",
     "is_per_sample",
     "largest_ranks",
     "rank_steps",
@@ -154,10 +155,13 @@ def boundary(
     return refs, laps
 
 
-def _from_numpy(shard: Mapping[str, Any]) -> dict[str, Any]:
-    """``torch.from_numpy`` of every per-sample value (read-only store views: warning silenced)."""
+def from_numpy(shard: Mapping[str, Any], private: bool = False) -> dict[str, Any]:
+    """``torch.from_numpy`` of every per-sample value: read-only store views (warning silenced),
+    or (``private``) of copies, tensors a trainer may write without changing the store."""
     import torch
 
+    if private:
+        shard = {key: _copies(values) for key, values in shard.items()}
     tensors: dict[str, Any] = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "The given NumPy array is not writable"
@@ -169,6 +173,12 @@ def _from_numpy(shard: Mapping[str, Any]) -> dict[str, Any]:
             else:
                 tensors[key] = [torch.from_numpy(sample) for sample in values]
     return tensors
+
+
+def _copies(values: Any) -> Any:
+    if isinstance(values, np.ndarray):
+        return values.copy()
+    return [np.array(v) for v in values] if isinstance(values, list) else values
 
 
 def _numpy_rank(box: list[Any], mode: str, rank: int, dp_size: int, balance: bool) -> Laps:
@@ -184,7 +194,7 @@ def _numpy_rank(box: list[Any], mode: str, rank: int, dp_size: int, balance: boo
         laps.lap("plan")
         shard = _numpy_shard(data, partition, total_lengths)
         laps.lap("take")
-    tensors = _from_numpy(shard)
+    tensors = from_numpy(shard)
     laps.lap("to_tensors")
     del tensors, shard
     return laps

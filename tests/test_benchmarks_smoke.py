@@ -387,4 +387,6 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
         assert prefetch["steps"] == len(measured["wait_seconds"]["all"]) + 1
         assert len(measured["release_seconds"]["all"]) == prefetch["steps"]
         assert measured["step_bytes"] > 0
-    assert set(results["eager"]["seconds"]) == {"numpy", "arrow_to_tensors", "arrow_block"}
+    eager = results["eager"]
+    assert set(eager["seconds"]) == {"numpy", "numpy_private", "arrow_to_tensors", "arrow_block"}
+    assert eager["block_vs_numpy_private"] > 0
