@@ -188,3 +188,35 @@ def test_repr_names_the_kind_and_columns() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1, 2]], "raw_reward": [1.0]})
     assert repr(batch).startswith("RolloutBatch: 1 samples, 1 columns, 2 tokens")
     assert "raw_reward" in repr(batch)
+
+
+def test_first_reads_of_cached_properties_from_two_threads() -> None:
+    """``total_lengths`` and ``batch_globals`` are made on first use: two threads at once may
+    both make them (equal values), never an error from the batch's immutability guard."""
+    import sys
+    import threading
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    failures: list[BaseException] = []
+    try:
+        for _ in range(30):
+            batch = RolloutBatch.from_train_data(
+                {"tokens": [[1, 2, 3]] * 2000, "dynamic_global_batch_size": 4}
+            )
+
+            def read(batch: RolloutBatch = batch) -> None:
+                try:
+                    assert batch.total_lengths[0] == 3
+                    assert batch.batch_globals["dynamic_global_batch_size"] == 4
+                except BaseException as exc:  # any error is the failure
+                    failures.append(exc)
+
+            threads = [threading.Thread(target=read) for _ in range(4)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert failures == []

@@ -195,8 +195,8 @@ class RolloutBatch(_frame.Frame):
     @property
     def batch_globals(self) -> Mapping[str, object]:
         """The batch-global values, read-only (lists as tuples, dicts as proxies)."""
-        if not hasattr(self, "_globals_view"):  # set once: the batch is immutable
-            self._globals_view = read_only_globals(self._batch_globals)
+        if not hasattr(self, "_globals_view"):  # two threads may both make it: equal values
+            object.__setattr__(self, "_globals_view", read_only_globals(self._batch_globals))
         return self._globals_view
 
     @property
@@ -227,9 +227,9 @@ class RolloutBatch(_frame.Frame):
     @property
     def total_lengths(self) -> np.ndarray:
         """Token count of each row (int64, read-only), computed once; every shard shares it."""
-        if not hasattr(self, "_total_lengths"):  # set once: the batch is immutable
+        if not hasattr(self, "_total_lengths"):  # two threads may both make it: equal values
             source = self._record_batch.column(self._roles.length_source)
-            self._total_lengths = lengths_of(source)
+            object.__setattr__(self, "_total_lengths", lengths_of(source))
         return self._total_lengths
 
     @property
