@@ -135,7 +135,10 @@ class TensorBlock:
         return tensors
 
     def close(self) -> None:
-        """End the fill threads (as :meth:`~arrow_split.block.RankBlock.close`; a later fill starts them again)."""
+        """End the fill threads (a later fill starts them again).
+
+        As :meth:`~arrow_split.block.RankBlock.close`: waits for a fill that is running.
+        """
         self.block.close()
 
     def to_device(self) -> dict[str, Tensors]:
