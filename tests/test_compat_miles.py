@@ -405,11 +405,11 @@ def test_scheduled_split_errors() -> None:
         miles.split_train_data_by_dp_scheduled_raw(
             args, {"tokens": [[1]] * 8}, train_parallel_config=FULL_CONFIG
         )
-    with raises_facts(OptionError, key="train_parallel_config"):
+    with raises_facts(OptionError, key="train_parallel_config[cp_size]"):
         miles.split_train_data_by_dp_scheduled_raw(
             args, schedule_data([1] * 8, list(range(8))), train_parallel_config={"dp_size": 2}
         )
-    with raises_facts(OptionError, key="train_parallel_config"):
+    with raises_facts(OptionError, key="train_parallel_config[dp_size]"):
         miles.split_train_data_by_dp_scheduled_raw(
             args, schedule_data([1] * 8, list(range(8))), train_parallel_config={}
         )

@@ -282,22 +282,34 @@ def test_media_refs_turn_the_rollout_side_schedule_off() -> None:
     assert not miles.can_schedule_on_rollout_side(make_args(), with_media, FULL_CONFIG)
 
 
+_INSIDE = "inside the teacher response: >= 0 and < 3 (`teacher_response_lengths`)"
+
+
 @pytest.mark.parametrize(
-    ("positions", "sample", "fragment"),
+    ("positions", "facts"),
     [
-        ([[0, 2, 4], [0], [0, 1, 1]], 2, "strictly increasing, but token 2 holds 1 after 1"),
-        ([[0, 2, 4], [9], [0, 1, 2]], 1, "token 0 holds 9, outside the teacher response"),
-        ([[0, 2, -1], [0], [0, 1, 2]], 0, "strictly increasing, but token 2 holds -1 after 2"),
+        (
+            [[0, 2, 4], [0], [0, 1, 1]],
+            {"sample": 2, "position": 2, "expected": "strictly increasing", "got": "1 after 1"},
+        ),
+        (
+            [[0, 2, 4], [9], [0, 1, 2]],
+            {"sample": 1, "position": 0, "expected": _INSIDE, "got": "9"},
+        ),
+        (
+            [[0, 2, -1], [0], [0, 1, 2]],
+            {"sample": 0, "position": 2, "expected": "strictly increasing", "got": "-1 after 2"},
+        ),
     ],
 )
 def test_teacher_positions_are_checked_before_anything_is_split(
-    positions: list[list[int]], sample: int, fragment: str
+    positions: list[list[int]], facts: dict[str, Any]
 ) -> None:
     from arrow_split import ValueRangeError
 
     data = make_data([6, 2, 6])  # responses 3, 1, 3
     data.update(teacher_gather_positions=positions, teacher_response_lengths=[5, 3, 4])
-    with pytest.raises(ValueRangeError) as caught:
+    with raises_facts(ValueRangeError, key="teacher_gather_positions", **facts) as caught:
         miles.split_train_data_by_dp_raw(make_args(), data, dp_size=1)
-    assert str(caught.value).startswith(f"sample {sample}: `teacher_gather_positions`")
-    assert fragment in str(caught.value)
+    where = f"sample {facts['sample']}, position {facts['position']}"
+    assert str(caught.value).startswith(f"{where}: `teacher_gather_positions`")  # rendered

@@ -17,6 +17,7 @@ from arrow_split import (
     OptionError,
     OptionTypeError,
     PlanError,
+    PlanTypeError,
     SchemaError,
     SchemaTypeError,
 )
@@ -100,18 +101,32 @@ def test_untyped_errors_args_that_is_not_a_namespace(args: object) -> None:
 
 
 def test_untyped_errors_args_missing_a_field() -> None:
-    with raises_facts(OptionError, key="args"):
+    with raises_facts(OptionError, key="args.balance_data", mistake="option_value"):
         miles.split_train_data_by_dp_raw(Namespace(), _data(), dp_size=2)
     args = Namespace(balance_data=False, use_dynamic_batch_size=False, micro_batch_size=1)
-    with raises_facts(OptionError, key="args"):
+    with raises_facts(OptionError, key="args.global_batch_size", mistake="option_value"):
         miles.split_train_data_by_dp_scheduled_raw(args, _data(), train_parallel_config=CONFIG)
 
 
-@pytest.mark.parametrize("size", ["8", 8.0, None, True, 0, -1])
-def test_untyped_errors_global_batch_size_of_another_type(size: object) -> None:
+@pytest.mark.parametrize(
+    ("size", "error"),
+    [
+        ("8", PlanTypeError),
+        (8.0, PlanTypeError),
+        (None, PlanTypeError),
+        (True, PlanTypeError),
+        (0, PlanError),
+        (-1, PlanError),
+    ],
+)
+def test_untyped_errors_global_batch_size_of_another_type(
+    size: object, error: type[PlanError]
+) -> None:
+    # a planning number: the classes `ScheduleConfig(global_batch_size=...)` raises
     args = _args(global_batch_size=size)
-    with raises_facts((OptionTypeError, OptionError), key="args.global_batch_size"):
+    with raises_facts(error, key="args.global_batch_size") as caught:
         miles.can_schedule_on_rollout_side(args, _data(), CONFIG)
+    assert type(caught.value) is error
 
 
 @pytest.mark.parametrize("data", [None, 3, "tokens", [[1, 2]]])
@@ -141,10 +156,10 @@ def test_untyped_errors_witness_info_without_witness_ids(witness_info: object) -
 @pytest.mark.parametrize(
     ("change", "error"),
     [
-        ({"partition": [0, 1.0]}, OptionTypeError),
+        ({"partition": [0, 1.0]}, SchemaTypeError),
         ({"partition": [0, 9]}, PlanError),
-        ({"partition": None}, OptionTypeError),
-        ({"partition": ["0"]}, OptionTypeError),
+        ({"partition": None}, SchemaTypeError),
+        ({"partition": ["0"]}, SchemaTypeError),
         ({"total_lengths": None}, SchemaTypeError),
         ({"total_lengths": 4}, SchemaTypeError),
     ],

@@ -191,7 +191,7 @@ def test_eager_mistakes_name_the_fix(actors: list[Any]) -> None:
     assert isinstance(refs, list)
     short = ray.get(actors[0].failure.remote(args, refs[:1], 0, 2), timeout=CALL_TIMEOUT_S)
     assert short.startswith(PlanError.__name__)
-    assert "eager mode needs the list of `dp_size` (2) references" in short
+    assert "`rollout_data_ref` must be the list of `dp_size` (2) references" in short
     swapped = ray.get(actors[0].failure.remote(args, refs[::-1], 0, 2), timeout=CALL_TIMEOUT_S)
     assert swapped.startswith(PlanMismatchError.__name__)
     assert "holds rank 1's rows of a 2-rank split, not rank 0's" in swapped
@@ -217,7 +217,10 @@ def test_what_a_reference_holds_is_checked(actors: list[Any]) -> None:
     assert boxed_shard.startswith("PlanError: the delayed reference holds one rank's shard")
     number = Namespace(inner=ray.put(42))
     not_a_shard = ray.get(actors[0].failure.remote(eager_args, [number], 0, 1), timeout=60)
-    assert not_a_shard == "NotARolloutBatchError: `refs[0]` holds a int, not a rank's shard"
+    assert (
+        not_a_shard
+        == "NotARolloutBatchError: `rollout_data_ref[0]` holds a int, not a rank's shard"
+    )
     not_a_dict = ray.get(actors[0].failure.remote(delayed_args, number, 0, 1), timeout=60)
     assert not_a_dict == (
         "NotARolloutBatchError: the delayed reference holds a int, not a train-data dict"

@@ -23,21 +23,26 @@ from arrow_split import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size
+from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size, describe
 from arrow_split.compat.miles._convert import (
-    SCHEDULE_CONFIG_KEYS,
     FlopsFn,
     RolloutShard,
     ShardParts,
-    arg_flag,
-    check_args,
     check_flops,
-    has_full_schedule_config,
     plan_shards,
     rollout_dict,
     scheduled_shards,
-    step_batch_size,
     to_batch,
+)
+from arrow_split.compat.miles._fields import (
+    SCHEDULE_CONFIG_KEYS,
+    arg_flag,
+    check_args,
+    check_config_keys,
+    config_dp_size,
+    has_full_schedule_config,
+    optional_dp_size,
+    step_batch_size,
     witness_ids_of,
 )
 from arrow_split.compat.miles._handoff import (
@@ -57,6 +62,7 @@ from arrow_split.compat.miles._install import (
 )
 from arrow_split.compat.miles._prefetch import MilesPrefetcher
 from arrow_split.compat.miles._setup import ENV_VAR, environment, install_once, runtime_env, watch
+from arrow_split.errors import mistake
 from arrow_split.schema import MEDIA_REFS, TOTAL_LENGTHS, role_column
 
 __all__ = [
@@ -90,16 +96,6 @@ OnBatchLengths = Callable[[list[int]], None]
 
 # The key of the rollout layout (see arrow_split.TrainDataLayout) that the actor layout drops.
 _PARTITION = "partition"
-
-
-def _dp_size_of(train_parallel_config: Mapping[str, Any] | None) -> int:
-    if not isinstance(train_parallel_config, Mapping) or "dp_size" not in train_parallel_config:
-        msg = (
-            "`train_parallel_config` must name `dp_size` (the number of data-parallel ranks), "
-            f"got {train_parallel_config!r}"
-        )
-        raise OptionError(msg, key="train_parallel_config")
-    return check_dp_size(train_parallel_config["dp_size"])
 
 
 def split_train_data_by_dp_raw(
@@ -142,8 +138,7 @@ def can_schedule_on_rollout_side(
     one step.
     """
     check_args(args)
-    if isinstance(train_parallel_config, Mapping) and "dp_size" in train_parallel_config:
-        check_dp_size(train_parallel_config["dp_size"])  # parsed as every door parses it
+    optional_dp_size(train_parallel_config)  # parsed as every door parses it
     if not has_full_schedule_config(train_parallel_config):
         return False
     if arg_flag(args, "multi_lora"):
@@ -180,14 +175,8 @@ def split_train_data_by_dp_scheduled_raw(
     ``flops`` gives per-sample workloads for ``args.balance_by_flops``.
     """
     check_flops(flops)
-    dp_size = _dp_size_of(train_parallel_config)
-    if not has_full_schedule_config(train_parallel_config):
-        msg = (
-            f"`train_parallel_config` must name every key of {SCHEDULE_CONFIG_KEYS} for the "
-            f"rollout-side schedule, got {sorted(train_parallel_config)}; check "
-            "`can_schedule_on_rollout_side` first"
-        )
-        raise OptionError(msg, key="train_parallel_config")
+    dp_size = config_dp_size(train_parallel_config)
+    check_config_keys(train_parallel_config, SCHEDULE_CONFIG_KEYS)
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
     parts = scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
     return [rollout_dict(shard, extras) for shard, _, extras in parts]
@@ -211,15 +200,14 @@ def split_train_data_by_dp(
     check_flops(flops)
     balance_data = arg_flag(args, "balance_data", required=True)
     if arg_flag(args, "delay_split_train_data_by_dp"):
-        config = {} if train_parallel_config is None else train_parallel_config
-        dp_size = _dp_size_of(config) if "dp_size" in config else None
+        dp_size = optional_dp_size(train_parallel_config)
         batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
         if dp_size is not None:  # checked (plan included) before the put
             batch.make_plan(dp_size, balance_data=balance_data)
         return put_delayed(batch, dp_size, balance_data)
-    dp_size = _dp_size_of(train_parallel_config)
+    dp_size = config_dp_size(train_parallel_config)
     batch = to_batch(args, data, specs, **_options(strict_keys, pad_to_dp, dp_size))
-    assert train_parallel_config is not None  # checked by _dp_size_of
+    assert train_parallel_config is not None  # checked by config_dp_size
     if can_schedule_on_rollout_side(args, batch, train_parallel_config):
         parts: Iterable[ShardParts] = list(
             scheduled_shards(args, batch, dp_size, train_parallel_config, flops)
@@ -252,8 +240,15 @@ def process_rollout_data_shard(
             "dict, as `split_train_data_by_dp_raw` returns it"
         )
         raise SchemaError(msg, key=missing[0])
-    partition = as_index_array(_PARTITION, rollout_data[_PARTITION])
-    total_lengths = _batch_lengths(rollout_data[TOTAL_LENGTHS])
+    partition = _shard_ints(
+        _PARTITION, rollout_data[_PARTITION], "sample of the rank (its row in the batch)"
+    )
+    total_lengths = _shard_ints(
+        TOTAL_LENGTHS, rollout_data[TOTAL_LENGTHS], "sample of the whole batch"
+    )
+    if total_lengths.size and int(total_lengths.min()) < 0:
+        msg = f"`{TOTAL_LENGTHS}` holds {int(total_lengths.min())}; token counts are >= 0"
+        raise SchemaError(msg, key=TOTAL_LENGTHS)
     outside = partition[(partition < 0) | (partition >= len(total_lengths))]
     if outside.size:
         msg = (
@@ -268,27 +263,22 @@ def process_rollout_data_shard(
     return rollout_data
 
 
-def _batch_lengths(total_lengths: object) -> np.ndarray:
-    """The whole batch's ``total_lengths`` (a list, a tuple or a 1-D array) as int64."""
+def _shard_ints(key: str, value: object, each: str) -> np.ndarray:
+    """A rank dict's ``key`` (a list, a tuple or a 1-D array of ints) as int64.
+
+    A value of another type is a :class:`SchemaTypeError` (``data_type``), for either key.
+    """
     try:
-        ndim = np.ndim(total_lengths)  # type: ignore[arg-type]
+        ndim = np.ndim(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):  # ragged
         ndim = -1
-    if isinstance(total_lengths, (str, bytes, Mapping)) or ndim != 1:
-        msg = (
-            f"`{TOTAL_LENGTHS}` must be one int per sample of the whole batch, got "
-            f"{type(total_lengths).__name__}"
-        )
-        raise SchemaTypeError(msg, key=TOTAL_LENGTHS)
+    expected = f"one int per {each}, as `split_train_data_by_dp_raw` returns it"
+    if isinstance(value, (str, bytes, Mapping)) or ndim != 1:
+        raise mistake("data_type", key=key, expected=expected, got=describe(value))
     try:
-        lengths = as_index_array(TOTAL_LENGTHS, total_lengths)
-    except OptionError as error:  # strings, floats, bools: not token counts
-        msg = f"`{TOTAL_LENGTHS}` must be one int per sample of the whole batch: {error}"
-        raise SchemaTypeError(msg, key=TOTAL_LENGTHS) from None
-    if lengths.size and int(lengths.min()) < 0:
-        msg = f"`{TOTAL_LENGTHS}` holds {int(lengths.min())}; token counts are >= 0"
-        raise SchemaError(msg, key=TOTAL_LENGTHS)
-    return lengths
+        return as_index_array(key, value)
+    except OptionError:  # strings, floats, bools: not ints
+        raise mistake("data_type", key=key, expected=expected, got=describe(value)) from None
 
 
 def process_rollout_data(
@@ -307,10 +297,13 @@ def process_rollout_data(
 
     ``rollout_data_ref``: the eager list (only this rank's item is fetched) or the delayed
     reference (only this rank's rows are gathered; ``witness_info.witness_ids`` adds
-    ``seq_witness_ids``). ``specs``, ``strict_keys``: for a dict miles' own store put.
+    ``seq_witness_ids``). ``specs``, ``strict_keys``: for a dict miles' own store put. Every
+    argument is checked first, in either mode.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
+    declared = as_specs(specs)  # every option parsed here, whichever mode reads it
+    strict, pad = as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
     if arg_flag(args, "delay_split_train_data_by_dp"):
         rollout_data, result = fetch_delayed(
             args,
@@ -318,9 +311,9 @@ def process_rollout_data(
             rank,
             size,
             witness_ids=witness_ids_of(witness_info),
-            specs=specs,
-            strict_keys=as_flag("strict_keys", strict_keys),
-            pad_to_dp=as_flag("pad_to_dp", pad_to_dp),
+            specs=declared,
+            strict_keys=strict,
+            pad_to_dp=pad,
         )
     elif witness_info is not None:  # eager shards were split with their witness ids already
         msg = (

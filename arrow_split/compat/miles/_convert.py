@@ -1,8 +1,8 @@
 """miles' train data on arrow_split, without Ray: from miles' ``args`` and dict to each rank's dict.
 
-``args`` is read once (fields parsed with :mod:`arrow_split._args`' rules, errors naming
-``args.<field>``), a batch built, each rank's rows picked (the plan or the rollout-side schedule)
-and rendered as miles' rollout-layout dict, or as a :class:`RolloutShard` the eager hand-off puts.
+``args`` is read once (:mod:`~arrow_split.compat.miles._fields`), a batch built, each rank's rows
+picked (the plan or the rollout-side schedule) and rendered as miles' rollout-layout dict, or as
+a :class:`RolloutShard` the eager hand-off puts.
 """
 
 from __future__ import annotations
@@ -31,89 +31,33 @@ from arrow_split import (
     plan_schedule,
     take,
 )
-from arrow_split._args import as_flag, as_int, describe
+from arrow_split.compat.miles._fields import (
+    arg_int,
+    check_args,
+    rollouts_per_step,
+    schedule_config,
+)
 from arrow_split.compat.miles._keys import (
     from_miles_keys,
     infer_unknown_specs,
     miles_key_note,
     to_miles_keys,
 )
+from arrow_split.errors import mistake
 from arrow_split.schema import TEACHER_GATHER_POSITIONS, TEACHER_RESPONSE_LENGTHS, role_column
 
 __all__ = [
     "FlopsFn",
     "RANK_DICT_KEYS",
     "RolloutShard",
-    "SCHEDULE_CONFIG_KEYS",
     "ShardParts",
-    "arg_flag",
-    "check_args",
     "check_flops",
-    "has_full_schedule_config",
     "miles_schedule_fields",
     "plan_shards",
     "rollout_dict",
     "scheduled_shards",
-    "step_batch_size",
     "to_batch",
-    "witness_ids_of",
 ]
-
-_MISSING = object()
-
-
-def check_args(args: object) -> None:
-    """Refuse an ``args`` that cannot be miles' argument namespace (no attributes to read)."""
-    if args is None or isinstance(args, (Mapping, str, bytes, int, float, list, tuple)):
-        msg = (
-            f"`args` must be miles' argument namespace (an `argparse.Namespace`), got "
-            f"{describe(args)}; pass the `args` miles' functions receive, or "
-            "`argparse.Namespace(balance_data=False, ...)`"
-        )
-        raise OptionTypeError(msg, key="args")
-
-
-def _field(args: object, name: str, *, required: bool) -> object:
-    check_args(args)
-    value = getattr(args, name, _MISSING)
-    if value is _MISSING and required:
-        msg = (
-            f"`args` has no field `{name}`; miles' argument parser sets it: pass miles' `args`, "
-            f"or set `args.{name}`"
-        )
-        raise OptionError(msg, key="args")
-    return None if value is _MISSING else value
-
-
-def arg_flag(args: object, name: str, *, required: bool = False) -> bool:
-    """``args.<name>`` as a bool; a missing optional field is ``False``."""
-    value = _field(args, name, required=required)
-    return False if value is None and not required else as_flag(f"args.{name}", value)
-
-
-def arg_int(args: object, name: str, *, required: bool = False) -> int | None:
-    """``args.<name>`` as an int >= 1; a missing (or ``None``) optional field is ``None``."""
-    value = _field(args, name, required=required)
-    return None if value is None else as_int(f"args.{name}", value, minimum=1)
-
-
-def witness_ids_of(witness_info: object) -> Any:
-    """``witness_info.witness_ids``, or a typed error naming what was given instead."""
-    if witness_info is None:
-        return None
-    witness_ids = getattr(witness_info, "witness_ids", _MISSING)
-    if witness_ids is _MISSING:
-        msg = (
-            f"`witness_info` must have `witness_ids` (one int per sample of the whole batch), "
-            f"got {describe(witness_info)}"
-        )
-        raise OptionTypeError(msg, key="witness_info")
-    return witness_ids
-
-
-SCHEDULE_CONFIG_KEYS = ("dp_size", "cp_size", "vpp_size", "microbatch_group_size_per_vp_stage")
-"""The keys of miles' train parallel config that the rollout-side schedule needs, all of them."""
-
 FlopsFn = Callable[[Sequence[int], Any], Sequence[float]]
 """``flops(total_lengths, args)``: one workload per sample, for ``args.balance_by_flops``."""
 
@@ -144,6 +88,8 @@ def to_batch(
     batch = (
         data if isinstance(data, RolloutBatch) else _from_train_data(args, data, specs, strict_keys)
     )
+    if _STEP_BATCH_SIZE in batch.batch_globals:  # judged as `can_schedule_on_rollout_side` does
+        rollouts_per_step(batch.batch_globals[_STEP_BATCH_SIZE])
     return batch if pad_dp_size is None else pad_to_dp(batch, pad_dp_size)
 
 
@@ -180,13 +126,17 @@ def _check_gather_positions(batch: RolloutBatch) -> None:
     rows = np.repeat(np.arange(len(offsets) - 1), np.diff(offsets))
     steps = np.flatnonzero((np.diff(values) <= 0) & (rows[1:] == rows[:-1]))
     if steps.size:
-        sample, token = int(rows[steps[0] + 1]), int(steps[0] + 1 - offsets[rows[steps[0] + 1]])
-        msg = (
-            f"sample {sample}: `{_POSITIONS}` must be strictly increasing, but token {token} "
-            f"holds {int(values[steps[0] + 1])} after {int(values[steps[0]])}; map each response "
-            "token to its own, later teacher position"
+        at = int(steps[0]) + 1
+        sample, token = int(rows[at]), int(at - offsets[rows[at]])
+        raise mistake(
+            "value_range",
+            key=_POSITIONS,
+            sample=sample,
+            position=token,
+            expected="strictly increasing",
+            got=f"{int(values[at])} after {int(values[at - 1])}",
+            fix="map each response token to its own, later teacher position",
         )
-        raise ValueRangeError(msg)
     limit = (
         np.asarray(batch.column(_TEACHER_LENGTHS), dtype=np.int64)[rows]
         if _TEACHER_LENGTHS in batch.column_names
@@ -196,12 +146,16 @@ def _check_gather_positions(batch: RolloutBatch) -> None:
     if outside.size:
         at = int(outside[0])
         sample, token = int(rows[at]), int(at - offsets[rows[at]])
-        bound = f"< `{_TEACHER_LENGTHS}` {int(limit[at])}" if limit is not None else ">= 0"
-        msg = (
-            f"sample {sample}: `{_POSITIONS}` token {token} holds {int(values[at])}, outside "
-            f"the teacher response (positions must be >= 0 and {bound}); fix the position map"
+        bound = "" if limit is None else f" and < {int(limit[at])} (`{_TEACHER_LENGTHS}`)"
+        raise mistake(
+            "value_range",
+            key=_POSITIONS,
+            sample=sample,
+            position=token,
+            expected=f"inside the teacher response: >= 0{bound}",
+            got=str(int(values[at])),
+            fix="fix the position map",
         )
-        raise ValueRangeError(msg)
 
 
 RANK_DICT_KEYS = ("partition", "micro_batch_indices", "num_microbatches", "num_rollouts")
@@ -237,45 +191,6 @@ def plan_shards(batch: RolloutBatch, dp_size: int, balance_data: bool) -> Iterat
     """The classic split, planned now; a rank's shard is taken as the iterator reaches it."""
     plan = batch.make_plan(dp_size, balance_data=balance_data)  # raises now
     return ((take(batch, plan, rank), rank, {}) for rank in range(dp_size))
-
-
-def has_full_schedule_config(train_parallel_config: Mapping[str, Any] | None) -> bool:
-    """Whether the config names every key of :data:`SCHEDULE_CONFIG_KEYS` (values may be None)."""
-    if not train_parallel_config:
-        return False
-    return all(key in train_parallel_config for key in SCHEDULE_CONFIG_KEYS)
-
-
-def step_batch_size(args: Any, batch_globals: Mapping[str, object]) -> int:
-    """Rollouts per step: the batch's own value if it sets one, else ``args.global_batch_size``."""
-    if _STEP_BATCH_SIZE in batch_globals:  # a dict's value is not checked yet
-        return as_int(_STEP_BATCH_SIZE, batch_globals[_STEP_BATCH_SIZE], minimum=1)
-    return as_int(
-        "args.global_batch_size", _field(args, "global_batch_size", required=True), minimum=1
-    )
-
-
-def schedule_config(
-    args: Any, batch: RolloutBatch, train_parallel_config: Mapping[str, Any]
-) -> ScheduleConfig:
-    """The schedule's parameters, read from miles' ``args`` and train parallel config.
-
-    The config's keys but ``dp_size`` are :class:`~arrow_split.ScheduleConfig` fields.
-    """
-    use_dynamic = arg_flag(args, "use_dynamic_batch_size", required=True)
-    micro_batch_size = arg_int(args, "micro_batch_size")
-    if micro_batch_size is None and use_dynamic:
-        micro_batch_size = 1  # unused by the token-budget packing
-    return ScheduleConfig(
-        global_batch_size=step_batch_size(args, batch.batch_globals),
-        micro_batch_size=micro_batch_size,  # type: ignore[arg-type]  # checked by the config
-        use_dynamic_batch_size=use_dynamic,
-        max_tokens_per_gpu=arg_int(args, "max_tokens_per_gpu"),
-        balance_data=arg_flag(args, "balance_data", required=True),
-        balance_by_flops=arg_flag(args, "balance_by_flops"),
-        allow_partial_train_step=arg_flag(args, "allow_partial_train_step"),
-        **{key: train_parallel_config[key] for key in SCHEDULE_CONFIG_KEYS if key != "dp_size"},
-    )
 
 
 def _weights(

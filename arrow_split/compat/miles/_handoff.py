@@ -27,15 +27,12 @@ from arrow_split import (
     Shard,
     TransportError,
 )
-from arrow_split.compat.miles._convert import (
-    RolloutShard,
-    ShardParts,
-    arg_flag,
-    rollout_dict,
-    to_batch,
-)
+from arrow_split._args import describe
+from arrow_split.compat.miles._convert import RolloutShard, ShardParts, rollout_dict, to_batch
+from arrow_split.compat.miles._fields import arg_flag
 from arrow_split.compat.miles._mooncake import stored_ref, take_stored
 from arrow_split.compat.miles._store import store_instance
+from arrow_split.errors import mistake
 
 __all__ = ["ArrowRef", "StoreGetResult", "fetch_delayed", "fetch_eager", "put_delayed", "put_eager"]
 
@@ -176,42 +173,45 @@ def put_delayed(batch: RolloutBatch, dp_size: int | None, balance_data: bool) ->
     return wrap_ref(put_batch(batch, dp_size, balance_data=balance_data, delay=True), step)
 
 
+_REFS = "rollout_data_ref"  # the argument of `process_rollout_data`
+
+
 def fetch_eager(
     refs: Sequence[object], dp_rank: int, dp_size: int
 ) -> tuple[dict[str, Any], StoreGetResult]:
     """Fetch ``refs[dp_rank]`` alone; return its rollout-layout dict and the get result."""
     import ray
 
-    if not isinstance(refs, (list, tuple)) or len(refs) != dp_size:
-        got = f"{len(refs)} references" if isinstance(refs, (list, tuple)) else repr(refs)[:60]
-        msg = (
-            f"eager mode needs the list of `dp_size` ({dp_size}) references that "
-            f"`split_train_data_by_dp` returned, got {got}; with "
-            "`args.delay_split_train_data_by_dp` pass the one delayed reference"
-        )
-        raise PlanError(msg)
+    expected = f"the list of `dp_size` ({dp_size}) references `split_train_data_by_dp` returned"
+    fix = "with `args.delay_split_train_data_by_dp`, pass the one delayed reference"
+    if not isinstance(refs, (list, tuple)):  # a wrong type, as every argument's
+        got = describe(refs)
+        raise mistake("option_type", key=_REFS, expected=expected, got=got, fix=fix)
+    if len(refs) != dp_size:  # another split's list: no rank of this one
+        got = f"{len(refs)} references"
+        raise mistake("plan", key=_REFS, expected=expected, got=got, fix=fix)
     for index, item in enumerate(refs):
         if not isinstance(unwrap(item), (ray.ObjectRef, RolloutShard, Mapping)):
             msg = (
                 f"`rollout_data_ref[{index}]` must be a reference `split_train_data_by_dp` "
                 f"returned, got {type(item).__name__} {item!r:.40}"
             )
-            raise OptionTypeError(msg, key=f"rollout_data_ref[{index}]")
+            raise OptionTypeError(msg, key=f"{_REFS}[{index}]")
     item = unwrap(refs[dp_rank])
     value = ray.get(item) if isinstance(item, ray.ObjectRef) else item
     if isinstance(value, RolloutShard):
         if (value.dp_rank, value.dp_size) != (dp_rank, dp_size):
             msg = (
-                f"`refs[{dp_rank}]` holds rank {value.dp_rank}'s rows of a {value.dp_size}-rank "
+                f"`{_REFS}[{dp_rank}]` holds rank {value.dp_rank}'s rows of a {value.dp_size}-rank "
                 f"split, not rank {dp_rank}'s of {dp_size}; pass the list in the order "
                 "`split_train_data_by_dp` returned it, with the same `dp_size`"
             )
-            raise PlanMismatchError(msg)
+            raise PlanMismatchError(msg, key=f"{_REFS}[{dp_rank}]")
         return value.to_dict(), StoreGetResult(value.shard)
     if isinstance(value, Mapping):  # a shard miles' own store put: its dict, as miles reads it
         return dict(value), StoreGetResult(None)
-    msg = f"`refs[{dp_rank}]` holds a {type(value).__name__}, not a rank's shard"
-    raise NotARolloutBatchError(msg)
+    msg = f"`{_REFS}[{dp_rank}]` holds a {type(value).__name__}, not a rank's shard"
+    raise NotARolloutBatchError(msg, key=f"{_REFS}[{dp_rank}]")
 
 
 def fetch_delayed(
@@ -248,7 +248,7 @@ def fetch_delayed(
                 f"`rollout_data_ref` must be the reference `split_train_data_by_dp` returned, "
                 f"got {type(ref).__name__} {ref!r:.40}"
             )
-            raise OptionTypeError(msg, key="rollout_data_ref")
+            raise OptionTypeError(msg, key=_REFS)
         # miles' reference type: a batch or a dict, fetched here
         target = fetch(unwrap(ref), f"dp_rank {dp_rank}", "the delayed reference", None)
     if isinstance(target, RolloutShard):
@@ -256,7 +256,7 @@ def fetch_delayed(
             "the delayed reference holds one rank's shard, not the whole batch; pass the "
             "reference `split_train_data_by_dp` returned with `args.delay_split_train_data_by_dp`"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key=_REFS)
     if isinstance(target, Mapping):
         _note_whole_dict()
         target = to_batch(args, target, specs, strict_keys=strict_keys)
