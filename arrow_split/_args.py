@@ -36,6 +36,7 @@ __all__ = [
     "MAX_DP_SIZE",
     "SplitMethod",
     "as_choice",
+    "as_callback",
     "as_flag",
     "as_index_array",
     "as_int",
@@ -169,10 +170,15 @@ def as_keywords(
             why = "is passed for each call of" if key in reserved else "is not an option of"
             msg = f"`{key}` {why} `{name}`; pass only {names}"
             raise mistake("option_value", msg, key=key, expected=f"one of {names}", got=repr(key))
-        if key in callbacks and value is not None and not callable(value):
-            got = describe(value)
-            raise mistake("option_type", key=key, expected="None or a callable", got=got)
+        if key in callbacks:
+            as_callback(key, value)
     return dict(options)
+
+
+def as_callback(name: str, value: object) -> None:
+    """Refuse a ``value`` that is neither None nor a callable (an option called back later)."""
+    if value is not None and not callable(value):
+        raise mistake("option_type", key=name, expected="None or a callable", got=describe(value))
 
 
 def as_list_of(name: str, value: object, item: type[Any]) -> list[object]:

@@ -228,3 +228,13 @@ def test_a_rank_dict_value_of_the_wrong_type_is_one_class(key: str, value: objec
     with raises_facts(SchemaTypeError, key=key, mistake="data_type") as caught:
         miles.process_rollout_data_shard(make_args(), shard)
     assert type(caught.value) is SchemaTypeError
+
+
+def test_an_on_batch_lengths_that_is_not_callable_is_refused_first() -> None:
+    shard = miles.split_train_data_by_dp_raw(make_args(), make_data([3, 4]), dp_size=1)[0]
+    kept = dict(shard)
+    with raises_facts(OptionTypeError, key="on_batch_lengths", mistake="option_type"):
+        miles.process_rollout_data_shard(make_args(), shard, on_batch_lengths=3)  # type: ignore[arg-type]
+    assert shard == kept  # nothing changed
+    with raises_facts(OptionTypeError, key="on_batch_lengths"):
+        miles.process_rollout_data(make_args(), [shard], 0, 1, on_batch_lengths=3)  # type: ignore[arg-type]

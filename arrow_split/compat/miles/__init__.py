@@ -23,7 +23,14 @@ from arrow_split import (
     SchemaError,
     SchemaTypeError,
 )
-from arrow_split._args import as_flag, as_index_array, check_dp_rank, check_dp_size, describe
+from arrow_split._args import (
+    as_callback,
+    as_flag,
+    as_index_array,
+    check_dp_rank,
+    check_dp_size,
+    describe,
+)
 from arrow_split.compat.miles._convert import (
     FlopsFn,
     RolloutShard,
@@ -227,6 +234,7 @@ def process_rollout_data_shard(
 
     ``on_batch_lengths`` gets the whole batch's. All is checked first: a failure changes nothing.
     """
+    as_callback("on_batch_lengths", on_batch_lengths)
     if not isinstance(rollout_data, dict):
         msg = (
             f"`rollout_data` must be a rollout-layout dict, as `split_train_data_by_dp_raw` "
@@ -304,6 +312,7 @@ def process_rollout_data(
     rank = check_dp_rank(dp_rank, size)
     declared = as_specs(specs)  # every option parsed here, whichever mode reads it
     strict, pad = as_flag("strict_keys", strict_keys), as_flag("pad_to_dp", pad_to_dp)
+    as_callback("on_batch_lengths", on_batch_lengths)
     if arg_flag(args, "delay_split_train_data_by_dp"):
         rollout_data, result = fetch_delayed(
             args,
