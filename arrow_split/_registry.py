@@ -7,8 +7,9 @@ see it (the specs given to ``compat.miles.install(specs=...)`` reach the workers
 
 from __future__ import annotations
 
+from arrow_split._declared import declared_spec
 from arrow_split.errors import SchemaError, SchemaTypeError
-from arrow_split.schema import _KNOWN, TOTAL_LENGTHS, ColumnSpec, check_roles
+from arrow_split.schema import _KNOWN, ColumnSpec, check_roles
 
 __all__ = ["register_column"]
 
@@ -25,15 +26,18 @@ def register_column(spec: ColumnSpec, *, replace: bool = False) -> None:
     spec
         The column's :class:`~arrow_split.ColumnSpec`.
     replace
-        Replace the spec of a key that is already known (by default that is refused).
+        Replace the spec of a key that is already known (by default that is refused). The
+        replacement keeps the known key's role (``tokens`` stays the length source).
 
     Raises
     ------
     SchemaTypeError
         ``spec`` is not a ColumnSpec, or ``replace`` is not a bool.
     SchemaError
-        The key is already known (and ``replace`` is not set), is ``total_lengths``, or the
-        spec's role is played by another known column.
+        The key is already known (and ``replace`` is not set); is a key the library adds to
+        train data itself (``total_lengths``, ``partition``, ``global_total_lengths``); the
+        spec's role is played by another known column; or a replacement's kind cannot play
+        the known key's role.
 
     Examples
     --------
@@ -51,10 +55,8 @@ def register_column(spec: ColumnSpec, *, replace: bool = False) -> None:
     if not isinstance(replace, bool):
         msg = f"`replace` must be a bool, got {type(replace).__name__} {replace!r:.40}"
         raise SchemaTypeError(msg, key="replace")
-    if spec.name == TOTAL_LENGTHS:
-        msg = f"`{TOTAL_LENGTHS}` is derived from the length source and cannot be registered"
-        raise SchemaError(msg, key=TOTAL_LENGTHS)
     known = _KNOWN.get(spec.name)
+    spec = declared_spec(spec, known)  # a key the library adds itself is refused; roles kept
     if known is not None and not replace:
         msg = (
             f"column `{spec.name}` is already known (a {known.kind} column); pass "

@@ -18,6 +18,7 @@ from arrow_split._args import as_choice, as_list_of
 from arrow_split._codecs import kind_of
 from arrow_split._codecs._kind import storage_types
 from arrow_split._codecs.batch_global import Shape
+from arrow_split._declared import declared_spec, refuse_library_key
 from arrow_split._key_hints import unknown_key_in
 from arrow_split.errors import SchemaError, SchemaTypeError
 
@@ -345,7 +346,8 @@ def resolve_specs(
     """The spec of every key but ``total_lengths``, in order; declared specs override known ones.
 
     Raises :class:`SchemaError` for a key neither known nor declared (``data``, the values, words
-    its hint), or a spec declared twice.
+    its hint), a spec declared twice, or one the library refuses (``arrow_split._declared``: a
+    key it adds itself, an override that cannot keep its key's role).
     """
     declared: dict[str, ColumnSpec] = {}
     listed = specs if isinstance(specs, tuple) else as_list_of("specs", specs, ColumnSpec)
@@ -356,18 +358,15 @@ def resolve_specs(
         if spec.name in declared:
             msg = f"column `{spec.name}` is declared twice in `specs`; keep one ColumnSpec per key"
             raise SchemaError(msg, key=spec.name)
-        declared[spec.name] = spec
+        declared[spec.name] = declared_spec(spec, KNOWN_COLUMNS.get(spec.name))  # keeps roles
     resolved: dict[str, ColumnSpec] = {}
     for key in keys:
         if key == TOTAL_LENGTHS:
             continue
-        known, found = KNOWN_COLUMNS.get(key), declared.get(key)
+        found = declared.get(key, KNOWN_COLUMNS.get(key))
         if found is None:
-            if known is None:
-                raise SchemaError(unknown_key_in(key, data, KNOWN_COLUMNS), key=key)
-            found = known
-        elif known is not None and known.role is not None and found.role is None:
-            found = dataclasses.replace(found, role=known.role)  # an override keeps the role
+            refuse_library_key(key)  # a shard's layout key: no spec can declare it
+            raise SchemaError(unknown_key_in(key, data, KNOWN_COLUMNS), key=key)
         resolved[key] = found
     if declared:  # the known specs' roles are distinct by construction
         check_roles((spec.name, spec.role) for spec in resolved.values())

@@ -713,3 +713,19 @@ def test_a_map_batch_global_round_trips(tmp_path: Path) -> None:
     read = RolloutBatch.read(path)
     assert read.equals(batch)
     assert read.batch_globals["step_adapter_batch_sizes"] == {0: 1, 1: 1}
+
+
+def test_a_part_of_a_batch_with_raw_reward_is_refused_before_any_file(tmp_path: Path) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1, 2], [3], [4]], "raw_reward": [1, 2, 3]})
+    shard = arrow_split.split_train_data_by_dp_raw(batch, 3, balance_data=False)[1]
+    for part in (batch.slice(0, 1), shard.rows):  # each keeps the batch's whole raw_reward
+        with raises_facts(DumpError, key="raw_reward", fix="write the whole batch"):
+            part.write(tmp_path / "part.arrow")
+        with raises_facts(DumpError, key="raw_reward", fix="write the whole batch"):
+            part.to_parquet(tmp_path / "part.parquet")
+    assert os.listdir(tmp_path) == []
+    padded = arrow_split.pad_to_dp(batch, 2)  # raw_reward: every row but the padding one
+    padded.write(tmp_path / "padded.arrow")
+    assert RolloutBatch.read(tmp_path / "padded.arrow").equals(padded)
+    batch.slice(0).write(tmp_path / "whole.arrow")
+    assert RolloutBatch.read(tmp_path / "whole.arrow").equals(batch)

@@ -1015,7 +1015,7 @@ BUILTIN_RAISES = {
     ("mooncake/__init__.py", "ImportError"): "an optional dependency (as above)",
     ("testing/strategies.py", "ImportError"): "an optional dependency (as above)",
     ("compat/miles/_install.py", "ImportError"): "`install()` without miles: what to install",
-    ("batch/_frame.py", "ImportError"): "`to_pandas()` without pandas: what to install",
+    ("batch/_frame.py", "ImportError"): "`to_pandas()`, `to_polars()` without it: what to install",
 }
 # Asserts in the package, each a type-narrowing check of an internal invariant (never of input):
 # (file, asserted expression) -> reason.

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import importlib.util
+import pickle
 from argparse import Namespace
 from typing import Any
 
@@ -13,7 +15,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrow_split
-from arrow_split import ColumnNotFoundError, RolloutBatch, SchemaError, SchemaTypeError
+from arrow_split import (
+    ColumnNotFoundError,
+    OptionError,
+    OptionTypeError,
+    RolloutBatch,
+    SchemaError,
+    SchemaTypeError,
+)
+from arrow_split._codecs.batch_global import global_to_python
 from arrow_split.batch import _frame, values_equal
 from arrow_split.testing import assert_batches_equal
 from arrow_split.testing.strategies import rollout_batches, train_data
@@ -49,6 +59,8 @@ def test_schema_and_a_column_by_key(batch: RolloutBatch) -> None:
     assert "tokens" in batch
     assert "raw_reward" in batch
     assert "nope" not in batch
+    assert [1] not in batch  # an unhashable value is no key either
+    assert 0 not in batch
 
 
 def test_a_missing_key_is_a_column_not_found_error(batch: RolloutBatch) -> None:
@@ -131,6 +143,71 @@ def test_to_pandas_without_pandas_says_what_to_install(
         batch.to_pandas()
 
 
+GLOBALS: dict[str, Any] = {
+    "tokens": [[1, 2]],
+    "raw_reward": [0.5],
+    "step_adapter_batch_sizes": {0: 1},
+    "step_adapter_names": ["a"],
+    "prompt_group_sizes": [1],
+    "dynamic_global_batch_size": 1,
+}
+
+
+def test_the_read_only_globals_give_the_classic_layout() -> None:
+    batch = RolloutBatch.from_train_data(GLOBALS)
+    plain = global_to_python(batch.batch_globals)  # tuples and mapping proxies there
+    expected = {key: value for key, value in GLOBALS.items() if key != "tokens"}
+    assert plain == expected
+    assert [type(value) for value in plain.values()] == [list, dict, list, list, int]
+    assert copy.deepcopy(plain) == expected  # what pandas does with `attrs`
+    assert pickle.loads(pickle.dumps(plain)) == expected
+
+
+def test_to_pandas_attrs_survive_a_copy() -> None:
+    pytest.importorskip("pandas")
+    frame = RolloutBatch.from_train_data(GLOBALS).to_pandas()
+    expected = {key: value for key, value in GLOBALS.items() if key != "tokens"}
+    assert frame.attrs["batch_globals"] == expected
+    assert frame.head().attrs["batch_globals"] == expected  # pandas deep-copies attrs
+    assert pickle.loads(pickle.dumps(frame)).attrs == frame.copy().attrs
+
+
+def test_to_polars_without_polars_says_what_to_install(
+    batch: RolloutBatch, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "polars" else real(name, *a)
+    )
+    with pytest.raises(ImportError, match=r"needs polars.*`pip install polars`"):
+        batch.to_polars()
+
+
+class _Bad:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Bad)
+
+    __hash__ = object.__hash__
+
+
+def test_a_value_whose_repr_raises_shows_a_placeholder() -> None:
+    data = {"tokens": [[1]], "multimodal_train_inputs": [{"x": _Bad()}]}
+    batch = RolloutBatch.from_train_data({**data, "multimodal_train_inputs": [_Bad()]})
+    assert "<_Bad: repr failed>" in repr(batch)
+    assert "&lt;_Bad: repr failed&gt;" in batch._repr_html_()
+    assert "{'x': <_Bad: repr" in repr(RolloutBatch.from_train_data(data))  # nested
+
+
+def test_a_cell_cuts_long_text_and_bytes_before_their_repr() -> None:
+    assert _frame._cell("a" * 10**6) == "'" + "a" * 20 + "…"
+    assert _frame._cell({"pixels": b"\x00" * 10**6}).startswith("{'pixels': b'\\x00")
+    assert len(_frame._cell({"pixels": b"\x00" * 10**6})) == 22
+    assert _frame._cell({"a": 1}) == "{'a': 1}"
+
+
 @settings(max_examples=20, deadline=None)
 @given(
     batch=rollout_batches(max_samples=10, cap=6),
@@ -171,8 +248,60 @@ def test_concat_refuses_other_schemas_and_differing_globals(batch: RolloutBatch)
         RolloutBatch.concat([batch, changed])
     with raises_facts(SchemaError, key="batches"):
         RolloutBatch.concat([])
-    with raises_facts(SchemaTypeError, key="batches[i]"):
+    with raises_facts(SchemaTypeError, key="batches[1]"):  # the real index
         RolloutBatch.concat([batch, DATA])  # type: ignore[list-item]
+    with raises_facts(SchemaTypeError, key="batches[2]"):
+        RolloutBatch.concat([batch, batch, None])  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize("single", ["batch", "shard"])
+def test_concat_of_a_single_batch_asks_for_a_list(batch: RolloutBatch, single: str) -> None:
+    value = (
+        batch
+        if single == "batch"
+        else arrow_split.split_train_data_by_dp_raw(batch, 1, balance_data=False)[0]
+    )
+    with raises_facts(SchemaTypeError, key="batches", got=type(value).__name__) as caught:
+        RolloutBatch.concat(value)  # type: ignore[arg-type]
+    assert caught.value.fix == "pass a list, e.g. `[batch]`"
+
+
+def test_concat_names_the_key_stored_otherwise() -> None:
+    strings = RolloutBatch.from_train_data({"tokens": [[1]], "prompt": ["a"]})
+    pickles = RolloutBatch.from_train_data({"tokens": [[1]], "prompt": [None]})
+    with raises_facts(
+        SchemaError, key="prompt", expected="codec='string'", got="codec='pickle'"
+    ) as caught:
+        RolloutBatch.concat([strings, pickles])
+    assert "batch 1" in caught.value.message
+    fewer = RolloutBatch.from_train_data({"tokens": [[1]]})
+    with raises_facts(SchemaError, key="batches[1]") as caught:
+        RolloutBatch.concat([strings, fewer])
+    assert "lacks prompt" in caught.value.message
+
+
+def test_concat_leaves_batches_without_rows_out_of_the_columns_types() -> None:
+    experts = np.zeros((1, 2, 3), np.int32)
+    full = RolloutBatch.from_train_data(
+        {"tokens": [[1, 2], [3, 4]], "rollout_routed_experts": [experts, experts + 1]}
+    )
+    empty = RolloutBatch.from_train_data({"tokens": [], "rollout_routed_experts": []})
+    assert empty.schema != full.schema  # an empty column has no shape
+    for pieces in ([empty, full], [full, empty], [empty, full, empty]):
+        assert_batches_equal(RolloutBatch.concat(pieces), full)
+    assert len(RolloutBatch.concat([empty, empty])) == 0
+
+
+def test_concat_refuses_whole_batches_mixed_with_slices_of_per_sample_globals() -> None:
+    whole = RolloutBatch.from_train_data({"tokens": [[1, 2], [3, 4]], "raw_reward": [1.0, 2.0]})
+    with raises_facts(SchemaError, key="raw_reward") as caught:
+        RolloutBatch.concat([whole, whole.slice(0, 1)])
+    assert caught.value.fix == "concatenate whole batches, or slices of one batch"
+    with raises_facts(SchemaError, key="raw_reward"):
+        RolloutBatch.concat([whole.slice(1), whole])
+    three = [whole.slice(0, 1), whole.slice(1, 1), whole.slice(2)]  # slices: the value once
+    assert_batches_equal(RolloutBatch.concat(three), whole)
+    assert RolloutBatch.concat([whole, whole])["raw_reward"].tolist() == [1.0, 2.0] * 2
 
 
 def test_concat_of_narrow_ids_in_other_widths() -> None:
@@ -200,10 +329,29 @@ def test_concat_of_other_expert_shapes_is_a_schema_error() -> None:
 
 
 def test_slice_arguments_are_checked(batch: RolloutBatch) -> None:
-    with raises_facts(SchemaTypeError, key="offset"):
+    with raises_facts(OptionTypeError, key="offset"):
         batch.slice("1")  # type: ignore[arg-type]
-    with raises_facts(SchemaError, key="length", got="-1", expected=">= 0"):
+    with raises_facts(OptionError, key="length", got="-1", expected=">= 0"):
         batch.slice(0, -1)
+
+
+@pytest.mark.parametrize("bad", [1.0, True, np.float64(1.0), np.array(1.5), None])
+def test_slice_parses_its_ints_as_every_option(batch: RolloutBatch, bad: object) -> None:
+    if bad is not None:
+        with raises_facts(OptionTypeError, key="offset", mistake="option_type"):
+            batch.slice(bad)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="length", mistake="option_type"):
+        batch.slice(0, bad if bad is not None else "1")  # type: ignore[arg-type]
+
+
+def test_slice_takes_ints_in_any_container_and_clamps_as_python(batch: RolloutBatch) -> None:
+    first = batch.slice(1, 2)
+    for offset, length in ((np.array(1), np.array(2)), (np.int8(1), np.uint64(2)), (1, 2)):
+        assert batch.slice(offset, length).equals(first)  # type: ignore[arg-type]
+    assert batch.slice(-1).to_train_data()["tokens"] == DATA["tokens"][-1:]
+    assert batch.slice(-(2**70)).equals(batch)
+    assert len(batch.slice(2**70)) == 0
+    assert batch.slice(2, 2**70).to_train_data()["tokens"] == DATA["tokens"][2:]
 
 
 def test_a_shard_reads_like_its_rows(batch: RolloutBatch) -> None:

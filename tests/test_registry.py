@@ -80,3 +80,52 @@ def test_registering_refuses_bad_specs() -> None:
     with raises_facts(SchemaError, key="ids"):
         arrow_split.register_column(taken)
     assert "ids" not in arrow_split.KNOWN_COLUMNS
+
+
+LIBRARY_KEYS = ("total_lengths", "partition", "global_total_lengths")
+
+
+@pytest.mark.usefixtures("known")
+@pytest.mark.parametrize("key", LIBRARY_KEYS)
+def test_a_key_the_library_adds_itself_is_never_a_column(key: str) -> None:
+    spec = ColumnSpec(key, "per_sample_scalar", pa.int64())
+    data = {"tokens": [[1, 2], [3]], key: [2, 1]}
+    with raises_facts(SchemaError, key=key, fix="give the column another name"):
+        arrow_split.register_column(spec)
+    assert key not in arrow_split.KNOWN_COLUMNS
+    with raises_facts(SchemaError, key=key):
+        arrow_split.RolloutBatch.from_train_data(data, specs=[spec])
+    with raises_facts(SchemaError, key=key):
+        arrow_split.RolloutBatchBuilder(specs=[spec])
+    batch = arrow_split.RolloutBatch.from_train_data({"tokens": [[1, 2], [3]]})
+    with raises_facts(SchemaError, key=key):
+        batch.add_train_data({key: [2, 1]}, specs=[spec])
+
+
+@pytest.mark.parametrize("key", LIBRARY_KEYS[1:])
+def test_a_layout_key_in_the_data_says_it_is_the_librarys(key: str) -> None:
+    with raises_facts(SchemaError, key=key, fix="give the column another name"):
+        arrow_split.RolloutBatch.from_train_data({"tokens": [[1, 2]], key: [0]})
+
+
+@pytest.mark.usefixtures("known")
+def test_a_replaced_known_column_keeps_its_role() -> None:
+    arrow_split.register_column(ColumnSpec("tokens", "per_token", pa.int64()), replace=True)
+    assert arrow_split.KNOWN_COLUMNS["tokens"].role == "length_source"
+    assert arrow_split.KNOWN_COLUMNS["tokens"].value_type == pa.int64()
+    batch = arrow_split.RolloutBatch.from_train_data({"tokens": [[1, 2]], "response_lengths": [1]})
+    assert batch.total_lengths.tolist() == [2]
+    assert batch.specs["tokens"].value_type == pa.int64()
+
+
+@pytest.mark.usefixtures("known")
+def test_a_replacement_that_cannot_keep_its_role_is_refused() -> None:
+    lengths = ColumnSpec("response_lengths", "batch_global", global_shape="int")
+    with raises_facts(SchemaError, key="response_lengths") as caught:
+        arrow_split.register_column(lengths, replace=True)
+    assert caught.value.fix == "an override of `response_lengths` keeps its role; " + (
+        "declare a kind that can play it"
+    )
+    assert arrow_split.KNOWN_COLUMNS["response_lengths"].kind == "per_sample_scalar"
+    with raises_facts(SchemaError, key="response_lengths"):  # the same rule per batch
+        arrow_split.RolloutBatch.from_train_data({"tokens": [[1]]}, specs=[lengths])

@@ -195,17 +195,20 @@ def unpadded_samples(num_samples: int, columns: Mapping[str, pa.Array], marker: 
 
 
 def global_to_python(values: Mapping[str, object]) -> dict[str, object]:
-    """Return the batch-global values in the classic layout (lists, ints), as fresh objects."""
-    return {
-        key: value.tolist() if isinstance(value, np.ndarray) else _copy(value)
-        for key, value in values.items()
-    }
+    """Return the batch-global values in the classic layout (lists, ints), as fresh objects.
+
+    From the kept values or their read-only view alike: an array or a tuple gives a list, a
+    mapping (a mapping proxy too) a dict.
+    """
+    return {key: _copy(value) for key, value in values.items()}
 
 
 def _copy(value: object) -> object:
-    if isinstance(value, dict):
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Mapping):
         return dict(value)
-    return list(value) if isinstance(value, list) else value
+    return list(value) if isinstance(value, (list, tuple)) else value
 
 
 def _owned(value: object) -> object:

@@ -14,6 +14,7 @@ from typing import Any, cast
 import numpy as np
 import pyarrow as pa
 
+import arrow_split.batch._concat as _concat
 import arrow_split.batch._frame as _frame
 from arrow_split._args import as_flag, check_dp_size, method_of
 from arrow_split._codecs._base import EncodeOptions
@@ -358,19 +359,35 @@ class RolloutBatch(_frame.Frame):
     # For notebooks: a frame's reads, previews and conversions (``_frame.Frame``), and these.
 
     def slice(self, offset: int = 0, length: int | None = None) -> RolloutBatch:
-        """Rows ``offset : offset + length`` in fresh buffers; batch-global values stay whole."""
+        """Rows ``offset : offset + length`` in fresh buffers; batch-global values stay whole.
+
+        ``offset`` counts from the end where negative and ``length`` (``None``: to the end) is
+        cut to the rows there are, as a Python slice; both are ints (a numpy or 0-d one too).
+        An ``OptionTypeError`` for another type, an ``OptionError`` for a negative ``length``.
+        """
         rows = _frame.take_columns(self, _frame.slice_rows(self, offset, length))
         return self._with(plan=None, rows=rows)
 
     @staticmethod
     def concat(batches: Iterable[RolloutBatch]) -> RolloutBatch:
-        """One batch of the rows of ``batches``, in order: same keys and specs, equal globals.
+        """One batch of the rows of ``batches`` (a list), in order: same keys and specs.
 
         A ``float_per_sample`` global (``raw_reward``) with one number per row of each batch
-        is concatenated too; other globals must be equal (they are kept once).
+        is concatenated; slices of one batch (each holding its batch's whole value) keep it
+        once; a mix of the two is refused. Other globals must be equal (they are kept once). A
+        batch without rows adds none and leaves the columns' types to the others.
+
+        Raises
+        ------
+        SchemaTypeError
+            ``batches`` is not a list of RolloutBatch (a single batch: pass ``[batch]``).
+        SchemaError
+            No batch; other keys, or a key stored otherwise (named); other tensor shapes;
+            differing globals.
         """
-        listed = [check_batch(batch, "batches[i]") for batch in _frame.as_list(batches)]
-        record_batch, specs, owned, trust = _frame.concat_batches(listed)
+        listed = _concat.as_list(batches)
+        listed = [check_batch(batch, f"batches[{i}]") for i, batch in enumerate(listed)]
+        record_batch, specs, owned, trust = _concat.concat_batches(listed)
         return RolloutBatch._make(record_batch, specs, owned, trust_objects=trust)
 
 

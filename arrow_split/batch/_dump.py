@@ -13,11 +13,13 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Literal, NamedTuple, get_args
 
+import numpy as np
 import pyarrow as pa
 
 from arrow_split._args import as_flag, as_path
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._convert import check_content
+from arrow_split._codecs.batch_global import unpadded_samples
 from arrow_split.batch._dump_meta import (
     DumpMetadata,
     decode_metadata,
@@ -25,7 +27,7 @@ from arrow_split.batch._dump_meta import (
     field_metadata,
 )
 from arrow_split.errors import ArrowSplitError, DumpError, mistake
-from arrow_split.schema import ColumnSpec
+from arrow_split.schema import ColumnSpec, Roles
 
 __all__ = [
     "Compression",
@@ -73,7 +75,8 @@ def write_dump(
     """Write a batch's parts (trusted) to one Arrow IPC file, atomically.
 
     Raises :class:`OptionError` for an unknown compression (:class:`OptionTypeError`: not a str)
-    and :class:`DumpError` for a value the format cannot store.
+    and :class:`DumpError` for a value the format cannot store, or a part of a batch (a slice, a
+    shard's rows) whose ``raw_reward`` holds its batch's whole value.
     """
     codec = _check_compression(compression)
     with_metadata = _with_metadata(record_batch, specs, batch_globals, compression)
@@ -188,11 +191,35 @@ def _with_metadata(
     batch_globals: Mapping[str, object],
     compression: str | None,
 ) -> pa.RecordBatch:
+    _refuse_a_part(record_batch, specs, batch_globals)
     schema = record_batch.schema
     ours = encode_metadata(specs, batch_globals, compression)
     fields = [field.with_metadata(field_metadata(specs[field.name], specs)) for field in schema]
     schema = pa.schema(fields, metadata={**(schema.metadata or {}), **ours})
     return pa.RecordBatch.from_arrays(record_batch.columns, schema=schema)
+
+
+def _refuse_a_part(
+    record_batch: pa.RecordBatch,
+    specs: Mapping[str, ColumnSpec],
+    batch_globals: Mapping[str, object],
+) -> None:
+    """Raise DumpError for a per-sample global (``raw_reward``) of other rows than the batch's.
+
+    A slice or a shard's rows keeps its batch's whole value; a file holds a whole batch, whose
+    reader checks one value per row (padding rows aside).
+    """
+    columns = {name: record_batch.column(name) for name in record_batch.schema.names}
+    rows = unpadded_samples(record_batch.num_rows, columns, Roles.of(specs).padding)
+    for key, value in batch_globals.items():
+        held = np.asarray(value).size if specs[key].global_shape == "float_per_sample" else rows
+        if held != rows:
+            msg = (
+                f"batch-global key `{key}` holds {held} values for the {rows} rows of this "
+                "batch: a slice, or a shard's rows, keeps its batch's whole value, which a "
+                "file cannot hold"
+            )
+            raise mistake("dump", msg, key=key, fix="write the whole batch")
 
 
 def _write_atomically(path: PathLike, write: Callable[[pa.NativeFile], None]) -> None:

@@ -4,25 +4,25 @@ What users of polars, pandas and Hugging Face ``datasets`` reach for, built on t
 parts: ``batch["tokens"]`` (an Arrow array; a batch-global key gives its value), iteration over
 rows as dicts, a short tabular ``repr`` and an HTML one, ``to_polars``/``to_pandas`` of the
 per-sample columns (batch-global values stay apart: in ``batch_globals``, and in pandas'
-``DataFrame.attrs``), a slice into fresh buffers, and the concatenation of batches of one schema.
+``DataFrame.attrs``), a slice into fresh buffers (concatenation: :mod:`arrow_split.batch._concat`).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import html
 import importlib.util
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+import reprlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import pyarrow as pa
 
+from arrow_split._args import as_int
 from arrow_split._codecs import codec_for
 from arrow_split._codecs._base import RunsMemo
-from arrow_split._codecs.batch_global import global_to_python, owned_globals
-from arrow_split.batch._columns import values_equal
-from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaError, SchemaTypeError
+from arrow_split._codecs.batch_global import global_to_python
+from arrow_split.errors import ArrowSplitError, ColumnNotFoundError, SchemaTypeError
 from arrow_split.schema import ColumnSpec
 
 if TYPE_CHECKING:
@@ -34,8 +34,6 @@ __all__ = [
     "PREVIEW_ROWS",
     "RolloutBatch",
     "aligned",
-    "as_list",
-    "concat_batches",
     "decode_rows",
     "readable_bytes",
     "slice_rows",
@@ -119,7 +117,7 @@ class Frame:
         raise ColumnNotFoundError(msg, key=key)
 
     def __contains__(self, key: object) -> bool:
-        return key in self._frame_rows().specs
+        return isinstance(key, str) and key in self._frame_rows().specs  # a key is a str
 
     def __len__(self) -> int:
         return self._frame_rows().num_samples
@@ -138,6 +136,7 @@ class Frame:
 
         Pickled objects are polars Objects; a shard's original rows are its ``partition``.
         """
+        _require("polars", "to_polars", "or use `to_pandas()`, or `record_batch` with pyarrow")
         import polars
 
         batch = self._frame_rows()
@@ -158,12 +157,7 @@ class Frame:
 
         A shard's frame is indexed by its ``partition`` (its rows' original indices).
         """
-        if importlib.util.find_spec("pandas") is None:
-            msg = (
-                "`to_pandas` needs pandas, which is not installed; install it with "
-                "`pip install pandas` (or use `to_polars()`, or `record_batch` with pyarrow)"
-            )
-            raise ImportError(msg)
+        _require("pandas", "to_pandas", "or use `to_polars()`, or `record_batch` with pyarrow")
         batch = self._frame_rows()
         objects = _object_keys(batch)
         frame = batch.record_batch.drop_columns(objects).to_pandas()
@@ -172,7 +166,7 @@ class Frame:
             for key in objects:
                 frame[key] = decoded[key]
             frame = frame[batch.record_batch.schema.names]
-        frame.attrs["batch_globals"] = global_to_python(dict(batch.batch_globals))
+        frame.attrs["batch_globals"] = global_to_python(batch.batch_globals)
         index = self._frame_index()
         if index is not None:
             frame.index = index
@@ -208,16 +202,14 @@ class Frame:
         )
 
 
-def as_list(batches: object) -> list[Any]:
-    """``batches`` as a non-empty list (a single batch or a str is a typo for a list)."""
-    if isinstance(batches, str | bytes) or not isinstance(batches, Iterable):
-        msg = f"`batches` must be a list of RolloutBatch, got {type(batches).__name__}"
-        raise SchemaTypeError(msg)
-    listed = list(batches)
-    if not listed:
-        msg = "`batches` is empty: concatenate at least one batch"
-        raise SchemaError(msg, key="batches", got="[]")
-    return listed
+def _require(module: str, method: str, instead: str) -> None:
+    """Raise ImportError, saying what to install, where ``module`` is not installed."""
+    if importlib.util.find_spec(module) is None:
+        msg = (
+            f"`{method}` needs {module}, which is not installed; install it with "
+            f"`pip install {module}` ({instead})"
+        )
+        raise ImportError(msg)
 
 
 def decode_rows(
@@ -276,7 +268,27 @@ def _short(value: object) -> str:
             + ", ".join(_short(element) for element in value[:_ITEMS])
             + (", …]" if len(value) > _ITEMS else "]")
         )
-    return repr(value)
+    return _CELL_REPR.repr(value)
+
+
+class _CellRepr(reprlib.Repr):
+    """A cell's repr: a long str or bytes cut before its repr is built, a failing repr named."""
+
+    def repr_str(self, value: str, level: int) -> str:
+        return repr(value[: self.maxstring])
+
+    def repr_bytes(self, value: bytes, level: int) -> str:
+        return repr(value[: self.maxstring])
+
+    def repr_instance(self, value: object, level: int) -> str:
+        try:
+            return repr(value)
+        except Exception:  # a preview never raises: a user's class may break its own repr
+            return f"<{type(value).__name__}: repr failed>"
+
+
+_CELL_REPR = _CellRepr()  # Python 3.10's takes no arguments
+_CELL_REPR.maxlevel, _CELL_REPR.maxstring = 3, _CELL
 
 
 def _cell(value: object) -> str:
@@ -347,20 +359,12 @@ def _object_keys(batch: RolloutBatch) -> list[str]:
 def slice_rows(batch: RolloutBatch, offset: object, length: object) -> np.ndarray:
     """The rows ``offset : offset + length`` as int64 indices, clipped to the batch.
 
-    A negative ``offset`` counts from the end, as in Python.
+    A negative ``offset`` counts from the end, as in Python; ``length`` is ``None`` (to the
+    end) or an int >= 0. Raises OptionTypeError (not an int) or OptionError (``length < 0``).
     """
-    for name, value in (("offset", offset), ("length", length)):
-        if (value is not None or name == "offset") and (
-            isinstance(value, bool) or not isinstance(value, int | np.integer)
-        ):
-            msg = f"`{name}` must be an int, got {type(value).__name__} {value!r:.40}"
-            raise SchemaTypeError(msg, key=name)
     count = batch.num_samples
-    start, _, _ = slice(int(offset), None).indices(count)  # type: ignore[call-overload]
-    if length is not None and int(length) < 0:  # type: ignore[call-overload]
-        msg = f"`length` must be >= 0, got {length}"
-        raise SchemaError(msg, key="length", expected=">= 0", got=str(length))
-    stop = count if length is None else min(start + int(length), count)  # type: ignore[call-overload]
+    start = slice(as_int("offset", offset), None).indices(count)[0]
+    stop = count if length is None else min(start + as_int("length", length, minimum=0), count)
     indices = np.arange(start, stop, dtype=np.int64)
     indices.flags.writeable = False
     return indices
@@ -375,72 +379,3 @@ def take_columns(batch: RolloutBatch, indices: np.ndarray) -> pa.RecordBatch:
         for name, array in zip(record_batch.schema.names, record_batch.columns, strict=True)
     ]
     return pa.RecordBatch.from_arrays(columns, schema=record_batch.schema)
-
-
-def concat_batches(
-    batches: Sequence[RolloutBatch],
-) -> tuple[pa.RecordBatch, Mapping[str, ColumnSpec], Mapping[str, object], bool]:
-    """The parts of one batch holding the rows of ``batches`` in order (same specs, schema).
-
-    With the globals as a batch keeps them, and whether the batch trusts its objects.
-    """
-    first = batches[0]
-    for position, batch in enumerate(batches[1:], start=1):
-        if dict(batch.specs) != dict(first.specs):
-            msg = (
-                f"batch {position} has other keys or specs than batch 0 "
-                f"({', '.join(batch.specs)} against {', '.join(first.specs)}); concatenate "
-                "batches of the same schema"
-            )
-            raise SchemaError(msg, key=f"batches[{position}]")
-    columns = []
-    for name in first.record_batch.schema.names:
-        arrays = [batch.record_batch.column(name) for batch in batches]
-        if len({array.type for array in arrays}) > 1:  # ids stored in other widths or shapes
-            arrays = _widened(arrays, first.specs[name])
-        columns.append(pa.concat_arrays(arrays))
-    record_batch = pa.RecordBatch.from_arrays(columns, names=first.record_batch.schema.names)
-    trust = all(batch.trust_objects for batch in batches)
-    return record_batch, first.specs, owned_globals(_concat_globals(batches)), trust
-
-
-def _widened(arrays: list[pa.Array], spec: ColumnSpec) -> list[pa.Array]:
-    """Narrow-stored columns cast to the narrowest type that holds them all (same shape)."""
-    codec = codec_for(spec)
-    fields = [codec.type_fields(array.type) for array in arrays]
-    known = [found for found in fields if found is not None]
-    shapes = sorted({str(found.trailing) for found in known})
-    if len(known) < len(fields) or len(shapes) > 1:
-        msg = (
-            f"column `{spec.name}` has other shapes in the batches ({', '.join(shapes)}); "
-            "concatenate batches whose values have the same shape (the same layers and top_k)"
-        )
-        raise SchemaError(msg, key=spec.name, got=", ".join(shapes))
-    stored = [found.storage or spec.value_type for found in known]
-    widest = np.result_type(*(pa.array([], type=kind).to_numpy().dtype for kind in stored))
-    wide = dataclasses.replace(known[0], storage=pa.from_numpy_dtype(widest))
-    return [array.cast(codec.arrow_type(spec, wide)) for array in arrays]
-
-
-def _concat_globals(batches: Sequence[RolloutBatch]) -> dict[str, object]:
-    """Equal globals kept once; one number per sample (``raw_reward``) concatenated."""
-    merged: dict[str, object] = {}
-    for key, spec in batches[0].specs.items():
-        if spec.is_per_sample:
-            continue
-        values = [batch.batch_globals[key] for batch in batches]
-        plain = [global_to_python({key: value})[key] for value in values]
-        if spec.global_shape == "float_per_sample" and all(
-            isinstance(value, list) and len(value) == batch.num_samples
-            for value, batch in zip(plain, batches, strict=True)
-        ):  # one number per row of each batch (a slice keeps its batch's whole value instead)
-            merged[key] = np.concatenate([np.asarray(value, np.float64) for value in plain])
-        elif all(values_equal(value, plain[0]) for value in plain):
-            merged[key] = values[0]  # the batch's own form (an array stays an array)
-        else:
-            msg = (
-                f"batch-global key `{key}` differs between the batches; a concatenated batch "
-                "holds one value per batch-global key (make them equal first)"
-            )
-            raise SchemaError(msg, key=key)
-    return merged
