@@ -45,6 +45,7 @@ __all__ = [
     "as_offsets",
     "as_path",
     "as_real",
+    "as_rows",
     "check_dp_rank",
     "check_dp_size",
     "check_lengths",
@@ -208,7 +209,7 @@ def as_path(name: str, value: object) -> str:
         raise mistake("path_value", key=name, expected="a non-empty path", got="''")
     if "\0" in path:
         msg = f"`{name}` {path!r:.60} holds a NUL character; no file can have that name"
-        raise mistake("path_value", msg, key=name)
+        raise mistake("path_value", msg, key=name, got=f"{path!r:.60}")
     return path
 
 
@@ -219,30 +220,30 @@ def as_index_array(name: str, value: object, *, ndim: int = 1) -> Int64Array:
     """``value`` as a fresh int64 array of ``ndim`` dimensions, from ints only (no bool, float)."""
     if isinstance(value, (str, bytes)) or value is None:
         msg = f"`{name}` must be an array of ints, got {describe(value)}"
-        raise OptionTypeError(msg, key=name)
+        raise mistake("option_type", msg, key=name)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError, OverflowError, BufferError, RuntimeError) as exc:
         msg = f"`{name}` must be an array of ints: {exc}"
-        raise OptionTypeError(msg, key=name) from None
+        raise mistake("option_type", msg, key=name) from None
     if array.ndim != ndim:
         msg = f"`{name}` must be a {ndim}-D array of ints, got shape {array.shape}"
-        raise OptionTypeError(msg, key=name)
+        raise mistake("option_type", msg, key=name)
     if isinstance(value, (list, tuple)) and array.dtype.kind in "iu" and _holds_a_bool(value):
         # numpy reads [0, True, 2] as int64: a bool among ints is refused like a bool array
         msg = f"`{name}` must be an array of ints, got a bool among its values: {value!r:.60}"
-        raise OptionTypeError(msg, key=name)
+        raise mistake("option_type", msg, key=name)
     if array.size == 0 and array.dtype.kind in "fO":  # an empty list reads as float64
         return np.zeros(array.shape, dtype=np.int64)
     if array.dtype.kind == "u" and array.size and int(array.max()) > INT64_MAX:
         msg = f"`{name}` has a value above the int64 range: {int(array.max())}"
-        raise OptionError(msg, key=name)
+        raise mistake("option_value", msg, key=name)
     if array.dtype.kind not in "iu":
         msg = (
             f"`{name}` must be an array of ints, got dtype {array.dtype}; "
             "bool, float and object arrays are refused (cast to int64 first if you mean it)"
         )
-        raise OptionTypeError(msg, key=name)
+        raise mistake("option_type", msg, key=name)
     return np.ascontiguousarray(array, dtype=np.int64).copy()
 
 
@@ -253,6 +254,16 @@ def _holds_a_bool(values: list[object] | tuple[object, ...]) -> bool:
         or (isinstance(item, (list, tuple)) and _holds_a_bool(item))
         for item in values
     )
+
+
+def as_rows(name: str, value: object, num_samples: int) -> Int64Array:
+    """``value`` as rows of ``num_samples`` (:func:`as_index_array`, each in range), every door."""
+    rows = as_index_array(name, value)
+    if rows.size and (int(rows.min()) < 0 or int(rows.max()) >= num_samples):
+        bad = int(rows[(rows < 0) | (rows >= num_samples)][0])
+        msg = f"`{name}` holds row {bad}, outside [0, {num_samples}) for this batch"
+        raise mistake("option_value", msg, key=name, got=str(bad))
+    return rows
 
 
 def as_offsets(name: str, value: object, *, total: int | None = None) -> Int64Array:
@@ -342,7 +353,7 @@ def _one_d(name: str, values: object, what: str) -> np.ndarray:
         msg = f"`{name}` must be a 1-D sequence of {what}; numpy says: {exc}"
         raise PlanError(msg, key=name) from exc
     if array.ndim != 1:
-        per = "length" if name == "total_lengths" else "value"
+        per = "length" if name.endswith("total_lengths") else "value"
         msg = f"`{name}` must be 1-D (one {per} per sample), got shape {array.shape}"
         got = f"shape {array.shape}"
         if array.ndim == 0:  # not a sequence at all
@@ -377,22 +388,20 @@ def _first_negative(values: np.ndarray) -> tuple[int, int] | None:
     return (int(negative[0]), negative.size) if negative.size else None
 
 
-def check_lengths(total_lengths: npt.ArrayLike) -> Int64Array:
+def check_lengths(total_lengths: npt.ArrayLike, name: str = "total_lengths") -> Int64Array:
     """The per-sample token counts as a 1-D int64 array (may share memory) of an int64 total."""
-    array = _one_d("total_lengths", total_lengths, "non-negative ints")
-    fix = "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`"
-    lengths = _int64("total_lengths", array, fix)
-    negative = _first_negative(lengths)
-    if negative is not None:
+    array = _one_d(name, total_lengths, "non-negative ints")
+    lengths = _int64(name, array, "pass token counts, e.g. `np.asarray(lengths, dtype=np.int64)`")
+    if (negative := _first_negative(lengths)) is not None:
         row, count = negative
         got = str(int(lengths[row]))
-        msg = f"`total_lengths` must be non-negative, got {got} ({count} negative in all)"
-        raise PlanError(msg, key="total_lengths", sample=row, got=got)
+        msg = f"`{name}` must be non-negative, got {got} ({count} negative in all)"
+        raise PlanError(msg, key=name, sample=row, got=got)
     if lengths.size and int(lengths.max()) > INT64_MAX // lengths.size:
         total = sum(lengths.tolist())
         if total > INT64_MAX:
-            msg = f"`total_lengths` sums to {total} tokens, more than int64 can hold"
-            raise PlanError(msg, key="total_lengths", got=str(total))
+            msg = f"`{name}` sums to {total} tokens, more than int64 can hold"
+            raise PlanError(msg, key=name, got=str(total))
     return lengths
 
 
@@ -444,4 +453,4 @@ def check_order_by(order_by: npt.ArrayLike | None, n: int) -> Int64Array | None:
             f"dtype {keys.dtype}"
         )
         raise (PlanTypeError if wrong_type else PlanError)(msg, key="order_by")
-    return np.ascontiguousarray(keys, dtype=np.int64)
+    return _int64("order_by", keys, "")  # range-checked: a uint64 above int64 never wraps

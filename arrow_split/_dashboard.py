@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from arrow_split._args import as_int, as_path
-from arrow_split.batch import RolloutBatch
+from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.batch._dump import _write_atomically
-from arrow_split.errors import DumpError, SchemaTypeError
+from arrow_split.errors import DumpError
 
 __all__ = ["DASHBOARD_SCHEMA", "write_dashboard_columns"]
 
@@ -52,7 +52,7 @@ def write_dashboard_columns(
 
     ``sample_index`` is the batch's ``sample_indices`` (the row number without them); a key the
     batch lacks (``loss_masks``, ``rollout_log_probs``) is a column of nulls. The file is
-    written atomically (a temporary name, then a rename).
+    written atomically (a temporary name, then a rename): a failed write leaves no file.
 
     Raises
     ------
@@ -61,23 +61,18 @@ def write_dashboard_columns(
     OptionTypeError, OptionError
         ``rollout_id`` is not a non-negative int, or ``folder`` is not a path.
     DumpError
-        A value the file's types cannot hold (an id or length past int32), or an OS error.
+        A value the file's types cannot hold (an id or length past int32).
+    OSError
+        Errors of the operating system pass through unwrapped (``PermissionError``, a full
+        disk), as :meth:`~arrow_split.RolloutBatch.write`'s do (docs/errors.md).
     """
-    if not isinstance(batch, RolloutBatch):
-        msg = f"`batch` must be a RolloutBatch, got {type(batch).__name__} (a shard: `shard.rows`)"
-        raise SchemaTypeError(msg)
+    check_batch(batch)
     number = as_int("rollout_id", rollout_id, minimum=0)
     root = as_path("folder", folder)
     table = pa.Table.from_batches([dashboard_record_batch(batch)])
     target = os.path.join(root, "dashboard_columns", f"rollout_{number}.parquet")
-    try:
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        _write_atomically(
-            target, lambda sink: pq.write_table(table, sink, row_group_size=_ROW_GROUP)
-        )
-    except (OSError, pa.ArrowException) as exc:
-        msg = f"cannot write the dashboard columns file `{target}`: {exc}"
-        raise DumpError(msg) from None
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    _write_atomically(target, lambda sink: pq.write_table(table, sink, row_group_size=_ROW_GROUP))
     return target
 
 

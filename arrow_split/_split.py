@@ -13,7 +13,7 @@ import numpy as np
 from arrow_split._args import (
     SplitMethod,
     as_flag,
-    as_index_array,
+    as_rows,
     check_dp_rank,
     check_dp_size,
     describe,
@@ -23,11 +23,10 @@ from arrow_split._codecs._base import EncodeOptions
 from arrow_split._miles_calls import refuses_miles_calls
 from arrow_split.batch import RolloutBatch, check_batch
 from arrow_split.errors import (
-    OptionError,
     PlanError,
     PlanMismatchError,
     PlanTypeError,
-    SchemaTypeError,
+    mistake,
 )
 from arrow_split.plan import Plan
 from arrow_split.shard import Shard, _gather
@@ -54,20 +53,7 @@ def as_rollout_batch(data_or_batch: RolloutBatch | Mapping[str, Any]) -> Rollout
 
 
 def _parse_indices(indices: object, num_samples: int) -> np.ndarray:
-    try:
-        rows = as_index_array("indices", indices)
-    except OptionError as exc:
-        got = (
-            f"shape {indices.shape} {indices.dtype}"
-            if isinstance(indices, np.ndarray)
-            else describe(indices)
-        )
-        msg = f"`indices` must be a 1-D array of row numbers, got {got}; {exc}"
-        raise PlanError(msg, key="indices") from None
-    if rows.size and (rows.min() < 0 or rows.max() >= num_samples):
-        bad = rows[(rows < 0) | (rows >= num_samples)][0]
-        msg = f"`indices` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise PlanError(msg, key="indices")
+    rows = as_rows("indices", indices, num_samples)  # a fresh array: frozen, never the caller's
     rows.flags.writeable = False
     return rows
 
@@ -76,13 +62,24 @@ def take_rows(source: RolloutBatch | Shard, indices: np.ndarray) -> Shard:
     """Gather ``indices`` (rows of ``source``) into a shard with fresh, compact buffers.
 
     ``partition`` maps the rows to the whole batch; rows of a shard keep its plan and rank.
+
+    Raises
+    ------
+    SchemaTypeError
+        ``source`` is neither a RolloutBatch nor a Shard.
+    OptionTypeError, OptionError
+        ``indices`` is not a 1-D array of ints, or holds a row outside ``source`` (as the
+        ``rows`` of every other door: :meth:`arrow_split.block.RankBlock.fill`, ...).
     """
     if isinstance(source, Shard):  # its rows, mapped back to its whole batch
         rows = _parse_indices(indices, source.num_samples)
         lengths, key, rank = source.batch_total_lengths, source.plan_key, source.dp_rank
         return Shard._take(source.rows, rows, lengths, key, rank, partition=source.partition)
-    batch = check_batch(source)
-    return Shard._take(batch, _parse_indices(indices, batch.num_samples), batch.total_lengths)
+    if not isinstance(source, RolloutBatch):
+        got = describe(source)
+        raise mistake("data_type", key="source", expected="a RolloutBatch or a Shard", got=got)
+    rows = _parse_indices(indices, source.num_samples)
+    return Shard._take(source, rows, source.total_lengths)
 
 
 def _parse_plan(batch: RolloutBatch, plan: object) -> Plan:
@@ -94,7 +91,7 @@ def _parse_plan(batch: RolloutBatch, plan: object) -> Plan:
             f"the plan is for {plan.num_samples} samples but the batch has "
             f"{batch.num_samples}; plan this batch (`batch.make_plan(dp_size, ...)`)"
         )
-        raise PlanError(msg)
+        raise PlanError(msg, key="plan")
     return plan
 
 
@@ -279,7 +276,7 @@ def pad_to_dp(batch: RolloutBatch, dp_size: int) -> RolloutBatch:
             f"`pad_to_dp` pads a whole RolloutBatch before it is split, got "
             f"{type(batch).__name__}; build one with `RolloutBatch.from_train_data(data)`"
         )
-        raise SchemaTypeError(msg, key="pad_to_dp")
+        raise mistake("data_type", msg, key="batch")
     num_samples = batch.num_samples
     deficit = -num_samples % size
     if deficit == 0 and batch.roles.padding is not None:

@@ -23,10 +23,10 @@ from typing import Protocol, TypeGuard
 
 import numpy as np
 
-from arrow_split._args import as_index_array, as_int, describe
+from arrow_split._args import as_int, as_rows, describe
 from arrow_split._codecs import codec_for
 from arrow_split.batch import RolloutBatch
-from arrow_split.errors import OptionError, OptionTypeError
+from arrow_split.errors import OptionError, OptionTypeError, mistake
 from arrow_split.schema import ColumnSpec
 from arrow_split.shard import Shard
 
@@ -145,13 +145,16 @@ class RankBlock:
 
         Raises
         ------
+        SchemaTypeError
+            ``source`` is neither a RolloutBatch nor a Shard.
         OptionError, OptionTypeError
-            ``source`` is not a batch or a shard, or ``rows`` is not rows of it.
+            ``rows`` is not an array of ints, or holds a row outside ``source`` (as the
+            ``indices`` of :func:`arrow_split.take_rows`).
         """
         batch = source.rows if isinstance(source, Shard) else source
         if not isinstance(batch, RolloutBatch):
-            msg = f"`source` must be a RolloutBatch or a Shard, got {describe(source)}"
-            raise OptionTypeError(msg, key="source")
+            got = describe(source)
+            raise mistake("data_type", key="source", expected="a RolloutBatch or a Shard", got=got)
         picked = None if rows is None else _rows(batch, rows)
         plans, nbytes = _plan(_views(batch), _Pick.of(picked, batch.num_samples))
         with self._lock:
@@ -204,12 +207,11 @@ class RankBlock:
 def _rows(batch: RolloutBatch, rows: object) -> np.ndarray:
     """``rows`` parsed and checked (a plan's rows too: a hand-made Plan is not checked)."""
     num_samples = batch.num_samples
-    picked = rows if _is_int64_rows(rows) else as_index_array("rows", rows)
-    if len(picked) and _largest(picked.view(_UINT64)) >= num_samples:  # negatives read as huge
-        bad = picked[(picked < 0) | (picked >= num_samples)][0]
-        msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise OptionError(msg, key="rows", got=str(bad))
-    return picked
+    if not _is_int64_rows(rows):
+        return as_rows("rows", rows, num_samples)
+    if len(rows) and _largest(rows.view(_UINT64)) >= num_samples:  # negatives read as huge
+        as_rows("rows", rows, num_samples)  # raises the error of every door's rows
+    return rows
 
 
 def _largest(rows: np.ndarray) -> int:

@@ -23,7 +23,7 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
-from arrow_split._args import as_flag, as_index_array, as_int, describe
+from arrow_split._args import as_flag, as_int, as_rows, describe
 from arrow_split.batch import ColumnValues, RolloutBatch
 from arrow_split.errors import (
     ColumnNotFoundError,
@@ -32,6 +32,7 @@ from arrow_split.errors import (
     PlanError,
     SchemaError,
     ValueRangeError,
+    mistake,
 )
 from arrow_split.schema import ROUTED_EXPERTS
 from arrow_split.shard import Shard
@@ -42,18 +43,6 @@ _META_LAYERS = b"arrow_split.layers"
 _META_CP = b"arrow_split.cp"
 _MAX_SIZE = 1 << 20
 """Above any real pipeline or CP size; ``2 x cp_size`` chunk counts stay far inside int64."""
-
-
-def _int(name: str, value: object, low: int, high: int | None = None) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        msg = f"`{name}` must be an int, got {describe(value)}"
-        raise OptionTypeError(msg, key=name)
-    number = int(value)
-    if number < low or (high is not None and number >= high):
-        bound = f"in [{low}, {high})" if high is not None else f">= {low}"
-        msg = f"`{name}` must be {bound}, got {number}"
-        raise OptionError(msg, key=name, expected=bound, got=str(number))
-    return number
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -82,15 +71,19 @@ class ParallelPlace:
     cp_pad: bool = True
 
     def __post_init__(self) -> None:
-        pp_size = _int("pp_size", self.pp_size, 1, _MAX_SIZE)
-        cp_size = _int("cp_size", self.cp_size, 1, _MAX_SIZE)
+        pp_size = as_int("pp_size", self.pp_size, minimum=1, maximum=_MAX_SIZE - 1)
+        cp_size = as_int("cp_size", self.cp_size, minimum=1, maximum=_MAX_SIZE - 1)
         object.__setattr__(self, "pp_size", pp_size)
         object.__setattr__(self, "cp_size", cp_size)
-        object.__setattr__(self, "pp_rank", _int("pp_rank", self.pp_rank, 0, pp_size))
-        object.__setattr__(self, "cp_rank", _int("cp_rank", self.cp_rank, 0, cp_size))
+        pp_rank = as_int("pp_rank", self.pp_rank, minimum=0, maximum=pp_size - 1)
+        cp_rank = as_int("cp_rank", self.cp_rank, minimum=0, maximum=cp_size - 1)
+        object.__setattr__(self, "pp_rank", pp_rank)
+        object.__setattr__(self, "cp_rank", cp_rank)
         object.__setattr__(self, "cp_pad", as_flag("cp_pad", self.cp_pad))
         if self.stage_layers is not None:
-            stages = tuple(_int("stage_layers", n, 1) for n in _sequence(self.stage_layers))
+            stages = tuple(
+                as_int("stage_layers", n, minimum=1) for n in _sequence(self.stage_layers)
+            )
             if len(stages) != pp_size:
                 msg = (
                     f"`stage_layers` gives {len(stages)} stages but `pp_size` is {pp_size}; pass "
@@ -171,13 +164,18 @@ def _sequence(value: object) -> Sequence[object]:
 
 
 def expert_id_dtype(num_experts: int) -> np.dtype:
-    """The narrowest dtype of ids below ``num_experts``: uint8 up to 256, uint16 up to 65,536."""
-    count = _int("num_experts", num_experts, 1)
-    for dtype in (np.uint8, np.uint16, np.int32):
-        if count - 1 <= np.iinfo(dtype).max:
-            return np.dtype(dtype)
-    msg = f"`num_experts` {count} does not fit int32 ids"
-    raise ValueRangeError(msg)
+    """The narrowest dtype of ids below ``num_experts``: uint8 up to 256, uint16 up to 65,536.
+
+    ``num_experts`` is an int in ``[1, 2**31]`` (ids are int32 at most); else an
+    :class:`~arrow_split.OptionTypeError` or :class:`~arrow_split.OptionError`.
+    """
+    fix = "ids are int32 at most: pass the model's expert count"
+    count = as_int("num_experts", num_experts, minimum=1, maximum=2**31, fix=fix)
+    return next(
+        np.dtype(dtype)
+        for dtype in (np.uint8, np.uint16, np.int32)
+        if count - 1 <= np.iinfo(dtype).max
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -252,10 +250,11 @@ def _id_layout(expert_slice: ExpertSlice, dtype: object, pad_value: object) -> t
     try:
         target = np.dtype(cast("npt.DTypeLike", dtype))
     except TypeError:
-        target = None
-    if target is None or target.kind not in "iu":
         msg = f"`dtype` must be an integer dtype such as int32, got {describe(dtype)}"
-        raise OptionTypeError(msg, key="dtype")
+        raise OptionTypeError(msg, key="dtype") from None
+    if target.kind not in "iu":  # a dtype of the wrong kind: a value mistake, as `id_dtype`'s
+        msg = f"`dtype` must be an integer dtype such as int32, got {target}"
+        raise OptionError(msg, key="dtype", got=str(target))
     low, high = int(np.iinfo(target).min), int(np.iinfo(target).max)
     fill = as_int("pad_value", pad_value, minimum=low, maximum=high)
     values = expert_slice.values
@@ -272,6 +271,9 @@ def _id_layout(expert_slice: ExpertSlice, dtype: object, pad_value: object) -> t
 
 
 def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
+    if not isinstance(column, str):
+        got = describe(column)
+        raise mistake("option_type", key="column", expected="a column's name (a str)", got=got)
     if column not in batch.column_names:
         msg = (
             f"the batch has no column `{column}`; its columns are {batch.column_names}: pass "
@@ -320,10 +322,13 @@ def take_expert_slice(
 
     Raises
     ------
+    SchemaTypeError
+        ``source`` is neither a RolloutBatch nor a Shard.
     ColumnNotFoundError, SchemaError
         No such column, or not a column of per-token ids.
     OptionError, OptionTypeError
-        A bad ``rows`` or ``num_experts``.
+        A bad ``place``, ``rows``, ``num_experts`` or ``column`` (not a str); ``rows`` as
+        every door's (:func:`arrow_split.take_rows`).
     PlanError
         A layout that does not fit: more stages than layers, layers that do not divide, a
         sequence that does not divide ``2 x cp_size`` with ``cp_pad=False``.
@@ -335,8 +340,8 @@ def take_expert_slice(
         raise OptionTypeError(msg, key="place")
     batch = source.rows if isinstance(source, Shard) else source
     if not isinstance(batch, RolloutBatch):
-        msg = f"`source` must be a RolloutBatch or a Shard, got {describe(source)}"
-        raise OptionTypeError(msg, key="source")
+        got = describe(source)
+        raise mistake("data_type", key="source", expected="a RolloutBatch or a Shard", got=got)
     experts = _experts_of(batch, column)
     picked = _rows(rows, batch.num_samples)
     values, offsets = experts.values, cast("np.ndarray", experts.offsets)  # ragged: offsets
@@ -378,12 +383,7 @@ def _check_ids(gathered: np.ndarray, column: str, num_experts: int) -> None:
 def _rows(rows: object, num_samples: int) -> np.ndarray:
     if rows is None:
         return np.arange(num_samples, dtype=np.int64)
-    picked = as_index_array("rows", rows)
-    if picked.size and (picked.min() < 0 or picked.max() >= num_samples):
-        bad = picked[(picked < 0) | (picked >= num_samples)][0]
-        msg = f"`rows` holds row {bad}, outside [0, {num_samples}) for this batch"
-        raise OptionError(msg, key="rows", got=str(bad))
-    return picked
+    return as_rows("rows", rows, num_samples)
 
 
 def _gather_index(starts: np.ndarray, ranges: np.ndarray) -> np.ndarray:

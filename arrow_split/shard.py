@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 
 import arrow_split.batch._frame as _frame
-from arrow_split._args import as_choice, describe
+from arrow_split._args import MAX_DP_SIZE, as_choice, as_rows, check_dp_rank, check_lengths
 from arrow_split._codecs import codec_for
 from arrow_split.batch import ColumnValues, RolloutBatch, check_batch
 from arrow_split.errors import SchemaError, mistake
@@ -68,8 +68,23 @@ class Shard(_frame.Frame):
         This shard's rows, as a batch of their own.
     partition, batch_total_lengths
         The original row of each row; the whole batch's total lengths (int64; read-only: shared).
+        Row ``i`` is the whole batch's row ``partition[i]``, so its total length is
+        ``batch_total_lengths[partition[i]]``.
     plan_key, dp_rank
-        The plan that made the shard and its rank; ``None`` for :func:`arrow_split.take_rows`.
+        The plan that made the shard and its rank (in ``[0, plan_key.dp_size)``); ``None`` for
+        :func:`arrow_split.take_rows`.
+
+    Raises
+    ------
+    SchemaTypeError, SchemaError
+        ``rows`` is not a RolloutBatch, ``plan_key`` not a PlanKey, or the parts disagree: not
+        one ``partition`` entry per row, or a row's total length other than its sample's.
+    OptionTypeError, OptionError
+        ``partition`` is not an array of ints, or holds a row outside ``batch_total_lengths``
+        (as the ``indices`` of :func:`arrow_split.take_rows`).
+    PlanTypeError, PlanError
+        ``batch_total_lengths`` is not token counts (as ``total_lengths`` at every door), or
+        ``dp_rank`` is not a rank (as :func:`arrow_split.take`'s).
     """
 
     __slots__ = ("_batch_total_lengths", "_dp_rank", "_partition", "_plan_key", "_rows")
@@ -84,20 +99,16 @@ class Shard(_frame.Frame):
         dp_rank: int | None = None,
     ) -> None:
         self._rows = check_batch(rows, "rows")
-        self._partition = _frozen(partition, rows.num_samples, "partition")
-        self._batch_total_lengths = _frozen(batch_total_lengths, None, "batch_total_lengths")
+        lengths = _frozen(check_lengths(batch_total_lengths, "batch_total_lengths"))
+        self._batch_total_lengths = lengths
+        self._partition = _frozen(as_rows("partition", partition, len(lengths)))
+        _check_parts(self._rows, self._partition, lengths)
         if plan_key is not None and not isinstance(plan_key, PlanKey):
             msg = f"`plan_key` must be a PlanKey or None, got {type(plan_key).__name__}"
             raise SchemaError(msg, key="plan_key")
-        if dp_rank is not None:
-            if isinstance(dp_rank, bool) or not isinstance(dp_rank, (int, np.integer)):
-                got = describe(dp_rank)
-                raise mistake("plan_type", key="dp_rank", expected="an int or None", got=got)
-            if dp_rank < 0:
-                expected = "a rank >= 0 or None"
-                raise mistake("plan_value", key="dp_rank", expected=expected, got=repr(dp_rank))
+        size = MAX_DP_SIZE if plan_key is None else plan_key.dp_size  # no plan: any rank
+        self._dp_rank = None if dp_rank is None else check_dp_rank(dp_rank, size)
         self._plan_key = plan_key
-        self._dp_rank = None if dp_rank is None else int(dp_rank)
 
     @classmethod
     def _take(
@@ -341,18 +352,25 @@ def _rebuild_shard(rows: RolloutBatch, *parts: Any) -> Shard:
     return Shard(rows, partition=partition, batch_total_lengths=lengths, plan_key=key, dp_rank=rank)
 
 
-def _frozen(values: object, length: int | None, what: str) -> np.ndarray:
-    """``values`` as a read-only 1-D int64 array: kept if it already is one, else a copy."""
-    if isinstance(values, np.ndarray) and values.dtype == np.int64 and not values.flags.writeable:
-        array = values
-    else:
-        try:
-            array = np.array(values, dtype=np.int64, copy=True)
-        except (TypeError, ValueError, OverflowError) as exc:
-            msg = f"`{what}` must be a 1-D int array of {length} values: {exc}"
-            raise SchemaError(msg, key=what) from None
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """A parsed int64 array made read-only: kept if it already is (shared), else a copy."""
+    if array.flags.writeable:
+        array = array.copy()
         array.flags.writeable = False
-    if array.ndim != 1 or (length is not None and len(array) != length):
-        msg = f"`{what}` must be a 1-D int array of {length} values, got shape {array.shape}"
-        raise SchemaError(msg, key=what)
     return array
+
+
+def _check_parts(rows: RolloutBatch, partition: np.ndarray, lengths: np.ndarray) -> None:
+    """One ``partition`` entry per row, each row as long as its sample in ``lengths``."""
+    if len(partition) != rows.num_samples:
+        msg = f"`partition` has {len(partition)} values but `rows` has {rows.num_samples} rows"
+        raise mistake("schema", msg, key="partition", fix="pass the original row of each row")
+    differ = np.flatnonzero(lengths[partition] != rows.total_lengths)
+    if differ.size:
+        row = int(differ[0])
+        expected, got = int(lengths[partition[row]]), int(rows.total_lengths[row])
+        msg = (
+            f"the row has {got} tokens but `batch_total_lengths` says its sample "
+            f"{int(partition[row])} has {expected}; `partition` maps each row to its sample"
+        )
+        raise mistake("schema", msg, key="batch_total_lengths", sample=row, got=str(got))

@@ -12,10 +12,13 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from arrow_split import PlanError, PlanTypeError, RolloutBatch, plan_fingerprint
+from arrow_split import PlanError, RolloutBatch, plan_fingerprint
+from arrow_split._args import as_flag, check_positive_int, describe
 from arrow_split._codecs._base import short_type
+from arrow_split.batch import check_batch
 from arrow_split.batch._dump import PathLike, read_dump
 from arrow_split.batch._frame import aligned, readable_bytes
+from arrow_split.errors import mistake
 from arrow_split.schema import KNOWN_COLUMNS, role_column
 
 __all__ = ["inspect_path", "summarize"]
@@ -34,10 +37,16 @@ def summarize(
 
     Raises
     ------
+    SchemaTypeError
+        ``batch`` is not a RolloutBatch.
     PlanTypeError, PlanError
-        A ``dp_size`` that is not a positive int.
+        ``dp_sizes`` is not a collection of positive ints (each as ``dp_size`` at every door).
+    OptionTypeError
+        ``balance_data`` is not a bool.
     """
+    batch = check_batch(batch)
     sizes = _check_dp_sizes(dp_sizes)
+    balance_data = as_flag("balance_data", balance_data)
     lengths = batch.total_lengths
     sections = [
         _overview(batch, lengths),
@@ -58,6 +67,7 @@ def inspect_path(
     what :func:`summarize` raises.
     """
     sizes = _check_dp_sizes(dp_sizes)
+    balance_data = as_flag("balance_data", balance_data)
     parts, info = read_dump(path)  # checked: trusted now (as `RolloutBatch.read` makes them)
     batch = RolloutBatch._make(*parts, trust_objects=False)  # a file's objects never decode here
     header = (
@@ -69,16 +79,10 @@ def inspect_path(
 
 
 def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
-    sizes = tuple(dp_sizes)
-    for size in sizes:
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
-            got = f"{size!r} of type {type(size).__name__}"
-            msg = f"`dp_sizes` must hold positive ints, got {got}"
-            raise PlanTypeError(msg, key="dp_sizes", got=got)
-        if size < 1:
-            msg = f"`dp_sizes` must hold positive ints, got {size!r}"
-            raise PlanError(msg, key="dp_sizes", got=repr(size))
-    return tuple(int(size) for size in sizes)
+    if isinstance(dp_sizes, (str, bytes)) or not isinstance(dp_sizes, Iterable):
+        got = describe(dp_sizes)
+        raise mistake("plan_type", key="dp_sizes", expected="a list of positive ints", got=got)
+    return tuple(check_positive_int("dp_sizes", size) for size in dp_sizes)
 
 
 def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:

@@ -13,7 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import arrow_split.block as block_module
-from arrow_split import OptionError, OptionTypeError, Plan, RolloutBatch, take_rows
+from arrow_split import (
+    OptionError,
+    OptionTypeError,
+    Plan,
+    RolloutBatch,
+    SchemaTypeError,
+    take_rows,
+)
 from arrow_split.block import RankBlock
 from arrow_split.testing import RolloutConfig, make_train_data
 from arrow_split.testing.strategies import rollout_batches
@@ -170,8 +177,10 @@ def test_bad_arguments() -> None:
         with raises_facts(OptionError, key="allocate"):
             block.fill(make_batch([3]), [0])
         assert (block.capacity, block.allocations) == (0, 0)  # the bad buffer is not adopted
-    with raises_facts(OptionTypeError, key="source"):
+    with raises_facts(SchemaTypeError, key="source", mistake="data_type"):  # was OptionTypeError
         RankBlock().fill({"tokens": [[1]]}, [0])  # type: ignore[arg-type]
+    with raises_facts(SchemaTypeError, key="source", mistake="data_type"):
+        RankBlock().fill(None)  # type: ignore[arg-type]
     with raises_facts(OptionError, key="rows", got="5"):
         RankBlock().fill(make_batch([3]), [5])
     with raises_facts(OptionTypeError, key="event"):

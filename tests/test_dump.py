@@ -37,6 +37,7 @@ from arrow_split import (
     PlanError,
     PlanTypeError,
     RolloutBatch,
+    SchemaTypeError,
     plan_fingerprint,
     split_train_data_by_dp_raw,
 )
@@ -684,6 +685,20 @@ def test_summarize_refuses_a_bad_dp_size(dp_sizes: Any, error: type, got: str) -
     with raises_facts(error, key="dp_sizes", got=got) as caught:
         summarize(v1_batch(), dp_sizes=dp_sizes)
     assert type(caught.value) is error
+
+
+def test_summarize_checks_its_arguments_at_the_door() -> None:
+    # each was an untyped error or accepted: None's AttributeError, 8's "not iterable", "no"
+    # read as true; a 0-d dp_size refused though `dp_size` takes one everywhere else
+    with raises_facts(SchemaTypeError, key="batch"):
+        summarize(None)  # type: ignore[arg-type]
+    with raises_facts(PlanTypeError, key="dp_sizes", got="int 8", mistake="plan_type"):
+        summarize(v1_batch(), dp_sizes=8)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="balance_data", mistake="flag_type"):
+        summarize(v1_batch(), dp_sizes=[2], balance_data="no")  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="balance_data", mistake="flag_type"):
+        inspect_path("never-read.arrow", [2], balance_data="no")  # type: ignore[arg-type]
+    assert summarize(v1_batch(), dp_sizes=[np.array(2)]) == summarize(v1_batch(), dp_sizes=[2])
 
 
 def test_inspect_path_states_the_file_then_the_batch(tmp_path: Path) -> None:

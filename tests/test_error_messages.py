@@ -31,9 +31,12 @@ from arrow_split import (
     split_train_data_by_dp_raw,
 )
 from arrow_split import errors as errors_module
+from arrow_split.block import RankBlock
 from arrow_split.compat import miles
 from arrow_split.errors import MISTAKES, mistake
 from arrow_split.plan import plan_partitions
+from arrow_split.routing import ParallelPlace, expert_id_dtype, take_expert_slice
+from arrow_split.schema import ROUTED_EXPERTS
 from tests.test_errors import BAD_TRAIN_DATA
 
 GOLDEN = Path(__file__).parent / "data" / "error_messages.json"
@@ -176,6 +179,42 @@ def _door_calls(tmp_path: Path) -> list[tuple[str, Callable[[], object]]]:
         ("path_value", lambda: RolloutBatchBuilder(journal="a\0b")),
         ("option_value", lambda: batch.write(str(tmp_path / "y"), compression="gzip")),
         ("option_type", lambda: batch.write(str(tmp_path / "y"), compression=3)),
+        *_rows_doors(),
+    ]
+
+
+def _rows_doors() -> list[tuple[str, Callable[[], object]]]:
+    """Every door that takes rows of a batch: the same mistakes, the same classes."""
+    batch = RolloutBatch.from_train_data(
+        {"tokens": [[1, 2, 3], [4, 5, 6]], ROUTED_EXPERTS: [np.zeros((2, 4, 2), int)] * 2}
+    )
+    place = ParallelPlace()
+    doors: list[Callable[[object, object], object]] = [
+        arrow_split.take_rows,  # type: ignore[list-item]
+        RankBlock().fill,  # type: ignore[list-item]
+        lambda source, rows: take_expert_slice(source, place, rows),  # type: ignore[arg-type]
+    ]
+    calls: list[tuple[str, Callable[[], object]]] = []
+    for door in doors:
+        calls += [
+            ("option_type", lambda door=door: door(batch, ["x"])),
+            ("option_type", lambda door=door: door(batch, [0.0])),
+            ("option_type", lambda door=door: door(batch, [True])),
+            ("option_type", lambda door=door: door(batch, np.zeros((1, 1), np.int64))),
+            ("option_value", lambda door=door: door(batch, [5])),
+            ("option_value", lambda door=door: door(batch, np.array([-1]))),
+            ("option_value", lambda door=door: door(batch, np.array([2**63], np.uint64))),
+            ("data_type", lambda door=door: door(None, [0])),
+        ]
+    shard = arrow_split.take_rows(batch, [1, 0])
+    return [
+        *calls,
+        ("option_value", lambda: RankBlock().fill(shard, [2])),  # a shard's own rows
+        ("option_value", lambda: arrow_split.take_rows(shard, [2])),
+        ("data_type", lambda: arrow_split.pad_to_dp(None, 2)),  # type: ignore[arg-type]
+        ("option_type", lambda: take_expert_slice(batch, place, column=1)),  # type: ignore[arg-type]
+        ("option_value", lambda: expert_id_dtype(2**40)),
+        ("option_value", lambda: RankBlock(threads=0)),
     ]
 
 

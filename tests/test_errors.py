@@ -818,12 +818,25 @@ def test_dp_size_beyond_the_limit() -> None:
         ("ab", PlanTypeError),  # a str of shape ()
         ([1, 2, 3], PlanError),  # one too many
         ([[1], [2, 3]], PlanTypeError),  # ragged: numpy refuses it
+        (np.array([2**63, 1], np.uint64), PlanError),  # above int64: it wrapped to negative
     ],
 )
 def test_order_by(order_by: Any, error: type[Exception]) -> None:
     with raises_facts(error, key="order_by") as caught:
         plan_partitions([1, 2], 1, balance_data=False, order_by=order_by)
     assert type(caught.value) is error
+
+
+def test_an_unsigned_order_by_is_refused_above_int64_not_wrapped() -> None:
+    # 2**64 - 1 as int64 is -1: the fingerprints of the two were the same
+    huge = np.array([2**64 - 1, 0, 1], np.uint64)
+    with raises_facts(PlanError, key="order_by", got=str(2**64 - 1)):
+        plan_fingerprint([5, 5, 5], 1, balance_data=False, order_by=huge)
+    with raises_facts(PlanError, key="order_by", got=str(2**63)):
+        partition_for_rank([5, 5, 5], 0, 1, balance_data=False, order_by=huge // 2 + 1)
+    fits = np.array([2**63 - 1, 0, 1], np.uint64)
+    order = partition_for_rank([5, 5, 5], 0, 1, balance_data=False, order_by=fits)
+    assert order.tolist() == [1, 2, 0]
 
 
 def test_lengths_that_are_not_a_sequence() -> None:
@@ -871,11 +884,19 @@ def test_a_plan_of_another_batch() -> None:
 
 
 @pytest.mark.parametrize(
-    "indices", [np.array([[0]]), np.array([0.5]), np.array([0, 3]), np.array([-1])]
+    ("indices", "error"),
+    [
+        (np.array([[0]]), OptionTypeError),
+        (np.array([0.5]), OptionTypeError),
+        (np.array([0, 3]), OptionError),
+        (np.array([-1]), OptionError),
+    ],
 )
-def test_take_rows_indices(indices: np.ndarray) -> None:
-    with raises_facts(PlanError, key="indices"):
+def test_take_rows_indices(indices: np.ndarray, error: type[Exception]) -> None:
+    # the mistakes of every door's rows (RankBlock.fill, take_expert_slice): they were PlanErrors
+    with raises_facts(error, key="indices") as caught:
         take_rows(RolloutBatch.from_train_data(_data()), indices)
+    assert type(caught.value) is error
 
 
 def test_a_batch_is_immutable() -> None:
@@ -931,6 +952,62 @@ def test_batch_parts_are_checked() -> None:
     assert_facts(caught.value, {"key": "rows"})
 
 
+@pytest.mark.parametrize(
+    ("partition", "lengths", "error", "facts"),
+    [
+        # a partition is rows of the whole batch, parsed as every door's rows (numpy cast them:
+        # 0.9 read as 0, True as 1, "1" as 1, 2**63 wrapped)
+        ([0.9, 1.9, 2.9], [4, 3, 2], OptionTypeError, {"key": "partition"}),
+        ([True, False, True], [4, 3, 2], OptionTypeError, {"key": "partition"}),
+        (["0", "1", "2"], [4, 3, 2], OptionTypeError, {"key": "partition"}),
+        (np.array([2**63, 1, 2], np.uint64), [4, 3, 2], OptionError, {"key": "partition"}),
+        ([7, 8, 9], [1], OptionError, {"key": "partition", "got": "7"}),  # no such sample
+        ([0, 1, -1], [4, 3, 2], OptionError, {"key": "partition", "got": "-1"}),
+        # the whole batch's lengths, parsed as `total_lengths` at every door
+        ([0, 1, 2], [4.0, 3.0, 2.0], PlanTypeError, {"key": "batch_total_lengths"}),
+        ([0, 1, 2], [4, 3, -2], PlanError, {"key": "batch_total_lengths", "sample": 2}),
+        ([0, 1, 2], 9, PlanTypeError, {"key": "batch_total_lengths"}),
+        # parts that disagree: one partition entry per row, each row as long as its sample
+        ([0, 1], [4, 3, 2], SchemaError, {"key": "partition"}),
+        ([0, 2, 1], [4, 3, 2], SchemaError, {"key": "batch_total_lengths", "sample": 1}),
+        ([0, 1, 2], [4, 3, 5], SchemaError, {"key": "batch_total_lengths", "sample": 2}),
+    ],
+)
+def test_shard_parts_are_parsed_and_agree(
+    partition: Any, lengths: Any, error: type[Exception], facts: dict[str, Any]
+) -> None:
+    rows = RolloutBatch.from_train_data(_data())  # 4, 3 and 2 tokens
+    with raises_facts(error, **facts) as caught:
+        Shard(rows, partition=partition, batch_total_lengths=lengths)
+    assert type(caught.value) is error
+
+
+def test_a_shard_of_consistent_parts_and_its_rank() -> None:
+    rows = RolloutBatch.from_train_data(_data())
+    shard = Shard(rows, partition=[3, 0, 2], batch_total_lengths=[3, 3, 2, 4])
+    with pytest.raises(ValueError, match="read-only"):
+        shard.partition[0] = 1
+    assert shard.to_train_data(layout="rollout")["partition"] == [3, 0, 2]
+    # a rank as `take` parses it: a 0-d array too (it was a PlanTypeError), in the plan's range
+    assert (
+        Shard(
+            rows, partition=[3, 0, 2], batch_total_lengths=[3, 3, 2, 4], dp_rank=np.array(1)
+        ).dp_rank
+        == 1
+    )
+    key = split_train_data_by_dp_raw(rows, 2, balance_data=False)[0].plan_key
+    for rank, error in ((2, PlanError), (-1, PlanError), (1.0, PlanTypeError)):
+        with raises_facts(error, key="dp_rank") as caught:
+            Shard(
+                rows,
+                partition=[3, 0, 2],
+                batch_total_lengths=[3, 3, 2, 4],
+                plan_key=key,
+                dp_rank=rank,
+            )
+        assert type(caught.value) is error
+
+
 # --- options of the leaves ---------------------------------------------------------------------
 
 
@@ -951,14 +1028,12 @@ def test_torch_options() -> None:
         ({"pad_value": "0"}, OptionTypeError, {}),
         ({pad: 2.0}, OptionTypeError, {"got": "float 2.0", "mistake": "option_type"}),
         ({pad: True}, OptionTypeError, {"got": "bool True", "mistake": "option_type"}),
-        ({pad: 0}, ValueRangeError, {"got": "0", "mistake": "value_range"}),
+        # an option out of range is the option's mistake (it was a ValueRangeError here)
+        ({pad: 0}, OptionError, {"got": "0", "mistake": "option_value"}),
         (
             {pad: 2**31 - 1},
-            ValueRangeError,
-            {
-                "expected": "at most 1048576",
-                "mistake": "value_range",
-            },
+            OptionError,
+            {"expected": ">= 1 and <= 1048576", "mistake": "option_value"},
         ),
     ]
     for kwargs, error, facts in cases:
@@ -1139,7 +1214,7 @@ def test_padding_messages() -> None:
     shard = split_train_data_by_dp_raw({"tokens": [[1], [2]]}, 1, balance_data=False)[0]
     with pytest.raises(arrow_split.SchemaTypeError) as caught:
         pad_to_dp(shard, 2)
-    assert_facts(caught.value, {"key": "pad_to_dp"})
+    assert_facts(caught.value, {"key": "batch", "mistake": "data_type"})  # the argument's name
     with pytest.raises(arrow_split.OptionTypeError) as caught:
         split_train_data_by_dp_raw({"tokens": [[1]]}, 2, balance_data=False, pad_to_dp="yes")  # type: ignore[arg-type]
     assert_facts(caught.value, {"key": "pad_to_dp"})

@@ -144,3 +144,16 @@ def test_inspect_options_that_do_not_go_together(
     err = capsys.readouterr().err
     assert err.startswith("usage: arrow-split")
     assert "--rollout-id names the dashboard file: pass --dashboard-columns DIR too" in err
+
+
+def test_the_dashboard_lets_os_errors_through_and_names_its_arguments(tmp_path: Path) -> None:
+    batch = RolloutBatch.from_train_data(DATA)
+    (tmp_path / "a_file").write_text("")
+    # an OS error passes through, as `write`'s does (docs/errors.md); it was a DumpError
+    with pytest.raises(NotADirectoryError) as caught:
+        write_dashboard_columns(batch, tmp_path / "a_file", 0)
+    assert not isinstance(caught.value, arrow_split.ArrowSplitError)
+    with raises_facts(arrow_split.SchemaTypeError, key="batch"):  # it had no key
+        write_dashboard_columns(None, tmp_path, 0)  # type: ignore[arg-type]
+    with raises_facts(arrow_split.PathError, key="folder", got="'a\\x00b'"):  # it had no `got`
+        write_dashboard_columns(batch, "a\0b", 0)

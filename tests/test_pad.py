@@ -121,7 +121,7 @@ def test_pad_to_dp_needs_a_bool_and_a_whole_batch() -> None:
     shard = split_train_data_by_dp_raw(data, 1, balance_data=False)[0]
     with pytest.raises(SchemaTypeError) as caught:
         pad_to_dp(shard, 2)
-    assert_facts(caught.value, {"key": "pad_to_dp"})
+    assert_facts(caught.value, {"key": "batch"})  # the argument (it was the function's name)
 
 
 def test_raw_reward_of_a_padded_batch_counts_real_samples() -> None:

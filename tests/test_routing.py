@@ -24,6 +24,7 @@ from arrow_split import (
     PlanError,
     RolloutBatch,
     SchemaError,
+    SchemaTypeError,
     ValueRangeError,
     take_rows,
 )
@@ -146,6 +147,28 @@ def test_ids_as_narrow_as_the_expert_count(num_experts: int, dtype: type) -> Non
     assert expert_id_dtype(num_experts) == np.dtype(dtype)
 
 
+def test_an_expert_count_past_int32_is_an_option_error() -> None:
+    # an argument out of range (it was a ValueRangeError without a key)
+    assert expert_id_dtype(2**31) == np.dtype(np.int32)
+    with raises_facts(OptionError, key="num_experts", got=str(2**40)) as caught:
+        expert_id_dtype(2**40)
+    assert caught.value.mistake == "option_value"
+    with raises_facts(OptionTypeError, key="num_experts"):
+        expert_id_dtype(8.0)  # type: ignore[arg-type]
+
+
+def test_ints_in_any_container_as_at_every_door() -> None:
+    torch = pytest.importorskip("torch")
+    # a 0-d numpy array or tensor is an int, as for `dp_rank` (they were OptionTypeErrors)
+    place = ParallelPlace(pp_size=np.array(2), pp_rank=np.int64(1), cp_size=torch.tensor(2))
+    assert (place.pp_size, place.pp_rank, place.cp_size) == (2, 1, 2)
+    assert type(place.pp_size) is int
+    assert type(place.cp_size) is int
+    assert expert_id_dtype(np.array(8)) == np.dtype(np.uint8)
+    with raises_facts(OptionTypeError, key="cp_size"):
+        ParallelPlace(cp_size=np.array(2.0))
+
+
 def test_an_int32_column_narrowed_by_num_experts() -> None:
     exact = dataclasses.replace(KNOWN_COLUMNS[ROUTED_EXPERTS], storage="exact")
     data = make_data([5, 6], 4, 2, 256)
@@ -180,10 +203,14 @@ def test_a_layout_that_does_not_fit(
 @pytest.mark.parametrize(
     ("arguments", "error", "facts"),
     [
-        ({"pp_size": 0}, OptionError, {"key": "pp_size", "expected": "in [1, 1048576)"}),
+        ({"pp_size": 0}, OptionError, {"key": "pp_size", "expected": ">= 1 and <= 1048575"}),
         ({"cp_size": 2**62}, OptionError, {"key": "cp_size"}),  # 2 x cp_size past int64
         ({"stage_layers": np.array(4)}, OptionTypeError, {"key": "stage_layers"}),
-        ({"pp_size": 2, "pp_rank": 2}, OptionError, {"key": "pp_rank", "expected": "in [0, 2)"}),
+        (
+            {"pp_size": 2, "pp_rank": 2},
+            OptionError,
+            {"key": "pp_rank", "expected": ">= 0 and <= 1"},
+        ),
         ({"cp_size": 2, "cp_rank": -1}, OptionError, {"key": "cp_rank", "got": "-1"}),
         ({"cp_size": 2.0}, OptionTypeError, {"key": "cp_size"}),
         ({"cp_size": True}, OptionTypeError, {"key": "cp_size"}),
@@ -209,8 +236,16 @@ def test_bad_arguments_of_the_take() -> None:
         take_expert_slice(batch, ParallelPlace(), [2])
     with raises_facts(OptionTypeError, key="place"):
         take_expert_slice(batch, (4, 0), [0])  # type: ignore[arg-type]
-    with raises_facts(OptionTypeError, key="source"):
+    with raises_facts(SchemaTypeError, key="source", mistake="data_type"):  # was OptionTypeError
         take_expert_slice({"tokens": []}, ParallelPlace())  # type: ignore[arg-type]
+    with raises_facts(SchemaTypeError, key="source", mistake="data_type"):
+        take_expert_slice(None, ParallelPlace())  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="column", mistake="option_type"):  # was a KeyError
+        take_expert_slice(batch, ParallelPlace(), column=1)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="rows", mistake="option_type"):
+        take_expert_slice(batch, ParallelPlace(), [0.0])
+    with raises_facts(OptionError, key="rows", got="2", mistake="option_value"):
+        take_expert_slice(batch, ParallelPlace(), np.array([2]))
     assert pa.types.is_large_list(take_expert_slice(batch, ParallelPlace()).column.type)
 
 
@@ -251,9 +286,12 @@ def test_the_padded_layout_holds_every_id_and_the_pad_value_or_says_why() -> Non
         expert_slice.packed(dtype=np.uint8)  # the default pad -1 is not a uint8
     with raises_facts(OptionTypeError, key="pad_value"):
         expert_slice.packed(pad_value=1.5)  # type: ignore[arg-type]
-    for dtype in ("nope", np.float32, object):
-        with raises_facts(OptionTypeError, key="dtype"):
+    with raises_facts(OptionTypeError, key="dtype"):  # no dtype at all: a type mistake
+        expert_slice.packed(dtype="nope")
+    for dtype in (np.float32, object):  # a dtype of the wrong kind: a value mistake (as id_dtype)
+        with raises_facts(OptionError, key="dtype", got=str(np.dtype(dtype))) as caught:
             expert_slice.packed(dtype=dtype)
+        assert type(caught.value) is OptionError
 
 
 def test_an_empty_batch_says_it_has_nothing_to_slice() -> None:

@@ -12,6 +12,9 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from arrow_split import (
+    OptionError,
+    OptionTypeError,
+    Plan,
     PlanError,
     PlanKey,
     RolloutBatch,
@@ -242,9 +245,18 @@ def test_the_run_copying_take_equals_arrows_take(data: dict[str, Any], draw: st.
 
 def test_take_rows_rejects_rows_outside_the_batch() -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3]]})
-    with pytest.raises(PlanError) as caught:
+    # the classes of every door's rows (they were PlanErrors): a value, then a type mistake
+    with pytest.raises(OptionError) as caught:
         take_rows(batch, np.array([0, -1]))
-    assert_facts(caught.value, {"key": "indices"})
-    with pytest.raises(PlanError) as caught:
+    assert_facts(caught.value, {"key": "indices", "got": "-1", "mistake": "option_value"})
+    with pytest.raises(OptionTypeError) as caught:
         take_rows(batch, np.array([[0]]))
-    assert_facts(caught.value, {"key": "indices"})
+    assert_facts(caught.value, {"key": "indices", "mistake": "option_type"})
+
+
+def test_a_plan_of_another_sample_count_names_the_plan() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1], [2]]})
+    plan = Plan.build([1, 1, 1], 1, balance_data=False)
+    for call in (lambda: take(batch, plan, 0), lambda: split(batch, plan)):
+        with raises_facts(PlanError, key="plan"):  # it had no key
+            call()

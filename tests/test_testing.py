@@ -269,10 +269,11 @@ def test_batch_globals_and_specs_are_compared() -> None:
 def test_shards_differ_in_partition() -> None:
     batch = _batch()
     left = shard_for_rank(batch, 0, 4, balance_data=False)
-    right = Shard(
+    whole = len(left.batch_total_lengths)
+    right = Shard(  # rows moved one sample on, their lengths with them: a consistent shard
         left.rows,
-        partition=left.partition + 1,
-        batch_total_lengths=left.batch_total_lengths,
+        partition=(left.partition + 1) % whole,
+        batch_total_lengths=np.roll(left.batch_total_lengths, 1),
         plan_key=left.plan_key,
         dp_rank=left.dp_rank,
     )

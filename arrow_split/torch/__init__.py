@@ -23,13 +23,11 @@ except ImportError:
 from arrow_split import (
     ColumnValues,
     OptionError,
-    OptionTypeError,
     RolloutBatch,
-    SchemaTypeError,
     Shard,
     ValueRangeError,
 )
-from arrow_split._args import as_choice, as_flag, as_int, as_offsets, as_real
+from arrow_split._args import as_choice, as_flag, as_int, as_keywords, as_offsets, as_real
 from arrow_split.errors import mistake
 from arrow_split.torch._block import BlockLayout, TensorBlock
 from arrow_split.torch._experts import ExpertLayout, expert_tensors
@@ -42,6 +40,7 @@ from arrow_split.torch._layouts import (
     arrange,
     move,
     parse_device,
+    parse_dtype,
     token_list_tensors,
 )
 
@@ -107,12 +106,14 @@ def to_tensors(
     SchemaTypeError
         ``shard`` is neither a Shard nor a RolloutBatch.
     OptionError, OptionTypeError
-        An unknown option value, or one of the wrong type.
+        An option of the wrong type (a torch dtype not a ``torch.dtype``), or outside its values:
+        an unknown value (an ``id_dtype`` of float32), ``pad_to_multiple_of`` out of range, a
+        ``pad_value`` that does not fit a column.
     SchemaError
         A column whose name clashes with an extra key of the layout.
     ValueRangeError
-        An option out of range, a ``pad_value`` that does not fit a column, more than 2**31 - 1
-        values in a column, or an ``id_dtype`` narrower than a column's stored type.
+        More than 2**31 - 1 values in a column, or an ``id_dtype`` narrower than a column's
+        stored type.
 
     Examples
     --------
@@ -136,7 +137,8 @@ def to_micro_batches(
 
     Micro-batch ``i`` is rows ``micro_batch_offsets[i]`` to ``micro_batch_offsets[i + 1]``
     (``RankSchedule.micro_batch_offsets``), a slice of the shard. Raises OptionTypeError or
-    OptionError for offsets not rising from 0 to ``len(shard)``, and what ``to_tensors`` raises.
+    OptionError for offsets not rising from 0 to ``len(shard)``, OptionError (``key``: the
+    option) for an option ``to_tensors`` does not take, and what ``to_tensors`` raises.
     """
     rows = _rows_of(shard)
     offsets = as_offsets("micro_batch_offsets", micro_batch_offsets)
@@ -146,7 +148,7 @@ def to_micro_batches(
             f"{offsets.tolist()!r:.80}; pass the rank's `micro_batch_offsets` for this shard"
         )
         raise OptionError(msg, key="micro_batch_offsets")
-    parsed = _options(**options)
+    parsed = _options(**as_keywords("to_micro_batches", options, to_tensors))
     record_batch, specs, batch_globals = rows.record_batch, rows.specs, rows.batch_globals
     pairs = itertools.pairwise(offsets.tolist())
     slices = (record_batch.slice(start, stop - start) for start, stop in pairs)
@@ -162,7 +164,7 @@ def _rows_of(shard: object) -> RolloutBatch:
         f"`shard` must be a Shard or a RolloutBatch, got {type(shard).__name__}; build one with "
         "`RolloutBatch.from_train_data(data)` or take one from a split"
     )
-    raise SchemaTypeError(msg, key="shard")
+    raise mistake("data_type", msg, key="shard")
 
 
 def _options(
@@ -178,42 +180,23 @@ def _options(
     """The keywords of :func:`to_tensors` (the same defaults), each parsed once."""
     chosen = as_choice("layout", layout, TensorLayout)
     multiple = _multiple(pad_to_multiple_of)
-    token = _dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
-    mask = _dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
+    token = parse_dtype("token_dtype", token_dtype, _TOKEN_DTYPES)
+    mask = parse_dtype("mask_dtype", mask_dtype, _MASK_DTYPES)
     where = parse_device(device)
     fill = as_real("pad_value", pad_value, "an int or a float")
-    ids = None if id_dtype is None else _dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
+    ids = None if id_dtype is None else parse_dtype("id_dtype", id_dtype, _TOKEN_DTYPES)
     own = as_flag("writable", writable)
     return TensorOptions(chosen, token, mask, ids, where, fill, multiple, own)
 
 
 def _multiple(pad_to_multiple_of: object) -> int | None:
-    """``None`` or an int in ``[1, MAX_PAD_MULTIPLE]``; its type parsed as every int's is."""
+    """``None`` or an int in ``[1, MAX_PAD_MULTIPLE]`` (an option: OptionError out of range)."""
     if pad_to_multiple_of is None:
         return None
-    name = "pad_to_multiple_of"
-    number = as_int(name, pad_to_multiple_of)  # a 0-d array or tensor too; never a bool
-    if number < 1:
-        raise mistake("value_range", key=name, expected="None or an int >= 1", got=repr(number))
-    if number > MAX_PAD_MULTIPLE:
-        fix = "every padded row is at least that wide: pass a token multiple such as 8 or 128"
-        expected = f"at most {MAX_PAD_MULTIPLE}"
-        raise mistake("value_range", key=name, expected=expected, got=repr(number), fix=fix)
-    return number
-
-
-def _dtype(name: str, dtype: object, allowed: dict[torch.dtype, type[np.generic]]) -> torch.dtype:
-    choices = ", ".join(map(str, allowed))
-    if not isinstance(dtype, torch.dtype):
-        msg = (
-            f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
-            f"torch.dtype, one of: {choices}"
-        )
-        raise OptionTypeError(msg, key=name)
-    if dtype not in allowed:
-        msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
-        raise OptionError(msg, key=name)
-    return dtype
+    fix = "every padded row is at least that wide: pass a token multiple such as 8 or 128"
+    return as_int(  # a 0-d array or tensor too; never a bool
+        "pad_to_multiple_of", pad_to_multiple_of, minimum=1, maximum=MAX_PAD_MULTIPLE, fix=fix
+    )
 
 
 def _convert(rows: RolloutBatch, options: TensorOptions) -> dict[str, Tensors]:

@@ -6,10 +6,10 @@ from typing import Literal
 
 import torch
 
-from arrow_split import OptionTypeError
 from arrow_split._args import as_choice, as_int, describe
+from arrow_split.errors import mistake
 from arrow_split.routing import ExpertSlice
-from arrow_split.torch._layouts import Tensors, parse_device
+from arrow_split.torch._layouts import Tensors, parse_device, parse_dtype
 
 __all__ = ["ExpertLayout", "expert_tensors"]
 
@@ -34,20 +34,19 @@ def expert_tensors(
 
     Raises
     ------
+    SchemaTypeError
+        ``expert_slice`` is not an ExpertSlice (as :func:`~arrow_split.torch.to_tensors` for a
+        non-batch).
     OptionTypeError, OptionError
-        Not an ExpertSlice, an unknown layout, a ``pad_value`` that is not an int, or an
-        ``id_dtype`` other than int16, int32 or int64.
+        An unknown layout, a ``pad_value`` that is not an int the ids' dtype holds, an
+        ``id_dtype`` that is no ``torch.dtype`` (type) or not int16, int32 or int64 (value):
+        the classes of :func:`~arrow_split.torch.to_tensors` for the same mistakes.
     """
     if not isinstance(expert_slice, ExpertSlice):
-        msg = (
-            "`expert_slice` must be an ExpertSlice (`take_expert_slice`), got "
-            f"{describe(expert_slice)}"
-        )
-        raise OptionTypeError(msg)
+        expected, got = "an ExpertSlice (`take_expert_slice`)", describe(expert_slice)
+        raise mistake("data_type", key="expert_slice", expected=expected, got=got)
     chosen = as_choice("layout", layout, ExpertLayout)
-    if not isinstance(id_dtype, torch.dtype) or id_dtype not in _IDS:
-        msg = f"`id_dtype` must be one of {list(_IDS)}, got {describe(id_dtype)}"
-        raise OptionTypeError(msg)
+    id_dtype = parse_dtype("id_dtype", id_dtype, _IDS)
     low, high = torch.iinfo(id_dtype).min, torch.iinfo(id_dtype).max
     fill = as_int("pad_value", pad_value, minimum=low, maximum=high)
     where = parse_device(device)

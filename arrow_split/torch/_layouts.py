@@ -8,13 +8,14 @@ import itertools
 import logging
 import math
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TypeAlias
 
 import numpy as np
 import torch
 
 from arrow_split import ColumnSpec, OptionError, OptionTypeError, SchemaError, ValueRangeError
+from arrow_split.errors import mistake
 from arrow_split.schema import LengthRule
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "merge_extras",
     "move",
     "parse_device",
+    "parse_dtype",
     "token_list_tensors",
 ]
 
@@ -87,6 +89,21 @@ def parse_device(device: object) -> torch.device | None:
         msg = f"`device` {str(device)!r} is not available here ({reason}); pass 'cpu' or None"
         raise OptionError(msg, key="device", got=str(device)) from None
     return device
+
+
+def parse_dtype(name: str, dtype: object, allowed: Collection[torch.dtype]) -> torch.dtype:
+    """``dtype``, one of ``allowed``: a non-dtype is a type mistake, another dtype a value one."""
+    choices = ", ".join(map(str, allowed))
+    if not isinstance(dtype, torch.dtype):
+        msg = (
+            f"invalid `{name}`: {dtype!r:.40} of type {type(dtype).__name__}; expected a "
+            f"torch.dtype, one of: {choices}"
+        )
+        raise mistake("option_type", msg, key=name)
+    if dtype not in allowed:
+        msg = f"invalid `{name}`: {dtype!r}; expected one of: {choices}"
+        raise mistake("option_value", msg, key=name, got=str(dtype))
+    return dtype
 
 
 def move(tensor: torch.Tensor, options: TensorOptions) -> torch.Tensor:
@@ -213,12 +230,12 @@ def _fill_value(pad_value: int | float, dtype: torch.dtype, spec: ColumnSpec) ->
     else:
         low, high, what = torch.iinfo(dtype).min, torch.iinfo(dtype).max, "an integer"
         fits = low <= pad_value <= high and float(pad_value).is_integer()
-    if not fits:
+    if not fits:  # an option its column cannot hold: the option's mistake, as at every door
         msg = (
             f"`pad_value` {pad_value!r} does not fit column `{spec.name}` ({dtype}); pass "
             f"{what} between {low} and {high}"
         )
-        raise ValueRangeError(msg, key="pad_value")
+        raise mistake("option_value", msg, key="pad_value", got=repr(pad_value))
     return pad_value if dtype.is_floating_point else int(pad_value)
 
 

@@ -16,8 +16,10 @@ torch = pytest.importorskip("torch")
 from arrow_split import (  # noqa: E402
     ColumnSpec,
     OptionError,
+    OptionTypeError,
     RolloutBatch,
     SchemaError,
+    SchemaTypeError,
     ValueRangeError,
     take_rows,
 )
@@ -184,3 +186,29 @@ def test_close_ends_the_fill_threads() -> None:
     assert any(t.name.startswith("arrow_split-block") for t in threading.enumerate())
     block.close()
     assert not any(t.name.startswith("arrow_split-block") for t in threading.enumerate())
+
+
+def test_expert_tensors_refuse_as_to_tensors_does() -> None:
+    # the same mistake, the same class and key as `to_tensors`'s (they were keyless
+    # OptionTypeErrors, and a pad_value past a column's dtype a ValueRangeError in to_tensors)
+    batch = batch_with_experts()
+    expert_slice = take_expert_slice(batch, ParallelPlace(), [0])
+    cases: list[tuple[dict[str, Any], type[Exception], dict[str, Any]]] = [
+        ({"id_dtype": torch.float32}, OptionError, {"mistake": "option_value"}),
+        ({"id_dtype": "int32"}, OptionTypeError, {"mistake": "option_type"}),
+        ({"pad_value": 2**40, "id_dtype": torch.int32}, OptionError, {"key": "pad_value"}),
+    ]
+    for kwargs, error, facts in cases:
+        facts = {"key": next(iter(kwargs)), **facts}
+        padded = {"layout": "padded", "token_dtype": torch.int32}
+        for call, first, options in (
+            (expert_tensors, expert_slice, kwargs),
+            (to_tensors, batch, {**padded, **kwargs}),
+        ):
+            with raises_facts(error, **facts) as caught:
+                call(first, **options)  # type: ignore[operator]
+            assert type(caught.value) is error, kwargs
+    with raises_facts(SchemaTypeError, key="expert_slice", mistake="data_type"):
+        expert_tensors(batch)  # type: ignore[arg-type]
+    with raises_facts(SchemaTypeError, key="shard", mistake="data_type"):
+        to_tensors(None)  # type: ignore[arg-type]

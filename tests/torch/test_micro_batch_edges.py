@@ -41,3 +41,10 @@ def test_options_are_parsed_once_even_without_micro_batches() -> None:
     assert to_micro_batches(empty, [0]) == []
     with raises_facts(OptionError, key="layout"):
         to_micro_batches(empty, [0], layout="flat")
+
+
+def test_an_option_to_tensors_does_not_take_is_named() -> None:
+    # it was an untyped TypeError from the option parser ("unexpected keyword argument")
+    with raises_facts(OptionError, key="bogus", got="'bogus'", mistake="option_value") as caught:
+        to_micro_batches(_batch(), [0, 3], bogus=1)
+    assert type(caught.value) is OptionError

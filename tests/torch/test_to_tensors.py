@@ -24,7 +24,6 @@ from arrow_split import (
     RolloutBatch,
     SchemaError,
     Shard,
-    ValueRangeError,
     split_train_data_by_dp_raw,
     take_rows,
 )
@@ -507,12 +506,11 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
         ),
         ({"token_dtype": "int64"}, OptionTypeError, {}),
         ({"mask_dtype": torch.float64}, OptionError, {}),
-        (
-            {"pad_to_multiple_of": 0},
-            ValueRangeError,
-            {"got": "0", "mistake": "value_range"},
-        ),
-        ({"pad_to_multiple_of": -8}, ValueRangeError, {"got": "-8", "mistake": "value_range"}),
+        # an option out of range is the option's mistake (as `RankBlock(threads=0)`), not the
+        # data's ValueRangeError it was
+        ({"pad_to_multiple_of": 0}, OptionError, {"got": "0", "mistake": "option_value"}),
+        ({"pad_to_multiple_of": -8}, OptionError, {"got": "-8", "mistake": "option_value"}),
+        ({"pad_to_multiple_of": 2**21}, OptionError, {"mistake": "option_value"}),
         (
             {"pad_to_multiple_of": 2.0},
             OptionTypeError,
@@ -536,7 +534,7 @@ def test_layouts_agree(data: dict[str, Any], dp_size: int, balance: bool) -> Non
         ),
         (
             {"device": 0.5},
-            OptionError,
+            OptionTypeError,
             {},
         ),
     ],
@@ -545,8 +543,9 @@ def test_bad_arguments(
     batch: RolloutBatch, kwargs: dict[str, Any], error: type[Exception], facts: dict[str, Any]
 ) -> None:
     (key,) = kwargs
-    with raises_facts(error, key=key, **facts):
+    with raises_facts(error, key=key, **facts) as caught:
         to_tensors(batch, **kwargs)
+    assert type(caught.value) is error
 
 
 def test_not_a_batch() -> None:
@@ -560,8 +559,10 @@ def test_not_a_batch() -> None:
     [{"pad_value": 0.5}, {"pad_value": 2**40, "token_dtype": torch.int32}, {"pad_value": 10**400}],
 )
 def test_pad_value_out_of_range(batch: RolloutBatch, kwargs: dict[str, Any]) -> None:
-    with raises_facts(ValueRangeError, key="pad_value"):  # it does not fit `tokens`
-        to_tensors(batch, layout="padded", **kwargs)
+    # an option value its column cannot hold: OptionError, as `expert_tensors` gives for it
+    with raises_facts(OptionError, key="pad_value", mistake="option_value") as caught:
+        to_tensors(batch, layout="padded", **kwargs)  # it does not fit `tokens`
+    assert type(caught.value) is OptionError
 
 
 def test_a_pad_value_a_float_column_cannot_hold() -> None:
@@ -573,7 +574,7 @@ def test_a_pad_value_a_float_column_cannot_hold() -> None:
         "halves": [np.ones(2, np.float16), np.ones(1, np.float16)],
     }
     batch = RolloutBatch.from_train_data(data, specs=[spec])
-    with raises_facts(ValueRangeError, key="pad_value"):  # fits `tokens`, not float16
+    with raises_facts(OptionError, key="pad_value", got="100000"):  # fits `tokens`, not float16
         to_tensors(batch, layout="padded", pad_value=100_000)
     assert to_tensors(batch, layout="padded", pad_value=7)["halves"].tolist() == [
         [1.0, 1.0],
