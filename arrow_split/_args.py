@@ -109,18 +109,12 @@ def as_int(
 
 
 def as_real(name: str, value: object, expected: str) -> int | float:
-    """``value`` (a 0-d array or tensor too) as a Python int or float; never a bool or complex.
-
-    ``expected`` says what the error asks for ("an int or a float").
-    """
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        value = value[()]
-    elif not isinstance(value, np.generic) and getattr(value, "ndim", None) == 0:
+    """``value`` as an int or float (0-d arrays and tensors too; never a bool or complex)."""
+    if not isinstance(value, np.generic) and getattr(value, "ndim", None) == 0:
         with contextlib.suppress(AttributeError, TypeError, ValueError, RuntimeError):
-            value = value.item()  # type: ignore[attr-defined]  # a 0-d tensor, on any device
-    if isinstance(value, (bool, np.bool_)) or not isinstance(
-        value, (int, float, np.integer, np.floating)
-    ):
+            value = value.item()  # type: ignore[attr-defined]  # a 0-d array or tensor (any device)
+    real = isinstance(value, (int, float, np.integer, np.floating))
+    if not real or isinstance(value, (bool, np.bool_)):
         msg = f"`{name}` must be {expected}, got {describe(value)}"
         raise OptionTypeError(msg, key=name)
     return int(value) if isinstance(value, (int, np.integer)) else float(value)
