@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from arrow_split import (
     ColumnSpec,
     NotARolloutBatchError,
+    OptionError,
     OptionTypeError,
     PlanError,
     PlanMismatchError,
@@ -55,6 +56,20 @@ class CountingStore(MemoryStore):
 
     def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
         self.bytes_read += sum(int(sizes.sum()) for _, _, sizes, _ in reads)
+        super().read(into, reads)
+
+
+class NoEmptyStore(CountingStore):
+    """A store that refuses an empty object (as Mooncake does) and is never asked an empty range."""
+
+    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
+        for key, buffer in zip(keys, buffers, strict=True):
+            if buffer.size == 0:
+                raise TransportError(f"`{key}` is empty", key=key, got="-600")
+        super().put(keys, buffers)
+
+    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
+        assert all((sizes > 0).all() for _, _, sizes, _ in reads), "an empty range asked for"
         super().read(into, reads)
 
 
@@ -240,29 +255,29 @@ def test_a_column_type_the_layout_cannot_hold_is_refused_before_the_put() -> Non
 
 
 @pytest.mark.parametrize(
-    "edit",
+    ("edit", "member"),
     [
-        lambda members: members.update(format="other/1"),
-        lambda members: members.update(step="3"),
-        lambda members: members["plan"].update(bounds=[0, 1]),
-        lambda members: members.pop("columns"),
-        lambda members: members.update(index=["k", 3]),
+        (lambda members: members.update(format="other/1"), "ref"),
+        (lambda members: members.update(step="3"), "step"),
+        (lambda members: members["plan"].update(bounds=[0, 1]), "plan"),
+        (lambda members: members.pop("columns"), "columns"),
+        (lambda members: members.update(index=["k", 3]), "index"),
     ],
 )
-def test_a_corrupt_reference_is_refused(edit: object) -> None:
+def test_a_corrupt_reference_is_refused(edit: object, member: str) -> None:
     batch = RolloutBatch.from_train_data({"tokens": [[1], [2], [3], [4]]})
     members = json.loads(
         put_batch(MemoryStore(), batch, batch.make_plan(2, balance_data=False)).to_json()
     )
     edit(members)  # type: ignore[operator]
-    with raises_facts(NotARolloutBatchError, key="ref"):
+    with raises_facts(NotARolloutBatchError, key=member):  # the member named
         StoredBatchRef.from_json(json.dumps(members))
     with pytest.raises(NotARolloutBatchError):
         StoredBatchRef.from_json("{not json")
 
 
 def test_a_reference_of_another_format_is_refused_once_naming_the_format() -> None:
-    expected = repr("arrow_split.stored_batch/1")
+    expected = repr("arrow_split.stored_batch/2")
     with raises_facts(NotARolloutBatchError, key="ref", got="2", expected=expected) as caught:
         StoredBatchRef.from_json('{"format": 2}')
     assert caught.value.__context__ is None  # refused as is, not wrapped in a second refusal
@@ -324,3 +339,74 @@ def test_a_store_or_a_reference_of_another_type_is_a_typed_mistake_at_every_door
             door()
     remove_batch(store, ref)
     assert store.objects == {}
+
+
+@pytest.mark.parametrize("data", [{"tokens": []}, {"tokens": [], "adapter_slots": []}])
+def test_a_batch_of_no_samples_needs_no_empty_object(data: dict) -> None:
+    batch = RolloutBatch.from_train_data(data)
+    store = NoEmptyStore()
+    for plan in (None, batch.make_plan(2, balance_data=False)):
+        ref = StoredBatchRef.from_json(put_batch(store, batch, plan).to_json())
+        for rank in range(2):
+            shard = take_rank(store, ref, rank, 2, balance_data=False)
+            expected = shard_for_rank(batch, rank, 2, balance_data=False)
+            assert_shards_equal(shard, expected)
+            assert shard.plan_key == expected.plan_key
+        remove_batch(store, ref)
+    assert store.objects == {}
+
+
+def test_adapter_slots_of_no_samples_are_planned_by_as_shard_for_rank() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [], "adapter_slots": []})
+    store = MemoryStore()
+    shard = take_rank(store, put_batch(store, batch), 0, 1, balance_data=False)
+    assert shard.plan_key == shard_for_rank(batch, 0, 1, balance_data=False).plan_key
+
+
+@pytest.mark.parametrize("put_for", [None, 8])
+def test_a_rank_reads_only_the_pickled_objects_of_its_rows(put_for: int | None) -> None:
+    data = make_multimodal_train_data(8, 2, 4096, shared=False)  # 8 distinct objects, 16 rows
+    batch = RolloutBatch.from_train_data(data)
+    store = CountingStore()
+    plan = None if put_for is None else batch.make_plan(put_for, balance_data=False)
+    ref = put_batch(store, batch, plan)
+    for rank in range(8):
+        store.bytes_read = 0
+        shard = take_rank(store, ref, rank, 8, balance_data=False)
+        assert_shards_equal(shard, shard_for_rank(batch, rank, 8, balance_data=False))
+        share = shard.nbytes + 16 * batch.num_samples + 64  # its rows, the index, its header
+        assert store.bytes_read <= 1.1 * share  # not every object of the batch
+
+
+def test_a_put_follows_the_plan_the_batch_carries() -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [[1] * 5, [2], [3] * 3, [4] * 2]})
+    carried = batch.with_plan(batch.make_plan(2, balance_data=True))
+    store = MemoryStore()
+    ref = put_batch(store, carried)
+    assert carried.plan is not None
+    assert ref.plan_key == carried.plan.key
+    for rank in range(2):
+        expected = shard_for_rank(carried, rank, 2, balance_data=None)
+        assert_shards_equal(take_rank(store, ref, rank, 2), expected)
+    facts = {"expected": "balanced plan of 2", "got": "strided plan of 2"}
+    with raises_facts(PlanMismatchError, key="plan", mistake="plan_mismatch", **facts):
+        put_batch(store, carried, batch.make_plan(2, balance_data=False))
+    assert put_batch(store, carried, carried.plan).plan_key == carried.plan.key  # the same: fine
+
+
+def test_a_capacity_is_parsed_by_the_constructor() -> None:
+    with raises_facts(OptionTypeError, key="capacity", mistake="option_type", got="str '100'"):
+        MemoryStore(capacity="100")  # type: ignore[arg-type]
+    with raises_facts(OptionError, key="capacity", mistake="option_value", got="-1"):
+        MemoryStore(capacity=-1)
+    assert MemoryStore(capacity=np.int64(100)).capacity == 100  # type: ignore[arg-type]
+
+
+def test_a_stored_dictionary_index_past_its_entries_is_a_transport_error() -> None:
+    batch = RolloutBatch.from_train_data(make_multimodal_train_data(2, 2, 64))
+    store = MemoryStore()
+    ref = put_batch(store, batch)
+    (indices,) = [key for key in store.objects if key.endswith(".i.1")]  # the rows' indices
+    store.objects[indices] = np.full(batch.num_samples, 99, np.int32).tobytes()
+    with raises_facts(TransportError, got="99", mistake="transport"):
+        take_rank(store, ref, 0, 1, balance_data=False)

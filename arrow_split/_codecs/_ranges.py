@@ -3,8 +3,10 @@
 :func:`column_buffers` lays a column out as a tree of nodes (an Arrow array and its children),
 each with its buffers; :func:`read_rows` rebuilds the rows of sorted runs ``[start, end)`` from
 the byte ranges that hold them, asking a ``reader`` for the bytes one round at a time (a list
-column's offsets come before its values). Bitmaps (validity, booleans) are read by the byte
-that holds a run's bits and re-packed; everything else is read to the byte.
+column's offsets come before its values; a dictionary column's indices before the entries
+they use, its only entries read). Bitmaps (validity, booleans) are read by the byte that holds
+a run's bits and re-packed; everything else is read to the byte. :func:`node_problem` checks a
+node tree read from outside against its Arrow type.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from typing import cast
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["Node", "Ranges", "column_buffers", "read_rows", "supported"]
+from arrow_split.errors import mistake
+
+__all__ = ["Node", "Ranges", "column_buffers", "node_problem", "read_rows", "runs", "supported"]
 
 Ranges = tuple[str, np.ndarray, np.ndarray]
 """One read: a buffer's key, the start of each range in it and its size (int64, no empty one);
@@ -33,7 +37,7 @@ class Node:
     buffers: tuple[tuple[str, int] | None, ...]
     children: tuple[Node, ...]
     entries: int = 0
-    """A dictionary's number of entries (read whole: rows hold indices into it)."""
+    """A dictionary's number of entries (rows hold indices into it; 0 for any other node)."""
 
 
 def supported(arrow_type: pa.DataType) -> bool:
@@ -114,6 +118,63 @@ def _node(array: pa.Array, key: str, out: list[tuple[str, pa.Buffer]]) -> Node:
     return Node(tuple(buffers), children)
 
 
+def node_problem(node: Node, arrow_type: pa.DataType, rows: int | None) -> str | None:
+    """Why ``node`` cannot hold ``rows`` rows (``None``: a count not known) of ``arrow_type``.
+
+    ``None`` if it can: the buffers and children ``column_buffers`` writes for the type, each
+    buffer at least as large as ``rows`` rows need (a buffer a row needs present).
+    """
+    if pa.types.is_dictionary(arrow_type):
+        if node.buffers or len(node.children) != 2:
+            return f"a {arrow_type} node has no buffers and 2 children"
+        index_type, value_type = arrow_type.index_type, arrow_type.value_type
+        problem = node_problem(node.children[0], index_type, rows)
+        return problem or node_problem(node.children[1], value_type, node.entries)
+    kinds = _child_types(arrow_type)
+    if (len(node.buffers), len(node.children), node.entries) != (
+        arrow_type.num_buffers,
+        len(kinds),
+        0,
+    ):
+        return (
+            f"a {arrow_type} node has {arrow_type.num_buffers} buffers, {len(kinds)} children "
+            f"and no entries, not {len(node.buffers)}, {len(node.children)} and {node.entries}"
+        )
+    for position, least in enumerate(_least_sizes(arrow_type, rows)):
+        buffer = node.buffers[position]
+        size = 0 if buffer is None else buffer[1]
+        if size < least and (buffer is not None or position > 0):  # validity may be absent
+            return f"buffer {position} of a {arrow_type} node of {rows} rows holds {size} bytes"
+    if pa.types.is_fixed_size_list(arrow_type):
+        rows = None if rows is None else rows * arrow_type.list_size
+    elif not pa.types.is_struct(arrow_type):
+        rows = None  # a list's child rows are in its offsets
+    for child, child_type in zip(node.children, kinds, strict=True):
+        if problem := node_problem(child, child_type, rows):
+            return problem
+    return None
+
+
+def _child_types(arrow_type: pa.DataType) -> list[pa.DataType]:
+    if _is_offsets_list(arrow_type) or pa.types.is_fixed_size_list(arrow_type):
+        return [arrow_type.value_type]
+    if pa.types.is_struct(arrow_type):
+        return [arrow_type.field(i).type for i in range(arrow_type.num_fields)]
+    return []
+
+
+def _least_sizes(arrow_type: pa.DataType, rows: int | None) -> list[int]:
+    """The fewest bytes each buffer of ``rows`` rows holds (validity's where present)."""
+    if not rows:
+        return []
+    least = [(rows + 7) // 8]
+    if _is_offsets_list(arrow_type) or _is_binary(arrow_type):
+        least.append((rows + 1) * (8 if _is_large(arrow_type) else 4))
+    elif pa.types.is_primitive(arrow_type):
+        least.append((rows * arrow_type.bit_width + 7) // 8)
+    return least
+
+
 def read_rows(
     nodes: Sequence[tuple[Node, pa.DataType]], starts: np.ndarray, ends: np.ndarray, reader: Reader
 ) -> list[pa.Array]:
@@ -162,11 +223,11 @@ def _read(node: Node, arrow_type: pa.DataType, starts: np.ndarray, ends: np.ndar
     """Rows ``[starts, ends)`` of ``node``, one round of reads per yield."""
     lengths = ends - starts
     total = int(lengths.sum())
-    if pa.types.is_dictionary(arrow_type):
-        whole = np.zeros(1, dtype=np.int64), np.full(1, node.entries, dtype=np.int64)
+    if pa.types.is_dictionary(arrow_type):  # the rows' indices, then the entries they use
         indices = yield from _read(node.children[0], arrow_type.index_type, starts, ends)
-        dictionary = yield from _read(node.children[1], arrow_type.value_type, *whole)
-        return pa.DictionaryArray.from_arrays(indices, dictionary)
+        renumbered, used = _used(indices, node.entries)
+        dictionary = yield from _read(node.children[1], arrow_type.value_type, *runs(used))
+        return pa.DictionaryArray.from_arrays(renumbered, dictionary)
     wants: list[Ranges] = []
     validity = node.buffers[0] if node.buffers else None
     if validity is not None:
@@ -223,6 +284,31 @@ def _read(node: Node, arrow_type: pa.DataType, starts: np.ndarray, ends: np.ndar
     elif width:
         buffers.append(pa.py_buffer(got.pop(0) if data else b""))
     return pa.Array.from_buffers(arrow_type, total, buffers, children=children or None)
+
+
+def _used(indices: pa.Array, entries: int) -> tuple[pa.Array, np.ndarray]:
+    """Dictionary ``indices`` renumbered into the sorted entries they use, and those entries."""
+    valid = np.asarray(indices.is_valid().to_numpy(zero_copy_only=False), dtype=bool)
+    codes = np.asarray(indices.fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+    used, inverse = np.unique(codes[valid], return_inverse=True)
+    if used.size and (used[0] < 0 or used[-1] >= entries):
+        bad = int(used[0] if used[0] < 0 else used[-1])
+        msg = f"a stored dictionary of {entries} entries is read at index {bad}"
+        raise mistake("transport", msg, got=str(bad))
+    renumbered = np.zeros(len(codes), dtype=np.int64)
+    renumbered[valid] = inverse.reshape(-1)
+    mask = None if valid.all() else ~valid
+    return pa.array(renumbered, type=indices.type, mask=mask), used
+
+
+def runs(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted unique ``rows`` as runs ``[starts, ends)`` of consecutive rows."""
+    if not len(rows):
+        return rows, rows
+    cut = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = rows[np.concatenate([[0], cut])]
+    ends = rows[np.concatenate([cut - 1, [len(rows) - 1]])] + 1
+    return starts, ends
 
 
 def _is_large(arrow_type: pa.DataType) -> bool:

@@ -17,13 +17,14 @@ except ImportError as exc:
     )
     raise ImportError(msg) from None
 
-from arrow_split.mooncake._client import MooncakeStore, connect
+from arrow_split.mooncake._client import MooncakeClient, MooncakeStore, connect
 from arrow_split.mooncake._handoff import MooncakeBatchRef, put_batch, remove, take_rank
 from arrow_split.mooncake._master import LocalMaster, local_master
 
 __all__ = [
     "LocalMaster",
     "MooncakeBatchRef",
+    "MooncakeClient",
     "MooncakeStore",
     "connect",
     "local_master",

@@ -3,7 +3,9 @@
 Puts go from the batch's own buffers (``batch_put_from``), hard-pinned so that the store never
 evicts a live batch to make room; reads go into registered memory (``get_into_ranges``). Every
 status code the store returns is checked: a negative one is a :class:`~arrow_split.TransportError`
-naming the key and what the code means; a missing key is never read as empty bytes.
+naming the key and what the code means; a missing key is never read as empty bytes. A client
+:func:`connect` made knows when it is closed: every call on a closed one is refused before it
+reaches Mooncake (whose client crashes the process on a call after ``close()``).
 """
 
 from __future__ import annotations
@@ -16,10 +18,11 @@ import pyarrow as pa
 from mooncake.store import MooncakeDistributedStore, ReplicateConfig
 
 from arrow_split import OptionError, TransportError
-from arrow_split._args import as_int
+from arrow_split._args import as_int, describe
+from arrow_split.errors import mistake
 from arrow_split.stores import Read
 
-__all__ = ["MooncakeStore", "connect"]
+__all__ = ["MooncakeClient", "MooncakeStore", "check_open", "connect"]
 
 CODES = {
     -1: "an internal error of the store",
@@ -42,6 +45,36 @@ def _meaning(code: int) -> str:
     return f"status {code}, {CODES.get(code, 'an error of the store')}"
 
 
+class MooncakeClient(MooncakeDistributedStore):  # type: ignore[misc]  # Mooncake has no types
+    """A Mooncake client that knows whether it is closed (what :func:`connect` returns).
+
+    Mooncake's own client crashes the process on a call after ``close()``; the library's
+    calls check :attr:`closed` first and raise :class:`~arrow_split.OptionError` instead.
+    ``close()`` may be called again (a no-op).
+    """
+
+    closed: bool = False
+    """Whether :meth:`close` was called."""
+
+    def close(self) -> int:
+        """Close the client once (its segment, and the batches in it, leave the store)."""
+        if self.closed:
+            return 0
+        self.closed = True
+        return int(super().close())
+
+
+def check_open(client: object, key: str) -> None:
+    """Raise the ``option_value`` mistake if ``client`` (named ``key``) is a closed client."""
+    if getattr(client, "closed", False) is True:
+        fix = (
+            "connect again with `arrow_split.mooncake.connect`; close a client after its last call"
+        )
+        raise mistake(
+            "option_value", key=key, expected="an open client", got="a closed client", fix=fix
+        )
+
+
 def connect(
     master: str,
     *,
@@ -50,21 +83,32 @@ def connect(
     buffer_bytes: int = 16 * 2**20,
     protocol: str = "tcp",
     setup_retries: int = 1,
-) -> MooncakeDistributedStore:
+) -> MooncakeClient:
     """A Mooncake client of the master at ``master`` (``host:port``), peer-to-peer metadata.
 
     ``segment_bytes`` is the memory this client lends the store (a driver's batches live in
     it; a rank that only reads may lend 0). ``MC_TCP_BIND_ADDRESS`` defaults to
     ``local_hostname`` and ``MC_STORE_CLIENT_SETUP_RETRIES`` to ``setup_retries``, so that a
-    client with no master fails in seconds instead of about 90.
+    client with no master fails in seconds instead of about 90. The client is a
+    ``MooncakeDistributedStore`` that knows when it is closed (:class:`MooncakeClient`).
 
     Raises
     ------
     OptionError, OptionTypeError
-        ``segment_bytes`` is not 0 or at least 16 MiB.
+        ``segment_bytes`` is not 0 or at least 16 MiB; ``master``, ``local_hostname`` or
+        ``protocol`` is not a str; another argument not an int.
     TransportError
         The client could not be set up (no master there, or the store refused it).
     """
+    for name, value in (
+        ("master", master),
+        ("local_hostname", local_hostname),
+        ("protocol", protocol),
+    ):
+        if not isinstance(value, str):
+            raise mistake("option_type", key=name, expected="a str", got=describe(value))
+    buffer_bytes = as_int("buffer_bytes", buffer_bytes, minimum=0)
+    setup_retries = as_int("setup_retries", setup_retries, minimum=1)
     segment_bytes = as_int("segment_bytes", segment_bytes, minimum=0)
     if 0 < segment_bytes < _LEAST_SEGMENT:
         msg = (
@@ -75,7 +119,7 @@ def connect(
         raise OptionError(msg, key="segment_bytes", expected=expected, got=str(segment_bytes))
     os.environ.setdefault("MC_TCP_BIND_ADDRESS", local_hostname)
     os.environ.setdefault("MC_STORE_CLIENT_SETUP_RETRIES", str(setup_retries))
-    client = MooncakeDistributedStore()
+    client = MooncakeClient()
     code = client.setup(
         local_hostname, "P2PHANDSHAKE", segment_bytes, buffer_bytes, protocol, "", master
     )
@@ -94,7 +138,9 @@ class MooncakeStore:
     Parameters
     ----------
     client : mooncake.store.MooncakeDistributedStore
-        A client that is set up (:func:`connect`).
+        A client that is set up (:func:`connect`). Each method raises
+        :class:`~arrow_split.OptionError` (``key="store"``) once a :class:`MooncakeClient` is
+        closed; a client made otherwise cannot tell, and must not be closed while in use.
     """
 
     def __init__(self, client: MooncakeDistributedStore) -> None:
@@ -105,6 +151,9 @@ class MooncakeStore:
 
     def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
         """Write each buffer under its key, from its own memory; an existing key is refused."""
+        check_open(self.client, "store")
+        if not keys:
+            return
         existing = [
             (key, found)
             for key, found in zip(keys, self.client.batch_is_exist(list(keys)), strict=True)
@@ -141,6 +190,7 @@ class MooncakeStore:
         counted in ``gaps_read``) into a scratch array and copied out: a rank of a plan it
         made itself reads its rows' scalars and offsets in a few spans, not a range per row.
         """
+        check_open(self.client, "store")
         direct: list[tuple[str, tuple[np.ndarray, ...]]] = []
         spans: list[tuple[str, tuple[np.ndarray, ...]]] = []
         pieces: list[tuple[np.ndarray, ...]] = []
@@ -193,6 +243,7 @@ class MooncakeStore:
 
     def remove(self, keys: Sequence[str]) -> None:
         """Remove the objects of ``keys`` that exist (forced: readers' leases do not hold it)."""
+        check_open(self.client, "store")
         if not keys:
             return
         codes = self.client.batch_remove(list(keys), True)

@@ -12,7 +12,9 @@ from typing import Any
 from mooncake.store import MooncakeDistributedStore
 
 from arrow_split import NotARolloutBatchError, OptionTypeError, RolloutBatch, Shard
-from arrow_split.mooncake._client import MooncakeStore
+from arrow_split._args import as_flag
+from arrow_split.errors import mistake
+from arrow_split.mooncake._client import MooncakeStore, check_open
 from arrow_split.stores import StoredBatchRef
 from arrow_split.stores import put_batch as _put
 from arrow_split.stores import remove_batch as _remove
@@ -25,10 +27,11 @@ MooncakeBatchRef = StoredBatchRef
 
 
 def _store(client: object) -> MooncakeStore:
-    if isinstance(client, MooncakeStore):
-        return client
-    if isinstance(client, MooncakeDistributedStore):
-        return MooncakeStore(client)
+    """``client`` as a ByteStore; a closed one is refused here, before anything else."""
+    if isinstance(client, (MooncakeStore, MooncakeDistributedStore)):
+        store = client if isinstance(client, MooncakeStore) else MooncakeStore(client)
+        check_open(store.client, "client")
+        return store
     msg = (
         f"`client` must be a Mooncake client (`arrow_split.mooncake.connect`), got "
         f"{type(client).__name__}"
@@ -59,21 +62,30 @@ def put_batch(
     """Put a batch (or a train-data dict) into Mooncake once, as its Arrow buffers.
 
     Everything is checked before anything is written; the batch's plan for ``dp_size`` ranks
-    travels with it. With ``dp_size=None`` (the ranks' size not known yet) no plan is made:
-    each rank plans for its own size at :func:`take_rank`.
+    travels with it. With ``dp_size=None`` (the ranks' size not known yet) no plan is made
+    (``balance_data`` must then be False: each rank passes its own to :func:`take_rank`,
+    and plans for its own size there); a batch that carries a plan is put with it.
 
     Raises
     ------
+    OptionError
+        ``client`` is closed, or ``balance_data=True`` with ``dp_size=None``.
     SchemaError, ColumnTypeError, RaggedLengthError, ValueRangeError
         ``data_or_batch`` is not a valid batch.
     PlanError
         A bad ``dp_size``, or a balanced plan the batch's sample count cannot meet.
+    PlanMismatchError
+        The batch carries a plan other than the one for ``dp_size`` and ``balance_data``.
     DumpError
         A batch-global value the stored form cannot hold.
     TransportError
         The store is full, a value too large, or the master down: what was written is removed.
     """
     store = _store(client)
+    if as_flag("balance_data", balance_data) and dp_size is None:
+        fix = "pass `dp_size` to plan at the put, or `balance_data` to each rank's `take_rank`"
+        expected = "False with `dp_size=None` (no plan is made)"
+        raise mistake("option_value", key="balance_data", expected=expected, got="True", fix=fix)
     if isinstance(data_or_batch, RolloutBatch):
         batch = data_or_batch
     else:
@@ -103,6 +115,8 @@ def take_rank(
 
     Raises
     ------
+    OptionError
+        ``client`` is closed.
     PlanError, PlanMismatchError
         A bad ``dp_rank`` or ``dp_size``; another plan than the put's (without ``resplit``).
     NotARolloutBatchError
@@ -129,6 +143,8 @@ def remove(client: object, ref: StoredBatchRef | str | bytes) -> None:
 
     Raises
     ------
+    OptionError
+        ``client`` is closed.
     TransportError
         The store refused a removal (the master down).
     """

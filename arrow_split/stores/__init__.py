@@ -20,15 +20,9 @@ True
 
 from __future__ import annotations
 
+from arrow_split.stores._memory import ByteStore, MemoryStore, Read
 from arrow_split.stores._ref import StoredBatchRef
-from arrow_split.stores._stored import (
-    ByteStore,
-    MemoryStore,
-    Read,
-    put_batch,
-    remove_batch,
-    take_rank,
-)
+from arrow_split.stores._stored import put_batch, remove_batch, take_rank
 
 __all__ = [
     "ByteStore",

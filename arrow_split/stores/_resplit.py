@@ -13,13 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RankRows", "index_parts", "rank_rows", "runs"]
+from arrow_split._codecs._ranges import runs
+
+__all__ = ["RankRows", "index_parts", "rank_rows"]
 
 
-def index_parts(values: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """The stored index as total lengths, stored order and adapter slots (``None``: none)."""
+def index_parts(
+    values: np.ndarray, n: int, slotted: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """The stored index (past its header) as total lengths, stored order and adapter slots."""
     lengths, order = values[:n].copy(), values[n : 2 * n].copy()
-    keys = values[2 * n : 3 * n].copy() if len(values) == 3 * n and n else None
+    keys = values[2 * n : 3 * n].copy() if slotted else None
     for part in (lengths, order, keys):
         if part is not None:
             part.flags.writeable = False
@@ -39,16 +43,6 @@ class RankRows:
     moved: np.ndarray | None
     """Where padding copies the batch's last row and it is not read last: the rows read in the
     order that puts it last (``places`` count in that order); else ``None``."""
-
-
-def runs(positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Sorted unique ``positions`` as runs ``[starts, ends)`` of consecutive positions."""
-    if not len(positions):
-        return positions, positions
-    cut = np.flatnonzero(np.diff(positions) != 1) + 1
-    starts = positions[np.concatenate([[0], cut])]
-    ends = positions[np.concatenate([cut - 1, [len(positions) - 1]])] + 1
-    return starts, ends
 
 
 def rank_rows(order: np.ndarray, wanted: np.ndarray) -> RankRows:

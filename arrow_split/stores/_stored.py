@@ -1,21 +1,22 @@
 """A batch put once as its Arrow buffers into a byte store; a rank reads only its rows' bytes.
 
-Where the bytes live is a :class:`ByteStore` (three methods: put, read ranges, remove):
-:class:`MemoryStore` here, Mooncake's store in the leaf :mod:`arrow_split.mooncake`. A put
-writes the batch in its plan's order (each rank's rows one run of every buffer), each non-empty
-buffer of each column under its own key, and an index (every sample's total length, then each
-rank's rows); it returns a :class:`StoredBatchRef`, plain JSON, that a
-process with no Ray turns back into a reference. A take reads the index ranges of its rank,
-then the byte ranges of its rows (:mod:`arrow_split._codecs._ranges`), and builds its shard.
+Where the bytes live is a :class:`~arrow_split.stores.ByteStore` (put, read ranges, remove):
+:class:`~arrow_split.stores.MemoryStore`, Mooncake's store in the leaf :mod:`arrow_split.mooncake`.
+A put writes the batch in its plan's order (each rank's rows one run of every buffer), each
+non-empty buffer of each column under its own key, and an index (a header, every sample's total
+length, then each rank's rows, then the adapter slots if any; never empty, as some stores
+refuse an empty object); it returns a :class:`StoredBatchRef`, plain JSON, that a process with
+no Ray turns back into a reference. A take reads the index ranges of its rank, then the byte
+ranges of its rows (:mod:`arrow_split._codecs._ranges`), and builds its shard.
 """
 
 from __future__ import annotations
 
 import base64
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
-from typing import Any, Protocol, cast
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -43,86 +44,11 @@ from arrow_split.errors import (
 )
 from arrow_split.plan import Plan
 from arrow_split.shard import Shard, _gather
-from arrow_split.stores._ref import StoredBatchRef
+from arrow_split.stores._memory import ByteStore
+from arrow_split.stores._ref import INDEX_HEADER, StoredBatchRef
 from arrow_split.stores._resplit import index_parts, rank_rows
 
-__all__ = [
-    "ByteStore",
-    "MemoryStore",
-    "Read",
-    "put_batch",
-    "remove_batch",
-    "take_rank",
-]
-
-Read = tuple[str, np.ndarray, np.ndarray, np.ndarray]
-"""One object's ranges: its key, each range's start in it, its size, its place in the target."""
-
-
-class ByteStore(Protocol):
-    """Where a stored batch's bytes live: the one interface a store implements.
-
-    Each method raises :class:`~arrow_split.TransportError` naming the key it failed on.
-    """
-
-    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
-        """Write each buffer under its key; never replace an object that exists."""
-
-    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
-        """Copy the ranges of ``reads`` into ``into`` (a writable uint8 array)."""
-
-    def remove(self, keys: Sequence[str]) -> None:
-        """Remove the objects of ``keys`` that exist (a missing one is no error)."""
-
-
-class MemoryStore:
-    """A :class:`ByteStore` in this process's memory, for tests and one-process runs.
-
-    Parameters
-    ----------
-    capacity : int, optional
-        The most bytes it holds; a put past it fails (as a full store does).
-    """
-
-    def __init__(self, capacity: int | None = None) -> None:
-        self.objects: dict[str, bytes] = {}
-        self.capacity = capacity
-
-    def put(self, keys: Sequence[str], buffers: Sequence[pa.Buffer]) -> None:
-        """Write each buffer; a key that exists or a full store raises TransportError."""
-        for key, buffer in zip(keys, buffers, strict=True):
-            if key in self.objects:
-                msg = f"the store holds `{key}` already; it is not replaced"
-                raise TransportError(msg, key=key)
-            held = sum(map(len, self.objects.values()))
-            if self.capacity is not None and held + buffer.size > self.capacity:
-                msg = (
-                    f"the store is full: `{key}` needs {buffer.size} bytes, "
-                    f"{self.capacity - held} are free"
-                )
-                raise TransportError(msg, key=key)
-            self.objects[key] = buffer.to_pybytes()
-
-    def read(self, into: np.ndarray, reads: Sequence[Read]) -> None:
-        """Copy the ranges; a missing key or a range past an object raises TransportError."""
-        for key, starts, sizes, targets in reads:
-            blob = self.objects.get(key)
-            if blob is None:
-                msg = f"the store has no object `{key}`"
-                raise TransportError(msg, key=key)
-            view = np.frombuffer(blob, dtype=np.uint8)
-            for start, size, target in zip(
-                starts.tolist(), sizes.tolist(), targets.tolist(), strict=True
-            ):
-                if start + size > len(blob):
-                    msg = f"`{key}` holds {len(blob)} bytes, not the {start + size} asked for"
-                    raise TransportError(msg, key=key)
-                into[target : target + size] = view[start : start + size]
-
-    def remove(self, keys: Sequence[str]) -> None:
-        """Remove the objects that exist."""
-        for key in keys:
-            self.objects.pop(key, None)
+__all__ = ["put_batch", "remove_batch", "take_rank"]
 
 
 def put_batch(
@@ -130,11 +56,15 @@ def put_batch(
 ) -> StoredBatchRef:
     """Write ``batch`` (and ``plan``'s rows) into ``store`` once, as its Arrow buffers.
 
-    With no ``plan`` (the ranks' ``dp_size`` not known yet) the rows stay in their order and
-    each rank plans for its own size at the take.
+    With no ``plan``, the plan the batch carries (:meth:`~arrow_split.RolloutBatch.with_plan`)
+    is the put's, as :func:`~arrow_split.shard_for_rank` follows it; with none either (the
+    ranks' ``dp_size`` not known yet) the rows stay in their order and each rank plans for its
+    own size at the take. A batch of no samples is put as any other.
 
     Raises
     ------
+    PlanMismatchError
+        ``plan`` is not the plan the batch carries.
     DumpError
         A column type or a batch-global value the stored form cannot hold (nothing written).
     TransportError
@@ -142,7 +72,7 @@ def put_batch(
     """
     store = _store_of(store)
     batch = check_batch(batch, "batch")
-    plan = None if plan is None else _parse_plan(batch, plan)
+    plan = _put_plan(batch, plan)
     step = None if step is None else as_int("step", step, minimum=0)
     record_batch = batch.record_batch
     for field in record_batch.schema:
@@ -167,9 +97,24 @@ def put_batch(
         columns.append(node)
         kept.append(compact)
     slots = batch.role_values("adapter_slot")  # a rank's own plan orders by them
-    by_slot = [] if slots is None or not batch.num_samples else [slots.astype(np.int64)]
-    index = np.concatenate([batch.total_lengths.astype(np.int64), order, *by_slot])
-    written.append((f"{prefix}/index", pa.py_buffer(index)))
+    by_slot = [] if slots is None else [slots.astype(np.int64)]
+    body = np.concatenate([batch.total_lengths.astype(np.int64), order, *by_slot])
+    ref = StoredBatchRef(
+        prefix=prefix,
+        step=step,
+        num_samples=batch.num_samples,
+        schema=base64.b64encode(schema.serialize().to_pybytes()).decode(),
+        method=None if plan is None else plan.method,
+        dp_size=None if plan is None else plan.dp_size,
+        fingerprint=None if plan is None else plan.fingerprint,
+        bounds=()
+        if plan is None
+        else tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
+        index=(f"{prefix}/index", 8 * (INDEX_HEADER + len(body))),
+        columns=tuple(columns),
+    )
+    header = np.array([ref.digest, slots is not None], dtype=np.int64)  # never an empty object
+    written.append((ref.index[0], pa.py_buffer(np.concatenate([header, body]))))
     keys = [key for key, _ in written]
     try:
         store.put(keys, [buffer for _, buffer in written])
@@ -182,20 +127,25 @@ def put_batch(
         msg = f"{_who(step, None)}the put of `{prefix}` failed, {cleaned}: {exc}"
         raise TransportError(msg, step=step, key=prefix, got=exc.got) from exc
     del kept  # the compacted arrays stay alive until the store holds their bytes
-    return StoredBatchRef(
-        prefix=prefix,
-        step=step,
-        num_samples=batch.num_samples,
-        schema=base64.b64encode(schema.serialize().to_pybytes()).decode(),
-        method=None if plan is None else plan.method,
-        dp_size=None if plan is None else plan.dp_size,
-        fingerprint=None if plan is None else plan.fingerprint,
-        bounds=()
-        if plan is None
-        else tuple(np.concatenate([[0], np.cumsum([len(p) for p in partitions])]).tolist()),
-        index=(f"{prefix}/index", int(index.nbytes)),
-        columns=tuple(columns),
-    )
+    return ref
+
+
+def _put_plan(batch: RolloutBatch, plan: object) -> Plan | None:
+    """The put's plan: ``plan``, else the one the batch carries; the two must agree."""
+    carried = batch.plan
+    if plan is None:
+        return carried
+    plan = _parse_plan(batch, plan)
+    if carried is not None and carried != plan:
+        msg = (
+            f"`plan` is a {plan.method} plan of {plan.dp_size} ({plan.fingerprint}) but the batch "
+            f"carries a {carried.method} plan of {carried.dp_size} ({carried.fingerprint})"
+        )
+        fix = "pass no `plan` to put the carried one, or put `batch.with_plan(None)`"
+        expected = f"{carried.method} plan of {carried.dp_size}"
+        got = f"{plan.method} plan of {plan.dp_size}"
+        raise mistake("plan_mismatch", msg, key="plan", expected=expected, got=got, fix=fix)
+    return plan
 
 
 def remove_batch(store: ByteStore, ref: StoredBatchRef) -> None:
@@ -252,6 +202,9 @@ def take_rank(
         A bad ``dp_rank`` or ``dp_size``; ``balance_data`` is None for a batch put without a plan.
     PlanMismatchError
         ``balance_data`` is not the put's plan's, or ``dp_size`` not its size (no ``resplit``).
+    NotARolloutBatchError
+        ``ref`` is not a reference, or not the one the put returned (the stored index holds
+        the digest of that one: a reference damaged or of another batch).
     TransportError
         An object is missing (removed, lost with its owner) or the store failed; the key and
         the step are named.
@@ -266,10 +219,11 @@ def take_rank(
     method = _method(ref, balance_data, size, resplit, who)
     reader = _reader(store, who, step, rank)
     if ref.method is not None and size == ref.dp_size:  # the put's plan: one run of its rows
-        return _take_put_plan(ref, rank, reader, who, trust)
+        return _take_put_plan(ref, rank, reader, who, step, trust)
     whole = np.array([0], dtype=np.int64), np.array([ref.index[1]], dtype=np.int64)
-    (index,) = reader([(ref.index[0], *whole)]) if ref.index[1] else [np.zeros(0, np.uint8)]
-    total_lengths, stored_order, keys = index_parts(index.view(np.int64), ref.num_samples)
+    (index,) = reader([(ref.index[0], *whole)])
+    values, slotted = _checked_index(index, ref, who, step, rank)
+    total_lengths, stored_order, keys = index_parts(values, ref.num_samples, slotted)
     _check_rows(np.sort(stored_order), ref.num_samples, ref, who)
     plan, lengths = padded_plan(total_lengths, keys, size, method, pad)
     wanted = plan.partitions[rank]
@@ -282,13 +236,15 @@ def take_rank(
     return Shard._make(_gather(read, rows.places, pad), partition, lengths, plan.key, rank)
 
 
-def _take_put_plan(ref: StoredBatchRef, rank: int, reader: _Reader, who: str, trust: bool) -> Shard:
+def _take_put_plan(
+    ref: StoredBatchRef, rank: int, reader: _Reader, who: str, step: int | None, trust: bool
+) -> Shard:
     """The rank's rows of the put's own plan: its part of the index, then one run of rows."""
     n, first, last = ref.num_samples, ref.bounds[rank], ref.bounds[rank + 1]
-    starts = np.array([0, 8 * (n + first)], dtype=np.int64)
-    sizes = np.array([8 * n, 8 * (last - first)], dtype=np.int64)
+    starts = np.array([0, 8 * (INDEX_HEADER + n + first)], dtype=np.int64)
+    sizes = np.array([8 * (INDEX_HEADER + n), 8 * (last - first)], dtype=np.int64)
     (index,) = reader([(ref.index[0], starts, sizes)])
-    values = index.view(np.int64)
+    values, _ = _checked_index(index, ref, who, step, rank)
     total_lengths, partition = values[:n].copy(), values[n:].copy()
     total_lengths.flags.writeable = partition.flags.writeable = False
     _check_rows(np.sort(partition), n, ref, who)
@@ -332,6 +288,25 @@ def _method(
         expected, got = f"{ref.method} plan of {ref.dp_size}", f"{method} plan of {size}"
         raise PlanMismatchError(msg, key=ref.prefix, expected=expected, got=got)
     return method
+
+
+def _checked_index(
+    index: np.ndarray, ref: StoredBatchRef, who: str, step: int | None, rank: int
+) -> tuple[np.ndarray, bool]:
+    """The index read past its header, if that matches ``ref``; whether adapter slots follow.
+
+    The header holds the digest of the reference the put returned: another one (a reference
+    damaged in a way its JSON cannot show, or of another batch) is refused here.
+    """
+    digest, slotted = index[: 8 * INDEX_HEADER].view(np.int64).tolist()
+    size = 8 * (INDEX_HEADER + (3 if slotted else 2) * ref.num_samples)
+    if digest != ref.digest or slotted not in (0, 1) or size != ref.index[1]:
+        msg = (
+            f"{who}: the index `{ref.index[0]}` was written for another reference than this "
+            "one: the reference is damaged, or names the objects of another batch"
+        )
+        raise mistake("not_a_batch", msg, step=step, dp_rank=rank, key="ref")
+    return index[8 * INDEX_HEADER :].view(np.int64), bool(slotted)
 
 
 def _check_rows(rows: np.ndarray, n: int, ref: StoredBatchRef, who: str) -> None:
@@ -378,10 +353,13 @@ def _reader(store: ByteStore, who: str, step: int | None, rank: int) -> _Reader:
         reads, base = [], 0
         for (key, starts, sizes), total in zip(requests, totals, strict=True):
             targets = base + np.cumsum(sizes) - sizes
-            reads.append((key, starts, sizes, targets))
+            keep = sizes > 0  # an empty range is never asked for
+            if keep.any():
+                reads.append((key, starts[keep], sizes[keep], targets[keep]))
             base += total
         try:
-            store.read(into, reads)
+            if reads:
+                store.read(into, reads)
         except TransportError as exc:
             msg = (
                 f"{who}: {exc}; a stored batch lives until it is removed or the client that "

@@ -19,6 +19,7 @@ import pytest
 from arrow_split import (
     NotARolloutBatchError,
     OptionError,
+    OptionTypeError,
     PlanMismatchError,
     RolloutBatch,
     TransportError,
@@ -50,7 +51,7 @@ from tests.error_facts import raises_facts
 
 pytestmark = pytest.mark.mooncake
 
-FORMAT = "arrow_split.stored_batch/1"  # a reference's format, as its JSON names it
+FORMAT = "arrow_split.stored_batch/2"  # a reference's format, as its JSON names it
 
 EVERY_KIND = dataclasses.replace(WORKLOADS["tiny"], columns="every")
 
@@ -285,3 +286,61 @@ def test_close_ranges_are_read_as_one_span_and_copied_out_exactly(writer: Any) -
     assert store.ranges_read == 3  # [0, 207), [9000, 9103), [40000, 41000)
     assert store.gaps_read == 4
     store.remove([key])
+
+
+def test_a_batch_of_no_samples_is_put_and_taken(writer: Any, reader: Any) -> None:
+    batch = RolloutBatch.from_train_data({"tokens": [], "adapter_slots": []})
+    for ref in (put_batch(writer, batch), put_batch(writer, batch, dp_size=2, step=1)):
+        for rank in range(2):
+            shard = take_rank(reader, ref.to_json(), rank, 2, balance_data=False)
+            expected = shard_for_rank(batch, rank, 2, balance_data=False)
+            assert_shards_equal(shard, expected)
+            assert shard.plan_key == expected.plan_key
+        remove(writer, ref)
+
+
+_AFTER_CLOSE = """
+import numpy as np
+from arrow_split import ArrowSplitError
+from arrow_split.mooncake import MooncakeStore, connect, put_batch, remove, take_rank
+driver = connect({address!r}, segment_bytes=16 * 2**20)
+rank = connect({address!r}, segment_bytes=0)
+ref = put_batch(driver, {{"tokens": [[1], [2]]}}, dp_size=2)
+print("closed", driver.close(), driver.close(), rank.close(), rank.close(), flush=True)
+calls = {{
+    "put": lambda: put_batch(driver, {{"tokens": [[1]]}}),
+    "remove": lambda: remove(driver, ref),
+    "take": lambda: take_rank(rank, ref, 0, 2),
+    "read": lambda: MooncakeStore(rank).read(np.zeros(8, np.uint8), []),
+}}
+for name, call in calls.items():
+    try:
+        call()
+        print(name, "returned", flush=True)
+    except ArrowSplitError as error:
+        print(name, type(error).__name__, error.key, error.mistake, flush=True)
+"""
+
+
+def test_a_call_on_a_closed_client_is_refused_before_mooncake_sees_it(master: Any) -> None:
+    script = _AFTER_CLOSE.format(address=master.address)  # a crash would end the process
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == [
+        "closed 0 0 0 0",  # a second close does nothing
+        "put OptionError client option_value",
+        "remove OptionError client option_value",
+        "take OptionError client option_value",
+        "read OptionError store option_value",
+    ]
+
+
+def test_arguments_of_the_wrong_type_are_refused_before_mooncake_sees_them(writer: Any) -> None:
+    with raises_facts(OptionTypeError, key="master", mistake="option_type", got="int 1234"):
+        connect(1234)  # type: ignore[arg-type]
+    with raises_facts(OptionTypeError, key="protocol", mistake="option_type"):
+        connect("127.0.0.1:1", protocol=None)  # type: ignore[arg-type]
+    with raises_facts(OptionError, key="balance_data", mistake="option_value", got="True"):
+        put_batch(writer, {"tokens": [[1], [2]]}, balance_data=True)  # no plan to balance
