@@ -113,8 +113,7 @@ def as_real(name: str, value: object, expected: str) -> int | float:
     if not isinstance(value, np.generic) and getattr(value, "ndim", None) == 0:
         with contextlib.suppress(AttributeError, TypeError, ValueError, RuntimeError):
             value = value.item()  # type: ignore[attr-defined]  # a 0-d array or tensor (any device)
-    real = isinstance(value, (int, float, np.integer, np.floating))
-    if not real or isinstance(value, (bool, np.bool_)):
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         msg = f"`{name}` must be {expected}, got {describe(value)}"
         raise OptionTypeError(msg, key=name)
     return int(value) if isinstance(value, (int, np.integer)) else float(value)
