@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast, overload
 
 import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import ray
 
@@ -31,8 +32,19 @@ from arrow_split import (
     shard_for_rank,
 )
 from arrow_split import pad_to_dp as pad_batch
-from arrow_split._args import as_choice, as_flag, as_int, check_dp_rank, check_dp_size, method_of
+from arrow_split._args import (
+    Int64Array,
+    as_callback,
+    as_choice,
+    as_flag,
+    as_index_array,
+    as_int,
+    check_dp_rank,
+    check_dp_size,
+    method_of,
+)
 from arrow_split.ray._nodes import Locality, NodeRows, OnFetch
+from arrow_split.ray._wire import check_session
 from arrow_split.schema import role_column
 
 if TYPE_CHECKING:
@@ -41,7 +53,7 @@ if TYPE_CHECKING:
 __all__ = ["process_rollout_data", "split_train_data_by_dp", "warm_up"]
 
 _WITNESS = str(role_column(KNOWN_COLUMNS, "witness"))
-_LENGTH_SOURCE = str(role_column(KNOWN_COLUMNS, "length_source"))
+_DELAYED = "the delayed reference"
 
 
 @overload
@@ -172,7 +184,7 @@ def process_rollout_data(
     *,
     balance_data: bool | None = None,
     resplit: bool = False,
-    witness_ids: Sequence[int] | np.ndarray | None = None,
+    witness_ids: npt.ArrayLike | None = None,
     locality: Locality = "auto",
     step: int | None = None,
     on_fetch: OnFetch | None = None,
@@ -188,10 +200,17 @@ def process_rollout_data(
         This rank and the number of ranks.
     balance_data
         The plan's method, checked against the put's; ``None`` follows the driver's.
-    resplit, pad_to_dp
-        Delayed only: allow another ``dp_size`` than the driver's (padding the batch first).
+    resplit
+        Allow another ``dp_size`` than the put's: a delayed batch is planned again (an eager
+        list, split on the driver, is unchanged by it: one of another size is a PlanError).
+    pad_to_dp
+        Pad the batch first (:func:`arrow_split.pad_to_dp`) where this rank plans it: a delayed
+        batch put for another ``dp_size`` (``resplit``) or one without a plan; a batch put for
+        this ``dp_size`` is taken as planned. Refused with an eager list (pad on the driver).
     witness_ids
-        Optional: one int per sample of the WHOLE batch, added as ``seq_witness_ids``.
+        Optional: one int per sample of the WHOLE batch as put (a list, range, numpy or torch
+        array), added as ``seq_witness_ids``: the driver's padding rows count (10 samples put
+        padded for 4 ranks take 12 ids); rows this rank pads copy the last sample's id.
     locality
         Delayed only, where the rows are taken (:data:`Locality`).
     step, on_fetch
@@ -204,16 +223,19 @@ def process_rollout_data(
 
     Raises
     ------
-    PlanError, OptionError
-        Bad ``dp_rank``, ``dp_size``, ``locality`` or list length; a shard where a batch is due.
+    PlanError, OptionError, OptionTypeError
+        Bad ``dp_rank``, ``dp_size``, ``locality``, ``on_fetch``, ``witness_ids`` (not 1-D ints)
+        or list length; ``pad_to_dp`` with an eager list; a shard where a batch is due.
     PlanMismatchError
         What was put is another plan's data (method, ``dp_size`` or ranks).
     NotARolloutBatchError
         The reference holds something other than a rollout batch.
     TransportError
-        The object was lost from the store (its owner died, or it was freed).
-    RaggedLengthError, ColumnTypeError, ValueRangeError, SchemaError
-        ``witness_ids`` is not one int per sample of the whole batch, or the key exists.
+        The object was lost from the store (its owner died, or it was freed), or the reference
+        cannot be read here (Ray not initialized, no owner in this session); a pending object
+        (its task still runs) is waited for.
+    RaggedLengthError, SchemaError
+        ``witness_ids`` is not one id per sample of the whole batch, or the key exists.
     """
     size = check_dp_size(dp_size)
     rank = check_dp_rank(dp_rank, size)
@@ -222,7 +244,15 @@ def process_rollout_data(
     step = None if step is None else as_int("step", step, minimum=0)
     where = cast(Locality, as_choice("locality", locality, Locality))
     pad = as_flag("pad_to_dp", pad_to_dp)
+    as_callback("on_fetch", on_fetch)
+    witness = None if witness_ids is None else as_index_array("witness_ids", witness_ids)
     who = f"dp_rank {rank}" if step is None else f"step {step}, dp_rank {rank}"
+    if pad and isinstance(refs_or_ref, (list, tuple, NodeRows)):  # split on the driver
+        msg = (
+            "`pad_to_dp=True` needs a batch this rank plans, but an eager list was split on the "
+            "driver; pad there (`split_train_data_by_dp(..., pad_to_dp=True)`)"
+        )
+        raise OptionError(msg, key="pad_to_dp", got="True")
     if isinstance(refs_or_ref, (list, tuple)):
         if len(refs_or_ref) != size:
             msg = (
@@ -242,8 +272,8 @@ def process_rollout_data(
         request = dict(
             dp_rank=rank, dp_size=size, balance_data=balance_data, resplit=resplit, pad_to_dp=pad
         )
-        return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness_ids)
-    return _with_witness(shard, witness_ids, who)
+        return _delayed_shard(refs_or_ref, request, where, who, on_fetch, witness)
+    return _with_witness(shard, witness, who)
 
 
 def _delayed_shard(
@@ -252,10 +282,11 @@ def _delayed_shard(
     locality: Locality,
     who: str,
     on_fetch: OnFetch | None,
-    witness_ids: Sequence[int] | np.ndarray | None,
+    witness_ids: Int64Array | None,
 ) -> Shard:
     """The rank's rows of the whole batch, taken on a node that holds it or here."""
     if isinstance(ref_or_batch, ray.ObjectRef):
+        check_session(ref_or_batch, who, _DELAYED)  # before any Ray call (none starts Ray)
         node_id = _nodes.pick_holder(ref_or_batch, request["dp_rank"], locality)
         if node_id is not None:
             shard = _nodes.take_on_holder(ref_or_batch, node_id, request, on_fetch)
@@ -263,7 +294,7 @@ def _delayed_shard(
                 rows = _detached(shard.rows)
                 shard = shard if rows is shard.rows else shard.with_rows(rows)
                 return _with_witness(shard, witness_ids, who)
-    value = _nodes.fetch(ref_or_batch, who, "the delayed reference", on_fetch)
+    value = _nodes.fetch(ref_or_batch, who, _DELAYED, on_fetch)
     if isinstance(value, NodeRows):
         msg = (
             f"{who}: got {len(value.partition)} rows of {len(value.batch_total_lengths)} samples "
@@ -301,28 +332,22 @@ def _detached(batch: RolloutBatch) -> RolloutBatch:
 _Witnessed = TypeVar("_Witnessed", RolloutBatch, Shard)
 
 
-def _with_witness(
-    value: _Witnessed, witness_ids: Sequence[int] | np.ndarray | None, who: str
-) -> _Witnessed:
+def _with_witness(value: _Witnessed, witness_ids: Int64Array | None, who: str) -> _Witnessed:
     """The whole batch, or a shard's rows at their partition, with its witness ids (if any)."""
     if witness_ids is None:
         return value
     whole = len(value.batch_total_lengths)
-    listed = isinstance(witness_ids, (list, tuple)) or (
-        isinstance(witness_ids, np.ndarray) and witness_ids.ndim == 1
-    )
-    if not listed or len(witness_ids) != whole:
-        got = f"{len(witness_ids)} values" if listed else "not a list"
+    if len(witness_ids) != whole:
+        got = f"{len(witness_ids)} values"
         msg = (
             f"{who}: `witness_ids` has {got} but the whole batch has {whole} samples; "
-            "pass one witness id per sample of the WHOLE batch, not of this rank's shard"
+            "pass one witness id per sample of the WHOLE batch as put (the driver's padding "
+            "rows included), not of this rank's shard"
         )
         raise RaggedLengthError(msg, key="witness_ids", expected=str(whole), got=got)
     if isinstance(value, RolloutBatch):
         return value.add_train_data({_WITNESS: witness_ids})
-    checked = RolloutBatch.from_train_data({_LENGTH_SOURCE: [[]] * whole, _WITNESS: witness_ids})
-    values = checked.record_batch.column(_WITNESS).to_numpy()
-    return value.add_train_data({_WITNESS: values[value.partition]})
+    return value.add_train_data({_WITNESS: witness_ids[value.partition]})
 
 
 _MAX_RESERVE_BYTES = 2**30  # glibc's trim threshold, twice the reserve, is a C int

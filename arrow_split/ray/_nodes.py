@@ -31,6 +31,7 @@ from arrow_split import (
     take,
     take_rows,
 )
+from arrow_split.ray._wire import can_free, check_session
 from arrow_split.schema import ColumnSpec
 
 if TYPE_CHECKING:
@@ -242,17 +243,25 @@ def pick_holder(ref: ObjectRef[Any], dp_rank: int, locality: Locality) -> str | 
 
 
 def is_gone(ref: ObjectRef[Any]) -> bool:
-    """Whether ``ref``'s object is gone: no node holds it, and it is not ready within 10 s.
+    """Whether ``ref``'s object is gone for good (freed or removed: a get of it may never return).
 
-    A freed or removed object (a get of it may never return). An object kept in its owner's
-    memory (a small task result) has no node either but is ready at once; an owner that cannot
-    answer in time is ``False`` (its get reports a dead owner).
+    Gone: an object that was created (its owner knows its size), that no node holds nor spilled,
+    and that does not arrive within ``_GONE_AFTER_S``. Not gone, waited for as ``ray.get`` waits:
+    an object not created yet (its task still runs: no size); one Ray rebuilds from lineage (its
+    owner withdrew it: not ready even without a fetch), except on a Ray that can free objects
+    (:func:`can_free`), which shows a freed object that way too, so there the bound holds. Not
+    gone either: an object kept in its owner's memory (no node, but ready at once), an owner
+    that cannot answer (its get reports a dead owner).
     """
     location = _location(ref)
-    if location is None or location.get("node_ids") or location.get("did_spill"):
+    if location is None or location.get("object_size") is None:
+        return False  # unknown, or not created yet
+    if location.get("node_ids") or location.get("did_spill"):
         return False
-    # a freed object still reads as ready without fetching it: ask for it here
-    ready, _ = ray.wait([ref], timeout=_LOOKUP_TIMEOUT_MS / 1000, fetch_local=True)
+    if not can_free() and not ray.wait([ref], timeout=0, fetch_local=False)[0]:
+        return False  # being rebuilt: nothing but `free` drops a live object silently
+    # a freed object may still read as ready without fetching it: ask for it here
+    ready, _ = ray.wait([ref], timeout=_GONE_AFTER_S, fetch_local=True)
     return not ready
 
 
@@ -266,30 +275,34 @@ def _location(ref: ObjectRef[Any]) -> Mapping[str, Any] | None:
 
 
 _GET_RECHECK_S = 5.0
-"""How long a get waits before it checks again that a node still holds the object."""
+"""How long a get waits before it checks whether the object is gone (:func:`is_gone`)."""
+_GONE_AFTER_S = 10.0
+"""How long a created object that no node holds may take to arrive before it counts as gone."""
 
 
 def fetch(ref_or_value: object, who: str, what: str, on_fetch: OnFetch | None) -> object:
     """The value a reference holds (read-only views of the store), or the value itself.
 
-    An object no node holds any more (freed or removed: a get of it may never return) and an
-    object whose owner died are a TransportError naming the object, never a hang.
+    A pending object (its task still runs, or Ray rebuilds it) is waited for, as ``ray.get``
+    waits. An object no node holds any more (freed or removed: a get of it may never return), an
+    object whose owner died, and a reference this session cannot read (Ray not initialized, an
+    unknown owner) are a TransportError naming the object, never a hang.
     """
     if not isinstance(ref_or_value, ray.ObjectRef):
         return ref_or_value
-    # Ray drops a freed object asynchronously: a get begun just before may wait on it forever,
-    # so a long wait checks again whether any node still holds it
-    while not is_gone(ref_or_value):
+    check_session(ref_or_value, who, what)
+    while True:  # a get of an object freed just before may wait forever: check between waits
         try:
             value = ray.get(ref_or_value, timeout=_GET_RECHECK_S)
         except ray_exceptions.GetTimeoutError:
+            if is_gone(ref_or_value):
+                raise _lost(who, what, ref_or_value, "no node holds it") from None
             continue
         except ray_exceptions.ObjectLostError as exc:  # every "object gone" error derives from it
             raise _lost(who, what, ref_or_value, type(exc).__name__) from exc
         if on_fetch is not None:
             on_fetch(ref_or_value)
         return value
-    raise _lost(who, what, ref_or_value, "no node holds it")
 
 
 def _lost(who: str, what: str, object_ref: ObjectRef[Any], reason: str) -> TransportError:

@@ -12,7 +12,6 @@ for any reference Ray serializes out of band, the object stays pinned until it i
 from __future__ import annotations
 
 import base64
-import binascii
 import io
 import json
 import pickle
@@ -20,13 +19,16 @@ import warnings
 from typing import Any
 
 import ray
+from ray import exceptions as ray_exceptions
 from ray._private import internal_api
 
 from arrow_split import OptionError, OptionTypeError, TransportError
+from arrow_split._args import as_int
 
 __all__ = [
     "WIRE_FORMAT",
     "can_free",
+    "check_session",
     "free",
     "ref_from_bytes",
     "ref_from_json",
@@ -38,6 +40,7 @@ WIRE_FORMAT = "arrow_split.ray_ref"
 """The ``format`` member of a reference's JSON document (version 1)."""
 
 _DESERIALIZER = ("ray._private.serialization", "_object_ref_deserializer")
+_OWN_MEMBERS = ("format", "version", "object_id", "ray")
 
 
 class _RefUnpickler(pickle.Unpickler):
@@ -56,9 +59,44 @@ def _check_ref(object_ref: object) -> None:
         raise OptionTypeError(msg)
 
 
+def check_session(object_ref: ray.ObjectRef[Any], who: str, what: str) -> None:
+    """Refuse a reference this process cannot read: Ray not started here, or its owner unknown.
+
+    A TransportError keyed by the object's id, never a local Ray started (as Ray's own calls
+    would, before failing): a reference lives in the Ray session of the driver that put it.
+    """
+    lead = f"{who}: {what}" if who else what
+    if not ray.is_initialized():
+        msg = (
+            f"{lead} (object {object_ref.hex()}) cannot be read: Ray is not initialized in this "
+            "process; call `ray.init()` (on a cluster, the job's connection) first"
+        )
+        raise TransportError(msg, key=object_ref.hex())
+    try:  # Ray finds the owner here first: one it does not know is a plain ValueError at once
+        ray.experimental.get_object_locations([object_ref], timeout_ms=0)
+    except ray_exceptions.RayError:  # a known owner, not waited for (GetTimeoutError)
+        pass
+    except ValueError:
+        msg = (
+            f"{lead} (object {object_ref.hex()}) has no owner in this Ray session: it comes "
+            "from an earlier session, or was made without one (`ObjectRef.from_random()`); pass "
+            "a reference put in this session"
+        )
+        raise TransportError(msg, key=object_ref.hex()) from None
+
+
 def ref_to_bytes(object_ref: ray.ObjectRef[Any]) -> bytes:
-    """Ray's out-of-band form of ``object_ref`` (id, owner address, status); pins the object."""
+    """Ray's out-of-band form of ``object_ref`` (id, owner address, status); pins the object.
+
+    Raises
+    ------
+    OptionTypeError
+        ``object_ref`` is not a Ray reference.
+    TransportError
+        Ray is not initialized here, or the reference has no owner in this session.
+    """
     _check_ref(object_ref)
+    check_session(object_ref, "", "the reference")
     payload: bytes = ray.cloudpickle.dumps(object_ref)  # type: ignore[no-untyped-call]
     return payload
 
@@ -83,16 +121,42 @@ def ref_from_bytes(payload: bytes, what: str = "the reference") -> ray.ObjectRef
 
 
 def ref_to_json(object_ref: ray.ObjectRef[Any], **members: int | str | None) -> str:
-    """A JSON document for ``object_ref`` plus ``members`` (ints, strs or None): see the module."""
-    payload = ref_to_bytes(object_ref)  # the type checked first
+    """A JSON document for ``object_ref`` plus ``members`` (ints, strs or None): see the module.
+
+    Raises
+    ------
+    OptionTypeError
+        ``object_ref`` is not a Ray reference, or a member is not an int, a str or None.
+    OptionError
+        A member named as one of the document's own (``format``, ``version``, ``object_id``,
+        ``ray``).
+    TransportError
+        As :func:`ref_to_bytes`.
+    """
+    _check_ref(object_ref)
+    extra = {name: _member(name, value) for name, value in members.items()}
+    payload = ref_to_bytes(object_ref)
     document: dict[str, object] = {
         "format": WIRE_FORMAT,
         "version": 1,
         "object_id": object_ref.hex(),
         "ray": base64.b64encode(payload).decode("ascii"),
+        **extra,
     }
-    document.update(members)
     return json.dumps(document, sort_keys=True)
+
+
+def _member(name: str, value: object) -> int | str | None:
+    """An extra member of a reference's document: not one of its own names; an int, str or None."""
+    if name in _OWN_MEMBERS:
+        msg = f"`{name}` is a member of the reference's document itself; name yours otherwise"
+        raise OptionError(msg, key=name, got=repr(name))
+    if value is None or isinstance(value, str):
+        return value
+    try:
+        return as_int(name, value)
+    except OptionTypeError as error:  # the one rule for ints; the message lists all three
+        raise error.replaced(expected="an int, a str or None") from None
 
 
 def ref_from_json(text: str | bytes) -> tuple[ray.ObjectRef[Any], dict[str, Any]]:
@@ -102,9 +166,12 @@ def ref_from_json(text: str | bytes) -> tuple[ray.ObjectRef[Any], dict[str, Any]
         raise OptionTypeError(msg)
     try:
         document = json.loads(text)
-    except ValueError as exc:
-        msg = f"a reference's JSON does not parse ({exc}); pass the text `to_json()` returned"
-        raise OptionError(msg) from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to parse
+        msg = (
+            f"a reference's JSON does not parse ({type(exc).__name__}: {exc}); pass the "
+            "text `to_json()` returned"
+        )
+        raise OptionError(msg, got=type(exc).__name__) from None
     if not isinstance(document, dict) or document.get("format") != WIRE_FORMAT:
         msg = f'a reference\'s JSON must be an object with "format": "{WIRE_FORMAT}"'
         raise OptionError(msg)
@@ -122,9 +189,9 @@ def ref_from_json(text: str | bytes) -> tuple[ray.ObjectRef[Any], dict[str, Any]
         raise OptionError(msg)
     try:
         payload = base64.b64decode(encoded, validate=True)
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or a character outside ASCII
         msg = f'{what}: the "ray" member is not base64'
-        raise OptionError(msg) from None
+        raise OptionError(msg, key="ray") from None
     object_ref = ref_from_bytes(payload, what)
     if object_ref.hex() != object_id:
         msg = f'{what}: the "ray" member holds another reference ({object_ref.hex()})'
@@ -147,9 +214,11 @@ def free(object_ref: ray.ObjectRef[Any]) -> None:
     ------
     TransportError
         This Ray has no such call (:func:`can_free`; then the object lives until its last
-        reference is dropped or its owner exits), or the owner is gone.
+        reference is dropped or its owner exits), Ray is not initialized here, or the owner is
+        gone or unknown.
     """
     _check_ref(object_ref)
+    check_session(object_ref, "", "the reference")
     release = getattr(internal_api, "free", None)
     if not callable(release):
         msg = (

@@ -42,6 +42,8 @@ from tests.ray.support import rollout_failure, store_bytes_free, wait_until
 
 ray = pytest.importorskip("ray")
 
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noqa: E402
+
 from arrow_split.ray import (  # noqa: E402
     HELPER_NAME_PREFIX,
     process_rollout_data,
@@ -326,6 +328,40 @@ def test_a_node_removed_without_warning_leaves_the_survivors_to_finish(
     # The step goes on with the survivors: the same reference, split for them.
     survivors = gather(step_calls(ranks, ref, DP_SIZE, resplit=True), CALL_TIMEOUT_S)
     assert survivors == expected_crcs(batch, DP_SIZE)
+
+
+@ray.remote(num_cpus=0, max_retries=3)
+def produce(batch: RolloutBatch, marker: str) -> RolloutBatch:
+    """A batch with its plan as a task's return value; a re-run (a rebuild) takes 3 s."""
+    if os.path.exists(marker):
+        time.sleep(3.0)
+    Path(marker).touch()
+    return batch.with_plan(batch.make_plan(2, balance_data=True))
+
+
+def test_an_object_ray_rebuilds_from_lineage_is_waited_for(
+    cluster: SimulatedCluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import arrow_split.ray._nodes as nodes
+    from arrow_split.ray import can_free
+
+    if can_free():
+        pytest.skip(f"Ray {ray.__version__} can free objects: a rebuild's wait is bounded there")
+    monkeypatch.setattr(nodes, "_GET_RECHECK_S", 0.2)  # the rebuild takes 6 times the window
+    monkeypatch.setattr(nodes, "_GONE_AFTER_S", 0.5)
+    index = cluster.add_node(object_store_bytes=STORE_BYTES, spill_root=tmp_path)
+    batch = make_batch(200, seed=28)
+    there = NodeAffinitySchedulingStrategy(cluster.node_ids[index], soft=True)
+    ref = produce.options(scheduling_strategy=there).remote(batch, str(tmp_path / "ran"))
+    ready, _ = ray.wait([ref], timeout=CALL_TIMEOUT_S, fetch_local=False)
+    assert ready
+    holders = ray.experimental.get_object_locations([ref])[ref]["node_ids"]
+    assert holders == [cluster.node_ids[index]]
+    cluster.cluster.remove_node(cluster.nodes[index], allow_graceful=False)
+    # the only copy is gone with its node: Ray runs the task again, elsewhere
+    assert wait_until(lambda: not ray.experimental.get_object_locations([ref])[ref]["node_ids"])
+    shard = process_rollout_data(ref, 1, 2, locality="local")
+    assert crc32_of(shard) == expected_crcs(batch, 2)[1]
 
 
 # --- many steps in a row ----------------------------------------------------------------------

@@ -676,6 +676,117 @@ def test_witness_ids_of_the_wrong_length_name_both_counts() -> None:
         process_rollout_data(ref, 0, 4, balance_data=False, witness_ids=[1, 2, 3, 4])
 
 
+def test_bad_doors_of_a_rank_fail_before_any_get(monkeypatch: pytest.MonkeyPatch) -> None:
+    batch = make_batch(10, seed=9)
+    ref = split_train_data_by_dp(batch, 2, balance_data=True, delay=True)
+    refs = split_train_data_by_dp(batch, 2, balance_data=True, pad_to_dp=True)
+
+    def no_get(*args: object, **kwargs: object) -> None:
+        raise AssertionError("ray.get was called")
+
+    monkeypatch.setattr(ray, "get", no_get)
+    with raises_facts(OptionTypeError, key="on_fetch", got="int 5"):
+        process_rollout_data(ref, 0, 2, on_fetch=5)  # type: ignore[arg-type]
+    for bad in ("0123456789", [1.5] * 10, [[1]] * 10, 7, [0, True] * 5):
+        with raises_facts(OptionTypeError, key="witness_ids"):
+            process_rollout_data(ref, 0, 2, witness_ids=bad)  # type: ignore[arg-type]
+    # an eager list was split on the driver: padding on the rank can never apply to it
+    with raises_facts(OptionError, key="pad_to_dp", got="True"):
+        process_rollout_data(refs, 0, 2, pad_to_dp=True)
+
+
+def test_witness_ids_take_any_one_dimensional_ints() -> None:
+    torch = pytest.importorskip("torch")
+    batch = make_batch(10, seed=9)
+    ref = split_train_data_by_dp(batch, 2, balance_data=True, delay=True)
+    refs = split_train_data_by_dp(batch, 2, balance_data=True)
+    with_ids = batch.add_train_data({"seq_witness_ids": np.arange(10)})
+    expected = shard_for_rank(with_ids, 1, 2, balance_data=True)
+    for witness_ids in (range(10), torch.arange(10), np.arange(10, dtype=np.uint8), [*range(10)]):
+        for refs_or_ref in (ref, refs):
+            shard = process_rollout_data(refs_or_ref, 1, 2, witness_ids=witness_ids)
+            assert shard.equals(expected), type(witness_ids)
+    with raises_facts(RaggedLengthError, key="witness_ids", expected="10", got="9 values"):
+        process_rollout_data(ref, 1, 2, witness_ids=range(9))
+
+
+def test_witness_ids_count_the_drivers_padding_not_the_ranks() -> None:
+    batch = make_batch(10, seed=9)
+    padded = split_train_data_by_dp(batch, 4, balance_data=True, delay=True, pad_to_dp=True)
+    for refs_or_ref in (
+        padded,
+        split_train_data_by_dp(batch, 4, balance_data=True, pad_to_dp=True),
+    ):
+        with raises_facts(RaggedLengthError, key="witness_ids", expected="12"):
+            process_rollout_data(refs_or_ref, 0, 4, witness_ids=range(10))
+        process_rollout_data(refs_or_ref, 0, 4, witness_ids=range(12))
+    # pad_to_dp on the rank changes nothing for a batch put for this dp_size (as planned)
+    same = process_rollout_data(padded, 3, 4, pad_to_dp=True, resplit=True)
+    assert same.equals(process_rollout_data(padded, 3, 4))
+    # a re-split the rank pads: ids of the batch as put; its padding rows copy the last id
+    ref = split_train_data_by_dp(batch, 5, balance_data=True, delay=True)
+    shards = [
+        process_rollout_data(ref, r, 4, resplit=True, pad_to_dp=True, witness_ids=range(10))
+        for r in range(4)
+    ]
+    rows = [shard.to_train_data(layout="actor") for shard in shards]
+    padding = [
+        witness
+        for row in rows
+        for witness, pad in zip(row["seq_witness_ids"], row["is_padding"], strict=True)
+        if pad
+    ]
+    assert padding == [9, 9]
+
+
+@ray.remote(num_cpus=0)
+def produce(batch: RolloutBatch, delay_s: float) -> RolloutBatch:
+    """A batch with its plan, as a remote task's return value, ``delay_s`` after it starts."""
+    time.sleep(delay_s)
+    return batch.with_plan(batch.make_plan(2, balance_data=True))
+
+
+def test_a_pending_object_is_waited_for_not_reported_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import arrow_split.ray._nodes as nodes
+
+    # the waits of a rank, short: a task that takes 6 times the window is still not lost
+    monkeypatch.setattr(nodes, "_GET_RECHECK_S", 0.2)
+    monkeypatch.setattr(nodes, "_GONE_AFTER_S", 0.5)
+    batch = make_batch(12, seed=11)
+    for locality in ("auto", "holder"):
+        started = time.monotonic()
+        shard = process_rollout_data(produce.remote(batch, 3.0), 0, 2, locality=locality)
+        assert time.monotonic() - started >= 3.0
+        assert shard.equals(shard_for_rank(batch, 0, 2, balance_data=True))
+
+
+def test_a_reference_this_session_cannot_read_is_a_transport_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from arrow_split.ray import fetch, ref_to_bytes, ref_to_json
+
+    stray = ray.ObjectRef.from_random()  # no owner: never put in this (or any) session
+    for call in (
+        lambda: process_rollout_data(stray, 0, 2),
+        lambda: process_rollout_data(stray, 0, 2, locality="holder"),
+        lambda: process_rollout_data([stray, stray], 1, 2),
+        lambda: fetch(stray, "dp_rank 0", "the reference", None),
+        lambda: ref_to_bytes(stray),
+        lambda: ref_to_json(stray, step=1),
+    ):
+        with raises_facts(TransportError, key=stray.hex()):
+            call()
+    ref = split_train_data_by_dp(make_batch(4, seed=9), 2, balance_data=True, delay=True)
+    # Ray not initialized here: refused, and no local Ray started to fail in
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda *args, **kwargs: pytest.fail("Ray was started"))
+    for call in (lambda: process_rollout_data(ref, 0, 2), lambda: ref_to_json(ref)):
+        with raises_facts(TransportError, key=ref.hex()):
+            call()
+
+
 def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) -> None:
     owner = Owner.remote()  # type: ignore[attr-defined]
     refs = ray.get(owner.put.remote(make_batch(16, seed=10)), timeout=CALL_TIMEOUT_S)

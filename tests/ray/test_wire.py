@@ -12,9 +12,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import pytest
 
-from arrow_split import OptionError, TransportError
+from arrow_split import OptionError, OptionTypeError, TransportError
 from arrow_split.compat import miles
 from tests.error_facts import raises_facts
 from tests.ray.test_compat_ray import assert_same, expected_actor_dicts, make_args, make_data
@@ -145,11 +146,29 @@ def test_an_owner_that_died_is_a_transport_error(takers: list[Any]) -> None:
         '{"format": "arrow_split.ray_ref", "version": 2}',
         '{"format": "arrow_split.ray_ref", "version": 1, "object_id": "00"}',
         '{"format": "arrow_split.ray_ref", "version": 1, "object_id": "00", "ray": "!!"}',
+        '{"format": "arrow_split.ray_ref", "version": 1, "object_id": "00", "ray": "\u00e9AA="}',
+        "[" * 100_000 + "]" * 100_000,  # deeper than the parser can go
+        b"\xff\xfe{",
     ],
 )
 def test_bad_json_is_refused(ray_cluster: None, text: str) -> None:
     with pytest.raises(OptionError):
         miles.ArrowRef.from_json(text)
+    with pytest.raises(OptionError):
+        ref_from_json(text)
+
+
+def test_a_documents_extra_members_are_checked(ray_cluster: None) -> None:
+    ref = ray.put(1)
+    for own in ("format", "version", "object_id", "ray"):
+        with raises_facts(OptionError, key=own):
+            ref_to_json(ref, **{own: "x"})
+    for bad in (1.5, True, object(), [1, 2], float("nan")):
+        with raises_facts(OptionTypeError, key="step", expected="an int, a str or None"):
+            ref_to_json(ref, step=bad)  # type: ignore[arg-type]
+    again, members = ref_from_json(ref_to_json(ref, step=np.int64(3), name="a", note=None))
+    assert again == ref
+    assert (members["step"], members["name"], members["note"]) == (3, "a", None)
 
 
 def test_bytes_that_would_run_code_are_refused(ray_cluster: None) -> None:
