@@ -128,7 +128,8 @@ def _inspect(parser: argparse.ArgumentParser, arguments: argparse.Namespace) -> 
     if arguments.rollout_id is not None and arguments.dashboard_columns is None:
         parser.error("--rollout-id names the dashboard file: pass --dashboard-columns DIR too")
     path = arguments.path
-    journal = os.path.isdir(path) or _magic(path) in (b"ASJ1", b"ASJ2")
+    named = ".journal" in os.path.basename(path)  # step-<n>.journal, .journal.damaged, ...
+    journal = os.path.isdir(path) or named or _magic(path) in (b"ASJ1", b"ASJ2")
     if journal and arguments.dashboard_columns is not None:
         parser.error("--dashboard-columns reads a dump or a Parquet file, not a journal")
     try:

@@ -116,7 +116,7 @@ class RolloutBatchBuilder(StepState):
 
     @property
     def salvaged(self) -> tuple[JournalDamage, ...]:
-        """What ``recover(..., salvage=True)`` skipped: the damaged places of the journal."""
+        """What ``recover(..., salvage=True)`` skipped: places of the file kept aside (its name)."""
         return () if self._journal is None else tuple(self._journal.damage)
 
     def __len__(self) -> int:
@@ -311,7 +311,8 @@ class RolloutBatchBuilder(StepState):
         journal, sync, on_duplicate
             The journal folder; as for the builder.
         salvage
-            Keep every whole record of a damaged journal (moved aside) instead of raising.
+            Keep every whole record of a damaged journal instead of raising: they are written
+            to a new journal, which then takes the old one's name (kept as ``.damaged``).
         trust_objects
             Whether the step's pickled objects may decode as any object, not plain data only.
 
@@ -319,7 +320,8 @@ class RolloutBatchBuilder(StepState):
         ------
         JournalError
             The folder is in use, holds no journal (``errno.ENOENT``), a file that is not one,
-            several unfinished steps, damage (without ``salvage``) or a record breaking a rule.
+            several unfinished steps, a dump that is not its step's, damage (without
+            ``salvage``), a record breaking a rule, or a full disk: the folder is left as it was.
         OptionTypeError, OptionError
             An argument is of the wrong kind.
         """
@@ -338,11 +340,12 @@ class RolloutBatchBuilder(StepState):
             builder._trust_objects = trust
             if salvage:
                 records = builder._sound_records(records, step_journal)
-            if step_journal.rewriting:
-                step_journal.restart(builder._header())
+            step_journal.begin_recovery(builder._header())
+            if step_journal.rewriting:  # each record written anew by its replay
                 builder._journal = step_journal
             for record in records:
                 builder._replay(record, step_journal.source)
+            step_journal.end_recovery()  # nothing in the folder changed before this
         except BaseException:
             step_journal.close()
             raise
@@ -359,15 +362,13 @@ class RolloutBatchBuilder(StepState):
         )
         kept: list[Record] = []
         skipped: list[JournalDamage] = []
-        ends = [record.offset for record in records[1:]]  # the last one's size is not known
-        for record, end in zip(records, [*ends, records[-1].offset if records else 0], strict=True):
+        for record in records:
             broken = trial._broken_rule(record, step_journal.source)
             if broken is None:
                 kept.append(record)
                 continue
             reason = f"record {record.sequence} breaks a rule: {broken}"
-            size = max(end - record.offset, 0)
-            skipped.append(JournalDamage(step_journal.source, record.offset, size, reason))
+            skipped.append(JournalDamage(step_journal.source, record.offset, record.size, reason))
         if skipped:
             step_journal.salvage(skipped)
         return kept

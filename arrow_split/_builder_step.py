@@ -200,18 +200,23 @@ class StepState:
     def _first_seen(self, group: Group, mode: str) -> Group | None:
         """The group without its replayed samples (``skip``), or raise (``error``)."""
         identities = self._identities(group)
-        seen: dict[object, int] = {}
+        seen: dict[object, int] = {}  # identity -> its first row in the group
         keep: list[int] = []
         for row, identity in enumerate(identities):
-            first = self._seen.get(identity, seen.get(identity))
-            if first is None:
-                seen[identity] = self._length + len(keep)
+            first = self._seen.get(identity)
+            if first is None and identity not in seen:
+                seen[identity] = row
                 keep.append(row)
             elif mode == "error":
+                held = (
+                    f"sample {first}'s already"
+                    if first is not None
+                    else "repeated within this call (samples "
+                    f"{self._length + seen[identity]} and {self._length + row})"
+                )
                 msg = (
-                    f"`{self._identity}` {identity!r:.40} is "
-                    f"sample {first}'s already; a replayed sample is refused "
-                    '(`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
+                    f"`{self._identity}` {identity!r:.40} is {held}; a replayed sample is "
+                    'refused (`on_duplicate="error"`): drop it, or pass `on_duplicate="skip"`'
                 )
                 raise DuplicateSampleError(msg, key=self._identity, sample=self._length + row)
         if len(keep) == len(identities):

@@ -8,27 +8,25 @@ below the builder and trades in plain values (columns, specs, JSON).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
-import fcntl
-import json
 import os
 import re
-import socket
-import threading
-import time
-import weakref
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import pyarrow as pa
 
 from arrow_split._journal_content import parse_header
+from arrow_split._journal_lock import FolderLock, journal_error
 from arrow_split._journal_scan import FRAME, JournalDamage, Scan, scan_file, write_record
 from arrow_split._record import Payload, Record, encode_record
 from arrow_split.batch import RolloutBatch
-from arrow_split.errors import JournalError
+from arrow_split.batch._dump import dump_rows
+from arrow_split.errors import DumpError, JournalError
 
-__all__ = ["JournalSync", "OnDuplicate", "StepJournal", "journal_file"]
+__all__ = ["JournalSync", "OnDuplicate", "StepJournal", "check_dumps", "journal_file"]
 
 JournalSync = Literal["call", "step", "os"]
 """When a journal asks the OS to write through: each call, each step's ``finish``, or never."""
@@ -37,86 +35,11 @@ OnDuplicate = Literal["skip", "error"]
 """What an append of a sample whose identity the builder holds already does."""
 
 _NAME = re.compile(r"^step-(\d{6,})\.(journal|arrow)$")
-_LOCK_NAME = "journal.lock"
 
 
 def journal_file(folder: str, step: int, suffix: str = "journal") -> str:
     """The journal file of step ``step`` (``suffix="arrow"``: its dump)."""
     return os.path.join(folder, f"step-{step:06d}.{suffix}")
-
-
-def _journal_error(what: str, exc: OSError) -> JournalError:
-    msg = f"{what}: {exc.strerror or exc}; free space (or raise the file size limit) and retry"
-    return JournalError(msg, errno=exc.errno)
-
-
-class _Lock:
-    """The folder's lock file, held with ``flock`` until released (or the process ends).
-
-    A ``flock`` belongs to the open file, which ``os.fork`` shares with the child: the child's
-    copy of the descriptor is closed as it starts, so the lock ends with this process, never
-    kept by a child of it.
-    """
-
-    def __init__(self, folder: str) -> None:
-        path = os.path.join(folder, _LOCK_NAME)
-        with _FORKING:  # no fork between the open and the lock's registration
-            try:
-                descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            except OSError as exc:
-                raise _journal_error(f"cannot open the journal's lock file `{path}`", exc) from None
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                holder, pid = _holder(descriptor)
-                os.close(descriptor)
-                msg = (
-                    f"the journal folder `{folder}` is in use by {holder}; one builder at a time "
-                    "writes a journal: close that builder (`close()`) or let its process end, "
-                    "then retry"
-                )
-                raise JournalError(msg, errno=errno.EBUSY, got=pid) from None
-            self.release = weakref.finalize(self, os.close, descriptor)  # idempotent
-            _HELD[descriptor] = self
-        named = {"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()}
-        with contextlib.suppress(OSError):  # the holder's name is a courtesy
-            os.ftruncate(descriptor, 0)
-            os.pwrite(descriptor, json.dumps(named).encode(), 0)
-
-
-_FORKING = threading.Lock()
-_HELD: weakref.WeakValueDictionary[int, _Lock] = weakref.WeakValueDictionary()
-
-
-def _release_in_child() -> None:
-    """In a forked child: close its copies of the locks' descriptors (the parent keeps its own)."""
-    _FORKING.release()
-    for descriptor, lock in list(_HELD.items()):
-        if lock.release.detach() is not None:
-            with contextlib.suppress(OSError):
-                os.close(descriptor)
-    _HELD.clear()
-
-
-os.register_at_fork(
-    before=_FORKING.acquire, after_in_parent=_FORKING.release, after_in_child=_release_in_child
-)
-
-
-def _holder(descriptor: int) -> tuple[str, str | None]:
-    """Who holds the lock, in words, and its pid (``None`` if its lock file does not name it)."""
-    try:
-        holder = json.loads(os.pread(descriptor, 4096, 0))
-        since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(holder["since"])))
-        pid, host = int(holder["pid"]), str(holder["host"])
-        if pid == os.getpid() and host == socket.gethostname():  # this very process
-            return (
-                f"another builder of this process (pid {pid}, since {since}), not yet closed",
-                str(pid),
-            )
-        return f"process {pid} on host {host!r} since {since}", str(pid)
-    except (OSError, ValueError, TypeError, KeyError, OverflowError):
-        return "another process (its lock file does not name it)", None
 
 
 class _Writer:
@@ -131,7 +54,7 @@ class _Writer:
         try:
             self._descriptor = os.open(path, os.O_WRONLY)
         except OSError as exc:
-            raise _journal_error(f"cannot open the journal `{path}`", exc) from None
+            raise journal_error(f"cannot open the journal `{path}`", exc) from None
         self._cut_back()  # a torn tail's bytes, if any
         if self._broken:
             self.close()
@@ -151,9 +74,13 @@ class _Writer:
                 os.fsync(self._descriptor)
         except OSError as exc:
             self._cut_back()
-            raise _journal_error(f"cannot append to the journal `{self.path}`", exc) from None
+            raise journal_error(f"cannot append to the journal `{self.path}`", exc) from None
         self._end += FRAME.size + payload.size
         self.sequence += 1
+
+    def flush(self) -> None:
+        """Ask the OS to write the file through (an OSError passes)."""
+        os.fsync(self._descriptor)
 
     def _cut_back(self) -> None:
         try:
@@ -183,14 +110,52 @@ def _remove(path: str) -> None:
         os.unlink(path)
 
 
-def _set_aside(path: str, suffix: str) -> str:
-    """Rename ``path`` to a free ``path.suffix`` (``.suffix.1``, ...); the new name."""
+def _keep_aside(path: str, suffix: str) -> str:
+    """A free name ``path.suffix`` (``.suffix.1``, ...) for ``path``'s file too; the name.
+
+    A hard link (no byte copied), or a copy on a file system without them: ``path`` itself is
+    left in place, so that no moment passes without the journal at its name.
+    """
     target, number = f"{path}.{suffix}", 0
-    while os.path.exists(target):
+    while os.path.lexists(target):
         number += 1
         target = f"{path}.{suffix}.{number}"
-    os.rename(path, target)
+    try:
+        os.link(path, target)
+    except OSError:
+        try:
+            shutil.copyfile(path, target)
+        except OSError:
+            _remove(target)
+            raise
     return target
+
+
+def check_dumps(folder: str, steps: set[int]) -> None:
+    """Raise unless each step's dump reads as a dump holding as many samples as its journal.
+
+    Its footer, schema and metadata are read, no column: a step is finished (its journal may
+    go) only when its dump is one; any other file of its name is reported, nothing removed.
+    """
+    for step in sorted(steps):
+        path, dump = journal_file(folder, step), journal_file(folder, step, "arrow")
+        groups = [record for record in scan_file(path).records if record.kind == "group"]
+        samples = sum(len(record.arrays[0]) for record in groups if record.arrays)
+        try:
+            rows = dump_rows(dump)
+        except (DumpError, OSError) as exc:
+            reason = f"it is no readable dump ({exc})"
+        else:
+            if rows == samples:
+                continue
+            reason = f"it holds {rows} samples, the journal {samples}"
+        msg = f"step {step} has a journal and a dump that is not its batch: {reason}"
+        fix = (
+            f"if the dump is damaged, move it away to recover the step from its journal `{path}` "
+            "with `RolloutBatchBuilder.recover`; if the dump is the step's batch, move the journal "
+            "away"
+        )
+        raise JournalError(msg, path=dump, fix=fix)
 
 
 def _damage_error(scan: Scan, folder: str) -> JournalError:
@@ -216,7 +181,7 @@ class StepJournal:
     """The journal of the step being built: its folder, number, header, lock and open file."""
 
     def __init__(
-        self, folder: str, step: int, header: dict[str, Any], sync: JournalSync, lock: _Lock
+        self, folder: str, step: int, header: dict[str, Any], sync: JournalSync, lock: FolderLock
     ) -> None:
         self.folder = folder
         self.step = step
@@ -227,6 +192,9 @@ class StepJournal:
         self._failure = ""  # why the writer is missing after a failed start of a step
         self.damage: list[JournalDamage] = []  # what a salvage skipped
         self.source = ""  # the file the recovered records were read from (its name now)
+        self._resume: tuple[int, bytes, int] | None = None  # its end, id, next sequence
+        self._aside = ""  # the suffix it is kept with when its records are written anew
+        self._finished: set[int] = set()  # finished steps' journals, removed once recovered
 
     @classmethod
     def create(cls, folder: str, header: dict[str, Any], sync: JournalSync) -> StepJournal:
@@ -234,10 +202,11 @@ class StepJournal:
         try:
             os.makedirs(folder, exist_ok=True)
         except OSError as exc:
-            raise _journal_error(f"cannot use `{folder}` as a journal folder", exc) from None
-        lock = _Lock(folder)
+            raise journal_error(f"cannot use `{folder}` as a journal folder", exc) from None
+        lock = FolderLock(folder)
         try:
             journals, dumps = _steps(folder)
+            check_dumps(folder, journals & dumps)
             for step in sorted(journals - dumps):
                 path = journal_file(folder, step)
                 scan = scan_file(path)
@@ -258,15 +227,20 @@ class StepJournal:
     def recover(
         cls, folder: str, sync: JournalSync, salvage: bool
     ) -> tuple[StepJournal, list[Record], dict[str, Any]]:
-        """The unfinished step's journal in ``folder``, its records, its header's arguments."""
+        """The unfinished step's journal in ``folder``, its records, its header's arguments.
+
+        The folder is locked and read, nothing in it changed: :meth:`begin_recovery` and
+        :meth:`end_recovery` write, once every record is replayed.
+        """
         journals = _steps(folder)[0] if os.path.isdir(folder) else set()
         if not journals:
             fix = f"start one with `journal={folder!r}`"
             msg = "no rollout journal in this folder"
             raise JournalError(msg, errno=errno.ENOENT, path=folder, fix=fix)
-        lock = _Lock(folder)
+        lock = FolderLock(folder)
         try:
             journals, dumps = _steps(folder)
+            check_dumps(folder, journals & dumps)
             pending = sorted(journals - dumps)
             if len(pending) > 1:
                 msg = f"`{folder}` holds the unfinished journals of steps {pending}; keep one"
@@ -276,48 +250,68 @@ class StepJournal:
             scan = scan_file(path)
             if scan.damage and not salvage:
                 raise _damage_error(scan, folder)
-            header = scan.records[0].meta
-            arguments = parse_header(header, path, latest)
-            if not pending:  # the last step was finished: its dump is whole; start the next
-                step_journal = cls(folder, _next_step(folder, latest), header, sync, lock)
-                step_journal._start(journals)
-                return step_journal, [], arguments
-            step_journal = cls(folder, latest, header, sync, lock)
-            step_journal.source = path
-            if scan.damage or scan.version != 2:  # kept aside, its records written anew
+            arguments = parse_header(scan.records[0].meta, path, latest)
+            step = latest if pending else _next_step(folder, latest)  # finished: the next one
+            step_journal = cls(folder, step, scan.records[0].meta, sync, lock)
+            step_journal._finished = journals - {step}
+            if pending:
+                step_journal.source = path
                 step_journal.damage = list(scan.damage)
-                step_journal.source = _set_aside(path, "damaged" if scan.damage else "v1")
-            else:
+                if scan.damage or scan.version != 2:  # its records written anew, the file kept
+                    step_journal._aside = "damaged" if scan.damage else "v1"
                 end = scan.size if scan.torn_at is None else scan.torn_at  # a torn tail dropped
-                sequence = scan.records[-1].sequence + 1
-                step_journal._writer = _Writer(path, end, sync, scan.journal_id, sequence)
-            for step in journals - {latest}:
-                _remove(journal_file(folder, step))  # finished steps' journals
+                step_journal._resume = (end, scan.journal_id, scan.records[-1].sequence + 1)
         except BaseException:
             lock.release()
             raise
-        return step_journal, scan.records[1:], arguments
+        return step_journal, scan.records[1:] if pending else [], arguments
 
     @property
     def rewriting(self) -> bool:
-        """Whether the recovered records are written to a new journal (no file is open)."""
-        return self._writer is None
+        """Whether the recovered records are written to a new journal (the old one kept aside)."""
+        return bool(self._aside)
 
     def salvage(self, skipped: Sequence[JournalDamage]) -> None:
-        """Skip whole records that break a rule: the file is set aside, the rest rewritten."""
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
-            self.source = _set_aside(self.source, "damaged")
+        """Skip whole records that break a rule: the journal is written anew without them."""
         self.damage.extend(skipped)
+        self._aside = "damaged"
 
-    def restart(self, header: dict[str, Any]) -> None:
-        """Write the header of a journal being rewritten (a salvage, a format-1 journal)."""
+    def begin_recovery(self, header: dict[str, Any]) -> None:
+        """Take the builder's header; a journal written anew starts as a new file beside it."""
         self.header = header
-        self._start(set())
+        if self._aside:
+            self._begin()
+
+    def end_recovery(self) -> None:
+        """Go on with the recovered journal; remove the finished steps' journals.
+
+        A journal written anew takes the old one's name (kept aside); else appends go on in the
+        file (a torn tail cut), or in the next step's new journal if the last step was finished.
+        """
+        if self._aside:
+            self.source = self._place(self._aside)
+            self.damage = [dataclasses.replace(place, path=self.source) for place in self.damage]
+        elif self._resume is not None:
+            end, journal_id, sequence = self._resume
+            self._writer = _Writer(self.source, end, self.sync, journal_id, sequence)
+        else:
+            self._start(self._finished)
+        for step in self._finished:
+            _remove(journal_file(self.folder, step))
 
     def _start(self, old: set[int]) -> None:
-        """Write this step's header (atomically) and remove the journals in ``old``."""
+        """Write this step's journal, its header only (atomically); remove those of ``old``."""
+        self._begin()
+        try:
+            self._place()
+        except JournalError:
+            self._discard()
+            raise
+        for step in old - {self.step}:
+            _remove(journal_file(self.folder, step))
+
+    def _begin(self) -> None:
+        """Write this step's header to a new file beside its journal; appends go there."""
         path = journal_file(self.folder, self.step)
         temporary = f"{path}.tmp"
         journal_id = os.urandom(8)
@@ -326,17 +320,46 @@ class StepJournal:
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
             try:
                 write_record(descriptor, journal_id, 0, payload)
-                if self.sync != "os":
-                    os.fsync(descriptor)
             finally:
                 os.close(descriptor)
-            os.replace(temporary, path)
-            self._writer = _Writer(path, FRAME.size + payload.size, self.sync, journal_id, 1)
         except OSError as exc:
             _remove(temporary)
-            raise _journal_error(f"cannot start the journal `{path}`", exc) from None
-        for step in old - {self.step}:
-            _remove(journal_file(self.folder, step))
+            raise journal_error(f"cannot start the journal `{path}`", exc) from None
+        try:
+            self._writer = _Writer(temporary, FRAME.size + payload.size, self.sync, journal_id, 1)
+        except JournalError:
+            _remove(temporary)
+            raise
+
+    def _place(self, aside: str = "") -> str:
+        """Sync the new file and rename it to the step's journal; the old one's name now.
+
+        The old journal (kept as ``.<aside>`` first, if asked) stays whole at its name until
+        the rename, atomic on POSIX: a failure or a crash before it leaves the folder's journal
+        as it was (a ``.tmp`` file is never read as a journal).
+        """
+        writer = self._file()
+        path = kept = journal_file(self.folder, self.step)
+        try:
+            if self.sync != "os":
+                writer.flush()
+            if aside:
+                kept = _keep_aside(path, aside)
+            os.replace(writer.path, path)
+        except OSError as exc:
+            if kept != path:
+                _remove(kept)
+            raise journal_error(f"cannot put the journal `{path}` in place", exc) from None
+        writer.path = path
+        return kept
+
+    def _discard(self) -> None:
+        """Close the file; a new one not yet in place is removed (the journal as it was)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+            if writer.path != journal_file(self.folder, self.step):
+                _remove(writer.path)
 
     def _file(self) -> _Writer:
         if self._writer is None:
@@ -369,7 +392,7 @@ class StepJournal:
         try:
             batch.write(target)
         except OSError as exc:
-            raise _journal_error(f"cannot write the step's dump in `{self.folder}`", exc) from None
+            raise journal_error(f"cannot write the step's dump in `{self.folder}`", exc) from None
         writer.close()
         self._writer = None
         finished = self.step
@@ -382,8 +405,7 @@ class StepJournal:
     def close(self) -> None:
         """Close the file and release the folder (the journal stays on disk, recoverable)."""
         if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+            self._discard()
             self._failure = "closed by `close()`"
         self._lock.release()  # idempotent
 

@@ -7,12 +7,12 @@ damage. Reading takes no lock and writes nothing; every record is checked as rec
 
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 
 from arrow_split._args import as_path
-from arrow_split._journal import _LOCK_NAME, _steps, journal_file
+from arrow_split._journal import _steps, check_dumps, journal_file
+from arrow_split._journal_lock import LOCK_NAME, named_holder
 from arrow_split._journal_scan import scan_file
 from arrow_split.errors import JournalError
 
@@ -39,33 +39,49 @@ def describe_journal(path: str | os.PathLike[str]) -> str:
     except OSError as exc:
         msg = f"cannot list the journal folder `{text}`: {exc}"
         raise JournalError(msg) from None
+    refused = {step: _refused_dump(text, step) for step in sorted(journals & dumps)}
+    refused = {step: why for step, why in refused.items() if why}
     lines = [f"journal folder: {text}"]
     lines += [
         f"  step {step}: finished, dump {journal_file(text, step, 'arrow')}"
         for step in sorted(dumps)
+        if step not in refused
     ]
     pending = sorted(journals - dumps)
     lines += [f"  step {step}: unfinished, journal {journal_file(text, step)}" for step in pending]
-    lines.append(f"  lock: {_lock_holder(os.path.join(text, _LOCK_NAME))}")
+    lines += [f"  step {step}: {why}" for step, why in refused.items()]
+    lines.append(f"  lock: {_lock_holder(os.path.join(text, LOCK_NAME))}")
     reports = [_describe_file(journal_file(text, step)) for step in pending]
-    advice = (
-        f'recover it with `RolloutBatchBuilder.recover("{text}")`'
-        if pending
-        else ("nothing to recover: every step has its dump")
-    )
+    if refused:
+        advice = "recover() refuses the folder: move away the dump (or the journal) named above"
+    elif pending:
+        advice = f'recover it with `RolloutBatchBuilder.recover("{text}")`'
+    else:
+        advice = "nothing to recover: every step has its dump"
     return "\n\n".join(["\n".join(lines), *reports, advice])
+
+
+def _refused_dump(folder: str, step: int) -> str:
+    """Why ``recover()`` refuses a step's journal left beside its dump (``""``: it does not)."""
+    try:
+        check_dumps(folder, {step})
+    except JournalError as exc:
+        return f"a journal beside a dump that recover() refuses: {exc}"
+    return ""
 
 
 def _lock_holder(path: str) -> str:
     """Who the lock file names (a courtesy: the lock itself is a ``flock``)."""
     try:
         with open(path, "rb") as file:
-            holder = json.loads(file.read(4096) or b"null")
-        return f"last taken by process {int(holder['pid'])} on host {holder['host']!r}"
+            holder = named_holder(file.read(4096))
     except FileNotFoundError:
         return "none (no lock file)"
-    except (OSError, ValueError, TypeError, KeyError):
+    except OSError:
+        holder = None
+    if holder is None:
         return "a lock file that names no holder"
+    return f"last taken by process {holder.pid} on host {holder.host!r}"
 
 
 def _describe_file(path: str) -> str:

@@ -205,7 +205,7 @@ def _take(scan: Scan, buffer: pa.Buffer, frame: _Frame) -> None:
         scan.damage.append(JournalDamage(scan.path, frame.offset, 0, reason, due, found))
     try:
         payload = buffer.slice(frame.offset + FRAME.size, frame.length)
-        scan.records.append(decode_record(payload, frame.sequence, frame.offset))
+        scan.records.append(decode_record(payload, frame.sequence, frame.offset, FRAME.size))
     except JournalError as exc:
         reason = f"record {frame.sequence}: {exc}"
         scan.damage.append(JournalDamage(scan.path, frame.offset, size, reason))
@@ -225,7 +225,7 @@ def _scan_v1(path: str, buffer: pa.Buffer, view: memoryview) -> Scan:
         if torn or magic != _MAGIC_V1 or zlib.crc32(view[start : start + length]) != crc:
             break
         try:
-            scan.records.append(decode_record(buffer.slice(start, length), -1, end))
+            scan.records.append(decode_record(buffer.slice(start, length), -1, end, _FRAME_V1.size))
         except JournalError:
             break
         end = start + length

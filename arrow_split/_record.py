@@ -43,6 +43,7 @@ class Record:
     arrays: list[pa.Array]
     sequence: int = -1  # -1: a format-1 record (no sequence numbers)
     offset: int = 0
+    size: int = 0  # its bytes in the file, frame included
 
 
 class Payload(io.RawIOBase):
@@ -134,8 +135,10 @@ def _no_constant(name: str) -> NoReturn:
     raise JournalError(msg)
 
 
-def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Record:
-    """The record a payload holds (a :class:`JournalError` if it is not one)."""
+def decode_record(
+    payload: pa.Buffer, sequence: int = -1, offset: int = 0, frame: int = 0
+) -> Record:
+    """The record a payload holds (else a :class:`JournalError`); ``frame``: its frame's size."""
     view = memoryview(payload)
     try:
         if view[: len(_BUFFERS)] == _BUFFERS:
@@ -153,7 +156,7 @@ def decode_record(payload: pa.Buffer, sequence: int = -1, offset: int = 0) -> Re
         msg = "its JSON is not an object with a `kind`"
         raise JournalError(msg)
     kind = meta.pop("kind")
-    return Record(kind, meta, columns, sequence, offset)
+    return Record(kind, meta, columns, sequence, offset, frame + payload.size)
 
 
 def _journal_text(schema: pa.Schema) -> bytes:

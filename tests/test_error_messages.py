@@ -59,6 +59,12 @@ def _builder_error() -> object:
     return builder.extend({"tokens": [[3], [4]], "sample 1": [3, 0.5]})
 
 
+def _duplicate_within_a_call() -> object:
+    builder = RolloutBatchBuilder(identity="sample_indices", on_duplicate="error")
+    builder.extend({"tokens": [[1], [2]], "sample_indices": [0, 1]})
+    return builder.extend({"tokens": [[3], [4], [5]], "sample_indices": [7, 8, 7]})
+
+
 def _rendered(tmp_path: Path) -> dict[str, str]:
     """Every message of the fixed set, by a stable name."""
     messages = {}
@@ -70,6 +76,7 @@ def _rendered(tmp_path: Path) -> dict[str, str]:
     batch = _batch()
     calls: dict[str, Callable[[], object]] = {
         "builder/shifted-sample": _builder_error,
+        "builder/duplicate-within-a-call": _duplicate_within_a_call,
         "door/balance_data-str": lambda: split_train_data_by_dp_raw(batch, 2, balance_data="no"),
         "door/dp_size-str": lambda: split_train_data_by_dp_raw(batch, "2", balance_data=False),
         "door/dp_size-huge": lambda: split_train_data_by_dp_raw(batch, 2**20, balance_data=False),

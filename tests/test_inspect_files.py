@@ -157,3 +157,34 @@ def test_the_dashboard_lets_os_errors_through_and_names_its_arguments(tmp_path: 
         write_dashboard_columns(None, tmp_path, 0)  # type: ignore[arg-type]
     with raises_facts(arrow_split.PathError, key="folder", got="'a\\x00b'"):  # it had no `got`
         write_dashboard_columns(batch, "a\0b", 0)
+
+
+def test_a_lock_file_that_names_no_holder_is_reported_so(tmp_path: Path) -> None:
+    RolloutBatchBuilder(journal=tmp_path).close()
+    (tmp_path / "journal.lock").write_text('{"pid": 1e999, "host": "h", "since": 0}')
+    assert "lock: a lock file that names no holder" in arrow_split.describe_journal(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["step-000000.journal", "step-000000.journal.damaged"])
+def test_inspect_a_journal_file_whose_first_byte_is_damaged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    builder = RolloutBatchBuilder(journal=tmp_path)
+    builder.extend(_group(0, 2))
+    builder.close()
+    journal = tmp_path / "step-000000.journal"
+    data = bytearray(journal.read_bytes())
+    data[0] ^= 0xFF
+    (tmp_path / name).write_bytes(bytes(data))
+    assert main(["inspect", str(tmp_path / name)]) == 2
+    assert "arrow-split inspect: JournalError: " in capsys.readouterr().err
+
+
+def test_inspect_names_a_dump_that_recover_refuses(tmp_path: Path) -> None:
+    builder = RolloutBatchBuilder(journal=tmp_path)
+    builder.extend(_group(0, 2))
+    builder.close()
+    (tmp_path / "step-000000.arrow").write_bytes(b"not a dump")
+    report = arrow_split.describe_journal(tmp_path)
+    assert "step 0: a journal beside a dump that recover() refuses" in report
+    assert "recover() refuses the folder" in report

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from arrow_split import DuplicateSampleError, JournalError, RolloutBatch, RolloutBatchBuilder
+from arrow_split import (
+    DuplicateSampleError,
+    JournalError,
+    RolloutBatch,
+    RolloutBatchBuilder,
+    SchemaError,
+)
 from arrow_split.testing import assert_batches_equal
 from tests.error_facts import assert_facts, raises_facts
 
@@ -128,3 +134,34 @@ def test_a_per_sample_global_that_is_not_a_list_of_numbers_is_refused_before_the
     assert sorted(os.listdir(tmp_path)) == before
     builder.set_global("raw_reward", [1.0] * 4)
     assert len(builder.finish()) == 4
+
+
+_EMPTY: dict[str, list[object]] = {key: [] for key in _group(0)}
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [_group(0), _EMPTY, _group(2)],
+        [_EMPTY, _group(0), _EMPTY],
+        [_EMPTY],
+    ],
+    ids=["between", "first-and-last", "only"],
+)
+def test_an_empty_call_is_recovered_as_it_was_made(
+    tmp_path: Path, calls: list[dict[str, list[object]]]
+) -> None:
+    # an empty `extend` (a filter dropped a whole group) fixes the step's keys as any first call
+    # does: its record holds no rows, and recovery replays it so (it was refused as damage)
+    builder = RolloutBatchBuilder(journal=tmp_path, identity="sample_indices")
+    in_memory = RolloutBatchBuilder(identity="sample_indices")
+    for call in calls:
+        assert builder.extend(call) == in_memory.extend(call)
+    builder.close()
+    recovered = RolloutBatchBuilder.recover(tmp_path)
+    assert len(recovered) == len(in_memory)
+    for one in (recovered, in_memory):
+        with raises_facts(SchemaError, key="rewards", sample=len(one)):  # keys fixed by it
+            one.append({"tokens": [9, 9], "response_lengths": 1})
+    assert_batches_equal(recovered.finish(), in_memory.finish())
+    recovered.close()

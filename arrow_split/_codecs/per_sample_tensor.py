@@ -176,7 +176,7 @@ class TensorCodec(RaggedCodec):
         return list_type(stored_type(spec, fields), trailing)
 
     def type_fields(self, arrow_type: pa.DataType) -> TypeFields | None:
-        if not is_list(arrow_type):
+        if not is_list(arrow_type) or 0 in trailing_shape(arrow_type):  # `encode` refuses a 0 axis
             return None
         return TypeFields(storage=leaf_type(arrow_type), trailing=trailing_shape(arrow_type))
 

@@ -33,6 +33,7 @@ __all__ = [
     "Compression",
     "DumpInfo",
     "DumpParts",
+    "dump_rows",
     "read_dump",
     "read_parquet",
     "write_dump",
@@ -124,6 +125,21 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
         compression=metadata.compression,
     )
     return _parts(record_batch, metadata, source, validate), info
+
+
+def dump_rows(path: str) -> int:
+    """The samples of the dump at ``path``: its footer, schema and metadata read, no column.
+
+    Raises :class:`DumpError` for a file that is no dump of a known version, or cannot be read.
+    """
+    try:
+        with pa.memory_map(path) as mapped:
+            record_batch = _read_single_batch(mapped, path, validate=False)
+    except (OSError, pa.ArrowException) as exc:
+        msg = f"cannot map the file for reading: {exc}"
+        raise DumpError(msg, path=path) from exc
+    decode_metadata(record_batch.schema, path)
+    return int(record_batch.num_rows)
 
 
 def write_parquet(
@@ -266,7 +282,9 @@ _OTHER_FORMATS = {  # the first bytes of a file taken for a dump -> what it is, 
 }
 
 
-def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBatch:
+def _read_single_batch(
+    mapped: pa.MemoryMappedFile, source: str, *, validate: bool = True
+) -> pa.RecordBatch:
     other = _OTHER_FORMATS.get(bytes(mapped.read_at(4, 0)) if mapped.size() >= 4 else b"")
     if other is not None:
         got, fix = other
@@ -279,7 +297,7 @@ def _read_single_batch(mapped: pa.MemoryMappedFile, source: str) -> pa.RecordBat
             raise DumpError(msg, path=source, got=str(count))
         record_batch = reader.get_batch(0)
         # Offsets and UTF-8 checked once here, so that no later read can leave the buffers.
-        record_batch.validate(full=True)
+        record_batch.validate(full=validate)
         _decode_names(record_batch.schema)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         msg = f"not a readable Arrow IPC file (truncated, or another format): {exc}"
