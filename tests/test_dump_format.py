@@ -121,3 +121,10 @@ def test_an_unknown_readable_type_is_a_dump_error(batch: RolloutBatch, tmp_path:
         writer.write_table(table.replace_schema_metadata(metadata))
     with raises_facts(DumpError, key="tokens"):
         RolloutBatch.read(crafted)
+
+
+def test_a_folder_is_no_dump_nor_parquet_file(batch: RolloutBatch, tmp_path: Path) -> None:
+    _files(batch, tmp_path)  # a folder of readable files is still no file
+    for read in (RolloutBatch.read, RolloutBatch.read_parquet):
+        with raises_facts(DumpError, path=str(tmp_path), got="a folder"):
+            read(tmp_path)

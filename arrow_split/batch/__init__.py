@@ -281,7 +281,7 @@ class RolloutBatch(_frame.Frame):
         Raises
         ------
         DumpError
-            A truncated or foreign file, an unknown version, bad metadata or content.
+            A truncated or foreign file, a folder, an unknown version, bad metadata or content.
         FileNotFoundError
             No such file.
         """

@@ -102,7 +102,7 @@ def read_dump(path: PathLike, *, validate: bool = True) -> tuple[DumpParts, Dump
     FileNotFoundError
         No file at ``path``.
     DumpError
-        Not an Arrow IPC dump of a known version, or bad metadata or content.
+        A folder, not an Arrow IPC dump of a known version, or bad metadata or content.
     """
     validate = as_flag("validate", validate)
     source = _existing(path, "rollout dump")
@@ -346,6 +346,8 @@ def _existing(path: object, what: str) -> str:
     if not os.path.exists(source):
         msg = f"no {what} at `{source}`"
         raise FileNotFoundError(2, msg, source)
+    if os.path.isdir(source):  # never read as a dataset of the files it holds
+        raise DumpError(f"a folder, not a {what}", path=source, got="a folder")
     return source
 
 
