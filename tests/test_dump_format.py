@@ -128,3 +128,17 @@ def test_a_folder_is_no_dump_nor_parquet_file(batch: RolloutBatch, tmp_path: Pat
     for read in (RolloutBatch.read, RolloutBatch.read_parquet):
         with raises_facts(DumpError, path=str(tmp_path), got="a folder"):
             read(tmp_path)
+
+
+# a byte of a value; of a column's name in the footer (after its Thrift field header and length)
+@pytest.mark.parametrize(("marker", "at"), [(b"hello world", 0), (b"\x18\x07rewards", 2)])
+def test_a_bad_utf8_byte_in_a_parquet_file_is_a_dump_error(
+    tmp_path: Path, marker: bytes, at: int
+) -> None:
+    batch = RolloutBatch.from_train_data({**DATA, "prompt": ["hello world", "q", "r"]})
+    _, parquet = _files(batch, tmp_path)
+    raw = bytearray(parquet.read_bytes())
+    raw[raw.index(marker) + at] = 0xFF
+    parquet.write_bytes(raw)
+    with raises_facts(DumpError, path=str(parquet)):  # as `read` checks a dump's bytes
+        RolloutBatch.read_parquet(parquet)

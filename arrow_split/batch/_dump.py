@@ -169,12 +169,15 @@ def read_parquet(path: PathLike, *, validate: bool = True) -> DumpParts:
 
     source = _existing(path, "Parquet file")
     try:
-        table = pq.read_table(source).combine_chunks()
-    except (OSError, pa.ArrowException) as exc:
+        table = pq.read_table(source)
+        _decode_names(table.schema)  # before pyarrow's own use of a name
+        batches = table.combine_chunks().to_batches()  # one, or none of an empty table
+        schema = table.schema
+        record_batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=schema)
+        _check_bytes(record_batch, validate)
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
         msg = f"not a readable Parquet file: {exc}"
         raise DumpError(msg, path=source) from exc
-    batches = table.to_batches()  # one, or none of an empty table
-    record_batch = batches[0] if batches else pa.RecordBatch.from_pylist([], schema=table.schema)
     return _parts(record_batch, decode_metadata(table.schema, source), source, validate)
 
 
@@ -296,9 +299,7 @@ def _read_single_batch(
             msg = f"{count} record batches; a rollout dump holds exactly one"
             raise DumpError(msg, path=source, got=str(count))
         record_batch = reader.get_batch(0)
-        # Offsets and UTF-8 checked once here, so that no later read can leave the buffers.
-        record_batch.validate(full=validate)
-        _decode_names(record_batch.schema)
+        _check_bytes(record_batch, validate)
     except (pa.ArrowException, OSError, UnicodeDecodeError) as exc:
         msg = f"not a readable Arrow IPC file (truncated, or another format): {exc}"
         raise DumpError(msg, path=source) from exc
@@ -349,6 +350,16 @@ def _existing(path: object, what: str) -> str:
     if os.path.isdir(source):  # never read as a dataset of the files it holds
         raise DumpError(f"a folder, not a {what}", path=source, got="a folder")
     return source
+
+
+def _check_bytes(record_batch: pa.RecordBatch, validate: bool) -> None:
+    """Check offsets and UTF-8 (values with ``validate``, names always) once, at every read.
+
+    No later read can then leave the buffers or meet a bad byte (raises ``pa.ArrowException``,
+    ``UnicodeDecodeError``: the caller makes them a DumpError naming its file).
+    """
+    record_batch.validate(full=validate)
+    _decode_names(record_batch.schema)
 
 
 def _decode_names(schema: pa.Schema) -> None:
