@@ -142,3 +142,13 @@ def test_a_bad_utf8_byte_in_a_parquet_file_is_a_dump_error(
     parquet.write_bytes(raw)
     with raises_facts(DumpError, path=str(parquet)):  # as `read` checks a dump's bytes
         RolloutBatch.read_parquet(parquet)
+
+
+def test_a_column_stored_twice_is_a_dump_error(batch: RolloutBatch, tmp_path: Path) -> None:
+    dump, _ = _files(batch, tmp_path)
+    table = pa.ipc.open_file(dump).read_all()
+    table = table.append_column(table.schema.field("rewards"), table.column("rewards"))
+    with pa.ipc.new_file(dump, table.schema) as writer:
+        writer.write_table(table)
+    with raises_facts(DumpError, path=str(dump), key="rewards"):
+        RolloutBatch.read(dump)

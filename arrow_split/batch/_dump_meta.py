@@ -318,6 +318,10 @@ def _check_against_columns(
     source: str,
 ) -> None:
     names = list(schema.names)
+    twice = next((name for name in names if names.count(name) > 1), None)
+    if twice is not None:  # before `schema.field(name)`, which refuses a name held twice
+        msg = f"the column `{twice}` is stored twice; a dump holds each column once"
+        raise DumpError(msg, path=source, key=twice)
     per_sample = [key for key, spec in specs.items() if spec.is_per_sample]
     global_keys = [key for key, spec in specs.items() if not spec.is_per_sample]
     problems = []
