@@ -239,3 +239,20 @@ def test_an_eager_node_object_keeps_the_flag(tmp_path: Path, trusted: bool) -> N
         assert shard.rows.trust_objects is trusted
     whole = pickle.loads(pickle.dumps(batch.with_plan(plan), protocol=5))
     assert rank_slice(whole, 0, 2, None, "test", "rows").rows.trust_objects is trusted
+
+
+def test_an_offsets_buffer_longer_than_needed_decodes() -> None:
+    data = {"tokens": [[1, 2], [3]], "response_lengths": [1, 1]}
+    batch = RolloutBatch.from_train_data({**data, "multimodal_train_inputs": [{"x": 1}, {"x": 2}]})
+    rows = batch.record_batch
+    column = rows.column("multimodal_train_inputs")
+    validity, offsets, values = column.dictionary.buffers()
+    longer = pa.py_buffer(offsets.to_pybytes() + b"\0")  # Arrow allows a longer buffer (a flipped
+    dictionary = pa.Array.from_buffers(  # bit in a dump's buffer length reads so, too)
+        column.dictionary.type, len(column.dictionary), [validity, longer, values]
+    )
+    column = pa.DictionaryArray.from_arrays(column.indices, dictionary)
+    index = rows.schema.get_field_index("multimodal_train_inputs")
+    rows = rows.set_column(index, rows.schema.field(index), column)
+    read = RolloutBatch(rows, batch.specs, batch.batch_globals).to_train_data()
+    assert read["multimodal_train_inputs"] == [{"x": 1}, {"x": 2}]

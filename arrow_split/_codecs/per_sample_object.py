@@ -76,8 +76,9 @@ def _binary_views(array: pa.Array) -> list[memoryview | None]:
     if not (wide or pa.types.is_binary(array.type)):
         return [None if not s.is_valid else memoryview(s.as_buffer()) for s in array]
     _, offsets_buffer, data_buffer = array.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int64 if wide else np.int32)
-    bounds = offsets[array.offset : array.offset + len(array) + 1].tolist()
+    dtype = np.dtype(np.int64 if wide else np.int32)  # only the offsets used: a buffer may be
+    count, first = len(array) + 1, array.offset * dtype.itemsize  # longer than needed (Arrow)
+    bounds = np.frombuffer(offsets_buffer, dtype=dtype, count=count, offset=first).tolist()
     data = memoryview(data_buffer if data_buffer is not None else b"").cast("B")
     views: list[memoryview | None] = [data[bounds[i] : bounds[i + 1]] for i in range(len(array))]
     if array.null_count:
