@@ -455,6 +455,11 @@ BAD_METADATA = [
         id="object-array-global",
     ),
     pytest.param(
+        _set(b"arrow_split.batch_globals", b'{"step_slots": {"map": [[[0], 1]]}}'),
+        {"key": "step_slots"},
+        id="list-as-map-key",
+    ),
+    pytest.param(
         lambda m: m.__setitem__(
             b"arrow_split.batch_globals",
             json.dumps(

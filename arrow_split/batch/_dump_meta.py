@@ -287,8 +287,8 @@ def _global_from_json(key: str, value: object, source: str) -> object:
     if isinstance(value, dict) and set(value) == {"map"}:
         pairs = value["map"]
         if not isinstance(pairs, list) or not all(
-            isinstance(pair, list) and len(pair) == 2 for pair in pairs
-        ):
+            isinstance(pair, list) and len(pair) == 2 and _is_plain(pair[0]) for pair in pairs
+        ):  # a key is a JSON scalar (a list or an object is no dict key)
             msg = f"batch-global key `{key}` holds a bad map: {pairs!r:.80}"
             raise DumpError(msg, path=source, key=key)
         return {pair[0]: pair[1] for pair in pairs}
