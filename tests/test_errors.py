@@ -416,6 +416,10 @@ def test_empty_batch_splits_into_empty_strided_shards_and_refuses_balance() -> N
         (lambda: ColumnSpec("x", "per_token", pa.int32(), length="prompt"), "length"),
         (lambda: ColumnSpec("x", "batch_global"), "global_shape"),
         (lambda: ColumnSpec("x", "per_token", pa.int32(), nonempty=True), "x"),
+        # no per-sample length: no `length` rule
+        (lambda: ColumnSpec("x", "per_sample_scalar", pa.float64(), length="response"), "x"),
+        (lambda: ColumnSpec("x", "per_sample_object", length="tokens"), "x"),
+        (lambda: ColumnSpec("x", "batch_global", global_shape="int", length="tokens"), "x"),
     ],
 )
 def test_bad_column_specs(make_spec: Any, key: str) -> None:

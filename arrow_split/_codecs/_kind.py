@@ -94,12 +94,19 @@ class Kind(abc.ABC):
     per_sample: ClassVar[bool] = True  # one value per sample (else one for the batch)
     numbers: ClassVar[bool] = True  # holds numbers: ``value_type`` is a number type
     takes_nonempty: ClassVar[bool] = False  # ``nonempty=True`` means something here
+    takes_length: ClassVar[bool] = False  # a sample's value has a length (``length`` rules it)
 
     def check_spec(self, spec: ColumnSpec) -> None:
         """Raise SchemaError (SchemaTypeError) unless ``spec``'s fields fit this kind."""
         if spec.nonempty and not self.takes_nonempty:
             msg = f"column `{spec.name}`: `nonempty=True` is for per_token_list columns only"
             raise SchemaError(msg, key=spec.name)
+        if spec.length is not None and not self.takes_length:
+            msg = (
+                f"column `{spec.name}`: a {spec.kind} value has no per-sample length, so no "
+                f"`length` rule ({spec.length!r}); `length` is for list and tensor kinds"
+            )
+            raise SchemaError(msg, key=spec.name, got=repr(spec.length))
         value_type = spec.value_type
         if self.numbers and not isinstance(value_type, pa.DataType):
             msg = (

@@ -46,6 +46,7 @@ class RaggedCodec(NumbersCodec):
     text = "one value per token"
 
     tensor_role: ClassVar[TensorRole] = "ragged"
+    takes_length = True  # so do its subclasses, lists per token and tensors
 
     def encode(
         self, spec: ColumnSpec, samples: Sequence[object], options: EncodeOptions
