@@ -420,6 +420,10 @@ def test_empty_batch_splits_into_empty_strided_shards_and_refuses_balance() -> N
         (lambda: ColumnSpec("x", "per_sample_scalar", pa.float64(), length="response"), "x"),
         (lambda: ColumnSpec("x", "per_sample_object", length="tokens"), "x"),
         (lambda: ColumnSpec("x", "batch_global", global_shape="int", length="tokens"), "x"),
+        # `global_shape` only on the batch-global kind, and one of its values there
+        (lambda: ColumnSpec("x", "per_sample_scalar", pa.int64(), global_shape=float("nan")), "x"),
+        (lambda: ColumnSpec("x", "per_sample_object", global_shape="int"), "x"),
+        (lambda: ColumnSpec("x", "batch_global", global_shape=1.5), "global_shape"),  # type: ignore[arg-type]
     ],
 )
 def test_bad_column_specs(make_spec: Any, key: str) -> None:

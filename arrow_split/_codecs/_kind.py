@@ -107,6 +107,9 @@ class Kind(abc.ABC):
                 f"`length` rule ({spec.length!r}); `length` is for list and tensor kinds"
             )
             raise SchemaError(msg, key=spec.name, got=repr(spec.length))
+        if spec.global_shape is not None and self.per_sample:  # the batch-global kind checks it
+            msg = f"column `{spec.name}`: `global_shape` is for batch_global columns only"
+            raise SchemaError(msg, key=spec.name, got=f"{spec.global_shape!r:.40}")
         value_type = spec.value_type
         if self.numbers and not isinstance(value_type, pa.DataType):
             msg = (
