@@ -48,10 +48,11 @@ def summarize(
     sizes = _check_dp_sizes(dp_sizes)
     balance_data = as_flag("balance_data", balance_data)
     lengths = batch.total_lengths
+    real = _real_rows(batch)
     sections = [
-        _overview(batch, lengths),
+        _overview(batch, lengths, real),
         _column_table(batch),
-        _histogram(*_response_lengths(batch, lengths)),
+        _histogram(*_response_lengths(batch, lengths, real)),
         _globals_table(batch),
         _fingerprints(lengths, sizes, balance_data),
     ]
@@ -85,9 +86,13 @@ def _check_dp_sizes(dp_sizes: Iterable[int]) -> tuple[int, ...]:
     return tuple(check_positive_int("dp_sizes", size) for size in dp_sizes)
 
 
-def _overview(batch: RolloutBatch, lengths: np.ndarray) -> str:
-    flags = batch.role_values("padding")  # the rows pad_to_dp added never enter the statistics
-    real = np.ones(batch.num_samples, np.bool_) if flags is None else ~np.asarray(flags, np.bool_)
+def _real_rows(batch: RolloutBatch) -> np.ndarray:
+    """Which rows are samples: the rows pad_to_dp added never enter the statistics."""
+    flags = batch.role_values("padding")
+    return np.ones(batch.num_samples, np.bool_) if flags is None else ~np.asarray(flags, np.bool_)
+
+
+def _overview(batch: RolloutBatch, lengths: np.ndarray, real: np.ndarray) -> str:
     padding = "" if real.all() else f" ({int((~real).sum()):,} padding rows left out)"
     lengths = lengths[real]
     lines = [
@@ -126,13 +131,15 @@ def _column_table(batch: RolloutBatch) -> str:
     return "bytes per column\n" + _table(rows, right=(3, 4))
 
 
-def _response_lengths(batch: RolloutBatch, lengths: np.ndarray) -> tuple[str, np.ndarray]:
+def _response_lengths(
+    batch: RolloutBatch, lengths: np.ndarray, real: np.ndarray
+) -> tuple[str, np.ndarray]:
     name = role_column(batch.specs, "response_length")
     if name is not None:
         values = batch.column(name).to_numpy(zero_copy_only=False)
-        return "response lengths", np.asarray(values, dtype=np.int64)
+        return "response lengths", np.asarray(values, dtype=np.int64)[real]
     missing = role_column(KNOWN_COLUMNS, "response_length")
-    return f"total lengths (no `{missing}` column)", lengths
+    return f"total lengths (no `{missing}` column)", lengths[real]
 
 
 def _histogram(title: str, values: np.ndarray) -> str:

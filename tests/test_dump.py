@@ -659,6 +659,16 @@ def test_the_histogram_counts_every_response_length() -> None:
     assert rows[0].split("  ")[1].startswith("[0, 5)")
 
 
+def test_padding_rows_stay_out_of_the_histogram_as_of_the_token_statistics() -> None:
+    data = {"tokens": [[1, 2, 3], [4, 5], [6] * 16], "response_lengths": [2, 1, 15]}
+    padded = arrow_split.pad_to_dp(RolloutBatch.from_train_data(data), 8)
+    text = summarize(padded, dp_sizes=())
+    assert "(5 padding rows left out)" in text
+    rows = _section(text, "response lengths")
+    assert sum(int(row.split()[-1]) for row in rows) == 3
+    assert rows[0].split("  ")[1].startswith("[1, ")  # a padding row's 0 is no sample's
+
+
 def test_summarize_shows_every_fingerprint_or_why_there_is_none() -> None:
     batch = v1_batch()
     text = summarize(batch, dp_sizes=(2, 4), balance_data=False)
