@@ -29,7 +29,8 @@ def describe_journal(path: str | os.PathLike[str]) -> str:
     OptionTypeError, OptionError
         ``path`` is not a path (a str or an os.PathLike), or is empty or holds a NUL.
     JournalError
-        A file that is no journal, or cannot be read (a missing path too).
+        A file that is no journal, or cannot be read (a missing path too); a folder that holds
+        no journal (no step file, no lock).
     """
     text = as_path("path", path)
     if not os.path.isdir(text):
@@ -39,6 +40,9 @@ def describe_journal(path: str | os.PathLike[str]) -> str:
     except OSError as exc:
         msg = f"cannot list the journal folder `{text}`: {exc}"
         raise JournalError(msg) from None
+    if not journals and not dumps and not os.path.exists(os.path.join(text, LOCK_NAME)):
+        msg = "a folder that holds no journal (no step file, no lock of a builder)"
+        raise JournalError(msg, path=text, got="a folder without a journal")
     refused = {step: _refused_dump(text, step) for step in sorted(journals & dumps)}
     refused = {step: why for step, why in refused.items() if why}
     lines = [f"journal folder: {text}"]

@@ -188,3 +188,15 @@ def test_inspect_names_a_dump_that_recover_refuses(tmp_path: Path) -> None:
     report = arrow_split.describe_journal(tmp_path)
     assert "step 0: a journal beside a dump that recover() refuses" in report
     assert "recover() refuses the folder" in report
+
+
+def test_inspect_a_folder_without_a_journal_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    RolloutBatch.from_train_data(DATA).to_parquet(tmp_path / "step_1.parquet")
+    for folder in (tmp_path, tmp_path / "empty"):  # Parquet files only; nothing
+        folder.mkdir(exist_ok=True)
+        with raises_facts(arrow_split.JournalError, path=str(folder)):
+            arrow_split.describe_journal(folder)
+        assert main(["inspect", str(folder)]) == 2  # as for any path it cannot read
+        assert "holds no journal" in capsys.readouterr().err
