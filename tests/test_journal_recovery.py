@@ -20,27 +20,11 @@ import pytest
 import arrow_split._journal as journal_module
 from arrow_split import JournalError, RolloutBatch, RolloutBatchBuilder
 from tests.error_facts import raises_facts
+from tests.test_journal_damage import _group, _journal
 
 DATA = Path(__file__).resolve().parent / "data"
 _FRAME_V1 = struct.Struct("<4sQI")  # docs/journal.md: format 1's magic, length, CRC-32
 _META_KEY = b"arrow_split.journal"
-
-
-def _group(first: int, count: int = 2) -> dict[str, list[object]]:
-    return {
-        "tokens": [[first + i, 2, 3] for i in range(count)],
-        "response_lengths": [1] * count,
-        "rewards": [float(i) for i in range(count)],
-        "sample_indices": list(range(first, first + count)),
-    }
-
-
-def _journal(folder: Path, groups: int = 3) -> Path:
-    builder = RolloutBatchBuilder(journal=folder, identity="sample_indices")
-    for index in range(groups):
-        builder.extend(_group(2 * index))
-    builder.close()
-    return folder / "step-000000.journal"
 
 
 def _files(folder: Path) -> dict[str, bytes]:
