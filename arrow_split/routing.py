@@ -288,7 +288,7 @@ def _experts_of(batch: RolloutBatch, column: str) -> ColumnValues:
             f"the batch holds no samples, so column `{column}` has no layers x top_k to slice; "
             "skip the slice for an empty step"
         )
-        raise SchemaError(msg, key=column)
+        raise SchemaError(msg, key=column, got="no samples")
     msg = (
         f"column `{column}` is not per-token ids of layers x top_k (one 2-D array per sample); "
         "routed experts are declared `per_sample_tensor`"

@@ -132,15 +132,16 @@ def test_to_pandas_puts_globals_in_attrs(batch: RolloutBatch) -> None:
     assert frame.attrs["batch_globals"]["dynamic_global_batch_size"] == 4
 
 
-def test_to_pandas_without_pandas_says_what_to_install(
-    batch: RolloutBatch, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("module", ["pandas", "polars"])
+def test_a_frame_without_its_library_says_what_to_install(
+    batch: RolloutBatch, module: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "pandas" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
     )
-    with pytest.raises(ImportError, match=r"needs pandas.*`pip install pandas`"):
-        batch.to_pandas()
+    with pytest.raises(ImportError, match=rf"needs {module}.*`pip install {module}`"):
+        getattr(batch, f"to_{module}")()
 
 
 GLOBALS: dict[str, Any] = {
@@ -170,17 +171,6 @@ def test_to_pandas_attrs_survive_a_copy() -> None:
     assert frame.attrs["batch_globals"] == expected
     assert frame.head().attrs["batch_globals"] == expected  # pandas deep-copies attrs
     assert pickle.loads(pickle.dumps(frame)).attrs == frame.copy().attrs
-
-
-def test_to_polars_without_polars_says_what_to_install(
-    batch: RolloutBatch, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "polars" else real(name, *a)
-    )
-    with pytest.raises(ImportError, match=r"needs polars.*`pip install polars`"):
-        batch.to_polars()
 
 
 class _Bad:

@@ -296,6 +296,5 @@ def test_the_padded_layout_holds_every_id_and_the_pad_value_or_says_why() -> Non
 
 def test_an_empty_batch_says_it_has_nothing_to_slice() -> None:
     empty = RolloutBatch.from_train_data({"tokens": [], ROUTED_EXPERTS: []})
-    with raises_facts(SchemaError, key=ROUTED_EXPERTS) as caught:
+    with raises_facts(SchemaError, key=ROUTED_EXPERTS, got="no samples"):
         take_expert_slice(empty, ParallelPlace())
-    assert "no samples" in str(caught.value)
