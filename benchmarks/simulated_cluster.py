@@ -121,16 +121,18 @@ def on_node(actor_class: Any, index: int, **options: Any) -> Any:
     return actor_class.options(resources={f"node_{index}": 0.01}, **options).remote()
 
 
-def cross_node_bytes(refs: Iterable[Any], *, timeout_s: float = 10.0) -> int:
+def cross_node_bytes(refs: Iterable[Any]) -> int:
     """Bytes that crossed nodes to place the copies of these objects, from Ray's own records.
 
     The sum over distinct live objects of ``object_size * (nodes holding a copy - 1)``; an
     object that travels inline counts 0. One lookup per object (a lookup of objects with several
-    owners can misbehave in Ray 2.60).
+    owners can misbehave in Ray 2.60), waiting for the owner's answer: a positive ``timeout_ms``
+    is read as microseconds by Rays without the fix of ray-project/ray#65254 (2.49 among them),
+    where a loaded owner then fails the lookup.
     """
     total = 0
     for ref in {ref.hex(): ref for ref in refs}.values():
-        found = ray.experimental.get_object_locations([ref], timeout_ms=int(timeout_s * 1000))
+        found = ray.experimental.get_object_locations([ref], timeout_ms=-1)
         location = found.get(ref) or {}
         copies = len(location.get("node_ids") or ())
         total += int(location.get("object_size") or 0) * max(copies - 1, 0)

@@ -63,7 +63,7 @@ OnFetch = Callable[["ObjectRef[Any]"], None]
 HELPER_NAME_PREFIX = "arrow_split.holder."
 """The name of a node's take helper is this prefix and the node's hex id."""
 _HELPER_THREADS = 8
-_LOOKUP_TIMEOUT_MS = 10_000
+_LOOKUP_TIMEOUT_S = 10.0
 _ATTEMPTS = 2
 _NODE_COUNT_TTL_S = 10.0  # on one node every copy is local: "auto" skips the location lookup
 # Errors after which the helper, or its reply, is gone: start a fresh helper and try again.
@@ -266,12 +266,30 @@ def is_gone(ref: ObjectRef[Any]) -> bool:
 
 
 def _location(ref: ObjectRef[Any]) -> Mapping[str, Any] | None:
-    """Ray's record of where ``ref``'s object is, or ``None`` (unknown, or the lookup failed)."""
-    try:
-        locations = ray.experimental.get_object_locations([ref], timeout_ms=_LOOKUP_TIMEOUT_MS)
-    except ray_exceptions.RayError:
-        return None
-    return locations.get(ref)
+    """Ray's record of where ``ref``'s object is, or ``None`` (unknown, or no answer in time).
+
+    Rays without the fix of ray-project/ray#65254 (2.49 among them) wait ``timeout_ms``
+    microseconds, not milliseconds: there a loaded owner's answer is "too late" after a few
+    milliseconds, and "auto" took the whole batch where the node-aware take was due. So a lookup
+    that times out is asked again, after a pause that doubles, until ``_LOOKUP_TIMEOUT_S`` has
+    really passed; a Ray that waits as documented spends it all in the first ask.
+    """
+    deadline = time.monotonic() + _LOOKUP_TIMEOUT_S
+    pause = 0.001
+    while True:
+        left_ms = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            locations = ray.experimental.get_object_locations([ref], timeout_ms=left_ms)
+        except ray_exceptions.GetTimeoutError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            time.sleep(min(pause, left))
+            pause = min(2 * pause, 0.1)
+            continue
+        except ray_exceptions.RayError:
+            return None
+        return locations.get(ref)
 
 
 _GET_RECHECK_S = 5.0

@@ -9,6 +9,7 @@ must give every rank the core's shard, bit for bit.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,38 @@ def test_a_bad_locality_lists_the_choices(monkeypatch: pytest.MonkeyPatch) -> No
         process_rollout_data(ref, 0, 2, balance_data=False, locality="remote")  # type: ignore[arg-type]
     with raises_facts(OptionError, key="locality"):
         process_rollout_data([ref, ref], 0, 2, balance_data=False, locality=None)  # type: ignore[arg-type]
+
+
+def test_a_location_lookup_that_times_out_early_is_asked_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray 2.49 waits ``timeout_ms`` microseconds: a loaded owner answers "too late" at once.
+
+    Taken as "no holder known", that made ``"auto"`` fetch the whole batch to the rank's node.
+    """
+    from arrow_split.ray import _nodes
+
+    ref, answer, asked = object(), {"node_ids": ["head"], "object_size": 1}, []
+
+    def times_out_twice(refs: list[Any], timeout_ms: int) -> dict[Any, Any]:
+        asked.append(timeout_ms)
+        if len(asked) < 3:
+            raise ray.exceptions.GetTimeoutError("Failed querying object locations in time.")
+        return {refs[0]: answer}
+
+    monkeypatch.setattr(ray.experimental, "get_object_locations", times_out_twice)
+    assert _nodes._location(ref) == answer  # type: ignore[arg-type]
+    assert len(asked) == 3
+    assert all(0 < timeout_ms <= 10_000 for timeout_ms in asked)
+
+    def never_answers(refs: list[Any], timeout_ms: int) -> dict[Any, Any]:
+        asked.append(timeout_ms)
+        raise ray.exceptions.GetTimeoutError("Failed querying object locations in time.")
+
+    asked.clear()
+    monkeypatch.setattr(ray.experimental, "get_object_locations", never_answers)
+    monkeypatch.setattr(_nodes, "_LOOKUP_TIMEOUT_S", 0.2)
+    start = time.monotonic()
+    assert _nodes._location(ref) is None  # type: ignore[arg-type]
+    assert time.monotonic() - start >= 0.15  # the whole wait, not one ask
+    assert len(asked) > 2
