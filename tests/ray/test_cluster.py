@@ -9,7 +9,6 @@ must give every rank the core's shard, bit for bit.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -222,7 +221,6 @@ def test_a_location_lookup_that_times_out_early_is_asked_again(
     asked.clear()
     monkeypatch.setattr(ray.experimental, "get_object_locations", never_answers)
     monkeypatch.setattr(_nodes, "_LOOKUP_TIMEOUT_S", 0.2)
-    start = time.monotonic()
     assert _nodes._location(ref) is None  # type: ignore[arg-type]
-    assert time.monotonic() - start >= 0.15  # the whole wait, not one ask
     assert len(asked) > 2
+    assert asked[-1] == 1  # asked until the wait was spent (1 ms left), not given up at once
