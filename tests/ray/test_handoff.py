@@ -787,6 +787,30 @@ def test_a_reference_this_session_cannot_read_is_a_transport_error(
             call()
 
 
+def test_the_owner_is_looked_up_in_this_process_else_asked_of_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from arrow_split.ray import _wire, fetch
+
+    assert _wire._owner_lookup() is not None  # the supported Rays: no call to the owner
+    stray = ray.ObjectRef.from_random()
+    batch = make_batch(4, seed=12)
+    ref = ray.put(batch)
+    monkeypatch.setattr(_wire, "_owner_lookup", lambda: None)  # a Ray without the lookup
+    asked: list[Any] = []
+    locations = ray.experimental.get_object_locations
+
+    def counted(refs: list[Any], timeout_ms: int) -> Any:
+        asked.append(refs)
+        return locations(refs, timeout_ms=timeout_ms)
+
+    monkeypatch.setattr(ray.experimental, "get_object_locations", counted)
+    with raises_facts(TransportError, key=stray.hex()):
+        fetch(stray, "dp_rank 0", "the reference", None)
+    assert fetch(ref, "dp_rank 0", "the reference", None).equals(batch)
+    assert asked == [[stray], [ref]]
+
+
 def test_an_object_lost_with_its_owner_is_a_transport_error(workers: list[Any]) -> None:
     owner = Owner.remote()  # type: ignore[attr-defined]
     refs = ray.get(owner.put.remote(make_batch(16, seed=10)), timeout=CALL_TIMEOUT_S)
