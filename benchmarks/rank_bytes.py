@@ -26,6 +26,8 @@ measured in the same run (medians over ``repeats`` warm runs):
   at least 1x. The quick fix's tensors alias the object store's read-only memory (torch warns,
   silenced there): a write into one would change every rank's data. ``numpy_private`` is that
   rank with copies a trainer may write, as the block's are (``block_vs_numpy_private``).
+  ``copy_floor``: the least a rank whose tensors are its own pays, the quick fix's own fetch
+  plus one memcpy of the rank's bytes (``copy_floor_vs_numpy``: the best such a rank reaches).
 
 The figures of a ratio are timed in turns (:func:`_interleaved`), each run after a collection.
 Writes ``rank_bytes.json`` and ``rank_bytes.png``. No GPU figure: this run had no CUDA device
@@ -299,7 +301,7 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
     numpy_state, _ = rollout("numpy", groups)
     lists, _ = rollout("classic", groups)
     lengths = np.array([len(tokens) for tokens in lists["tokens"]], dtype=np.int64)
-    rank, _ = _rank_rows(lengths, dp)
+    rank, rows = _rank_rows(lengths, dp)
     numpy_refs, _ = boundary("numpy", "eager", numpy_state, dp, True)
     arrow_refs, _ = boundary("arrow", "eager", lists, dp, True)
     del numpy_state, lists
@@ -308,21 +310,26 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
     def with_block() -> object:
         return fill_rank_block(arrow_refs, rank, dp, block, balance_data=True)
 
+    nbytes = block.block.fill(ray.get(arrow_refs[rank]), rows).nbytes  # the bytes it copies
+    source, reused = np.ones(nbytes, dtype=np.uint8), np.empty(nbytes, dtype=np.uint8)
     calls = {
         "numpy": lambda: rank_steps("numpy", "eager", [numpy_refs], rank, dp, True),
         "numpy_private": lambda: from_numpy(ray.get(numpy_refs[rank]), private=True),
         "arrow_to_tensors": lambda: rank_steps("arrow", "eager", [arrow_refs], rank, dp, True),
         "arrow_block": with_block,
+        "copy_floor": lambda: (ray.get(numpy_refs[rank]), np.copyto(reused, source)),
     }
     figures = _interleaved(calls, 5 * repeats)
-    numpy_median = figures["numpy"]["median"]
+    numpy_median, floor = figures["numpy"]["median"], figures["copy_floor"]["median"]
     return {
-        "dp_size": dp, "dp_rank": rank, "seconds": figures,
+        "dp_size": dp, "dp_rank": rank, "rank_bytes": nbytes, "seconds": figures,
         "block_vs_numpy": numpy_median / figures["arrow_block"]["median"],
         "block_vs_numpy_private": (
             figures["numpy_private"]["median"] / figures["arrow_block"]["median"]
         ),
         "to_tensors_vs_numpy": numpy_median / figures["arrow_to_tensors"]["median"],
+        "copy_floor_vs_numpy": numpy_median / floor,
+        "block_vs_copy_floor": floor / figures["arrow_block"]["median"],
         "target": 1.0,
     }  # fmt: skip
 

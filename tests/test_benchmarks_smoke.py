@@ -388,5 +388,8 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
         assert len(measured["release_seconds"]["all"]) == prefetch["steps"]
         assert measured["step_bytes"] > 0
     eager = results["eager"]
-    assert set(eager["seconds"]) == {"numpy", "numpy_private", "arrow_to_tensors", "arrow_block"}
+    calls = {"numpy", "numpy_private", "arrow_to_tensors", "arrow_block", "copy_floor"}
+    assert set(eager["seconds"]) == calls
     assert eager["block_vs_numpy_private"] > 0
+    assert eager["copy_floor_vs_numpy"] > 0
+    assert eager["rank_bytes"] == block["rank_bytes"] > 0  # the same rank of the same step
