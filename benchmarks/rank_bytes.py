@@ -29,6 +29,10 @@ measured in the same run (medians over ``repeats`` warm runs):
   ``copy_floor``: the least a rank whose tensors are its own pays, the quick fix's own fetch
   plus one memcpy of the rank's bytes (``copy_floor_vs_numpy``: the best such a rank reaches).
 
+Beside them, ``delayed_block``: a delayed rank's fill of its block by
+:func:`arrow_split.ray.fill_rank_block` (one gather from the fetched batch) against its take
+then a fill (``block.fill(process_rollout_data(...))``), at each dp size.
+
 The figures of a ratio are timed in turns (:func:`_interleaved`), each run after a collection.
 Writes ``rank_bytes.json`` and ``rank_bytes.png``. No GPU figure: this run had no CUDA device
 (``gpu`` in the JSON says so).
@@ -334,6 +338,21 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
     }  # fmt: skip
 
 
+def _delayed_block(batch: RolloutBatch, dp: int, repeats: int) -> dict[str, Any]:
+    """A delayed rank into the block: its take then a fill, against the one-copy fill."""
+    rank, _ = _rank_rows(batch.total_lengths, dp)
+    ref = split_train_data_by_dp(batch, dp, balance_data=True, delay=True)
+    block = TensorBlock(pin=False)
+    calls = {
+        "take_then_fill": lambda: block.fill(process_rollout_data(ref, rank, dp)),
+        "fill_rank_block": lambda: fill_rank_block(ref, rank, dp, block),
+    }
+    figures = _interleaved(calls, 5 * repeats)
+    one_copy = figures["fill_rank_block"]["median"]
+    return {"dp_size": dp, "dp_rank": rank, "seconds": figures,
+            "speedup": figures["take_then_fill"]["median"] / one_copy}  # fmt: skip
+
+
 def run(options: argparse.Namespace) -> dict[str, Results]:
     """``{"rank_bytes.json": the four figures}``."""
     results: dict[str, Any] = {"slice": _slice(options)}
@@ -345,6 +364,9 @@ def run(options: argparse.Namespace) -> dict[str, Results]:
     with local_ray(store):
         results["prefetch"] = _prefetch(batch, options)
         results["eager"] = _eager(groups, options.dp_sizes[0], options.repeats)
+        results["delayed_block"] = [
+            _delayed_block(batch, dp, options.repeats) for dp in options.dp_sizes
+        ]
     results.update(
         workload=options.workload, samples=batch.num_samples, batch_bytes=batch.nbytes,
         repeats=options.repeats, object_store_bytes=store,

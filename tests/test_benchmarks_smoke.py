@@ -393,3 +393,6 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
     assert eager["block_vs_numpy_private"] > 0
     assert eager["copy_floor_vs_numpy"] > 0
     assert eager["rank_bytes"] == block["rank_bytes"] > 0  # the same rank of the same step
+    (delayed,) = results["delayed_block"]
+    assert set(delayed["seconds"]) == {"take_then_fill", "fill_rank_block"}
+    assert delayed["speedup"] > 0

@@ -281,3 +281,34 @@ def test_a_prefetcher_dropped_without_stop_ends_its_thread() -> None:
     gc.collect()
     thread.join(5)
     assert not thread.is_alive()
+
+
+@pytest.mark.parametrize("lookahead", [1, 2])
+def test_a_ring_of_lookahead_plus_one_blocks_keeps_the_taken_step_intact(lookahead: int) -> None:
+    from arrow_split import RolloutBatch, take_rows
+    from arrow_split.block import RankBlock
+
+    rng = np.random.default_rng(3)
+    batches = [
+        RolloutBatch.from_train_data(
+            {"tokens": [rng.integers(0, 1000, 8 + step).tolist() for _ in range(step + 2)]}
+        )
+        for step in range(6)
+    ]
+    ring = [RankBlock() for _ in range(lookahead + 1)]  # docs/rank-bytes.md's recipe
+    done: list[int] = []
+
+    def fill(step: int) -> object:
+        filled = ring[step % len(ring)].fill(batches[step])
+        done.append(step)
+        return filled
+
+    with Prefetcher(fill, lookahead=lookahead) as prefetcher:
+        for step in range(len(batches)):
+            prefetcher.submit(step, step)
+        for step, batch in enumerate(batches):
+            tokens = prefetcher.get(step).columns["tokens"].values  # type: ignore[attr-defined]
+            # while this step trains, the prefetcher fills every step it may hold
+            wait_until(lambda step=step: len(done) >= min(len(batches), step + 1 + lookahead))
+            (expected,) = take_rows(batch, np.arange(batch.num_samples)).numeric_columns()
+            np.testing.assert_array_equal(tokens, expected.values)

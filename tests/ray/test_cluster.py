@@ -31,8 +31,10 @@ from tests.ray.simulated_cluster import (
 
 ray = pytest.importorskip("ray")
 
+from arrow_split.block import RankBlock  # noqa: E402
 from arrow_split.ray import (  # noqa: E402
     HELPER_NAME_PREFIX,
+    fill_rank_block,
     process_rollout_data,
     split_train_data_by_dp,
 )
@@ -59,8 +61,20 @@ class Rank:
         # Nested in a list, the references travel as references: the driver measures them.
         return shard, [fetched]
 
+    def fill(
+        self, boxed: dict[str, Any], dp_rank: int, dp_size: int
+    ) -> dict[str, tuple[bytes, list[int] | None]]:
+        """Its rows of the put through :func:`fill_rank_block` (``locality="auto"``)."""
+        filled = fill_rank_block(boxed["refs"], dp_rank, dp_size, RankBlock(), balance_data=True)
+        return {name: _bytes_and_offsets(column) for name, column in filled.columns.items()}
+
     def node_id(self) -> str:
         return str(ray.get_runtime_context().get_node_id())
+
+
+def _bytes_and_offsets(column: Any) -> tuple[bytes, list[int] | None]:
+    offsets = None if column.offsets is None else column.offsets.tolist()
+    return column.values.tobytes(), offsets
 
 
 @pytest.fixture(scope="module")
@@ -177,6 +191,19 @@ def test_auto_takes_here_where_the_node_holds_the_batch(
     _, crossed_auto, fetched = run_step(ranks, ref, "auto")
     assert fetched == [[ref]] * DP_SIZE
     assert crossed_auto == crossed_local
+
+
+def test_a_delayed_block_is_filled_where_the_rows_are_taken(
+    cluster: SimulatedCluster, ranks: list[Any], batch: RolloutBatch
+) -> None:
+    ref = split_train_data_by_dp(batch, DP_SIZE, balance_data=True, delay=True)
+    filled = gather([rank.fill.remote(box(ref), r, DP_SIZE) for r, rank in enumerate(ranks)])
+    expected = split_train_data_by_dp_raw(batch, DP_SIZE, balance_data=True)
+    for rank, columns in enumerate(filled):
+        shard = {column.spec.name: column for column in expected[rank].numeric_columns()}
+        assert columns == {name: _bytes_and_offsets(shard[name]) for name in shard}, rank
+    # The batch stayed on the head: the other nodes' ranks took their rows there, not here.
+    assert ray.experimental.get_object_locations([ref])[ref]["node_ids"] == cluster.node_ids[:1]
 
 
 def test_a_bad_locality_lists_the_choices(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -81,9 +81,43 @@ def test_fill_rank_block_holds_the_ranks_rows_in_one_copy() -> None:
         fill_rank_block(refs, 0, 3, block, balance_data=False)
     with raises_facts(PlanError, key="refs", expected="2", got="3"):
         fill_rank_block(refs, 0, 2, block)
+
+
+def test_fill_rank_block_of_a_delayed_put_gathers_here_in_one_copy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from arrow_split import PlanMismatchError
+    from arrow_split.ray import _block
+
+    batch = RolloutBatch.from_train_data(step_data(7))
     delayed = split_train_data_by_dp(batch, 3, balance_data=True, delay=True)
-    with raises_facts(PlanError, key="refs", got="ObjectRef"):  # not the eager list
-        fill_rank_block(delayed, 0, 3, block)  # type: ignore[arg-type]
+    block = RankBlock()
+
+    def tokens_of(filled: Any) -> tuple[list[int], list[int]]:
+        column = filled.columns["tokens"]
+        return column.values.tolist(), column.offsets.tolist()
+
+    def expected(rank: int, dp_size: int) -> tuple[list[int], list[int]]:
+        shard = shard_for_rank(batch, rank, dp_size, balance_data=True, resplit=True)
+        column = shard.numeric_columns()[0]
+        return column.values.tolist(), column.offsets.tolist()
+
+    with monkeypatch.context() as patched:  # the batch as put for 3 ranks: no take, no shard
+        patched.setattr(_block, "process_rollout_data", lambda *a, **k: pytest.fail("a take"))
+        for rank in range(3):
+            assert tokens_of(fill_rank_block(delayed, rank, 3, block)) == expected(rank, 3)
+            filled = fill_rank_block(ray.get(delayed), rank, 3, block, balance_data=True)
+            assert tokens_of(filled) == expected(rank, 3)  # what Ray hands a task: the batch
+    for rank in range(2):  # a rank of another dp_size: planned again, taken, then copied
+        filled = fill_rank_block(delayed, rank, 2, block, resplit=True)
+        assert tokens_of(filled) == expected(rank, 2)
+    assert block.allocations == 1
+    with raises_facts(PlanMismatchError, key="dp_size"):
+        fill_rank_block(delayed, 0, 2, block)
+    with raises_facts(PlanMismatchError, key="balance_data"):
+        fill_rank_block(delayed, 0, 3, block, balance_data=False)
+    with raises_facts(NotARolloutBatchError, key="ref", got="dict"):
+        fill_rank_block(ray.put({"not": "a batch"}), 0, 3, block)
 
 
 @ray.remote(num_cpus=0)
