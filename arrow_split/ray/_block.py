@@ -84,7 +84,8 @@ def fill_rank_block(
     planned = _planned_rows(value, rank, size, method)
     if planned is not None:  # the whole batch, as put for this plan: one gather
         return block.fill(*planned)
-    source = refs_or_ref if isinstance(refs_or_ref, (list, tuple)) else value
+    whole = isinstance(value, RolloutBatch) and not isinstance(refs_or_ref, (list, tuple))
+    source = value if whole else refs_or_ref  # anything else: as that door reads it, errors too
     shard = process_rollout_data(
         source, rank, size, balance_data=balance_data, resplit=resplit, locality=where
     )

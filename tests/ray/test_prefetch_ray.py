@@ -118,6 +118,11 @@ def test_fill_rank_block_of_a_delayed_put_gathers_here_in_one_copy(
         fill_rank_block(delayed, 0, 3, block, balance_data=False)
     with raises_facts(NotARolloutBatchError, key="ref", got="dict"):
         fill_rank_block(ray.put({"not": "a batch"}), 0, 3, block)
+    grouped = split_train_data_by_dp(batch, 2, balance_data=True, rank_nodes=["a", "b"])
+    with raises_facts(PlanError, key="ref"):  # one node group's rows: the eager list is due
+        process_rollout_data(grouped[0], 0, 2)
+    with raises_facts(PlanError, key="ref"):  # the same mistake, the same error
+        fill_rank_block(grouped[0], 0, 2, block)
 
 
 @ray.remote(num_cpus=0)
