@@ -104,6 +104,7 @@ nitpick_ignore += [
         "arrow_split.ray._prefetch.ResultT",
         "arrow_split._codecs._ranges.Node",
         "arrow_split.ray.OnFetch",
+        "arrow_split.ray.Locality",
         "SourceT",
         "ResultT",
         "ProcessRolloutData",

@@ -52,10 +52,12 @@ def fill_rank_block(
     ----------
     refs_or_ref
         The eager list :func:`split_train_data_by_dp` returned, or its delayed reference.
-    dp_rank, dp_size, balance_data, resplit, locality
+    dp_rank, dp_size, balance_data, resplit
         As :func:`process_rollout_data`. A delayed batch put for this ``dp_size`` and taken
         here is gathered into the block in one copy; one planned again (``resplit``) or taken
         on another node is taken first, then copied into the block.
+    locality
+        Delayed only, where the rows are taken (:data:`Locality`).
     block
         A :class:`~arrow_split.block.RankBlock` or :class:`~arrow_split.torch.TensorBlock`.
 
