@@ -76,18 +76,25 @@ def fill_rank_block(
         raise OptionTypeError(msg)
     who = f"dp_rank {rank}"
     value: Any = refs_or_ref  # the reference, or (fetched here) what it holds
-    if isinstance(refs_or_ref, (list, tuple)):
-        if len(refs_or_ref) == size:
-            value = _nodes.fetch(refs_or_ref[rank], who, f"`refs[{rank}]`", None)
-    elif isinstance(refs_or_ref, ray.ObjectRef):
+    if isinstance(refs_or_ref, (list, tuple)) and len(refs_or_ref) == size:
+        what = f"`refs[{rank}]`"
+        value = _nodes.fetch(refs_or_ref[rank], who, what, None)
+        planned = _planned_rows(value, rank, size, method)
+        if planned is not None:  # one group: the whole batch with its plan
+            return block.fill(*planned)
+        if isinstance(value, RolloutBatch):  # a plan of another dp_size: that door's error
+            return block.fill(_nodes.rank_slice(value, rank, size, method, who, what))
+        start, stop = _nodes.group_span(value, rank, size, method, who, what)
+        return block.fill(value.rows, np.arange(start, stop))  # its group's rows, in one run
+    if isinstance(refs_or_ref, ray.ObjectRef):
         check_session(refs_or_ref, who, "the delayed reference")
         if _nodes.pick_holder(refs_or_ref, rank, where) is None:  # taken here
             value = _nodes.fetch(refs_or_ref, who, "the delayed reference", None)
     planned = _planned_rows(value, rank, size, method)
     if planned is not None:  # the whole batch, as put for this plan: one gather
         return block.fill(*planned)
-    whole = isinstance(value, RolloutBatch) and not isinstance(refs_or_ref, (list, tuple))
-    source = value if whole else refs_or_ref  # anything else: as that door reads it, errors too
+    # anything else (a list of another length, a delayed object): as that door reads it
+    source = value if isinstance(value, RolloutBatch) else refs_or_ref
     shard = process_rollout_data(
         source, rank, size, balance_data=balance_data, resplit=resplit, locality=where
     )

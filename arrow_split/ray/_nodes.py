@@ -11,7 +11,6 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
-import pyarrow as pa
 import ray
 from ray import exceptions as ray_exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -32,7 +31,6 @@ from arrow_split import (
     take_rows,
 )
 from arrow_split.ray._wire import can_free, check_session
-from arrow_split.schema import ColumnSpec
 
 if TYPE_CHECKING:
     from ray import ObjectRef
@@ -44,6 +42,7 @@ __all__ = [
     "OnFetch",
     "clear_caches",
     "fetch",
+    "group_span",
     "is_gone",
     "live_nodes",
     "node_rows",
@@ -76,16 +75,16 @@ _HelperGoneError = (
 
 @dataclasses.dataclass(frozen=True, slots=True, eq=False)
 class NodeRows:
-    """An eager object of several ranks: their rows in plan order (fresh), each rank's bounds."""
+    """An eager object of several ranks: their rows in plan order (fresh), each rank's bounds.
 
-    record_batch: pa.RecordBatch
-    specs: Mapping[str, ColumnSpec]
-    batch_globals: Mapping[str, object]
+    ``rows`` travels as a batch does (its buffers out of band, rebuilt without a check).
+    """
+
+    rows: RolloutBatch
     partition: np.ndarray
     batch_total_lengths: np.ndarray
     plan_key: PlanKey
     bounds: Mapping[int, tuple[int, int]]
-    trust_objects: bool = True
 
     def __reduce__(self) -> tuple[Any, ...]:
         fields = (getattr(self, field.name) for field in dataclasses.fields(self))
@@ -98,8 +97,7 @@ def node_rows(batch: RolloutBatch, plan: Plan, ranks: list[int]) -> NodeRows:
     sizes = np.array([0, *(len(part) for part in rows)], dtype=np.int64).cumsum()
     taken = take_rows(batch, np.concatenate(rows) if rows else np.zeros(0, np.int64))
     bounds = {rank: (int(sizes[i]), int(sizes[i + 1])) for i, rank in enumerate(ranks)}
-    parts = (taken.record_batch, batch.specs, batch.batch_globals, taken.partition)
-    return NodeRows(*parts, taken.batch_total_lengths, plan.key, bounds, batch.trust_objects)
+    return NodeRows(taken.rows, taken.partition, taken.batch_total_lengths, plan.key, bounds)
 
 
 def put_by_node(
@@ -160,6 +158,26 @@ def rank_slice(
             "which puts the batch with its plan"
         )
         raise PlanError(msg, key=what.strip("`"))
+    start, stop = group_span(value, *wanted)
+    group = value.rows  # a NodeRows (group_span checked)
+    part = group.record_batch.slice(start, stop - start)
+    rows = RolloutBatch(part, group.specs, group.batch_globals, trust_objects=group.trust_objects)
+    return Shard(
+        rows,
+        partition=value.partition[start:stop],
+        batch_total_lengths=value.batch_total_lengths,
+        plan_key=value.plan_key,
+        dp_rank=dp_rank,
+    )
+
+
+def group_span(
+    value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
+) -> tuple[int, int]:
+    """Where rank ``dp_rank``'s rows are in a node group's ``value.rows``: ``(start, stop)``.
+
+    Raises what :func:`rank_slice` raises for anything but the rows of a group with this rank.
+    """
     if not isinstance(value, NodeRows):
         msg = (
             f"{who}: {what} holds a {type(value).__name__}, not a RolloutBatch's rows; "
@@ -168,17 +186,8 @@ def rank_slice(
         raise NotARolloutBatchError(msg, key=what.strip("`"), got=type(value).__name__)
     key = value.plan_key
     got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
-    _check_plan(key, got, *wanted, has_rank=dp_rank in value.bounds)
-    start, stop = value.bounds[dp_rank]
-    part = value.record_batch.slice(start, stop - start)
-    rows = RolloutBatch(part, value.specs, value.batch_globals, trust_objects=value.trust_objects)
-    return Shard(
-        rows,
-        partition=value.partition[start:stop],
-        batch_total_lengths=value.batch_total_lengths,
-        plan_key=key,
-        dp_rank=dp_rank,
-    )
+    _check_plan(key, got, dp_rank, dp_size, method, who, what, has_rank=dp_rank in value.bounds)
+    return value.bounds[dp_rank]
 
 
 def _check_plan(

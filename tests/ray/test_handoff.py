@@ -178,8 +178,10 @@ class DPWorker:
             if column.values.dtype != np.bool_  # booleans are unpacked into a copy
         ]
         return {
-            "object_buffers": [(b.address, b.size) for b in buffers_of(node_rows.record_batch)],
-            "object_rows": node_rows.record_batch.num_rows,
+            "object_buffers": [
+                (b.address, b.size) for b in buffers_of(node_rows.rows.record_batch)
+            ],
+            "object_rows": node_rows.rows.record_batch.num_rows,
             "shard_buffers": views,
             "mutable": [buffer.is_mutable for buffer in buffers],
             "grown": grown,
@@ -273,10 +275,10 @@ def test_eager_objects_hold_only_their_nodes_rows() -> None:
     for ref in {ref.hex(): ref for ref in refs}.values():
         node_rows = ray.get(ref, timeout=CALL_TIMEOUT_S)
         # A slice view would carry the whole parent: each object's buffers are its own rows only.
-        size = sum(buffer.size for buffer in buffers_of(node_rows.record_batch))
-        assert node_rows.record_batch.get_total_buffer_size() < batch.nbytes / 3
+        size = sum(buffer.size for buffer in buffers_of(node_rows.rows.record_batch))
+        assert node_rows.rows.record_batch.get_total_buffer_size() < batch.nbytes / 3
         assert size < batch.nbytes / 3
-        total += node_rows.record_batch.nbytes
+        total += node_rows.rows.record_batch.nbytes
     assert total == pytest.approx(batch.nbytes, rel=0.01)
     # Without `rank_nodes`: one object for every rank, the batch as it is with its plan (the
     # driver gathers nothing).

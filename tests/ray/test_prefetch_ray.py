@@ -125,6 +125,40 @@ def test_fill_rank_block_of_a_delayed_put_gathers_here_in_one_copy(
         fill_rank_block(grouped[0], 0, 2, block)
 
 
+def test_fill_rank_block_of_node_groups_fetches_once_and_slices(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from arrow_split import PlanMismatchError
+    from arrow_split.ray import _nodes
+
+    batch = RolloutBatch.from_train_data(step_data(9))
+    nodes = ["a", "b", "a", "b"]
+    grouped = split_train_data_by_dp(batch, 4, balance_data=True, rank_nodes=nodes)
+    fetched: list[str] = []
+    fetch = _nodes.fetch
+    monkeypatch.setattr(
+        _nodes, "fetch", lambda ref, *rest: (fetched.append(ref.hex()), fetch(ref, *rest))[1]
+    )
+    block = RankBlock()
+    for rank in range(4):
+        fetched.clear()
+        filled = fill_rank_block(grouped, rank, 4, block, balance_data=True)
+        assert fetched == [grouped[rank].hex()]  # its group's object, once
+        expected = shard_for_rank(batch, rank, 4, balance_data=True).numeric_columns()[0]
+        np.testing.assert_array_equal(filled.columns["tokens"].values, expected.values)
+        np.testing.assert_array_equal(filled.columns["tokens"].offsets, expected.offsets)
+    misplaced = [grouped[0]] * 4  # rank 1 given the object of ranks 0 and 2
+    for refs, balance in ((grouped, False), (misplaced, True)):
+        with pytest.raises(PlanMismatchError) as door:
+            process_rollout_data(refs, 1, 4, balance_data=balance)
+        with pytest.raises(PlanMismatchError) as filled_door:
+            fill_rank_block(refs, 1, 4, block, balance_data=balance)
+        assert str(filled_door.value) == str(door.value)  # the same mistake, the same error
+        assert filled_door.value.key == door.value.key == "refs[1]"
+    with raises_facts(NotARolloutBatchError, key="refs[0]", got="dict"):
+        fill_rank_block([ray.put({"not": "a batch"})], 0, 1, block)
+
+
 @ray.remote(num_cpus=0)
 class Owner:
     """An actor that puts a step itself, and so owns its objects: killing it loses them."""
