@@ -84,8 +84,8 @@ def fill_rank_block(
             return block.fill(*planned)
         if isinstance(value, RolloutBatch):  # a plan of another dp_size: that door's error
             return block.fill(_nodes.rank_slice(value, rank, size, method, who, what))
-        start, stop = _nodes.group_span(value, rank, size, method, who, what)
-        return block.fill(value.rows, np.arange(start, stop))  # its group's rows, in one run
+        group, start, stop = _nodes.group_span(value, rank, size, method, who, what)
+        return block.fill(group.rows, np.arange(start, stop))  # its group's rows, in one run
     if isinstance(refs_or_ref, ray.ObjectRef):
         check_session(refs_or_ref, who, "the delayed reference")
         if _nodes.pick_holder(refs_or_ref, rank, where) is None:  # taken here

@@ -158,23 +158,23 @@ def rank_slice(
             "which puts the batch with its plan"
         )
         raise PlanError(msg, key=what.strip("`"))
-    start, stop = group_span(value, *wanted)
-    group = value.rows  # a NodeRows (group_span checked)
+    found, start, stop = group_span(value, *wanted)
+    group = found.rows
     part = group.record_batch.slice(start, stop - start)
     rows = RolloutBatch(part, group.specs, group.batch_globals, trust_objects=group.trust_objects)
     return Shard(
         rows,
-        partition=value.partition[start:stop],
-        batch_total_lengths=value.batch_total_lengths,
-        plan_key=value.plan_key,
+        partition=found.partition[start:stop],
+        batch_total_lengths=found.batch_total_lengths,
+        plan_key=found.plan_key,
         dp_rank=dp_rank,
     )
 
 
 def group_span(
     value: object, dp_rank: int, dp_size: int, method: SplitMethod | None, who: str, what: str
-) -> tuple[int, int]:
-    """Where rank ``dp_rank``'s rows are in a node group's ``value.rows``: ``(start, stop)``.
+) -> tuple[NodeRows, int, int]:
+    """A node group's object, and where rank ``dp_rank``'s rows are in its ``rows``.
 
     Raises what :func:`rank_slice` raises for anything but the rows of a group with this rank.
     """
@@ -187,7 +187,7 @@ def group_span(
     key = value.plan_key
     got = f"the rows of {_ranks_text(sorted(value.bounds))} of a {key.dp_size}-rank "
     _check_plan(key, got, dp_rank, dp_size, method, who, what, has_rank=dp_rank in value.bounds)
-    return value.bounds[dp_rank]
+    return (value, *value.bounds[dp_rank])
 
 
 def _check_plan(
