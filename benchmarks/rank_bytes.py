@@ -28,6 +28,10 @@ measured in the same run (medians over ``repeats`` warm runs):
   rank with copies a trainer may write, as the block's are (``block_vs_numpy_private``).
   ``copy_floor``: the least a rank whose tensors are its own pays, the quick fix's own fetch
   plus one memcpy of the rank's bytes (``copy_floor_vs_numpy``: the best such a rank reaches).
+  ``arrow_block`` is a put with every rank on one node (the batch once, with its plan: the rank
+  gathers its rows); ``arrow_block_node_groups`` a put for ranks named on nodes of 8 (fewer
+  where ``dp`` < 16; ``rank_nodes``, as on a cluster: the rank's rows are one run of its
+  node's object).
 
 Beside them, ``delayed_block``: a delayed rank's fill of its block by
 :func:`arrow_split.ray.fill_rank_block` (one gather from the fetched batch) against its take
@@ -308,8 +312,11 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
     rank, rows = _rank_rows(lengths, dp)
     numpy_refs, _ = boundary("numpy", "eager", numpy_state, dp, True)
     arrow_refs, _ = boundary("arrow", "eager", lists, dp, True)
+    per_node = max(1, min(_RANKS_PER_NODE, dp // 2))  # two node groups at least
+    nodes = [f"node-{rank // per_node}" for rank in range(dp)]  # a cluster's eager put
+    group_refs = split_train_data_by_dp(lists, dp, balance_data=True, rank_nodes=nodes)
     del numpy_state, lists
-    block = TensorBlock(pin=False)
+    block, group_block = TensorBlock(pin=False), TensorBlock(pin=False)
 
     def with_block() -> object:
         return fill_rank_block(arrow_refs, rank, dp, block, balance_data=True)
@@ -321,6 +328,9 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
         "numpy_private": lambda: from_numpy(ray.get(numpy_refs[rank]), private=True),
         "arrow_to_tensors": lambda: rank_steps("arrow", "eager", [arrow_refs], rank, dp, True),
         "arrow_block": with_block,
+        "arrow_block_node_groups": lambda: fill_rank_block(
+            group_refs, rank, dp, group_block, balance_data=True
+        ),
         "copy_floor": lambda: (ray.get(numpy_refs[rank]), np.copyto(reused, source)),
     }
     figures = _interleaved(calls, 5 * repeats)
@@ -328,6 +338,10 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
     return {
         "dp_size": dp, "dp_rank": rank, "rank_bytes": nbytes, "seconds": figures,
         "block_vs_numpy": numpy_median / figures["arrow_block"]["median"],
+        "node_groups_block_vs_numpy": (
+            numpy_median / figures["arrow_block_node_groups"]["median"]
+        ),
+        "ranks_per_node": per_node,
         "block_vs_numpy_private": (
             figures["numpy_private"]["median"] / figures["arrow_block"]["median"]
         ),
@@ -336,6 +350,9 @@ def _eager(groups: list[dict[str, Any]], dp: int, repeats: int) -> dict[str, Any
         "block_vs_copy_floor": floor / figures["arrow_block"]["median"],
         "target": 1.0,
     }  # fmt: skip
+
+
+_RANKS_PER_NODE = 8
 
 
 def _delayed_block(batch: RolloutBatch, dp: int, repeats: int) -> dict[str, Any]:
@@ -387,6 +404,11 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
             for block in results["block"]
         },
         "eager_block_vs_numpy": (results["eager"]["block_vs_numpy"], ">=", 1.0),
+        "eager_node_groups_block_vs_numpy": (
+            results["eager"]["node_groups_block_vs_numpy"],
+            ">=",
+            1.0,
+        ),
     }
     return {
         name: {"value": value, "target": f"{sign} {target:.3g}",

@@ -374,6 +374,7 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
         "prefetch_wait_vs_fetch",
         "block_vs_memcpy_dp2",
         "eager_block_vs_numpy",
+        "eager_node_groups_block_vs_numpy",
     }
     cut = results["slice"]
     assert len(cut["slice_experts_bytes"]) == cut["pp"] * cut["cp"]
@@ -389,6 +390,9 @@ def test_the_rank_bytes_benchmark_writes_every_figure_at_smoke_size(tmp_path: Pa
         assert measured["step_bytes"] > 0
     eager = results["eager"]
     calls = {"numpy", "numpy_private", "arrow_to_tensors", "arrow_block", "copy_floor"}
+    calls.add("arrow_block_node_groups")
+    assert eager["ranks_per_node"] == 1  # dp 2: a node group per rank
+    assert eager["node_groups_block_vs_numpy"] > 0
     assert set(eager["seconds"]) == calls
     assert eager["block_vs_numpy_private"] > 0
     assert eager["copy_floor_vs_numpy"] > 0
