@@ -2,11 +2,12 @@
 
 :func:`process_rollout_data` gives a shard in fresh buffers (a take); a rank that then fills a
 reused block (:class:`arrow_split.block.RankBlock`, :class:`arrow_split.torch.TensorBlock`)
-would copy its rows twice. :func:`fill_rank_block` fetches what the driver put (the eager list's
-object, or the delayed batch where this rank takes its rows here) and gathers the rank's rows
-from the object store's memory into the block once. Anything else (another ``dp_size`` to
-``resplit`` for, a delayed batch taken on the node that holds it, an object of a node group)
-goes through :func:`process_rollout_data`, checked and sliced as there, then into the block.
+would copy its rows twice. :func:`fill_rank_block` fetches what the driver put once (the eager
+list's object: the whole batch, or its node group's rows; or the delayed batch where this rank
+takes its rows here) and gathers the rank's rows from the object store's memory into the block.
+Anything else (another ``dp_size`` to ``resplit`` for, a delayed batch taken on the node that
+holds it) goes through :func:`process_rollout_data`, checked and taken as there, then into the
+block.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def fill_rank_block(
         planned = _planned_rows(value, rank, size, method)
         if planned is not None:  # one group: the whole batch with its plan
             return block.fill(*planned)
-        if isinstance(value, RolloutBatch):  # a plan of another dp_size: that door's error
+        if isinstance(value, RolloutBatch):  # another plan, or none: that door's error
             return block.fill(_nodes.rank_slice(value, rank, size, method, who, what))
         group, start, stop = _nodes.group_span(value, rank, size, method, who, what)
         return block.fill(group.rows, np.arange(start, stop))  # its group's rows, in one run
